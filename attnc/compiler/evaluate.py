@@ -1,0 +1,162 @@
+"""Evaluate IR expressions on Python scalars (C semantics for i32 division and modulo).
+
+Used by tests (random evaluation proves passes preserve meaning) and by mask analysis'
+brute-force checks. ``env`` maps built-in and scalar param names to values; ``tensors`` maps
+tensor param names to nested lists or objects indexable by a tuple.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from attnc.compiler import ir
+
+
+class EvalError(ArithmeticError):
+    """Division by zero or a math domain error during evaluation."""
+
+
+def _c_div(a: int, b: int) -> int:
+    if b == 0:
+        raise EvalError("integer division by zero")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - _c_div(a, b) * b
+
+
+def _float_div(a: float, b: float) -> float:
+    if b == 0:
+        if a == 0 or math.isnan(a):
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _softplus(x: float) -> float:
+    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+
+
+def _safe(fn):
+    def call(x: float) -> float:
+        try:
+            return fn(x)
+        except (ValueError, OverflowError):
+            if fn is math.exp:
+                return math.inf
+            return math.nan
+    return call
+
+
+def _log(x: float) -> float:
+    if x == 0:
+        return -math.inf
+    return math.log(x) if x > 0 else math.nan
+
+
+def _log2(x: float) -> float:
+    if x == 0:
+        return -math.inf
+    return math.log2(x) if x > 0 else math.nan
+
+
+MATH = {
+    "tanh": math.tanh,
+    "exp": _safe(math.exp),
+    "exp2": _safe(lambda x: 2.0**x),
+    "log": _log,
+    "log2": _log2,
+    "sqrt": lambda x: math.sqrt(x) if x >= 0 else math.nan,
+    "rsqrt": lambda x: (1.0 / math.sqrt(x)) if x > 0 else (math.inf if x == 0 else math.nan),
+    "sigmoid": _sigmoid,
+    "softplus": _softplus,
+    "floor": lambda x: float(math.floor(x)) if math.isfinite(x) else x,
+    "ceil": lambda x: float(math.ceil(x)) if math.isfinite(x) else x,
+}
+
+
+def evaluate(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any] | None = None):
+    """Value of ``e``: int for i32, float for f32, bool for bool."""
+    tensors = tensors or {}
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, (ir.Builtin, ir.ParamRef)):
+        return env[e.name]
+    if isinstance(e, ir.TensorLoad):
+        idx = tuple(int(evaluate(i, env, tensors)) for i in e.indices)
+        value = tensors[e.name]
+        for i in idx:
+            value = value[i]
+        return float(value) if e.type == ir.F32 else int(value)
+    if isinstance(e, ir.Unary):
+        x = evaluate(e.x, env, tensors)
+        return (not x) if e.op == "not" else -x
+    if isinstance(e, ir.Binary):
+        return _binary(e, env, tensors)
+    if isinstance(e, ir.Select):
+        c = evaluate(e.cond, env, tensors)
+        return evaluate(e.a if c else e.b, env, tensors)
+    if isinstance(e, ir.Cast):
+        x = evaluate(e.x, env, tensors)
+        if e.type == ir.F32:
+            return float(x)
+        if e.type == ir.BOOL:
+            return bool(x)
+        if isinstance(x, float) and not math.isfinite(x):
+            raise EvalError("conversion of a non-finite float to i32")
+        return int(x)
+    if isinstance(e, ir.Call):
+        args = [evaluate(a, env, tensors) for a in e.args]
+        return _call(e, args)
+    raise TypeError(f"not an IR expression: {e!r}")
+
+
+def _binary(e: ir.Binary, env, tensors):
+    if e.op == "&&":
+        return bool(evaluate(e.a, env, tensors)) and bool(evaluate(e.b, env, tensors))
+    if e.op == "||":
+        return bool(evaluate(e.a, env, tensors)) or bool(evaluate(e.b, env, tensors))
+    a = evaluate(e.a, env, tensors)
+    b = evaluate(e.b, env, tensors)
+    op = e.op
+    if op in ir.COMPARISONS:
+        return {
+            "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b,
+        }[op]
+    is_int = e.type == ir.I32
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    if op == "/":
+        return _c_div(a, b) if is_int else _float_div(a, b)
+    if op == "%":
+        if is_int:
+            return _c_mod(a, b)
+        return math.fmod(a, b) if b != 0 else math.nan
+    raise TypeError(f"unknown operator {op}")
+
+
+def _call(e: ir.Call, args):
+    fn = e.fn
+    if fn == "abs":
+        return abs(args[0])
+    if fn == "min":
+        return min(args[0], args[1])
+    if fn == "max":
+        return max(args[0], args[1])
+    if fn == "clamp":
+        return min(max(args[0], args[1]), args[2])
+    return MATH[fn](float(args[0]))

@@ -1,0 +1,93 @@
+"""Located diagnostics: the one error type of the front and middle end.
+
+Every error the compiler reports names ``file:line:col``, shows the source line and a caret.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A position in a source file (1-based line and column)."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int = 0
+    end_col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NO_LOC = Loc("<builtin>", 0, 0)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One message tied to a location; ``severity`` is ``error`` or ``warning``."""
+
+    loc: Loc
+    message: str
+    severity: str = "error"
+    source_line: str | None = field(default=None, compare=False)
+
+    def render(self) -> str:
+        """``file:line:col: severity: message`` followed by the source line and a caret."""
+        head = f"{self.loc}: {self.severity}: {self.message}"
+        if self.source_line is None or self.loc.line <= 0:
+            return head
+        line = self.source_line.rstrip("\n").expandtabs(1)
+        caret_col = max(self.loc.col, 1)
+        width = 1
+        if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
+            width = self.loc.end_col - self.loc.col
+        return f"{head}\n    {line}\n    {' ' * (caret_col - 1)}^{'~' * (width - 1)}"
+
+
+class SourceMap:
+    """Source text of every file seen, so diagnostics can quote their line."""
+
+    def __init__(self) -> None:
+        self._lines: dict[str, list[str]] = {}
+
+    def add(self, file: str, text: str) -> None:
+        self._lines[file] = text.splitlines()
+
+    def line(self, loc: Loc) -> str | None:
+        lines = self._lines.get(loc.file)
+        if lines is None or not 1 <= loc.line <= len(lines):
+            return None
+        return lines[loc.line - 1]
+
+
+SOURCES = SourceMap()
+
+
+class AttnError(Exception):
+    """A located error in a `.attn` program. ``str()`` gives the rendered diagnostic(s)."""
+
+    def __init__(self, loc: Loc, message: str, notes: tuple[Diagnostic, ...] = ()) -> None:
+        self.diagnostic = Diagnostic(loc, message, "error", SOURCES.line(loc))
+        self.notes = notes
+        super().__init__(self.render())
+
+    @property
+    def loc(self) -> Loc:
+        return self.diagnostic.loc
+
+    @property
+    def message(self) -> str:
+        return self.diagnostic.message
+
+    def render(self) -> str:
+        parts = [self.diagnostic.render()]
+        parts.extend(note.render() for note in self.notes)
+        return "\n".join(parts)
+
+
+def warning(loc: Loc, message: str) -> Diagnostic:
+    """A located warning (returned by passes, printed by the CLI)."""
+    return Diagnostic(loc, message, "warning", SOURCES.line(loc))

@@ -1,0 +1,105 @@
+// Owns: the interface between a generated variant functor and the kernel templates:
+// the shared value types (RequestInfo, KvRange, TileClass) and the compile-time check
+// `check_variant_contract<V>()` that every template calls with readable messages.
+//
+// A generated variant is a struct V with:
+//   struct Params;   scalar params and tensor pointers, fields in the order of the
+//                    runtime param list (f32 -> float, i32 -> int, bool -> int,
+//                    tensor -> const float* / const int*; tensors are dense row-major).
+//   struct Row;      values hoisted per (query row, query head): one per packed tile row.
+//   static constexpr bool kUseSoftmax;      false for `normalize = none`
+//   static constexpr bool kHasMask;         false: every (q, kv) pair is visible
+//   static constexpr bool kScoreIsIdentity; true: score(row, s, kv) == s
+//   static constexpr bool kAffineScore;     true: score(row, s, kv) == score_scale(row) * s
+//                                           + score_bias(row, kv) (kernels fold the scale
+//                                           into the exp2 multiplier)
+//   static constexpr bool kHasOutput;       false: output(row, o) == o
+//   V(const Params& params, const RequestInfo& request);   request-level hoisting
+//   Row   row(int q_idx, int qo_head) const;              row-level hoisting
+//   float score(const Row&, float s, int kv_idx) const;   s = dot(q, k) * sm_scale
+//   float score_scale(const Row&) const;                  affine a (1 if not affine)
+//   float score_bias(const Row&, int kv_idx) const;       affine b (0 if not affine)
+//   bool  mask(const Row&, int kv_idx) const;             true = visible
+//   float output(const Row&, float o) const;              finished output element
+//   KvRange   kv_range(int q_idx_begin, int q_idx_end) const;
+//             half-open kv range that any query in [q_idx_begin, q_idx_end) of any head
+//             may see, already clipped to [0, kv_len); empty when begin >= end.
+//   TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const;
+//             class of the tile [q_idx0, q_idx1) x [kv0, kv1) (half-open) over all heads:
+//             kEmpty (no visible pair), kFull (all visible), kPartial (evaluate mask()).
+// All member functions are __host__ __device__ so host harnesses can test them.
+#pragma once
+
+#ifdef __CUDACC__
+#define ATTNC_HD __host__ __device__ __forceinline__
+#else
+#define ATTNC_HD inline
+#endif
+
+#include <type_traits>
+
+namespace attnc {
+
+// What a functor knows about the request (one sequence of the batch) it works on.
+struct RequestInfo {
+  int batch;         // index of the request in the batch
+  int q_len;         // query tokens of this request
+  int kv_len;        // key/value tokens of this request
+  int num_qo_heads;
+  int num_kv_heads;
+  int head_dim;
+  float sm_scale;
+};
+
+struct KvRange {
+  int begin;  // first visible kv_idx
+  int end;    // one past the last visible kv_idx
+};
+
+enum class TileClass : int { kEmpty = 0, kFull = 1, kPartial = 2 };
+
+template <typename V>
+struct VariantContract {
+  static_assert(std::is_same<decltype(V::kUseSoftmax), const bool>::value,
+                "attnc variant: missing `static constexpr bool kUseSoftmax`");
+  static_assert(std::is_same<decltype(V::kHasMask), const bool>::value,
+                "attnc variant: missing `static constexpr bool kHasMask`");
+  static_assert(std::is_same<decltype(V::kScoreIsIdentity), const bool>::value,
+                "attnc variant: missing `static constexpr bool kScoreIsIdentity`");
+  static_assert(std::is_same<decltype(V::kAffineScore), const bool>::value,
+                "attnc variant: missing `static constexpr bool kAffineScore`");
+  static_assert(std::is_same<decltype(V::kHasOutput), const bool>::value,
+                "attnc variant: missing `static constexpr bool kHasOutput`");
+  static_assert(!V::kScoreIsIdentity || V::kAffineScore,
+                "attnc variant: an identity score must also be declared affine (a=1, b=0)");
+  static_assert(std::is_constructible<V, const typename V::Params&, const RequestInfo&>::value,
+                "attnc variant: needs a constructor V(const Params&, const RequestInfo&)");
+  static_assert(std::is_same<decltype(std::declval<const V&>().row(0, 0)), typename V::Row>::value,
+                "attnc variant: needs `Row row(int q_idx, int qo_head) const`");
+  static_assert(std::is_same<decltype(std::declval<const V&>().score(
+                                 std::declval<const typename V::Row&>(), 0.f, 0)),
+                             float>::value,
+                "attnc variant: needs `float score(const Row&, float s, int kv_idx) const`");
+  static_assert(std::is_same<decltype(std::declval<const V&>().mask(
+                                 std::declval<const typename V::Row&>(), 0)),
+                             bool>::value,
+                "attnc variant: needs `bool mask(const Row&, int kv_idx) const`");
+  static_assert(std::is_same<decltype(std::declval<const V&>().output(
+                                 std::declval<const typename V::Row&>(), 0.f)),
+                             float>::value,
+                "attnc variant: needs `float output(const Row&, float o) const`");
+  static_assert(std::is_same<decltype(std::declval<const V&>().kv_range(0, 0)), KvRange>::value,
+                "attnc variant: needs `KvRange kv_range(int q_idx_begin, int q_idx_end) const`");
+  static_assert(std::is_same<decltype(std::declval<const V&>().classify(0, 0, 0, 0)),
+                             TileClass>::value,
+                "attnc variant: needs `TileClass classify(int q0, int q1, int kv0, int kv1) const`");
+  static constexpr bool ok = true;
+};
+
+// Call in every kernel template: `static_assert(check_variant_contract<V>(), "");`
+template <typename V>
+constexpr bool check_variant_contract() {
+  return VariantContract<V>::ok;
+}
+
+}  // namespace attnc
