@@ -1,0 +1,127 @@
+"""Runtime parameter checking: keyword arguments -> a complete, validated value per param.
+
+Every problem is a ``ValueError`` that names the variant and the param. Values are never
+converted silently (a float16 tensor for a ``tensor<f32>`` param is an error, not a cast).
+"""
+
+from __future__ import annotations
+
+import difflib
+import numbers
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from attnc.compiler.ir import ParamDecl
+
+_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+
+
+def describe_decl(decl: ParamDecl) -> str:
+    """The declared type as written in `.attn` text, e.g. ``i32`` or ``tensor<f32>[num_qo_heads]``."""
+    if decl.kind == "tensor":
+        dims = ", ".join(str(d) for d in decl.dims)
+        return f"tensor<{decl.dtype}>[{dims}]"
+    return decl.dtype
+
+
+def resolve_params(
+    decls: Sequence[ParamDecl],
+    kwargs: Mapping[str, object],
+    *,
+    variant_name: str,
+    num_qo_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    device: torch.device | str | None = None,
+) -> dict[str, object]:
+    """Check ``kwargs`` against ``decls`` and return one value per param, in declaration order.
+
+    Defaults fill missing optional params. Scalars come back as ``float``/``int``/``bool``;
+    tensors come back contiguous. ``device``, when given, is the device tensors must be on.
+    """
+    prefix = f"variant '{variant_name}'"
+    _reject_unknown(decls, kwargs, prefix)
+    sizes = {"num_qo_heads": num_qo_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    resolved: dict[str, object] = {}
+    for decl in decls:
+        where = f"{prefix}: param '{decl.name}' ({describe_decl(decl)})"
+        if decl.name not in kwargs:
+            if decl.default is None:
+                raise ValueError(f"{prefix}: missing param '{decl.name}' ({describe_decl(decl)})")
+            resolved[decl.name] = _check_scalar(decl, decl.default, where)
+        elif decl.kind == "tensor":
+            resolved[decl.name] = _check_tensor(decl, kwargs[decl.name], where, sizes, device)
+        else:
+            resolved[decl.name] = _check_scalar(decl, kwargs[decl.name], where)
+    return resolved
+
+
+def _reject_unknown(decls: Sequence[ParamDecl], kwargs: Mapping[str, object], prefix: str) -> None:
+    names = [d.name for d in decls]
+    for key in kwargs:
+        if key in names:
+            continue
+        msg = f"{prefix}: unknown param '{key}'"
+        close = difflib.get_close_matches(key, names, n=1)
+        if close:
+            msg += f"; did you mean '{close[0]}'?"
+        elif names:
+            msg += f"; params are: {', '.join(names)}"
+        else:
+            msg += "; this variant takes no params"
+        raise ValueError(msg)
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor ({value.dtype})"
+    return type(value).__name__
+
+
+def _check_scalar(decl: ParamDecl, value: object, where: str) -> object:
+    if decl.kind == "tensor":
+        raise ValueError(f"{where}: has a default, but tensor params cannot")
+    if decl.dtype == "bool":
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"{where}: expected a bool, got {_type_name(value)}")
+    is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if decl.dtype == "i32":
+        if not is_int:
+            raise ValueError(f"{where}: expected an int, got {_type_name(value)}")
+        ivalue = int(value)  # type: ignore[call-overload]
+        if not _I32_MIN <= ivalue <= _I32_MAX:
+            raise ValueError(f"{where}: value {ivalue} does not fit in int32")
+        return ivalue
+    if is_int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        return float(value)  # type: ignore[arg-type]
+    raise ValueError(f"{where}: expected a float, got {_type_name(value)}")
+
+
+def _check_tensor(
+    decl: ParamDecl,
+    value: object,
+    where: str,
+    sizes: Mapping[str, int],
+    device: torch.device | str | None,
+) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{where}: expected a torch.Tensor, got {_type_name(value)}")
+    shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
+    if tuple(value.shape) != shape:
+        raise ValueError(f"{where}: expected shape {list(shape)}, got {list(value.shape)}")
+    want = _TORCH_DTYPES[decl.dtype]
+    if value.dtype != want:
+        raise ValueError(f"{where}: expected dtype {want}, got {value.dtype} (no implicit casts)")
+    if device is not None and not same_device(value.device, torch.device(device)):
+        raise ValueError(f"{where}: tensor is on {value.device}, expected {torch.device(device)}")
+    return value.contiguous()
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """True when ``a`` and ``b`` name the same device (a missing index matches any index)."""
+    if a.type != b.type:
+        return False
+    return a.index is None or b.index is None or a.index == b.index
