@@ -1,0 +1,84 @@
+"""Finding the build tools (nvcc, ninja) and choosing nvcc flags and the target arch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+BASE_FLAGS = (
+    "-std=c++17",
+    "-O3",
+    "-shared",
+    "-Xcompiler",
+    "-fPIC",
+    "--expt-relaxed-constexpr",
+    "-lineinfo",
+)
+
+
+class ToolNotFound(RuntimeError):
+    """A build tool (nvcc or ninja) could not be found."""
+
+
+def find_nvcc() -> str:
+    """``$ATTNC_NVCC``, else ``$CUDA_HOME/bin/nvcc``, else ``nvcc`` on PATH."""
+    env = os.environ.get("ATTNC_NVCC")
+    if env:
+        return env
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(var)
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    found = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None
+    )
+    if found is None:
+        raise ToolNotFound("attnc: nvcc not found; set ATTNC_NVCC or CUDA_HOME, or put it on PATH")
+    return found
+
+
+def find_ninja() -> str:
+    """The ninja binary of the pip ``ninja`` package, else ``ninja`` on PATH."""
+    try:
+        import ninja  # type: ignore[import-untyped]
+
+        candidate = Path(ninja.BIN_DIR) / "ninja"
+        if candidate.is_file():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("ninja")
+    if found is None:
+        raise ToolNotFound("attnc: ninja not found; `pip install ninja`")
+    return found
+
+
+def normalize_arch(arch: str | int | tuple[int, int]) -> str:
+    """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``."""
+    if isinstance(arch, tuple):
+        major, minor = arch
+        return "90a" if major == 9 else f"{major}{minor}"
+    text = str(arch).lower().removeprefix("sm_").removeprefix("compute_")
+    if text in ("90", "9.0"):
+        return "90a"
+    if "." in text:
+        major, minor = text.split(".", 1)
+        return normalize_arch((int(major), int(minor)))
+    return text
+
+
+def current_arch() -> str:
+    """The arch of the current CUDA device (needs torch with CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ToolNotFound("attnc: no CUDA device; pass arch= explicitly to build")
+    return normalize_arch(tuple(torch.cuda.get_device_capability()))  # type: ignore[arg-type]
+
+
+def nvcc_flags(arch: str, include_dirs: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
+    """The full nvcc flag list for ``arch`` (already normalised)."""
+    gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
+    includes = [f"-I{d}" for d in include_dirs]
+    return [*BASE_FLAGS, gencode, *includes, *extra]

@@ -1,0 +1,132 @@
+"""JIT build + cache: nvcc through ninja, ctypes loading, cache hits, rebuilds, errors."""
+
+import ctypes
+import shutil
+import time
+
+import pytest
+
+from attnc.runtime import jit, toolchain
+
+pytestmark = pytest.mark.nvcc
+
+ARCH = "80"
+
+ADD_SOURCE = """
+extern "C" int attnc_test_add(int a, int b) { return a + b + OFFSET; }
+"""
+
+
+def _have_nvcc() -> bool:
+    try:
+        nvcc = toolchain.find_nvcc()
+    except toolchain.ToolNotFound:
+        return False
+    return shutil.which(nvcc) is not None
+
+
+if not _have_nvcc():
+    pytest.skip("nvcc not found", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNC_VERBOSE", raising=False)
+
+
+def _source(offset: int) -> str:
+    return f"#define OFFSET {offset}\n" + ADD_SOURCE
+
+
+def _call_add(path, a, b):
+    fn = jit.load_library(path).attnc_test_add
+    fn.argtypes = [ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn(a, b)
+
+
+def test_build_and_call_through_ctypes(tmp_path):
+    path = jit.build_module("adder", _source(100), arch=ARCH)
+    assert path.name == "adder.so"
+    assert path.parent.parent == tmp_path / "cache"
+    assert path.parent.name.startswith("adder_")
+    assert (path.parent / "adder.cu").read_text() == _source(100)
+    assert "rule nvcc" in (path.parent / "build.ninja").read_text()
+    assert _call_add(path, 2, 3) == 105
+    assert jit.load_library(path) is jit.load_library(str(path))
+
+
+def test_cache_hit_does_not_rebuild(capfd):
+    path = jit.build_module("adder", _source(1), arch=ARCH)
+    mtimes = {p.name: p.stat().st_mtime_ns for p in path.parent.iterdir()}
+    start = time.perf_counter()
+    again = jit.build_module("adder", _source(1), arch=ARCH)
+    elapsed = time.perf_counter() - start
+    assert again == path
+    assert elapsed < 0.1
+    assert {p.name: p.stat().st_mtime_ns for p in path.parent.iterdir()} == mtimes
+
+
+def test_content_change_rebuilds():
+    first = jit.build_module("adder", _source(1), arch=ARCH)
+    second = jit.build_module("adder", _source(2), arch=ARCH)
+    assert first != second
+    assert _call_add(first, 0, 0) == 1
+    assert _call_add(second, 0, 0) == 2
+
+
+def test_other_arch_is_another_key():
+    a = jit.build_module("adder", _source(1), arch="80")
+    b = jit.build_module("adder", _source(1), arch="sm_86")
+    assert a != b
+
+
+def test_compile_error_names_file_and_command():
+    bad = 'extern "C" int broken(int a) { return a + undeclared_name; }\n'
+    with pytest.raises(jit.BuildError) as e:
+        jit.build_module("broken", bad, arch=ARCH)
+    text = str(e.value)
+    directory = next(p for p in (jit.cache.cache_dir()).iterdir() if p.is_dir())
+    source = directory / "broken.cu"
+    assert f"generated file: {source}" in text
+    assert "command: " in text
+    command_line = text.split("command: ", 1)[1].splitlines()[0]
+    assert command_line.split()[0] == toolchain.find_nvcc()
+    assert f"-o {directory / 'broken.so'} {source}" in command_line
+    assert "-gencode=arch=compute_80,code=sm_80" in command_line
+    assert "undeclared_name" in text
+    assert not (directory / "built.ok").exists()
+
+
+def test_failed_build_is_retried_after_fix():
+    with pytest.raises(jit.BuildError):
+        jit.build_module("adder", "this is not C++\n", arch=ARCH)
+    assert _call_add(jit.build_module("adder", _source(7), arch=ARCH), 1, 1) == 9
+
+
+def test_parallel_build_of_two_modules():
+    specs = [jit.ModuleSpec("add_a", _source(10)), jit.ModuleSpec("add_b", _source(20))]
+    paths = jit.build_modules(specs, arch=ARCH, jobs=2)
+    assert [p.name for p in paths] == ["add_a.so", "add_b.so"]
+    assert [_call_add(p, 1, 2) for p in paths] == [13, 23]
+    start = time.perf_counter()
+    assert jit.build_modules(specs, arch=ARCH) == paths
+    assert time.perf_counter() - start < 0.1
+
+
+def test_parallel_build_error_names_failing_module():
+    specs = [jit.ModuleSpec("good", _source(1)), jit.ModuleSpec("bad", "not C++ at all\n")]
+    with pytest.raises(jit.BuildError) as e:
+        jit.build_modules(specs, arch=ARCH, jobs=2)
+    assert "bad.cu" in str(e.value)
+    assert "good.cu" not in str(e.value)
+
+
+def test_verbose_prints_command_and_cache_path(monkeypatch, capfd):
+    monkeypatch.setenv("ATTNC_VERBOSE", "1")
+    path = jit.build_module("adder", _source(3), arch=ARCH)
+    err = capfd.readouterr().err
+    assert f"attnc: module adder: {path.parent}" in err
+    assert "-gencode=arch=compute_80,code=sm_80" in err
+    assert "attnc: building adder (nvcc) ... " in err

@@ -1,0 +1,89 @@
+"""Cache keys, file writing and tool/arch selection (no nvcc needed)."""
+
+import pytest
+
+from attnc.runtime import cache, toolchain
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    assert cache.cache_dir() == tmp_path
+    monkeypatch.delenv("ATTNC_CACHE_DIR")
+    assert cache.cache_dir().parts[-2:] == (".cache", "attnc")
+
+
+def test_cache_key_depends_on_every_input():
+    base = ("softcap_bf16_d128", "src", ["-O3"], "80", "h")
+    key = cache.cache_key(*base)
+    assert key.startswith("softcap_bf16_d128_") and len(key) == len("softcap_bf16_d128_") + 16
+    assert cache.cache_key(*base) == key
+    for i, changed in [(1, "src2"), (2, ["-O2"]), (3, "90a"), (4, "h2")]:
+        args = list(base)
+        args[i] = changed
+        assert cache.cache_key(*args) != key
+
+
+def test_safe_name():
+    assert cache.safe_name("a b/c-d") == "a_b_c_d"
+    assert cache.safe_name("") == "module"
+
+
+def test_header_digest_tracks_contents(tmp_path):
+    (tmp_path / "a.cuh").write_text("x")
+    first = cache.header_digest(tmp_path)
+    (tmp_path / "a.cuh").write_text("y")
+    assert cache.header_digest(tmp_path) != first
+    assert len(cache.header_digest()) == 64
+
+
+def test_write_if_changed(tmp_path):
+    path = tmp_path / "f.txt"
+    assert cache.write_if_changed(path, "abc") is True
+    mtime = path.stat().st_mtime_ns
+    assert cache.write_if_changed(path, "abc") is False
+    assert path.stat().st_mtime_ns == mtime
+    assert cache.write_if_changed(path, "abd") is True
+    assert path.read_text() == "abd"
+
+
+def test_file_locks_reentrant_over_distinct_paths(tmp_path):
+    with cache.file_locks([tmp_path / "b.lock", tmp_path / "a.lock", tmp_path / "a.lock"]):
+        assert (tmp_path / "a.lock").exists() and (tmp_path / "b.lock").exists()
+
+
+@pytest.mark.parametrize(
+    ("arch", "expected"),
+    [
+        ((9, 0), "90a"),
+        ((8, 0), "80"),
+        ((8, 6), "86"),
+        ("sm_80", "80"),
+        ("90", "90a"),
+        ("sm_90a", "90a"),
+        (89, "89"),
+        ("8.9", "89"),
+        ((12, 0), "120"),
+    ],
+)
+def test_normalize_arch(arch, expected):
+    assert toolchain.normalize_arch(arch) == expected
+
+
+def test_nvcc_flags():
+    flags = toolchain.nvcc_flags("90a", ("/inc",))
+    assert flags == [
+        "-std=c++17",
+        "-O3",
+        "-shared",
+        "-Xcompiler",
+        "-fPIC",
+        "--expt-relaxed-constexpr",
+        "-lineinfo",
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-I/inc",
+    ]
+
+
+def test_nvcc_env_override(monkeypatch):
+    monkeypatch.setenv("ATTNC_NVCC", "/opt/my/nvcc")
+    assert toolchain.find_nvcc() == "/opt/my/nvcc"
