@@ -8,7 +8,8 @@ tensor param names to nested lists or objects indexable by a tuple.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from attnc.compiler import ir
 
@@ -55,6 +56,7 @@ def _safe(fn):
             if fn is math.exp:
                 return math.inf
             return math.nan
+
     return call
 
 
@@ -131,7 +133,12 @@ def _binary(e: ir.Binary, env, tensors):
     op = e.op
     if op in ir.COMPARISONS:
         return {
-            "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b, "!=": a != b,
+            "<": a < b,
+            "<=": a <= b,
+            ">": a > b,
+            ">=": a >= b,
+            "==": a == b,
+            "!=": a != b,
         }[op]
     is_int = e.type == ir.I32
     if op == "+":

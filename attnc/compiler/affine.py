@@ -1,0 +1,58 @@
+"""Affine-score detection: is the score ``a * score + b`` with ``a`` known per query row?
+
+When it is, kernels fold ``a * sm_scale * log2(e)`` into the exp2 multiplier and add ``b``
+per element, instead of calling the score transform on every element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from attnc.compiler import ir
+from attnc.compiler.hoist import level
+from attnc.compiler.simplify import SympyConverter, simplify_expr
+
+SCORE = ir.Builtin("score", ir.F32)
+
+
+@dataclass(frozen=True)
+class AffineScore:
+    """``score' = scale * score + bias``; ``scale`` is at most row-level, ``bias`` is free of
+    the score. ``identity`` is true for scale 1 and bias 0."""
+
+    scale: ir.Expr
+    bias: ir.Expr
+    identity: bool
+
+
+def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
+    """The affine form of ``score`` or None if it is not affine in the incoming score."""
+    one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
+    if score is None or score == SCORE:
+        return AffineScore(one, zero, True)
+    conv = SympyConverter()
+    expr = conv.to_sympy(score)
+    score_symbols = [s for s, e in conv.leaves.items() if e == SCORE]
+    if any(_contains_score(e) for e in conv.leaves.values() if e != SCORE):
+        return None
+    if not score_symbols:
+        return AffineScore(zero, simplify_expr(score), False)
+    s = score_symbols[0]
+    a = sympy.diff(expr, s)
+    if a.has(s):
+        return None
+    b = sympy.expand(expr - a * s)
+    if b.has(s):
+        return None
+    scale = simplify_expr(conv.from_sympy(a, ir.F32, score))
+    bias = simplify_expr(conv.from_sympy(b, ir.F32, score))
+    if level(scale) > ir.ROW:
+        return None
+    identity = scale == one and bias == zero
+    return AffineScore(scale, bias, identity)
+
+
+def _contains_score(e: ir.Expr) -> bool:
+    return any(n == SCORE for n in ir.walk(e))

@@ -1,0 +1,302 @@
+"""Lower parsed modules to :class:`~attnc.compiler.ir.VariantIR`.
+
+Checks declarations (duplicates, legal assignment targets, param types and defaults,
+normalize/kv_layout values, mask/score/output types) and warns about unused params.
+Expressions are lowered by :mod:`attnc.compiler.lower_expr`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnc.compiler import ir
+from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
+from attnc.dsl import ast
+from attnc.dsl.errors import AttnError, Diagnostic, Loc, warning
+
+ASSIGNABLE = ("score", "mask", "output")
+NORMALIZE_MODES = ("softmax", "none")
+KV_LAYOUTS = ("paged", "ragged", "dense")
+TENSOR_DIM_NAMES = ("num_qo_heads", "num_kv_heads", "head_dim")
+
+
+@dataclass(frozen=True)
+class Program:
+    """Every variant of a file (imports included) and the warnings found while lowering."""
+
+    variants: tuple[ir.VariantIR, ...]
+    warnings: tuple[Diagnostic, ...]
+
+    def variant(self, name: str | None = None) -> ir.VariantIR:
+        """The variant called ``name``; without a name, the only variant of the root file."""
+        if name is None:
+            if len(self.variants) != 1:
+                names = ", ".join(v.name for v in self.variants) or "none"
+                raise LookupError(f"the file defines several variants ({names}): choose one")
+            return self.variants[0]
+        for v in self.variants:
+            if v.name == name:
+                return v
+        names = [v.name for v in self.variants]
+        raise LookupError(
+            f"no variant '{name}'{suggest(name, names)}; variants: {', '.join(names)}"
+        )
+
+
+def lower_modules(modules: list[ast.Module]) -> Program:
+    """Lower ``modules`` (dependencies first, the root last). Variants of imported files are
+    visible for lookup but only the root's are returned first-class."""
+    defs = _collect_defs(modules)
+    seen: dict[str, Loc] = {}
+    variants: list[ir.VariantIR] = []
+    warnings: list[Diagnostic] = []
+    root = modules[-1]
+    for module in modules:
+        for item in module.items:
+            if not isinstance(item, ast.Variant):
+                continue
+            if item.name in seen:
+                raise AttnError(
+                    item.loc,
+                    f"duplicate variant '{item.name}' (first defined at {seen[item.name]})",
+                )
+            seen[item.name] = item.loc
+            if module is root:
+                variant, found = _lower_variant(item, defs, module.file)
+                variants.append(variant)
+                warnings.extend(found)
+    return Program(tuple(variants), tuple(warnings))
+
+
+def lower_module(module: ast.Module) -> Program:
+    """Lower a single module that has no imports (the imports' defs are not visible)."""
+    return lower_modules([module])
+
+
+def _collect_defs(modules: list[ast.Module]) -> dict[str, ast.Def]:
+    defs: dict[str, ast.Def] = {}
+    for module in modules:
+        for item in module.items:
+            if not isinstance(item, ast.Def):
+                continue
+            if item.name in defs:
+                raise AttnError(
+                    item.loc,
+                    f"duplicate def '{item.name}' (first defined at {defs[item.name].loc})",
+                )
+            if item.name in ir.FUNCTIONS or item.name in ir.BUILTINS:
+                raise AttnError(item.loc, f"def '{item.name}' shadows a built-in")
+            if len(set(item.params)) != len(item.params):
+                raise AttnError(item.loc, f"def '{item.name}' repeats an argument name")
+            defs[item.name] = item
+    return defs
+
+
+class _VariantLowering:
+    """State while lowering one variant's items in order."""
+
+    def __init__(self, node: ast.Variant, defs: dict[str, ast.Def], file: str) -> None:
+        self.node = node
+        self.file = file
+        self.scope = Scope(defs=defs)
+        self.params: list[ir.ParamDecl] = []
+        self.declared: dict[str, Loc] = {}
+        self.doc: str | None = None
+        self.score: ir.Expr | None = None
+        self.mask: ir.Expr | None = None
+        self.output: ir.Expr | None = None
+        self.normalize: str | None = None
+        self.layouts: tuple[str, ...] | None = None
+        self.assigned: dict[str, Loc] = {}
+
+    def run(self) -> tuple[ir.VariantIR, list[Diagnostic]]:
+        for item in self.node.items:
+            self._item(item)
+        variant = ir.VariantIR(
+            name=self.node.name,
+            doc=self.doc or "",
+            params=tuple(self.params),
+            score=self.score,
+            mask=self.mask,
+            output=self.output,
+            normalize=self.normalize or "softmax",
+            kv_layouts=self.layouts or KV_LAYOUTS,
+            file=self.file,
+            loc=self.node.loc,
+        )
+        unused = [
+            warning(p.loc, f"param '{p.name}' is never used")
+            for p in self.params
+            if p.name not in self.scope.used_params
+        ]
+        return variant, unused
+
+    def _item(self, item: ast.VariantItem) -> None:
+        if isinstance(item, ast.Doc):
+            self._once("doc", item.loc)
+            self.doc = item.text
+        elif isinstance(item, ast.Param):
+            self._param(item)
+        elif isinstance(item, ast.Let):
+            self._declare(item.name, item.loc, "let")
+            self.scope.values[item.name] = lower_expr(item.value, self.scope)
+        elif isinstance(item, ast.Assign):
+            self._assign(item)
+        elif isinstance(item, ast.Normalize):
+            self._once("normalize", item.loc)
+            if item.mode not in NORMALIZE_MODES:
+                raise AttnError(
+                    item.loc,
+                    f"normalize must be softmax or none, got '{item.mode}'"
+                    f"{suggest(item.mode, list(NORMALIZE_MODES))}",
+                )
+            self.normalize = item.mode
+        elif isinstance(item, ast.KvLayout):
+            self._once("kv_layout", item.loc)
+            self.layouts = _check_layouts(item)
+
+    def _once(self, what: str, loc: Loc) -> None:
+        if what in self.assigned:
+            raise AttnError(loc, f"{what} is given twice (first at {self.assigned[what]})")
+        self.assigned[what] = loc
+
+    def _declare(self, name: str, loc: Loc, kind: str) -> None:
+        if name in ir.BUILTINS or name == ir.OUTPUT_BUILTIN:
+            raise AttnError(loc, f"{kind} '{name}' shadows the built-in '{name}'")
+        if name in self.declared:
+            raise AttnError(
+                loc, f"duplicate {kind} '{name}' (first declared at {self.declared[name]})"
+            )
+        self.declared[name] = loc
+
+    def _param(self, item: ast.Param) -> None:
+        self._declare(item.name, item.loc, "param")
+        decl = _param_decl(item)
+        self.params.append(decl)
+        if decl.kind == "tensor":
+            self.scope.tensors[item.name] = decl
+        else:
+            self.scope.values[item.name] = ir.ParamRef(item.name, decl.dtype, item.loc)
+
+    def _assign(self, item: ast.Assign) -> None:
+        target = item.target
+        if target not in ASSIGNABLE:
+            if target in ir.BUILTINS:
+                raise AttnError(
+                    item.loc,
+                    f"cannot assign to built-in '{target}': only score, mask and output "
+                    "can be assigned",
+                )
+            raise AttnError(
+                item.loc,
+                f"unknown assignment target '{target}'{suggest(target, list(ASSIGNABLE))}; "
+                "use 'let' for a local name",
+            )
+        if target == "score":
+            self._assign_score(item)
+        elif target == "mask":
+            self._once("mask", item.loc)
+            value = lower_expr(item.value, self.scope)
+            if value.type != ir.BOOL:
+                raise AttnError(item.value.loc, f"mask must be bool, got {value.type}")
+            self.mask = value
+        else:
+            self._once("output", item.loc)
+            self.scope.allow_out = True
+            try:
+                value = lower_expr(item.value, self.scope)
+            finally:
+                self.scope.allow_out = False
+            self.output = self._numeric(value, item.value.loc, "output")
+
+    def _assign_score(self, item: ast.Assign) -> None:
+        value = self._numeric(lower_expr(item.value, self.scope), item.value.loc, "score")
+        # Later uses of `score` (in lets or further assignments) see the new value.
+        self.scope.values["score"] = value
+        self.score = value
+
+    @staticmethod
+    def _numeric(value: ir.Expr, loc: Loc, what: str) -> ir.Expr:
+        if value.type == ir.BOOL:
+            raise AttnError(loc, f"{what} must be a number (f32), got bool")
+        return cast(value, ir.F32)
+
+
+def _lower_variant(
+    node: ast.Variant, defs: dict[str, ast.Def], file: str
+) -> tuple[ir.VariantIR, list[Diagnostic]]:
+    return _VariantLowering(node, defs, file).run()
+
+
+def _check_layouts(item: ast.KvLayout) -> tuple[str, ...]:
+    seen: list[str] = []
+    for name in item.layouts:
+        if name not in KV_LAYOUTS:
+            raise AttnError(
+                item.loc,
+                f"unknown kv_layout '{name}'{suggest(name, list(KV_LAYOUTS))}; "
+                "expected paged, ragged or dense",
+            )
+        if name in seen:
+            raise AttnError(item.loc, f"kv_layout '{name}' is listed twice")
+        seen.append(name)
+    return tuple(seen)
+
+
+def _param_decl(item: ast.Param) -> ir.ParamDecl:
+    if isinstance(item.type, ast.TensorType):
+        if item.default is not None:
+            raise AttnError(item.default.loc, f"tensor param '{item.name}' cannot have a default")
+        if item.type.elem not in (ir.F32, ir.I32):
+            raise AttnError(
+                item.type.loc, f"tensor elements must be f32 or i32, got '{item.type.elem}'"
+            )
+        dims = tuple(_tensor_dim(d) for d in item.type.dims)
+        return ir.ParamDecl(item.name, "tensor", item.type.elem, dims, None, item.loc)
+    dtype = item.type.name
+    if dtype not in ir.TYPES:
+        raise AttnError(
+            item.type.loc, f"unknown type '{dtype}'; expected f32, i32, bool or tensor<...>"
+        )
+    default = None if item.default is None else _default_value(item.default, dtype)
+    return ir.ParamDecl(item.name, "scalar", dtype, (), default, item.loc)
+
+
+def _tensor_dim(d: ast.Expr) -> int | str:
+    if isinstance(d, ast.Num) and not d.is_float:
+        if int(d.value) <= 0:
+            raise AttnError(d.loc, "tensor dimension must be positive")
+        return int(d.value)
+    if isinstance(d, ast.Name):
+        if d.id not in TENSOR_DIM_NAMES:
+            raise AttnError(
+                d.loc,
+                f"tensor dimension must be an integer or one of {', '.join(TENSOR_DIM_NAMES)}, "
+                f"got '{d.id}'{suggest(d.id, list(TENSOR_DIM_NAMES))}",
+            )
+        return d.id
+    raise AttnError(d.loc, "tensor dimension must be an integer literal or a head-count name")
+
+
+def _default_value(e: ast.Expr, dtype: str) -> float | int | bool:
+    sign = 1
+    node = e
+    if isinstance(node, ast.Unary) and node.op in ("-", "+") and isinstance(node.operand, ast.Num):
+        sign = -1 if node.op == "-" else 1
+        node = node.operand
+    if isinstance(node, ast.BoolLit):
+        if dtype != ir.BOOL:
+            raise AttnError(e.loc, f"default of a {dtype} param must be a number, got bool")
+        return bool(node.value)
+    if not isinstance(node, ast.Num):
+        raise AttnError(e.loc, "a param default must be a literal (a number, true or false)")
+    if dtype == ir.BOOL:
+        raise AttnError(e.loc, "default of a bool param must be true or false")
+    if dtype == ir.I32:
+        if node.is_float:
+            raise AttnError(e.loc, "default of an i32 param must be an integer")
+        value = sign * int(node.value)
+        if not -(2**31) <= value < 2**31:
+            raise AttnError(e.loc, f"default {value} does not fit in i32")
+        return value
+    return sign * float(node.value)
