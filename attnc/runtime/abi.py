@@ -1,0 +1,119 @@
+"""ctypes mirrors of the prefill module C ABI (``attnc/prefill_args.h``) and of a variant's
+``Params`` struct, plus the function signatures a loaded prefill module exports."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from attnc.compiler.ir import ParamDecl
+
+PREFILL_ABI_VERSION = 1
+
+KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
+
+# Launcher return codes beyond cudaError_t values.
+ERROR_NAMES = {
+    10001: "ATTNC_E_BAD_PARAMS_SIZE",
+    10002: "ATTNC_E_BAD_HEAD_DIM",
+    10003: "ATTNC_E_BAD_LAYOUT",
+    10004: "ATTNC_E_BAD_TILE",
+}
+
+_P = ctypes.c_void_p
+_I64 = ctypes.c_int64
+_I32 = ctypes.c_int32
+
+
+class AttncPrefillArgs(ctypes.Structure):
+    """Field-for-field mirror of ``struct AttncPrefillArgs``; pointers are plain addresses."""
+
+    _fields_ = [
+        ("q", _P),
+        ("k", _P),
+        ("v", _P),
+        ("o", _P),
+        ("lse", _P),
+        ("qo_indptr", _P),
+        ("kv_indptr", _P),
+        ("kv_indices", _P),
+        ("kv_last_page_len", _P),
+        ("work_request", _P),
+        ("work_q_tile", _P),
+        ("q_stride_tok", _I64),
+        ("q_stride_head", _I64),
+        ("o_stride_tok", _I64),
+        ("o_stride_head", _I64),
+        ("kv_stride_page", _I64),
+        ("kv_stride_tok", _I64),
+        ("kv_stride_head", _I64),
+        ("batch_size", _I32),
+        ("num_work", _I32),
+        ("num_qo_heads", _I32),
+        ("num_kv_heads", _I32),
+        ("head_dim", _I32),
+        ("page_size", _I32),
+        ("kv_layout", _I32),
+        ("tile_q_tokens", _I32),
+        ("sm_scale", ctypes.c_float),
+        ("variant_params", _P),
+        ("variant_params_size", _I64),
+    ]
+
+
+def error_name(code: int) -> str:
+    """A readable name for a launcher return code."""
+    return ERROR_NAMES.get(code, f"cudaError_t {code}")
+
+
+def declare_prefill_functions(lib: ctypes.CDLL) -> None:
+    """Set argument and return types of the three functions a prefill module exports."""
+    lib.attnc_prefill.argtypes = [ctypes.POINTER(AttncPrefillArgs), ctypes.c_void_p]
+    lib.attnc_prefill.restype = ctypes.c_int
+    lib.attnc_prefill_abi_version.argtypes = []
+    lib.attnc_prefill_abi_version.restype = ctypes.c_int
+    lib.attnc_prefill_tile_q_tokens.argtypes = [_I32, _I32, _I32]
+    lib.attnc_prefill_tile_q_tokens.restype = ctypes.c_int
+
+
+_SCALAR_CTYPES = {"f32": ctypes.c_float, "i32": ctypes.c_int32, "bool": ctypes.c_int32}
+
+
+def params_struct(decls: Sequence[ParamDecl]) -> type[ctypes.Structure]:
+    """A ctypes Structure laid out like the generated C++ ``Params`` struct.
+
+    One field per param in declaration order: f32 -> float, i32 and bool -> int32,
+    tensor -> a device pointer. A variant without params gets one ``char`` of padding,
+    matching ``sizeof`` of an empty C++ struct (1).
+    """
+    fields: list[tuple[str, type]] = []
+    for decl in decls:
+        ctype = ctypes.c_void_p if decl.kind == "tensor" else _SCALAR_CTYPES[decl.dtype]
+        fields.append((decl.name, ctype))
+    if not fields:
+        fields.append(("_empty", ctypes.c_char))
+    return type("VariantParams", (ctypes.Structure,), {"_fields_": fields})
+
+
+def fill_params(
+    struct_type: type[ctypes.Structure],
+    decls: Sequence[ParamDecl],
+    values: Mapping[str, object],
+) -> ctypes.Structure:
+    """An instance of ``struct_type`` holding resolved param ``values`` (see ``resolve_params``).
+
+    The caller must keep the tensors alive while the kernel may read them.
+    """
+    struct = struct_type()
+    for decl in decls:
+        value = values[decl.name]
+        if decl.kind == "tensor":
+            assert isinstance(value, torch.Tensor)
+            setattr(struct, decl.name, value.data_ptr())
+        elif decl.dtype == "bool":
+            setattr(struct, decl.name, 1 if value else 0)
+        else:
+            setattr(struct, decl.name, value)
+    return struct

@@ -1,0 +1,105 @@
+"""The ctypes mirror matches prefill_args.h field for field; Params structs are laid out right."""
+
+import ctypes
+import re
+
+import pytest
+import torch
+
+from attnc.compiler.ir import ParamDecl
+from attnc.runtime import abi
+from attnc.runtime.cache import INCLUDE_DIR
+
+HEADER = INCLUDE_DIR / "attnc" / "prefill_args.h"
+C_TO_CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "float": ctypes.c_float}
+
+
+def _header_fields():
+    text = HEADER.read_text()
+    body = re.search(r"typedef struct AttncPrefillArgs \{(.*?)\} AttncPrefillArgs;", text, re.S)
+    assert body is not None
+    fields = []
+    for line in body.group(1).splitlines():
+        decl = line.split("//")[0].strip()
+        if not decl:
+            continue
+        m = re.fullmatch(r"((?:const\s+)?\w+)\s*(\*?)\s*(.*);", decl)
+        assert m is not None, decl
+        base, star, names = m.groups()
+        for name in names.split(","):
+            name = name.strip()
+            ctype = ctypes.c_void_p if star else C_TO_CTYPES[base]
+            fields.append((name, ctype))
+    return fields
+
+
+def test_prefill_args_mirror_matches_header():
+    header = _header_fields()
+    assert len(header) == 29
+    assert [(n, t) for n, t in abi.AttncPrefillArgs._fields_] == header
+
+
+def test_abi_version_matches_header():
+    version = re.search(r"#define ATTNC_PREFILL_ABI_VERSION (\d+)", HEADER.read_text())
+    assert int(version.group(1)) == abi.PREFILL_ABI_VERSION
+
+
+def test_error_codes_match_header():
+    codes = dict(re.findall(r"#define (ATTNC_E_\w+) (\d+)", HEADER.read_text()))
+    assert {int(v): k for k, v in codes.items()} == abi.ERROR_NAMES
+    assert abi.error_name(10002) == "ATTNC_E_BAD_HEAD_DIM"
+    assert abi.error_name(2) == "cudaError_t 2"
+
+
+def test_kv_layout_values_match_header():
+    text = HEADER.read_text()
+    found = dict(re.findall(r"(ATTNC_KV_\w+) = (\d+)", text))
+    assert found == {
+        "ATTNC_KV_RAGGED": str(abi.KV_RAGGED),
+        "ATTNC_KV_PAGED_NHD": str(abi.KV_PAGED_NHD),
+        "ATTNC_KV_PAGED_HND": str(abi.KV_PAGED_HND),
+    }
+
+
+def test_prefill_args_layout_is_natural_c_layout():
+    assert ctypes.sizeof(abi.AttncPrefillArgs) == 11 * 8 + 7 * 8 + 8 * 4 + 4 + 4 + 8 + 8
+
+
+DECLS = (
+    ParamDecl("cap", "scalar", "f32", default=1.0),
+    ParamDecl("window", "scalar", "i32"),
+    ParamDecl("flag", "scalar", "bool", default=False),
+    ParamDecl("slopes", "tensor", "f32", ("num_qo_heads",)),
+)
+
+
+def test_params_struct_layout():
+    struct = abi.params_struct(DECLS)
+    assert [(n, t) for n, t in struct._fields_] == [
+        ("cap", ctypes.c_float),
+        ("window", ctypes.c_int32),
+        ("flag", ctypes.c_int32),
+        ("slopes", ctypes.c_void_p),
+    ]
+    assert ctypes.sizeof(struct) == 4 + 4 + 4 + 4 + 8
+    assert struct.slopes.offset == 16
+
+
+def test_empty_params_struct_has_size_one():
+    assert ctypes.sizeof(abi.params_struct(())) == 1
+
+
+def test_fill_params():
+    slopes = torch.ones(4)
+    values = {"cap": 2.5, "window": -3, "flag": True, "slopes": slopes}
+    filled = abi.fill_params(abi.params_struct(DECLS), DECLS, values)
+    assert filled.cap == 2.5
+    assert filled.window == -3
+    assert filled.flag == 1
+    assert filled.slopes == slopes.data_ptr()
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_fill_bool(flag):
+    decls = (ParamDecl("flag", "scalar", "bool"),)
+    assert abi.fill_params(abi.params_struct(decls), decls, {"flag": flag}).flag == int(flag)
