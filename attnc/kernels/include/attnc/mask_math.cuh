@@ -1,0 +1,114 @@
+// Owns: the integer math behind generated `kv_range` / `classify` functions of linear masks.
+//
+// A linear mask is a conjunction of constraints `cq*q_idx + ck*kv_idx + c >= 0` (attnc's
+// mask analysis emits them as a small `LinearConstraint` array). `linear_kv_range` projects
+// the constraints onto kv_idx for a range of queries by eliminating q_idx (Fourier-Motzkin
+// over the reals, then integer rounding); `linear_classify` uses the same projection for
+// EMPTY and the worst tile corner of every constraint for FULL. Answers are conservative:
+// a tile may be called PARTIAL when it is FULL or EMPTY, never the other way round.
+// All arithmetic is 64-bit so products of coefficients and indices cannot overflow.
+// This file mirrors attnc/compiler/mask_analysis.py; keep the two in step.
+#pragma once
+
+#include "variant_contract.cuh"
+
+namespace attnc {
+
+// cq*q_idx + ck*kv_idx + c >= 0
+struct LinearConstraint {
+  long long cq;
+  long long ck;
+  long long c;
+};
+
+ATTNC_HD long long min_ll(long long a, long long b) { return a < b ? a : b; }
+ATTNC_HD long long max_ll(long long a, long long b) { return a > b ? a : b; }
+
+// floor(a / b) for b > 0 (C++ division truncates toward zero).
+ATTNC_HD long long floor_div(long long a, long long b) {
+  long long q = a / b;
+  return (q * b != a && a < 0) ? q - 1 : q;
+}
+
+// ceil(a / b) for b > 0.
+ATTNC_HD long long ceil_div(long long a, long long b) { return -floor_div(-a, b); }
+
+// Intersect the inclusive interval [lo, hi] with the integer solutions of a*k + c >= 0.
+// An empty interval (lo > hi) stays empty: lo only grows and hi only shrinks.
+ATTNC_HD void bound_kv(long long a, long long c, long long& lo, long long& hi) {
+  if (a > 0) {
+    lo = max_ll(lo, ceil_div(-c, a));
+  } else if (a < 0) {
+    hi = min_ll(hi, floor_div(c, -a));
+  } else if (c < 0) {
+    lo = max_ll(lo, 1);
+    hi = min_ll(hi, 0);
+  }
+}
+
+// Narrow [lo, hi] to the kv values that some real q in [q_lo, q_hi] allows.
+ATTNC_HD void project_to_kv(const LinearConstraint* cons, int n, long long q_lo, long long q_hi,
+                            long long& lo, long long& hi) {
+  if (q_lo > q_hi) {
+    lo = 1;
+    hi = 0;
+    return;
+  }
+  // Index -1 stands for the box bound: q >= q_lo as a lower, q <= q_hi as an upper bound.
+  for (int i = -1; i < n; ++i) {
+    const LinearConstraint l = i < 0 ? LinearConstraint{1, 0, -q_lo} : cons[i];
+    if (l.cq <= 0) continue;
+    for (int j = -1; j < n; ++j) {
+      const LinearConstraint u = j < 0 ? LinearConstraint{-1, 0, q_hi} : cons[j];
+      if (u.cq >= 0) continue;
+      const long long a = l.cq, b = -u.cq;
+      bound_kv(a * u.ck + b * l.ck, a * u.c + b * l.c, lo, hi);
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    if (cons[i].cq == 0) bound_kv(cons[i].ck, cons[i].c, lo, hi);
+  }
+}
+
+// KV range of queries [q_begin, q_end) under a linear mask, clipped to [0, kv_len).
+ATTNC_HD KvRange linear_kv_range(const LinearConstraint* cons, int n, int q_begin, int q_end,
+                                 int kv_len) {
+  long long lo = 0, hi = static_cast<long long>(kv_len) - 1;
+  project_to_kv(cons, n, q_begin, static_cast<long long>(q_end) - 1, lo, hi);
+  if (lo > hi) return KvRange{0, 0};
+  return KvRange{static_cast<int>(lo), static_cast<int>(hi + 1)};
+}
+
+// KV range when every pair is (or may be) visible.
+ATTNC_HD KvRange full_kv_range(int q_begin, int q_end, int kv_len) {
+  if (q_begin >= q_end || kv_len <= 0) return KvRange{0, 0};
+  return KvRange{0, kv_len};
+}
+
+// Class of the tile [q0, q1) x [k0, k1) under a linear mask. The tile must lie inside the
+// valid range (0 <= q0 < q1 <= q_len, 0 <= k0 < k1 <= kv_len).
+ATTNC_HD TileClass linear_classify(const LinearConstraint* cons, int n, int q0, int q1, int k0,
+                                   int k1) {
+  if (q0 >= q1 || k0 >= k1) return TileClass::kEmpty;
+  long long lo = k0, hi = static_cast<long long>(k1) - 1;
+  project_to_kv(cons, n, q0, static_cast<long long>(q1) - 1, lo, hi);
+  if (lo > hi) return TileClass::kEmpty;
+  for (int i = 0; i < n; ++i) {
+    const long long q = cons[i].cq >= 0 ? q0 : static_cast<long long>(q1) - 1;
+    const long long k = cons[i].ck >= 0 ? k0 : static_cast<long long>(k1) - 1;
+    if (cons[i].cq * q + cons[i].ck * k + cons[i].c < 0) return TileClass::kPartial;
+  }
+  return TileClass::kFull;
+}
+
+// Class of a tile when there is no mask (or it is constant true).
+ATTNC_HD TileClass unmasked_classify(int q0, int q1, int k0, int k1) {
+  return (q0 >= q1 || k0 >= k1) ? TileClass::kEmpty : TileClass::kFull;
+}
+
+// Class of a tile when the mask is not understood: evaluate it per element.
+ATTNC_HD TileClass opaque_classify(int q0, int q1, int k0, int k1) {
+  return (q0 >= q1 || k0 >= k1) ? TileClass::kEmpty : TileClass::kPartial;
+}
+
+}  // namespace attnc
