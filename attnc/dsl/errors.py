@@ -54,7 +54,8 @@ class SourceMap:
         self._lines: dict[str, list[str]] = {}
 
     def add(self, file: str, text: str) -> None:
-        self._lines[file] = text.splitlines()
+        """Remember ``text`` under ``file``; lines are split at ``\\n`` only (as the lexer counts)."""
+        self._lines[file] = [line.removesuffix("\r") for line in text.split("\n")]
 
     def line(self, loc: Loc) -> str | None:
         lines = self._lines.get(loc.file)

@@ -1,0 +1,159 @@
+"""Lark parse tree -> AST, giving every node the span it was written at."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lark import Token, Tree
+
+from attnc.dsl import ast
+from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.literals import name_value, number_value, string_value, token_loc
+
+# Deeper expressions are rejected: later stages recurse over the tree.
+MAX_EXPR_DEPTH = 200
+
+Node = Tree[Any] | Token
+
+
+def end_of_text(text: str, file: str) -> Loc:
+    """The position just after the last character of ``text``."""
+    lines = text.split("\n")
+    col = len(lines[-1]) + 1
+    return Loc(file, len(lines), col, len(lines), col)
+
+
+def _tokens(children: list[Any], kind: str) -> list[Token]:
+    return [c for c in children if isinstance(c, Token) and c.type == kind]
+
+
+def _trees(children: list[Any]) -> list[Tree[Any]]:
+    return [c for c in children if isinstance(c, Tree)]
+
+
+class AstBuilder:
+    """Builds AST nodes for one file; ``file`` goes into every location."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self._items: dict[str, Callable[[Tree[Any]], Any]] = {
+            "import_item": self._import,
+            "def_item": self._def,
+            "variant": self._variant,
+            "doc_item": self._doc,
+            "param_item": self._param,
+            "let_item": self._let,
+            "assign_item": self._assign,
+            "normalize_item": self._normalize,
+            "kv_layout_item": self._kv_layout,
+        }
+
+    # ------------------------------------------------------------------ locations
+    def loc(self, node: Node) -> Loc:
+        """The span of a tree or token."""
+        if isinstance(node, Token):
+            return token_loc(node, self.file)
+        meta = node.meta
+        if meta.empty:
+            return Loc(self.file, 0, 0)
+        return Loc(self.file, meta.line, meta.column, meta.end_line, meta.end_column)
+
+    def _name(self, tok: Token) -> str:
+        return name_value(tok, self.file)
+
+    # ------------------------------------------------------------------ declarations
+    def module(self, tree: Tree[Any]) -> ast.Module:
+        """The whole file."""
+        items = tuple(self._items[t.data](t) for t in _trees(tree.children))
+        return ast.Module(self.file, items, Loc(self.file, 1, 1))
+
+    def _import(self, tree: Tree[Any]) -> ast.Import:
+        (path,) = _tokens(tree.children, "STRING")
+        return ast.Import(string_value(path, self.file), self.loc(tree))
+
+    def _def(self, tree: Tree[Any]) -> ast.Def:
+        name, *params = _tokens(tree.children, "NAME")
+        body = self.expr(tree.children[-1])
+        return ast.Def(
+            self._name(name),
+            tuple(self._name(p) for p in params),
+            body,
+            self.loc(tree),
+            tuple(self.loc(p) for p in params),
+        )
+
+    def _variant(self, tree: Tree[Any]) -> ast.Variant:
+        name = _tokens(tree.children, "NAME")[0]
+        items = tuple(self._items[t.data](t) for t in _trees(tree.children))
+        return ast.Variant(self._name(name), items, self.loc(tree))
+
+    def _doc(self, tree: Tree[Any]) -> ast.Doc:
+        (text,) = _tokens(tree.children, "STRING")
+        return ast.Doc(string_value(text, self.file), self.loc(tree))
+
+    def _param(self, tree: Tree[Any]) -> ast.Param:
+        _, name, type_tree, *rest = tree.children
+        default = self.expr(rest[0]) if rest and rest[0] is not None else None
+        return ast.Param(self._name(name), self._type(type_tree), default, self.loc(tree))
+
+    def _type(self, tree: Tree[Any]) -> ast.ScalarType | ast.TensorType:
+        if tree.data == "scalar_type":
+            return ast.ScalarType(str(tree.children[0]), self.loc(tree))
+        _, elem, *dims = tree.children
+        return ast.TensorType(str(elem), tuple(self._dim(d) for d in dims), self.loc(tree))
+
+    def _dim(self, tok: Token) -> ast.Expr:
+        if tok.type == "NAME":
+            return ast.Name(self._name(tok), self.loc(tok))
+        value, is_float = number_value(tok, self.file)
+        if is_float:
+            raise AttnError(self.loc(tok), "a tensor dimension must be an integer or a name")
+        return ast.Num(value, False, self.loc(tok))
+
+    def _let(self, tree: Tree[Any]) -> ast.Let:
+        _, name, value = tree.children
+        return ast.Let(self._name(name), self.expr(value), self.loc(tree))
+
+    def _assign(self, tree: Tree[Any]) -> ast.Assign:
+        target, value = tree.children
+        return ast.Assign(self._name(target), self.expr(value), self.loc(tree))
+
+    def _normalize(self, tree: Tree[Any]) -> ast.Normalize:
+        (mode,) = _tokens(tree.children, "NAME")
+        return ast.Normalize(self._name(mode), self.loc(tree))
+
+    def _kv_layout(self, tree: Tree[Any]) -> ast.KvLayout:
+        names = _tokens(tree.children, "NAME")
+        return ast.KvLayout(tuple(self._name(n) for n in names), self.loc(tree))
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, node: Node, depth: int = 0) -> ast.Expr:
+        """An expression tree; deeper than MAX_EXPR_DEPTH is an error at that node."""
+        if not isinstance(node, Tree):
+            raise AttnError(self.loc(node), "expected an expression")
+        if depth > MAX_EXPR_DEPTH:
+            raise AttnError(self.loc(node), "expression nested too deeply")
+        kids = node.children
+        loc = self.loc(node)
+        sub = depth + 1
+        kind = node.data
+        if kind == "number":
+            value, is_float = number_value(kids[0], self.file)
+            return ast.Num(value, is_float, loc)
+        if kind in ("true", "false"):
+            return ast.BoolLit(kind == "true", loc)
+        if kind == "name":
+            return ast.Name(self._name(kids[0]), loc)
+        if kind == "unary":
+            return ast.Unary(str(kids[0]), self.expr(kids[1], sub), loc)
+        if kind == "binary":
+            left, op, right = kids
+            return ast.Binary(str(op), self.expr(left, sub), self.expr(right, sub), loc)
+        if kind == "ternary":
+            cond, then, other = (self.expr(k, sub) for k in kids)
+            return ast.Ternary(cond, then, other, loc)
+        args = tuple(self.expr(k, sub) for k in kids[1:] if k is not None)
+        if kind == "call":
+            return ast.Call(self._name(kids[0]), args, loc)
+        return ast.Index(self._name(kids[0]), args, loc)

@@ -1,0 +1,86 @@
+"""Checked conversion of literal tokens (numbers, strings) and names into Python values."""
+
+from __future__ import annotations
+
+from lark import Token
+
+from attnc.dsl.errors import AttnError, Loc
+
+I32_MAX = 2**31 - 1
+F32_MAX = 3.4028234663852886e38
+
+# Words with a meaning in the grammar; none of them may name a variant, param, let or def.
+KEYWORDS = frozenset(
+    {
+        "import",
+        "def",
+        "variant",
+        "doc",
+        "param",
+        "let",
+        "normalize",
+        "kv_layout",
+        "true",
+        "false",
+        "f32",
+        "i32",
+        "bool",
+        "tensor",
+    }
+)
+
+
+def token_loc(tok: Token, file: str) -> Loc:
+    """The span of one token."""
+    return Loc(file, tok.line or 0, tok.column or 0, tok.end_line or 0, tok.end_column or 0)
+
+
+def _short(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
+    """``(value, is_float)`` of a NUMBER token; out-of-range literals are errors."""
+    text = str(tok)
+    if any(c in text for c in ".eE"):
+        value = float(text)
+        if not abs(value) <= F32_MAX:
+            raise AttnError(
+                token_loc(tok, file), f"float literal '{_short(text)}' is out of range for f32"
+            )
+        return value, True
+    if len(text.lstrip("0")) > 10 or int(text) > I32_MAX:
+        raise AttnError(
+            token_loc(tok, file),
+            f"integer literal '{_short(text)}' is too large for i32 (at most {I32_MAX})",
+        )
+    return int(text), False
+
+
+def string_value(tok: Token, file: str) -> str:
+    """The text of a STRING token without quotes; only ``\\"`` and ``\\\\`` escapes exist."""
+    body = str(tok)[1:-1]
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\":
+            nxt = body[i + 1]
+            if nxt not in '"\\':
+                col = (tok.column or 0) + 1 + i
+                loc = Loc(file, tok.line or 0, col, tok.line or 0, col + 2)
+                raise AttnError(loc, f"unknown escape '\\{nxt}' in string (only \\\" and \\\\)")
+            out.append(nxt)
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def name_value(tok: Token, file: str) -> str:
+    """A NAME token as a string; keywords are rejected."""
+    text = str(tok)
+    if text in KEYWORDS:
+        raise AttnError(token_loc(tok, file), f"'{text}' is a keyword and cannot be used as a name")
+    return text
