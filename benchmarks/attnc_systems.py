@@ -1,0 +1,90 @@
+"""attnc as a benchmarked system: single-request prefill, paged batch prefill and decode."""
+
+from __future__ import annotations
+
+import torch
+
+from benchmarks.outcome import Missing
+from benchmarks.system import Prepared, System, workspace
+
+_VARIANTS: dict[str, object] = {}
+
+
+def load_variant(stdlib: str):
+    """``attnc.load("stdlib:NAME")``, cached per name for the process."""
+    if stdlib not in _VARIANTS:
+        import attnc
+
+        _VARIANTS[stdlib] = attnc.load(f"stdlib:{stdlib}")
+    return _VARIANTS[stdlib]
+
+
+class AttncPrefill(System):
+    """``variant.prefill(q, k, v, **params)`` on one request."""
+
+    name = "attnc"
+    is_attnc = True
+
+    def prepare(self, case, data) -> Prepared:
+        """Load the variant; the first call (and any build) happens in the check run."""
+        variant = load_variant(case.variant.stdlib)
+        params = data.params
+        return Prepared(lambda: variant.prefill(data.q, data.k, data.v, **params))
+
+
+class AttncBatchPrefill(System):
+    """``attnc.BatchPrefillWrapper`` over the paged cache."""
+
+    name = "attnc"
+    is_attnc = True
+
+    def prepare(self, case, data) -> Prepared:
+        """Create a wrapper with its own workspace and plan it once."""
+        import attnc
+
+        wrapper = attnc.BatchPrefillWrapper(
+            load_variant(case.variant.stdlib), workspace(), kv_layout="NHD"
+        )
+        wrapper.plan(
+            data.qo_indptr,
+            data.kv_indptr,
+            case.num_qo_heads,
+            case.num_kv_heads,
+            case.head_dim,
+            kv_indices=data.kv_indices,
+            kv_last_page_len=data.kv_last_page_len,
+            page_size=case.page_size,
+            dtype=torch.bfloat16,
+        )
+        params = data.params
+        return Prepared(lambda: wrapper.run(data.q, data.cache, **params))
+
+
+class AttncDecode(System):
+    """``attnc.BatchDecodeWrapper`` (assumed to mirror the prefill wrapper without qo_indptr)."""
+
+    name = "attnc"
+    is_attnc = True
+    graph = True
+
+    def prepare(self, case, data) -> Prepared:
+        """Missing until attnc provides a decode wrapper."""
+        import attnc
+
+        if not hasattr(attnc, "BatchDecodeWrapper"):
+            raise Missing("attnc.BatchDecodeWrapper not implemented")
+        wrapper = attnc.BatchDecodeWrapper(
+            load_variant(case.variant.stdlib), workspace(), kv_layout="NHD"
+        )
+        wrapper.plan(
+            data.kv_indptr,
+            case.num_qo_heads,
+            case.num_kv_heads,
+            case.head_dim,
+            kv_indices=data.kv_indices,
+            kv_last_page_len=data.kv_last_page_len,
+            page_size=case.page_size,
+            dtype=torch.bfloat16,
+        )
+        params = data.params
+        return Prepared(lambda: wrapper.run(data.q, data.cache, **params))

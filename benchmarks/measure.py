@@ -1,0 +1,92 @@
+"""Run one row: prepare every system, cross-check outputs, then time those that agree."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from benchmarks.outcome import Outcome, from_exception, short_reason
+from benchmarks.system import System
+from benchmarks.timing import bench_ms
+
+REL_TOL = 2e-2
+
+
+def rel_err(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float32; inf for a shape mismatch or a non-finite value."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return float("inf")
+    a, b = out.float(), ref.float()
+    err = float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b).clamp_min(1e-30))
+    return err if err == err else float("inf")
+
+
+def _prepare(system: System, case, sets: Sequence) -> tuple[list, object]:
+    """Prepare every input set and run set 0 once (warm-up, JIT build, check output)."""
+    import torch
+
+    preps = [system.prepare(case, data) for data in sets]
+    out = preps[0].canon(preps[0].run())
+    torch.cuda.synchronize()
+    return preps, out
+
+
+def _reference(order: list[str], outputs: dict, attnc_names: set[str]) -> str | None:
+    """First anchor with an output, else the first system with one."""
+    for name in order:
+        if name in outputs and name not in attnc_names:
+            return name
+    return next((n for n in order if n in outputs), None)
+
+
+def measure_case(
+    case,
+    systems: Sequence[System],
+    sets: Sequence,
+    work: float,
+    *,
+    rep: int = 100,
+    log: Callable[[str], None] = print,
+) -> dict[str, Outcome]:
+    """Outcomes per system name; value = work / seconds / 1e12 (TFLOP/s or TB/s)."""
+    outcomes: dict[str, Outcome] = {}
+    prepared: dict[str, list] = {}
+    outputs: dict = {}
+    for system in systems:
+        try:
+            prepared[system.name], outputs[system.name] = _prepare(system, case, sets)
+        except Exception as exc:
+            outcomes[system.name] = from_exception(exc)
+            log(f"  {system.name}: {outcomes[system.name].status} {outcomes[system.name].note}")
+    order = [s.name for s in systems]
+    ref = _reference(order, outputs, {s.name for s in systems if s.is_attnc})
+    errors = {name: rel_err(out, outputs[ref]) for name, out in outputs.items()}
+    del outputs
+    for system in systems:
+        name = system.name
+        if name not in prepared:
+            continue
+        err = errors[name]
+        if err > REL_TOL:
+            outcomes[name] = Outcome("mismatch", note=f"rel err {err:.2e} vs {ref}", rel_err=err)
+            log(f"  {name}: mismatch (rel err {err:.2e} vs {ref})")
+            continue
+        outcomes[name] = _time(system, prepared[name], work, rep, err, ref, len(prepared))
+        log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
+    return {s.name: outcomes[s.name] for s in systems}
+
+
+def _time(system: System, preps: list, work: float, rep: int, err: float, ref, n_ok: int):
+    """Time one system's prepared calls and turn the median into a rate."""
+    try:
+        ms, note = bench_ms([p.run for p in preps], graph=system.graph, rep=rep)
+    except Exception as exc:
+        return Outcome("error", note=short_reason(exc))
+    notes = [n for n in (note, preps[0].note) if n]
+    if n_ok < 2:
+        notes.append("unchecked")
+    elif system.name == ref:
+        notes.append("reference")
+    value = work / (ms * 1e-3) / 1e12
+    return Outcome("ok", value=value, note="; ".join(notes), rel_err=err)

@@ -1,0 +1,99 @@
+"""Markdown tables from collected results: each system's figure and attnc's ratios."""
+
+from __future__ import annotations
+
+CEILING_FOR_UNIT = {"TFLOP/s": "matmul_tflops", "TB/s": "copy_tbps"}
+
+
+def format_outcome(out: dict | None) -> str:
+    """One cell: the figure when ok, else the status with its reason (never a zero)."""
+    if out is None:
+        return ""
+    status, note = out.get("status"), out.get("note", "")
+    if status == "ok":
+        value = out["value"]
+        text = f"{value:.2f}" if value < 10 else f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+        return f"{text} ({note})" if note and note not in ("reference",) else text
+    if status == "n/a":
+        return "—"
+    return f"{status}: {note}" if note else str(status)
+
+
+def columns(rows: list[dict]) -> list[str]:
+    """System names in first-seen order, attnc first."""
+    names: list[str] = []
+    for row in rows:
+        for name in row["systems"]:
+            if name not in names:
+                names.append(name)
+    return sorted(names, key=lambda n: n != "attnc")
+
+
+def best_anchor(row: dict) -> tuple[str, float] | None:
+    """(name, value) of the best ok anchor in the row, or None."""
+    ok = [
+        (name, o["value"])
+        for name, o in row["systems"].items()
+        if name != "attnc" and o.get("status") == "ok"
+    ]
+    if not ok:
+        return None
+    pick = max if row.get("higher_is_better", True) else min
+    return pick(ok, key=lambda item: item[1])
+
+
+def ratio_cells(row: dict, ceilings: dict) -> tuple[str, str]:
+    """attnc vs the best anchor (x, above 1 is better) and attnc over the ceiling."""
+    mine = row["systems"].get("attnc")
+    if not mine or mine.get("status") != "ok":
+        return "", ""
+    value = mine["value"]
+    best = best_anchor(row)
+    vs_best = ""
+    if best and best[1] > 0 and value > 0:
+        factor = value / best[1] if row.get("higher_is_better", True) else best[1] / value
+        vs_best = f"{factor:.2f}x {best[0]}"
+    ceiling = ceilings.get(CEILING_FOR_UNIT.get(row["unit"], ""), 0)
+    vs_ceiling = f"{100 * value / ceiling:.0f}%" if ceiling else ""
+    return vs_best, vs_ceiling
+
+
+def render_suite(name: str, rows: list[dict], ceilings: dict) -> str:
+    """A markdown table for one suite."""
+    cols = columns(rows)
+    head = ["row", "unit", *cols, "attnc vs best anchor", "attnc / ceiling"]
+    lines = [f"## {name}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for row in rows:
+        cells = [row["case"], row["unit"]]
+        cells += [format_outcome(row["systems"].get(c)).replace("|", "/") for c in cols]
+        cells += list(ratio_cells(row, ceilings))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_ceilings(ceilings: dict) -> str:
+    """The measured ceilings as a small table."""
+    if not ceilings:
+        return ""
+    lines = ["## ceilings (measured in this run)", "", "| what | measured |", "| --- | --- |"]
+    if "copy_tbps" in ceilings:
+        lines.append(f"| device-to-device copy (read + write) | {ceilings['copy_tbps']:.2f} TB/s |")
+    if "matmul_tflops" in ceilings:
+        lines.append(f"| bf16 GEMM 8192^3 | {ceilings['matmul_tflops']:.0f} TFLOP/s |")
+    return "\n".join(lines) + "\n"
+
+
+def render_all(data: dict) -> str:
+    """The whole report: meta line, ceilings, one table per suite, notes."""
+    meta = data.get("meta", {})
+    parts = ["# attnc benchmarks", ""]
+    if meta:
+        parts.append(", ".join(f"{k}: {v}" for k, v in meta.items()) + "\n")
+    ceil = render_ceilings(data.get("ceilings", {}))
+    if ceil:
+        parts.append(ceil)
+    for name, rows in data.get("suites", {}).items():
+        parts.append(render_suite(name, rows, data.get("ceilings", {})))
+    for note in meta.get("notes", []) if isinstance(meta.get("notes"), list) else []:
+        parts.append(f"- {note}")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,133 @@
+"""The prefill, decode and batch suites: build rows, measure, collect."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from benchmarks import flops, workloads
+from benchmarks.results import Results
+
+PREFILL_UNIT = "TFLOP/s"
+DECODE_UNIT = "TB/s"
+
+
+def _keep(systems: list, skip: set[str]) -> list:
+    return [s for s in systems if s.name not in skip]
+
+
+def prefill_systems(autotune: bool) -> list:
+    """Anchors first (the first available one is the reference), attnc last."""
+    from benchmarks.attnc_systems import AttncPrefill
+    from benchmarks.flashinfer_anchor import FlashInferSingle
+    from benchmarks.flex_anchor import FlexPrefill
+    from benchmarks.sdpa_anchor import SdpaPrefill
+
+    return [
+        FlashInferSingle("fa3"),
+        FlashInferSingle("fa2"),
+        FlexPrefill(autotune),
+        SdpaPrefill("cudnn"),
+        SdpaPrefill("flash"),
+        AttncPrefill(),
+    ]
+
+
+def decode_systems(autotune: bool, dense: bool = True) -> list:
+    """FlashInfer tensor-core and CUDA-core decode, Flex (dense KV), attnc."""
+    from benchmarks.attnc_systems import AttncDecode
+    from benchmarks.flashinfer_anchor import FlashInferDecode
+    from benchmarks.flex_anchor import FlexDecode
+
+    systems = [FlashInferDecode(True), FlashInferDecode(False)]
+    if dense:
+        systems.append(FlexDecode(autotune))
+    return systems + [AttncDecode()]
+
+
+def batch_prefill_systems() -> list:
+    """FlashInfer paged prefill (FA3, FA2) and attnc's BatchPrefillWrapper."""
+    from benchmarks.attnc_systems import AttncBatchPrefill
+    from benchmarks.flashinfer_anchor import FlashInferBatchPrefill
+
+    return [FlashInferBatchPrefill("fa3"), FlashInferBatchPrefill("fa2"), AttncBatchPrefill()]
+
+
+def _free() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _prefill_row(case, args, results: Results, log: Callable) -> None:
+    from benchmarks.inputs import make_dense
+    from benchmarks.measure import measure_case
+    from benchmarks.timing import rotation_count
+
+    per_set = 2 * (case.q_len * case.num_qo_heads + 2 * case.kv_len * case.num_kv_heads)
+    sets = [make_dense(case, seed=i) for i in range(rotation_count(per_set * case.head_dim))]
+    work = flops.prefill_flops(
+        case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
+    )
+    systems = _keep(prefill_systems(args.autotune), args.skip)
+    outcomes = measure_case(case, systems, sets, work, rep=args.rep, log=log)
+    results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
+    del sets
+    _free()
+
+
+def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None:
+    from benchmarks.inputs import make_paged
+    from benchmarks.measure import measure_case
+
+    dense = len(set(case.kv_lens)) == 1
+    data = make_paged(case, [1] * len(case.kv_lens), seed=0, dense=dense)
+    work = flops.decode_kv_bytes(case.kv_lens, case.num_kv_heads, case.head_dim)
+    systems = _keep(decode_systems(args.autotune, dense), args.skip)
+    outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
+    results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)
+    del data
+    _free()
+
+
+def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
+    from benchmarks.inputs import make_paged
+    from benchmarks.measure import measure_case
+
+    data = make_paged(case, list(case.lens), seed=0)
+    work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
+    systems = _keep(batch_prefill_systems(), args.skip)
+    outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
+    results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
+    del data
+    _free()
+
+
+def _selected(cases: list, only: str | None) -> list:
+    return [c for c in cases if not only or only.lower() in c.name.lower()]
+
+
+def run_prefill(args, results: Results, log: Callable = print) -> None:
+    """Single-request prefill rows."""
+    for case in _selected(workloads.prefill_cases(args.quick), args.only):
+        log(f"[prefill] {case.name}")
+        _prefill_row(case, args, results, log)
+
+
+def run_decode(args, results: Results, log: Callable = print) -> None:
+    """Batch 64 x 4096 paged decode rows."""
+    for case in _selected(workloads.decode_cases(args.quick), args.only):
+        log(f"[decode] {case.name}")
+        _decode_row("decode", case, args, results, log)
+
+
+def run_batch(args, results: Results, log: Callable = print) -> None:
+    """Skewed batches: decode_zipf, decode_uniform, prefill_zipf."""
+    for case in _selected(workloads.batch_cases(args.quick), args.only):
+        log(f"[batch] {case.name}")
+        if isinstance(case, workloads.DecodeCase):
+            _decode_row("batch", case, args, results, log)
+        else:
+            _batch_prefill_row(case, args, results, log)

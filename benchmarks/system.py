@@ -1,0 +1,38 @@
+"""What every benchmarked system provides: prepare inputs once, then a timed callable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+def _identity(x):
+    return x
+
+
+@dataclass
+class Prepared:
+    """``run()`` is timed; ``canon(run())`` gives the output in the shared layout to compare."""
+
+    run: Callable
+    canon: Callable = field(default=_identity)
+    note: str = ""
+
+
+class System:
+    """A benchmarked implementation. Subclasses set ``name`` and implement ``prepare``."""
+
+    name = "system"
+    is_attnc = False
+    graph = False
+
+    def prepare(self, case, data) -> Prepared:
+        """Build what the timed call needs (wrappers, plans, layouts) for one input set."""
+        raise NotImplementedError
+
+
+def workspace(nbytes: int = 256 << 20):
+    """A fresh uint8 workspace on the GPU (one per wrapper: plans may live in it)."""
+    import torch
+
+    return torch.empty(nbytes, dtype=torch.uint8, device="cuda")
