@@ -97,12 +97,23 @@ def _open_variant(stack: list[Any]) -> str | None:
     return None
 
 
+EXPR_TREES = frozenset(
+    {"number", "true", "false", "name", "unary", "binary", "ternary", "call", "index"}
+)
+
+
+def _ends_expression(stack: list[Any]) -> bool:
+    """Whether the parser has just finished reading an expression."""
+    top = stack[-1] if stack else None
+    return isinstance(top, Tree) and top.data in EXPR_TREES
+
+
 def _expected(expected: set[str], found: Token, stack: list[Any]) -> str:
     """What the parser wanted, in words."""
     if expected >= {"NUMBER", "LPAR"}:
         rest = _alternatives(expected - EXPR_START)
         return "an expression" + (f" or {rest}" if rest else "")
-    if expected & CONTINUATIONS and expected - CONTINUATIONS:
+    if (expected & CONTINUATIONS or _ends_expression(stack)) and expected - CONTINUATIONS:
         return f"{_alternatives(expected - CONTINUATIONS)} after the expression"
     if expected >= ITEM_START:
         name = _open_variant(stack)

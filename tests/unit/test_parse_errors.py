@@ -1,0 +1,213 @@
+"""Syntax errors: exact messages, locations and rendered output with the caret line."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.parser import parse_expr, parse_module
+
+
+def error_of(text: str, file: str = "bad.attn") -> AttnError:
+    with pytest.raises(AttnError) as info:
+        parse_module(text, file)
+    return info.value
+
+
+# (source, exact rendered diagnostic)
+RENDERED = [
+    (
+        "missing semicolon",
+        "variant v {\n    let a = 1\n    score = a;\n}\n",
+        "bad.attn:2:14: error: expected ';' after the expression, found 'score'\n"
+        "        let a = 1\n"
+        "                 ^",
+    ),
+    (
+        "missing semicolon before brace",
+        "variant v { score = score * 2 }",
+        "bad.attn:1:31: error: expected ';' after the expression, found '}'\n"
+        "    variant v { score = score * 2 }\n"
+        "                                  ^",
+    ),
+    (
+        "missing closing brace",
+        "variant causal {\n    mask = kv_idx <= q_pos;\n",
+        "bad.attn:2:28: error: expected '}' to close variant 'causal'\n"
+        "        mask = kv_idx <= q_pos;\n"
+        "                               ^",
+    ),
+    (
+        "bad token",
+        "variant v {\n    score = score * * 2;\n}\n",
+        "bad.attn:2:21: error: expected an expression, found '*'\n"
+        "        score = score * * 2;\n"
+        "                        ^",
+    ),
+    (
+        "unterminated string",
+        'variant v {\n    doc "soft cap;\n}\n',
+        'bad.attn:2:9: error: unterminated string\n        doc "soft cap;\n            ^~~~~~~~~~',
+    ),
+    (
+        "stray character",
+        "variant v {\n    score = score $ 2;\n}\n",
+        "bad.attn:2:19: error: unexpected character '$'\n"
+        "        score = score $ 2;\n"
+        "                      ^",
+    ),
+    (
+        "missing expression",
+        "variant v {\n    mask = ;\n}\n",
+        "bad.attn:2:12: error: expected an expression, found ';'\n"
+        "        mask = ;\n"
+        "               ^",
+    ),
+    (
+        "bad param type",
+        "variant v {\n    param cap: float = 1.0;\n}\n",
+        "bad.attn:2:16: error: expected a type (f32, i32, bool or tensor<...>), found 'float'\n"
+        "        param cap: float = 1.0;\n"
+        "                   ^~~~~",
+    ),
+    (
+        "keyword used as a name",
+        "variant v {\n    let param = 1;\n}\n",
+        "bad.attn:2:9: error: 'param' is a keyword and cannot be used as a name\n"
+        "        let param = 1;\n"
+        "            ^~~~~",
+    ),
+    (
+        "keyword as variant name",
+        "variant let { }",
+        "bad.attn:1:9: error: 'let' is a keyword and cannot be used as a name\n"
+        "    variant let { }\n"
+        "            ^~~",
+    ),
+    (
+        "integer too large",
+        "variant v { param w: i32 = 4294967296; }",
+        "bad.attn:1:28: error: integer literal '4294967296' is too large for i32 "
+        "(at most 2147483647)\n"
+        "    variant v { param w: i32 = 4294967296; }\n"
+        "                               ^~~~~~~~~~",
+    ),
+    (
+        "unknown escape",
+        'variant v { doc "a\\tb"; }',
+        "bad.attn:1:19: error: unknown escape '\\t' in string (only \\\" and \\\\)\n"
+        '    variant v { doc "a\\tb"; }\n'
+        "                      ^~",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "rendered"), [c[1:] for c in RENDERED], ids=[c[0] for c in RENDERED]
+)
+def test_rendered_diagnostic(source: str, rendered: str) -> None:
+    assert str(error_of(source)) == rendered
+
+
+@pytest.mark.parametrize(
+    ("source", "loc", "message"),
+    [
+        ("foo", (1, 1), "expected 'variant', 'def' or 'import', found 'foo'"),
+        ("variant", (1, 8), "expected a name, found end of file"),
+        ("variant v", (1, 10), "expected '{', found end of file"),
+        ("variant v {", (1, 12), "expected '}' to close variant 'v'"),
+        (
+            "variant v { 3 }",
+            (1, 13),
+            "expected a variant item (doc, param, let, normalize, "
+            "kv_layout or an assignment) or '}', found '3'",
+        ),
+        ("variant v { score + 1; }", (1, 19), "expected '=', found '+'"),
+        ("variant v { score = f(1,; }", (1, 25), "expected an expression, found ';'"),
+        ("variant v { score = f(; }", (1, 23), "expected an expression or ')', found ';'"),
+        (
+            "variant v { score = t[1; }",
+            (1, 24),
+            "expected ',' or ']' after the expression, found ';'",
+        ),
+        ("variant v { score = a ? b; }", (1, 26), "expected ':' after the expression, found ';'"),
+        ("variant v { score = 1 let }", (1, 23), "expected ';' after the expression, found 'let'"),
+        ("variant v { normalize = 1; }", (1, 25), "expected a name, found '1'"),
+        ("variant v { normalize = none }", (1, 30), "expected ';', found '}'"),
+        ("variant v { kv_layout = paged || ragged; }", (1, 32), "expected a name, found '|'"),
+        (
+            "variant v { param p: tensor<bool>[3]; }",
+            (1, 29),
+            "expected 'f32' or 'i32', found 'bool'",
+        ),
+        (
+            "variant v { param p: tensor<f32>[1.5]; }",
+            (1, 34),
+            "a tensor dimension must be an integer or a name",
+        ),
+        ("variant v { param p: tensor<f32>[4] = 1; }", (1, 37), "expected ';', found '='"),
+        ("variant v { score = 1e39; }", (1, 21), "float literal '1e39' is out of range for f32"),
+        ("variant v { doc = 1; }", (1, 17), "expected a string, found '='"),
+        ('variant v { score = "s"; }', (1, 21), "expected an expression, found '\"s\"'"),
+        (
+            "variant v { score = true; let true = 1; }",
+            (1, 31),
+            "'true' is a keyword and cannot be used as a name",
+        ),
+        ("def f(a,) = a;", (1, 9), "expected a name, found ')'"),
+        ("def f(a) = a", (1, 13), "expected ';' after the expression, found end of file"),
+        ("import x;", (1, 8), "expected a string, found 'x'"),
+        ('import "a.attn"', (1, 16), "expected ';', found end of file"),
+        ("\x00", (1, 1), "unexpected character '\\x00'"),
+        ("variant v { score = 1; }\n}", (2, 1), "expected 'variant', 'def' or 'import', found '}'"),
+    ],
+)
+def test_message_and_location(source: str, loc: tuple[int, int], message: str) -> None:
+    err = error_of(source)
+    assert err.message == message
+    assert (err.loc.line, err.loc.col) == loc
+    assert err.loc.file == "bad.attn"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("", "expected an expression, found end of file"),
+        (")", "expected an expression, found ')'"),
+        ("1 +", "expected an expression, found end of file"),
+        ("1 2", "expected end of file after the expression, found '2'"),
+        (
+            "99999999999999999999999999999999999999999999999",
+            "integer literal '999999999999999999999...' is too large for i32 (at most 2147483647)",
+        ),
+    ],
+)
+def test_expression_errors(source: str, message: str) -> None:
+    with pytest.raises(AttnError) as info:
+        parse_expr(source)
+    assert info.value.message == message
+
+
+def test_deep_nesting_is_a_located_error() -> None:
+    depth = 5000
+    with pytest.raises(AttnError) as info:
+        parse_expr("-" * depth + "x", "deep.attn")
+    assert info.value.message == "expression nested too deeply"
+    assert info.value.loc.file == "deep.attn"
+    with pytest.raises(AttnError) as info:
+        parse_expr("f(" * depth + "x" + ")" * depth)
+    assert info.value.message == "expression nested too deeply"
+
+
+def test_many_parentheses_do_not_nest_the_tree() -> None:
+    assert parse_expr("(" * 3000 + "x" + ")" * 3000).loc == Loc("<string>", 1, 3001, 1, 3002)
+
+
+def test_error_after_previous_line_points_after_last_token() -> None:
+    err = error_of("def f(a) = a\n\n\n")
+    assert err.loc == Loc("bad.attn", 1, 13, 1, 13)
+    assert str(err) == (
+        "bad.attn:1:13: error: expected ';' after the expression, found end of file\n"
+        "    def f(a) = a\n"
+        "                ^"
+    )
