@@ -1,0 +1,203 @@
+"""Benchmark workloads, FLOP counting and report rendering (CPU only, no triton)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from benchmarks import flops, report, workloads
+from benchmarks.outcome import Missing, Outcome, Unsupported, from_exception
+from benchmarks.workloads import Mask
+
+
+def test_decode_zipf_matches_anchors():
+    lens = workloads.decode_zipf()
+    assert (len(lens), sum(lens), min(lens), max(lens)) == (64, 231_550, 1_176, 32_768)
+
+
+def test_decode_uniform_matches_anchors():
+    lens = workloads.decode_uniform()
+    assert (len(lens), sum(lens), min(lens), max(lens)) == (64, 539_950, 512, 16_254)
+
+
+def test_prefill_zipf_matches_anchors():
+    lens = workloads.prefill_zipf()
+    assert (len(lens), sum(lens)) == (16, 55_385)
+
+
+def test_batch_cases_use_the_anchor_workloads():
+    cases = workloads.batch_cases()
+    assert [c.label for c in cases] == ["decode_zipf", "decode_uniform", "prefill_zipf"]
+    assert sum(cases[0].kv_lens) == 231_550 and sum(cases[2].lens) == 55_385
+
+
+def test_quick_suites_are_small():
+    assert 1 <= len(workloads.prefill_cases(quick=True)) <= 2
+    assert 1 <= len(workloads.decode_cases(quick=True)) <= 2
+    assert 1 <= len(workloads.batch_cases(quick=True)) <= 2
+
+
+def test_prefill_rows_cover_anchors():
+    names = {c.name for c in workloads.prefill_cases()}
+    for expected in (
+        "causal, L=8192",
+        "soft-cap 30, L=2048",
+        "ALiBi, L=8192",
+        "sliding window 1024, L=2048",
+        "causal, L=8192 D=64",
+        "causal, L=8192 D=256",
+        "causal, L=8192 GQA 1",
+        "causal, L=8192 GQA 8",
+    ):
+        assert expected in names
+
+
+def _brute_pairs(mask: Mask, q_len: int, kv_len: int) -> int:
+    """Count pairs by evaluating the mask on every (q_idx, kv_idx)."""
+    total = 0
+    for q_idx, kv_idx in itertools.product(range(q_len), range(kv_len)):
+        q_pos = q_idx + kv_len - q_len
+        causal = kv_idx <= q_pos
+        keep = {
+            "none": True,
+            "causal": causal,
+            "window": causal and q_pos - kv_idx < mask.window,
+            "prefix": causal or kv_idx < mask.prefix,
+        }[mask.kind]
+        total += keep
+    return total
+
+
+MASKS = [
+    Mask("none"),
+    Mask("causal"),
+    Mask("window", window=1),
+    Mask("window", window=5),
+    Mask("window", window=64),
+    Mask("prefix", prefix=3),
+    Mask("prefix", prefix=50),
+]
+SHAPES = [(1, 1), (7, 7), (33, 33), (5, 40), (1, 37), (16, 19), (40, 40)]
+
+
+@pytest.mark.parametrize("mask", MASKS, ids=lambda m: f"{m.kind}{m.window or m.prefix}")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"q{s[0]}kv{s[1]}")
+def test_pair_count_matches_brute_force(mask, shape):
+    q_len, kv_len = shape
+    assert flops.pair_count(mask, q_len, kv_len) == _brute_pairs(mask, q_len, kv_len)
+
+
+def test_prefill_flops_causal_closed_form():
+    n, heads, dim = 8192, 32, 128
+    expected = 4 * (n * (n + 1) // 2) * heads * dim
+    assert flops.prefill_flops(Mask("causal"), n, n, heads, dim) == expected
+
+
+def test_batch_prefill_flops_is_sum_of_requests():
+    lens = [3, 10, 17]
+    total = flops.batch_prefill_flops(Mask("causal"), lens, 2, 8)
+    assert total == sum(4 * n * (n + 1) // 2 * 2 * 8 for n in lens)
+
+
+def test_decode_bytes_read_k_and_v_once():
+    assert flops.decode_kv_bytes([4096] * 64, 8, 128) == 2 * 64 * 4096 * 8 * 128 * 2
+
+
+def _fake_rows():
+    ok = Outcome("ok", value=512.3).to_dict()
+    return [
+        {
+            "case": "causal, L=8192",
+            "unit": "TFLOP/s",
+            "higher_is_better": True,
+            "systems": {
+                "flashinfer_fa3": ok,
+                "flex": Outcome("ok", value=399.0).to_dict(),
+                "sdpa_cudnn": Outcome("missing", note="flashinfer: ImportError").to_dict(),
+                "attnc": Outcome("ok", value=600.0).to_dict(),
+            },
+        },
+        {
+            "case": "soft-cap 30, L=8192",
+            "unit": "TFLOP/s",
+            "higher_is_better": True,
+            "systems": {
+                "flashinfer_fa3": Outcome("missing", note="flashinfer: ImportError").to_dict(),
+                "sdpa_cudnn": Outcome("n/a", note="only plain causal").to_dict(),
+                "attnc": Outcome("error", note="RuntimeError: nvcc failed").to_dict(),
+            },
+        },
+    ]
+
+
+def test_report_shows_missing_not_zero():
+    text = report.render_suite("prefill", _fake_rows(), {"matmul_tflops": 700.0})
+    lines = text.splitlines()
+    assert lines[2].split("|")[3].strip() == "attnc"
+    assert "missing: flashinfer: ImportError" in text
+    assert "error: RuntimeError: nvcc failed" in text
+    assert "—" in text
+    assert "1.17x flashinfer_fa3" in text and "86%" in text
+    soft = next(line for line in lines if line.startswith("| soft-cap"))
+    assert " 0 " not in soft and "0.00" not in soft
+
+
+def test_render_all_includes_ceilings_and_suites():
+    data = {
+        "meta": {"torch": "x"},
+        "ceilings": {"copy_tbps": 4.27, "matmul_tflops": 679.0},
+        "suites": {"prefill": _fake_rows()},
+    }
+    text = report.render_all(data)
+    assert "4.27 TB/s" in text and "679 TFLOP/s" in text and "## prefill" in text
+
+
+def test_lower_is_better_ratio():
+    row = {
+        "case": "jit",
+        "unit": "s",
+        "higher_is_better": False,
+        "systems": {
+            "attnc": Outcome("ok", value=2.0).to_dict(),
+            "flex": Outcome("ok", value=4.0).to_dict(),
+        },
+    }
+    assert report.ratio_cells(row, {}) == ("2.00x flex", "")
+
+
+def test_exceptions_map_to_statuses():
+    assert from_exception(Unsupported("x")).status == "n/a"
+    assert from_exception(Missing("no module")).status == "missing"
+    out = from_exception(RuntimeError("boom\nmore"))
+    assert (out.status, out.note) == ("error", "RuntimeError: boom")
+
+
+def test_cli_help_works_without_gpu(capsys):
+    from benchmarks.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    assert "--suite" in capsys.readouterr().out
+    args = parse_args(["--suite", "all", "--quick", "--skip", "flex,sdpa_flash"])
+    assert args.suites == ["prefill", "decode", "batch", "jit"]
+    assert args.skip == {"flex", "sdpa_flash"}
+
+
+def test_every_module_imports_without_gpu_or_triton():
+    import importlib
+    import pkgutil
+
+    import benchmarks
+
+    for info in pkgutil.iter_modules(benchmarks.__path__):
+        if info.name != "__main__":
+            importlib.import_module(f"benchmarks.{info.name}")
+
+
+def test_rotation_count_exceeds_flush_size():
+    from benchmarks.timing import rotation_count
+
+    assert rotation_count(1 << 30) == 1
+    assert rotation_count(96 << 20) == 3
+    assert rotation_count(1 << 20) == 4
