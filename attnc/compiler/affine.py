@@ -43,7 +43,7 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
     a = sympy.diff(expr, s)
     if a.has(s):
         return None
-    b = sympy.expand(expr - a * s)
+    b = expr.subs(s, 0)
     if b.has(s):
         return None
     scale = simplify_expr(conv.from_sympy(a, ir.F32, score))

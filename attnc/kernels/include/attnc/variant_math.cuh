@@ -1,0 +1,42 @@
+// Owns: the math functions generated variant functors call (attnc::vm::tanh_ etc.), with one
+// definition for host and device so the host harness computes what the kernels compute.
+#pragma once
+
+#include <cmath>
+
+#include "variant_contract.cuh"
+
+namespace attnc {
+namespace vm {
+
+ATTNC_HD float tanh_(float x) { return tanhf(x); }
+ATTNC_HD float exp_(float x) { return expf(x); }
+ATTNC_HD float exp2_(float x) { return exp2f(x); }
+ATTNC_HD float log_(float x) { return logf(x); }
+ATTNC_HD float log2_(float x) { return log2f(x); }
+ATTNC_HD float sqrt_(float x) { return sqrtf(x); }
+ATTNC_HD float rsqrt_(float x) { return 1.0f / sqrtf(x); }
+ATTNC_HD float floor_(float x) { return floorf(x); }
+ATTNC_HD float ceil_(float x) { return ceilf(x); }
+
+// 1 / (1 + e^-x), written so neither branch overflows.
+ATTNC_HD float sigmoid_(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  const float e = expf(x);
+  return e / (1.0f + e);
+}
+
+// log(1 + e^x) = max(x, 0) + log1p(e^-|x|).
+ATTNC_HD float softplus_(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
+
+ATTNC_HD float abs_(float x) { return fabsf(x); }
+ATTNC_HD int abs_(int x) { return x < 0 ? -x : x; }
+ATTNC_HD float min_(float a, float b) { return a < b ? a : b; }
+ATTNC_HD int min_(int a, int b) { return a < b ? a : b; }
+ATTNC_HD float max_(float a, float b) { return a > b ? a : b; }
+ATTNC_HD int max_(int a, int b) { return a > b ? a : b; }
+ATTNC_HD float clamp_(float x, float lo, float hi) { return min_(max_(x, lo), hi); }
+ATTNC_HD int clamp_(int x, int lo, int hi) { return min_(max_(x, lo), hi); }
+
+}  // namespace vm
+}  // namespace attnc

@@ -1,0 +1,142 @@
+"""Eager reference attention for one request, driven by a variant's emitted PyTorch code.
+
+Shapes: q ``[q_len, H_qo, D]``, k and v ``[kv_len, H_kv, D]``; query heads are grouped onto
+KV heads (GQA: ``kv_head = qo_head // (H_qo // H_kv)``); queries are aligned to the end of
+the KV (``q_pos = q_idx + kv_len - q_len``). Fully masked rows give output 0 and LSE -inf.
+LSE is the natural log of the softmax denominator, including the max; it is 0 for
+``normalize = none`` variants.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+import torch
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """ValueError naming the tensor for shape/dtype/device problems of one request."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(
+                f"{name} must have 3 dims [len, heads, head_dim], got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a float tensor, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"head_dim of q ({q.shape[2]}) and k ({k.shape[2]}) differ")
+    hq, hk = q.shape[1], k.shape[1]
+    if hk == 0 or hq % hk != 0:
+        raise ValueError(f"num_qo_heads ({hq}) must be a multiple of num_kv_heads ({hk})")
+
+
+def reference_attention(
+    module: types.ModuleType,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    sm_scale: float | None,
+    return_lse: bool,
+    params: dict[str, Any],
+    batch: int = 0,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention of one request with the variant's score/mask/output (see module doc)."""
+    check_qkv(q, k, v)
+    q_len, hq, d = q.shape
+    kv_len, hk, _ = k.shape
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    ftype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
+    group = hq // hk
+    kx = k.repeat_interleave(group, dim=1)
+    vx = v.repeat_interleave(group, dim=1)
+    s = torch.einsum("qhd,khd->hqk", q, kx).to(ftype) * scale
+    env = _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d)
+    tensors = {n: t for n, t in params.items() if isinstance(t, torch.Tensor)}
+    t = module.score(env, tensors).to(ftype) if module.HAS_SCORE else s
+    t = t.expand(hq, q_len, kv_len)
+    visible = module.mask(env, tensors) if module.HAS_MASK else None
+    if visible is not None:
+        visible = visible.expand(hq, q_len, kv_len)
+    o, lse = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype))
+    if module.HAS_OUTPUT:
+        env["out"] = o
+        o = module.output(env, tensors).to(ftype).expand_as(o)
+    out = o.permute(1, 0, 2).to(q.dtype).contiguous()
+    if not return_lse:
+        return out
+    lse_dtype = ftype if q.dtype in (torch.float32, torch.float64) else torch.float32
+    return out, lse.permute(1, 0).to(lse_dtype).contiguous()
+
+
+def _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d) -> dict[str, Any]:
+    dev = q.device
+
+    def ints(n: int, shape: tuple[int, int, int]) -> torch.Tensor:
+        return torch.arange(n, device=dev, dtype=torch.int64).view(shape)
+
+    def scalar(x: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.tensor(x, dtype=dtype, device=dev)
+
+    q_idx = ints(q_len, (1, q_len, 1))
+    qo_head = ints(hq, (hq, 1, 1))
+    env: dict[str, Any] = {
+        "_F": ftype,
+        "_device": dev,
+        "score": s,
+        "q_idx": q_idx,
+        "q_pos": q_idx + (kv_len - q_len),
+        "kv_idx": ints(kv_len, (1, 1, kv_len)),
+        "qo_head": qo_head,
+        "kv_head": torch.div(qo_head, hq // hk, rounding_mode="floor"),
+        "sm_scale": scalar(scale, ftype),
+        "q_len": scalar(q_len, torch.int64),
+        "kv_len": scalar(kv_len, torch.int64),
+        "batch": scalar(batch, torch.int64),
+        "head_dim": scalar(d, torch.int64),
+        "num_qo_heads": scalar(hq, torch.int64),
+        "num_kv_heads": scalar(hk, torch.int64),
+    }
+    for name, value in params.items():
+        if isinstance(value, torch.Tensor):
+            continue
+        if isinstance(value, bool):
+            env[name] = scalar(value, torch.bool)
+        elif isinstance(value, int):
+            env[name] = scalar(value, torch.int64)
+        else:
+            env[name] = scalar(float(value), ftype)
+    return env
+
+
+def _normalise(use_softmax: bool, t: torch.Tensor, visible: torch.Tensor | None, v: torch.Tensor):
+    """(output [H, q, D], lse [H, q]) from transformed scores ``t`` [H, q, k]."""
+    if not use_softmax:
+        w = t if visible is None else torch.where(visible, t, torch.zeros_like(t))
+        o = torch.einsum("hqk,hkd->hqd", w, v.permute(1, 0, 2))
+        return o, torch.zeros(t.shape[:2], dtype=t.dtype, device=t.device)
+    if visible is not None:
+        t = t.masked_fill(~visible, float("-inf"))
+    if t.shape[-1] == 0:
+        lse = torch.full(t.shape[:2], float("-inf"), dtype=t.dtype, device=t.device)
+        return torch.zeros(*t.shape[:2], v.shape[-1], dtype=t.dtype, device=t.device), lse
+    m = t.amax(dim=-1, keepdim=True)
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    p = torch.exp(t - m_safe)
+    denom = p.sum(dim=-1, keepdim=True)
+    o = torch.einsum("hqk,hkd->hqd", p, v.permute(1, 0, 2))
+    o = torch.where(denom > 0, o / denom.clamp_min(torch.finfo(t.dtype).tiny), torch.zeros_like(o))
+    lse = (m_safe + torch.log(denom)).squeeze(-1)
+    return o, lse
