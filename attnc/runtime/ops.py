@@ -1,0 +1,198 @@
+"""Launching a prefill module: eager calls go straight to ctypes; under ``torch.compile`` the
+same launch runs inside one generic custom op, ``attnc::prefill``, keyed by the module id.
+
+``meta`` is the int list a plan hands to every launch (see ``META_FIELDS``); variant params
+travel as three lists (ints, floats, tensors) in declaration order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from attnc.runtime import abi
+from attnc.runtime.modules import PrefillModule, module_by_id
+
+META_FIELDS = (
+    "batch_size",
+    "num_work",
+    "tile_q_tokens",
+    "page_size",
+    "kv_layout",
+    "num_qo_heads",
+    "num_kv_heads",
+    "head_dim",
+    "off_qo_indptr",
+    "off_kv_indptr",
+    "off_kv_indices",  # -1: none (ragged)
+    "off_kv_last_page_len",  # -1: none (ragged)
+    "off_work_request",
+    "off_work_q_tile",
+)
+
+
+def split_params(
+    decls: Sequence[object], values: Mapping[str, object]
+) -> tuple[list[int], list[float], list[torch.Tensor]]:
+    """Resolved param values -> (i32/bool ints, f32 floats, tensors), each in decl order."""
+    ints: list[int] = []
+    floats: list[float] = []
+    tensors: list[torch.Tensor] = []
+    for decl in decls:
+        value = values[decl.name]  # type: ignore[attr-defined]
+        if decl.kind == "tensor":  # type: ignore[attr-defined]
+            tensors.append(value)  # type: ignore[arg-type]
+        elif decl.dtype == "f32":  # type: ignore[attr-defined]
+            floats.append(float(value))  # type: ignore[arg-type]
+        else:
+            ints.append(int(value))  # type: ignore[call-overload]
+    return ints, floats, tensors
+
+
+def _join_params(
+    decls: Sequence[object], ints: list[int], floats: list[float], tensors: list[torch.Tensor]
+) -> dict[str, object]:
+    it_i, it_f, it_t = iter(ints), iter(floats), iter(tensors)
+    values: dict[str, object] = {}
+    for decl in decls:
+        if decl.kind == "tensor":  # type: ignore[attr-defined]
+            values[decl.name] = next(it_t)  # type: ignore[attr-defined]
+        elif decl.dtype == "f32":  # type: ignore[attr-defined]
+            values[decl.name] = next(it_f)  # type: ignore[attr-defined]
+        else:
+            values[decl.name] = next(it_i)  # type: ignore[attr-defined]
+    return values
+
+
+def _kv_strides(k: torch.Tensor, kv_layout: int) -> tuple[int, int, int]:
+    """(page, token, head) strides of one K/V half."""
+    if kv_layout == abi.KV_RAGGED:
+        return 0, k.stride(0), k.stride(1)
+    if kv_layout == abi.KV_PAGED_NHD:
+        return k.stride(0), k.stride(1), k.stride(2)
+    return k.stride(0), k.stride(2), k.stride(1)
+
+
+def _ptr(t: torch.Tensor | None, byte_offset: int = 0) -> int | None:
+    if t is None or byte_offset < 0:
+        return None
+    return t.data_ptr() + byte_offset
+
+
+def build_args(
+    meta: Sequence[int],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor | None,
+    workspace: torch.Tensor,
+    sm_scale: float,
+    params: ctypes.Structure,
+    params_size: int,
+) -> abi.AttncPrefillArgs:
+    """Fill ``AttncPrefillArgs`` from tensors, the plan's ``meta`` and a params struct."""
+    m = dict(zip(META_FIELDS, meta, strict=True))
+    page, tok, head = _kv_strides(k, m["kv_layout"])
+    return abi.AttncPrefillArgs(
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=v.data_ptr(),
+        o=o.data_ptr(),
+        lse=_ptr(lse),
+        qo_indptr=_ptr(workspace, m["off_qo_indptr"]),
+        kv_indptr=_ptr(workspace, m["off_kv_indptr"]),
+        kv_indices=_ptr(workspace, m["off_kv_indices"]),
+        kv_last_page_len=_ptr(workspace, m["off_kv_last_page_len"]),
+        work_request=_ptr(workspace, m["off_work_request"]),
+        work_q_tile=_ptr(workspace, m["off_work_q_tile"]),
+        q_stride_tok=q.stride(0),
+        q_stride_head=q.stride(1),
+        o_stride_tok=o.stride(0),
+        o_stride_head=o.stride(1),
+        kv_stride_page=page,
+        kv_stride_tok=tok,
+        kv_stride_head=head,
+        batch_size=m["batch_size"],
+        num_work=m["num_work"],
+        num_qo_heads=m["num_qo_heads"],
+        num_kv_heads=m["num_kv_heads"],
+        head_dim=m["head_dim"],
+        page_size=m["page_size"],
+        kv_layout=m["kv_layout"],
+        tile_q_tokens=m["tile_q_tokens"],
+        sm_scale=sm_scale,
+        variant_params=ctypes.addressof(params),
+        variant_params_size=params_size,
+    )
+
+
+def launch(
+    module: PrefillModule,
+    meta: Sequence[int],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    lse: torch.Tensor | None,
+    workspace: torch.Tensor,
+    sm_scale: float,
+    values: Mapping[str, object],
+) -> None:
+    """Run the module on the current CUDA stream, writing ``o`` (and ``lse`` when given)."""
+    decls = module.ir.params  # type: ignore[attr-defined]
+    params = abi.fill_params(module.params_type, decls, values)
+    size = ctypes.sizeof(module.params_type)
+    args = build_args(meta, q, k, v, o, lse, workspace, sm_scale, params, size)
+    if meta[1] > 0:
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        module.launch(args, stream)
+    if lse is not None and module.ir.normalize != "softmax":  # type: ignore[attr-defined]
+        lse.zero_()
+
+
+@torch.library.custom_op("attnc::prefill", mutates_args=())
+def prefill_op(
+    module_id: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    workspace: torch.Tensor,
+    meta: list[int],
+    sm_scale: float,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Functional prefill: returns (O, LSE); LSE is empty unless ``return_lse``."""
+    module = module_by_id(module_id)
+    o, lse = _new_outputs(q, return_lse)
+    values = _join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, values)
+    return o, lse
+
+
+def _new_outputs(q: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
+    return o, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+@prefill_op.register_fake
+def _prefill_fake(
+    module_id: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    workspace: torch.Tensor,
+    meta: list[int],
+    sm_scale: float,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _new_outputs(q, return_lse)

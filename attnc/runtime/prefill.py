@@ -1,0 +1,231 @@
+"""The prefill API: ``BatchPrefillWrapper`` (plan once, run per layer) and ``single_prefill``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+
+from attnc.runtime import ops, validate
+from attnc.runtime.kv_inputs import KvViews, paged_kv, ragged_kv
+from attnc.runtime.modules import PrefillModule, get_prefill_module
+from attnc.runtime.params import resolve_params
+from attnc.runtime.plan import HostPlan, make_host_plan
+
+
+class BatchPrefillWrapper:
+    """Prefill over a batch of requests with ragged or paged KV.
+
+    ``plan()`` runs on the CPU once per batch step (checks the index tensors, builds the work
+    list and copies it into ``workspace_buffer``); ``run()`` checks the tensors and launches.
+    """
+
+    def __init__(self, variant: object, workspace_buffer: torch.Tensor, kv_layout: str = "NHD"):
+        validate.check_kv_layout(kv_layout)
+        if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
+            raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
+        self.variant = variant
+        self.kv_layout = kv_layout
+        self._workspace = workspace_buffer.view(-1).view(torch.uint8)
+        self._plan: HostPlan | None = None
+        self._pinned: torch.Tensor | None = None
+
+    def plan(
+        self,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        *,
+        kv_indices: torch.Tensor | None = None,
+        kv_last_page_len: torch.Tensor | None = None,
+        page_size: int | None = None,
+        sm_scale: float | None = None,
+        dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
+        """Check the batch description and prepare the work list (paged if ``kv_indices``)."""
+        validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        validate.check_dtype_arg(dtype)
+        qo_host, kv_host, idx_host, last_host, page = _check_indices(
+            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
+        )
+        module = get_prefill_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
+        max_q = int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0
+        tile = module.tile_q_tokens(head_dim, num_qo_heads // num_kv_heads, max(max_q, 1))
+        host = make_host_plan(qo_host, kv_host, idx_host, last_host, page, tile)
+        self._copy_to_workspace(host)
+        self._plan, self._module = host, module
+        self._heads = (num_qo_heads, num_kv_heads, head_dim)
+        self._dtype = dtype
+        self._sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+
+    def _copy_to_workspace(self, host: HostPlan) -> None:
+        need = host.layout.total_bytes
+        if self._workspace.numel() < need:
+            raise ValueError(
+                f"workspace_buffer: has {self._workspace.numel()} bytes, the plan needs {need}"
+            )
+        packed = host.packed()
+        if self._workspace.is_cuda:
+            packed = packed.pin_memory()
+        self._workspace[:need].copy_(packed, non_blocking=True)
+        self._pinned = packed
+
+    def run(
+        self,
+        q: torch.Tensor,
+        kv: object,
+        *,
+        return_lse: bool = False,
+        out: torch.Tensor | None = None,
+        **params: object,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attention for the planned batch: O ``[total_q, H_qo, D]`` (and LSE ``[total_q, H_qo]``
+        float32, natural log, when ``return_lse``)."""
+        host = self._require_plan()
+        hq, hkv, d = self._heads
+        total_q = int(host.qo_indptr[-1])
+        q = validate.check_data_tensor("q", q, (total_q, hq, d))
+        if q.dtype != self._dtype:
+            raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
+        views = self._kv_views(kv)
+        validate.check_same_kind("k", views.k, "q", q)
+        if not validate.same_device_index(self._workspace, q):
+            raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
+        values = resolve_params(
+            self.variant.params,  # type: ignore[attr-defined]
+            params,
+            variant_name=self.variant.name,  # type: ignore[attr-defined]
+            num_qo_heads=hq,
+            num_kv_heads=hkv,
+            head_dim=d,
+            device=q.device,
+        )
+        o = _check_out(out, q)
+        return self._launch(q, views, o, return_lse, values)
+
+    def _require_plan(self) -> HostPlan:
+        if self._plan is None:
+            raise RuntimeError("BatchPrefillWrapper.run() called before plan()")
+        return self._plan
+
+    def _kv_views(self, kv: object) -> KvViews:
+        host = self._require_plan()
+        _, hkv, d = self._heads
+        if not host.paged:
+            views = ragged_kv(kv, hkv, d, "cuda")
+            validate.check_indptr_total("kv_indptr", host.kv_indptr, "k.shape[0]", views.k.shape[0])
+            return views
+        views = paged_kv(kv, self.kv_layout, host.page_size, hkv, d, "cuda")
+        validate.check_pages_in_range(host.max_page, views.num_pages)
+        return views
+
+    def _meta(self, views: KvViews) -> list[int]:
+        host, module_heads = self._require_plan(), self._heads
+        off = host.layout.offsets
+        return [
+            host.batch_size,
+            host.num_work,
+            host.tile_q_tokens,
+            host.page_size,
+            views.layout,
+            *module_heads,
+            off["qo_indptr"],
+            off["kv_indptr"],
+            off.get("kv_indices", -1),
+            off.get("kv_last_page_len", -1),
+            off["work_request"],
+            off["work_q_tile"],
+        ]
+
+    def _launch(
+        self,
+        q: torch.Tensor,
+        views: KvViews,
+        out: torch.Tensor | None,
+        return_lse: bool,
+        values: Mapping[str, object],
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        module: PrefillModule = self._module
+        meta = self._meta(views)
+        if torch.compiler.is_compiling():
+            ints, floats, tensors = ops.split_params(module.ir.params, values)  # type: ignore[attr-defined]
+            o, lse = ops.prefill_op(
+                module.module_id, q, views.k, views.v, self._workspace, meta,
+                self._sm_scale, ints, floats, tensors, return_lse,
+            )  # fmt: skip
+            if out is not None:
+                out.copy_(o)
+                o = out
+            return (o, lse) if return_lse else o
+        o = out if out is not None else torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        ops.launch(
+            module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, values
+        )
+        return (o, lse) if lse is not None else o
+
+
+def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+    if out is None:
+        return None
+    validate.check_data_tensor("out", out, tuple(q.shape))
+    validate.check_same_kind("out", out, "q", q)
+    return out
+
+
+def _check_indices(
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor | None,
+    kv_last_page_len: torch.Tensor | None,
+    page_size: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
+    """Host copies of the index tensors, checked (see ``validate``)."""
+    qo_host = validate.check_indptr("qo_indptr", qo_indptr)
+    kv_host = validate.check_indptr("kv_indptr", kv_indptr)
+    if kv_host.numel() != qo_host.numel():
+        raise ValueError(
+            f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
+        )
+    if kv_indices is None:
+        if kv_last_page_len is not None or page_size is not None:
+            raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
+        return qo_host, kv_host, None, None, 1
+    if page_size is None or page_size < 1:
+        raise ValueError(f"page_size: a paged plan needs page_size >= 1, got {page_size}")
+    if kv_last_page_len is None:
+        raise ValueError("kv_last_page_len: required for a paged plan")
+    idx_host = validate.check_kv_indices(kv_indices, int(kv_host[-1]))
+    last_host = validate.check_last_page_len(kv_last_page_len, kv_host, page_size)
+    return qo_host, kv_host, idx_host, last_host, int(page_size)
+
+
+def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
+    """A workspace large enough for one request of ``q_len`` tokens (tile >= 1 token)."""
+    return torch.empty(4 * 256 + 2 * 4 * max(q_len, 1) + 512, dtype=torch.uint8, device=device)
+
+
+def single_prefill(
+    variant: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+    params: Mapping[str, object] | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """One request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]`` -> O (and LSE)."""
+    q = validate.check_data_tensor("q", q, (None, None, None))
+    k = validate.check_data_tensor("k", k, (None, None, q.shape[2]))
+    validate.check_same_kind("k", k, "q", q)
+    indptr = torch.zeros(2, dtype=torch.int32)
+    qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
+    qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
+    wrapper = BatchPrefillWrapper(variant, _workspace_for(q.shape[0], q.device))
+    wrapper.plan(
+        qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale, dtype=q.dtype
+    )
+    return wrapper.run(q, (k, v), return_lse=return_lse, **dict(params or {}))
