@@ -1,0 +1,356 @@
+// Owns: the FlashAttention-2 style prefill kernel (sm80+) for one variant functor V:
+// one CTA = one work item (request, query tile) x one KV head; the query heads of the KV
+// head are packed into the tile's rows (row r -> token r / group, head kv_head*group + r%group).
+// Q is staged through swizzled shared memory (kept in registers when the shape allows), K/V
+// tiles stream through a multi-stage cp.async pipeline, S = Q K^T and O += P V run on
+// mma.sync m16n8k16 with P kept in registers, softmax is online in the exp2 domain.
+// The KV loop covers only V::kv_range of the tile; EMPTY tiles (V::classify) are never
+// loaded; FULL tiles skip V::mask; PARTIAL tiles evaluate it per element.
+#pragma once
+
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "cp_async.cuh"
+#include "kv_gather.cuh"
+#include "mma.cuh"
+#include "online_softmax.cuh"
+#include "prefill_args.h"
+#include "smem_layout.cuh"
+#include "variant_contract.cuh"
+
+namespace attnc {
+
+template <class V, class T, class Tile>
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
+    prefill_fa2_kernel(const AttncPrefillArgs args, const typename V::Params params) {
+  // check_variant_contract<V>() is a host constexpr; its device-usable form:
+  static_assert(VariantContract<V>::ok, "");
+  constexpr int D = Tile::kHeadDim;
+  constexpr int kThreads = Tile::kThreads;
+  constexpr int MQ = Tile::kMmaQ;
+  constexpr int KVT = Tile::kKvTile;
+  constexpr int ROWS = Tile::kRows;
+  constexpr int STAGES = Tile::kStages;
+  constexpr bool kQInRegs = Tile::kQInRegs;
+  constexpr int KD = D / 16;    // k-steps of Q K^T
+  constexpr int NS = KVT / 8;   // n8 column blocks of S
+  constexpr int NO = D / 8;     // n8 column blocks of O
+  constexpr int CH = D / 8;     // 16-byte chunks per row
+  using Layout = SwizzledRows<D>;
+  using Row = typename V::Row;
+
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  T* s_q = reinterpret_cast<T*>(smem_bytes);
+  T* s_k = s_q + ROWS * D;
+  T* s_v = s_k + STAGES * KVT * D;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int tq = lane % 4;
+
+  const int request = args.work_request[blockIdx.x];
+  const int q_tile = args.work_q_tile[blockIdx.x];
+  const int kv_head = blockIdx.y;
+  const int group = args.num_qo_heads / args.num_kv_heads;
+  const int q_start = args.qo_indptr[request];
+  const int q_len = args.qo_indptr[request + 1] - q_start;
+  const int q0 = q_tile * args.tile_q_tokens;
+  if (q0 >= q_len) return;
+  const int q1 = min(q0 + args.tile_q_tokens, q_len);
+  const int rows_valid = (q1 - q0) * group;
+
+  const KvRows kv = KvRows::make(args, request, kv_head);
+  const float sm_scale = args.sm_scale;
+  const V var(params, RequestInfo{request, q_len, kv.kv_len, args.num_qo_heads,
+                                  args.num_kv_heads, D, sm_scale});
+
+  // ---- Q tile -> shared memory (rows past the tile are zero-filled).
+  {
+    const T* q_ptr = static_cast<const T*>(args.q);
+    for (int i = tid; i < ROWS * CH; i += kThreads) {
+      const int r = i / CH;
+      const int c = i % CH;
+      const bool ok = r < rows_valid;
+      const int rr = ok ? r : 0;
+      const int64_t off = static_cast<int64_t>(q_start + q0 + rr / group) * args.q_stride_tok +
+                          static_cast<int64_t>(kv_head * group + rr % group) * args.q_stride_head;
+      cp_async_16(mma::smem_addr(s_q + Layout::offset(r, c)), q_ptr + off + c * 8, ok);
+    }
+    cp_async_commit();
+  }
+
+  // ---- Per-thread rows: warp w owns rows [16*MQ*w, 16*MQ*(w+1)); this lane rows g and g+8
+  // of each of its m16 tiles.
+  Row rows[MQ][2];
+  float mult[MQ][2];  // exp2 multiplier of the raw dot product (identity scores)
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = min(warp * 16 * MQ + mi * 16 + g + 8 * h, rows_valid - 1);
+      rows[mi][h] = var.row(q0 + r / group, kv_head * group + r % group);
+      mult[mi][h] = V::kAffineScore ? var.score_scale(rows[mi][h]) * sm_scale * kLog2e : 1.f;
+    }
+  }
+
+  // ---- KV range and tile walk.
+  KvRange range{0, 0};
+  if (kv.kv_len > 0) range = var.kv_range(q0, q1);
+  range.begin = max(range.begin, 0);
+  range.end = min(range.end, kv.kv_len);
+  const int num_tiles = range.end > range.begin ? (range.end - range.begin + KVT - 1) / KVT : 0;
+
+  auto tile_class = [&](int t) -> TileClass {
+    const int kv0 = range.begin + t * KVT;
+    const int kv1 = min(kv0 + KVT, range.end);
+    return V::kHasMask ? var.classify(q0, q1, kv0, kv1) : TileClass::kFull;
+  };
+  auto next_tile = [&](int t) -> int {
+    while (t < num_tiles && tile_class(t) == TileClass::kEmpty) ++t;
+    return t;
+  };
+
+  const T* k_ptr = static_cast<const T*>(args.k);
+  const T* v_ptr = static_cast<const T*>(args.v);
+  auto load_tile = [&](int t, int stage) {
+    const int kv0 = range.begin + t * KVT;
+    const int kv1 = min(kv0 + KVT, range.end);
+    T* dk = s_k + stage * KVT * D;
+    T* dv = s_v + stage * KVT * D;
+#pragma unroll
+    for (int i = tid; i < KVT * CH; i += kThreads) {
+      const int r = i / CH;
+      const int c = i % CH;
+      const bool ok = kv0 + r < kv1;
+      const int64_t off = ok ? kv.offset(kv0 + r) : 0;
+      const int s = Layout::offset(r, c);
+      cp_async_16(mma::smem_addr(dk + s), k_ptr + off + c * 8, ok);
+      cp_async_16(mma::smem_addr(dv + s), v_ptr + off + c * 8, ok);
+    }
+  };
+
+  int t_load = next_tile(0);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (t_load < num_tiles) {
+      load_tile(t_load, s);
+      t_load = next_tile(t_load + 1);
+    }
+    cp_async_commit();
+  }
+
+  // ---- Q fragments (kept in registers when the shape allows).
+  uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
+  auto load_q_frag = [&](uint32_t (&a)[4], int mi, int kk) {
+    const int r = warp * 16 * MQ + mi * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+    mma::ldmatrix_x4(a, mma::smem_addr(s_q + Layout::offset(r, kk * 2 + lane / 16)));
+  };
+  if constexpr (kQInRegs) {
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) load_q_frag(q_frag[mi][kk], mi, kk);
+  }
+
+  float o[MQ][NO][4];
+  float m[MQ][2];
+  float l[MQ][2];
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[mi][h] = -CUDART_INF_F;
+      l[mi][h] = 0.f;
+    }
+  }
+
+  int stage = 0;
+  for (int t = next_tile(0); t < num_tiles; t = next_tile(t + 1)) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      // Refill the stage consumed in the previous iteration.
+      int fill = stage + STAGES - 1;
+      if (fill >= STAGES) fill -= STAGES;
+      if (t_load < num_tiles) {
+        load_tile(t_load, fill);
+        t_load = next_tile(t_load + 1);
+      }
+      cp_async_commit();
+    }
+    const T* sk = s_k + stage * KVT * D;
+    const T* sv = s_v + stage * KVT * D;
+    const int kv0 = range.begin + t * KVT;
+    const int kv1 = min(kv0 + KVT, range.end);
+    const TileClass cls = tile_class(t);
+
+    // S = Q K^T
+    float s[MQ][NS][4];
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mi][n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+      uint32_t a[MQ][4];
+#pragma unroll
+      for (int mi = 0; mi < MQ; ++mi) {
+        if constexpr (kQInRegs) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][kk][e];
+        } else {
+          load_q_frag(a[mi], mi, kk);
+        }
+      }
+#pragma unroll
+      for (int nn = 0; nn < NS / 2; ++nn) {
+        uint32_t b[4];
+        const int r = nn * 16 + (lane % 8) + 8 * (lane / 16);
+        mma::ldmatrix_x4(b, mma::smem_addr(sk + Layout::offset(r, kk * 2 + (lane / 8) % 2)));
+#pragma unroll
+        for (int mi = 0; mi < MQ; ++mi) {
+          mma::mma_16816<T>(s[mi][2 * nn], a[mi], b[0], b[1]);
+          mma::mma_16816<T>(s[mi][2 * nn + 1], a[mi], b[2], b[3]);
+        }
+      }
+    }
+
+    // Scores -> weights (in place in s).
+    const bool need_mask = cls == TileClass::kPartial;
+    const bool need_bound = kv1 - kv0 < KVT;
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const Row& row = rows[mi][h];
+        float mx = -CUDART_INF_F;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int kv_idx = kv0 + n * 8 + 2 * tq + e;
+            bool vis = true;
+            if (need_bound) vis = kv_idx < kv1;
+            if (V::kHasMask && need_mask) vis = vis && var.mask(row, kv_idx);
+            const float raw = s[mi][n][2 * h + e];
+            float x;
+            if constexpr (!V::kUseSoftmax) {
+              x = vis ? var.score(row, raw * sm_scale, kv_idx) : 0.f;
+            } else if constexpr (V::kScoreIsIdentity) {
+              x = vis ? raw : -CUDART_INF_F;  // scaled by mult in the exp2 below
+            } else if constexpr (V::kAffineScore) {
+              x = vis ? fmaf(raw, mult[mi][h], var.score_bias(row, kv_idx) * kLog2e)
+                      : -CUDART_INF_F;
+            } else {
+              x = vis ? var.score(row, raw * sm_scale, kv_idx) * kLog2e : -CUDART_INF_F;
+            }
+            s[mi][n][2 * h + e] = x;
+            mx = fmaxf(mx, x);
+          }
+        }
+        if constexpr (V::kUseSoftmax) {
+          const float m_new = fmaxf(m[mi][h], quad_max(mx));
+          const float m_use = safe_max(m_new);
+          const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+          const float alpha = fast_exp2((m[mi][h] - m_use) * c);
+          const float shift = -m_use * c;
+          m[mi][h] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < NS; ++n) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float p = fast_exp2(fmaf(s[mi][n][2 * h + e], c, shift));
+              s[mi][n][2 * h + e] = p;
+              sum += p;
+            }
+          }
+          l[mi][h] = l[mi][h] * alpha + sum;
+#pragma unroll
+          for (int n = 0; n < NO; ++n) {
+            o[mi][n][2 * h] *= alpha;
+            o[mi][n][2 * h + 1] *= alpha;
+          }
+        }
+      }
+    }
+
+    // O += P V, P from registers as the A operand.
+#pragma unroll
+    for (int kk = 0; kk < KVT / 16; ++kk) {
+      uint32_t a[MQ][4];
+#pragma unroll
+      for (int mi = 0; mi < MQ; ++mi) {
+        a[mi][0] = mma::Dtype<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+        a[mi][1] = mma::Dtype<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+        a[mi][2] = mma::Dtype<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+        a[mi][3] = mma::Dtype<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dn = 0; dn < NO / 2; ++dn) {
+        uint32_t b[4];
+        const int r = kk * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+        mma::ldmatrix_x4_trans(b, mma::smem_addr(sv + Layout::offset(r, dn * 2 + lane / 16)));
+#pragma unroll
+        for (int mi = 0; mi < MQ; ++mi) {
+          mma::mma_16816<T>(o[mi][2 * dn], a[mi], b[0], b[1]);
+          mma::mma_16816<T>(o[mi][2 * dn + 1], a[mi], b[2], b[3]);
+        }
+      }
+    }
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();
+
+  // ---- Epilogue: normalise, transform, store O and LSE.
+  T* o_ptr = static_cast<T*>(args.o);
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 * MQ + mi * 16 + g + 8 * h;
+      float inv = 1.f;
+      float lse = 0.f;
+      bool visible = true;
+      if constexpr (V::kUseSoftmax) {
+        const float sum = quad_sum(l[mi][h]);
+        visible = sum > 0.f;
+        inv = visible ? 1.f / sum : 0.f;
+        lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
+      }
+      if (r >= rows_valid) continue;
+      const int token = q_start + q0 + r / group;
+      const int head = kv_head * group + r % group;
+      T* dst = o_ptr + static_cast<int64_t>(token) * args.o_stride_tok +
+               static_cast<int64_t>(head) * args.o_stride_head + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        float v0 = o[mi][n][2 * h] * inv;
+        float v1 = o[mi][n][2 * h + 1] * inv;
+        if constexpr (V::kHasOutput) {
+          if (visible) {
+            v0 = var.output(rows[mi][h], v0);
+            v1 = var.output(rows[mi][h], v1);
+          }
+        }
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
+      }
+      if (args.lse != nullptr && tq == 0) {
+        args.lse[static_cast<int64_t>(token) * args.num_qo_heads + head] = lse;
+      }
+    }
+  }
+}
+
+}  // namespace attnc

@@ -1,0 +1,137 @@
+// Owns: the host side of the FA2 prefill for one (variant V, dtype T, HEAD_DIM): argument
+// checks, the choice of CTA shape from args.tile_q_tokens, the dynamic shared-memory limit,
+// the launch, and ATTNC_DEFINE_PREFILL_MODULE, which defines the extern "C" functions of
+// prefill_args.h. A generated module is exactly:
+//   #include "attnc/prefill_launcher.cuh"
+//   <the variant functor struct>
+//   ATTNC_DEFINE_PREFILL_MODULE(Name, __nv_bfloat16 or half, HEAD_DIM)
+//
+// Facts the caller relies on:
+// - args.tile_q_tokens must be the value attnc_prefill_tile_q_tokens returned for this
+//   head_dim and group (any t > 0 with t * group <= max rows also runs); otherwise
+//   ATTNC_E_BAD_TILE. Work item i covers tokens [tile*t, tile*t + t) of its request.
+// - variant_params_size must equal sizeof(V::Params); for a Params struct without fields
+//   (sizeof 1 in C++) a size of 0 is accepted too and variant_params may be NULL.
+// - q, k, v, o must be 16-byte aligned and q/kv strides multiples of 8 elements (16-byte
+//   copies); o strides multiples of 2. Otherwise ATTNC_E_BAD_LAYOUT.
+// - lse (natural log) is -inf for rows with no visible key (their O is 0). For variants with
+//   `normalize = none` (V::kUseSoftmax false) there is no normaliser: lse is written as 0.
+// - The output transform V::output is applied to rows with at least one visible key (all
+//   rows when V::kUseSoftmax is false).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "prefill_args.h"
+#include "prefill_config.cuh"
+#include "prefill_fa2.cuh"
+#include "variant_contract.cuh"
+#if __has_include("mask_math.cuh")
+#include "mask_math.cuh"
+#endif
+
+namespace attnc {
+
+namespace detail {
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class V>
+int check_prefill_args(const AttncPrefillArgs& a, int head_dim) {
+  using P = typename V::Params;
+  const bool size_ok = a.variant_params_size == static_cast<int64_t>(sizeof(P)) ||
+                       (std::is_empty<P>::value && a.variant_params_size == 0);
+  if (!size_ok) return ATTNC_E_BAD_PARAMS_SIZE;
+  if (!std::is_empty<P>::value && a.variant_params == nullptr) return ATTNC_E_BAD_PARAMS_SIZE;
+  if (a.head_dim != head_dim) return ATTNC_E_BAD_HEAD_DIM;
+  if (a.num_kv_heads <= 0 || a.num_qo_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0)
+    return ATTNC_E_BAD_LAYOUT;
+  if (a.num_work < 0 || a.batch_size < 0) return ATTNC_E_BAD_LAYOUT;
+  if (a.kv_layout == ATTNC_KV_RAGGED) {
+    // nothing extra
+  } else if (a.kv_layout == ATTNC_KV_PAGED_NHD || a.kv_layout == ATTNC_KV_PAGED_HND) {
+    if (a.page_size < 1 || a.kv_indices == nullptr || a.kv_last_page_len == nullptr)
+      return ATTNC_E_BAD_LAYOUT;
+  } else {
+    return ATTNC_E_BAD_LAYOUT;
+  }
+  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o))
+    return ATTNC_E_BAD_LAYOUT;
+  if (a.q_stride_tok % 8 || a.q_stride_head % 8 || a.kv_stride_tok % 8 ||
+      a.kv_stride_head % 8 || a.kv_stride_page % 8 || a.o_stride_tok % 2 ||
+      a.o_stride_head % 2)
+    return ATTNC_E_BAD_LAYOUT;
+  return 0;
+}
+
+template <class V, class T, class Tile>
+int launch_prefill_tile(const AttncPrefillArgs& a, const typename V::Params& params,
+                        cudaStream_t stream) {
+  auto kernel = prefill_fa2_kernel<V, T, Tile>;
+  constexpr int smem = Tile::kSmemBytes;
+  if (smem > 48 * 1024) {
+    // Once per process and instantiation (the attribute sticks to the function).
+    static const cudaError_t attr_status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr_status != cudaSuccess) return attr_status;
+  }
+  const dim3 grid(static_cast<unsigned>(a.num_work), static_cast<unsigned>(a.num_kv_heads));
+  kernel<<<grid, Tile::kThreads, smem, stream>>>(a, params);
+  return cudaGetLastError();
+}
+
+}  // namespace detail
+
+// Launches the prefill for one batch; returns 0, a cudaError_t value or an ATTNC_E* code.
+template <class V, class T, int HEAD_DIM>
+int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
+  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
+                "attnc prefill: T must be __nv_bfloat16 or half");
+  static_assert(check_variant_contract<V>(), "");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
+                "attnc prefill: head_dim must be 64, 128 or 256");
+  const int status = detail::check_prefill_args<V>(a, HEAD_DIM);
+  if (status != 0) return status;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
+  if (a.tile_q_tokens <= 0 || rows > prefill_max_rows<HEAD_DIM>()) return ATTNC_E_BAD_TILE;
+  if (a.num_work == 0) return 0;
+
+  typename V::Params params;
+  if (!std::is_empty<typename V::Params>::value)
+    std::memcpy(&params, a.variant_params, sizeof(params));
+
+  if (rows <= 16)
+    return detail::launch_prefill_tile<V, T, typename PrefillTileFor<HEAD_DIM, 16>::type>(
+        a, params, stream);
+  if (rows <= 64 || HEAD_DIM > 128)
+    return detail::launch_prefill_tile<V, T, typename PrefillTileFor<HEAD_DIM, 64>::type>(
+        a, params, stream);
+  return detail::launch_prefill_tile<
+      V, T, typename PrefillTileFor<HEAD_DIM, (HEAD_DIM > 128 ? 64 : 128)>::type>(a, params,
+                                                                                    stream);
+}
+
+}  // namespace attnc
+
+#define ATTNC_PREFILL_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Defines attnc_prefill, attnc_prefill_abi_version and attnc_prefill_tile_q_tokens for one
+// variant type, one dtype and one head_dim.
+#define ATTNC_DEFINE_PREFILL_MODULE(V, T, HEAD_DIM)                                        \
+  ATTNC_PREFILL_EXPORT int attnc_prefill(const AttncPrefillArgs* args, void* cuda_stream) { \
+    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
+    return ::attnc::launch_prefill<V, T, HEAD_DIM>(*args,                                   \
+                                                   static_cast<cudaStream_t>(cuda_stream)); \
+  }                                                                                         \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_abi_version(void) { return ATTNC_PREFILL_ABI_VERSION; } \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,  \
+                                                       int32_t max_q_len) {                 \
+    return ::attnc::prefill_tile_q_tokens<HEAD_DIM>(head_dim, group_size, max_q_len);       \
+  }
