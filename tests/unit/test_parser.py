@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from attnc.dsl import ast
@@ -274,3 +276,14 @@ def test_format_module_canonical_text() -> None:
         "def f(x) = x * 2;\n"
     )
     assert format_module(parse_module("")) == ""
+
+
+STDLIB = sorted((Path(__file__).parents[2] / "attnc" / "stdlib_variants").glob("*.attn"))
+
+
+@pytest.mark.parametrize("path", STDLIB, ids=[p.stem for p in STDLIB])
+def test_stdlib_files_parse_and_round_trip(path: Path) -> None:
+    module = parse_module(path.read_text(encoding="utf-8"), str(path))
+    assert module.items
+    printed = format_module(module)
+    assert parse_module(printed, str(path)) == module
