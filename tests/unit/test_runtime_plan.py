@@ -1,0 +1,145 @@
+"""Planner (work list order, paged lengths, workspace packing) and host-side validation."""
+
+import pytest
+import torch
+
+from attnc.runtime import plan, validate
+from attnc.runtime.kv_inputs import paged_kv, ragged_kv
+
+
+def i32(*values):
+    return torch.tensor(values, dtype=torch.int32)
+
+
+def test_work_list_heaviest_first():
+    q_lens = torch.tensor([5, 1, 9, 0])
+    kv_lens = torch.tensor([10, 30, 20, 50])
+    requests, tiles = plan.work_list(q_lens, kv_lens, 4)
+    assert requests.tolist() == [1, 2, 2, 2, 0, 0]
+    assert tiles.tolist() == [0, 0, 1, 2, 0, 1]
+    assert requests.dtype == torch.int32 and tiles.dtype == torch.int32
+
+
+def test_work_list_ties_by_request_index():
+    requests, tiles = plan.work_list(torch.tensor([2, 2]), torch.tensor([7, 7]), 1)
+    assert requests.tolist() == [0, 0, 1, 1]
+    assert tiles.tolist() == [0, 1, 0, 1]
+
+
+def test_kv_lengths_paged():
+    kv_indptr = torch.tensor([0, 3, 3, 4])
+    last = torch.tensor([2, 9, 16])
+    assert plan.kv_lengths_paged(kv_indptr, last, 16).tolist() == [34, 0, 16]
+
+
+def test_workspace_layout_and_pack():
+    layout = plan.workspace_layout({"a": 3, "b": 65, "c": 0, "d": 1})
+    assert layout.offsets == {"a": 0, "b": 256, "c": 768, "d": 768}
+    assert layout.total_bytes == 1024
+    buf = plan.pack_int32(layout, {"a": torch.tensor([1, 2, 3]), "d": torch.tensor([-7])})
+    assert buf[0:12].view(torch.int32).tolist() == [1, 2, 3]
+    assert buf[768:772].view(torch.int32).tolist() == [-7]
+
+
+def test_make_host_plan_paged():
+    host = plan.make_host_plan(
+        torch.tensor([0, 3, 20]), torch.tensor([0, 2, 3]), torch.tensor([4, 1, 7]),
+        torch.tensor([5, 1]), 8, 16,
+    )  # fmt: skip
+    assert host.kv_lens.tolist() == [13, 1]
+    assert host.work_request.tolist() == [0, 1, 1]
+    assert host.work_q_tile.tolist() == [0, 0, 1]
+    assert host.max_page == 7 and host.paged and host.batch_size == 2 and host.num_work == 3
+    buf = host.packed()
+    off = host.layout.offsets
+    assert buf[off["kv_indices"] : off["kv_indices"] + 12].view(torch.int32).tolist() == [4, 1, 7]
+
+
+@pytest.mark.parametrize(
+    ("indptr", "message"),
+    [
+        (i32(1, 2), "qo_indptr: must start at 0, got 1"),
+        (i32(0, 5, 3), "qo_indptr: must be non-decreasing, but qo_indptr[2]=3 < qo_indptr[1]=5"),
+        (torch.tensor([0, 1]), "qo_indptr: dtype must be torch.int32, got torch.int64"),
+        (i32(0, 1).reshape(1, 2), "qo_indptr: must be 1-D, got shape [1, 2]"),
+        (i32(), "qo_indptr: needs at least one entry (batch + 1)"),
+    ],
+)
+def test_bad_indptr(indptr, message):
+    with pytest.raises(ValueError) as e:
+        validate.check_indptr("qo_indptr", indptr)
+    assert str(e.value) == message
+
+
+def test_indptr_total():
+    with pytest.raises(ValueError) as e:
+        validate.check_indptr_total("qo_indptr", torch.tensor([0, 4]), "q.shape[0]", 5)
+    assert str(e.value) == "qo_indptr: last value 4 does not match q.shape[0] = 5"
+
+
+def test_kv_indices_checks():
+    with pytest.raises(ValueError, match="kv_indices: has 2 entries, but kv_indptr\\[-1\\] = 3"):
+        validate.check_kv_indices(i32(0, 1), 3)
+    with pytest.raises(ValueError, match="kv_indices: page index -1 is negative"):
+        validate.check_kv_indices(i32(0, -1), 2)
+    assert validate.check_kv_indices(i32(3, 1, 99), 2).tolist() == [3, 1]
+    with pytest.raises(ValueError) as e:
+        validate.check_pages_in_range(8, 8)
+    assert str(e.value) == "kv_indices: page index 8 out of range for a cache of 8 pages"
+
+
+def test_last_page_len_checks():
+    kv_indptr = torch.tensor([0, 2, 2])
+    assert validate.check_last_page_len(i32(16, 0), kv_indptr, 16).tolist() == [16, 0]
+    with pytest.raises(ValueError) as e:
+        validate.check_last_page_len(i32(17, 0), kv_indptr, 16)
+    assert str(e.value) == "kv_last_page_len: kv_last_page_len[0]=17 is outside [1, page_size=16]"
+    with pytest.raises(ValueError, match="kv_last_page_len: expected 2 entries, got 1"):
+        validate.check_last_page_len(i32(3), kv_indptr, 16)
+
+
+def test_heads():
+    validate.check_heads(8, 2, 128)
+    with pytest.raises(ValueError, match="head_dim: must be one of \\[64, 128, 256\\], got 96"):
+        validate.check_heads(8, 2, 96)
+    with pytest.raises(ValueError, match="num_qo_heads: 6 is not a multiple of num_kv_heads 4"):
+        validate.check_heads(6, 4, 64)
+
+
+def test_data_tensor_checks():
+    q = torch.zeros(3, 2, 64, dtype=torch.bfloat16)
+    assert validate.check_data_tensor("q", q, (3, 2, 64), "cpu") is q
+    with pytest.raises(ValueError, match="q: must be on a cuda device, got cpu"):
+        validate.check_data_tensor("q", q, (3, 2, 64))
+    with pytest.raises(
+        ValueError, match="q: dtype must be torch.bfloat16 or torch.float16, got torch.float32"
+    ):
+        validate.check_data_tensor("q", q.float(), (3, 2, 64), "cpu")
+    with pytest.raises(ValueError, match="q: expected shape \\[3, 4, 64\\], got \\[3, 2, 64\\]"):
+        validate.check_data_tensor("q", q, (3, 4, 64), "cpu")
+    strided = torch.zeros(3, 2, 128, dtype=torch.float16)[..., ::2]
+    with pytest.raises(ValueError, match="q: the last dim must be contiguous"):
+        validate.check_data_tensor("q", strided, (3, 2, 64), "cpu")
+    with pytest.raises(
+        ValueError, match="k: dtype torch.float16 differs from q dtype torch.bfloat16"
+    ):
+        validate.check_same_kind("k", strided, "q", q)
+
+
+def test_ragged_and_paged_kv_views():
+    k = torch.zeros(5, 2, 64, dtype=torch.float16)
+    views = ragged_kv((k, k.clone()), 2, 64, "cpu")
+    assert views.layout == 0 and views.k.shape == (5, 2, 64)
+    with pytest.raises(ValueError, match="v: expected shape \\[5, 2, 64\\], got \\[4, 2, 64\\]"):
+        ragged_kv((k, k[:4]), 2, 64, "cpu")
+    nhd = torch.zeros(7, 2, 16, 2, 64, dtype=torch.float16)
+    views = paged_kv(nhd, "NHD", 16, 2, 64, "cpu")
+    assert (views.layout, views.num_pages) == (1, 7)
+    assert views.v.data_ptr() == nhd[:, 1].data_ptr()
+    hnd = torch.zeros(7, 2, 16, 64, dtype=torch.float16)
+    views = paged_kv((hnd, hnd.clone()), "HND", 16, 2, 64, "cpu")
+    assert views.layout == 2
+    with pytest.raises(
+        ValueError, match="kv: expected shape \\[\\*, 2, 16, 2, 64\\], got \\[7, 2, 2, 16, 64\\]"
+    ):
+        paged_kv(torch.zeros(7, 2, 2, 16, 64, dtype=torch.float16), "NHD", 16, 2, 64, "cpu")
