@@ -201,3 +201,65 @@ def test_rotation_count_exceeds_flush_size():
     assert rotation_count(1 << 30) == 1
     assert rotation_count(96 << 20) == 3
     assert rotation_count(1 << 20) == 4
+
+
+class _FakeSystem:
+    """A system returning a fixed tensor (or raising), for the cross-check logic."""
+
+    graph = False
+
+    def __init__(self, name, out=None, exc=None, is_attnc=False):
+        self.name, self.out, self.exc, self.is_attnc = name, out, exc, is_attnc
+
+    def prepare(self, case, data):
+        from benchmarks.system import Prepared
+
+        if self.exc is not None:
+            raise self.exc
+        return Prepared(lambda: self.out)
+
+
+def test_measure_case_cross_checks_before_timing(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (2.0, ""))
+    ref = torch.randn(64, 4)
+    systems = [
+        _FakeSystem("fi", exc=Missing("flashinfer: ImportError")),
+        _FakeSystem("flex", ref),
+        _FakeSystem("sdpa", exc=Unsupported("only causal")),
+        _FakeSystem("bad", ref + 1.0),
+        _FakeSystem("nan", torch.full_like(ref, float("nan"))),
+        _FakeSystem("attnc", ref + 1e-4, is_attnc=True),
+    ]
+    out = measure.measure_case(None, systems, [None], 4e12, log=lambda _: None)
+    assert [out[n].status for n in ("fi", "flex", "sdpa", "bad", "nan", "attnc")] == [
+        "missing",
+        "ok",
+        "n/a",
+        "mismatch",
+        "mismatch",
+        "ok",
+    ]
+    assert out["attnc"].value == pytest.approx(2000.0)
+    assert out["flex"].note == "reference"
+
+
+def test_measure_case_reports_attnc_errors(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (1.0, ""))
+    systems = [
+        _FakeSystem("flex", torch.ones(3)),
+        _FakeSystem("attnc", exc=ImportError("no module named attnc.runtime"), is_attnc=True),
+    ]
+    out = measure.measure_case(None, systems, [None], 1e12, log=lambda _: None)
+    assert out["attnc"].status == "error"
+    assert out["attnc"].note.startswith("ImportError")
+    assert out["flex"].note == "unchecked"
