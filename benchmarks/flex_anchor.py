@@ -55,14 +55,14 @@ def score_mod(stdlib: str, params: dict, offset: int):
     raise Unsupported("not expressible")
 
 
-def block_mask(mask: Mask, q_len: int, kv_len: int):
+def block_mask(mask: Mask, q_len: int, kv_len: int, device: str = "cuda"):
     """The block mask for one request (None when every pair is kept)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     fn = mask_mod(mask, kv_len - q_len)
     if fn is None:
         return None
-    return create_block_mask(fn, None, None, q_len, kv_len, device="cuda")
+    return create_block_mask(fn, None, None, q_len, kv_len, device=device)
 
 
 class FlexPrefill(System):
@@ -106,10 +106,7 @@ class FlexDecode(System):
         fn = compiled_flex(self.autotune)
         bm = None
         if case.variant.mask.kind not in ("causal", "none"):
-            from torch.nn.attention.flex_attention import create_block_mask
-
-            mm = mask_mod(case.variant.mask, kv_len - 1)
-            bm = create_block_mask(mm, None, None, 1, kv_len, device="cuda")
+            bm = block_mask(case.variant.mask, 1, kv_len)
         q = data.q.unsqueeze(2)
         k, v = data.dense_k, data.dense_v
         gqa = case.num_qo_heads != case.num_kv_heads
