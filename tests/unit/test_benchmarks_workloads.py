@@ -329,3 +329,39 @@ def test_flashinfer_keywords_per_variant():
     for key, backend in (("alibi", "fa3"), ("sigmoid", "fa2"), ("prefix_lm", "fa2")):
         with pytest.raises(Unsupported):
             variant_kwargs(VARIANTS[key], backend)
+
+
+def test_page_table_and_dense_gather():
+    import torch
+
+    from benchmarks.inputs import dense_kv, page_table
+
+    lens = [37, 16, 1]
+    indptr, indices, last, pages = page_table(lens, 16, seed=3)
+    assert indptr.tolist() == [0, 3, 4, 5] and pages == 5
+    assert sorted(indices.tolist()) == list(range(5)) and last.tolist() == [5, 16, 1]
+    equal = [40, 40]
+    indptr, indices, last, pages = page_table(equal, 16, seed=4)
+    cache = torch.randn(pages, 2, 16, 2, 8)
+    k, v = dense_kv(cache, indices, 2, 40)
+    assert k.shape == (2, 2, 40, 8)
+    for b in range(2):
+        for t in (0, 17, 39):
+            page = int(indices[indptr[b] + t // 16])
+            torch.testing.assert_close(k[b, :, t], cache[page, 0, t % 16])
+            torch.testing.assert_close(v[b, :, t], cache[page, 1, t % 16])
+
+
+def test_results_write_json_and_markdown(tmp_path):
+    import json
+
+    from benchmarks.plot import write_plot
+    from benchmarks.results import Results
+
+    res = Results(str(tmp_path), {"torch": "x"})
+    res.add_row("decode", "plain", "TB/s", {"attnc": Outcome("missing", note="not implemented")})
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert data["suites"]["decode"][0]["systems"]["attnc"]["status"] == "missing"
+    assert "missing: not implemented" in (tmp_path / "bench.md").read_text()
+    note = write_plot("decode", data["suites"]["decode"], str(tmp_path / "p.png"))
+    assert "plot" in note
