@@ -28,6 +28,12 @@ def _tokens(children: list[Any], kind: str) -> list[Token]:
     return [c for c in children if isinstance(c, Token) and c.type == kind]
 
 
+def _leaf(node: object) -> Token:
+    """A child the grammar guarantees to be a token."""
+    assert isinstance(node, Token), node
+    return node
+
+
 def _trees(children: list[Any]) -> list[Tree[Any]]:
     return [c for c in children if isinstance(c, Tree)]
 
@@ -95,13 +101,13 @@ class AstBuilder:
     def _param(self, tree: Tree[Any]) -> ast.Param:
         _, name, type_tree, *rest = tree.children
         default = self.expr(rest[0]) if rest and rest[0] is not None else None
-        return ast.Param(self._name(name), self._type(type_tree), default, self.loc(tree))
+        return ast.Param(self._name(_leaf(name)), self._type(type_tree), default, self.loc(tree))
 
     def _type(self, tree: Tree[Any]) -> ast.ScalarType | ast.TensorType:
         if tree.data == "scalar_type":
             return ast.ScalarType(str(tree.children[0]), self.loc(tree))
         _, elem, *dims = tree.children
-        return ast.TensorType(str(elem), tuple(self._dim(d) for d in dims), self.loc(tree))
+        return ast.TensorType(str(elem), tuple(self._dim(_leaf(d)) for d in dims), self.loc(tree))
 
     def _dim(self, tok: Token) -> ast.Expr:
         if tok.type == "NAME":
@@ -113,11 +119,11 @@ class AstBuilder:
 
     def _let(self, tree: Tree[Any]) -> ast.Let:
         _, name, value = tree.children
-        return ast.Let(self._name(name), self.expr(value), self.loc(tree))
+        return ast.Let(self._name(_leaf(name)), self.expr(value), self.loc(tree))
 
     def _assign(self, tree: Tree[Any]) -> ast.Assign:
         target, value = tree.children
-        return ast.Assign(self._name(target), self.expr(value), self.loc(tree))
+        return ast.Assign(self._name(_leaf(target)), self.expr(value), self.loc(tree))
 
     def _normalize(self, tree: Tree[Any]) -> ast.Normalize:
         (mode,) = _tokens(tree.children, "NAME")
@@ -139,12 +145,12 @@ class AstBuilder:
         sub = depth + 1
         kind = node.data
         if kind == "number":
-            value, is_float = number_value(kids[0], self.file)
+            value, is_float = number_value(_leaf(kids[0]), self.file)
             return ast.Num(value, is_float, loc)
         if kind in ("true", "false"):
             return ast.BoolLit(kind == "true", loc)
         if kind == "name":
-            return ast.Name(self._name(kids[0]), loc)
+            return ast.Name(self._name(_leaf(kids[0])), loc)
         if kind == "unary":
             return ast.Unary(str(kids[0]), self.expr(kids[1], sub), loc)
         if kind == "binary":
@@ -155,5 +161,5 @@ class AstBuilder:
             return ast.Ternary(cond, then, other, loc)
         args = tuple(self.expr(k, sub) for k in kids[1:] if k is not None)
         if kind == "call":
-            return ast.Call(self._name(kids[0]), args, loc)
-        return ast.Index(self._name(kids[0]), args, loc)
+            return ast.Call(self._name(_leaf(kids[0])), args, loc)
+        return ast.Index(self._name(_leaf(kids[0])), args, loc)

@@ -168,10 +168,10 @@ def _token_error(err: UnexpectedToken, text: str, file: str) -> AttnError:
 
 
 def _char_error(err: UnexpectedCharacters, text: str, file: str) -> AttnError:
-    line, col = err.line, err.column
-    char = text[err.pos_in_stream] if 0 <= err.pos_in_stream < len(text) else ""
+    line, col, pos = err.line or 1, err.column or 1, err.pos_in_stream or 0
+    char = text[pos] if 0 <= pos < len(text) else ""
     if char == '"':
-        rest = text[err.pos_in_stream :].split("\n", 1)[0]
+        rest = text[pos:].split("\n", 1)[0]
         return AttnError(Loc(file, line, col, line, col + len(rest)), "unterminated string")
     return AttnError(
         Loc(file, line, col, line, col + 1), f"unexpected character '{_printable(char)}'"
