@@ -34,9 +34,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default=None, help="keep rows whose name contains this text")
     p.add_argument("--skip", default="", help="comma-separated systems to leave out")
     p.add_argument("--rep", type=int, default=None, help="timing budget per system in ms")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=0.0,
+        help="seconds after which no new row is started (0: no limit)",
+    )
     args = p.parse_args(argv)
     args.suites = list(SUITES) if "all" in args.suite else list(dict.fromkeys(args.suite))
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    args.deadline = time.monotonic() + args.budget if args.budget > 0 else None
     if args.rep is None:
         args.rep = 50 if args.quick else 100
     return args

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from benchmarks import flops, workloads
@@ -109,9 +110,23 @@ def _selected(cases: list, only: str | None) -> list:
     return [c for c in cases if not only or only.lower() in c.name.lower()]
 
 
+def out_of_time(args, suite: str, case, results: Results, log: Callable) -> bool:
+    """True (and a note in the report) once the --budget deadline has passed."""
+    deadline = getattr(args, "deadline", None)
+    if deadline is None or time.monotonic() < deadline:
+        return False
+    note = f"{suite}: row '{case.name}' not run (time budget)"
+    log(note)
+    results.data["meta"].setdefault("notes", []).append(note)
+    results.save()
+    return True
+
+
 def run_prefill(args, results: Results, log: Callable = print) -> None:
     """Single-request prefill rows."""
     for case in _selected(workloads.prefill_cases(args.quick), args.only):
+        if out_of_time(args, "prefill", case, results, log):
+            continue
         log(f"[prefill] {case.name}")
         _prefill_row(case, args, results, log)
 
@@ -119,6 +134,8 @@ def run_prefill(args, results: Results, log: Callable = print) -> None:
 def run_decode(args, results: Results, log: Callable = print) -> None:
     """Batch 64 x 4096 paged decode rows."""
     for case in _selected(workloads.decode_cases(args.quick), args.only):
+        if out_of_time(args, "decode", case, results, log):
+            continue
         log(f"[decode] {case.name}")
         _decode_row("decode", case, args, results, log)
 
@@ -126,6 +143,8 @@ def run_decode(args, results: Results, log: Callable = print) -> None:
 def run_batch(args, results: Results, log: Callable = print) -> None:
     """Skewed batches: decode_zipf, decode_uniform, prefill_zipf."""
     for case in _selected(workloads.batch_cases(args.quick), args.only):
+        if out_of_time(args, "batch", case, results, log):
+            continue
         log(f"[batch] {case.name}")
         if isinstance(case, workloads.DecodeCase):
             _decode_row("batch", case, args, results, log)

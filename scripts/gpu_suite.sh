@@ -9,6 +9,7 @@
 #   ATTNC_QUICK=1       one or two rows per suite
 #   ATTNC_PYTEST_ARGS   extra pytest arguments
 #   ATTNC_BENCH_ARGS    extra benchmark arguments (e.g. "--skip flashinfer_fa3 --only 8192")
+#   ATTNC_BUDGET        seconds after which the benchmarks start no new row (default: none)
 set -o pipefail
 
 OUT="${OUT:-$PWD/gpu_out}"
@@ -39,6 +40,9 @@ fi
 bench_args=(--suite ${ATTNC_SUITES:-prefill} --out "$OUT")
 if [ "${ATTNC_QUICK:-0}" = "1" ]; then
     bench_args+=(--quick)
+fi
+if [ -n "${ATTNC_BUDGET:-}" ]; then
+    bench_args+=(--budget "$ATTNC_BUDGET")
 fi
 # shellcheck disable=SC2206
 bench_args+=(${ATTNC_BENCH_ARGS:-})

@@ -365,3 +365,19 @@ def test_results_write_json_and_markdown(tmp_path):
     assert "missing: not implemented" in (tmp_path / "bench.md").read_text()
     note = write_plot("decode", data["suites"]["decode"], str(tmp_path / "p.png"))
     assert "plot" in note
+
+
+def test_budget_stops_new_rows(tmp_path):
+    import time
+
+    from benchmarks.cli import parse_args
+    from benchmarks.results import Results
+    from benchmarks.suites import out_of_time
+
+    args = parse_args(["--budget", "5"])
+    res = Results(str(tmp_path))
+    case = workloads.prefill_cases(quick=True)[0]
+    assert not out_of_time(args, "prefill", case, res, lambda _: None)
+    args.deadline = time.monotonic() - 1
+    assert out_of_time(args, "prefill", case, res, lambda _: None)
+    assert "not run (time budget)" in (tmp_path / "bench.md").read_text()
