@@ -140,26 +140,33 @@ class AstBuilder:
             raise AttnError(self.loc(node), "expected an expression")
         if depth > MAX_EXPR_DEPTH:
             raise AttnError(self.loc(node), "expression nested too deeply")
-        kids = node.children
-        loc = self.loc(node)
-        sub = depth + 1
-        kind = node.data
-        if kind == "number":
-            value, is_float = number_value(_leaf(kids[0]), self.file)
-            return ast.Num(value, is_float, loc)
-        if kind in ("true", "false"):
-            return ast.BoolLit(kind == "true", loc)
-        if kind == "name":
-            return ast.Name(self._name(_leaf(kids[0])), loc)
-        if kind == "unary":
-            return ast.Unary(str(kids[0]), self.expr(kids[1], sub), loc)
-        if kind == "binary":
-            left, op, right = kids
-            return ast.Binary(str(op), self.expr(left, sub), self.expr(right, sub), loc)
-        if kind == "ternary":
-            cond, then, other = (self.expr(k, sub) for k in kids)
+        kids, loc = node.children, self.loc(node)
+        if node.data in ("number", "true", "false", "name"):
+            return self._leaf_expr(node.data, _leaf(kids[0]), loc)
+        subs = [
+            None if k is None or isinstance(k, Token) else self.expr(k, depth + 1) for k in kids
+        ]
+        if node.data == "unary":
+            return ast.Unary(str(kids[0]), _present(subs)[0], loc)
+        if node.data == "binary":
+            left, right = _present(subs)
+            return ast.Binary(str(kids[1]), left, right, loc)
+        if node.data == "ternary":
+            cond, then, other = _present(subs)
             return ast.Ternary(cond, then, other, loc)
-        args = tuple(self.expr(k, sub) for k in kids[1:] if k is not None)
-        if kind == "call":
-            return ast.Call(self._name(_leaf(kids[0])), args, loc)
-        return ast.Index(self._name(_leaf(kids[0])), args, loc)
+        name = self._name(_leaf(kids[0]))
+        if node.data == "call":
+            return ast.Call(name, tuple(_present(subs)), loc)
+        return ast.Index(name, tuple(_present(subs)), loc)
+
+    def _leaf_expr(self, kind: str, tok: Token, loc: Loc) -> ast.Expr:
+        if kind == "number":
+            value, is_float = number_value(tok, self.file)
+            return ast.Num(value, is_float, loc)
+        if kind == "name":
+            return ast.Name(self._name(tok), loc)
+        return ast.BoolLit(kind == "true", loc)
+
+
+def _present(exprs: list[ast.Expr | None]) -> list[ast.Expr]:
+    return [e for e in exprs if e is not None]

@@ -287,3 +287,10 @@ def test_stdlib_files_parse_and_round_trip(path: Path) -> None:
     assert module.items
     printed = format_module(module)
     assert parse_module(printed, str(path)) == module
+
+
+def test_grammar_is_conflict_free_in_strict_mode() -> None:
+    pytest.importorskip("interegular")
+    from attnc.dsl.parser import grammar_parser
+
+    assert grammar_parser().options.strict is True
