@@ -7,6 +7,7 @@ User code only lands in the named slots of ``templates/functor.cuh.j2``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, cpp_name, render
@@ -230,7 +231,7 @@ def emit_functor(compiled: Compiled) -> str:
         "functor.cuh.j2",
         name=struct_name(v),
         variant=v,
-        source=v.file or "<string>",
+        source=os.path.basename(v.file) if v.file else "<string>",
         param_fields=param_fields(v),
         request_values=hoister.request_values(),
         row_values=hoister.row_values(),

@@ -199,6 +199,7 @@ class _VariantLowering:
             value = lower_expr(item.value, self.scope)
             if value.type != ir.BOOL:
                 raise AttnError(item.value.loc, f"mask must be bool, got {value.type}")
+            _forbid(value, ("score",), "mask", item.value.loc)
             self.mask = value
         else:
             self._once("output", item.loc)
@@ -207,6 +208,7 @@ class _VariantLowering:
                 value = lower_expr(item.value, self.scope)
             finally:
                 self.scope.allow_out = False
+            _forbid(value, ("score", "kv_idx"), "output", item.value.loc)
             self.output = self._numeric(value, item.value.loc, "output")
 
     def _assign_score(self, item: ast.Assign) -> None:
@@ -220,6 +222,14 @@ class _VariantLowering:
         if value.type == ir.BOOL:
             raise AttnError(loc, f"{what} must be a number (f32), got bool")
         return cast(value, ir.F32)
+
+
+def _forbid(value: ir.Expr, names: tuple[str, ...], what: str, loc: Loc) -> None:
+    """Reject built-ins a slot cannot see (the mask is decided before the score exists; the
+    output is per query row, after the sum over keys)."""
+    for node in ir.walk(value):
+        if isinstance(node, ir.Builtin) and node.name in names:
+            raise AttnError(node.loc if node.loc.line else loc, f"{what} cannot use '{node.name}'")
 
 
 def _lower_variant(

@@ -85,15 +85,15 @@ def params_struct(decls: Sequence[ParamDecl]) -> type[ctypes.Structure]:
     """A ctypes Structure laid out like the generated C++ ``Params`` struct.
 
     One field per param in declaration order: f32 -> float, i32 and bool -> int32,
-    tensor -> a device pointer. A variant without params gets one ``char`` of padding,
-    matching ``sizeof`` of an empty C++ struct (1).
+    tensor -> a device pointer. A variant without params gets the generated struct's one
+    ``int unused_`` member, so the sizes agree.
     """
     fields: list[tuple[str, type]] = []
     for decl in decls:
         ctype = ctypes.c_void_p if decl.kind == "tensor" else _SCALAR_CTYPES[decl.dtype]
         fields.append((decl.name, ctype))
     if not fields:
-        fields.append(("_empty", ctypes.c_char))
+        fields.append(("unused_", ctypes.c_int32))
     return type("VariantParams", (ctypes.Structure,), {"_fields_": fields})
 
 

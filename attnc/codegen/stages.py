@@ -1,0 +1,50 @@
+"""Text of each ``attnc compile --emit`` stage."""
+
+from __future__ import annotations
+
+from attnc.codegen.functor import emit_functor
+from attnc.codegen.torch_ref import emit_reference_source
+from attnc.compiler import ir
+from attnc.compiler.hoist import hoistable, level
+from attnc.compiler.ir_printer import format_ir, format_variant
+from attnc.compiler.pipeline import Compiled, parse, resolve_source
+from attnc.dsl.printer import format_module
+
+
+def emit_ast(spec: str) -> str:
+    """The parsed file printed back as canonical source."""
+    text, file = resolve_source(spec)
+    return format_module(parse(text, file))
+
+
+def emit_stage(c: Compiled, stage: str) -> tuple[str, str]:
+    """(file name, text) of ``stage`` (ir, opt, cuda, torch) for one compiled variant."""
+    name = c.variant.name
+    if stage == "ir":
+        return f"{name}.ir", format_variant(c.lowered)
+    if stage == "opt":
+        return f"{name}.opt", format_variant(c.variant) + _analyses(c)
+    if stage == "cuda":
+        return f"{name}.cuh", emit_functor(c)
+    if stage == "torch":
+        return f"{name}_reference.py", emit_reference_source(c.variant)
+    raise ValueError(f"unknown stage '{stage}'")
+
+
+def _analyses(c: Compiled) -> str:
+    lines = ["  analyses:"]
+    a = c.affine
+    if a is None:
+        lines.append("    score: not affine (transform evaluated per element)")
+    elif a.identity:
+        lines.append("    score: identity (folded into the exp2 scale)")
+    else:
+        lines.append(f"    score: affine, scale = {format_ir(a.scale)}, bias = {format_ir(a.bias)}")
+    lines.append(f"    mask: {c.mask_analysis.describe()}")
+    hoisted = []
+    for e in (c.variant.score, c.variant.mask, c.variant.output):
+        if e is not None:
+            hoisted.extend(x for x in hoistable(e, ir.ELEMENT) if x not in hoisted)
+    for x in hoisted:
+        lines.append(f"    hoisted to {ir.LEVEL_NAMES[level(x)]}: {format_ir(x)}")
+    return "\n".join(lines) + "\n"

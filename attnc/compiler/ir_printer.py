@@ -1,0 +1,65 @@
+"""Readable text of the IR (``attnc compile --emit ir|opt``): expressions in source syntax
+with explicit casts, plus declarations and analyses."""
+
+from __future__ import annotations
+
+from attnc.compiler import ir
+from attnc.compiler.hoist import level
+
+_PREC = {"||": 2, "&&": 3, "==": 4, "!=": 4, "<": 5, "<=": 5, ">": 5, ">=": 5,
+         "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+
+
+def format_ir(e: ir.Expr) -> str:
+    """Source-like text of an IR expression (casts shown as f32(...) / i32(...))."""
+    return _fmt(e, 0)
+
+
+def _fmt(e: ir.Expr, min_prec: int) -> str:
+    if isinstance(e, ir.Const):
+        if e.type == ir.BOOL:
+            return "true" if e.value else "false"
+        return repr(float(e.value)) if e.type == ir.F32 else str(int(e.value))
+    if isinstance(e, (ir.Builtin, ir.ParamRef)):
+        return e.name
+    if isinstance(e, ir.TensorLoad):
+        return f"{e.name}[{', '.join(_fmt(i, 0) for i in e.indices)}]"
+    if isinstance(e, ir.Unary):
+        return _paren(f"{'!' if e.op == 'not' else '-'}{_fmt(e.x, 8)}", 8, min_prec)
+    if isinstance(e, ir.Binary):
+        p = _PREC[e.op]
+        return _paren(f"{_fmt(e.a, p)} {e.op} {_fmt(e.b, p + 1)}", p, min_prec)
+    if isinstance(e, ir.Select):
+        text = f"{_fmt(e.cond, 2)} ? {_fmt(e.a, 1)} : {_fmt(e.b, 1)}"
+        return _paren(text, 1, min_prec)
+    if isinstance(e, ir.Cast):
+        return f"{e.type}({_fmt(e.x, 0)})"
+    if isinstance(e, ir.Call):
+        return f"{e.fn}({', '.join(_fmt(a, 0) for a in e.args)})"
+    raise TypeError(f"not an IR expression: {e!r}")
+
+
+def _paren(text: str, prec: int, min_prec: int) -> str:
+    return f"({text})" if prec < min_prec else text
+
+
+def format_variant(v: ir.VariantIR) -> str:
+    """Declarations and expressions of a variant, one per line."""
+    lines = [f"variant {v.name}  # {v.file}"]
+    if v.doc:
+        lines.append(f"  doc: {v.doc}")
+    for p in v.params:
+        if p.kind == "tensor":
+            lines.append(f"  param {p.name}: tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]")
+        else:
+            default = "" if p.default is None else f" = {p.default}"
+            lines.append(f"  param {p.name}: {p.dtype}{default}")
+    lines.append(f"  normalize: {v.normalize}")
+    lines.append(f"  kv_layout: {' | '.join(v.kv_layouts)}")
+    for name in ("score", "mask", "output"):
+        e = getattr(v, name)
+        text = "(identity)" if e is None and name != "mask" else "(none)" if e is None else (
+            f"{format_ir(e)}  : {e.type} @ {ir.LEVEL_NAMES[level(e)]}"
+        )
+        lines.append(f"  {name} = {text}")
+    return "\n".join(lines) + "\n"
