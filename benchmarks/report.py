@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 CEILING_FOR_UNIT = {"TFLOP/s": "matmul_tflops", "TB/s": "copy_tbps"}
+QUIET_NOTES = {"reference", "graph"}
 
 
 def format_outcome(out: dict | None) -> str:
@@ -13,7 +14,8 @@ def format_outcome(out: dict | None) -> str:
     if status == "ok":
         value = out["value"]
         text = f"{value:.2f}" if value < 10 else f"{value:.0f}" if value >= 100 else f"{value:.1f}"
-        return f"{text} ({note})" if note and note not in ("reference",) else text
+        shown = [n for n in note.split("; ") if n and n not in QUIET_NOTES]
+        return f"{text} ({'; '.join(shown)})" if shown else text
     if status == "n/a":
         return "—"
     return f"{status}: {note}" if note else str(status)
@@ -87,13 +89,14 @@ def render_all(data: dict) -> str:
     """The whole report: meta line, ceilings, one table per suite, notes."""
     meta = data.get("meta", {})
     parts = ["# attnc benchmarks", ""]
-    if meta:
-        parts.append(", ".join(f"{k}: {v}" for k, v in meta.items()) + "\n")
+    shown = {k: v for k, v in meta.items() if k != "notes"}
+    if shown:
+        parts.append(", ".join(f"{k}: {v}" for k, v in shown.items()) + "\n")
     ceil = render_ceilings(data.get("ceilings", {}))
     if ceil:
         parts.append(ceil)
     for name, rows in data.get("suites", {}).items():
         parts.append(render_suite(name, rows, data.get("ceilings", {})))
-    for note in meta.get("notes", []) if isinstance(meta.get("notes"), list) else []:
+    for note in meta.get("notes", []):
         parts.append(f"- {note}")
     return "\n".join(parts) + "\n"
