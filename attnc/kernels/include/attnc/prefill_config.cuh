@@ -32,7 +32,7 @@ struct PrefillTileFor;
 
 template <> struct PrefillTileFor<64, 16> { using type = PrefillTile<64, 1, 1, 64, 2, true, 8>; };
 template <> struct PrefillTileFor<64, 64> { using type = PrefillTile<64, 4, 1, 64, 2, true, 3>; };
-template <> struct PrefillTileFor<64, 128> { using type = PrefillTile<64, 4, 2, 64, 2, true, 2>; };
+template <> struct PrefillTileFor<64, 128> { using type = PrefillTile<64, 4, 2, 32, 2, false, 2>; };
 template <> struct PrefillTileFor<128, 16> {
   using type = PrefillTile<128, 1, 1, 64, 2, true, 8>;
 };
@@ -40,13 +40,13 @@ template <> struct PrefillTileFor<128, 64> {
   using type = PrefillTile<128, 4, 1, 64, 2, true, 2>;
 };
 template <> struct PrefillTileFor<128, 128> {
-  using type = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+  using type = PrefillTile<128, 4, 2, 16, 2, false, 2>;
 };
 template <> struct PrefillTileFor<256, 16> {
-  using type = PrefillTile<256, 1, 1, 32, 2, false, 4>;
+  using type = PrefillTile<256, 1, 1, 16, 2, false, 4>;
 };
 template <> struct PrefillTileFor<256, 64> {
-  using type = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+  using type = PrefillTile<256, 4, 1, 16, 2, false, 2>;
 };
 
 template <int HEAD_DIM>

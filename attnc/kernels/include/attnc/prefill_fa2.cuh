@@ -70,9 +70,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // ---- Q tile -> shared memory (rows past the tile are zero-filled).
   {
     const T* q_ptr = static_cast<const T*>(args.q);
-    for (int i = tid; i < ROWS * CH; i += kThreads) {
-      const int r = i / CH;
-      const int c = i % CH;
+    static_assert((ROWS * CH) % kThreads == 0, "Q tile chunks must split evenly over threads");
+    const int c = tid % CH;
+    for (int it = 0; it < ROWS * CH / kThreads; ++it) {
+      const int r = tid / CH + it * (kThreads / CH);
       const bool ok = r < rows_valid;
       const int rr = ok ? r : 0;
       const int64_t off = static_cast<int64_t>(q_start + q0 + rr / group) * args.q_stride_tok +
@@ -120,10 +121,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     const int kv1 = min(kv0 + KVT, range.end);
     T* dk = s_k + stage * KVT * D;
     T* dv = s_v + stage * KVT * D;
+    static_assert((KVT * CH) % kThreads == 0, "KV tile chunks must split evenly over threads");
+    const int c = tid % CH;
 #pragma unroll
-    for (int i = tid; i < KVT * CH; i += kThreads) {
-      const int r = i / CH;
-      const int c = i % CH;
+    for (int it = 0; it < KVT * CH / kThreads; ++it) {
+      const int r = tid / CH + it * (kThreads / CH);
       const bool ok = kv0 + r < kv1;
       const int64_t off = ok ? kv.offset(kv0 + r) : 0;
       const int s = Layout::offset(r, c);
