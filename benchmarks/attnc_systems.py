@@ -31,6 +31,17 @@ class AttncPrefill(System):
         params = data.params
         return Prepared(lambda: variant.prefill(data.q, data.k, data.v, **params))
 
+    def self_check(self, case, data, out, rows: int = 256) -> float:
+        """Relative error of the last ``rows`` query rows against attnc's eager reference.
+
+        With bottom-right alignment the last rows of q keep their positions when q is cut.
+        """
+        from benchmarks.measure import rel_err
+
+        variant = load_variant(case.variant.stdlib)
+        ref = variant.reference(data.q[-rows:], data.k, data.v, **data.params)
+        return rel_err(out[-rows:], ref)
+
 
 class AttncBatchPrefill(System):
     """``attnc.BatchPrefillWrapper`` over the paged cache."""

@@ -42,6 +42,31 @@ def _reference(order: list[str], outputs: dict, attnc_names: set[str]) -> str | 
     return next((n for n in order if n in outputs), None)
 
 
+def _check(systems, case, sets, outputs: dict) -> tuple[dict, dict, str | None]:
+    """Relative errors and check notes per system; the reference name.
+
+    With a single output, a system's own ``self_check`` (attnc: its eager reference on the
+    last query rows) replaces the cross-check when it has one.
+    """
+    order = [s.name for s in systems]
+    ref = _reference(order, outputs, {s.name for s in systems if s.is_attnc})
+    errors = {name: rel_err(out, outputs[ref]) for name, out in outputs.items()}
+    notes = {name: "" for name in outputs}
+    if ref is not None:
+        notes[ref] = "reference"
+    if len(outputs) == 1:
+        system = next(s for s in systems if s.name == ref)
+        check = getattr(system, "self_check", None)
+        notes[ref] = "unchecked"
+        if check is not None:
+            try:
+                errors[ref] = check(case, sets[0], outputs[ref])
+                notes[ref] = "vs eager reference, last rows"
+            except Exception as exc:
+                notes[ref] = f"unchecked ({short_reason(exc, 60)})"
+    return errors, notes, ref
+
+
 def measure_case(
     case,
     systems: Sequence[System],
@@ -61,9 +86,7 @@ def measure_case(
         except Exception as exc:
             outcomes[system.name] = from_exception(exc)
             log(f"  {system.name}: {outcomes[system.name].status} {outcomes[system.name].note}")
-    order = [s.name for s in systems]
-    ref = _reference(order, outputs, {s.name for s in systems if s.is_attnc})
-    errors = {name: rel_err(out, outputs[ref]) for name, out in outputs.items()}
+    errors, notes, ref = _check(systems, case, sets, outputs)
     del outputs
     for system in systems:
         name = system.name
@@ -71,24 +94,23 @@ def measure_case(
             continue
         err = errors[name]
         if err > REL_TOL:
-            outcomes[name] = Outcome("mismatch", note=f"rel err {err:.2e} vs {ref}", rel_err=err)
-            log(f"  {name}: mismatch (rel err {err:.2e} vs {ref})")
+            note = f"rel err {err:.2e} {notes[name] if notes[name] else f'vs {ref}'}"
+            outcomes[name] = Outcome("mismatch", note=note, rel_err=err)
+            log(f"  {name}: mismatch ({note})")
             continue
-        outcomes[name] = _time(system, prepared[name], work, rep, err, ref, len(prepared))
+        outcomes[name] = _time(system, prepared[name], work, rep, err, notes[name])
         log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
     return {s.name: outcomes[s.name] for s in systems}
 
 
-def _time(system: System, preps: list, work: float, rep: int, err: float, ref, n_ok: int):
+def _time(system: System, preps: list, work: float, rep: int, err: float, check_note: str):
     """Time one system's prepared calls and turn the median into a rate."""
     try:
         ms, note = bench_ms([p.run for p in preps], graph=system.graph, rep=rep)
     except Exception as exc:
         return Outcome("error", note=short_reason(exc))
     notes = [n for n in (note, preps[0].note) if n]
-    if n_ok < 2:
-        notes.append("unchecked")
-    elif system.name == ref:
-        notes.append("reference")
+    if check_note:
+        notes.append(check_note)
     value = work / (ms * 1e-3) / 1e12
     return Outcome("ok", value=value, note="; ".join(notes), rel_err=err)

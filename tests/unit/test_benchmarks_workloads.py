@@ -381,3 +381,41 @@ def test_budget_stops_new_rows(tmp_path):
     args.deadline = time.monotonic() - 1
     assert out_of_time(args, "prefill", case, res, lambda _: None)
     assert "not run (time budget)" in (tmp_path / "bench.md").read_text()
+
+
+def test_single_output_uses_self_check(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (1.0, ""))
+    good = _FakeSystem("attnc", torch.ones(3), is_attnc=True)
+    good.self_check = lambda case, data, out: 1e-3
+    out = measure.measure_case(None, [good], [None], 1e12, log=lambda _: None)
+    assert out["attnc"].status == "ok" and out["attnc"].note == "vs eager reference, last rows"
+    good.self_check = lambda case, data, out: 0.5
+    out = measure.measure_case(None, [good], [None], 1e12, log=lambda _: None)
+    assert out["attnc"].status == "mismatch"
+
+
+def test_attnc_self_check_slices_bottom_right_rows():
+    import torch
+
+    from benchmarks.attnc_systems import AttncPrefill, load_variant
+    from benchmarks.inputs import DenseData
+    from benchmarks.workloads import VARIANTS, PrefillCase
+
+    try:
+        variant = load_variant("sliding_window")
+    except Exception as exc:  # the runtime may not import on this machine
+        pytest.skip(f"attnc.load unavailable: {exc}")
+    case = PrefillCase(
+        VARIANTS["sliding_window"], 40, 64, num_qo_heads=4, num_kv_heads=2, head_dim=16
+    )
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(40, 4, 16, generator=gen)
+    k, v = (torch.randn(64, 2, 16, generator=gen) for _ in range(2))
+    data = DenseData(q, k, v, {"window": 9})
+    full = variant.reference(q, k, v, window=9)
+    assert AttncPrefill().self_check(case, data, full, rows=8) < 1e-6
