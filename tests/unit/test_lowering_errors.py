@@ -380,6 +380,6 @@ def test_cli_check_all_stdlib_files() -> None:
     assert proc.stderr == ""
     expected = [
         f"{p}: ok ({'no variants' if f == 'masks.attn' else f[: -len('.attn')]})"
-        for p, f in zip(paths, files)
+        for p, f in zip(paths, files, strict=True)
     ]
     assert proc.stdout.splitlines() == expected
