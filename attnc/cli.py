@@ -54,7 +54,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="ast: parsed source; ir: lowered IR; opt: simplified IR and analyses; "
         "cuda: the functor header; torch: the PyTorch reference (default: cuda)",
     )
-    comp.add_argument("-o", "--output-dir", metavar="DIR", help="write files here instead of stdout")
+    comp.add_argument(
+        "-o", "--output-dir", metavar="DIR", help="write files here instead of stdout"
+    )
     comp.set_defaults(func=_cmd_compile)
 
     lst = sub.add_parser("list", help="list the standard library variants with their docs")

@@ -41,7 +41,7 @@ def _analyses(c: Compiled) -> str:
     else:
         lines.append(f"    score: affine, scale = {format_ir(a.scale)}, bias = {format_ir(a.bias)}")
     lines.append(f"    mask: {c.mask_analysis.describe()}")
-    hoisted = []
+    hoisted: list[ir.Expr] = []
     for e in (c.variant.score, c.variant.mask, c.variant.output):
         if e is not None:
             hoisted.extend(x for x in hoistable(e, ir.ELEMENT) if x not in hoisted)

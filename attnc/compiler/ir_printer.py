@@ -6,8 +6,21 @@ from __future__ import annotations
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
 
-_PREC = {"||": 2, "&&": 3, "==": 4, "!=": 4, "<": 5, "<=": 5, ">": 5, ">=": 5,
-         "+": 6, "-": 6, "*": 7, "/": 7, "%": 7}
+_PREC = {
+    "||": 2,
+    "&&": 3,
+    "==": 4,
+    "!=": 4,
+    "<": 5,
+    "<=": 5,
+    ">": 5,
+    ">=": 5,
+    "+": 6,
+    "-": 6,
+    "*": 7,
+    "/": 7,
+    "%": 7,
+}
 
 
 def format_ir(e: ir.Expr) -> str:
@@ -58,8 +71,12 @@ def format_variant(v: ir.VariantIR) -> str:
     lines.append(f"  kv_layout: {' | '.join(v.kv_layouts)}")
     for name in ("score", "mask", "output"):
         e = getattr(v, name)
-        text = "(identity)" if e is None and name != "mask" else "(none)" if e is None else (
-            f"{format_ir(e)}  : {e.type} @ {ir.LEVEL_NAMES[level(e)]}"
+        text = (
+            "(identity)"
+            if e is None and name != "mask"
+            else "(none)"
+            if e is None
+            else (f"{format_ir(e)}  : {e.type} @ {ir.LEVEL_NAMES[level(e)]}")
         )
         lines.append(f"  {name} = {text}")
     return "\n".join(lines) + "\n"

@@ -31,8 +31,8 @@ class Program:
         """The variant called ``name``; without a name, the only variant of the root file."""
         if name is None:
             if len(self.variants) != 1:
-                names = ", ".join(v.name for v in self.variants) or "none"
-                raise LookupError(f"the file defines several variants ({names}): choose one")
+                listed = ", ".join(v.name for v in self.variants) or "none"
+                raise LookupError(f"the file defines several variants ({listed}): choose one")
             return self.variants[0]
         for v in self.variants:
             if v.name == name:

@@ -7,7 +7,9 @@ Cast. ``def`` helpers are inlined at their call sites (recursion is an error).
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from attnc.compiler import ir
 from attnc.dsl import ast
@@ -227,7 +229,7 @@ def _expect_numeric(x: ir.Expr, loc: Loc, what: str) -> None:
         raise AttnError(loc, f"{what} must be a number (i32 or f32), got bool")
 
 
-_LOWERERS = {
+_LOWERERS: dict[type, Callable[[Any, Scope], ir.Expr]] = {
     ast.Num: _num,
     ast.BoolLit: _bool,
     ast.Name: _name,

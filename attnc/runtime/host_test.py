@@ -41,8 +41,10 @@ class HostTestReport:
     @property
     def ok(self) -> bool:
         errors = (self.score_error, self.output_error, self.affine_error)
-        return all(e <= TOLERANCE for e in errors) and not self.mask_mismatches and not (
-            self.tile_violations
+        return (
+            all(e <= TOLERANCE for e in errors)
+            and not self.mask_mismatches
+            and not (self.tile_violations)
         )
 
     def summary(self) -> str:
@@ -62,13 +64,37 @@ def compiler_command(source: str, binary: str) -> list[str]:
     """nvcc (host code of the __host__ __device__ functor) when present, else g++."""
     nvcc = shutil.which("nvcc") or _cuda_home_nvcc()
     if nvcc:
-        return [nvcc, "-std=c++17", "-O1", "-x", "cu", "-I", INCLUDE_DIR, "-I",
-                os.path.dirname(source), source, "-o", binary]
+        return [
+            nvcc,
+            "-std=c++17",
+            "-O1",
+            "-x",
+            "cu",
+            "-I",
+            INCLUDE_DIR,
+            "-I",
+            os.path.dirname(source),
+            source,
+            "-o",
+            binary,
+        ]
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("attnc test needs nvcc or a C++ compiler (g++) on PATH")
-    return [cxx, "-std=c++17", "-O1", "-I", INCLUDE_DIR, "-I", os.path.dirname(source), "-x",
-            "c++", source, "-o", binary]
+    return [
+        cxx,
+        "-std=c++17",
+        "-O1",
+        "-I",
+        INCLUDE_DIR,
+        "-I",
+        os.path.dirname(source),
+        "-x",
+        "c++",
+        source,
+        "-o",
+        binary,
+    ]
 
 
 def _cuda_home_nvcc() -> str | None:
@@ -85,8 +111,14 @@ def build_harness(c: Compiled, workdir: str) -> str:
         f.write(emit_functor(c))
     source = os.path.join(workdir, "harness.cu")
     with open(source, "w", encoding="utf-8") as f:
-        f.write(render_template("host_harness.cpp.j2", variant_name=v.name,
-                                struct_name=struct_name(v), params=params))
+        f.write(
+            render_template(
+                "host_harness.cpp.j2",
+                variant_name=v.name,
+                struct_name=struct_name(v),
+                params=params,
+            )
+        )
     binary = os.path.join(workdir, "harness")
     cmd = compiler_command(source, binary)
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -113,10 +145,19 @@ def _draw_case(v: ir.VariantIR, rng: random.Random, points: int, fixed: dict[str
     h_qo = h_kv * rng.choice([1, 2, 4])
     head_dim = rng.choice([64, 128, 256])
     request = (rng.randint(0, 7), q_len, kv_len, h_qo, h_kv, head_dim, 1.0 / head_dim**0.5)
-    params = {p.name: _draw_param(p, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim)
-              for p in v.params}
-    pts = [(rng.randrange(q_len), rng.randrange(h_qo), rng.randrange(kv_len),
-            rng.uniform(-12.0, 12.0), rng.uniform(-3.0, 3.0)) for _ in range(points)]
+    params = {
+        p.name: _draw_param(p, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim) for p in v.params
+    }
+    pts = [
+        (
+            rng.randrange(q_len),
+            rng.randrange(h_qo),
+            rng.randrange(kv_len),
+            rng.uniform(-12.0, 12.0),
+            rng.uniform(-3.0, 3.0),
+        )
+        for _ in range(points)
+    ]
     tiles = [_draw_tile(rng, q_len, kv_len) for _ in range(max(8, points // 50))]
     return _Case(request, params, pts, tiles)
 
@@ -136,7 +177,9 @@ def _draw_param(p: ir.ParamDecl, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim
         return torch.randint(0, 16, shape, dtype=torch.int64)
     if p.name in fixed:
         text = fixed[p.name]
-        return {"f32": float, "i32": int, "bool": lambda t: t.lower() in ("1", "true")}[p.dtype](text)
+        if p.dtype == ir.BOOL:
+            return text.lower() in ("1", "true")
+        return float(text) if p.dtype == ir.F32 else int(text)
     if p.default is not None and rng.random() < 0.3:
         return p.default
     if p.dtype == ir.F32:
@@ -154,8 +197,12 @@ def _stdin(cases: list[_Case], v: ir.VariantIR) -> str:
             value = case.params[p.name]
             if p.kind == "tensor":
                 flat = value.flatten().tolist()
-                out.append(" ".join([str(len(flat))] + [repr(float(x)) if p.dtype == ir.F32
-                                                           else str(int(x)) for x in flat]))
+                out.append(
+                    " ".join(
+                        [str(len(flat))]
+                        + [repr(float(x)) if p.dtype == ir.F32 else str(int(x)) for x in flat]
+                    )
+                )
             else:
                 out.append(str(int(value)) if p.dtype != ir.F32 else repr(float(value)))
         out.append(str(len(case.points)))
@@ -166,7 +213,11 @@ def _stdin(cases: list[_Case], v: ir.VariantIR) -> str:
 
 
 def run_host_test(
-    c: Compiled, *, points: int = 2000, seed: int = 0, cases: int = 6,
+    c: Compiled,
+    *,
+    points: int = 2000,
+    seed: int = 0,
+    cases: int = 6,
     fixed_params: dict[str, str] | None = None,
 ) -> HostTestReport:
     """Compile the harness of ``c`` and compare it with the reference on random inputs."""
@@ -178,7 +229,9 @@ def run_host_test(
         binary = build_harness(c, workdir)
         proc = subprocess.run([binary], input=_stdin(drawn, v), capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"host harness of '{v.name}' exited with {proc.returncode}: {proc.stderr}")
+        raise RuntimeError(
+            f"host harness of '{v.name}' exited with {proc.returncode}: {proc.stderr}"
+        )
     lines = proc.stdout.splitlines()
     report = HostTestReport(v.name)
     module = load_reference(v)
@@ -200,25 +253,43 @@ def _env(case: _Case, dtype: torch.dtype, q_idx, qo_head, kv_idx, score, out) ->
         return torch.tensor(x, dtype=t)
 
     env: dict[str, Any] = {
-        "_F": dtype, "_device": torch.device("cpu"), "score": score, "out": out,
-        "q_idx": q_idx, "q_pos": q_idx + (kv_len - q_len), "kv_idx": kv_idx,
-        "qo_head": qo_head, "kv_head": torch.div(qo_head, h_qo // h_kv, rounding_mode="floor"),
-        "sm_scale": s(sm_scale, dtype), "q_len": s(q_len, torch.int64),
-        "kv_len": s(kv_len, torch.int64), "batch": s(batch, torch.int64),
-        "head_dim": s(head_dim, torch.int64), "num_qo_heads": s(h_qo, torch.int64),
+        "_F": dtype,
+        "_device": torch.device("cpu"),
+        "score": score,
+        "out": out,
+        "q_idx": q_idx,
+        "q_pos": q_idx + (kv_len - q_len),
+        "kv_idx": kv_idx,
+        "qo_head": qo_head,
+        "kv_head": torch.div(qo_head, h_qo // h_kv, rounding_mode="floor"),
+        "sm_scale": s(sm_scale, dtype),
+        "q_len": s(q_len, torch.int64),
+        "kv_len": s(kv_len, torch.int64),
+        "batch": s(batch, torch.int64),
+        "head_dim": s(head_dim, torch.int64),
+        "num_qo_heads": s(h_qo, torch.int64),
         "num_kv_heads": s(h_kv, torch.int64),
     }
     for name, value in case.params.items():
         if isinstance(value, torch.Tensor):
             continue
-        t = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else dtype
+        t = (
+            torch.bool
+            if isinstance(value, bool)
+            else torch.int64
+            if isinstance(value, int)
+            else dtype
+        )
         env[name] = s(value, t)
     return env
 
 
 def _tensors(case: _Case, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    return {n: (t.to(dtype) if t.is_floating_point() else t)
-            for n, t in case.params.items() if isinstance(t, torch.Tensor)}
+    return {
+        n: (t.to(dtype) if t.is_floating_point() else t)
+        for n, t in case.params.items()
+        if isinstance(t, torch.Tensor)
+    }
 
 
 def _rel(got: torch.Tensor, ref: torch.Tensor) -> float:

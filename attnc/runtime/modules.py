@@ -87,7 +87,7 @@ def get_prefill_module(
 
         dname = dtype_name(dtype)
         name = f"{ir.name}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
-        source = render_prefill_module(ir, dname, head_dim)
+        source = render_prefill_module(ir, dname, head_dim)  # type: ignore[arg-type]
         path = jit.build_module(name, source, arch=arch)
         module = load_prefill_module(path, ir, name)
         _BY_KEY[key] = module

@@ -228,4 +228,4 @@ def single_prefill(
     wrapper.plan(
         qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale, dtype=q.dtype
     )
-    return wrapper.run(q, (k, v), return_lse=return_lse, **dict(params or {}))
+    return wrapper.run(q, (k, v), return_lse=return_lse, **dict(params or {}))  # type: ignore[arg-type]

@@ -73,7 +73,14 @@ def reference_attention(
     o, lse = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype))
     if module.HAS_OUTPUT:
         env["out"] = o
-        o = module.output(env, tensors).to(ftype).expand_as(o)
+        transformed = module.output(env, tensors).to(ftype).expand_as(o)
+        # Rows without a visible key keep output 0 (softmax variants).
+        seen = (
+            torch.isfinite(lse).unsqueeze(-1)
+            if module.USE_SOFTMAX
+            else torch.ones_like(o, dtype=torch.bool)
+        )
+        o = torch.where(seen, transformed, torch.zeros_like(o))
     out = o.permute(1, 0, 2).to(q.dtype).contiguous()
     if not return_lse:
         return out

@@ -63,8 +63,8 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     if text in ("90", "9.0"):
         return "90a"
     if "." in text:
-        major, minor = text.split(".", 1)
-        return normalize_arch((int(major), int(minor)))
+        major_text, minor_text = text.split(".", 1)
+        return normalize_arch((int(major_text), int(minor_text)))
     return text
 
 

@@ -9,7 +9,7 @@ import torch
 
 from attnc.codegen.functor import emit_functor
 from attnc.codegen.torch_ref import load_reference
-from attnc.compiler import ir
+from attnc.compiler import ir as ir_nodes
 from attnc.compiler.pipeline import Compiled, compile_source, resolve_source
 from attnc.dsl.errors import Diagnostic
 from attnc.runtime.params import resolve_params
@@ -29,7 +29,7 @@ class Variant:
         self.warnings = warnings
 
     @property
-    def ir(self) -> ir.VariantIR:
+    def ir(self) -> ir_nodes.VariantIR:
         """The optimised IR (what kernels and the reference are generated from)."""
         return self.compiled.variant
 
@@ -42,7 +42,7 @@ class Variant:
         return self.ir.doc
 
     @property
-    def params(self) -> tuple[ir.ParamDecl, ...]:
+    def params(self) -> tuple[ir_nodes.ParamDecl, ...]:
         return self.ir.params
 
     def __repr__(self) -> str:
