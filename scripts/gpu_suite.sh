@@ -37,6 +37,7 @@ if [ "${ATTNC_SKIP_TESTS:-0}" != "1" ]; then
     fi
 fi
 
+# shellcheck disable=SC2206
 bench_args=(--suite ${ATTNC_SUITES:-prefill} --out "$OUT")
 if [ "${ATTNC_QUICK:-0}" = "1" ]; then
     bench_args+=(--quick)
