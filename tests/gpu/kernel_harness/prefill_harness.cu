@@ -4,6 +4,7 @@
 // O and LSE with a float64 CPU reference written here from the variant definitions.
 //   prefill_harness MODULE_DIR          correctness table, then PASS or FAIL
 //   prefill_harness MODULE_DIR --bench  TFLOP/s at 8K (counting only visible pairs)
+//   prefill_harness MODULE_DIR --bench-causal128   the causal d=128 line only
 // Module files are named MODULE_DIR/<Fixture>_<bf16|fp16>_<head_dim>.so.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -156,6 +157,7 @@ struct Case {
   Layout layout;
   int page_size;
   std::vector<std::pair<int, int>> lens;  // (q_len, kv_len), q_len <= kv_len
+  int window = 37;                        // SlidingWindow only; 0 masks every key
 };
 
 // Device buffers of one problem.
@@ -469,6 +471,14 @@ std::vector<Case> make_cases() {
       }
     }
   }
+  // Shapes the rotation above does not reach: every key masked (O 0, LSE -inf), a group that
+  // does not divide the tile rows, and decode-like batches that take the 16-row tile.
+  Case all_masked{kWindow, true, 128, 4, 2, kPagedNhd, 5, {{17, 17}, {127, 577}}, 0};
+  Case group3{kCausal, true, 128, 3, 2, kRagged, 1, {{127, 127}, {1, 17}}};
+  Case short_q{kAlibi, true, 128, 4, 2, kPagedHnd, 16, {{1, 577}, {3, 2049}}};
+  Case short_q256{kCausal, false, 256, 8, 1, kPagedNhd, 1, {{2, 127}, {1, 1}}};
+  Case short_q64{kSigmoid, false, 64, 1, 2, kRagged, 1, {{5, 17}, {16, 577}}};
+  for (const Case& c : {all_masked, group3, short_q, short_q256, short_q64}) cases.push_back(c);
   return cases;
 }
 
@@ -493,7 +503,7 @@ int run_checks(const std::string& dir) {
     VariantSetup vs;
     vs.f = c.f;
     vs.cap = 2.f;     // small cap so that tanh bends the scores
-    vs.window = 37;   // window smaller than most lengths
+    vs.window = c.window;
     vs.bias = -1.f;
     Problem p;
     build_problem(p, c, mod, rng, 3.f);
@@ -580,9 +590,10 @@ void bench_one(const std::string& dir, Fixture f, int d, const char* label) {
   cudaFree(vs.d_slopes);
 }
 
-int run_bench(const std::string& dir) {
+int run_bench(const std::string& dir, bool causal128_only) {
   std::printf("8K prefill, bf16, 32 qo / 8 kv heads, single request, ragged, median of 20\n");
   bench_one(dir, kCausal, 128, "causal");
+  if (causal128_only) return 0;
   bench_one(dir, kSoftCap, 128, "soft-cap 30, causal");
   bench_one(dir, kAlibi, 128, "ALiBi, causal");
   bench_one(dir, kWindow, 128, "sliding window 1024");
@@ -600,6 +611,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  if (argc > 2 && std::strcmp(argv[2], "--bench") == 0) return run_bench(dir);
+  if (argc > 2 && std::strcmp(argv[2], "--bench") == 0) return run_bench(dir, false);
+  if (argc > 2 && std::strcmp(argv[2], "--bench-causal128") == 0) return run_bench(dir, true);
   return run_checks(dir);
 }

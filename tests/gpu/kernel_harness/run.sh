@@ -2,6 +2,8 @@
 # Builds the fixture prefill modules and the harness for sm_90a, runs the correctness check,
 # then the 8K timings. Usage: tests/gpu/kernel_harness/run.sh [BUILD_DIR] [--no-bench]
 # Needs nvcc and a Hopper GPU; builds in parallel on all cores.
+# TUNE="1 2" also times causal d=128 with the alternative 128-row shapes of
+# ATTNC_PREFILL_TUNE_128 (see prefill_config.cuh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -21,26 +23,33 @@ for d in 64 128 256; do
     if [[ $d == 128 ]]; then modules+=("$f bf16 $d"); else modules+=("$f fp16 $d"); fi
   done
 done
+for n in ${TUNE:-}; do modules+=("Causal bf16 128 $n"); done
 
 build_one() {
-  local f=$1 t=$2 d=$3
-  local dt=__nv_bfloat16
+  local f=$1 t=$2 d=$3 tune=${4:-0}
+  local dt=__nv_bfloat16 out="$build"
   [[ $t == fp16 ]] && dt=half
+  [[ $tune != 0 ]] && out="$build/tune$tune" && mkdir -p "$out"
   "$NVCC" $flags -DATTNC_FIXTURE="$f" -DATTNC_DTYPE="$dt" -DATTNC_HEAD_DIM="$d" \
-    "$root/tests/codegen/fixtures/prefill_module.cu" -o "$build/${f}_${t}_${d}.so"
+    -DATTNC_PREFILL_TUNE_128="$tune" \
+    "$root/tests/codegen/fixtures/prefill_module.cu" -o "$out/${f}_${t}_${d}.so"
 }
 export -f build_one
 export NVCC flags root build
 
 start=$(date +%s)
-printf '%s\n' "${modules[@]}" | xargs -P "$(nproc)" -L 1 bash -c 'build_one $0 $1 $2'
+printf '%s\n' "${modules[@]}" | xargs -P "$(nproc)" -L 1 bash -c 'build_one $0 $1 $2 ${3:-0}'
 "$NVCC" -std=c++17 -O2 $arch -I"$root/attnc/kernels/include" "$here/prefill_harness.cu" \
   -o "$build/prefill_harness" -ldl
 echo "built ${#modules[@]} modules and the harness in $(( $(date +%s) - start )) s"
 
-"$build/prefill_harness" "$build"
-status=$?
+status=0
+"$build/prefill_harness" "$build" || status=$?
 if [[ $bench == 1 ]]; then
   "$build/prefill_harness" "$build" --bench
+  for n in ${TUNE:-}; do
+    echo "shape ATTNC_PREFILL_TUNE_128=$n:"
+    "$build/prefill_harness" "$build/tune$n" --bench-causal128
+  done
 fi
 exit $status

@@ -32,21 +32,34 @@ struct PrefillTileFor;
 
 template <> struct PrefillTileFor<64, 16> { using type = PrefillTile<64, 1, 1, 64, 2, true, 8>; };
 template <> struct PrefillTileFor<64, 64> { using type = PrefillTile<64, 4, 1, 64, 2, true, 3>; };
-template <> struct PrefillTileFor<64, 128> { using type = PrefillTile<64, 4, 2, 32, 2, false, 2>; };
+template <> struct PrefillTileFor<64, 128> { using type = PrefillTile<64, 4, 2, 64, 2, false, 2>; };
 template <> struct PrefillTileFor<128, 16> {
   using type = PrefillTile<128, 1, 1, 64, 2, true, 8>;
 };
 template <> struct PrefillTileFor<128, 64> {
   using type = PrefillTile<128, 4, 1, 64, 2, true, 2>;
 };
+// ATTNC_PREFILL_TUNE_128 picks an alternative 128-row shape at head_dim 128 (for timing
+// experiments; 0, the default, is the tuned choice).
+#ifndef ATTNC_PREFILL_TUNE_128
+#define ATTNC_PREFILL_TUNE_128 0
+#endif
 template <> struct PrefillTileFor<128, 128> {
-  using type = PrefillTile<128, 4, 2, 16, 2, false, 2>;
+#if ATTNC_PREFILL_TUNE_128 == 1
+  using type = PrefillTile<128, 8, 1, 64, 2, true, 1>;
+#elif ATTNC_PREFILL_TUNE_128 == 2
+  using type = PrefillTile<128, 4, 2, 32, 3, false, 2>;
+#elif ATTNC_PREFILL_TUNE_128 == 3
+  using type = PrefillTile<128, 8, 1, 64, 3, true, 1>;
+#else
+  using type = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+#endif
 };
 template <> struct PrefillTileFor<256, 16> {
   using type = PrefillTile<256, 1, 1, 16, 2, false, 4>;
 };
 template <> struct PrefillTileFor<256, 64> {
-  using type = PrefillTile<256, 4, 1, 16, 2, false, 2>;
+  using type = PrefillTile<256, 4, 1, 32, 2, false, 2>;
 };
 
 template <int HEAD_DIM>

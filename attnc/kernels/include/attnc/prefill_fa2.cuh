@@ -21,6 +21,42 @@
 
 namespace attnc {
 
+// Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element.
+template <bool kMasked, class V, int MQ, int NS>
+__device__ __forceinline__ void transform_scores(const V& var, const typename V::Row (&rows)[MQ][2],
+                                                 const float (&mult)[MQ][2],
+                                                 float (&s)[MQ][NS][4], int kv0, int kv1,
+                                                 int tq, float sm_scale) {
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int n = 0; n < NS; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const typename V::Row& row = rows[mi][e / 2];
+        const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
+        bool vis = true;
+        if constexpr (kMasked) vis = kv_idx < kv1 && (!V::kHasMask || var.mask(row, kv_idx));
+        const float raw = s[mi][n][e];
+        float x;
+        if constexpr (!V::kUseSoftmax) {
+          x = var.score(row, raw * sm_scale, kv_idx);
+          if constexpr (kMasked) x = vis ? x : 0.f;
+        } else if constexpr (V::kScoreIsIdentity) {
+          x = raw;  // scaled by mult inside the exp2
+        } else if constexpr (V::kAffineScore) {
+          x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
+        } else {
+          x = var.score(row, raw * sm_scale, kv_idx) * kLog2e;
+        }
+        if constexpr (V::kUseSoftmax && kMasked) x = vis ? x : -CUDART_INF_F;
+        s[mi][n][e] = x;
+      }
+    }
+  }
+}
+
 template <class V, class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_fa2_kernel(const AttncPrefillArgs args, const typename V::Params params) {
@@ -39,11 +75,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   constexpr int CH = D / 8;     // 16-byte chunks per row
   using Layout = SwizzledRows<D>;
   using Row = typename V::Row;
+  constexpr uint32_t kTileBytes = KVT * Layout::kRowBytes;
 
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  T* s_q = reinterpret_cast<T*>(smem_bytes);
-  T* s_k = s_q + ROWS * D;
-  T* s_v = s_k + STAGES * KVT * D;
+  const uint32_t s_q = mma::smem_addr(smem_bytes);
+  const uint32_t s_k = s_q + ROWS * Layout::kRowBytes;
+  const uint32_t s_v = s_k + STAGES * kTileBytes;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -69,8 +106,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
   // ---- Q tile -> shared memory (rows past the tile are zero-filled).
   {
-    const T* q_ptr = static_cast<const T*>(args.q);
     static_assert((ROWS * CH) % kThreads == 0, "Q tile chunks must split evenly over threads");
+    const T* q_ptr = static_cast<const T*>(args.q);
     const int c = tid % CH;
     for (int it = 0; it < ROWS * CH / kThreads; ++it) {
       const int r = tid / CH + it * (kThreads / CH);
@@ -78,7 +115,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       const int rr = ok ? r : 0;
       const int64_t off = static_cast<int64_t>(q_start + q0 + rr / group) * args.q_stride_tok +
                           static_cast<int64_t>(kv_head * group + rr % group) * args.q_stride_head;
-      cp_async_16(mma::smem_addr(s_q + Layout::offset(r, c)), q_ptr + off + c * 8, ok);
+      cp_async_16(s_q + Layout::offset(r, c), q_ptr + off + c * 8, ok);
     }
     cp_async_commit();
   }
@@ -86,7 +123,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // ---- Per-thread rows: warp w owns rows [16*MQ*w, 16*MQ*(w+1)); this lane rows g and g+8
   // of each of its m16 tiles.
   Row rows[MQ][2];
-  float mult[MQ][2];  // exp2 multiplier of the raw dot product (identity scores)
+  float mult[MQ][2];  // exp2 multiplier of the raw dot product (affine scores)
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
@@ -110,7 +147,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     return V::kHasMask ? var.classify(q0, q1, kv0, kv1) : TileClass::kFull;
   };
   auto next_tile = [&](int t) -> int {
-    while (t < num_tiles && tile_class(t) == TileClass::kEmpty) ++t;
+    if constexpr (V::kHasMask) {
+      while (t < num_tiles && tile_class(t) == TileClass::kEmpty) ++t;
+    }
     return t;
   };
 
@@ -119,18 +158,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   auto load_tile = [&](int t, int stage) {
     const int kv0 = range.begin + t * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
-    T* dk = s_k + stage * KVT * D;
-    T* dv = s_v + stage * KVT * D;
+    const uint32_t dk = s_k + stage * kTileBytes;
+    const uint32_t dv = s_v + stage * kTileBytes;
     static_assert((KVT * CH) % kThreads == 0, "KV tile chunks must split evenly over threads");
     const int c = tid % CH;
 #pragma unroll
     for (int it = 0; it < KVT * CH / kThreads; ++it) {
       const int r = tid / CH + it * (kThreads / CH);
       const bool ok = kv0 + r < kv1;
-      const int64_t off = ok ? kv.offset(kv0 + r) : 0;
-      const int s = Layout::offset(r, c);
-      cp_async_16(mma::smem_addr(dk + s), k_ptr + off + c * 8, ok);
-      cp_async_16(mma::smem_addr(dv + s), v_ptr + off + c * 8, ok);
+      const int64_t off = (ok ? kv.offset(kv0 + r) : 0) + c * 8;
+      const uint32_t s = Layout::offset(r, c);
+      cp_async_16(dk + s, k_ptr + off, ok);
+      cp_async_16(dv + s, v_ptr + off, ok);
     }
   };
 
@@ -144,19 +183,24 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     cp_async_commit();
   }
 
-  // ---- Q fragments (kept in registers when the shape allows).
+  // ---- Fragment base addresses (see SwizzledRows::walk).
+  // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk lane/16.
+  const uint32_t q_base =
+      s_q + Layout::offset(warp * 16 * MQ + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  // B (K): matrices (kv 0-7, k 0-7), (kv 0-7, k 8-15), (kv 8-15, k 0-7), (kv 8-15, k 8-15).
+  const uint32_t k_off = Layout::offset((lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
+  // B (V, transposed): matrices (kv 0-7, d 0-7), (kv 8-15, d 0-7), (kv 0-7, d 8-15), ...
+  const uint32_t v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+
   uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
-  auto load_q_frag = [&](uint32_t (&a)[4], int mi, int kk) {
-    const int r = warp * 16 * MQ + mi * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-    mma::ldmatrix_x4(a, mma::smem_addr(s_q + Layout::offset(r, kk * 2 + lane / 16)));
-  };
   if constexpr (kQInRegs) {
     cp_async_wait<STAGES - 1>();
     __syncthreads();
 #pragma unroll
     for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) load_q_frag(q_frag[mi][kk], mi, kk);
+      for (int kk = 0; kk < KD; ++kk)
+        mma::ldmatrix_x4(q_frag[mi][kk], Layout::walk(q_base, 2 * mi, 2 * kk));
   }
 
   float o[MQ][NO][4];
@@ -189,11 +233,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       }
       cp_async_commit();
     }
-    const T* sk = s_k + stage * KVT * D;
-    const T* sv = s_v + stage * KVT * D;
+    const uint32_t k_base = s_k + stage * kTileBytes + k_off;
+    const uint32_t v_base = s_v + stage * kTileBytes + v_off;
     const int kv0 = range.begin + t * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
-    const TileClass cls = tile_class(t);
 
     // S = Q K^T
     float s[MQ][NS][4];
@@ -212,14 +255,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 #pragma unroll
           for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][kk][e];
         } else {
-          load_q_frag(a[mi], mi, kk);
+          mma::ldmatrix_x4(a[mi], Layout::walk(q_base, 2 * mi, 2 * kk));
         }
       }
 #pragma unroll
       for (int nn = 0; nn < NS / 2; ++nn) {
         uint32_t b[4];
-        const int r = nn * 16 + (lane % 8) + 8 * (lane / 16);
-        mma::ldmatrix_x4(b, mma::smem_addr(sk + Layout::offset(r, kk * 2 + (lane / 8) % 2)));
+        mma::ldmatrix_x4(b, Layout::walk(k_base, 2 * nn, 2 * kk));
 #pragma unroll
         for (int mi = 0; mi < MQ; ++mi) {
           mma::mma_16816<T>(s[mi][2 * nn], a[mi], b[0], b[1]);
@@ -228,40 +270,21 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
       }
     }
 
-    // Scores -> weights (in place in s).
-    const bool need_mask = cls == TileClass::kPartial;
-    const bool need_bound = kv1 - kv0 < KVT;
+    const bool masked = kv1 - kv0 < KVT || (V::kHasMask && tile_class(t) == TileClass::kPartial);
+    if (masked) {
+      transform_scores<true>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+    } else {
+      transform_scores<false>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+    }
+
+    if constexpr (V::kUseSoftmax) {
 #pragma unroll
-    for (int mi = 0; mi < MQ; ++mi) {
+      for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const Row& row = rows[mi][h];
-        float mx = -CUDART_INF_F;
+        for (int h = 0; h < 2; ++h) {
+          float mx = -CUDART_INF_F;
 #pragma unroll
-        for (int n = 0; n < NS; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int kv_idx = kv0 + n * 8 + 2 * tq + e;
-            bool vis = true;
-            if (need_bound) vis = kv_idx < kv1;
-            if (V::kHasMask && need_mask) vis = vis && var.mask(row, kv_idx);
-            const float raw = s[mi][n][2 * h + e];
-            float x;
-            if constexpr (!V::kUseSoftmax) {
-              x = vis ? var.score(row, raw * sm_scale, kv_idx) : 0.f;
-            } else if constexpr (V::kScoreIsIdentity) {
-              x = vis ? raw : -CUDART_INF_F;  // scaled by mult in the exp2 below
-            } else if constexpr (V::kAffineScore) {
-              x = vis ? fmaf(raw, mult[mi][h], var.score_bias(row, kv_idx) * kLog2e)
-                      : -CUDART_INF_F;
-            } else {
-              x = vis ? var.score(row, raw * sm_scale, kv_idx) * kLog2e : -CUDART_INF_F;
-            }
-            s[mi][n][2 * h + e] = x;
-            mx = fmaxf(mx, x);
-          }
-        }
-        if constexpr (V::kUseSoftmax) {
+          for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
           const float m_new = fmaxf(m[mi][h], quad_max(mx));
           const float m_use = safe_max(m_new);
           const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
@@ -302,8 +325,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 #pragma unroll
       for (int dn = 0; dn < NO / 2; ++dn) {
         uint32_t b[4];
-        const int r = kk * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-        mma::ldmatrix_x4_trans(b, mma::smem_addr(sv + Layout::offset(r, dn * 2 + lane / 16)));
+        mma::ldmatrix_x4_trans(b, Layout::walk(v_base, 2 * kk, 2 * dn));
 #pragma unroll
         for (int mi = 0; mi < MQ; ++mi) {
           mma::mma_16816<T>(o[mi][2 * dn], a[mi], b[0], b[1]);
