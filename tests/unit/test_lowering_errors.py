@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -302,7 +303,7 @@ def _write(path, text: str) -> str:
 
 def test_import_not_found(tmp_path) -> None:
     main = _write(tmp_path / "main.attn", 'import "nope.attn";\nvariant v {\n}\n')
-    err = error_of(open(main).read(), main)
+    err = error_of(Path(main).read_text(), main)
     missing = os.path.join(str(tmp_path), "nope.attn")
     assert err.message == f"import not found: 'nope.attn' (looked for {missing})"
     assert str(err.loc) == f"{main}:1:1"
@@ -311,7 +312,7 @@ def test_import_not_found(tmp_path) -> None:
 def test_cyclic_import(tmp_path) -> None:
     a = _write(tmp_path / "a.attn", 'import "b.attn";\nvariant va {\n}\n')
     b = _write(tmp_path / "b.attn", 'import "a.attn";\ndef h() = 1;\n')
-    err = error_of(open(a).read(), a)
+    err = error_of(Path(a).read_text(), a)
     assert err.message == "cyclic import of 'a.attn' (a.attn -> b.attn -> a.attn)"
     assert str(err.loc) == f"{b}:1:1"
 
@@ -322,7 +323,7 @@ def test_duplicate_def_across_import(tmp_path) -> None:
         tmp_path / "main.attn",
         'import "lib.attn";\ndef causal() = kv_idx < q_pos;\nvariant v {\n    mask = causal();\n}\n',
     )
-    err = error_of(open(main).read(), main)
+    err = error_of(Path(main).read_text(), main)
     assert err.message == f"duplicate def 'causal' (first defined at {lib}:1:1)"
     assert str(err.loc) == f"{main}:2:1"
 
