@@ -141,8 +141,11 @@ class SympyConverter:
             return self.to_sympy(e.x)
         return self._atom(e)
 
-    def _atom(self, e: ir.Expr) -> sympy.Symbol:
+    def _atom(self, e: ir.Expr) -> sympy.Expr:
         inner = e if isinstance(e, (ir.Builtin, ir.ParamRef)) else _simplify_children(e)
+        folded = _fold_constant(inner)
+        if folded is not None:
+            return self.to_sympy(folded)
         if inner in self.symbols:
             return self.symbols[inner]
         name = inner.name if isinstance(inner, (ir.Builtin, ir.ParamRef)) else "t"
@@ -198,9 +201,13 @@ class SympyConverter:
     def _mul(self, expr: sympy.Expr, want: str, origin: ir.Expr) -> ir.Expr:
         loc = origin.loc
         coeff, factors = expr.as_coeff_mul()
+        for f in factors:
+            if f.is_Number:
+                coeff = coeff * f
+        factors = tuple(f for f in factors if not f.is_Number)
         if coeff < 0:
             return ir.Unary("neg", self.from_sympy(-expr, want, origin), want, loc)
-        num: list[sympy.Expr] = [] if coeff == 1 else [coeff]
+        num: list[sympy.Expr] = [] if float(coeff) == 1.0 else [coeff]
         den: list[sympy.Expr] = []
         for f in factors:
             base, exp = f.as_base_exp()

@@ -228,11 +228,6 @@ def test_constant_folding() -> None:
     assert score_of("    score = 2.0 * 3.0 + score;") == ir.Binary("+", SCORE, ir.Const(6.0, F), F)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="simplify.py SympyConverter._atom simplifies only the children of an atom, so a "
-    "call with constant arguments inside arithmetic (max(2, 3), exp(0.0)) is never folded",
-)
 def test_constant_folding_through_int_and_calls() -> None:
     assert score_of("    score = score * (max(2, 3) - 1) + exp(0.0);") == ir.Binary(
         "+", ir.Binary("*", ir.Const(2.0, F), SCORE, F), ir.Const(1.0, F), F
@@ -285,12 +280,10 @@ MUL_ONE_BUG = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=MUL_ONE_BUG)
 def test_multiplication_by_float_one_is_removed() -> None:
     assert score_of("    score = score * 1.0;") == SCORE
 
 
-@pytest.mark.xfail(strict=True, reason=MUL_ONE_BUG + " (so simplify is not idempotent on softcap)")
 def test_simplify_is_idempotent_on_stdlib() -> None:
     for v in stdlib_variants():
         s = simplify_variant(v)
