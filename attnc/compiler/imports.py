@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 
-from attnc.dsl.parser import parse_module
-
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError
+from attnc.dsl.parser import parse_module
 
 
 def load_modules(root: ast.Module) -> list[ast.Module]:
