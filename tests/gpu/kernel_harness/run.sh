@@ -2,8 +2,8 @@
 # Builds the fixture prefill modules and the harness for sm_90a, runs the correctness check,
 # then the 8K timings. Usage: tests/gpu/kernel_harness/run.sh [BUILD_DIR] [--no-bench]
 # Needs nvcc and a Hopper GPU; builds in parallel on all cores.
-# TUNE="1 2" also times causal d=128 with the alternative 128-row shapes of
-# ATTNC_PREFILL_TUNE_128 (see prefill_config.cuh).
+# TUNE="1 2" also times the bf16 benchmark modules built with the alternative Large tile
+# shapes ATTNC_PREFILL_TUNE=1, 2 (see prefill_config.cuh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -23,7 +23,10 @@ for d in 64 128 256; do
     if [[ $d == 128 ]]; then modules+=("$f bf16 $d"); else modules+=("$f fp16 $d"); fi
   done
 done
-for n in ${TUNE:-}; do modules+=("Causal bf16 128 $n"); done
+for n in ${TUNE:-}; do
+  modules+=("Causal bf16 64 $n" "Causal bf16 128 $n" "Causal bf16 256 $n")
+  for f in SoftCap Alibi SlidingWindow Sigmoid; do modules+=("$f bf16 128 $n"); done
+done
 
 build_one() {
   local f=$1 t=$2 d=$3 tune=${4:-0}
@@ -31,7 +34,7 @@ build_one() {
   [[ $t == fp16 ]] && dt=half
   [[ $tune != 0 ]] && out="$build/tune$tune" && mkdir -p "$out"
   "$NVCC" $flags -DATTNC_FIXTURE="$f" -DATTNC_DTYPE="$dt" -DATTNC_HEAD_DIM="$d" \
-    -DATTNC_PREFILL_TUNE_128="$tune" \
+    -DATTNC_PREFILL_TUNE="$tune" \
     "$root/tests/codegen/fixtures/prefill_module.cu" -o "$out/${f}_${t}_${d}.so"
 }
 export -f build_one
@@ -48,8 +51,8 @@ status=0
 if [[ $bench == 1 ]]; then
   "$build/prefill_harness" "$build" --bench
   for n in ${TUNE:-}; do
-    echo "shape ATTNC_PREFILL_TUNE_128=$n:"
-    "$build/prefill_harness" "$build/tune$n" --bench-causal128
+    echo "tile shapes ATTNC_PREFILL_TUNE=$n:"
+    "$build/prefill_harness" "$build/tune$n" --bench
   done
 fi
 exit $status

@@ -1,5 +1,5 @@
 // Owns: the tile shapes of the FA2 prefill kernel: for each head_dim, the CTA shapes for
-// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, KV tile width, pipeline depth,
+// 16, 64 and 128 (or more) packed query rows (warps, m16 tiles per warp, KV tile width, pipeline depth,
 // whether Q stays in registers), their shared-memory size, and the choice of query tokens
 // per work item that attnc_prefill_tile_q_tokens reports to the planner.
 #pragma once
@@ -26,50 +26,66 @@ struct PrefillTile {
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
 };
 
-// Shapes per head_dim, indexed by rows (16, 64, 128).
-template <int HEAD_DIM, int ROWS>
-struct PrefillTileFor;
+// Shapes per head_dim: Small (16 rows), Medium (64 rows) and Large (the most rows; long
+// queries). ATTNC_PREFILL_TUNE selects alternative Large shapes for timing experiments
+// (0, the default, is the tuned choice).
+#ifndef ATTNC_PREFILL_TUNE
+#define ATTNC_PREFILL_TUNE 0
+#endif
 
-template <> struct PrefillTileFor<64, 16> { using type = PrefillTile<64, 1, 1, 64, 2, true, 8>; };
-template <> struct PrefillTileFor<64, 64> { using type = PrefillTile<64, 4, 1, 64, 2, true, 3>; };
-template <> struct PrefillTileFor<64, 128> { using type = PrefillTile<64, 4, 2, 64, 2, false, 2>; };
-template <> struct PrefillTileFor<128, 16> {
-  using type = PrefillTile<128, 1, 1, 64, 2, true, 8>;
-};
-template <> struct PrefillTileFor<128, 64> {
-  using type = PrefillTile<128, 4, 1, 64, 2, true, 2>;
-};
-// ATTNC_PREFILL_TUNE_128 picks an alternative 128-row shape at head_dim 128 (for timing
-// experiments; 0, the default, is the tuned choice).
-#ifndef ATTNC_PREFILL_TUNE_128
-#define ATTNC_PREFILL_TUNE_128 0
-#endif
-template <> struct PrefillTileFor<128, 128> {
-#if ATTNC_PREFILL_TUNE_128 == 1
-  using type = PrefillTile<128, 8, 1, 64, 2, true, 1>;
-#elif ATTNC_PREFILL_TUNE_128 == 2
-  using type = PrefillTile<128, 4, 2, 32, 3, false, 2>;
-#elif ATTNC_PREFILL_TUNE_128 == 3
-  using type = PrefillTile<128, 8, 1, 64, 3, true, 1>;
+template <int HEAD_DIM>
+struct PrefillShapes;
+
+template <>
+struct PrefillShapes<64> {
+  using Small = PrefillTile<64, 1, 1, 64, 2, true, 8>;
+  using Medium = PrefillTile<64, 4, 1, 64, 2, true, 3>;
+#if ATTNC_PREFILL_TUNE == 1
+  using Large = PrefillTile<64, 8, 2, 64, 2, false, 1>;
+#elif ATTNC_PREFILL_TUNE == 2
+  using Large = PrefillTile<64, 8, 2, 64, 3, false, 1>;
 #else
-  using type = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+  using Large = PrefillTile<64, 4, 2, 64, 2, false, 2>;
 #endif
 };
-template <> struct PrefillTileFor<256, 16> {
-  using type = PrefillTile<256, 1, 1, 16, 2, false, 4>;
+
+template <>
+struct PrefillShapes<128> {
+  using Small = PrefillTile<128, 1, 1, 64, 2, true, 8>;
+  using Medium = PrefillTile<128, 4, 1, 64, 2, true, 2>;
+#if ATTNC_PREFILL_TUNE == 1
+  using Large = PrefillTile<128, 8, 2, 32, 2, false, 1>;
+#elif ATTNC_PREFILL_TUNE == 2
+  using Large = PrefillTile<128, 8, 2, 32, 3, false, 1>;
+#else
+  using Large = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+#endif
 };
-template <> struct PrefillTileFor<256, 64> {
-  using type = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+
+template <>
+struct PrefillShapes<256> {
+  using Small = PrefillTile<256, 1, 1, 16, 2, false, 4>;
+#if ATTNC_PREFILL_TUNE == 1
+  using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+  using Large = PrefillTile<256, 8, 1, 32, 2, false, 1>;
+#elif ATTNC_PREFILL_TUNE == 2
+  using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+  using Large = PrefillTile<256, 8, 1, 32, 3, false, 1>;
+#else
+  using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+  using Large = Medium;
+#endif
 };
 
 template <int HEAD_DIM>
 constexpr int prefill_max_rows() {
-  return HEAD_DIM <= 128 ? 128 : 64;
+  return PrefillShapes<HEAD_DIM>::Large::kRows;
 }
 
 // Query tokens per work item for a request shape: the smallest row count among 16, 64 and
-// the maximum that holds max_q_len * group rows (the maximum when none does), divided by the
-// group. 0 when the group alone does not fit the largest tile or an argument is out of range.
+// the Large shape's that holds max_q_len * group rows (the Large one when none does), divided
+// by the group. 0 when the group alone does not fit the largest tile or an argument is out of
+// range.
 template <int HEAD_DIM>
 inline int prefill_tile_q_tokens(int head_dim, int group, int max_q_len) {
   if (head_dim != HEAD_DIM || group <= 0 || max_q_len < 0) return 0;

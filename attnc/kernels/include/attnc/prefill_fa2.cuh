@@ -278,6 +278,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     }
 
     if constexpr (V::kUseSoftmax) {
+      float alpha[MQ][2];
+      bool rescale = false;
 #pragma unroll
       for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
@@ -288,7 +290,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
           const float m_new = fmaxf(m[mi][h], quad_max(mx));
           const float m_use = safe_max(m_new);
           const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-          const float alpha = fast_exp2((m[mi][h] - m_use) * c);
+          alpha[mi][h] = fast_exp2((m[mi][h] - m_use) * c);
+          rescale = rescale || alpha[mi][h] != 1.f;
           const float shift = -m_use * c;
           m[mi][h] = m_new;
           float sum = 0.f;
@@ -301,13 +304,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
               sum += p;
             }
           }
-          l[mi][h] = l[mi][h] * alpha + sum;
-#pragma unroll
-          for (int n = 0; n < NO; ++n) {
-            o[mi][n][2 * h] *= alpha;
-            o[mi][n][2 * h + 1] *= alpha;
-          }
+          l[mi][h] = l[mi][h] * alpha[mi][h] + sum;
         }
+      }
+      // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.
+      if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+        for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+          for (int n = 0; n < NO; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mi][n][e] *= alpha[mi][e / 2];
       }
     }
 

@@ -107,15 +107,12 @@ int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
   if (!std::is_empty<typename V::Params>::value)
     std::memcpy(&params, a.variant_params, sizeof(params));
 
+  using Shapes = PrefillShapes<HEAD_DIM>;
   if (rows <= 16)
-    return detail::launch_prefill_tile<V, T, typename PrefillTileFor<HEAD_DIM, 16>::type>(
-        a, params, stream);
-  if (rows <= 64 || HEAD_DIM > 128)
-    return detail::launch_prefill_tile<V, T, typename PrefillTileFor<HEAD_DIM, 64>::type>(
-        a, params, stream);
-  return detail::launch_prefill_tile<
-      V, T, typename PrefillTileFor<HEAD_DIM, (HEAD_DIM > 128 ? 64 : 128)>::type>(a, params,
-                                                                                    stream);
+    return detail::launch_prefill_tile<V, T, typename Shapes::Small>(a, params, stream);
+  if (rows <= 64)
+    return detail::launch_prefill_tile<V, T, typename Shapes::Medium>(a, params, stream);
+  return detail::launch_prefill_tile<V, T, typename Shapes::Large>(a, params, stream);
 }
 
 }  // namespace attnc
