@@ -1,0 +1,504 @@
+"""The decode API: ``BatchDecodeWrapper`` (plan once per step, run once per layer).
+
+``plan()`` checks the page table on the CPU, schedules the work (``scheduler.schedule``),
+writes the work lists into a pinned host buffer, copies them with one copy into the fixed
+work region of the workspace (page ids follow with a second copy), and fills the launch
+argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
+and calls the ctypes launcher (the same grid and the same workspace pointers every time),
+so it can be captured in a CUDA graph and replayed after a new ``plan()``. Under
+``torch.compile`` the launch goes through the ``attnc::decode`` custom op instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import math
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnc.runtime import abi, scheduler, validate
+from attnc.runtime.decode_abi import FLAG_MERGE, AttncDecodeArgs, DecodeModule, get_decode_module
+from attnc.runtime.kv_inputs import KvViews, paged_kv
+from attnc.runtime.ops import split_params
+from attnc.runtime.params import resolve_params
+from attnc.runtime.scheduler import CapacityError
+
+MAX_Q_LEN = 8
+DEFAULT_MAX_BATCH = 256
+MAX_CTAS_PER_SM = 8
+_WRAPPERS: weakref.WeakValueDictionary[int, BatchDecodeWrapper] = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What a plan fixes about the launch (must not change under CUDA graphs)."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    q_len: int
+    dtype: torch.dtype
+    sm_scale: float
+    rows_per_item: int
+    num_ctas: int
+
+
+def _host_int32(name: str, t: object, length: int | None = None) -> np.ndarray:
+    """A 1-D int32 tensor as an int64 numpy array (no copy back from the device if on CPU)."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
+    if t.dim() != 1:
+        raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
+    if length is not None and t.shape[0] != length:
+        raise ValueError(f"{name}: expected {length} entries, got {t.shape[0]}")
+    host = t if t.device.type == "cpu" else t.cpu()
+    return host.numpy().astype(np.int64)
+
+
+def check_page_table(
+    kv_indptr: object, kv_last_page_len: object, page_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kv_indptr, kv_len per request) as int64 arrays, with ValueErrors naming the tensor."""
+    indptr = _host_int32("kv_indptr", kv_indptr)
+    if indptr.shape[0] == 0:
+        raise ValueError("kv_indptr: needs at least one entry (batch + 1)")
+    if indptr[0] != 0:
+        raise ValueError(f"kv_indptr: must start at 0, got {int(indptr[0])}")
+    pages = np.diff(indptr)
+    if pages.shape[0] and int(pages.min()) < 0:
+        i = int(np.argmax(pages < 0)) + 1
+        raise ValueError(
+            f"kv_indptr: must be non-decreasing, but kv_indptr[{i}]={int(indptr[i])} < "
+            f"kv_indptr[{i - 1}]={int(indptr[i - 1])}"
+        )
+    last = _host_int32("kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1)
+    bad = (pages > 0) & ((last < 1) | (last > page_size))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"kv_last_page_len: kv_last_page_len[{i}]={int(last[i])} is outside "
+            f"[1, page_size={page_size}]"
+        )
+    kv_lens = np.where(pages > 0, (pages - 1) * page_size + last, 0)
+    return indptr, kv_lens
+
+
+def _raw_stream(device: torch.device) -> int:
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if getter is not None:
+        return int(getter(device.index if device.index is not None else 0))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+class BatchDecodeWrapper:
+    """Batched decode over a paged KV cache (NHD ``[pages, 2, page_size, H_kv, D]`` or HND
+    ``[pages, 2, H_kv, page_size, D]``, or a ``(k_cache, v_cache)`` tuple), 1..8 query tokens
+    per request (speculative decoding), every variant.
+
+    Capacity is fixed at construction: ``max_batch_size`` requests (default 256),
+    ``max_work_items`` work items, ``max_num_pages`` page ids (default: a quarter of the
+    workspace left after the work lists; the rest holds split-KV partial states). A plan
+    beyond it raises ``CapacityError`` (a ``ValueError``). With ``use_cuda_graph=True`` the
+    wrapper may be captured; later plans must keep heads, head_dim, page_size, dtype,
+    q_len_per_request and sm_scale.
+    """
+
+    def __init__(
+        self,
+        variant: object,
+        workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        max_batch_size: int | None = None,
+        *,
+        max_work_items: int | None = None,
+        max_num_pages: int | None = None,
+    ) -> None:
+        validate.check_kv_layout(kv_layout)
+        if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
+            raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
+        if workspace_buffer.device.type != "cuda":
+            raise ValueError(
+                f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
+            )
+        self.variant = variant
+        self.kv_layout = kv_layout
+        self.use_cuda_graph = bool(use_cuda_graph)
+        self._ws = workspace_buffer.view(-1).view(torch.uint8)
+        self._device = self._ws.device
+        self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
+        max_batch = DEFAULT_MAX_BATCH if max_batch_size is None else int(max_batch_size)
+        max_items = max_work_items or max(16384, 64 * max_batch)
+        self.layout = scheduler.make_layout(
+            self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_num_pages
+        )
+        work_bytes = self.layout.work_bytes(max_items)
+        self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
+        self._pinned_np = self._pinned.numpy()
+        self._page_stage: torch.Tensor | None = None
+        self._copy_done: torch.cuda.Event | None = None
+        self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
+        self._shape: _Shape | None = None
+        self._module: DecodeModule | None = None
+        self._args = AttncDecodeArgs()
+        self._args_ref = ctypes.byref(self._args)
+        self._max_page = -1
+        self._batch = 0
+        self._last_kv: tuple[tuple[int, ...], object, KvViews] | None = None
+        self._empty_params: ctypes.Structure | None = None
+        self.last_schedule: scheduler.Schedule | None = None
+        self.handle = next(_HANDLES)
+        _WRAPPERS[self.handle] = self
+
+    # ---- plan ------------------------------------------------------------------------
+    def plan(
+        self,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        *,
+        q_len_per_request: int = 1,
+        sm_scale: float | None = None,
+        dtype: torch.dtype = torch.bfloat16,
+    ) -> None:
+        """Check the page table, schedule the step and copy the work lists to the device."""
+        validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        validate.check_dtype_arg(dtype)
+        if not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size: must be an int >= 1, got {page_size!r}")
+        q_len = q_len_per_request
+        if not isinstance(q_len, int) or not 1 <= q_len <= MAX_Q_LEN:
+            raise ValueError(
+                f"q_len_per_request: must be an int in [1, {MAX_Q_LEN}], got {q_len!r}"
+            )
+        indptr, kv_lens = check_page_table(kv_indptr, kv_last_page_len, page_size)
+        batch = kv_lens.shape[0]
+        if batch > self.layout.max_batch:
+            raise CapacityError(
+                f"kv_indptr: batch {batch} exceeds max_batch_size={self.layout.max_batch}"
+            )
+        nnz = int(indptr[-1])
+        if nnz > self.layout.max_pages:
+            raise CapacityError(
+                f"kv_indices: {nnz} pages exceed the workspace capacity of "
+                f"{self.layout.max_pages} page ids (max_num_pages)"
+            )
+        pages_dev = self._check_indices(kv_indices, nnz)
+        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        module, rows, kv_tile, per_sm = self._module_for(
+            dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
+        )
+        num_ctas = max(1, min(per_sm * self._num_sms, self.layout.max_ctas))
+        shape = _Shape(
+            num_qo_heads, num_kv_heads, head_dim, page_size, q_len, dtype, scale, rows, num_ctas
+        )
+        if self.use_cuda_graph and self._shape is not None and shape != self._shape:
+            raise ValueError(
+                "plan: a use_cuda_graph wrapper must keep num_qo_heads, num_kv_heads, head_dim, "
+                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, got {shape})"
+            )
+        row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
+        sched = scheduler.schedule(
+            kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
+            self.layout.max_part_rows(head_dim), max_items=self.layout.max_items,
+        )  # fmt: skip
+        self._upload(sched, q_len, indptr[:-1], kv_lens, kv_indices, pages_dev, nnz)
+        self._module, self._shape, self._batch = module, shape, batch
+        self.last_schedule = sched
+        self._fill_static_args(shape, sched)
+        self._last_kv = None
+
+    def _check_indices(self, kv_indices: object, nnz: int) -> bool:
+        """Checks ``kv_indices``; True when it lives on the device (copied device to device)."""
+        if not isinstance(kv_indices, torch.Tensor):
+            raise ValueError(
+                f"kv_indices: expected a torch.Tensor, got {type(kv_indices).__name__}"
+            )
+        if kv_indices.dtype != torch.int32 or kv_indices.dim() != 1:
+            raise ValueError(
+                f"kv_indices: expected a 1-D torch.int32 tensor, got {kv_indices.dtype} "
+                f"of shape {list(kv_indices.shape)}"
+            )
+        if kv_indices.shape[0] < nnz:
+            raise ValueError(
+                f"kv_indices: has {kv_indices.shape[0]} entries, but kv_indptr[-1] = {nnz}"
+            )
+        if kv_indices.device.type == "cuda":
+            if kv_indices.device != self._device:
+                raise ValueError(f"kv_indices: on {kv_indices.device}, workspace on {self._device}")
+            self._max_page = -1  # not checked on the host (that would synchronise)
+            return True
+        host = kv_indices[:nnz].numpy()
+        if nnz:
+            lo, hi = int(host.min()), int(host.max())
+            if lo < 0:
+                raise ValueError(f"kv_indices: page index {lo} is negative")
+            self._max_page = hi
+        else:
+            self._max_page = -1
+        return False
+
+    def _module_for(
+        self, dtype: torch.dtype, head_dim: int, rows_needed: int
+    ) -> tuple[DecodeModule, int, int, int]:
+        key = (dtype, head_dim, rows_needed)
+        hit = self._modules.get(key)
+        if hit is None:
+            module = get_decode_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
+            with torch.cuda.device(self._device):
+                rows, kv_tile, per_sm = module.shape(head_dim, rows_needed)
+            hit = (module, rows, kv_tile, max(per_sm, 1))
+            self._modules[key] = hit
+        return hit
+
+    def _upload(
+        self,
+        sched: scheduler.Schedule,
+        q_len: int,
+        page_begin: np.ndarray,
+        kv_lens: np.ndarray,
+        kv_indices: torch.Tensor,
+        pages_dev: bool,
+        nnz: int,
+    ) -> None:
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous copies may still read the pinned buffers
+        nbytes = scheduler.write_work_region(
+            self._pinned_np, self.layout, sched, q_len, page_begin, kv_lens
+        )
+        self._ws[:nbytes].copy_(self._pinned[:nbytes], non_blocking=True)
+        if nnz:
+            dst = self._ws[self.layout.page_ids : self.layout.page_ids + 4 * nnz]
+            if pages_dev:
+                dst.copy_(kv_indices[:nnz].view(torch.uint8), non_blocking=True)
+            else:
+                stage = self._page_stage
+                if stage is None or stage.numel() < 4 * nnz:
+                    stage = torch.empty(
+                        max(4 * nnz, 1 << 16) * 2, dtype=torch.uint8, pin_memory=True
+                    )
+                    self._page_stage = stage
+                stage[: 4 * nnz].view(torch.int32).copy_(kv_indices[:nnz])
+                dst.copy_(stage[: 4 * nnz], non_blocking=True)
+        if self._copy_done is None:
+            self._copy_done = torch.cuda.Event()
+        self._copy_done.record(torch.cuda.current_stream(self._device))
+
+    def _fill_static_args(self, shape: _Shape, sched: scheduler.Schedule) -> None:
+        a, lay, base = self._args, self.layout, self._ws.data_ptr()
+        a.header = base + lay.header
+        a.cta_indptr = base + lay.cta_indptr
+        a.items = base + lay.items
+        a.req_page_begin = base + lay.req_page_begin
+        a.req_kv_len = base + lay.req_kv_len
+        a.page_ids = base + lay.page_ids
+        a.merge_items = base + lay.merge_items
+        a.part_o = base + lay.partials
+        a.part_lse = base + lay.part_lse_offset(shape.head_dim)
+        a.num_qo_heads = shape.num_qo_heads
+        a.num_kv_heads = shape.num_kv_heads
+        a.head_dim = shape.head_dim
+        a.page_size = shape.page_size
+        a.kv_layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
+        a.rows_per_item = shape.rows_per_item
+        a.num_ctas = shape.num_ctas
+        a.merge_ctas = 2 * self._num_sms
+        merge = self.use_cuda_graph or sched.merge_rows > 0
+        a.flags = FLAG_MERGE if merge else 0
+        a.sm_scale = shape.sm_scale
+        params_type = self._module.params_type  # type: ignore[union-attr]
+        a.variant_params_size = ctypes.sizeof(params_type)
+
+    # ---- run -------------------------------------------------------------------------
+    def run(
+        self,
+        q: torch.Tensor,
+        kv_cache: object,
+        *,
+        return_lse: bool = False,
+        out: torch.Tensor | None = None,
+        **params: object,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attention for the planned step: O ``[batch * q_len, H_qo, D]`` (and the natural-log
+        LSE ``[batch * q_len, H_qo]`` float32 when ``return_lse``)."""
+        shape = self._shape
+        if shape is None:
+            raise RuntimeError("BatchDecodeWrapper.run() called before plan()")
+        if not self.use_cuda_graph and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "BatchDecodeWrapper: capturing a CUDA graph needs a wrapper made with "
+                "use_cuda_graph=True"
+            )
+        q = self._check_q(q, shape)
+        views = self._views(kv_cache, shape)
+        compiling = torch.compiler.is_compiling()
+        values = self._resolve(params, shape, full=compiling)
+        if compiling:
+            ints, floats, tensors = split_params(self.variant.params, values)  # type: ignore[attr-defined]
+            o, lse = decode_op(self.handle, q, views.k, views.v, ints, floats, tensors, return_lse)
+            if out is not None:
+                out.copy_(o)
+                o = out
+            return (o, lse) if return_lse else o
+        if out is not None:
+            validate.check_data_tensor("out", out, tuple(q.shape))
+            validate.check_same_kind("out", out, "q", q)
+            o = out
+        else:
+            o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        self._launch(q, views, o, lse, values)
+        return (o, lse) if lse is not None else o
+
+    def _check_q(self, q: object, shape: _Shape) -> torch.Tensor:
+        want = (self._batch * shape.q_len, shape.num_qo_heads, shape.head_dim)
+        if not isinstance(q, torch.Tensor):
+            raise ValueError(f"q: expected a torch.Tensor, got {type(q).__name__}")
+        if q.dtype != shape.dtype:
+            raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
+        if tuple(q.shape) != want or q.device != self._device or q.stride(-1) != 1:
+            validate.check_data_tensor("q", q, want)
+            if q.device != self._device:
+                raise ValueError(f"q: on {q.device}, workspace_buffer on {self._device}")
+        return q
+
+    def _views(self, kv: object, shape: _Shape) -> KvViews:
+        last = self._last_kv
+        if last is not None and last[1] is kv and last[0] == _kv_key(kv):
+            return last[2]
+        views = paged_kv(
+            kv, self.kv_layout, shape.page_size, shape.num_kv_heads, shape.head_dim, "cuda"
+        )
+        if views.k.dtype != shape.dtype:
+            raise ValueError(
+                f"kv: dtype {views.k.dtype} differs from the planned dtype {shape.dtype}"
+            )
+        if views.k.device != self._device:
+            raise ValueError(f"kv: on {views.k.device}, workspace_buffer on {self._device}")
+        validate.check_pages_in_range(self._max_page, views.num_pages)
+        self._last_kv = (_kv_key(kv), kv, views)
+        return views
+
+    def _resolve(
+        self, params: Mapping[str, object], shape: _Shape, full: bool = False
+    ) -> dict[str, object]:
+        decls = self.variant.params  # type: ignore[attr-defined]
+        if (
+            not full
+            and not params
+            and all(d.kind != "tensor" and d.default is not None for d in decls)
+        ):
+            return {}
+        return resolve_params(
+            decls,
+            params,
+            variant_name=self.variant.name,  # type: ignore[attr-defined]
+            num_qo_heads=shape.num_qo_heads,
+            num_kv_heads=shape.num_kv_heads,
+            head_dim=shape.head_dim,
+            device=self._device,
+        )
+
+    def _params_struct(self, values: Mapping[str, object]) -> ctypes.Structure:
+        module = self._module
+        assert module is not None
+        if not values:
+            if self._empty_params is None or type(self._empty_params) is not module.params_type:
+                decls = self.variant.params  # type: ignore[attr-defined]
+                defaults = {d.name: d.default for d in decls}
+                self._empty_params = abi.fill_params(module.params_type, decls, defaults)
+            return self._empty_params
+        return abi.fill_params(module.params_type, self.variant.params, values)  # type: ignore[attr-defined]
+
+    def _launch(
+        self,
+        q: torch.Tensor,
+        views: KvViews,
+        o: torch.Tensor,
+        lse: torch.Tensor | None,
+        values: Mapping[str, object],
+    ) -> None:
+        a, k = self._args, views.k
+        a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), views.v.data_ptr(), o.data_ptr()
+        a.lse = lse.data_ptr() if lse is not None else None
+        a.q_stride_tok, a.q_stride_head = q.stride(0), q.stride(1)
+        a.o_stride_tok, a.o_stride_head = o.stride(0), o.stride(1)
+        if self.kv_layout == "NHD":
+            a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head = (
+                k.stride(0),
+                k.stride(1),
+                k.stride(2),
+            )
+        else:
+            a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head = (
+                k.stride(0),
+                k.stride(2),
+                k.stride(1),
+            )
+        struct = self._params_struct(values)
+        a.variant_params = ctypes.addressof(struct)
+        self._module.launch(self._args_ref, _raw_stream(self._device))  # type: ignore[union-attr]
+
+
+def _kv_key(kv: object) -> tuple[int, ...]:
+    if isinstance(kv, torch.Tensor):
+        return (kv.data_ptr(), *kv.shape)
+    if (
+        isinstance(kv, (tuple, list))
+        and len(kv) == 2
+        and all(isinstance(t, torch.Tensor) for t in kv)
+    ):
+        return (kv[0].data_ptr(), kv[1].data_ptr(), *kv[0].shape)
+    return (id(kv),)
+
+
+@torch.library.custom_op("attnc::decode", mutates_args=())
+def decode_op(
+    handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
+    from attnc.runtime.ops import _join_params
+
+    wrapper = _WRAPPERS[handle]
+    values = _join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
+    layout = abi.KV_PAGED_NHD if wrapper.kv_layout == "NHD" else abi.KV_PAGED_HND
+    views = KvViews(k, v, layout, k.shape[0], wrapper._shape.page_size)  # type: ignore[union-attr]
+    wrapper._launch(q, views, o, lse if return_lse else None, values)
+    return o, lse
+
+
+@decode_op.register_fake
+def _decode_fake(
+    handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
+    return torch.empty_like(q), lse

@@ -1,0 +1,90 @@
+"""``merge_state``: combine the attention states (O, LSE) of two disjoint KV ranges.
+
+``o = e^{lse_a - lse} o_a + e^{lse_b - lse} o_b`` and ``lse = log(e^{lse_a} + e^{lse_b})``
+(natural log), -inf safe: a row that saw no visible key in either range gets O 0, LSE -inf.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from attnc.runtime import jit
+
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+_LIB: ctypes.CDLL | None = None
+_LOCK = threading.Lock()
+
+
+def _library() -> ctypes.CDLL:
+    global _LIB
+    with _LOCK:
+        if _LIB is None:
+            from attnc.codegen.decode_module import MERGE_STATE_SOURCE
+
+            lib = jit.load_library(jit.build_module("merge_state", MERGE_STATE_SOURCE))
+            lib.attnc_merge_state.argtypes = [ctypes.c_void_p] * 6 + [
+                ctypes.c_int64,
+                ctypes.c_int32,
+                ctypes.c_int32,
+                ctypes.c_void_p,
+            ]
+            lib.attnc_merge_state.restype = ctypes.c_int
+            _LIB = lib
+        return _LIB
+
+
+def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
+    for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.device.type != "cuda":
+            raise ValueError(f"{name}: must be on a cuda device, got {t.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    if o_a.dtype not in _DTYPE_CODES:
+        raise ValueError(f"o_a: dtype must be float32, bfloat16 or float16, got {o_a.dtype}")
+    if o_b.dtype != o_a.dtype or o_b.shape != o_a.shape:
+        raise ValueError(
+            f"o_b: expected {o_a.dtype} of shape {list(o_a.shape)}, "
+            f"got {o_b.dtype} of shape {list(o_b.shape)}"
+        )
+    if o_a.dim() < 2:
+        raise ValueError(f"o_a: expected [..., head_dim], got shape {list(o_a.shape)}")
+    for name, t in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if t.dtype != torch.float32 or t.shape != o_a.shape[:-1]:
+            raise ValueError(
+                f"{name}: expected float32 of shape {list(o_a.shape[:-1])}, "
+                f"got {t.dtype} of shape {list(t.shape)}"
+            )
+    if not (o_a.device == o_b.device == lse_a.device == lse_b.device):
+        raise ValueError("o_b/lse_a/lse_b: must be on the device of o_a")
+
+
+@torch.library.custom_op("attnc::merge_state", mutates_args=())
+def merge_state(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merged ``(o, lse)`` of two states: ``o_*`` ``[..., D]`` (fp32/bf16/fp16),
+    ``lse_*`` float32 ``[...]`` natural log."""
+    _check(o_a, lse_a, o_b, lse_b)
+    o = torch.empty_like(o_a)
+    lse = torch.empty_like(lse_a)
+    rows = lse_a.numel()
+    stream = torch.cuda.current_stream(o_a.device).cuda_stream
+    rc = _library().attnc_merge_state(
+        o_a.data_ptr(), lse_a.data_ptr(), o_b.data_ptr(), lse_b.data_ptr(),
+        o.data_ptr(), lse.data_ptr(), rows, o_a.shape[-1], _DTYPE_CODES[o_a.dtype], stream,
+    )  # fmt: skip
+    if rc != 0:
+        raise RuntimeError(f"attnc: merge_state failed with code {rc}")
+    return o, lse
+
+
+@merge_state.register_fake
+def _merge_state_fake(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty_like(o_a), torch.empty_like(lse_a)
