@@ -180,7 +180,7 @@ def schedule(
     *,
     alpha: float = ALPHA,
     beta: float = BETA,
-    min_chunk: int = MIN_CHUNK,
+    min_chunk: int | None = None,
     max_items: int | None = None,
 ) -> Schedule:
     """Split and order the work of one decode step (see the module doc).
@@ -194,6 +194,8 @@ def schedule(
     units = num_kv_heads * row_blocks
     item_q = alpha * q_len
     slot_rows = q_len * num_qo_heads
+    if min_chunk is None:
+        min_chunk = MIN_CHUNK
     chunk = choose_chunk(kv, q_len, units, num_ctas, kv_tile, alpha, beta, min_chunk)
     split_any = batch > 0 and int(kv.max()) > chunk
     while split_any:
