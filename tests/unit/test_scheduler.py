@@ -1,0 +1,145 @@
+"""The decode scheduler on the CPU: chunking, balance, determinism, capacity, layouts."""
+
+import numpy as np
+import pytest
+
+from attnc.runtime import scheduler as s
+from attnc.runtime.decode import check_page_table
+
+CTAS, TILE = 264, 64
+ZIPF = [min(32768, max(256, int(32768 / (i + 1) ** 0.8))) for i in range(64)]
+UNIFORM = [512 + int(15872 * ((i * 0.6180339887) % 1.0)) for i in range(64)]
+
+
+def _plan(lengths, q_len=1, hq=32, hkv=8, row_blocks=1, ctas=CTAS, part_rows=1 << 24, **kw):
+    kv = np.asarray(lengths, dtype=np.int64)
+    return s.schedule(kv, q_len, hq, hkv, row_blocks, ctas, TILE, part_rows, **kw)
+
+
+def _coverage(plan, lengths, hkv, row_blocks):
+    """(request, head, row block) -> sorted list of (begin, end) chunks."""
+    cover = {}
+    for it in plan.items:
+        cover.setdefault((int(it[0]), int(it[1]), int(it[2])), []).append((int(it[3]), int(it[4])))
+    assert len(cover) == len(lengths) * hkv * row_blocks
+    return {k: sorted(v) for k, v in cover.items()}
+
+
+@pytest.mark.parametrize("lengths", [ZIPF, UNIFORM, [4096] * 64, [1, 0, 70000, 5], [7] * 300])
+def test_chunks_tile_each_request_exactly(lengths):
+    plan = _plan(lengths, row_blocks=2)
+    for (r, _, _), chunks in _coverage(plan, lengths, 8, 2).items():
+        assert chunks[0][0] == 0 and chunks[-1][1] == lengths[r]
+        for (b0, e0), (b1, _) in zip(chunks, chunks[1:], strict=False):
+            assert e0 == b1 and e0 > b0
+        assert all(b % TILE == 0 for b, _ in chunks)  # chunk starts are tile aligned
+
+
+def test_balance_on_skewed_workloads():
+    for lengths in (ZIPF, UNIFORM, [4096] * 64):
+        loads = _plan(lengths).cta_loads()
+        assert loads.max() <= 1.3 * loads.mean(), (loads.max(), loads.mean())
+
+
+def test_cost_model_and_order():
+    plan = _plan(UNIFORM)
+    length = plan.items[:, 4] - plan.items[:, 3]
+    assert np.allclose(plan.cost, s.ALPHA * 1 + s.BETA * length)
+    assert (np.diff(plan.cost) <= 0).all()  # longest work first
+    # CTA b runs a contiguous run of items; the runs cover all items in order.
+    assert plan.cta_indptr[0] == 0 and plan.cta_indptr[-1] == plan.num_items
+    assert (np.diff(plan.cta_indptr) >= 0).all()
+    assert plan.cta_indptr.shape == (CTAS + 1,)
+
+
+def test_deterministic():
+    a, b = _plan(ZIPF), _plan(list(ZIPF))
+    assert np.array_equal(a.items, b.items)
+    assert np.array_equal(a.cta_indptr, b.cta_indptr)
+    assert np.array_equal(a.merge_items, b.merge_items)
+
+
+def test_split_only_when_needed():
+    # Enough (request, head) units to fill every CTA with short requests: no split at all.
+    plan = _plan([100] * 256)
+    assert plan.chunk_size == 0 and plan.num_part_slots == 0 and plan.merge_rows == 0
+    assert (plan.items[:, 5] == -1).all() and plan.num_items == 256 * 8
+    # One long request among short ones: only the long one is split.
+    lengths = [64] * 8 + [65536]
+    plan = _plan(lengths)
+    split = {int(r) for r in plan.items[plan.items[:, 5] >= 0, 0]}
+    assert split == {8}
+    assert plan.merge_items.tolist() == [[8, int(plan.num_chunks[8]), 0, 0]]
+    assert plan.merge_rows == 1 * 1 * 32
+    # A larger minimum chunk turns splitting off.
+    assert _plan(lengths, min_chunk=1 << 20).num_part_slots == 0
+
+
+def test_partial_slots_are_distinct_and_ordered():
+    plan = _plan(ZIPF, q_len=3)
+    parts = plan.items[plan.items[:, 5] >= 0]
+    slots = {}
+    for it in parts:
+        slots.setdefault(int(it[5]), set()).add((int(it[0]), int(it[3])))
+    # One slot per (request, chunk), shared by that chunk's heads.
+    assert all(len(v) == 1 for v in slots.values())
+    assert sorted(slots) == list(range(plan.num_part_slots))
+    for req, n, base, _ in plan.merge_items.tolist():
+        begins = sorted(b for (r, b) in (next(iter(slots[base + c])) for c in range(n)))
+        assert [next(iter(slots[base + c]))[1] for c in range(n)] == begins
+        assert all(next(iter(slots[base + c]))[0] == req for c in range(n))
+    assert plan.merge_rows == plan.merge_items.shape[0] * 3 * 32
+
+
+def test_partial_capacity_limits_splitting():
+    full = _plan([65536])
+    rows = full.num_part_slots * 32
+    limited = _plan([65536], part_rows=rows // 4)
+    assert 0 < limited.num_part_slots * 32 <= rows // 4
+    assert _plan([65536], part_rows=0).num_part_slots == 0
+
+
+def test_capacity_error_on_items():
+    with pytest.raises(s.CapacityError, match="needs 2048 work items, the wrapper holds 100"):
+        _plan([100] * 256, max_items=100)
+
+
+def test_layout_and_work_region():
+    lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
+    offsets = [lay.header, lay.cta_indptr, lay.req_page_begin, lay.req_kv_len, lay.merge_items,
+               lay.items, lay.page_ids, lay.partials]  # fmt: skip
+    assert offsets == sorted(offsets) and all(o % s.ALIGN == 0 for o in offsets)
+    assert lay.page_ids - lay.items >= 64 * s.ITEM_INTS * 4
+    assert lay.partials - lay.page_ids >= 400
+    assert lay.part_lse_offset(128) + 4 * lay.max_part_rows(128) <= lay.total_bytes
+    plan = _plan([10, 3000], ctas=8)
+    buf = np.zeros(lay.work_bytes(64), dtype=np.uint8)
+    n = s.write_work_region(buf, lay, plan, 1, np.array([0, 1]), np.array([10, 3000]))
+    assert n == lay.items + plan.num_items * s.ITEM_INTS * 4
+    ints = buf.view(np.int32)
+    header = ints[: s.HEADER_INTS]
+    assert header[:5].tolist() == [plan.num_items, 1, 2, plan.merge_rows, len(plan.merge_items)]
+    assert ints[lay.cta_indptr // 4 : lay.cta_indptr // 4 + 9].tolist() == plan.cta_indptr.tolist()
+    assert ints[lay.req_kv_len // 4 : lay.req_kv_len // 4 + 2].tolist() == [10, 3000]
+    got = ints[lay.items // 4 : n // 4].reshape(-1, s.ITEM_INTS)
+    assert np.array_equal(got, plan.items)
+
+
+def test_layout_too_small():
+    with pytest.raises(s.CapacityError, match="workspace_buffer"):
+        s.make_layout(4096, max_batch=256, max_items=16384, max_ctas=1056, max_pages=None)
+
+
+def test_page_table_checks():
+    import torch
+
+    indptr = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    last = torch.tensor([3, 0, 16], dtype=torch.int32)
+    ptr, lens = check_page_table(indptr, last, 16)
+    assert lens.tolist() == [19, 0, 48] and ptr.tolist() == [0, 2, 2, 5]
+    with pytest.raises(ValueError, match=r"kv_last_page_len\[2\]=17"):
+        check_page_table(indptr, torch.tensor([3, 0, 17], dtype=torch.int32), 16)
+    with pytest.raises(ValueError, match=r"kv_indptr: must be non-decreasing"):
+        check_page_table(torch.tensor([0, 3, 2], dtype=torch.int32), last[:2], 16)
+    with pytest.raises(ValueError, match="kv_indptr: dtype must be torch.int32"):
+        check_page_table(indptr.long(), last, 16)
