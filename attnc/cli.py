@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attnc.dsl.errors import AttnError
 
-EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch")
+EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,7 +52,8 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=EMIT_STAGES,
         default="cuda",
         help="ast: parsed source; ir: lowered IR; opt: simplified IR and analyses; "
-        "cuda: the functor header; torch: the PyTorch reference (default: cuda)",
+        "cuda: the functor header; torch: the PyTorch reference; params: the runtime param "
+        "list as JSON (default: cuda)",
     )
     comp.add_argument(
         "-o", "--output-dir", metavar="DIR", help="write files here instead of stdout"

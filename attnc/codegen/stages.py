@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from attnc.codegen.functor import emit_functor
+import json
+
+from attnc.codegen.functor import emit_functor, param_fields
 from attnc.codegen.torch_ref import emit_reference_source
 from attnc.compiler import ir
 from attnc.compiler.hoist import hoistable, level
@@ -28,7 +30,27 @@ def emit_stage(c: Compiled, stage: str) -> tuple[str, str]:
         return f"{name}.cuh", emit_functor(c)
     if stage == "torch":
         return f"{name}_reference.py", emit_reference_source(c.variant)
+    if stage == "params":
+        return f"{name}.params.json", params_json(c.variant)
     raise ValueError(f"unknown stage '{stage}'")
+
+
+def params_json(v: ir.VariantIR) -> str:
+    """The runtime param list as JSON: name, kind, dtype, shape, default and the C field."""
+    rows = [
+        {
+            "name": p.name,
+            "kind": p.kind,
+            "dtype": p.dtype,
+            "shape": list(p.dims),
+            "default": p.default,
+            "required": p.required,
+            "c_field": f.name,
+            "c_type": f.ctype,
+        }
+        for p, f in zip(v.params, param_fields(v), strict=True)
+    ]
+    return json.dumps({"variant": v.name, "params": rows}, indent=2) + "\n"
 
 
 def _analyses(c: Compiled) -> str:
