@@ -514,7 +514,8 @@ int run_checks(const std::string& dir) {
     const int rc = mod.prefill(&p.args, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
     std::string lens;
-    for (auto& lv : c.lens) lens += "(" + std::to_string(lv.first) + "," + std::to_string(lv.second) + ")";
+    for (auto& lv : c.lens)
+      lens += "(" + std::to_string(lv.first) + "," + std::to_string(lv.second) + ")";
     bool ok = rc == 0;
     Errors e;
     if (ok) {

@@ -1,15 +1,16 @@
 // Owns: the tile shapes of the FA2 prefill kernel: for each head_dim, the CTA shapes for
-// 16, 64 and 128 (or more) packed query rows (warps, m16 tiles per warp, KV tile width, pipeline depth,
-// whether Q stays in registers), their shared-memory size, and the choice of query tokens
-// per work item that attnc_prefill_tile_q_tokens reports to the planner.
+// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, KV stage and S tile widths,
+// pipeline depth, whether Q stays in registers), their shared-memory size, and the choice of
+// query tokens per work item that attnc_prefill_tile_q_tokens reports to the planner.
 #pragma once
 
 namespace attnc {
 
 // One CTA shape. Rows = 16 * MMA_Q * WARPS packed (token, head) rows; every warp owns
 // 16 * MMA_Q of them and walks the whole KV range.
+// A stage holds KV_TILE keys; S is computed KV_SUB columns at a time (registers).
 template <int HEAD_DIM, int WARPS, int MMA_Q, int KV_TILE, int STAGES, bool Q_IN_REGS,
-          int MIN_BLOCKS>
+          int MIN_BLOCKS, int KV_SUB = KV_TILE>
 struct PrefillTile {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kWarps = WARPS;
@@ -17,18 +18,20 @@ struct PrefillTile {
   static constexpr int kMmaQ = MMA_Q;
   static constexpr int kRows = 16 * MMA_Q * WARPS;
   static constexpr int kKvTile = KV_TILE;
+  static constexpr int kKvSub = KV_SUB;
   static constexpr int kStages = STAGES;
   static constexpr bool kQInRegs = Q_IN_REGS;
   static constexpr int kMinBlocks = MIN_BLOCKS;
   // 16-bit elements: Q tile + STAGES x (K tile + V tile).
   static constexpr int kSmemBytes = 2 * HEAD_DIM * (kRows + 2 * STAGES * KV_TILE);
-  static_assert(KV_TILE % 16 == 0, "KV tile must be a multiple of 16");
+  static_assert(KV_SUB % 16 == 0 && KV_TILE % KV_SUB == 0,
+                "KV tile must be a multiple of the S tile, itself a multiple of 16");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
 };
 
 // Shapes per head_dim: Small (16 rows), Medium (64 rows) and Large (the most rows; long
-// queries). ATTNC_PREFILL_TUNE selects alternative Large shapes for timing experiments
-// (0, the default, is the tuned choice).
+// queries). ATTNC_PREFILL_TUNE=1 selects the previous Large shapes (one S tile per stage)
+// for timing comparisons; 0, the default, is the tuned choice.
 #ifndef ATTNC_PREFILL_TUNE
 #define ATTNC_PREFILL_TUNE 0
 #endif
@@ -41,11 +44,9 @@ struct PrefillShapes<64> {
   using Small = PrefillTile<64, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<64, 4, 1, 64, 2, true, 3>;
 #if ATTNC_PREFILL_TUNE == 1
-  using Large = PrefillTile<64, 8, 2, 64, 2, false, 1>;
-#elif ATTNC_PREFILL_TUNE == 2
-  using Large = PrefillTile<64, 8, 2, 64, 3, false, 1>;
-#else
   using Large = PrefillTile<64, 4, 2, 64, 2, false, 2>;
+#else
+  using Large = PrefillTile<64, 4, 2, 128, 2, false, 2, 64>;
 #endif
 };
 
@@ -54,27 +55,17 @@ struct PrefillShapes<128> {
   using Small = PrefillTile<128, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<128, 4, 1, 64, 2, true, 2>;
 #if ATTNC_PREFILL_TUNE == 1
-  using Large = PrefillTile<128, 8, 2, 32, 2, false, 1>;
-#elif ATTNC_PREFILL_TUNE == 2
-  using Large = PrefillTile<128, 8, 2, 32, 3, false, 1>;
-#else
   using Large = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+#else
+  using Large = PrefillTile<128, 4, 2, 64, 2, false, 2, 32>;
 #endif
 };
 
 template <>
 struct PrefillShapes<256> {
   using Small = PrefillTile<256, 1, 1, 16, 2, false, 4>;
-#if ATTNC_PREFILL_TUNE == 1
-  using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
-  using Large = PrefillTile<256, 8, 1, 32, 2, false, 1>;
-#elif ATTNC_PREFILL_TUNE == 2
-  using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
-  using Large = PrefillTile<256, 8, 1, 32, 3, false, 1>;
-#else
   using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
   using Large = Medium;
-#endif
 };
 
 template <int HEAD_DIM>
