@@ -2,8 +2,8 @@
 # Builds the fixture prefill modules and the harness for sm_90a, runs the correctness check,
 # then the 8K timings. Usage: tests/gpu/kernel_harness/run.sh [BUILD_DIR] [--no-bench]
 # Needs nvcc and a Hopper GPU; builds in parallel on all cores.
-# TUNE="1" also checks and times a second module set built with the alternative Large tile
-# shapes ATTNC_PREFILL_TUNE=1 (see prefill_config.cuh).
+# TUNE="2" also checks and times a second module set built with the alternative Large tile
+# shapes ATTNC_PREFILL_TUNE=2 (see prefill_config.cuh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -23,8 +23,9 @@ for d in 64 128 256; do
     if [[ $d == 128 ]]; then modules+=("$f bf16 $d"); else modules+=("$f fp16 $d"); fi
   done
 done
+base_modules=("${modules[@]}")
 for n in ${TUNE:-}; do
-  for m in "${modules[@]}"; do [[ $m != *" "*" "*" "* ]] && modules+=("$m $n"); done
+  for m in "${base_modules[@]}"; do modules+=("$m $n"); done
 done
 
 build_one() {
