@@ -2,8 +2,6 @@
 # Builds the fixture prefill modules and the harness for sm_90a, runs the correctness check,
 # then the 8K timings. Usage: tests/gpu/kernel_harness/run.sh [BUILD_DIR] [--no-bench]
 # Needs nvcc and a Hopper GPU; builds in parallel on all cores.
-# TUNE="2" also checks and times a second module set built with the alternative Large tile
-# shapes ATTNC_PREFILL_TUNE=2 (see prefill_config.cuh).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -23,25 +21,19 @@ for d in 64 128 256; do
     if [[ $d == 128 ]]; then modules+=("$f bf16 $d"); else modules+=("$f fp16 $d"); fi
   done
 done
-base_modules=("${modules[@]}")
-for n in ${TUNE:-}; do
-  for m in "${base_modules[@]}"; do modules+=("$m $n"); done
-done
 
 build_one() {
-  local f=$1 t=$2 d=$3 tune=${4:-0}
-  local dt=__nv_bfloat16 out="$build"
+  local f=$1 t=$2 d=$3
+  local dt=__nv_bfloat16
   [[ $t == fp16 ]] && dt=half
-  [[ $tune != 0 ]] && out="$build/tune$tune" && mkdir -p "$out"
   "$NVCC" $flags -DATTNC_FIXTURE="$f" -DATTNC_DTYPE="$dt" -DATTNC_HEAD_DIM="$d" \
-    -DATTNC_PREFILL_TUNE="$tune" \
-    "$root/tests/codegen/fixtures/prefill_module.cu" -o "$out/${f}_${t}_${d}.so"
+    "$root/tests/codegen/fixtures/prefill_module.cu" -o "$build/${f}_${t}_${d}.so"
 }
 export -f build_one
 export NVCC flags root build
 
 start=$(date +%s)
-printf '%s\n' "${modules[@]}" | xargs -P "$(nproc)" -L 1 bash -c 'build_one $0 $1 $2 ${3:-0}'
+printf '%s\n' "${modules[@]}" | xargs -P "$(nproc)" -L 1 bash -c 'build_one $0 $1 $2'
 "$NVCC" -std=c++17 -O2 $arch -I"$root/attnc/kernels/include" "$here/prefill_harness.cu" \
   -o "$build/prefill_harness" -ldl
 echo "built ${#modules[@]} modules and the harness in $(( $(date +%s) - start )) s"
@@ -50,10 +42,5 @@ status=0
 "$build/prefill_harness" "$build" || status=$?
 if [[ $bench == 1 ]]; then
   "$build/prefill_harness" "$build" --bench
-  for n in ${TUNE:-}; do
-    echo "tile shapes ATTNC_PREFILL_TUNE=$n:"
-    "$build/prefill_harness" "$build/tune$n" | tail -1
-    "$build/prefill_harness" "$build/tune$n" --bench
-  done
 fi
 exit $status

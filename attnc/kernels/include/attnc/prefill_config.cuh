@@ -1,16 +1,15 @@
 // Owns: the tile shapes of the FA2 prefill kernel: for each head_dim, the CTA shapes for
-// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, KV stage and S tile widths,
-// pipeline depth, whether Q stays in registers), their shared-memory size, and the choice of
-// query tokens per work item that attnc_prefill_tile_q_tokens reports to the planner.
+// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, KV tile width, pipeline depth,
+// whether Q stays in registers), their shared-memory size, and the choice of query tokens
+// per work item that attnc_prefill_tile_q_tokens reports to the planner.
 #pragma once
 
 namespace attnc {
 
 // One CTA shape. Rows = 16 * MMA_Q * WARPS packed (token, head) rows; every warp owns
 // 16 * MMA_Q of them and walks the whole KV range.
-// A stage holds KV_TILE keys; S is computed KV_SUB columns at a time (registers).
 template <int HEAD_DIM, int WARPS, int MMA_Q, int KV_TILE, int STAGES, bool Q_IN_REGS,
-          int MIN_BLOCKS, int KV_SUB = KV_TILE>
+          int MIN_BLOCKS>
 struct PrefillTile {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kWarps = WARPS;
@@ -18,24 +17,17 @@ struct PrefillTile {
   static constexpr int kMmaQ = MMA_Q;
   static constexpr int kRows = 16 * MMA_Q * WARPS;
   static constexpr int kKvTile = KV_TILE;
-  static constexpr int kKvSub = KV_SUB;
   static constexpr int kStages = STAGES;
   static constexpr bool kQInRegs = Q_IN_REGS;
   static constexpr int kMinBlocks = MIN_BLOCKS;
   // 16-bit elements: Q tile + STAGES x (K tile + V tile).
   static constexpr int kSmemBytes = 2 * HEAD_DIM * (kRows + 2 * STAGES * KV_TILE);
-  static_assert(KV_SUB % 16 == 0 && KV_TILE % KV_SUB == 0,
-                "KV tile must be a multiple of the S tile, itself a multiple of 16");
+  static_assert(KV_TILE % 16 == 0, "KV tile must be a multiple of 16");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
 };
 
 // Shapes per head_dim: Small (16 rows), Medium (64 rows) and Large (the most rows; long
-// queries). ATTNC_PREFILL_TUNE=2 selects Large shapes whose stages hold two S tiles (fewer
-// barriers and cp.async rounds per key); not yet timed, so not the default.
-#ifndef ATTNC_PREFILL_TUNE
-#define ATTNC_PREFILL_TUNE 0
-#endif
-
+// queries). Measured alternatives are listed in tests/gpu/kernel_harness/NOTES.md.
 template <int HEAD_DIM>
 struct PrefillShapes;
 
@@ -43,22 +35,14 @@ template <>
 struct PrefillShapes<64> {
   using Small = PrefillTile<64, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<64, 4, 1, 64, 2, true, 3>;
-#if ATTNC_PREFILL_TUNE == 2
-  using Large = PrefillTile<64, 4, 2, 128, 2, false, 2, 64>;
-#else
   using Large = PrefillTile<64, 4, 2, 64, 2, false, 2>;
-#endif
 };
 
 template <>
 struct PrefillShapes<128> {
   using Small = PrefillTile<128, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<128, 4, 1, 64, 2, true, 2>;
-#if ATTNC_PREFILL_TUNE == 2
-  using Large = PrefillTile<128, 4, 2, 64, 2, false, 2, 32>;
-#else
   using Large = PrefillTile<128, 4, 2, 32, 2, false, 2>;
-#endif
 };
 
 template <>

@@ -16,46 +16,11 @@
 #include "mma.cuh"
 #include "online_softmax.cuh"
 #include "prefill_args.h"
+#include "prefill_warp_math.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 
 namespace attnc {
-
-// Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element.
-template <bool kMasked, class V, int MQ, int NS>
-__device__ __forceinline__ void transform_scores(const V& var, const typename V::Row (&rows)[MQ][2],
-                                                 const float (&mult)[MQ][2],
-                                                 float (&s)[MQ][NS][4], int kv0, int kv1,
-                                                 int tq, float sm_scale) {
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-    for (int n = 0; n < NS; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const typename V::Row& row = rows[mi][e / 2];
-        const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
-        bool vis = true;
-        if constexpr (kMasked) vis = kv_idx < kv1 && (!V::kHasMask || var.mask(row, kv_idx));
-        const float raw = s[mi][n][e];
-        float x;
-        if constexpr (!V::kUseSoftmax) {
-          x = var.score(row, raw * sm_scale, kv_idx);
-          if constexpr (kMasked) x = vis ? x : 0.f;
-        } else if constexpr (V::kScoreIsIdentity) {
-          x = raw;  // scaled by mult inside the exp2
-        } else if constexpr (V::kAffineScore) {
-          x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
-        } else {
-          x = var.score(row, raw * sm_scale, kv_idx) * kLog2e;
-        }
-        if constexpr (V::kUseSoftmax && kMasked) x = vis ? x : -CUDART_INF_F;
-        s[mi][n][e] = x;
-      }
-    }
-  }
-}
 
 template <class V, class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
@@ -70,8 +35,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   constexpr int STAGES = Tile::kStages;
   constexpr bool kQInRegs = Tile::kQInRegs;
   constexpr int KD = D / 16;    // k-steps of Q K^T
-  constexpr int KSUB = Tile::kKvSub;  // KV columns per S tile (a stage holds KVT / KSUB)
-  constexpr int NS = KSUB / 8;  // n8 column blocks of S
+  constexpr int NS = KVT / 8;   // n8 column blocks of S
   constexpr int NO = D / 8;     // n8 column blocks of O
   constexpr int CH = D / 8;     // 16-byte chunks per row
   using Layout = SwizzledRows<D>;
@@ -167,7 +131,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     for (int it = 0; it < KVT * CH / kThreads; ++it) {
       const int r = tid / CH + it * (kThreads / CH);
       const bool ok = kv0 + r < kv1;
-      const int64_t off = (ok ? kv.offset(args, kv0 + r) : 0) + c * 8;
+      const int64_t off = (ok ? kv.offset(kv0 + r) : 0) + c * 8;
       const uint32_t s = Layout::offset(r, c);
       cp_async_16(dk + s, k_ptr + off, ok);
       cp_async_16(dv + s, v_ptr + off, ok);
@@ -239,126 +203,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     const int kv0 = range.begin + t * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
 
-    const TileClass tile_cls = V::kHasMask ? tile_class(t) : TileClass::kFull;
-#pragma unroll 1
-    for (int sub = 0; sub < KVT / KSUB; ++sub) {
-      const int ks0 = kv0 + sub * KSUB;
-      if (ks0 >= kv1) break;
-      const int ks1 = min(ks0 + KSUB, kv1);
-      bool masked = ks1 - ks0 < KSUB;
-      if constexpr (V::kHasMask) {
-        if (tile_cls == TileClass::kPartial) {
-          const TileClass sub_cls = var.classify(q0, q1, ks0, ks1);
-          if (sub_cls == TileClass::kEmpty) continue;
-          masked = masked || sub_cls == TileClass::kPartial;
-        }
-      }
-      const uint32_t kb = k_base + sub * KSUB * Layout::kRowBytes;
-      const uint32_t vb = v_base + sub * KSUB * Layout::kRowBytes;
+    float s[MQ][NS][4];
+    warp_qk<T, Layout, kQInRegs>(s, q_frag, q_base, k_base);
 
-      // S = Q K^T
-      float s[MQ][NS][4];
-  #pragma unroll
-      for (int mi = 0; mi < MQ; ++mi)
-  #pragma unroll
-        for (int n = 0; n < NS; ++n)
-  #pragma unroll
-          for (int e = 0; e < 4; ++e) s[mi][n][e] = 0.f;
-  #pragma unroll
-      for (int kk = 0; kk < KD; ++kk) {
-        uint32_t a[MQ][4];
-  #pragma unroll
-        for (int mi = 0; mi < MQ; ++mi) {
-          if constexpr (kQInRegs) {
-  #pragma unroll
-            for (int e = 0; e < 4; ++e) a[mi][e] = q_frag[mi][kk][e];
-          } else {
-            mma::ldmatrix_x4(a[mi], Layout::walk(q_base, 2 * mi, 2 * kk));
-          }
-        }
-  #pragma unroll
-        for (int nn = 0; nn < NS / 2; ++nn) {
-          uint32_t b[4];
-          mma::ldmatrix_x4(b, Layout::walk(kb, 2 * nn, 2 * kk));
-  #pragma unroll
-          for (int mi = 0; mi < MQ; ++mi) {
-            mma::mma_16816<T>(s[mi][2 * nn], a[mi], b[0], b[1]);
-            mma::mma_16816<T>(s[mi][2 * nn + 1], a[mi], b[2], b[3]);
-          }
-        }
-      }
-
-      if (masked) {
-        transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
-      } else {
-        transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
-      }
-
-      if constexpr (V::kUseSoftmax) {
-        float alpha[MQ][2];
-        bool rescale = false;
-  #pragma unroll
-        for (int mi = 0; mi < MQ; ++mi) {
-  #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float mx = -CUDART_INF_F;
-  #pragma unroll
-            for (int n = 0; n < NS; ++n)
-              mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
-            const float m_new = fmaxf(m[mi][h], quad_max(mx));
-            const float m_use = safe_max(m_new);
-            const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-            alpha[mi][h] = fast_exp2((m[mi][h] - m_use) * c);
-            rescale = rescale || alpha[mi][h] != 1.f;
-            const float shift = -m_use * c;
-            m[mi][h] = m_new;
-            float sum = 0.f;
-  #pragma unroll
-            for (int n = 0; n < NS; ++n) {
-  #pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float p = fast_exp2(fmaf(s[mi][n][2 * h + e], c, shift));
-                s[mi][n][2 * h + e] = p;
-                sum += p;
-              }
-            }
-            l[mi][h] = l[mi][h] * alpha[mi][h] + sum;
-          }
-        }
-        // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.
-        if (__any_sync(0xffffffffu, rescale)) {
-  #pragma unroll
-          for (int mi = 0; mi < MQ; ++mi)
-  #pragma unroll
-            for (int n = 0; n < NO; ++n)
-  #pragma unroll
-              for (int e = 0; e < 4; ++e) o[mi][n][e] *= alpha[mi][e / 2];
-        }
-      }
-
-      // O += P V, P from registers as the A operand.
-  #pragma unroll
-      for (int kk = 0; kk < KSUB / 16; ++kk) {
-        uint32_t a[MQ][4];
-  #pragma unroll
-        for (int mi = 0; mi < MQ; ++mi) {
-          a[mi][0] = mma::Dtype<T>::pack(s[mi][2 * kk][0], s[mi][2 * kk][1]);
-          a[mi][1] = mma::Dtype<T>::pack(s[mi][2 * kk][2], s[mi][2 * kk][3]);
-          a[mi][2] = mma::Dtype<T>::pack(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
-          a[mi][3] = mma::Dtype<T>::pack(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
-        }
-  #pragma unroll
-        for (int dn = 0; dn < NO / 2; ++dn) {
-          uint32_t b[4];
-          mma::ldmatrix_x4_trans(b, Layout::walk(vb, 2 * kk, 2 * dn));
-  #pragma unroll
-          for (int mi = 0; mi < MQ; ++mi) {
-            mma::mma_16816<T>(o[mi][2 * dn], a[mi], b[0], b[1]);
-            mma::mma_16816<T>(o[mi][2 * dn + 1], a[mi], b[2], b[3]);
-          }
-        }
-      }
+    const bool masked = kv1 - kv0 < KVT || (V::kHasMask && tile_class(t) == TileClass::kPartial);
+    if (masked) {
+      transform_scores<true>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+    } else {
+      transform_scores<false>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
     }
+
+    if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
+
+    warp_pv<T, Layout>(o, s, v_base);
     stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
