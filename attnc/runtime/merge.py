@@ -42,8 +42,6 @@ def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: tor
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if t.device.type != "cuda":
             raise ValueError(f"{name}: must be on a cuda device, got {t.device}")
-        if not t.is_contiguous():
-            raise ValueError(f"{name}: must be contiguous")
     if o_a.dtype not in _DTYPE_CODES:
         raise ValueError(f"o_a: dtype must be float32, bfloat16 or float16, got {o_a.dtype}")
     if o_b.dtype != o_a.dtype or o_b.shape != o_a.shape:
@@ -70,6 +68,7 @@ def merge_state(
     """Merged ``(o, lse)`` of two states: ``o_*`` ``[..., D]`` (fp32/bf16/fp16),
     ``lse_*`` float32 ``[...]`` natural log."""
     _check(o_a, lse_a, o_b, lse_b)
+    o_a, lse_a, o_b, lse_b = (t.contiguous() for t in (o_a, lse_a, o_b, lse_b))
     o = torch.empty_like(o_a)
     lse = torch.empty_like(lse_a)
     rows = lse_a.numel()

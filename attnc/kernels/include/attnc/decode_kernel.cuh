@@ -121,7 +121,7 @@ __device__ __forceinline__ void decode_item(const AttncDecodeArgs& a, const V& v
       const int rr = row0 + (ok ? r : 0);
       const int64_t off = (tok_base + rr / group) * a.q_stride_tok +
                           static_cast<int64_t>(kv_head * group + rr % group) * a.q_stride_head;
-      cp_async_16(mma::smem_addr(s_q + Layout::offset(r, c)), q_ptr + off + c * 8, ok);
+      cp_async_16(mma::smem_addr(s_q) + Layout::offset(r, c), q_ptr + off + c * 8, ok);
     }
     cp_async_commit();
   }
@@ -177,8 +177,8 @@ __device__ __forceinline__ void decode_item(const AttncDecodeArgs& a, const V& v
       const bool ok = kv0 + r < kv1;
       const int64_t off = ok ? kv.offset(kv0 + r) : 0;
       const int s = Layout::offset(r, c);
-      cp_async_16(mma::smem_addr(dk + s), k_ptr + off + c * 8, ok);
-      cp_async_16(mma::smem_addr(dv + s), v_ptr + off + c * 8, ok);
+      cp_async_16(mma::smem_addr(dk) + s, k_ptr + off + c * 8, ok);
+      cp_async_16(mma::smem_addr(dv) + s, v_ptr + off + c * 8, ok);
     }
   };
 
@@ -244,12 +244,12 @@ __device__ __forceinline__ void decode_item(const AttncDecodeArgs& a, const V& v
     for (int kk = 0; kk < KD; ++kk) {
       uint32_t b[4];
       const int rk = wkv + (lane % 8) + 8 * (lane / 16);
-      mma::ldmatrix_x4(b, mma::smem_addr(sk + Layout::offset(rk, kk * 2 + (lane / 8) % 2)));
+      mma::ldmatrix_x4(b, mma::smem_addr(sk) + Layout::offset(rk, kk * 2 + (lane / 8) % 2));
 #pragma unroll
       for (int mi = 0; mi < MQ; ++mi) {
         uint32_t qa[4];
         const int rq = mi * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-        mma::ldmatrix_x4(qa, mma::smem_addr(s_q + Layout::offset(rq, kk * 2 + lane / 16)));
+        mma::ldmatrix_x4(qa, mma::smem_addr(s_q) + Layout::offset(rq, kk * 2 + lane / 16));
         mma::mma_16816<T>(s[mi][0], qa, b[0], b[1]);
         mma::mma_16816<T>(s[mi][1], qa, b[2], b[3]);
       }
@@ -326,7 +326,7 @@ __device__ __forceinline__ void decode_item(const AttncDecodeArgs& a, const V& v
     for (int dn = 0; dn < NO / 2; ++dn) {
       uint32_t b[4];
       const int rv = wkv + (lane % 8) + 8 * ((lane / 8) % 2);
-      mma::ldmatrix_x4_trans(b, mma::smem_addr(sv + Layout::offset(rv, dn * 2 + lane / 16)));
+      mma::ldmatrix_x4_trans(b, mma::smem_addr(sv) + Layout::offset(rv, dn * 2 + lane / 16));
 #pragma unroll
       for (int mi = 0; mi < MQ; ++mi) {
         mma::mma_16816<T>(o[mi][2 * dn], pa[mi], b[0], b[1]);
