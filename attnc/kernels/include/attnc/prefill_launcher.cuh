@@ -18,6 +18,12 @@
 //   `normalize = none` (V::kUseSoftmax false) there is no normaliser: lse is written as 0.
 // - The output transform V::output is applied to rows with at least one visible key (all
 //   rows when V::kUseSoftmax is false).
+// - Work items run in grid order (blockIdx.x = index into work_request / work_q_tile): put the
+//   heaviest first. Grid = (num_work, num_kv_heads); num_work = 0 launches nothing.
+// - *variant_params is copied into the launch (by value): the host struct may be reused as
+//   soon as attnc_prefill returns. Tensor pointers inside it must be device pointers.
+// - The dynamic shared-memory limit is raised once per process and kernel shape, on the
+//   device current at the first call.
 #pragma once
 
 #include <cuda_bf16.h>
