@@ -1,7 +1,9 @@
 """attnc: a compiler and runtime for LLM attention variants.
 
 ``attnc.load("stdlib:softcap")`` compiles a variant; ``Variant.reference`` runs it eagerly in
-PyTorch, ``Variant.prefill`` and :class:`BatchPrefillWrapper` run the generated CUDA kernels.
+PyTorch, ``Variant.prefill`` and :class:`BatchPrefillWrapper` run the generated CUDA prefill
+kernels, :class:`BatchDecodeWrapper` the decode kernels (paged KV, split-KV, CUDA graphs), and
+``merge_state`` combines attention states computed over separate KV pieces.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from attnc.dsl.errors import AttnError
 
 __version__ = "0.1.0"
 
-__all__ = ["AttnError", "BatchPrefillWrapper", "Variant", "__version__", "load"]
+__all__ = [
+    "AttnError",
+    "BatchDecodeWrapper",
+    "BatchPrefillWrapper",
+    "CapacityError",
+    "Variant",
+    "__version__",
+    "load",
+    "merge_state",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +36,16 @@ def __getattr__(name: str) -> Any:
         from attnc.runtime.prefill import BatchPrefillWrapper
 
         return BatchPrefillWrapper
+    if name == "BatchDecodeWrapper":
+        from attnc.runtime.decode import BatchDecodeWrapper
+
+        return BatchDecodeWrapper
+    if name == "CapacityError":
+        from attnc.runtime.scheduler import CapacityError
+
+        return CapacityError
+    if name == "merge_state":
+        from attnc.runtime.merge import merge_state
+
+        return merge_state
     raise AttributeError(f"module 'attnc' has no attribute {name!r}")
