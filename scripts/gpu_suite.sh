@@ -28,7 +28,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 
 if [ "${ATTNC_SKIP_TESTS:-0}" != "1" ]; then
     # shellcheck disable=SC2086
-    python3 -m pytest -m gpu tests/gpu -x -q ${ATTNC_PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+    python3 -m pytest -m gpu tests/gpu -q ${ATTNC_PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
     rc=$?
     # pytest exit 5: no tests collected
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then

@@ -221,11 +221,31 @@ def single_prefill(
     q = validate.check_data_tensor("q", q, (None, None, None))
     k = validate.check_data_tensor("k", k, (None, None, q.shape[2]))
     validate.check_same_kind("k", k, "q", q)
-    indptr = torch.zeros(2, dtype=torch.int32)
-    qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
-    qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
-    wrapper = BatchPrefillWrapper(variant, _workspace_for(q.shape[0], q.device))
-    wrapper.plan(
-        qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale, dtype=q.dtype
-    )
+    wrapper = _planned_single(variant, q, k, sm_scale)
     return wrapper.run(q, (k, v), return_lse=return_lse, **dict(params or {}))  # type: ignore[arg-type]
+
+
+_SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
+
+
+def _planned_single(
+    variant: object, q: torch.Tensor, k: torch.Tensor, sm_scale: float | None
+) -> BatchPrefillWrapper:
+    """A wrapper planned for one request of this shape, reused while the shape repeats (a new
+    plan allocates a workspace and copies the work list to the device on every call)."""
+    key = (q.device, q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2], q.dtype, sm_scale)
+    cache: dict = variant.__dict__.setdefault("_single_plans", {})
+    wrapper = cache.pop(key, None)
+    if wrapper is None:
+        indptr = torch.zeros(2, dtype=torch.int32)
+        qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
+        qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
+        wrapper = BatchPrefillWrapper(variant, _workspace_for(q.shape[0], q.device))
+        wrapper.plan(
+            qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
+            dtype=q.dtype,
+        )  # fmt: skip
+        while len(cache) >= _SINGLE_PLANS:
+            cache.pop(next(iter(cache)))
+    cache[key] = wrapper  # most recently used last
+    return wrapper

@@ -40,9 +40,8 @@ ATTNC_HD float ceil_(float x) { return ceilf(x); }
 // 1 / (1 + e^-x), written so neither branch overflows.
 ATTNC_HD float sigmoid_(float x) {
 #if defined(__CUDA_ARCH__)
-  if (x >= 0.0f) return __fdividef(1.0f, 1.0f + __expf(-x));
-  const float e = __expf(x);
-  return __fdividef(e, 1.0f + e);
+  // Branch-free: e^-x overflows to +inf for very negative x, and 1 / inf is 0.
+  return __frcp_rn(1.0f + __expf(-x));
 #else
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
   const float e = expf(x);
