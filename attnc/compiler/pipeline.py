@@ -77,7 +77,12 @@ def optimise(v: ir.VariantIR) -> Compiled:
     """Stage ``opt``: simplified IR plus affine and mask analyses."""
     simplified = simplify_variant(v)
     verify_variant(simplified, "simplify")
-    return Compiled(v, simplified, analyse_affine(simplified.score), analyse_mask(simplified.mask))
+    return analyse(simplified, lowered=v)
+
+
+def analyse(v: ir.VariantIR, lowered: ir.VariantIR | None = None) -> Compiled:
+    """The analyses of already simplified IR ``v`` (``lowered``: the IR before simplify)."""
+    return Compiled(lowered or v, v, analyse_affine(v.score), analyse_mask(v.mask))
 
 
 def compile_source(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnostic, ...]]:

@@ -4,13 +4,9 @@ modules: generated source -> built library -> a loaded, ABI-checked module."""
 from __future__ import annotations
 
 import ctypes
-import threading
-from pathlib import Path
 
-import torch
-
-from attnc.runtime import abi, jit
-from attnc.runtime.modules import dtype_name
+from attnc.runtime import abi
+from attnc.runtime.modules import ModuleRegistry
 
 DECODE_ABI_VERSION = 1
 FLAG_MERGE = 1
@@ -90,12 +86,6 @@ class DecodeModule:
             )
 
 
-_BY_ID: dict[str, DecodeModule] = {}
-_BY_KEY: dict[tuple[object, ...], DecodeModule] = {}
-_LOCK = threading.Lock()
-_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
-
-
 def _declare(lib: ctypes.CDLL) -> None:
     lib.attnc_decode.argtypes = [ctypes.POINTER(AttncDecodeArgs), ctypes.c_void_p]
     lib.attnc_decode.restype = ctypes.c_int
@@ -105,43 +95,21 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnc_decode_shape.restype = ctypes.c_int
 
 
-def load_decode_module(path: Path | str, ir: object, name: str) -> DecodeModule:
-    """Open a built decode library, check its ABI version, and register it by path."""
-    module_id = str(Path(path).resolve())
-    with _LOCK:
-        if module_id in _BY_ID:
-            return _BY_ID[module_id]
-        lib = jit.load_library(module_id)
-        _declare(lib)
-        version = lib.attnc_decode_abi_version()
-        if version != DECODE_ABI_VERSION:
-            raise RuntimeError(
-                f"attnc: {module_id} has decode ABI version {version}, "
-                f"expected {DECODE_ABI_VERSION}; clear the cache (ATTNC_CACHE_DIR)"
-            )
-        module = DecodeModule(module_id, lib, ir, name)
-        _BY_ID[module_id] = module
-        return module
+def _render_decode(ir: object, dtype: str, head_dim: int) -> str:
+    from attnc.codegen.decode_module import render_decode_module
+
+    return render_decode_module(ir, dtype, head_dim)  # type: ignore[arg-type]
 
 
-def decode_module_by_id(module_id: str) -> DecodeModule:
-    """The loaded decode module with this id."""
-    return _BY_ID[module_id]
-
-
-def get_decode_module(
-    ir: object, dtype: torch.dtype | str, head_dim: int, arch: str | None = None
-) -> DecodeModule:
-    """The decode module for ``ir`` at ``dtype``/``head_dim``, built on first use."""
-    key = (ir, dtype_name(dtype), head_dim, arch)
-    module = _BY_KEY.get(key)
-    if module is None:
-        from attnc.codegen.decode_module import render_decode_module
-
-        dname = dtype_name(dtype)
-        name = f"{ir.name}_decode_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
-        source = render_decode_module(ir, dname, head_dim)  # type: ignore[arg-type]
-        path = jit.build_module(name, source, arch=arch)
-        module = load_decode_module(path, ir, name)
-        _BY_KEY[key] = module
-    return module
+DECODE_MODULES: ModuleRegistry[DecodeModule] = ModuleRegistry(
+    "decode",
+    _render_decode,
+    DecodeModule,
+    _declare,
+    "attnc_decode_abi_version",
+    DECODE_ABI_VERSION,
+    name_infix="_decode",
+)
+load_decode_module = DECODE_MODULES.load
+decode_module_by_id = DECODE_MODULES.by_id
+get_decode_module = DECODE_MODULES.get

@@ -1,14 +1,16 @@
-"""Prefill modules: generated source -> built library -> a loaded, ABI-checked module.
+"""Generated modules: source -> built library -> a loaded, ABI-checked module.
 
 Modules are built lazily per (variant IR, dtype, head_dim, arch) and memoised; each has a
-string id (its library path) so the torch custom op can find it again.
+string id (its library path) so the torch custom ops can find it again.
 """
 
 from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import torch
 
@@ -16,9 +18,7 @@ from attnc.runtime import abi, jit
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
-_BY_ID: dict[str, PrefillModule] = {}
-_BY_KEY: dict[tuple[object, ...], PrefillModule] = {}
-_LOCK = threading.Lock()
+M = TypeVar("M")
 
 
 class PrefillModule:
@@ -52,43 +52,86 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     return str(name)
 
 
-def load_prefill_module(path: Path | str, ir: object, name: str) -> PrefillModule:
-    """Open a built prefill library, check its ABI version, and register it by path."""
-    module_id = str(Path(path).resolve())
-    with _LOCK:
-        if module_id in _BY_ID:
-            return _BY_ID[module_id]
-        lib = jit.load_library(module_id)
-        abi.declare_prefill_functions(lib)
-        version = lib.attnc_prefill_abi_version()
-        if version != abi.PREFILL_ABI_VERSION:
-            raise RuntimeError(
-                f"attnc: {module_id} has prefill ABI version {version}, "
-                f"expected {abi.PREFILL_ABI_VERSION}; clear the cache (ATTNC_CACHE_DIR)"
-            )
-        module = PrefillModule(module_id, lib, ir, name)
-        _BY_ID[module_id] = module
+class ModuleRegistry(Generic[M]):
+    """Builds, loads and memoises one kind of generated module (prefill, decode).
+
+    A module is built on first use per (variant IR, dtype, head_dim, arch), its library's ABI
+    version is checked once, and it is registered under its resolved library path (its id,
+    which the torch custom ops carry).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        render: Callable[[object, str, int], str],
+        make: Callable[[str, ctypes.CDLL, object, str], M],
+        declare: Callable[[ctypes.CDLL], None],
+        version_symbol: str,
+        version: int,
+        name_infix: str = "",
+    ) -> None:
+        self.kind = kind
+        self._render = render
+        self._make = make
+        self._declare = declare
+        self._version_symbol = version_symbol
+        self._version = version
+        self._infix = name_infix
+        self._by_id: dict[str, M] = {}
+        self._by_key: dict[tuple[object, ...], M] = {}
+        self._lock = threading.Lock()
+
+    def load(self, path: Path | str, ir: object, name: str) -> M:
+        """Open a built library, check its ABI version, and register it by path."""
+        module_id = str(Path(path).resolve())
+        with self._lock:
+            if module_id in self._by_id:
+                return self._by_id[module_id]
+            lib = jit.load_library(module_id)
+            self._declare(lib)
+            version = getattr(lib, self._version_symbol)()
+            if version != self._version:
+                raise RuntimeError(
+                    f"attnc: {module_id} has {self.kind} ABI version {version}, "
+                    f"expected {self._version}; clear the cache (ATTNC_CACHE_DIR)"
+                )
+            module = self._make(module_id, lib, ir, name)
+            self._by_id[module_id] = module
+            return module
+
+    def by_id(self, module_id: str) -> M:
+        """The loaded module with this id."""
+        return self._by_id[module_id]
+
+    def get(
+        self, ir: object, dtype: torch.dtype | str, head_dim: int, arch: str | None = None
+    ) -> M:
+        """The module for ``ir`` at ``dtype``/``head_dim``, built on first use."""
+        dname = dtype_name(dtype)
+        key = (ir, dname, head_dim, arch)
+        module = self._by_key.get(key)
+        if module is None:
+            name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
+            path = jit.build_module(name, self._render(ir, dname, head_dim), arch=arch)
+            module = self.load(path, ir, name)
+            self._by_key[key] = module
         return module
 
 
-def module_by_id(module_id: str) -> PrefillModule:
-    """The loaded module with this id (used by the custom op)."""
-    return _BY_ID[module_id]
+def _render_prefill(ir: object, dtype: str, head_dim: int) -> str:
+    from attnc.codegen.module import render_prefill_module
+
+    return render_prefill_module(ir, dtype, head_dim)  # type: ignore[arg-type]
 
 
-def get_prefill_module(
-    ir: object, dtype: torch.dtype | str, head_dim: int, arch: str | None = None
-) -> PrefillModule:
-    """The prefill module for ``ir`` at ``dtype``/``head_dim``, built on first use."""
-    key = (ir, dtype_name(dtype), head_dim, arch)
-    module = _BY_KEY.get(key)
-    if module is None:
-        from attnc.codegen.module import render_prefill_module
-
-        dname = dtype_name(dtype)
-        name = f"{ir.name}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
-        source = render_prefill_module(ir, dname, head_dim)  # type: ignore[arg-type]
-        path = jit.build_module(name, source, arch=arch)
-        module = load_prefill_module(path, ir, name)
-        _BY_KEY[key] = module
-    return module
+PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
+    "prefill",
+    _render_prefill,
+    PrefillModule,
+    abi.declare_prefill_functions,
+    "attnc_prefill_abi_version",
+    abi.PREFILL_ABI_VERSION,
+)
+load_prefill_module = PREFILL_MODULES.load
+module_by_id = PREFILL_MODULES.by_id
+get_prefill_module = PREFILL_MODULES.get

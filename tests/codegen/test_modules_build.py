@@ -1,0 +1,39 @@
+"""Generated prefill and decode modules build with nvcc, load with ctypes (no GPU needed for
+the host entry points) and answer their shape queries."""
+
+import shutil
+
+import pytest
+
+import attnc
+from attnc.runtime.decode_abi import get_decode_module
+from attnc.runtime.modules import get_prefill_module
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc"),
+]
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_prefill_module_builds_and_plans_tiles(cache_dir):
+    v = attnc.load("stdlib:softcap")
+    module = get_prefill_module(v.ir, "bfloat16", 128, arch="80")
+    assert module.name == "softcap_bf16_d128"
+    # 128 packed rows hold 32 tokens of a GQA-4 group; a 1-token request fits a 16-row tile.
+    assert module.tile_q_tokens(128, 4, 8192) == 32
+    assert module.tile_q_tokens(128, 4, 1) == 4
+    assert module.tile_q_tokens(64, 4, 1) == 0  # another head_dim: not this module's
+    assert get_prefill_module(v.ir, "bfloat16", 128, arch="80") is module
+
+
+def test_decode_module_builds(cache_dir):
+    v = attnc.load("stdlib:alibi")
+    module = get_decode_module(v.ir, "float16", 64, arch="80")
+    assert module.name == "alibi_decode_fp16_d64"
+    assert module.params_type._fields_[0][0] == "slopes"
