@@ -1,0 +1,40 @@
+"""The fake (meta) implementations of attnc's torch custom ops, which torch.compile uses to
+trace them: output shapes and dtypes follow the inputs without running a kernel."""
+
+import torch
+
+import attnc.runtime.decode  # noqa: F401  (registers attnc::decode)
+import attnc.runtime.merge  # noqa: F401  (registers attnc::merge_state)
+import attnc.runtime.ops  # noqa: F401  (registers attnc::prefill)
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def test_prefill_fake_shapes():
+    q, k = meta(37, 8, 128), meta(50, 2, 128)
+    o, lse = torch.ops.attnc.prefill(
+        "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], True
+    )
+    assert (o.shape, o.dtype, o.device.type) == ((37, 8, 128), torch.bfloat16, "meta")
+    assert (lse.shape, lse.dtype) == ((37, 8), torch.float32)
+    _, no_lse = torch.ops.attnc.prefill(
+        "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], False
+    )
+    assert no_lse.shape == (0,)
+
+
+def test_decode_fake_shapes():
+    q, cache = meta(12, 8, 64, dtype=torch.float16), meta(30, 16, 2, 64, dtype=torch.float16)
+    o, lse = torch.ops.attnc.decode(0, q, cache, cache, [], [], [], True)
+    assert (o.shape, o.dtype) == ((12, 8, 64), torch.float16)
+    assert (lse.shape, lse.dtype) == ((12, 8), torch.float32)
+
+
+def test_merge_state_fake_shapes():
+    o, lse = torch.ops.attnc.merge_state(
+        meta(5, 4, 128), meta(5, 4, dtype=torch.float32), meta(5, 4, 128),
+        meta(5, 4, dtype=torch.float32),
+    )  # fmt: skip
+    assert (o.shape, lse.shape, lse.dtype) == ((5, 4, 128), (5, 4), torch.float32)
