@@ -1,15 +1,21 @@
 """Mask analysis: closed forms for the KV range of a query tile and for tile classes.
 
-A mask that is a conjunction of linear integer inequalities in ``q_idx``/``q_pos``/``kv_idx``
-(constant parts may use request-level i32 values: i32 params, ``q_len``, ``kv_len``) becomes a
-list of constraints ``cq*q_idx + ck*kv_idx + c >= 0``. Any other mask is opaque: every tile is
-PARTIAL and every query may see ``[0, kv_len)``. The analysis is conservative: a tile may be
+A mask built from linear integer comparisons in ``q_idx``/``q_pos``/``kv_idx`` (constant parts
+may use request-level i32 values: i32 params, ``q_len``, ``kv_len``) with ``&&``, ``||`` and
+``!`` is normalised to a disjunction of conjunctions (DNF) of constraints
+``cq*q_idx + ck*kv_idx + c >= 0``: ``!`` is pushed inward (De Morgan), ``&&`` is distributed over
+``||`` and ``!=`` becomes ``<`` or ``>``. A single conjunction is ``linear``; two to
+:data:`MAX_DISJUNCTS` conjunctions are a ``union``. Any other mask (a non-linear piece, or more
+than :data:`MAX_DISJUNCTS` conjunctions at any step of the normalisation) is opaque: every tile
+is PARTIAL and every query may see ``[0, kv_len)``. The analysis is conservative: a tile may be
 called PARTIAL when it is really FULL or EMPTY, never the other way round.
 
 Tile queries eliminate ``q_idx`` from the constraints (Fourier-Motzkin over the reals, then
 integer rounding), which gives the exact real projection onto ``kv_idx``; a tile is FULL when
-every constraint holds at its worst corner. The same algorithm lives in ``attnc/mask_math.cuh``
-for the generated ``kv_range``/``classify`` functions.
+every constraint holds at its worst corner. A union's KV range is the hull of its terms'
+ranges; a union tile is FULL when some term calls it FULL, EMPTY when every term calls it
+EMPTY, else PARTIAL. The same algorithm lives in ``attnc/mask_math.cuh`` for the generated
+``kv_range``/``classify`` functions.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from attnc.compiler.evaluate import evaluate
 
 Atom = ir.Expr
 Terms = tuple[tuple[int, Atom], ...]
+Conjunction = tuple["LinearConstraint", ...]
 REQUEST_BUILTINS = ("q_len", "kv_len")
+MAX_DISJUNCTS = 4  # most conjunctions a union may have (checked after every step)
 
 
 class _Opaque(Exception):
-    """Raised inside linearisation when the mask is not a linear conjunction."""
+    """Raised inside normalisation when the mask is not a small union of linear conjunctions."""
 
 
 @dataclass(frozen=True)
@@ -86,11 +94,16 @@ class LinearConstraint:
 
 @dataclass(frozen=True)
 class MaskAnalysis:
-    """Result of :func:`analyse_mask`. ``kind`` is ``none``, ``linear`` or ``opaque``."""
+    """Result of :func:`analyse_mask`. ``kind`` is ``none``, ``linear``, ``union`` or ``opaque``.
+
+    ``constraints`` is the conjunction of a ``linear`` mask; ``terms`` holds the conjunctions
+    (two or more, each with at least one constraint) of a ``union``.
+    """
 
     kind: str
-    constraints: tuple[LinearConstraint, ...] = ()
+    constraints: Conjunction = ()
     reason: str = ""
+    terms: tuple[Conjunction, ...] = ()
 
     def describe(self) -> str:
         """One line for ``attnc compile --emit opt``."""
@@ -98,13 +111,23 @@ class MaskAnalysis:
             return "none: no mask"
         if self.kind == "opaque":
             return f"opaque: {self.reason}"
-        n = len(self.constraints)
-        body = "; ".join(c.describe() for c in self.constraints)
-        return f"linear: {n} constraint{'s' if n != 1 else ''}" + (f" [{body}]" if body else "")
+        if self.kind == "union":
+            body = "; ".join(_describe_linear(t) for t in self.terms)
+            return f"union of {len(self.terms)}: {body}"
+        return _describe_linear(self.constraints)
+
+
+def _describe_linear(cons: Conjunction) -> str:
+    n = len(cons)
+    body = "; ".join(c.describe() for c in cons)
+    return f"linear: {n} constraint{'s' if n != 1 else ''}" + (f" [{body}]" if body else "")
 
 
 # ---------------------------------------------------------------------------------------------
 # Linearisation
+
+
+_FALSE = LinearConstraint(0, 0, (), -1)
 
 
 def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
@@ -112,46 +135,73 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
     if mask is None:
         return MaskAnalysis("none")
     try:
-        found = _conjuncts(mask, negated=False)
+        dnf = _dnf(mask, negated=False)
     except _Opaque as err:
         return MaskAnalysis("opaque", reason=str(err))
-    return MaskAnalysis("linear", _normalise(found))
+    if not dnf:
+        return MaskAnalysis("linear", (_FALSE,))
+    if len(dnf) == 1:
+        return MaskAnalysis("linear", dnf[0])
+    return MaskAnalysis("union", terms=tuple(dnf))
 
 
-def _conjuncts(e: ir.Expr, negated: bool) -> list[LinearConstraint]:
-    """Constraints whose conjunction equals ``e`` (or ``not e`` when ``negated``)."""
+def _dnf(e: ir.Expr, negated: bool) -> list[Conjunction]:
+    """Conjunctions whose disjunction equals ``e`` (or ``not e`` when ``negated``).
+
+    Every conjunction is normalised and satisfiable as far as :func:`_normalise` can tell; no
+    conjunction's constraints include another's (that one would be redundant). ``[]`` is
+    false, ``[()]`` is true.
+    """
     if isinstance(e, ir.Const) and e.type == ir.BOOL:
-        holds = bool(e.value) != negated
-        return [] if holds else [LinearConstraint(0, 0, (), -1)]
+        return [()] if bool(e.value) != negated else []
     if isinstance(e, ir.Unary) and e.op == "not":
-        return _conjuncts(e.x, not negated)
+        return _dnf(e.x, not negated)
     if isinstance(e, ir.Binary) and e.op in ir.LOGICAL:
-        if (e.op == "&&") == negated:
-            raise _Opaque("uses ||" if e.op == "||" else "uses a negated &&")
-        return _conjuncts(e.a, negated) + _conjuncts(e.b, negated)
+        a, b = _dnf(e.a, negated), _dnf(e.b, negated)
+        if (e.op == "&&") != negated:  # a conjunction: distribute
+            return _prune([_normalise(list(x + y)) for x in a for y in b])
+        return _prune(a + b)
     if isinstance(e, ir.Binary) and e.op in ir.COMPARISONS:
-        return _comparison(e, negated)
+        return _prune([_normalise(f) for f in _comparison(e, negated)])
     raise _Opaque(f"uses {_node_name(e)} as a condition")
+
+
+def _prune(dnf: list[Conjunction]) -> list[Conjunction]:
+    """Drop false and redundant conjunctions; raise :class:`_Opaque` when too many remain."""
+    live = [x for x in dnf if x != (_FALSE,)]
+    out: list[Conjunction] = []
+    for i, x in enumerate(live):
+        # x is redundant when an earlier conjunction's constraints are a subset of x's, or a
+        # later one's a strict subset (the first of equal conjunctions stays).
+        if not any(
+            set(y) <= set(x) and (j < i or set(y) != set(x)) for j, y in enumerate(live) if j != i
+        ):
+            out.append(x)
+    if len(out) > MAX_DISJUNCTS:
+        raise _Opaque(f"has more than {MAX_DISJUNCTS} disjuncts")
+    return out
 
 
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
-def _comparison(e: ir.Binary, negated: bool) -> list[LinearConstraint]:
+def _comparison(e: ir.Binary, negated: bool) -> list[list[LinearConstraint]]:
+    """The comparison as a disjunction of conjunctions (only ``!=`` has two)."""
     if e.a.type != ir.I32 or e.b.type != ir.I32:
         raise _Opaque(f"compares {e.a.type} values")
     op = _NEGATE[e.op] if negated else e.op
     d = _linear(e.a).plus(_linear(e.b).scaled(-1))  # a - b
-    if op == "!=":
-        raise _Opaque("uses != on indices")
+    greater = d.plus(_Lin(0, 0, (), -1))
+    less = d.scaled(-1).plus(_Lin(0, 0, (), -1))
     forms = {
-        ">=": [d],
-        ">": [d.plus(_Lin(0, 0, (), -1))],
-        "<=": [d.scaled(-1)],
-        "<": [d.scaled(-1).plus(_Lin(0, 0, (), -1))],
-        "==": [d, d.scaled(-1)],
+        ">=": [[d]],
+        ">": [[greater]],
+        "<=": [[d.scaled(-1)]],
+        "<": [[less]],
+        "==": [[d, d.scaled(-1)]],
+        "!=": [[less], [greater]],
     }[op]
-    return [LinearConstraint(f.cq, f.ck, f.terms, f.offset) for f in forms]
+    return [[LinearConstraint(f.cq, f.ck, f.terms, f.offset) for f in term] for term in forms]
 
 
 def _linear(e: ir.Expr) -> _Lin:
@@ -199,20 +249,31 @@ def _product(a: _Lin, b: _Lin) -> _Lin:
     return _Lin(0, 0, ((1, atom),), 0)
 
 
-def _normalise(found: list[LinearConstraint]) -> tuple[LinearConstraint, ...]:
-    """Drop trivially true and duplicate constraints, reduce by the gcd, spot false ones."""
+def _normalise(found: list[LinearConstraint]) -> Conjunction:
+    """Drop trivially true and duplicate constraints, reduce by the gcd, spot false ones
+    (a false conjunction is ``(_FALSE,)``). Of two constraints that differ only in the
+    integer offset, the weaker goes; ``f + a >= 0`` with ``-f + b >= 0`` and ``a + b < 0`` is
+    false."""
     out: list[LinearConstraint] = []
     for con in found:
         if con.cq == 0 and con.ck == 0 and not con.terms:
             if con.offset < 0:
-                return (LinearConstraint(0, 0, (), -1),)
+                return (_FALSE,)
             continue
         g = gcd(con.cq, con.ck)
         if not con.terms and g > 1:
             con = LinearConstraint(con.cq // g, con.ck // g, (), con.offset // g)
         if con not in out:
             out.append(con)
-    return tuple(out)
+    tightest: dict[tuple[int, int, Terms], int] = {}
+    for x in out:
+        form = (x.cq, x.ck, x.terms)
+        tightest[form] = min(tightest.get(form, x.offset), x.offset)
+    for (cq, ck, terms), offset in tightest.items():
+        opposite = tightest.get((-cq, -ck, tuple((-c, a) for c, a in terms)))
+        if opposite is not None and offset + opposite < 0:
+            return (_FALSE,)
+    return tuple(x for x in out if x.offset == tightest[x.cq, x.ck, x.terms])
 
 
 def _req(name: str) -> ir.Builtin:
@@ -288,8 +349,8 @@ def _project(cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi
     return lo, hi
 
 
-def _values(analysis: MaskAnalysis, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
-    return [(x.cq, x.ck, x.c_value(env)) for x in analysis.constraints]
+def _values(cons: Conjunction, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
+    return [(x.cq, x.ck, x.c_value(env)) for x in cons]
 
 
 def kv_range(
@@ -298,9 +359,21 @@ def kv_range(
     """Half-open kv range any query of ``[q_begin, q_end)`` may see, clipped to
     ``[0, kv_len)``; ``(0, 0)`` when empty."""
     kv_len = int(env["kv_len"])
-    if analysis.kind != "linear":
-        return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
-    lo, hi = _project(_values(analysis, env), q_begin, q_end - 1, 0, kv_len - 1)
+    if analysis.kind == "linear":
+        return _linear_kv_range(_values(analysis.constraints, env), q_begin, q_end, kv_len)
+    if analysis.kind == "union":
+        ranges = [_linear_kv_range(_values(t, env), q_begin, q_end, kv_len) for t in analysis.terms]
+        live = [r for r in ranges if r[0] < r[1]]
+        if not live:
+            return (0, 0)
+        return min(r[0] for r in live), max(r[1] for r in live)
+    return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
+
+
+def _linear_kv_range(
+    cons: list[tuple[int, int, int]], q_begin: int, q_end: int, kv_len: int
+) -> tuple[int, int]:
+    lo, hi = _project(cons, q_begin, q_end - 1, 0, kv_len - 1)
     return (lo, hi + 1) if lo <= hi else (0, 0)
 
 
@@ -318,7 +391,15 @@ def classify(
         return "full"
     if analysis.kind == "opaque":
         return "partial"
-    cons = _values(analysis, env)
+    if analysis.kind == "union":
+        found = [_linear_classify(_values(t, env), q0, q1, k0, k1) for t in analysis.terms]
+        if "full" in found:
+            return "full"
+        return "empty" if all(x == "empty" for x in found) else "partial"
+    return _linear_classify(_values(analysis.constraints, env), q0, q1, k0, k1)
+
+
+def _linear_classify(cons: list[tuple[int, int, int]], q0: int, q1: int, k0: int, k1: int) -> str:
     lo, hi = _project(cons, q0, q1 - 1, k0, k1 - 1)
     if lo > hi:
         return "empty"
@@ -342,22 +423,35 @@ def _render_c(con: LinearConstraint, render_expr: RenderExpr) -> str:
     return out
 
 
-def _render_constraints(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    rows = [
-        f"      {{{x.cq}LL, {x.ck}LL, {_render_c(x, render_expr)}}}," for x in analysis.constraints
-    ]
+def _render_constraints(cons: Conjunction, render_expr: RenderExpr) -> str:
+    rows = [f"      {{{x.cq}LL, {x.ck}LL, {_render_c(x, render_expr)}}}," for x in cons]
     n = len(rows)
     return f"const attnc::LinearConstraint cons[{n}] = {{\n" + "\n".join(rows) + "\n  };\n"
+
+
+def _render_union(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
+    """The flattened constraints of a union's terms, then ``counts`` (constraints per term)."""
+    flat = tuple(x for t in analysis.terms for x in t)
+    counts = ", ".join(str(len(t)) for t in analysis.terms)
+    n = len(analysis.terms)
+    return _render_constraints(flat, render_expr) + f"  const int counts[{n}] = {{{counts}}};\n"
 
 
 def render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     """Body of ``KvRange kv_range(int q_idx_begin, int q_idx_end) const``."""
     kv_len = render_expr(_req("kv_len"))
+    if analysis.kind == "union":
+        n = len(analysis.terms)
+        return (
+            _render_union(analysis, render_expr)
+            + f"  return attnc::linear_union_kv_range(cons, counts, {n}, q_idx_begin, q_idx_end, "
+            f"{kv_len});"
+        )
     if analysis.kind != "linear" or not analysis.constraints:
         return f"return attnc::full_kv_range(q_idx_begin, q_idx_end, {kv_len});"
     n = len(analysis.constraints)
     return (
-        _render_constraints(analysis, render_expr)
+        _render_constraints(analysis.constraints, render_expr)
         + f"  return attnc::linear_kv_range(cons, {n}, q_idx_begin, q_idx_end, {kv_len});"
     )
 
@@ -366,10 +460,16 @@ def render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     """Body of ``TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const``."""
     if analysis.kind == "opaque":
         return "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
+    if analysis.kind == "union":
+        n = len(analysis.terms)
+        return (
+            _render_union(analysis, render_expr)
+            + f"  return attnc::linear_union_classify(cons, counts, {n}, q_idx0, q_idx1, kv0, kv1);"
+        )
     if analysis.kind == "none" or not analysis.constraints:
         return "return attnc::unmasked_classify(q_idx0, q_idx1, kv0, kv1);"
     n = len(analysis.constraints)
     return (
-        _render_constraints(analysis, render_expr)
+        _render_constraints(analysis.constraints, render_expr)
         + f"  return attnc::linear_classify(cons, {n}, q_idx0, q_idx1, kv0, kv1);"
     )

@@ -1,6 +1,7 @@
 """Rendered ``kv_range``/``classify`` bodies, compiled with g++ against
 ``attnc/mask_math.cuh`` into a small host program, agree with the Python implementation
-on random tiles (including values near the i32 limit, where 64-bit arithmetic matters)."""
+on random tiles (including values near the i32 limit, where 64-bit arithmetic matters), for
+linear masks and unions of linear conjunctions alike."""
 
 from __future__ import annotations
 
@@ -45,13 +46,30 @@ def op(name: str, x: ir.Expr, y: ir.Expr) -> ir.Expr:
     return ir.Binary(name, x, y, kind)
 
 
+def not_(x: ir.Expr) -> ir.Expr:
+    return ir.Unary("not", x, ir.BOOL)
+
+
 Q, QP, K = b("q_idx"), b("q_pos"), b("kv_idx")
 CAUSAL = op("<=", K, QP)
+WINDOW = op("&&", CAUSAL, op("<", op("-", QP, K), p("window")))
+PREFIX_LM = op("||", op("<", K, p("prefix_len")), CAUSAL)
 MASKS: dict[str, ir.Expr | None] = {
     "none": None,
     "causal": CAUSAL,
-    "window": op("&&", CAUSAL, op("<", op("-", QP, K), p("window"))),
-    "prefix_lm": op("||", op("<", K, p("prefix_len")), CAUSAL),
+    "window": WINDOW,
+    "prefix_lm": PREFIX_LM,
+    "not_equal": op("!=", K, op("+", QP, p("stride"))),
+    "de_morgan": not_(WINDOW),
+    "and_of_or": op("&&", PREFIX_LM, op("<", op("-", QP, K), p("window"))),
+    "four_terms": op(
+        "&&", PREFIX_LM, op("||", op("<", Q, p("window")), op(">", K, op("+", Q, p("stride"))))
+    ),
+    "three_terms": op("&&", PREFIX_LM, op("!=", K, op("-", QP, c(1)))),
+    "scaled_union": op(
+        "||", op("<=", op("*", c(2), K), op("+", QP, c(3))), op(">", op("*", c(3), K), p("window"))
+    ),
+    "window_or_sink": op("||", WINDOW, op("<", K, op("+", p("stride"), c(4)))),
     "diagonal": op("==", K, op("-", Q, c(1))),
     "scaled": op("<=", op("*", c(2), K), op("+", QP, c(3))),
     "scaled_lower": op(">=", op("*", c(3), K), op("-", op("*", c(5), QP), p("window"))),
@@ -150,7 +168,7 @@ def random_case(rng: random.Random, big: bool) -> dict[str, int]:
         "q_len": q_len,
         "kv_len": kv_len,
         "window": window,
-        "prefix_len": rng.randint(-2, kv_len),
+        "prefix_len": rng.choice([0, 1, kv_len, kv_len + 5, rng.randint(-2, kv_len)]),
         "stride": rng.randint(-4, 4),
         "q0": q0,
         "q1": q1,
@@ -159,11 +177,28 @@ def random_case(rng: random.Random, big: bool) -> dict[str, int]:
     }
 
 
+def test_masks_have_the_expected_kinds():
+    kinds = {n: analyse_mask(m).kind for n, m in MASKS.items()}
+    unions = {n for n, k in kinds.items() if k == "union"}
+    assert unions == {
+        "prefix_lm",
+        "not_equal",
+        "de_morgan",
+        "and_of_or",
+        "four_terms",
+        "three_terms",
+        "scaled_union",
+        "window_or_sink",
+    }
+    assert len(analyse_mask(MASKS["four_terms"]).terms) == 4
+    assert "opaque" not in kinds.values()
+
+
 def test_rendered_functions_match_python(harness):
     exe, names, analyses = harness
     rng = random.Random(7)
     rows, want = [], []
-    for _ in range(4000):
+    for _ in range(8000):
         i = rng.randrange(len(names))
         case = random_case(rng, big=rng.random() < 0.3 and names[i] != "product")
         rows.append(
@@ -202,4 +237,21 @@ def test_causal_body_text():
         " + -1LL * static_cast<long long>(r.q_len)},\n"
         "  };\n"
         "  return attnc::linear_kv_range(cons, 1, q_idx_begin, q_idx_end, r.kv_len);"
+    )
+
+
+def test_prefix_lm_union_body_text():
+    a = analyse_mask(PREFIX_LM)
+    body = render_classify(a, render_expr)
+    assert body == (
+        "const attnc::LinearConstraint cons[2] = {\n"
+        "      {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p_prefix_len)},\n"
+        "      {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len)"
+        " + -1LL * static_cast<long long>(r.q_len)},\n"
+        "  };\n"
+        "  const int counts[2] = {1, 1};\n"
+        "  return attnc::linear_union_classify(cons, counts, 2, q_idx0, q_idx1, kv0, kv1);"
+    )
+    assert render_kv_range(a, render_expr).endswith(
+        "  return attnc::linear_union_kv_range(cons, counts, 2, q_idx_begin, q_idx_end, r.kv_len);"
     )

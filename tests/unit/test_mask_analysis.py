@@ -101,22 +101,36 @@ def true_range(vis, q0, q1) -> tuple[int, int] | None:
     return (min(ks), max(ks) + 1) if ks else None
 
 
-def check(a: MaskAnalysis, mask, env, rng, exact: bool, tiles: int = 60) -> None:
-    """Conservative on every tile; with ``exact``, also tight."""
+def check(
+    a: MaskAnalysis,
+    mask,
+    env,
+    rng,
+    exact: bool,
+    tiles: int = 60,
+    exact_range: bool | None = None,
+    exact_empty: bool | None = None,
+) -> None:
+    """Conservative on every tile; with ``exact``, also tight. ``exact_range`` (KV ranges
+    tight) and ``exact_empty`` (EMPTY whenever no pair is visible) default to ``exact``."""
+    exact_range = exact if exact_range is None else exact_range
+    exact_empty = exact if exact_empty is None else exact_empty
     vis = visible(mask, env)
     for q0, q1, k0, k1 in random_tiles(rng, env["q_len"], env["kv_len"], tiles):
         want = true_class(vis, q0, q1, k0, k1)
         got = classify(a, q0, q1, k0, k1, env)
         where = f"tile q[{q0},{q1}) kv[{k0},{k1}) env={env}"
         assert got == want or (got == "partial" and not exact), f"{got} != {want} at {where}"
+        if exact_empty:
+            assert (got == "empty") == (want == "empty"), f"{got} != {want} at {where}"
         begin, end = kv_range(a, q0, q1, env)
         want_range = true_range(vis, q0, q1)
         assert 0 <= begin and end <= env["kv_len"], where
         if want_range is None:
-            assert begin >= end or not exact, where
+            assert begin >= end or not exact_range, where
         else:
             assert begin <= want_range[0] and want_range[1] <= end, where
-            if exact:
+            if exact_range:
                 assert (begin, end) == want_range, where
 
 
@@ -207,12 +221,9 @@ def test_window_zero_is_empty_everywhere():
 
 
 OPAQUE_MASKS = {
-    "prefix_lm": (PREFIX_LM, "uses ||"),
     "head_term": (op("<=", K, op("+", QP, b("qo_head"))), "uses qo_head"),
     "division": (op("<=", op("/", K, c(2)), QP), "uses /"),
     "modulo": (op("==", op("%", K, c(4)), c(0)), "uses %"),
-    "not_equal": (op("!=", K, QP), "uses != on indices"),
-    "negated_and": (not_(WINDOW), "uses a negated &&"),
     "float_compare": (op("<", ir.Cast(K, F32), p("limit", F32)), "compares f32 values"),
     "bool_param": (op("&&", p("on", BOOL), CAUSAL), "uses bool on as a condition"),
     "variable_coefficient": (op("<=", op("*", W, K), QP), "has a non-constant coefficient"),
@@ -220,6 +231,28 @@ OPAQUE_MASKS = {
     "tensor": (
         op("<=", K, ir.TensorLoad("lens", (b("qo_head"),), I32)),
         "uses tensor lens",
+    ),
+    "or_with_head_term": (op("||", CAUSAL, op("<", K, b("qo_head"))), "uses qo_head"),
+    "or_with_bool_param": (op("||", p("on", BOOL), CAUSAL), "uses bool on as a condition"),
+    "three_not_equals": (
+        op("&&", op("&&", op("!=", K, Q), op("!=", Q, c(5))), op("!=", K, c(3))),
+        "has more than 4 disjuncts",
+    ),
+    "three_ors": (
+        op(
+            "&&",
+            op("&&", op("||", op("<", K, W), CAUSAL), op("||", op("<", Q, W), op(">", K, c(2)))),
+            op("||", op("<", K, op("+", Q, c(5))), op(">", K, p("prefix_len"))),
+        ),
+        "has more than 4 disjuncts",
+    ),
+    "five_ors": (
+        op(
+            "||",
+            op("||", op("||", op("<", K, c(1)), op("==", K, c(3))), op("==", K, c(5))),
+            op("||", op("==", K, c(7)), op("==", K, c(9))),
+        ),
+        "has more than 4 disjuncts",
     ),
 }
 
@@ -235,14 +268,166 @@ def test_opaque_masks(name):
     assert classify(a, 0, 5, 0, 7, env) == "partial"
 
 
-def test_prefix_lm_is_conservative():
+# ---------------------------------------------------------------------------------------------
+# Unions: disjunctions of linear conjunctions
+
+
+def prefix_values(rng: random.Random, kv_len: int) -> list[int]:
+    return [0, 1, kv_len - 1, kv_len, kv_len + 1, kv_len + 7, -1, rng.randint(0, kv_len)]
+
+
+def test_prefix_lm_is_a_union():
     a = analyse_mask(PREFIX_LM)
+    assert a.kind == "union" and len(a.terms) == 2
+    assert a.describe() == (
+        "union of 2: linear: 1 constraint [0*q_idx + -1*kv_idx + 1*prefix_len + -1 >= 0]; "
+        "linear: 1 constraint [1*q_idx + -1*kv_idx + 1*kv_len + -1*q_len + 0 >= 0]"
+    )
+
+
+def test_prefix_lm_brute_force():
+    # KV ranges and EMPTY are exact (each term is one unit-coefficient constraint); FULL is
+    # found whenever the tile lies inside the prefix or on or below the diagonal.
+    a = analyse_mask(PREFIX_LM)
+    for seed in range(3):
+        rng = random.Random(seed)
+        for q_len, kv_len in [*SHAPES, (5, 5), (3, 12), (12, 3), (64, 64)]:
+            for prefix in prefix_values(rng, kv_len):
+                env = dict(random_env(rng, q_len, kv_len), prefix_len=prefix)
+                check(a, PREFIX_LM, env, rng, exact=False, exact_range=True, exact_empty=True)
+                shift = kv_len - q_len
+                for q0, q1, k0, k1 in random_tiles(rng, q_len, kv_len, 40):
+                    got = classify(a, q0, q1, k0, k1, env)
+                    if k1 <= prefix or k1 - 1 <= q0 + shift:
+                        assert got == "full", (q0, q1, k0, k1, env)
+                    if k0 >= prefix and k0 > q1 - 1 + shift:
+                        assert got == "empty", (q0, q1, k0, k1, env)
+
+
+def test_prefix_lm_ranges():
+    a = analyse_mask(PREFIX_LM)
+    env = {"q_len": 4, "kv_len": 10, "prefix_len": 8}
+    assert kv_range(a, 0, 1, env) == (0, 8)  # prefix reaches past the diagonal (q_pos 6)
+    assert kv_range(a, 3, 4, env) == (0, 10)
+    assert kv_range(a, 0, 1, dict(env, prefix_len=0)) == (0, 7)
+    assert kv_range(a, 0, 1, dict(env, prefix_len=50)) == (0, 10)
+    env = {"q_len": 10, "kv_len": 4, "prefix_len": 0}  # q_len > kv_len: early rows see nothing
+    assert kv_range(a, 0, 6, env) == (0, 0)
+    assert classify(a, 0, 6, 0, 4, env) == "empty"
+    assert kv_range(a, 0, 6, dict(env, prefix_len=2)) == (0, 2)
+    assert classify(a, 0, 6, 0, 2, dict(env, prefix_len=2)) == "full"
+    assert classify(a, 0, 6, 2, 4, dict(env, prefix_len=2)) == "empty"
+
+
+def test_not_equal_is_exact():
+    # k - q takes every value between its extremes on a tile, so a tile that avoids the
+    # diagonal lies on one side of it: FULL, EMPTY and the ranges are all exact.
+    mask = op("!=", K, QP)
+    a = analyse_mask(mask)
+    assert a.kind == "union" and len(a.terms) == 2
+    sweep(mask, exact=True, kind="union")
+    sweep(op("!=", op("-", K, c(3)), Q), exact=True, kind="union")
+    sweep(not_(op("==", K, QP)), exact=True, kind="union")
+
+
+FOUR_TERMS = op("&&", PREFIX_LM, op("||", op("<", Q, W), op(">", K, c(2))))
+UNION_MASKS = {
+    # name: (mask, number of terms)
+    "prefix_lm_swapped": (op("||", CAUSAL, op("<", K, p("prefix_len"))), 2),
+    "de_morgan_not_and": (not_(WINDOW), 2),
+    "de_morgan_not_and_not": (not_(op("&&", op(">", K, QP), not_(op("<", K, W)))), 2),
+    "and_of_or": (op("&&", PREFIX_LM, op("<", op("-", QP, K), W)), 2),
+    "or_and_c_right": (op("&&", op(">=", K, c(2)), op("||", op("<", K, W), op("==", K, QP))), 2),
+    "prefix_and_not_equal": (op("&&", PREFIX_LM, op("!=", K, op("-", QP, c(1)))), 3),
+    "four_terms": (FOUR_TERMS, 4),
+    "two_not_equals": (op("&&", op("!=", K, Q), op("!=", K, op("+", Q, c(1)))), 2),
+    "window_or_sink": (op("||", WINDOW, op("<", K, c(4))), 2),
+    "two_windows": (
+        op("||", WINDOW, op("&&", op(">=", K, op("+", QP, c(3))), op("<", K, op("+", QP, W)))),
+        2,
+    ),
+    "flag_or_causal": (op("||", op(">", p("flag"), c(0)), CAUSAL), 2),
+    "q_or_kv_band": (op("||", op("<", Q, c(2)), op("<", K, c(3))), 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNION_MASKS))
+def test_unit_coefficient_unions(name):
+    # Unions of unit-coefficient conjunctions: ranges are hulls of exact ranges and EMPTY
+    # needs every term EMPTY, so both are exact; FULL is only conservative.
+    mask, n_terms = UNION_MASKS[name]
+    a = analyse_mask(mask)
+    assert len(a.terms if a.kind == "union" else [a.constraints]) == n_terms, a.describe()
     for seed in range(3):
         rng = random.Random(seed)
         for q_len, kv_len in SHAPES:
             env = random_env(rng, q_len, kv_len)
-            env["tensor_free"] = 0
-            check(a, PREFIX_LM, env, rng, exact=False)
+            check(a, mask, env, rng, exact=False, exact_range=True, exact_empty=True)
+
+
+def test_scaled_union_is_conservative():
+    mask = op("||", op("<=", op("*", c(2), K), op("+", QP, c(3))), op(">", op("*", c(3), K), W))
+    sweep(mask, exact=False, kind="union")
+
+
+def test_and_of_or_distributes():
+    a = analyse_mask(UNION_MASKS["and_of_or"][0])
+    window = analyse_mask(op("<", op("-", QP, K), W)).constraints
+    prefix, causal = (t[0] for t in analyse_mask(PREFIX_LM).terms)
+    assert a.terms == ((prefix, *window), (causal, *window))
+
+
+def test_four_terms_is_the_limit():
+    a = analyse_mask(FOUR_TERMS)
+    assert a.kind == "union" and len(a.terms) == 4
+    five = op("||", FOUR_TERMS, op("<", K, c(-7)))
+    assert analyse_mask(five).describe() == "opaque: has more than 4 disjuncts"
+
+
+def test_infeasible_and_weaker_constraints_are_dropped():
+    # (k < P || k <= q_pos) && k != q_pos - 1
+    #   == k < q_pos - 1 || (k < P && k > q_pos - 1) || k == q_pos
+    a = analyse_mask(UNION_MASKS["prefix_and_not_equal"][0])
+    assert [len(t) for t in a.terms] == [2, 1, 2]
+    # k != q && k != q + 1  ==  k < q || k > q + 1
+    a = analyse_mask(UNION_MASKS["two_not_equals"][0])
+    assert a == analyse_mask(op("||", op("<", K, Q), op(">", K, op("+", Q, c(1)))))
+
+
+@pytest.mark.parametrize(
+    "mask, same_as",
+    [
+        (op("||", FALSE, CAUSAL), CAUSAL),
+        (op("||", CAUSAL, op("&&", CAUSAL, op("<", K, W))), CAUSAL),
+        (op("||", op("&&", CAUSAL, op("<", K, W)), CAUSAL), CAUSAL),
+        (op("||", CAUSAL, CAUSAL), CAUSAL),
+        (op("||", CAUSAL, op(">=", QP, K)), CAUSAL),
+        (op("||", TRUE, op("!=", K, QP)), TRUE),
+        (op("&&", op("||", CAUSAL, FALSE), op("||", FALSE, CAUSAL)), CAUSAL),
+        (op("!=", c(3), c(3)), FALSE),
+        (op("!=", c(3), c(2)), TRUE),
+        (op("!=", K, K), FALSE),
+        (op("&&", op("!=", K, QP), FALSE), FALSE),
+        (op("&&", op("!=", K, QP), CAUSAL), op("<", K, QP)),
+        (op("&&", op("<", K, QP), op("<", K, op("-", QP, c(2)))), op("<", K, op("-", QP, c(2)))),
+        (op("&&", op("<", K, QP), op(">", K, op("-", QP, c(1)))), FALSE),
+        (op("&&", op("==", K, QP), op("!=", K, QP)), FALSE),
+    ],
+)
+def test_unions_that_collapse(mask, same_as):
+    a = analyse_mask(mask)
+    assert a == analyse_mask(same_as), a.describe()
+    sweep(mask, exact=True, seeds=1)
+
+
+def test_union_of_empty_terms_is_empty():
+    # Both terms empty for every query with q_pos < 0 and prefix_len <= 0.
+    a = analyse_mask(PREFIX_LM)
+    env = {"q_len": 9, "kv_len": 3, "prefix_len": -2}
+    assert kv_range(a, 0, 6, env) == (0, 0)
+    assert kv_range(a, 6, 6, env) == (0, 0)
+    assert classify(a, 0, 6, 0, 3, env) == "empty"
+    assert classify(a, 5, 5, 0, 3, env) == "empty"
 
 
 # ---------------------------------------------------------------------------------------------

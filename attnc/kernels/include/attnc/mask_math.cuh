@@ -6,6 +6,9 @@
 // over the reals, then integer rounding); `linear_classify` uses the same projection for
 // EMPTY and the worst tile corner of every constraint for FULL. Answers are conservative:
 // a tile may be called PARTIAL when it is FULL or EMPTY, never the other way round.
+// A union mask is a disjunction of such conjunctions (`linear_union_kv_range` /
+// `linear_union_classify`): the hull of the terms' KV ranges, FULL when some term is FULL,
+// EMPTY when every term is EMPTY, else PARTIAL.
 // All arithmetic is 64-bit so products of coefficients and indices cannot overflow.
 // This file mirrors attnc/compiler/mask_analysis.py; keep the two in step.
 #pragma once
@@ -99,6 +102,36 @@ ATTNC_HD TileClass linear_classify(const LinearConstraint* cons, int n, int q0, 
     if (cons[i].cq * q + cons[i].ck * k + cons[i].c < 0) return TileClass::kPartial;
   }
   return TileClass::kFull;
+}
+
+// KV range of queries [q_begin, q_end) under a union of conjunctions: the hull of the terms'
+// non-empty ranges. Term t has counts[t] constraints, stored in cons after those of terms < t.
+ATTNC_HD KvRange linear_union_kv_range(const LinearConstraint* cons, const int* counts,
+                                       int n_terms, int q_begin, int q_end, int kv_len) {
+  KvRange out{0, 0};
+  bool any = false;
+  for (int t = 0; t < n_terms; cons += counts[t], ++t) {
+    const KvRange r = linear_kv_range(cons, counts[t], q_begin, q_end, kv_len);
+    if (r.begin >= r.end) continue;
+    out.begin = any && out.begin < r.begin ? out.begin : r.begin;
+    out.end = any && out.end > r.end ? out.end : r.end;
+    any = true;
+  }
+  return out;
+}
+
+// Class of the tile [q0, q1) x [k0, k1) under a union of conjunctions (layout as in
+// linear_union_kv_range): FULL if some term is FULL, EMPTY if every term is EMPTY.
+ATTNC_HD TileClass linear_union_classify(const LinearConstraint* cons, const int* counts,
+                                         int n_terms, int q0, int q1, int k0, int k1) {
+  if (q0 >= q1 || k0 >= k1) return TileClass::kEmpty;
+  bool all_empty = true;
+  for (int t = 0; t < n_terms; cons += counts[t], ++t) {
+    const TileClass c = linear_classify(cons, counts[t], q0, q1, k0, k1);
+    if (c == TileClass::kFull) return TileClass::kFull;
+    if (c != TileClass::kEmpty) all_empty = false;
+  }
+  return all_empty ? TileClass::kEmpty : TileClass::kPartial;
 }
 
 // Class of a tile when there is no mask (or it is constant true).
