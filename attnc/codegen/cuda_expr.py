@@ -59,6 +59,9 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
         op = "!" if e.op == "not" else "-"
         return f"({op}{render(e.x, ctx)})"
     if isinstance(e, ir.Binary):
+        if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
+            fn = "idiv_" if e.op == "/" else "imod_"
+            return f"attnc::vm::{fn}({render(e.a, ctx)}, {render(e.b, ctx)})"
         return f"({render(e.a, ctx)} {e.op} {render(e.b, ctx)})"
     if isinstance(e, ir.Select):
         return f"({render(e.cond, ctx)} ? {render(e.a, ctx)} : {render(e.b, ctx)})"
@@ -68,6 +71,11 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
         args = ", ".join(render(a, ctx) for a in e.args)
         return f"attnc::vm::{e.fn}_({args})"
     raise TypeError(f"cannot render {e!r}")
+
+
+def _plain_divisor(b: ir.Expr) -> bool:
+    """A constant divisor other than 0 and -1 needs no guard (C's / and % are then exact)."""
+    return isinstance(b, ir.Const) and int(b.value) not in (0, -1)
 
 
 def render_const(e: ir.Const) -> str:

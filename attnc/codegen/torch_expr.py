@@ -56,7 +56,9 @@ def render_torch(e: ir.Expr) -> str:
 def _binary(e: ir.Binary) -> str:
     a, b = render_torch(e.a), render_torch(e.b)
     if e.op == "/" and e.type == ir.I32:
-        return f"torch.div({a}, {b}, rounding_mode='trunc')"
+        return f"_idiv({a}, {b})"
+    if e.op == "%" and e.type == ir.I32:
+        return f"_imod({a}, {b})"
     if e.op == "%":
         return f"torch.fmod({a}, {b})"
     op = {"&&": "&", "||": "|"}.get(e.op, e.op)

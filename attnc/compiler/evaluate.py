@@ -15,17 +15,21 @@ from attnc.compiler import ir
 
 
 class EvalError(ArithmeticError):
-    """Division by zero or a math domain error during evaluation."""
+    """A value the language leaves undefined (e.g. a non-finite float converted to i32)."""
 
 
 def _c_div(a: int, b: int) -> int:
+    """i32 division of the language: truncation toward zero, x / 0 == 0."""
     if b == 0:
-        raise EvalError("integer division by zero")
+        return 0
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
 
 
 def _c_mod(a: int, b: int) -> int:
+    """i32 remainder: sign of the dividend, x % 0 == x."""
+    if b == 0:
+        return a
     return a - _c_div(a, b) * b
 
 

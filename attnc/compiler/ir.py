@@ -113,7 +113,8 @@ class Unary:
 @dataclass(frozen=True)
 class Binary:
     """``op``: ``+ - * / % < <= > >= == != && ||``. Operands already share a type
-    (casts are explicit); ``/`` and ``%`` on i32 follow C (truncate toward zero)."""
+    (casts are explicit); ``/`` and ``%`` on i32 truncate toward zero like C, with
+    ``x / 0 == 0`` and ``x % 0 == x``."""
 
     op: str
     a: Expr

@@ -11,6 +11,18 @@ def _load(tensor, *indices):
     return tensor[tuple(i.long() for i in indices)]
 
 
+def _idiv(a, b):
+    # i32 division: truncation toward zero, x / 0 == 0.
+    safe = torch.where(b == 0, torch.ones_like(b), b)
+    return torch.where(b == 0, torch.zeros_like(a), torch.div(a, safe, rounding_mode="trunc"))
+
+
+def _imod(a, b):
+    # i32 remainder: sign of the dividend, x % 0 == x.
+    safe = torch.where(b == 0, torch.ones_like(b), b)
+    return torch.where(b == 0, a.expand(torch.broadcast_shapes(a.shape, b.shape)), torch.fmod(a, safe))
+
+
 def _softplus(x):
     return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
 

@@ -53,6 +53,20 @@ ATTNC_HD float sigmoid_(float x) {
 // log(1 + e^x) = max(x, 0) + log1p(e^-|x|).
 ATTNC_HD float softplus_(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
+// i32 division and remainder as the language defines them: truncation toward zero like C,
+// with x / 0 == 0 and x % 0 == x (no trap on the host, no undefined result on the device), and
+// INT_MIN / -1 wrapping to INT_MIN.
+ATTNC_HD int idiv_(int a, int b) {
+  if (b == 0) return 0;
+  if (b == -1) return static_cast<int>(0u - static_cast<unsigned>(a));
+  return a / b;
+}
+ATTNC_HD int imod_(int a, int b) {
+  if (b == 0) return a;
+  if (b == -1) return 0;
+  return a % b;
+}
+
 ATTNC_HD float abs_(float x) { return fabsf(x); }
 ATTNC_HD int abs_(int x) { return x < 0 ? -x : x; }
 ATTNC_HD float min_(float a, float b) { return a < b ? a : b; }
