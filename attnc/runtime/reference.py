@@ -53,8 +53,8 @@ def reference_attention(
     params: dict[str, Any],
     batch: int = 0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Attention of one request with the variant's score/mask/output (see module doc)."""
-    check_qkv(q, k, v)
+    """Attention of one request with the variant's score/mask/output (see module doc); the
+    caller has checked the inputs with :func:`check_qkv`."""
     q_len, hq, d = q.shape
     kv_len, hk, _ = k.shape
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
