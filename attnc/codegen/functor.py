@@ -223,7 +223,6 @@ def emit_functor(compiled: Compiled) -> str:
     for x in element_exprs:
         hoister.add_element_expr(x)
     ctx = hoister.context(ELEMENT_NAMES, "row.")
-    scale_ctx = hoister.context(ELEMENT_NAMES, "row.")
     request_ctx = hoister.context(REQUEST_NAMES, None)
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
@@ -241,7 +240,7 @@ def emit_functor(compiled: Compiled) -> str:
         affine=affine is not None,
         has_output=v.output is not None,
         score=_body(v.score, ctx) if v.score is not None else Body((), "s"),
-        score_scale=render(affine.scale if affine else one, scale_ctx),
+        score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
