@@ -25,7 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AttnError as err:
         print(err.render(), file=sys.stderr)
         return 1
-    except (FileNotFoundError, IsADirectoryError, LookupError, ValueError) as err:
+    except (OSError, LookupError, ValueError, RuntimeError) as err:
+        # Bad paths, unknown variants, bad --param values, failed builds (the message names
+        # the generated file and the exact compiler command).
         print(f"attnc: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
