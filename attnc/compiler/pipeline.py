@@ -45,6 +45,9 @@ def resolve_source(spec: str) -> tuple[str, str]:
         spec = path
     if "{" in spec or "\n" in spec:
         return spec, "<string>"
+    shipped = os.path.join(os.path.dirname(STDLIB_DIR), spec)
+    if not os.path.exists(spec) and spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
+        spec = shipped  # the package's own folder, as the docs spell it
     with open(spec, encoding="utf-8") as f:
         return f.read(), spec
 
