@@ -96,8 +96,12 @@ struct VariantContract {
   static constexpr bool ok = true;
 };
 
-// Call in every kernel template: `static_assert(check_variant_contract<V>(), "");`
+// Call in every kernel template: `static_assert(check_variant_contract<V>(), "");` (usable in
+// host and device code alike).
 template <typename V>
+#ifdef __CUDACC__
+__host__ __device__
+#endif
 constexpr bool check_variant_contract() {
   return VariantContract<V>::ok;
 }
