@@ -14,13 +14,14 @@ Tile queries eliminate ``q_idx`` from the constraints (Fourier-Motzkin over the 
 integer rounding), which gives the exact real projection onto ``kv_idx``; a tile is FULL when
 every constraint holds at its worst corner. A union's KV range is the hull of its terms'
 ranges; a union tile is FULL when some term calls it FULL, EMPTY when every term calls it
-EMPTY, else PARTIAL. The same algorithm lives in ``attnc/mask_math.cuh`` for the generated
-``kv_range``/``classify`` functions.
+EMPTY, else PARTIAL. The tile questions are answered in Python by
+:mod:`attnc.compiler.mask_tiles` and in the generated C++ by ``attnc/mask_math.cuh``, whose
+calls :mod:`attnc.codegen.mask_cuda` emits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import gcd
 
@@ -314,162 +315,3 @@ def _atom_text(a: Atom) -> str:
     if isinstance(a, ir.Binary):
         return f"({_atom_text(a.a)} {a.op} {_atom_text(a.b)})"
     return _node_name(a)
-
-
-# ---------------------------------------------------------------------------------------------
-# Evaluation (mirrors attnc/mask_math.cuh)
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -((-a) // b)
-
-
-def _bound(a: int, c: int, lo: int, hi: int) -> tuple[int, int]:
-    """Intersect ``[lo, hi]`` with the integer solutions of ``a*k + c >= 0``."""
-    if a > 0:
-        return max(lo, _ceil_div(-c, a)), hi
-    if a < 0:
-        return lo, min(hi, c // -a)
-    return (lo, hi) if c >= 0 else (max(lo, 1), min(hi, 0))
-
-
-def _project(cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi: int):
-    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows."""
-    if q_lo > q_hi:
-        return 1, 0
-    lower = [(1, 0, -q_lo)] + [x for x in cons if x[0] > 0]
-    upper = [(-1, 0, q_hi)] + [x for x in cons if x[0] < 0]
-    for cq_l, ck_l, c_l in lower:
-        for cq_u, ck_u, c_u in upper:
-            a, b = cq_l, -cq_u
-            lo, hi = _bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
-    for cq, ck, c in cons:
-        if cq == 0:
-            lo, hi = _bound(ck, c, lo, hi)
-    return lo, hi
-
-
-def _values(cons: Conjunction, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
-    return [(x.cq, x.ck, x.c_value(env)) for x in cons]
-
-
-def kv_range(
-    analysis: MaskAnalysis, q_begin: int, q_end: int, env: Mapping[str, int]
-) -> tuple[int, int]:
-    """Half-open kv range any query of ``[q_begin, q_end)`` may see, clipped to
-    ``[0, kv_len)``; ``(0, 0)`` when empty."""
-    kv_len = int(env["kv_len"])
-    if analysis.kind == "linear":
-        return _linear_kv_range(_values(analysis.constraints, env), q_begin, q_end, kv_len)
-    if analysis.kind == "union":
-        ranges = [_linear_kv_range(_values(t, env), q_begin, q_end, kv_len) for t in analysis.terms]
-        live = [r for r in ranges if r[0] < r[1]]
-        if not live:
-            return (0, 0)
-        return min(r[0] for r in live), max(r[1] for r in live)
-    return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
-
-
-def _linear_kv_range(
-    cons: list[tuple[int, int, int]], q_begin: int, q_end: int, kv_len: int
-) -> tuple[int, int]:
-    lo, hi = _project(cons, q_begin, q_end - 1, 0, kv_len - 1)
-    return (lo, hi + 1) if lo <= hi else (0, 0)
-
-
-def classify(
-    analysis: MaskAnalysis, q0: int, q1: int, k0: int, k1: int, env: Mapping[str, int]
-) -> str:
-    """Class of the tile ``[q0, q1) x [k0, k1)``: ``empty``, ``full`` or ``partial``.
-
-    The tile must lie inside the valid range: ``0 <= q0 < q1 <= q_len`` and
-    ``0 <= k0 < k1 <= kv_len`` (the kernels clip tiles before asking).
-    """
-    if q0 >= q1 or k0 >= k1:
-        return "empty"
-    if analysis.kind == "none":
-        return "full"
-    if analysis.kind == "opaque":
-        return "partial"
-    if analysis.kind == "union":
-        found = [_linear_classify(_values(t, env), q0, q1, k0, k1) for t in analysis.terms]
-        if "full" in found:
-            return "full"
-        return "empty" if all(x == "empty" for x in found) else "partial"
-    return _linear_classify(_values(analysis.constraints, env), q0, q1, k0, k1)
-
-
-def _linear_classify(cons: list[tuple[int, int, int]], q0: int, q1: int, k0: int, k1: int) -> str:
-    lo, hi = _project(cons, q0, q1 - 1, k0, k1 - 1)
-    if lo > hi:
-        return "empty"
-    for cq, ck, c in cons:
-        worst = cq * (q0 if cq >= 0 else q1 - 1) + ck * (k0 if ck >= 0 else k1 - 1) + c
-        if worst < 0:
-            return "partial"
-    return "full"
-
-
-# ---------------------------------------------------------------------------------------------
-# C++ emission
-
-RenderExpr = Callable[[ir.Expr], str]
-
-
-def _render_c(con: LinearConstraint, render_expr: RenderExpr) -> str:
-    out = f"{con.offset}LL"
-    for c, a in con.terms:
-        out += f" + {c}LL * static_cast<long long>({render_expr(a)})"
-    return out
-
-
-def _render_constraints(cons: Conjunction, render_expr: RenderExpr) -> str:
-    rows = [f"      {{{x.cq}LL, {x.ck}LL, {_render_c(x, render_expr)}}}," for x in cons]
-    n = len(rows)
-    return f"const attnc::LinearConstraint cons[{n}] = {{\n" + "\n".join(rows) + "\n  };\n"
-
-
-def _render_union(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    """The flattened constraints of a union's terms, then ``counts`` (constraints per term)."""
-    flat = tuple(x for t in analysis.terms for x in t)
-    counts = ", ".join(str(len(t)) for t in analysis.terms)
-    n = len(analysis.terms)
-    return _render_constraints(flat, render_expr) + f"  const int counts[{n}] = {{{counts}}};\n"
-
-
-def render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    """Body of ``KvRange kv_range(int q_idx_begin, int q_idx_end) const``."""
-    kv_len = render_expr(_req("kv_len"))
-    if analysis.kind == "union":
-        n = len(analysis.terms)
-        return (
-            _render_union(analysis, render_expr)
-            + f"  return attnc::linear_union_kv_range(cons, counts, {n}, q_idx_begin, q_idx_end, "
-            f"{kv_len});"
-        )
-    if analysis.kind != "linear" or not analysis.constraints:
-        return f"return attnc::full_kv_range(q_idx_begin, q_idx_end, {kv_len});"
-    n = len(analysis.constraints)
-    return (
-        _render_constraints(analysis.constraints, render_expr)
-        + f"  return attnc::linear_kv_range(cons, {n}, q_idx_begin, q_idx_end, {kv_len});"
-    )
-
-
-def render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    """Body of ``TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const``."""
-    if analysis.kind == "opaque":
-        return "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
-    if analysis.kind == "union":
-        n = len(analysis.terms)
-        return (
-            _render_union(analysis, render_expr)
-            + f"  return attnc::linear_union_classify(cons, counts, {n}, q_idx0, q_idx1, kv0, kv1);"
-        )
-    if analysis.kind == "none" or not analysis.constraints:
-        return "return attnc::unmasked_classify(q_idx0, q_idx1, kv0, kv1);"
-    n = len(analysis.constraints)
-    return (
-        _render_constraints(analysis.constraints, render_expr)
-        + f"  return attnc::linear_classify(cons, {n}, q_idx0, q_idx1, kv0, kv1);"
-    )

@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from attnc.codegen.mask_cuda import render_classify, render_kv_range
 from attnc.compiler import ir
-from attnc.compiler.mask_analysis import (
-    MaskAnalysis,
-    analyse_mask,
-    classify,
-    kv_range,
-    render_classify,
-    render_kv_range,
-)
+from attnc.compiler.mask_analysis import MaskAnalysis, analyse_mask
+from attnc.compiler.mask_tiles import classify, kv_range
 
 INCLUDE = Path(__file__).resolve().parents[2] / "attnc" / "kernels" / "include"
 PARAMS = ("window", "prefix_len", "stride")

@@ -1,0 +1,100 @@
+"""Tile questions on an analysed mask, evaluated in Python: the KV range a query range may
+see and the class of a tile. The generated C++ (``attnc/mask_math.cuh``, emitted by
+``attnc.codegen.mask_cuda``) computes the same; tests compare both with brute force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _bound(a: int, c: int, lo: int, hi: int) -> tuple[int, int]:
+    """Intersect ``[lo, hi]`` with the integer solutions of ``a*k + c >= 0``."""
+    if a > 0:
+        return max(lo, _ceil_div(-c, a)), hi
+    if a < 0:
+        return lo, min(hi, c // -a)
+    return (lo, hi) if c >= 0 else (max(lo, 1), min(hi, 0))
+
+
+def _project(cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi: int):
+    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows."""
+    if q_lo > q_hi:
+        return 1, 0
+    lower = [(1, 0, -q_lo)] + [x for x in cons if x[0] > 0]
+    upper = [(-1, 0, q_hi)] + [x for x in cons if x[0] < 0]
+    for cq_l, ck_l, c_l in lower:
+        for cq_u, ck_u, c_u in upper:
+            a, b = cq_l, -cq_u
+            lo, hi = _bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
+    for cq, ck, c in cons:
+        if cq == 0:
+            lo, hi = _bound(ck, c, lo, hi)
+    return lo, hi
+
+
+def _values(cons: Conjunction, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
+    return [(x.cq, x.ck, x.c_value(env)) for x in cons]
+
+
+def kv_range(
+    analysis: MaskAnalysis, q_begin: int, q_end: int, env: Mapping[str, int]
+) -> tuple[int, int]:
+    """Half-open kv range any query of ``[q_begin, q_end)`` may see, clipped to
+    ``[0, kv_len)``; ``(0, 0)`` when empty."""
+    kv_len = int(env["kv_len"])
+    if analysis.kind == "linear":
+        return _linear_kv_range(_values(analysis.constraints, env), q_begin, q_end, kv_len)
+    if analysis.kind == "union":
+        ranges = [_linear_kv_range(_values(t, env), q_begin, q_end, kv_len) for t in analysis.terms]
+        live = [r for r in ranges if r[0] < r[1]]
+        if not live:
+            return (0, 0)
+        return min(r[0] for r in live), max(r[1] for r in live)
+    return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
+
+
+def _linear_kv_range(
+    cons: list[tuple[int, int, int]], q_begin: int, q_end: int, kv_len: int
+) -> tuple[int, int]:
+    lo, hi = _project(cons, q_begin, q_end - 1, 0, kv_len - 1)
+    return (lo, hi + 1) if lo <= hi else (0, 0)
+
+
+def classify(
+    analysis: MaskAnalysis, q0: int, q1: int, k0: int, k1: int, env: Mapping[str, int]
+) -> str:
+    """Class of the tile ``[q0, q1) x [k0, k1)``: ``empty``, ``full`` or ``partial``.
+
+    The tile must lie inside the valid range: ``0 <= q0 < q1 <= q_len`` and
+    ``0 <= k0 < k1 <= kv_len`` (the kernels clip tiles before asking).
+    """
+    if q0 >= q1 or k0 >= k1:
+        return "empty"
+    if analysis.kind == "none":
+        return "full"
+    if analysis.kind == "opaque":
+        return "partial"
+    if analysis.kind == "union":
+        found = [_linear_classify(_values(t, env), q0, q1, k0, k1) for t in analysis.terms]
+        if "full" in found:
+            return "full"
+        return "empty" if all(x == "empty" for x in found) else "partial"
+    return _linear_classify(_values(analysis.constraints, env), q0, q1, k0, k1)
+
+
+def _linear_classify(cons: list[tuple[int, int, int]], q0: int, q1: int, k0: int, k1: int) -> str:
+    lo, hi = _project(cons, q0, q1 - 1, k0, k1 - 1)
+    if lo > hi:
+        return "empty"
+    for cq, ck, c in cons:
+        worst = cq * (q0 if cq >= 0 else q1 - 1) + ck * (k0 if ck >= 0 else k1 - 1) + c
+        if worst < 0:
+            return "partial"
+    return "full"
