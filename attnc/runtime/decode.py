@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnc.runtime import abi, scheduler, validate
+from attnc.runtime import abi, native_plan, scheduler, validate
 from attnc.runtime.decode_abi import FLAG_MERGE, AttncDecodeArgs, DecodeModule, get_decode_module
 from attnc.runtime.kv_inputs import KvViews, paged_kv
 from attnc.runtime.ops import split_params
@@ -144,6 +144,8 @@ class BatchDecodeWrapper:
         work_bytes = self.layout.work_bytes(max_items)
         self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
         self._pinned_np = self._pinned.numpy()
+        # C++ planner writing straight into the pinned buffer (None: numpy scheduler).
+        self._native = native_plan.NativePlanner.create(self._pinned_np, self.layout)
         self._page_stage: torch.Tensor | None = None
         self._copy_done: torch.cuda.Event | None = None
         self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
@@ -211,11 +213,29 @@ class BatchDecodeWrapper:
                 f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, got {shape})"
             )
         row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
-        sched = scheduler.schedule(
-            kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-            self.layout.max_part_rows(head_dim), max_items=self.layout.max_items,
-        )  # fmt: skip
-        self._upload(sched, q_len, indptr[:-1], kv_lens, kv_indices, pages_dev, nnz)
+        part_rows, max_items = self.layout.max_part_rows(head_dim), self.layout.max_items
+        page_begin = indptr[:-1]
+        if self._copy_done is not None:
+            self._copy_done.synchronize()  # the previous copies may still read the pinned buffers
+        summary = None
+        if self._native is not None:  # writes the work region into the pinned buffer
+            summary = self._native.plan(
+                kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
+                part_rows, page_begin, max_items=max_items,
+            )  # fmt: skip
+        sched: scheduler.Schedule
+        if summary is not None:  # the arrays of last_schedule are computed on first access
+            sched = native_plan.LazySchedule(
+                summary, kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas,
+                kv_tile, part_rows, max_items,
+            )  # fmt: skip
+        else:
+            sched = scheduler.schedule(
+                kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
+                part_rows, max_items=max_items,
+            )  # fmt: skip
+        written = summary.work_bytes if summary is not None else None
+        self._upload(sched, written, q_len, page_begin, kv_lens, kv_indices, pages_dev, nnz)
         self._module, self._shape, self._batch = module, shape, batch
         self.last_schedule = sched
         self._fill_static_args(shape, sched)
@@ -267,6 +287,7 @@ class BatchDecodeWrapper:
     def _upload(
         self,
         sched: scheduler.Schedule,
+        written: int | None,
         q_len: int,
         page_begin: np.ndarray,
         kv_lens: np.ndarray,
@@ -274,11 +295,15 @@ class BatchDecodeWrapper:
         pages_dev: bool,
         nnz: int,
     ) -> None:
-        if self._copy_done is not None:
-            self._copy_done.synchronize()  # the previous copies may still read the pinned buffers
-        nbytes = scheduler.write_work_region(
-            self._pinned_np, self.layout, sched, q_len, page_begin, kv_lens
-        )
+        """Copy the work region (already in the pinned buffer when ``written`` gives its
+        bytes; else written here from ``sched``) and the page ids to the workspace. The caller
+        has waited for the previous copies out of the pinned buffers."""
+        if written is not None:
+            nbytes = written
+        else:
+            nbytes = scheduler.write_work_region(
+                self._pinned_np, self.layout, sched, q_len, page_begin, kv_lens
+            )
         self._ws[:nbytes].copy_(self._pinned[:nbytes], non_blocking=True)
         if nnz:
             dst = self._ws[self.layout.page_ids : self.layout.page_ids + 4 * nnz]

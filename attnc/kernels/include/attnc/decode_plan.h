@@ -1,0 +1,494 @@
+// Owns: the host-side decode step planner in C++ (no CUDA, no torch, no Python): the algorithm
+// of attnc/runtime/scheduler.py (chunk choice, the doubling loop bounded by the partial
+// capacity, splitting, heaviest-first ordering, CTA assignment, merge lists) writing the work
+// region of scheduler.write_work_region straight into a caller's byte buffer (the pinned
+// host buffer), behind a plain C ABI: one parameter struct in, one summary struct out.
+//
+// Results are bit-identical to the numpy code: integers are int64 with the same rounding,
+// float costs use the same operations in the same order (compile with -ffp-contract=off so
+// no multiply-add is fused), and the CTA boundaries replay numpy's searchsorted. Inputs the
+// numpy code treats specially (negative or >= 2^31 lengths, non-positive chunks, non-finite
+// or non-positive costs, int32 overflow in the header, overlapping or out-of-range regions)
+// return kAttncPlanUnsupported before anything is written to the buffer: the caller then
+// runs the numpy code, so every input still gets the numpy answer (or the numpy error).
+#pragma once
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+extern "C" {
+
+// Return codes of attnc_decode_plan.
+enum { kAttncPlanOk = 0, kAttncPlanUnsupported = 1, kAttncPlanCapacity = 2 };
+
+// Inputs. Mirrored by ctypes in attnc/runtime/native_plan.py (_Params): keep them in sync.
+typedef struct AttncPlanParams {
+  // scheduler.schedule arguments.
+  int64_t batch;
+  int64_t q_len;
+  int64_t num_qo_heads;
+  int64_t num_kv_heads;
+  int64_t row_blocks;
+  int64_t num_ctas;
+  int64_t kv_tile;
+  int64_t max_part_rows;
+  int64_t min_chunk;
+  int64_t max_items;  // < 0: no limit
+  double alpha;
+  double beta;
+  const int64_t* kv_lens;         // [batch]
+  const int64_t* req_page_begin;  // [batch] (written as int32, wrapping like numpy)
+  // The work region: buf[0, buf_bytes) and the byte offsets of WorkspaceLayout.
+  uint8_t* buf;
+  int64_t buf_bytes;
+  int64_t off_header;
+  int64_t off_cta_indptr;
+  int64_t off_req_page_begin;
+  int64_t off_req_kv_len;
+  int64_t off_merge_items;
+  int64_t off_items;
+  // Test-only copies of the Schedule arrays (each may be null): items [out_items_cap, 8]
+  // int32, cost [out_items_cap] float64, cta_indptr [num_ctas + 1] int32, merge_items
+  // [batch, 4] int32, num_chunks [batch] int64. Contents are undefined unless kAttncPlanOk.
+  int32_t* out_items;
+  double* out_cost;
+  int64_t out_items_cap;
+  int32_t* out_cta_indptr;
+  int32_t* out_merge_items;
+  int64_t* out_num_chunks;
+} AttncPlanParams;
+
+// Outputs (kAttncPlanCapacity fills num_items only).
+typedef struct AttncPlanSummary {
+  int64_t num_items;       // Schedule.num_items
+  int64_t num_split;       // rows of Schedule.merge_items
+  int64_t merge_rows;      // Schedule.merge_rows
+  int64_t chunk_size;      // Schedule.chunk_size (0 when nothing is split)
+  int64_t num_part_slots;  // Schedule.num_part_slots
+  int64_t total_chunks;    // KV chunks over all requests
+  int64_t work_bytes;      // bytes of the work region to copy (write_work_region's result)
+} AttncPlanSummary;
+
+}  // extern "C"
+
+namespace attnc {
+namespace decode_plan {
+
+constexpr int kItemInts = 8;
+constexpr int kMergeInts = 4;
+constexpr int kHeaderInts = 16;
+constexpr int64_t kSplitFactor = 4;
+constexpr int64_t kMaxLen = INT32_MAX;             // KV lengths must lie in [0, kMaxLen]
+constexpr int64_t kMaxScalar = (int64_t(1) << 30);  // heads, q_len, ... lie in [1, kMaxScalar)
+constexpr int64_t kHugeChunk = int64_t(1) << 62;    // any chunk above this splits nothing
+
+// Header fields (decode_args.h: AttncDecodeHeader).
+constexpr int kHNumItems = 0, kHQLen = 1, kHBatch = 2, kHMergeRows = 3, kHNumMerge = 4;
+
+struct Counts {
+  int64_t chunk;         // Schedule.chunk_size (0 when nothing is split)
+  int64_t slots;         // Schedule.num_part_slots
+  int64_t total_chunks;  // KV chunks over all requests
+  int64_t num_split;     // split requests (rows of merge_items)
+  int64_t num_items;     // total_chunks * num_kv_heads * row_blocks
+  int64_t split_any;
+};
+
+// Ceil division for a >= 0, b > 0 (numpy's -(-a // b) on non-negative values).
+inline int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// scheduler._chunk_counts for one request: number of chunks and chunk length.
+inline void chunk_count(int64_t kv, int64_t chunk, int64_t tile, int64_t* n_out,
+                        int64_t* size_out) {
+  int64_t n = std::max<int64_t>(1, ceil_div(kv, chunk));
+  int64_t size = ceil_div(kv, n);
+  size = std::max(tile, ceil_div(size, tile) * tile);
+  *n_out = std::max<int64_t>(1, ceil_div(kv, size));
+  *size_out = size;
+}
+
+inline bool params_ok(const AttncPlanParams& p) {
+  auto in = [](int64_t v) { return v >= 1 && v < kMaxScalar; };
+  return p.batch >= 0 && p.batch < kMaxLen && in(p.q_len) && in(p.num_qo_heads) &&
+         in(p.num_kv_heads) && in(p.row_blocks) && in(p.num_ctas) && in(p.kv_tile) &&
+         std::isfinite(p.alpha) && std::isfinite(p.beta) && p.alpha > 0.0 && p.beta > 0.0 &&
+         (p.batch == 0 || (p.kv_lens != nullptr && p.req_page_begin != nullptr));
+}
+
+// First pass: chunk size, chunks per request (``num_chunks`` [batch]) and the sizes of
+// every output. kAttncPlanUnsupported leaves the outputs undefined.
+inline int plan_counts(const AttncPlanParams& p, int64_t* num_chunks, Counts* c) {
+  if (!params_ok(p)) return kAttncPlanUnsupported;
+  const int64_t* kv = p.kv_lens;
+  const int64_t batch = p.batch;
+  int64_t sum = 0, kv_max = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t v = kv[r];
+    if (v < 0 || v > kMaxLen) return kAttncPlanUnsupported;
+    sum += v;
+    kv_max = std::max(kv_max, v);
+  }
+  const int64_t units = p.num_kv_heads * p.row_blocks;
+  const int64_t slot_rows = p.q_len * p.num_qo_heads;
+
+  // choose_chunk, operation for operation.
+  const double item_q = p.alpha * static_cast<double>(p.q_len);
+  const double total = static_cast<double>(units) *
+                       (item_q * static_cast<double>(batch) + p.beta * static_cast<double>(sum));
+  const double per_cta = total / static_cast<double>(p.num_ctas);
+  const double x = (per_cta - item_q) / p.beta / static_cast<double>(kSplitFactor);
+  if (!std::isfinite(x)) return kAttncPlanUnsupported;  // int(x) raises in Python
+  bool huge = false;
+  int64_t chunk0;
+  if (x >= 9.2e18) {
+    huge = true;  // a Python int beyond int64: no request is longer
+    chunk0 = 0;
+  } else if (x <= -9.2e18) {
+    chunk0 = p.min_chunk;
+  } else {
+    chunk0 = std::max(p.min_chunk, static_cast<int64_t>(x));
+  }
+  if (!huge && chunk0 > kHugeChunk) huge = true;
+  if (!huge && chunk0 <= 0) return kAttncPlanUnsupported;  // the numpy code divides by chunk
+  int64_t chunk = huge ? 0 : ceil_div(chunk0, p.kv_tile) * p.kv_tile;
+
+  bool split_any = batch > 0 && !huge && kv_max > chunk;
+  int64_t slots = 0;
+  while (split_any) {
+    slots = 0;
+    for (int64_t r = 0; r < batch; ++r) {
+      int64_t n, size;
+      chunk_count(kv[r], chunk, p.kv_tile, &n, &size);
+      num_chunks[r] = n;
+      if (n > 1) slots += n;
+    }
+    int64_t need;
+    const bool fits = !__builtin_mul_overflow(slots, slot_rows, &need) && need <= p.max_part_rows;
+    if (fits || slots == 0) {
+      split_any = slots > 0;
+      break;
+    }
+    chunk *= 2;
+    split_any = kv_max > chunk;
+  }
+  int64_t total_chunks = batch, num_split = 0;
+  if (split_any) {
+    total_chunks = 0;
+    for (int64_t r = 0; r < batch; ++r) {
+      total_chunks += num_chunks[r];
+      num_split += num_chunks[r] > 1;
+    }
+  } else {
+    for (int64_t r = 0; r < batch; ++r) num_chunks[r] = 1;
+    chunk = 0;
+    slots = 0;
+  }
+  int64_t num_items;
+  if (total_chunks >= kMaxLen || __builtin_mul_overflow(total_chunks, units, &num_items) ||
+      num_items >= kMaxLen)
+    return kAttncPlanUnsupported;  // int32 item indices would wrap
+  // Every cost is positive and their sum finite (the CTA split divides by it): checked here,
+  // before anything is written, so plan_fill cannot fail after writing.
+  const double bound = static_cast<double>(units) * (item_q * static_cast<double>(total_chunks) +
+                                                     p.beta * static_cast<double>(sum));
+  if (!(bound < 1e300) || !(item_q > 0.0)) return kAttncPlanUnsupported;
+  c->chunk = chunk;
+  c->slots = slots;
+  c->total_chunks = total_chunks;
+  c->num_split = num_split;
+  c->num_items = num_items;
+  c->split_any = split_any;
+  return kAttncPlanOk;
+}
+
+// Stable sort of ``idx`` by ``key`` ascending (LSD radix on 32-bit keys, insertion sort when
+// short). Stability makes the result that of numpy's argsort(kind="stable").
+inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>& idx,
+                               std::vector<uint32_t>& key_tmp, std::vector<uint32_t>& idx_tmp) {
+  const size_t n = key.size();
+  if (n <= 48) {
+    for (size_t i = 1; i < n; ++i) {
+      const uint32_t k = key[i], v = idx[i];
+      size_t j = i;
+      while (j > 0 && key[j - 1] > k) {
+        key[j] = key[j - 1];
+        idx[j] = idx[j - 1];
+        --j;
+      }
+      key[j] = k;
+      idx[j] = v;
+    }
+    return;
+  }
+  key_tmp.resize(n);
+  idx_tmp.resize(n);
+  uint32_t all_or = 0, all_and = ~0u;
+  for (size_t i = 0; i < n; ++i) {
+    all_or |= key[i];
+    all_and &= key[i];
+  }
+  for (int shift = 0; shift < 32; shift += 8) {
+    if ((((all_or ^ all_and) >> shift) & 0xffu) == 0) continue;  // one digit value: no-op
+    size_t count[257] = {0};
+    for (size_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & 0xffu) + 1];
+    for (int d = 0; d < 256; ++d) count[d + 1] += count[d];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t pos = count[(key[i] >> shift) & 0xffu]++;
+      key_tmp[pos] = key[i];
+      idx_tmp[pos] = idx[i];
+    }
+    key.swap(key_tmp);
+    idx.swap(idx_tmp);
+  }
+}
+
+// numpy's binsearch<left> (npysort/binsearch.cpp) for keys 0..num_ctas on an array that may
+// not be sorted (the midpoints can step back by rounding): replays numpy's search exactly.
+inline void cta_boundaries_unsorted(const int64_t* cta, int64_t len, int64_t num_ctas,
+                                    int32_t* out) {
+  int64_t min_idx = 0, max_idx = len;
+  int64_t last = 0;
+  for (int64_t k = 0; k <= num_ctas; ++k) {
+    if (last < k) {
+      max_idx = len;
+    } else {
+      min_idx = 0;
+      max_idx = (max_idx < len) ? (max_idx + 1) : len;
+    }
+    last = k;
+    while (min_idx < max_idx) {
+      const int64_t mid = min_idx + ((max_idx - min_idx) >> 1);
+      if (cta[mid] < k) {
+        min_idx = mid + 1;
+      } else {
+        max_idx = mid;
+      }
+    }
+    out[k] = static_cast<int32_t>(min_idx);
+  }
+}
+
+struct Scratch {
+  std::vector<int64_t> num_chunks, size, first, part_base, cta;
+  std::vector<double> prefix, cost;
+  std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
+};
+
+// Second pass: items [num_items, kItemInts], cost [num_items], cta_indptr [num_ctas + 1],
+// merge [num_split, kMergeInts] (all 4-byte aligned), from plan_counts' results.
+inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
+                      int32_t* items, double* cost, int32_t* cta_indptr, int32_t* merge,
+                      Scratch& s) {
+  const int64_t* kv = p.kv_lens;
+  const int64_t batch = p.batch;
+  const int64_t nc = c.total_chunks;
+  const bool split_any = c.split_any != 0;
+  s.size.resize(batch);
+  s.first.resize(batch);
+  s.part_base.resize(batch);
+  s.key.resize(nc);
+  s.idx.resize(nc);
+  s.chunk_req.resize(nc);
+  int64_t pos = 0, part = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t n = num_chunks[r];
+    int64_t size = kv[r];
+    if (split_any) {
+      int64_t n2;
+      chunk_count(kv[r], c.chunk, p.kv_tile, &n2, &size);
+    }
+    s.size[r] = size;
+    s.first[r] = pos;
+    s.part_base[r] = part;
+    if (n > 1) part += n;
+    for (int64_t j = 0; j < n; ++j, ++pos) {
+      const int64_t begin = j * size;
+      const int64_t end = std::min(begin + size, kv[r]);
+      // Descending length == ascending (kMaxLen - length); ties keep chunk order.
+      s.key[pos] = static_cast<uint32_t>(kMaxLen - (end - begin));
+      s.idx[pos] = static_cast<uint32_t>(pos);
+      s.chunk_req[pos] = static_cast<uint32_t>(r);
+    }
+  }
+  stable_sort_by_key(s.key, s.idx, s.key_tmp, s.idx_tmp);
+
+  // Items in chunk order, each chunk expanded to its KV heads x row blocks (same cost);
+  // prefix = cumsum(cost), summed in item order as numpy's add.accumulate does.
+  const int64_t ni = c.num_items;
+  s.prefix.resize(ni);
+  const double item_q = p.alpha * static_cast<double>(p.q_len);
+  int32_t* it = items;
+  double* co = cost;
+  double* pre = s.prefix.data();
+  double prefix = 0.0;
+  for (int64_t q = 0; q < nc; ++q) {
+    const uint32_t ch = s.idx[q];
+    const int64_t r = s.chunk_req[ch];
+    const int64_t j = static_cast<int64_t>(ch) - s.first[r];
+    const int64_t begin = j * s.size[r];
+    const int64_t end = std::min(begin + s.size[r], kv[r]);
+    const int32_t slot = num_chunks[r] > 1 ? static_cast<int32_t>(s.part_base[r] + j) : -1;
+    const double item_cost = item_q + p.beta * static_cast<double>(end - begin);
+    const int32_t r32 = static_cast<int32_t>(r), begin32 = static_cast<int32_t>(begin);
+    const int32_t end32 = static_cast<int32_t>(end);
+    for (int64_t h = 0; h < p.num_kv_heads; ++h) {
+      for (int64_t b = 0; b < p.row_blocks; ++b) {
+        it[0] = r32;
+        it[1] = static_cast<int32_t>(h);
+        it[2] = static_cast<int32_t>(b);
+        it[3] = begin32;
+        it[4] = end32;
+        it[5] = slot;
+        it[6] = 0;
+        it[7] = 0;
+        it += kItemInts;
+        *co++ = item_cost;
+        prefix += item_cost;
+        *pre++ = prefix;
+      }
+    }
+  }
+
+  if (ni > 0) {
+    // An item goes to the CTA its cost midpoint falls in:
+    // cta = min(num_ctas - 1, int64((prefix - 0.5 * cost) * (num_ctas / prefix[-1]))), and
+    // cta_indptr = searchsorted(cta, arange(num_ctas + 1)) with cta_indptr[-1] = num_items.
+    // plan_counts guarantees 0 < prefix[-1] < 1e300, so every value lies in [0, num_ctas].
+    const double scale = static_cast<double>(p.num_ctas) / s.prefix[ni - 1];
+    const double* pre_in = s.prefix.data();
+    const int64_t last_cta = p.num_ctas - 1;
+    bool sorted = true;
+    int64_t k = 0, prev = INT64_MIN;
+    for (int64_t i = 0; i < ni; ++i) {
+      const double v = (pre_in[i] - 0.5 * cost[i]) * scale;
+      const int64_t cta = std::min(last_cta, static_cast<int64_t>(v));
+      sorted &= cta >= prev;
+      prev = cta;
+      // Sorted so far: the keys up to cta start at item i (a lower bound).
+      for (; k <= cta; ++k) cta_indptr[k] = static_cast<int32_t>(i);
+    }
+    for (; k <= p.num_ctas; ++k) cta_indptr[k] = static_cast<int32_t>(ni);
+    if (!sorted) {  // numpy's search on an unsorted array: replay it exactly
+      s.cta.resize(ni);
+      for (int64_t i = 0; i < ni; ++i)
+        s.cta[i] = std::min(last_cta, static_cast<int64_t>((pre_in[i] - 0.5 * cost[i]) * scale));
+      cta_boundaries_unsorted(s.cta.data(), ni, p.num_ctas, cta_indptr);
+    }
+    cta_indptr[p.num_ctas] = static_cast<int32_t>(ni);
+  } else {
+    for (int64_t k = 0; k <= p.num_ctas; ++k) cta_indptr[k] = 0;
+  }
+
+  int32_t* m = merge;
+  if (split_any) {
+    for (int64_t r = 0; r < batch; ++r) {
+      if (num_chunks[r] <= 1) continue;
+      m[0] = static_cast<int32_t>(r);
+      m[1] = static_cast<int32_t>(num_chunks[r]);
+      m[2] = static_cast<int32_t>(s.part_base[r]);
+      m[3] = 0;
+      m += kMergeInts;
+    }
+  }
+}
+
+// int64 -> int32 as numpy's unsafe cast (keeps the low 32 bits).
+inline void put_int32(uint8_t* dst, const int64_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint64_t>(src[i])));
+    memcpy(dst + 4 * i, &v, 4);
+  }
+}
+
+// The regions scheduler.write_work_region writes: each inside the buffer, 4-byte aligned and
+// disjoint from the others (then the order of the writes does not matter).
+inline bool regions_ok(const AttncPlanParams& p, const Counts& c) {
+  if (p.buf == nullptr || p.buf_bytes < 0) return false;
+  const int64_t start[6] = {p.off_header,     p.off_cta_indptr,  p.off_req_page_begin,
+                            p.off_req_kv_len, p.off_merge_items, p.off_items};
+  const int64_t len[6] = {kHeaderInts * 4,
+                          (p.num_ctas + 1) * 4,
+                          p.batch * 4,
+                          p.batch * 4,
+                          c.num_split * kMergeInts * 4,
+                          c.num_items * kItemInts * 4};
+  for (int i = 0; i < 6; ++i) {
+    if (start[i] < 0 || start[i] > p.buf_bytes || len[i] > p.buf_bytes - start[i]) return false;
+    if ((reinterpret_cast<uintptr_t>(p.buf) + static_cast<uint64_t>(start[i])) % 4 != 0)
+      return false;
+  }
+  for (int i = 0; i < 6; ++i)
+    for (int j = i + 1; j < 6; ++j)
+      if (len[i] > 0 && len[j] > 0 && start[i] < start[j] + len[j] && start[j] < start[i] + len[i])
+        return false;
+  return true;
+}
+
+// scheduler.schedule + scheduler.write_work_region. kAttncPlanOk: the work region is written
+// and ``out`` filled; kAttncPlanCapacity: more than max_items items (out->num_items says how
+// many), nothing written; kAttncPlanUnsupported: nothing written to ``buf``.
+inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
+  int64_t* num_chunks = p.out_num_chunks;
+  if (num_chunks == nullptr) {
+    if (p.batch < 0 || p.batch >= kMaxLen) return kAttncPlanUnsupported;
+    s.num_chunks.resize(static_cast<size_t>(p.batch));
+    num_chunks = s.num_chunks.data();
+  }
+  Counts c;
+  const int rc = plan_counts(p, num_chunks, &c);
+  if (rc != kAttncPlanOk) return rc;
+  if (p.max_items >= 0 && c.num_items > p.max_items) {
+    out->num_items = c.num_items;
+    return kAttncPlanCapacity;
+  }
+  int64_t merge_rows;  // an int32 in the header (numpy raises beyond it)
+  if (__builtin_mul_overflow(c.num_split, p.q_len * p.num_qo_heads, &merge_rows) ||
+      merge_rows > INT32_MAX)
+    return kAttncPlanUnsupported;
+  if (!regions_ok(p, c)) return kAttncPlanUnsupported;
+  if ((p.out_items != nullptr || p.out_cost != nullptr) && p.out_items_cap < c.num_items)
+    return kAttncPlanUnsupported;
+
+  // Nothing can fail from here on.
+  double* cost = p.out_cost;
+  if (cost == nullptr) {
+    s.cost.resize(static_cast<size_t>(c.num_items));
+    cost = s.cost.data();
+  }
+  int32_t* items = reinterpret_cast<int32_t*>(p.buf + p.off_items);
+  int32_t* cta = reinterpret_cast<int32_t*>(p.buf + p.off_cta_indptr);
+  int32_t* merge = reinterpret_cast<int32_t*>(p.buf + p.off_merge_items);
+  plan_fill(p, num_chunks, c, items, cost, cta, merge, s);
+
+  int32_t header[kHeaderInts] = {0};
+  header[kHNumItems] = static_cast<int32_t>(c.num_items);
+  header[kHQLen] = static_cast<int32_t>(p.q_len);
+  header[kHBatch] = static_cast<int32_t>(p.batch);
+  header[kHMergeRows] = static_cast<int32_t>(merge_rows);
+  header[kHNumMerge] = static_cast<int32_t>(c.num_split);
+  memcpy(p.buf + p.off_header, header, sizeof header);
+  put_int32(p.buf + p.off_req_page_begin, p.req_page_begin, p.batch);
+  put_int32(p.buf + p.off_req_kv_len, p.kv_lens, p.batch);
+
+  if (p.out_items != nullptr)
+    memcpy(p.out_items, items, static_cast<size_t>(c.num_items) * kItemInts * 4);
+  if (p.out_cta_indptr != nullptr)
+    memcpy(p.out_cta_indptr, cta, static_cast<size_t>(p.num_ctas + 1) * 4);
+  if (p.out_merge_items != nullptr)
+    memcpy(p.out_merge_items, merge, static_cast<size_t>(c.num_split) * kMergeInts * 4);
+
+  out->num_items = c.num_items;
+  out->num_split = c.num_split;
+  out->merge_rows = merge_rows;
+  out->chunk_size = c.chunk;
+  out->num_part_slots = c.slots;
+  out->total_chunks = c.total_chunks;
+  out->work_bytes = p.off_items + c.num_items * kItemInts * 4;
+  return kAttncPlanOk;
+}
+
+}  // namespace decode_plan
+}  // namespace attnc
