@@ -1,4 +1,4 @@
-"""IR verifier: run after lowering and after every pass (in tests and with ATTNC_VERIFY=1).
+"""IR verifier: the pipeline runs it after lowering and after simplification.
 
 Checks that every node's type follows the typing rules, so a pass that breaks them fails
 loudly at the pass, not as wrong CUDA later.
