@@ -50,25 +50,11 @@ class _Shape:
     num_ctas: int
 
 
-def _host_int32(name: str, t: object, length: int | None = None) -> np.ndarray:
-    """A 1-D int32 tensor as an int64 numpy array (no copy back from the device if on CPU)."""
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
-    if t.dim() != 1:
-        raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
-    if length is not None and t.shape[0] != length:
-        raise ValueError(f"{name}: expected {length} entries, got {t.shape[0]}")
-    host = t if t.device.type == "cpu" else t.cpu()
-    return host.numpy().astype(np.int64)
-
-
 def check_page_table(
     kv_indptr: object, kv_last_page_len: object, page_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(kv_indptr, kv_len per request) as int64 arrays, with ValueErrors naming the tensor."""
-    indptr = _host_int32("kv_indptr", kv_indptr)
+    indptr = validate.host_index_tensor("kv_indptr", kv_indptr).numpy()
     if indptr.shape[0] == 0:
         raise ValueError("kv_indptr: needs at least one entry (batch + 1)")
     if indptr[0] != 0:
@@ -80,7 +66,9 @@ def check_page_table(
             f"kv_indptr: must be non-decreasing, but kv_indptr[{i}]={int(indptr[i])} < "
             f"kv_indptr[{i - 1}]={int(indptr[i - 1])}"
         )
-    last = _host_int32("kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1)
+    last = validate.host_index_tensor(
+        "kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1
+    ).numpy()
     bad = (pages > 0) & ((last < 1) | (last > page_size))
     if bad.any():
         i = int(np.argmax(bad))
