@@ -1,0 +1,132 @@
+"""BatchDecodeWrapper.run()'s cached-call fast path, on the CPU with a recording launcher."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import attnc
+from attnc.runtime import abi
+from attnc.runtime import decode as D
+from attnc.runtime.decode_abi import AttncDecodeArgs
+
+HQ, HKV, DIM, PAGE, BATCH = 4, 2, 16, 4, 3
+PER_CALL = ("q", "o", "lse")
+
+
+class _Recorder:
+    """Stands in for a DecodeModule: records the argument struct of every launch."""
+
+    name = "recorder"
+
+    def __init__(self, variant):
+        self.params_type = abi.params_struct(variant.ir.params)
+        self.calls: list[dict] = []
+
+    def launch(self, args_ref, stream):
+        a = args_ref._obj
+        fields = {name: getattr(a, name) for name, _ in AttncDecodeArgs._fields_}
+        fields["params_bytes"] = ctypes.string_at(a.variant_params, a.variant_params_size)
+        self.calls.append(fields)
+
+
+@pytest.fixture
+def cpu_decode(monkeypatch):
+    real_paged_kv = D.paged_kv
+    real_check = D.validate.check_data_tensor
+    monkeypatch.setattr(
+        D.validate, "check_data_tensor", lambda name, t, shape: real_check(name, t, shape, "cpu")
+    )
+    monkeypatch.setattr(D, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(
+        D, "paged_kv", lambda kv, lay, ps, h, d, dev: real_paged_kv(kv, lay, ps, h, d, "cpu")
+    )
+
+    def make(name):
+        variant = attnc.load(f"stdlib:{name}")
+        w = object.__new__(D.BatchDecodeWrapper)
+        w.variant, w.kv_layout, w.use_cuda_graph = variant, "NHD", False
+        w._device = torch.device("cpu")
+        w._shape = D._Shape(HQ, HKV, DIM, PAGE, 1, torch.bfloat16, 0.25, 4, 8)
+        w._module = _Recorder(variant)
+        w._args = AttncDecodeArgs()
+        w._args_ref = ctypes.byref(w._args)
+        w._args.variant_params_size = ctypes.sizeof(w._module.params_type)
+        w._max_page, w._batch, w._q_rows = 5, BATCH, BATCH
+        w._last_kv, w._empty_params, w._calls, w._applied = None, None, {}, None
+        return w
+
+    return make
+
+
+def _inputs(pages=8):
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(BATCH, HQ, DIM, generator=gen).bfloat16()
+    cache = torch.randn(pages, 2, PAGE, HKV, DIM, generator=gen).bfloat16()
+    return q, cache
+
+
+def _static(call):
+    return {k: v for k, v in call.items() if k not in PER_CALL}
+
+
+def test_repeated_call_reuses_checked_fields(cpu_decode, monkeypatch):
+    w = cpu_decode("softcap")
+    q, cache = _inputs()
+    w.run(q, cache, cap=30.0)
+    checks = []
+    monkeypatch.setattr(w, "_check_q", lambda q, shape: checks.append(q) or q)
+    q2 = q.clone()
+    o = w.run(q2, cache, cap=30.0)
+    assert not checks  # served from the cache
+    first, second = w._module.calls
+    assert _static(first) == _static(second)
+    assert second["q"] == q2.data_ptr() and second["o"] == o.data_ptr() and second["lse"] is None
+    w.run(q2, cache, cap=20.0)  # another value: checked again
+    assert len(checks) == 1 and w._module.calls[-1]["params_bytes"] != first["params_bytes"]
+
+
+def test_cached_calls_interleave_caches_and_return_lse(cpu_decode):
+    w = cpu_decode("vanilla")
+    q, cache_a = _inputs()
+    _, cache_b = _inputs(pages=10)
+    for _ in range(2):
+        w.run(q, cache_a)
+        w.run(q, cache_b)
+        _, lse = w.run(q, (cache_a[:, 0], cache_a[:, 1]), return_lse=True)
+    calls = w._module.calls
+    assert len(w._calls) == 3
+    for i in range(3):
+        assert _static(calls[i]) == _static(calls[i + 3])
+    assert calls[0]["k"] != calls[1]["k"] and calls[5]["lse"] == lse.data_ptr()
+    assert calls[3]["lse"] is None
+
+
+def test_cache_does_not_skip_checks_that_depend_on_the_plan(cpu_decode):
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    w.run(q, cache)
+    w._q_rows = w._batch = BATCH + 1  # a later plan with another batch
+    with pytest.raises(ValueError, match="^q: expected shape"):
+        w.run(q, cache)
+    w._q_rows = w._batch = BATCH
+    w._max_page, w._last_kv = 8, None  # a later plan that uses page 8 of an 8-page cache
+    with pytest.raises(ValueError, match="kv_indices: page index 8"):
+        w.run(q, cache)
+
+
+def test_copied_tensor_params_are_not_cached(cpu_decode):
+    w = cpu_decode("alibi")
+    q, cache = _inputs()
+    slopes = torch.rand(HQ * 2)[::2]  # not contiguous: resolved to a copy
+    w.run(q, cache, slopes=slopes)
+    assert not w._calls
+    slopes = torch.rand(HQ)
+    w.run(q, cache, slopes=slopes)
+    w.run(q, cache, slopes=slopes)
+    assert len(w._calls) == 1
+    with pytest.raises(ValueError, match="slopes"):
+        w.run(q, cache, slopes=torch.rand(HQ + 1))
