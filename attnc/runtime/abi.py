@@ -10,7 +10,7 @@ import torch
 
 from attnc.compiler.ir import ParamDecl
 
-PREFILL_ABI_VERSION = 1
+PREFILL_ABI_VERSION = 2
 
 KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
 
@@ -40,8 +40,10 @@ class AttncPrefillArgs(ctypes.Structure):
         ("kv_indptr", _P),
         ("kv_indices", _P),
         ("kv_last_page_len", _P),
-        ("work_request", _P),
-        ("work_q_tile", _P),
+        ("items", _P),
+        ("merge_items", _P),
+        ("part_o", _P),
+        ("part_lse", _P),
         ("q_stride_tok", _I64),
         ("q_stride_head", _I64),
         ("o_stride_tok", _I64),
@@ -51,6 +53,7 @@ class AttncPrefillArgs(ctypes.Structure):
         ("kv_stride_head", _I64),
         ("batch_size", _I32),
         ("num_work", _I32),
+        ("num_merge", _I32),
         ("num_qo_heads", _I32),
         ("num_kv_heads", _I32),
         ("head_dim", _I32),
@@ -69,13 +72,15 @@ def error_name(code: int) -> str:
 
 
 def declare_prefill_functions(lib: ctypes.CDLL) -> None:
-    """Set argument and return types of the three functions a prefill module exports."""
+    """Set argument and return types of the functions a prefill module exports."""
     lib.attnc_prefill.argtypes = [ctypes.POINTER(AttncPrefillArgs), ctypes.c_void_p]
     lib.attnc_prefill.restype = ctypes.c_int
     lib.attnc_prefill_abi_version.argtypes = []
     lib.attnc_prefill_abi_version.restype = ctypes.c_int
     lib.attnc_prefill_tile_q_tokens.argtypes = [_I32, _I32, _I32]
     lib.attnc_prefill_tile_q_tokens.restype = ctypes.c_int
+    lib.attnc_prefill_ctas_per_sm.argtypes = [_I32, _I32, _I32]
+    lib.attnc_prefill_ctas_per_sm.restype = ctypes.c_int
 
 
 _SCALAR_CTYPES = {"f32": ctypes.c_float, "i32": ctypes.c_int32, "bool": ctypes.c_int32}

@@ -35,6 +35,10 @@ class PrefillModule:
         """Query tokens per work item the launcher uses for this shape."""
         return int(self.lib.attnc_prefill_tile_q_tokens(head_dim, group_size, max_q_len))
 
+    def ctas_per_sm(self, head_dim: int, group_size: int, max_q_len: int) -> int:
+        """CTAs of that shape one SM of the current device holds (<= 0: no device/error)."""
+        return int(self.lib.attnc_prefill_ctas_per_sm(head_dim, group_size, max_q_len))
+
     def launch(self, args: abi.AttncPrefillArgs, stream: int) -> None:
         """Call ``attnc_prefill``; a non-zero return code becomes a RuntimeError."""
         rc = self.lib.attnc_prefill(ctypes.byref(args), ctypes.c_void_p(stream))

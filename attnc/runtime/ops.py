@@ -18,6 +18,7 @@ from attnc.runtime.modules import PrefillModule, module_by_id
 META_FIELDS = (
     "batch_size",
     "num_work",
+    "num_merge",
     "tile_q_tokens",
     "page_size",
     "kv_layout",
@@ -28,8 +29,10 @@ META_FIELDS = (
     "off_kv_indptr",
     "off_kv_indices",  # -1: none (ragged)
     "off_kv_last_page_len",  # -1: none (ragged)
-    "off_work_request",
-    "off_work_q_tile",
+    "off_items",
+    "off_merge_items",
+    "off_part_o",
+    "off_part_lse",
 )
 
 
@@ -106,8 +109,10 @@ def build_args(
         kv_indptr=_ptr(workspace, m["off_kv_indptr"]),
         kv_indices=_ptr(workspace, m["off_kv_indices"]),
         kv_last_page_len=_ptr(workspace, m["off_kv_last_page_len"]),
-        work_request=_ptr(workspace, m["off_work_request"]),
-        work_q_tile=_ptr(workspace, m["off_work_q_tile"]),
+        items=_ptr(workspace, m["off_items"]),
+        merge_items=_ptr(workspace, m["off_merge_items"]),
+        part_o=_ptr(workspace, m["off_part_o"]),
+        part_lse=_ptr(workspace, m["off_part_lse"]),
         q_stride_tok=q.stride(0),
         q_stride_head=q.stride(1),
         o_stride_tok=o.stride(0),
@@ -117,6 +122,7 @@ def build_args(
         kv_stride_head=head,
         batch_size=m["batch_size"],
         num_work=m["num_work"],
+        num_merge=m["num_merge"],
         num_qo_heads=m["num_qo_heads"],
         num_kv_heads=m["num_kv_heads"],
         head_dim=m["head_dim"],

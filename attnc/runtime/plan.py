@@ -1,8 +1,5 @@
-"""The CPU side of the scheduler: request lengths, the work list, and the workspace layout.
-
-A work item is one query tile (``tile_q_tokens`` tokens of one request, all query heads of a
-KV head packed into the rows); items run heaviest (longest KV) first so long requests do not
-finish last.
+"""The prefill plan: request lengths, the schedule (``prefill_schedule``) and the workspace
+layout ``plan()`` copies to the device.
 """
 
 from __future__ import annotations
@@ -10,6 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from attnc.runtime.prefill_schedule import (
+    ITEM_INTS,
+    PrefillSchedule,
+    TileRanges,
+    schedule_prefill,
+)
 
 WORKSPACE_ALIGN = 256
 
@@ -26,27 +30,6 @@ def kv_lengths_paged(
 def lengths(indptr: torch.Tensor) -> torch.Tensor:
     """Per-request sizes of a token indptr."""
     return indptr[1:] - indptr[:-1]
-
-
-def work_list(
-    q_lens: torch.Tensor, kv_lens: torch.Tensor, tile_q_tokens: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(request index, query tile index) per work item, as int32 tensors.
-
-    Request ``i`` gets ``ceil(q_lens[i] / tile_q_tokens)`` items; items are ordered by
-    decreasing KV length, then request index, then tile index (deterministic).
-    """
-    if tile_q_tokens <= 0:
-        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
-    tiles = (q_lens + tile_q_tokens - 1) // tile_q_tokens
-    order = sorted(range(q_lens.numel()), key=lambda i: (-int(kv_lens[i]), i))
-    requests: list[int] = []
-    q_tiles: list[int] = []
-    for i in order:
-        n = int(tiles[i])
-        requests += [i] * n
-        q_tiles += range(n)
-    return torch.tensor(requests, dtype=torch.int32), torch.tensor(q_tiles, dtype=torch.int32)
 
 
 @dataclass(frozen=True)
@@ -72,15 +55,22 @@ def pack_int32(layout: WorkspaceLayout, arrays: dict[str, torch.Tensor]) -> torc
     """One CPU uint8 buffer of ``layout.total_bytes`` holding ``arrays`` at their offsets."""
     buf = torch.zeros(layout.total_bytes, dtype=torch.uint8)
     for name, arr in arrays.items():
-        data = arr.to(torch.int32).contiguous().view(torch.uint8)
+        data = arr.to(torch.int32).contiguous().view(-1).view(torch.uint8)
         start = layout.offsets[name]
         buf[start : start + data.numel()] = data
     return buf
 
 
+PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 per chunk)
+
+
 @dataclass(frozen=True)
 class HostPlan:
-    """Everything ``plan()`` decides on the CPU, before copying to the device."""
+    """Everything ``plan()`` decides on the CPU, before copying to the device.
+
+    The workspace holds the int32 lists at ``layout`` offsets, then the fp32 partial O rows
+    (``[part_rows, head_dim]`` at ``part_o_offset``) and their LSE (at ``part_lse_offset``).
+    """
 
     qo_indptr: torch.Tensor  # CPU int64 [batch + 1]
     kv_indptr: torch.Tensor  # CPU int64 [batch + 1]
@@ -90,9 +80,10 @@ class HostPlan:
     kv_last_page_len: torch.Tensor | None  # CPU int64 [batch], paged only
     page_size: int
     tile_q_tokens: int
-    work_request: torch.Tensor  # int32 [num_work]
-    work_q_tile: torch.Tensor  # int32 [num_work]
+    schedule: PrefillSchedule
     layout: WorkspaceLayout
+    part_o_offset: int
+    part_lse_offset: int
 
     @property
     def batch_size(self) -> int:
@@ -100,7 +91,16 @@ class HostPlan:
 
     @property
     def num_work(self) -> int:
-        return self.work_request.numel()
+        return self.schedule.num_items
+
+    @property
+    def num_merge(self) -> int:
+        return self.schedule.num_merge
+
+    @property
+    def total_bytes(self) -> int:
+        """Workspace bytes the plan uses."""
+        return self.part_lse_offset + 4 * self.schedule.part_rows
 
     @property
     def paged(self) -> bool:
@@ -114,17 +114,30 @@ class HostPlan:
         return int(self.kv_indices.max())
 
     def packed(self) -> torch.Tensor:
-        """The CPU byte buffer to copy into the workspace."""
+        """The CPU byte buffer of the lists, to copy to the start of the workspace."""
         arrays = {
             "qo_indptr": self.qo_indptr,
             "kv_indptr": self.kv_indptr,
-            "work_request": self.work_request,
-            "work_q_tile": self.work_q_tile,
+            "items": torch.from_numpy(self.schedule.items),
+            "merge_items": torch.from_numpy(self.schedule.merge_items),
         }
         if self.kv_indices is not None and self.kv_last_page_len is not None:
             arrays["kv_indices"] = self.kv_indices
             arrays["kv_last_page_len"] = self.kv_last_page_len
         return pack_int32(self.layout, arrays)
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """What the planner needs to know about heads, the kernel and the workspace."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tile_q_tokens: int
+    num_ctas: int  # CTAs the device holds at once (SMs x CTAs per SM)
+    workspace_bytes: int
+    kv_align: int = 128
 
 
 def make_host_plan(
@@ -133,24 +146,44 @@ def make_host_plan(
     kv_indices: torch.Tensor | None,
     kv_last_page_len: torch.Tensor | None,
     page_size: int,
-    tile_q_tokens: int,
+    shape: PlanShape,
+    tile_ranges: TileRanges | None = None,
 ) -> HostPlan:
-    """Work list and workspace layout from checked host index tensors (int64, CPU)."""
+    """Schedule and workspace layout from checked host index tensors (int64, CPU).
+
+    Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
+    """
     q_lens = lengths(qo_indptr)
-    if kv_indices is not None and kv_last_page_len is not None:
-        kv_lens = kv_lengths_paged(kv_indptr, kv_last_page_len, page_size)
+    paged = kv_indices is not None and kv_last_page_len is not None
+    if paged:
+        kv_lens = kv_lengths_paged(kv_indptr, kv_last_page_len, page_size)  # type: ignore[arg-type]
     else:
         kv_lens = lengths(kv_indptr)
-    requests, q_tiles = work_list(q_lens, kv_lens, tile_q_tokens)
-    counts = {
-        "qo_indptr": qo_indptr.numel(),
-        "kv_indptr": kv_indptr.numel(),
-        "work_request": requests.numel(),
-        "work_q_tile": q_tiles.numel(),
-    }
-    if kv_indices is not None and kv_last_page_len is not None:
-        counts["kv_indices"] = kv_indices.numel()
-        counts["kv_last_page_len"] = kv_last_page_len.numel()
+    base = {"qo_indptr": qo_indptr.numel(), "kv_indptr": kv_indptr.numel()}
+    if paged:
+        base["kv_indices"] = kv_indices.numel()  # type: ignore[union-attr]
+        base["kv_last_page_len"] = kv_last_page_len.numel()  # type: ignore[union-attr]
+    q_np, kv_np = q_lens.numpy(), kv_lens.numpy()
+    tiles = int((-(-q_np // shape.tile_q_tokens)).sum())
+    unsplit = workspace_layout(
+        {**base, "items": tiles * shape.num_kv_heads * ITEM_INTS, "merge_items": 0}
+    )
+    free = shape.workspace_bytes - unsplit.total_bytes - 4 * WORKSPACE_ALIGN
+    if free < 0:
+        raise ValueError(
+            f"workspace_buffer: has {shape.workspace_bytes} bytes, the work lists need "
+            f"{unsplit.total_bytes + 4 * WORKSPACE_ALIGN}"
+        )
+    max_part_rows = free // (4 * (shape.head_dim + 1) + PART_ROW_RESERVE)
+    sched = schedule_prefill(
+        q_np, kv_np, shape.tile_q_tokens, shape.num_qo_heads, shape.num_kv_heads,
+        shape.num_ctas, shape.kv_align, max_part_rows, tile_ranges,
+    )  # fmt: skip
+    layout = workspace_layout(
+        {**base, "items": sched.items.size, "merge_items": sched.merge_items.size}
+    )
+    part_o = layout.total_bytes
+    part_lse = part_o + _aligned(4 * shape.head_dim * sched.part_rows)
     return HostPlan(
         qo_indptr=qo_indptr,
         kv_indptr=kv_indptr,
@@ -159,8 +192,13 @@ def make_host_plan(
         kv_indices=kv_indices,
         kv_last_page_len=kv_last_page_len,
         page_size=page_size,
-        tile_q_tokens=tile_q_tokens,
-        work_request=requests,
-        work_q_tile=q_tiles,
-        layout=workspace_layout(counts),
+        tile_q_tokens=shape.tile_q_tokens,
+        schedule=sched,
+        layout=layout,
+        part_o_offset=part_o,
+        part_lse_offset=part_lse,
     )
+
+
+def _aligned(n: int) -> int:
+    return -(-n // WORKSPACE_ALIGN) * WORKSPACE_ALIGN

@@ -9,9 +9,10 @@ import torch
 
 from attnc.runtime import ops, validate
 from attnc.runtime.kv_inputs import KvViews, paged_kv, ragged_kv
+from attnc.runtime.mask_plan import tile_kv_ranges
 from attnc.runtime.modules import PrefillModule, get_prefill_module
 from attnc.runtime.params import resolve_params
-from attnc.runtime.plan import HostPlan, make_host_plan
+from attnc.runtime.plan import HostPlan, PlanShape, make_host_plan
 
 
 class BatchPrefillWrapper:
@@ -52,9 +53,19 @@ class BatchPrefillWrapper:
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
         module = get_prefill_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
-        max_q = int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0
-        tile = module.tile_q_tokens(head_dim, num_qo_heads // num_kv_heads, max(max_q, 1))
-        host = make_host_plan(qo_host, kv_host, idx_host, last_host, page, tile)
+        group = num_qo_heads // num_kv_heads
+        max_q = max(int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0, 1)
+        tile = module.tile_q_tokens(head_dim, group, max_q)
+        shape = PlanShape(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            tile_q_tokens=tile,
+            num_ctas=_device_ctas(module, self._workspace.device, head_dim, group, max_q),
+            workspace_bytes=self._workspace.numel(),
+        )
+        ranges = tile_kv_ranges(self.variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+        host = make_host_plan(qo_host, kv_host, idx_host, last_host, page, shape, ranges)
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = (num_qo_heads, num_kv_heads, head_dim)
@@ -62,15 +73,10 @@ class BatchPrefillWrapper:
         self._sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
 
     def _copy_to_workspace(self, host: HostPlan) -> None:
-        need = host.layout.total_bytes
-        if self._workspace.numel() < need:
-            raise ValueError(
-                f"workspace_buffer: has {self._workspace.numel()} bytes, the plan needs {need}"
-            )
         packed = host.packed()
         if self._workspace.is_cuda:
             packed = packed.pin_memory()
-        self._workspace[:need].copy_(packed, non_blocking=True)
+        self._workspace[: packed.numel()].copy_(packed, non_blocking=True)
         self._pinned = packed
 
     def run(
@@ -128,6 +134,7 @@ class BatchPrefillWrapper:
         return [
             host.batch_size,
             host.num_work,
+            host.num_merge,
             host.tile_q_tokens,
             host.page_size,
             views.layout,
@@ -136,8 +143,10 @@ class BatchPrefillWrapper:
             off["kv_indptr"],
             off.get("kv_indices", -1),
             off.get("kv_last_page_len", -1),
-            off["work_request"],
-            off["work_q_tile"],
+            off["items"],
+            off["merge_items"],
+            host.part_o_offset,
+            host.part_lse_offset,
         ]
 
     def _launch(
@@ -203,9 +212,34 @@ def _check_indices(
     return qo_host, kv_host, idx_host, last_host, int(page_size)
 
 
+SINGLE_PARTIAL_BYTES = 8 << 20  # split-KV partial states of one single-request plan
+
+
 def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
-    """A workspace large enough for one request of ``q_len`` tokens (tile >= 1 token)."""
-    return torch.empty(4 * 256 + 2 * 4 * max(q_len, 1) + 512, dtype=torch.uint8, device=device)
+    """A workspace for one request of ``q_len`` tokens: lists for 1-token tiles of up to 16
+    KV heads, plus room for split-KV partial states."""
+    lists = 4 * 256 + 16 * 32 * max(q_len, 1) + 1024
+    return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device)
+
+
+_CTAS: dict[tuple[str, int, int, int, int], int] = {}
+
+
+def _device_ctas(
+    module: PrefillModule, device: torch.device, head_dim: int, group: int, max_q: int
+) -> int:
+    """CTAs of the kernel shape for (group, max_q) the device holds at once (SMs x per SM)."""
+    if device.type != "cuda":
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (module.module_id, index, head_dim, group, module.tile_q_tokens(head_dim, group, max_q))
+    found = _CTAS.get(key)
+    if found is None:
+        with torch.cuda.device(index):
+            per_sm = module.ctas_per_sm(head_dim, group, max_q)
+        sms = torch.cuda.get_device_properties(index).multi_processor_count
+        found = _CTAS[key] = max(per_sm, 1) * sms
+    return found
 
 
 def single_prefill(

@@ -11,21 +11,6 @@ def i32(*values):
     return torch.tensor(values, dtype=torch.int32)
 
 
-def test_work_list_heaviest_first():
-    q_lens = torch.tensor([5, 1, 9, 0])
-    kv_lens = torch.tensor([10, 30, 20, 50])
-    requests, tiles = plan.work_list(q_lens, kv_lens, 4)
-    assert requests.tolist() == [1, 2, 2, 2, 0, 0]
-    assert tiles.tolist() == [0, 0, 1, 2, 0, 1]
-    assert requests.dtype == torch.int32 and tiles.dtype == torch.int32
-
-
-def test_work_list_ties_by_request_index():
-    requests, tiles = plan.work_list(torch.tensor([2, 2]), torch.tensor([7, 7]), 1)
-    assert requests.tolist() == [0, 0, 1, 1]
-    assert tiles.tolist() == [0, 1, 0, 1]
-
-
 def test_kv_lengths_paged():
     kv_indptr = torch.tensor([0, 3, 3, 4])
     last = torch.tensor([2, 9, 16])
@@ -42,17 +27,28 @@ def test_workspace_layout_and_pack():
 
 
 def test_make_host_plan_paged():
+    shape = plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=1 << 20)
     host = plan.make_host_plan(
         torch.tensor([0, 3, 20]), torch.tensor([0, 2, 3]), torch.tensor([4, 1, 7]),
-        torch.tensor([5, 1]), 8, 16,
+        torch.tensor([5, 1]), 8, shape,
     )  # fmt: skip
     assert host.kv_lens.tolist() == [13, 1]
-    assert host.work_request.tolist() == [0, 1, 1]
-    assert host.work_q_tile.tolist() == [0, 0, 1]
-    assert host.max_page == 7 and host.paged and host.batch_size == 2 and host.num_work == 3
+    # (request, q tile, kv head) heaviest first: request 1's two tiles cost 16+1 and 1+1.
+    items = host.schedule.items[:, :3].tolist()
+    assert items == [[1, 0, 0], [1, 0, 1], [0, 0, 0], [0, 0, 1], [1, 1, 0], [1, 1, 1]]
+    assert host.max_page == 7 and host.paged and host.batch_size == 2 and host.num_work == 6
+    assert host.num_merge == 0
     buf = host.packed()
     off = host.layout.offsets
     assert buf[off["kv_indices"] : off["kv_indices"] + 12].view(torch.int32).tolist() == [4, 1, 7]
+    items_bytes = buf[off["items"] : off["items"] + 6 * 32].view(torch.int32).view(6, 8)
+    assert items_bytes[:, :3].tolist() == items
+
+
+def test_make_host_plan_workspace_too_small():
+    shape = plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=512)
+    with pytest.raises(ValueError, match="workspace_buffer: has 512 bytes, the work lists need"):
+        plan.make_host_plan(torch.tensor([0, 3]), torch.tensor([0, 3]), None, None, 1, shape)
 
 
 @pytest.mark.parametrize(

@@ -171,15 +171,14 @@ struct Problem {
   void* d_o = nullptr;
   float* d_lse = nullptr;
   int32_t *d_qo_indptr = nullptr, *d_kv_indptr = nullptr, *d_indices = nullptr,
-          *d_last = nullptr, *d_work_req = nullptr, *d_work_tile = nullptr;
+          *d_last = nullptr, *d_items = nullptr;
   AttncPrefillArgs args{};
   int num_work = 0;
 
   void release() {
     for (void* p : {d_q, d_cache, d_o, static_cast<void*>(d_lse), static_cast<void*>(d_qo_indptr),
                     static_cast<void*>(d_kv_indptr), static_cast<void*>(d_indices),
-                    static_cast<void*>(d_last), static_cast<void*>(d_work_req),
-                    static_cast<void*>(d_work_tile)})
+                    static_cast<void*>(d_last), static_cast<void*>(d_items)})
       if (p) cudaFree(p);
   }
 };
@@ -299,7 +298,7 @@ void build_problem(Problem& p, const Case& c, const Module& mod, std::mt19937& r
   }
 
   const int tile = mod.tile_q_tokens(D, c.group, max_q);
-  std::vector<int32_t> wr, wt;
+  std::vector<int32_t> work;  // AttncPrefillItem rows: whole KV range, never split
   std::vector<std::pair<long, std::pair<int, int>>> items;  // (cost, (req, tile)), longest first
   for (int b = 0; b < B; ++b) {
     const int ntiles = tile > 0 ? (c.lens[b].first + tile - 1) / tile : 0;
@@ -309,12 +308,14 @@ void build_problem(Problem& p, const Case& c, const Module& mod, std::mt19937& r
   std::stable_sort(items.begin(), items.end(),
                    [](const auto& x, const auto& y) { return x.first < y.first; });
   for (auto& it : items) {
-    wr.push_back(it.second.first);
-    wt.push_back(it.second.second);
+    for (int h = 0; h < p.num_kv; ++h) {
+      const int32_t row[ATTNC_PI_SIZE] = {it.second.first, it.second.second, h, 0, INT32_MAX, -1,
+                                          0, 0};
+      work.insert(work.end(), row, row + ATTNC_PI_SIZE);
+    }
   }
-  p.num_work = static_cast<int>(wr.size());
-  p.d_work_req = upload(wr);
-  p.d_work_tile = upload(wt);
+  p.num_work = static_cast<int>(work.size() / ATTNC_PI_SIZE);
+  p.d_items = upload(work);
 
   a.q = p.d_q;
   a.o = p.d_o;
@@ -323,8 +324,7 @@ void build_problem(Problem& p, const Case& c, const Module& mod, std::mt19937& r
   a.kv_indptr = p.d_kv_indptr;
   a.kv_indices = p.d_indices;
   a.kv_last_page_len = p.d_last;
-  a.work_request = p.d_work_req;
-  a.work_q_tile = p.d_work_tile;
+  a.items = p.d_items;
   a.batch_size = B;
   a.num_work = p.num_work;
   a.num_qo_heads = p.num_qo;

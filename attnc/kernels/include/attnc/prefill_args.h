@@ -3,12 +3,38 @@
 #pragma once
 #include <stdint.h>
 
-#define ATTNC_PREFILL_ABI_VERSION 1
+#define ATTNC_PREFILL_ABI_VERSION 2
 
 enum AttncKvLayout {
   ATTNC_KV_RAGGED = 0,      // k/v: [total_kv, H_kv, D]; kv_indptr holds token offsets
   ATTNC_KV_PAGED_NHD = 1,   // cache [pages, 2, page_size, H_kv, D]; kv_indptr holds page offsets
   ATTNC_KV_PAGED_HND = 2,   // cache [pages, 2, H_kv, page_size, D]
+};
+
+// One work item = ATTNC_PI_SIZE int32 at args.items: query tile q_tile (tokens
+// [q_tile * tile_q_tokens, ...)) of one request and KV head, over the KV chunk
+// [kv_begin, kv_end) (intersected with the variant's kv_range). part_row < 0: write the final
+// O (and LSE). part_row >= 0: the tile is split over several chunks; write fp32 partial
+// states to rows part_row + token_in_tile * num_qo_heads + head of part_o / part_lse.
+enum AttncPrefillItem {
+  ATTNC_PI_REQUEST = 0,
+  ATTNC_PI_Q_TILE = 1,
+  ATTNC_PI_KV_HEAD = 2,
+  ATTNC_PI_KV_BEGIN = 3,
+  ATTNC_PI_KV_END = 4,
+  ATTNC_PI_PART_ROW = 5,
+  ATTNC_PI_SIZE = 8,
+};
+
+// One split query tile = ATTNC_PM_SIZE int32 at args.merge_items. Chunk c (c < num_chunks,
+// merged in that order) of the tile's n tokens owns the partial rows
+// part_row_base + c * n * num_qo_heads + token_in_tile * num_qo_heads + head.
+enum AttncPrefillMerge {
+  ATTNC_PM_REQUEST = 0,
+  ATTNC_PM_Q_TILE = 1,
+  ATTNC_PM_NUM_CHUNKS = 2,
+  ATTNC_PM_PART_ROW_BASE = 3,
+  ATTNC_PM_SIZE = 4,
 };
 
 // All strides are in elements. Index tensors are int32 on the device.
@@ -22,15 +48,19 @@ typedef struct AttncPrefillArgs {
   const int32_t* kv_indptr;         // [batch + 1]: token offsets (ragged) or page offsets
   const int32_t* kv_indices;        // paged: page ids; ragged: NULL
   const int32_t* kv_last_page_len;  // paged: [batch]; ragged: NULL
-  const int32_t* work_request;      // [num_work]: request index of each work item
-  const int32_t* work_q_tile;       // [num_work]: query tile index inside that request
+  const int32_t* items;             // [num_work, ATTNC_PI_SIZE], heaviest first
+  const int32_t* merge_items;       // [num_merge, ATTNC_PM_SIZE]; NULL when num_merge = 0
+  float* part_o;                    // fp32 partial O rows [*, head_dim] (normalised; plain
+                                    // sums for normalize = none); NULL when num_merge = 0
+  float* part_lse;                  // natural-log LSE per partial row (0 for normalize = none)
   int64_t q_stride_tok, q_stride_head;
   int64_t o_stride_tok, o_stride_head;
   int64_t kv_stride_page;           // paged: elements between pages; ragged: 0
   int64_t kv_stride_tok;            // between tokens (inside a page for paged)
   int64_t kv_stride_head;           // between KV heads
   int32_t batch_size;
-  int32_t num_work;                 // grid x = num_work, grid y = num_kv_heads
+  int32_t num_work;                 // work items = CTAs of the prefill kernel
+  int32_t num_merge;                // split query tiles = entries of merge_items
   int32_t num_qo_heads;
   int32_t num_kv_heads;
   int32_t head_dim;
@@ -50,6 +80,9 @@ int attnc_prefill(const AttncPrefillArgs* args, void* cuda_stream);
 int attnc_prefill_abi_version(void);
 // Query tokens per work item the launcher will use for this shape (the planner asks first).
 int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size, int32_t max_q_len);
+// CTAs of that shape one SM of the current device holds at once (the planner sizes KV chunks
+// from it); <= 0 on an error (no device, bad arguments).
+int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size, int32_t max_q_len);
 #ifdef __cplusplus
 }
 #endif

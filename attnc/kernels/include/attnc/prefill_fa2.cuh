@@ -1,6 +1,8 @@
 // Owns: the FlashAttention-2 style prefill kernel (sm80+) for one variant functor V:
-// one CTA = one work item (request, query tile) x one KV head; the query heads of the KV
-// head are packed into the tile's rows (row r -> token r / group, head kv_head*group + r%group).
+// one CTA = one work item of the plan (request, query tile, KV head, KV chunk); the query
+// heads of the KV head are packed into the tile's rows (row r -> token r / group, head
+// kv_head*group + r%group). Items of split tiles write fp32 partial states (partial_merge.cuh
+// combines them); the others write O and LSE.
 // Q is staged through swizzled shared memory (kept in registers when the shape allows), K/V
 // tiles stream through a multi-stage cp.async pipeline, S = Q K^T and O += P V run on
 // mma.sync m16n8k16 with P kept in registers, softmax is online in the exp2 domain.
@@ -53,9 +55,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const int g = lane / 4;
   const int tq = lane % 4;
 
-  const int request = args.work_request[blockIdx.x];
-  const int q_tile = args.work_q_tile[blockIdx.x];
-  const int kv_head = blockIdx.y;
+  const int32_t* item = args.items + static_cast<int64_t>(blockIdx.x) * ATTNC_PI_SIZE;
+  const int request = item[ATTNC_PI_REQUEST];
+  const int q_tile = item[ATTNC_PI_Q_TILE];
+  const int kv_head = item[ATTNC_PI_KV_HEAD];
+  const int chunk_begin = item[ATTNC_PI_KV_BEGIN];
+  const int chunk_end = item[ATTNC_PI_KV_END];
   const int group = args.num_qo_heads / args.num_kv_heads;
   const int q_start = args.qo_indptr[request];
   const int q_len = args.qo_indptr[request + 1] - q_start;
@@ -102,8 +107,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // ---- KV range and tile walk.
   KvRange range{0, 0};
   if (kv.kv_len > 0) range = var.kv_range(q0, q1);
-  range.begin = max(range.begin, 0);
-  range.end = min(range.end, kv.kv_len);
+  range.begin = max(range.begin, max(chunk_begin, 0));
+  range.end = min(range.end, min(chunk_end, kv.kv_len));
   const int num_tiles = range.end > range.begin ? (range.end - range.begin + KVT - 1) / KVT : 0;
 
   auto tile_class = [&](int t) -> TileClass {
@@ -220,7 +225,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   }
   cp_async_wait<0>();
 
-  // ---- Epilogue: normalise, transform, store O and LSE.
+  // ---- Epilogue: normalise, transform, store O and LSE (or the fp32 partial state).
+  // Read only now: keeping it live through the main loop costs a register there.
+  const int part_row = item[ATTNC_PI_PART_ROW];
   T* o_ptr = static_cast<T*>(args.o);
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
@@ -237,8 +244,20 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
         lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
       }
       if (r >= rows_valid) continue;
-      const int token = q_start + q0 + r / group;
       const int head = kv_head * group + r % group;
+      if (part_row >= 0) {
+        // Split tile: the merge kernel normalises across chunks and applies V::output.
+        const int64_t prow = part_row + static_cast<int64_t>(r / group) * args.num_qo_heads + head;
+        float* pdst = args.part_o + prow * D + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+          *reinterpret_cast<float2*>(pdst + n * 8) =
+              make_float2(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
+        }
+        if (tq == 0) args.part_lse[prow] = lse;
+        continue;
+      }
+      const int token = q_start + q0 + r / group;
       T* dst = o_ptr + static_cast<int64_t>(token) * args.o_stride_tok +
                static_cast<int64_t>(head) * args.o_stride_head + 2 * tq;
 #pragma unroll

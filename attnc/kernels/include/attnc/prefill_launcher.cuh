@@ -18,8 +18,10 @@
 //   `normalize = none` (V::kUseSoftmax false) there is no normaliser: lse is written as 0.
 // - The output transform V::output is applied to rows with at least one visible key (all
 //   rows when V::kUseSoftmax is false).
-// - Work items run in grid order (blockIdx.x = index into work_request / work_q_tile): put the
-//   heaviest first. Grid = (num_work, num_kv_heads); num_work = 0 launches nothing.
+// - Work items (prefill_args.h: AttncPrefillItem) run in grid order, one CTA each: put the
+//   heaviest first. num_work = 0 launches nothing. When num_merge > 0 the merge kernel runs
+//   after the prefill kernel on the same stream; it needs part_o, part_lse and merge_items
+//   (16-byte aligned) and o strides that are multiples of 4.
 // - *variant_params is copied into the launch (by value): the host struct may be reused as
 //   soon as attnc_prefill returns. Tensor pointers inside it must be device pointers.
 // - The dynamic shared-memory limit is raised once per process and kernel shape, on the
@@ -37,6 +39,7 @@
 #include "prefill_args.h"
 #include "prefill_config.cuh"
 #include "prefill_fa2.cuh"
+#include "partial_merge.cuh"
 #include "variant_contract.cuh"
 #if __has_include("mask_math.cuh")
 #include "mask_math.cuh"
@@ -58,7 +61,13 @@ int check_prefill_args(const AttncPrefillArgs& a, int head_dim) {
   if (a.head_dim != head_dim) return ATTNC_E_BAD_HEAD_DIM;
   if (a.num_kv_heads <= 0 || a.num_qo_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0)
     return ATTNC_E_BAD_LAYOUT;
-  if (a.num_work < 0 || a.batch_size < 0) return ATTNC_E_BAD_LAYOUT;
+  if (a.num_work < 0 || a.batch_size < 0 || a.num_merge < 0) return ATTNC_E_BAD_LAYOUT;
+  if (a.num_work > 0 && (a.items == nullptr || !aligned16(a.items))) return ATTNC_E_BAD_LAYOUT;
+  if (a.num_merge > 0) {
+    if (a.merge_items == nullptr || a.part_lse == nullptr || a.part_o == nullptr ||
+        !aligned16(a.part_o) || a.o_stride_tok % 4 || a.o_stride_head % 4)
+      return ATTNC_E_BAD_LAYOUT;
+  }
   if (a.kv_layout == ATTNC_KV_RAGGED) {
     // nothing extra
   } else if (a.kv_layout == ATTNC_KV_PAGED_NHD || a.kv_layout == ATTNC_KV_PAGED_HND) {
@@ -87,9 +96,24 @@ int launch_prefill_tile(const AttncPrefillArgs& a, const typename V::Params& par
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr_status != cudaSuccess) return attr_status;
   }
-  const dim3 grid(static_cast<unsigned>(a.num_work), static_cast<unsigned>(a.num_kv_heads));
-  kernel<<<grid, Tile::kThreads, smem, stream>>>(a, params);
+  kernel<<<static_cast<unsigned>(a.num_work), Tile::kThreads, smem, stream>>>(a, params);
   return cudaGetLastError();
+}
+
+// CTAs of this shape one SM of the current device holds at once; <= 0 on an error.
+template <class V, class T, class Tile>
+int tile_ctas_per_sm() {
+  auto kernel = prefill_fa2_kernel<V, T, Tile>;
+  constexpr int smem = Tile::kSmemBytes;
+  if (smem > 48 * 1024) {
+    static const cudaError_t attr_status =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr_status != cudaSuccess) return -static_cast<int>(attr_status);
+  }
+  int blocks = 0;
+  const cudaError_t st =
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Tile::kThreads, smem);
+  return st == cudaSuccess ? blocks : -static_cast<int>(st);
 }
 
 }  // namespace detail
@@ -114,11 +138,29 @@ int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
     std::memcpy(&params, a.variant_params, sizeof(params));
 
   using Shapes = PrefillShapes<HEAD_DIM>;
+  int launched;
   if (rows <= 16)
-    return detail::launch_prefill_tile<V, T, typename Shapes::Small>(a, params, stream);
-  if (rows <= 64)
-    return detail::launch_prefill_tile<V, T, typename Shapes::Medium>(a, params, stream);
-  return detail::launch_prefill_tile<V, T, typename Shapes::Large>(a, params, stream);
+    launched = detail::launch_prefill_tile<V, T, typename Shapes::Small>(a, params, stream);
+  else if (rows <= 64)
+    launched = detail::launch_prefill_tile<V, T, typename Shapes::Medium>(a, params, stream);
+  else
+    launched = detail::launch_prefill_tile<V, T, typename Shapes::Large>(a, params, stream);
+  if (launched != 0 || a.num_merge == 0) return launched;
+  const int merge_ctas = a.num_merge < 4096 ? a.num_merge : 4096;
+  prefill_merge_kernel<V, T, HEAD_DIM><<<merge_ctas, 128, 0, stream>>>(a, params);
+  return cudaGetLastError();
+}
+
+// CTAs per SM of the shape launch_prefill picks for (group, max_q_len); <= 0 on an error.
+template <class V, class T, int HEAD_DIM>
+int prefill_ctas_per_sm(int head_dim, int group, int max_q_len) {
+  const int tile = prefill_tile_q_tokens<HEAD_DIM>(head_dim, group, max_q_len);
+  if (tile <= 0) return 0;
+  const int rows = tile * group;
+  using Shapes = PrefillShapes<HEAD_DIM>;
+  if (rows <= 16) return detail::tile_ctas_per_sm<V, T, typename Shapes::Small>();
+  if (rows <= 64) return detail::tile_ctas_per_sm<V, T, typename Shapes::Medium>();
+  return detail::tile_ctas_per_sm<V, T, typename Shapes::Large>();
 }
 
 }  // namespace attnc
@@ -137,4 +179,8 @@ int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
   ATTNC_PREFILL_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,  \
                                                        int32_t max_q_len) {                 \
     return ::attnc::prefill_tile_q_tokens<HEAD_DIM>(head_dim, group_size, max_q_len);       \
+  }                                                                                         \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size,    \
+                                                     int32_t max_q_len) {                   \
+    return ::attnc::prefill_ctas_per_sm<V, T, HEAD_DIM>(head_dim, group_size, max_q_len);   \
   }

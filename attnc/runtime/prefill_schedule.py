@@ -1,0 +1,167 @@
+"""The CPU side of the prefill scheduler: query tiles, split-KV chunks, the heaviest-first work
+list and the merge list of split tiles.
+
+A work item is (request, query tile, KV head, KV chunk ``[begin, end)``) with cost
+``alpha * l_q + beta * l_kv`` (``l_q`` query tokens of the tile, ``l_kv`` KV tokens it may
+see: the mask's ``kv_range`` when it is known at plan time, else the request's KV length).
+Work runs one item per CTA in list order, so the list is sorted heaviest first (stable: the
+same lengths always give the same plan). A tile whose KV range is longer than the fair share
+of one CTA (total cost / (CTAs per SM x SMs)) is cut into tile-aligned chunks; its chunks
+write fp32 partial states that the merge kernel combines in chunk order (no atomics, so the
+result is bit-identical run to run). Splitting stops when the partial states would not fit
+the workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+ALPHA = 1.0  # cost of one query token of a tile, in KV tokens
+BETA = 1.0  # cost of one KV token
+MIN_CHUNK = 512  # never cut a tile's KV range into chunks shorter than this
+MAX_CHUNKS = 64  # chunks per tile at most
+ITEM_INTS = 8  # prefill_args.h: ATTNC_PI_SIZE
+MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
+
+# (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each tile may see.
+TileRanges = Callable[
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
+]
+
+
+@dataclass(frozen=True)
+class PrefillSchedule:
+    """Items (heaviest first) and merge entries; ``part_rows`` partial rows are used."""
+
+    items: np.ndarray  # int32 [num_items, ITEM_INTS]
+    merge_items: np.ndarray  # int32 [num_merge, MERGE_INTS]
+    part_rows: int
+    chunk_size: int  # KV tokens per chunk of split tiles; 0 when nothing is split
+    cost: np.ndarray  # float64 [num_items], in item order
+
+    @property
+    def num_items(self) -> int:
+        return int(self.items.shape[0])
+
+    @property
+    def num_merge(self) -> int:
+        return int(self.merge_items.shape[0])
+
+
+def query_tiles(
+    q_lens: np.ndarray, tile_q_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(request, tile index, q_begin, q_end) of every query tile, requests in order."""
+    if tile_q_tokens <= 0:
+        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
+    q = np.asarray(q_lens, dtype=np.int64)
+    n = -(-q // tile_q_tokens)
+    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    j = np.arange(int(n.sum()), dtype=np.int64) - first[req]
+    q0 = j * tile_q_tokens
+    q1 = np.minimum(q0 + tile_q_tokens, q[req])
+    return req, j, q0, q1
+
+
+def _chunking(length: np.ndarray, chunk: int, kv_align: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunks per tile and the (aligned) chunk size of each tile."""
+    n = np.clip(-(-length // chunk), 1, MAX_CHUNKS)
+    size = -(-length // n)
+    size = np.maximum(kv_align, -(-size // kv_align) * kv_align)
+    return np.maximum(1, -(-length // size)), size
+
+
+def schedule_prefill(
+    q_lens: np.ndarray,
+    kv_lens: np.ndarray,
+    tile_q_tokens: int,
+    num_qo_heads: int,
+    num_kv_heads: int,
+    num_ctas: int,
+    kv_align: int,
+    max_part_rows: int,
+    tile_ranges: TileRanges | None = None,
+    *,
+    alpha: float = ALPHA,
+    beta: float = BETA,
+    min_chunk: int = MIN_CHUNK,
+) -> PrefillSchedule:
+    """Work items and merge entries of one batched prefill (see the module doc)."""
+    kv = np.asarray(kv_lens, dtype=np.int64)
+    req, j, q0, q1 = query_tiles(q_lens, tile_q_tokens)
+    if tile_ranges is None:
+        kv_b, kv_e = np.zeros_like(req), kv[req]
+    else:
+        kv_b, kv_e = tile_ranges(req, q0, q1, np.asarray(q_lens, dtype=np.int64), kv)
+        kv_b = np.clip(np.asarray(kv_b, dtype=np.int64), 0, kv[req])
+        kv_e = np.clip(np.asarray(kv_e, dtype=np.int64), kv_b, kv[req])
+    length = kv_e - kv_b
+    tokens = q1 - q0
+    rows = tokens * num_qo_heads
+
+    chunk = _chunk_size(length, tokens, num_kv_heads, num_ctas, kv_align, alpha, beta, min_chunk)
+    n, size = _chunking(length, chunk, kv_align)
+    while True:
+        split = n > 1
+        part_rows = int((n[split] * rows[split]).sum())
+        if part_rows <= max_part_rows or not split.any():
+            break
+        chunk *= 2
+        n, size = _chunking(length, chunk, kv_align)
+    if not split.any():
+        chunk = 0
+
+    # Chunks of every tile: (tile t, chunk index c, begin, end).
+    t_of = np.repeat(np.arange(req.shape[0], dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    c = np.arange(int(n.sum()), dtype=np.int64) - first[t_of]
+    begin = kv_b[t_of] + c * size[t_of]
+    end = np.minimum(begin + size[t_of], kv_e[t_of])
+    split_rows = np.where(split, n * rows, 0)
+    part_base = np.cumsum(split_rows) - split_rows
+    part = np.where(split[t_of], part_base[t_of] + c * rows[t_of], -1)
+
+    cost = alpha * tokens[t_of] + beta * (end - begin)
+    order = np.argsort(-cost, kind="stable")
+    items3 = np.zeros((order.shape[0], num_kv_heads, ITEM_INTS), dtype=np.int32)
+    items3[:, :, 0] = req[t_of[order], None]
+    items3[:, :, 1] = j[t_of[order], None]
+    items3[:, :, 2] = np.arange(num_kv_heads)
+    items3[:, :, 3] = begin[order, None]
+    items3[:, :, 4] = end[order, None]
+    items3[:, :, 5] = part[order, None]
+
+    tiles = np.flatnonzero(split)
+    merge = np.zeros((tiles.shape[0], MERGE_INTS), dtype=np.int32)
+    merge[:, 0] = req[tiles]
+    merge[:, 1] = j[tiles]
+    merge[:, 2] = n[tiles]
+    merge[:, 3] = part_base[tiles]
+    return PrefillSchedule(
+        items=items3.reshape(-1, ITEM_INTS),
+        merge_items=merge,
+        part_rows=part_rows,
+        chunk_size=int(chunk),
+        cost=np.repeat(cost[order], num_kv_heads),
+    )
+
+
+def _chunk_size(
+    length: np.ndarray,
+    tokens: np.ndarray,
+    num_kv_heads: int,
+    num_ctas: int,
+    kv_align: int,
+    alpha: float,
+    beta: float,
+    min_chunk: int,
+) -> int:
+    """A CTA's fair share of the KV work, tile-aligned and at least ``min_chunk``."""
+    total = num_kv_heads * float((alpha * tokens + beta * length).sum())
+    per_cta = total / max(num_ctas, 1)
+    chunk = max(min_chunk, int(per_cta / beta))
+    return -(-chunk // kv_align) * kv_align
