@@ -1,14 +1,22 @@
-"""Command line: ``python -m benchmarks --suite prefill|decode|batch|jit|all``."""
+"""Command line: ``python -m benchmarks --suite prefill|decode|host|batch|jit|all``."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
 
-SUITES = ("prefill", "decode", "batch", "jit")
+SUITES = ("prefill", "decode", "host", "batch", "jit")
+PROFILES = ("quick", "fast", "full")
+REP_MS = {"quick": 25, "fast": 40, "full": 100}
+FA3_NOTE = "not run by default (JIT build ~50 s a variant); --fa3 runs it"
+
+
+class TimeUp(BaseException):
+    """SIGTERM (e.g. from ``timeout``): stop measuring, keep and print what was measured."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -20,11 +28,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--suite",
         nargs="+",
-        default=["prefill"],
+        default=["all"],
         choices=[*SUITES, "all"],
-        help="suites to run (several allowed)",
+        help="suites to run (several allowed; default all)",
     )
-    p.add_argument("--quick", action="store_true", help="one or two rows per suite")
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="fast",
+        help="rows and repetitions: quick (one or two rows a suite), fast (default: the main "
+        "rows, ~5 minutes on an H200 for all suites), full (every row, longer timing)",
+    )
+    p.add_argument("--quick", dest="profile", action="store_const", const="quick")
+    p.add_argument("--fast", dest="profile", action="store_const", const="fast")
+    p.add_argument("--full", dest="profile", action="store_const", const="full")
+    p.add_argument(
+        "--fa3", action="store_true", help="also run FlashInfer FA3 (JIT build ~50 s a variant)"
+    )
     p.add_argument("--out", default="bench_out", help="folder for bench.json, bench.md, plots")
     p.add_argument(
         "--autotune",
@@ -33,19 +53,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--only", default=None, help="keep rows whose name contains this text")
     p.add_argument("--skip", default="", help="comma-separated systems to leave out")
-    p.add_argument("--rep", type=int, default=None, help="timing budget per system in ms")
+    p.add_argument(
+        "--rep", type=int, default=None, help="timing budget per system in ms (default by profile)"
+    )
     p.add_argument(
         "--budget",
         type=float,
         default=0.0,
-        help="seconds after which no new row is started (0: no limit)",
+        help="total seconds for the run, split over the suites; no row starts after its "
+        "suite's share (0: no limit)",
     )
     args = p.parse_args(argv)
     args.suites = list(SUITES) if "all" in args.suite else list(dict.fromkeys(args.suite))
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    args.deadline = time.monotonic() + args.budget if args.budget > 0 else None
+    args.quick = args.profile == "quick"
+    args.full = args.profile == "full"
+    # Systems left out by default are shown as missing (with the reason), not dropped.
+    args.not_run = {} if args.fa3 or "flashinfer_fa3" in args.skip else {"flashinfer_fa3": FA3_NOTE}
+    args.end = time.monotonic() + args.budget if args.budget > 0 else None
+    args.deadline = args.end
     if args.rep is None:
-        args.rep = 50 if args.quick else 100
+        args.rep = REP_MS[args.profile]
     return args
 
 
@@ -70,21 +98,36 @@ def _versions() -> dict:
     return meta
 
 
+def _note(results, text: str) -> None:
+    results.data["meta"].setdefault("notes", []).append(text)
+    results.save()
+
+
 def _run_suite(name: str, args, results) -> None:
-    from benchmarks import jit, suites
+    from benchmarks import host, jit, suites
+    from benchmarks.budget import SuiteClock, suite_share
 
     runner = {
         "prefill": suites.run_prefill,
         "decode": suites.run_decode,
+        "host": host.run_host,
         "batch": suites.run_batch,
         "jit": jit.run_jit,
     }[name]
+    start = time.monotonic()
+    if args.end is not None:
+        rest = args.suites[args.suites.index(name) :]
+        share = suite_share(name, rest, args.end - start)
+        args.deadline = start + share
+        log(f"[{name}] budget {share:.0f} s")
+    args.clock = SuiteClock(args.deadline)
     try:
         runner(args, results, log)
     except Exception as exc:
         traceback.print_exc()
-        results.data["meta"].setdefault("notes", []).append(f"suite {name} stopped: {exc!r}"[:200])
-        results.save()
+        _note(results, f"suite {name} stopped: {exc!r}"[:200])
+    results.data["meta"].setdefault("suite_seconds", {})[name] = round(time.monotonic() - start)
+    results.save()
 
 
 def _plots(args, results) -> None:
@@ -92,9 +135,13 @@ def _plots(args, results) -> None:
 
     notes = results.data["meta"].setdefault("notes", [])
     for name, rows in results.data["suites"].items():
-        if name != "jit" and rows:
+        if rows:
             notes.append(write_plot(name, rows, os.path.join(args.out, f"bench_{name}.png")))
     results.save()
+
+
+def _on_term(signum, frame):
+    raise TimeUp()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,22 +155,32 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import ceilings
     from benchmarks.results import Results
 
+    signal.signal(signal.SIGTERM, _on_term)
     meta = _versions()
-    meta["notes"] = (
-        []
-        if args.autotune
-        else [
+    meta["profile"] = args.profile
+    meta["notes"] = []
+    if not args.autotune:
+        meta["notes"].append(
             "FlexAttention compiled in default mode: ANCHORS.md's max-autotune figures are not "
             "re-measured here (use --autotune)"
-        ]
-    )
+        )
+    for name, why in args.not_run.items():
+        meta["notes"].append(f"{name}: {why}")
+    if args.budget > 0:
+        meta["notes"].append(f"time budget {args.budget:.0f} s for all suites, split per suite")
     results = Results(args.out, meta)
-    if any(s != "jit" for s in args.suites):
-        log("[ceilings]")
-        results.set_ceilings(ceilings.measure(args.quick))
-        log(f"  {results.data['ceilings']}")
-    for name in args.suites:
-        _run_suite(name, args, results)
+    t0 = time.monotonic()
+    try:
+        if any(s not in ("jit", "host") for s in args.suites):
+            log("[ceilings]")
+            results.set_ceilings(ceilings.measure(args.quick))
+            log(f"  {results.data['ceilings']}")
+        for name in args.suites:
+            _run_suite(name, args, results)
+    except TimeUp:
+        _note(results, "stopped by SIGTERM (time limit): later rows and suites not run")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    results.data["meta"]["total_seconds"] = round(time.monotonic() - t0)
     _plots(args, results)
     with open(os.path.join(args.out, "bench.md")) as f:
         print(f.read(), flush=True)

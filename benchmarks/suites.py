@@ -12,8 +12,16 @@ PREFILL_UNIT = "TFLOP/s"
 DECODE_UNIT = "TB/s"
 
 
-def _keep(systems: list, skip: set[str]) -> list:
-    return [s for s in systems if s.name not in skip]
+def _keep(systems: list, args) -> list:
+    """Systems not in --skip; those left out by default become NotRun (shown as missing)."""
+    from benchmarks.system import NotRun
+
+    not_run = getattr(args, "not_run", {})
+    return [
+        NotRun(s.name, not_run[s.name]) if s.name in not_run else s
+        for s in systems
+        if s.name not in args.skip
+    ]
 
 
 def prefill_systems(autotune: bool) -> list:
@@ -72,7 +80,7 @@ def _prefill_row(case, args, results: Results, log: Callable) -> None:
     work = flops.prefill_flops(
         case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
     )
-    systems = _keep(prefill_systems(args.autotune), args.skip)
+    systems = _keep(prefill_systems(args.autotune), args)
     outcomes = measure_case(case, systems, sets, work, rep=args.rep, log=log)
     results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
     del sets
@@ -86,7 +94,7 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
     dense = len(set(case.kv_lens)) == 1
     data = make_paged(case, [1] * len(case.kv_lens), seed=0, dense=dense)
     work = flops.decode_kv_bytes(case.kv_lens, case.num_kv_heads, case.head_dim)
-    systems = _keep(decode_systems(args.autotune, dense), args.skip)
+    systems = _keep(decode_systems(args.autotune, dense), args)
     outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
     results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)
     del data
@@ -99,7 +107,7 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
 
     data = make_paged(case, list(case.lens), seed=0)
     work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
-    systems = _keep(batch_prefill_systems(), args.skip)
+    systems = _keep(batch_prefill_systems(), args)
     outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
     results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
     del data
@@ -111,9 +119,11 @@ def _selected(cases: list, only: str | None) -> list:
 
 
 def out_of_time(args, suite: str, case, results: Results, log: Callable) -> bool:
-    """True (and a note in the report) once the --budget deadline has passed."""
+    """True (and a note in the report) once the suite's time is up (see budget.py)."""
     deadline = getattr(args, "deadline", None)
-    if deadline is None or time.monotonic() < deadline:
+    clock = getattr(args, "clock", None)
+    late = deadline is not None and time.monotonic() >= deadline
+    if not late and (clock is None or clock.may_start()):
         return False
     note = f"{suite}: row '{case.name}' not run (time budget)"
     log(note)
@@ -122,31 +132,47 @@ def out_of_time(args, suite: str, case, results: Results, log: Callable) -> bool
     return True
 
 
+def run_rows(suite: str, cases: list, args, results: Results, log: Callable, row: Callable) -> None:
+    """``row(case)`` for every selected case that fits the suite's time budget."""
+    clock = getattr(args, "clock", None)
+    for case in _selected(cases, args.only):
+        if out_of_time(args, suite, case, results, log):
+            continue
+        log(f"[{suite}] {case.name}")
+        if clock is not None:
+            clock.start()
+        try:
+            row(case)
+        finally:
+            if clock is not None:
+                clock.stop()
+
+
+def _profile(args) -> dict:
+    return {"quick": args.quick, "full": getattr(args, "full", True)}
+
+
 def run_prefill(args, results: Results, log: Callable = print) -> None:
     """Single-request prefill rows."""
-    for case in _selected(workloads.prefill_cases(args.quick), args.only):
-        if out_of_time(args, "prefill", case, results, log):
-            continue
-        log(f"[prefill] {case.name}")
-        _prefill_row(case, args, results, log)
+    cases = workloads.prefill_cases(**_profile(args))
+    run_rows("prefill", cases, args, results, log, lambda c: _prefill_row(c, args, results, log))
 
 
 def run_decode(args, results: Results, log: Callable = print) -> None:
     """Batch 64 x 4096 paged decode rows."""
-    for case in _selected(workloads.decode_cases(args.quick), args.only):
-        if out_of_time(args, "decode", case, results, log):
-            continue
-        log(f"[decode] {case.name}")
-        _decode_row("decode", case, args, results, log)
+    cases = workloads.decode_cases(**_profile(args))
+    run_rows(
+        "decode", cases, args, results, log, lambda c: _decode_row("decode", c, args, results, log)
+    )
 
 
 def run_batch(args, results: Results, log: Callable = print) -> None:
     """Skewed batches: decode_zipf, decode_uniform, prefill_zipf."""
-    for case in _selected(workloads.batch_cases(args.quick), args.only):
-        if out_of_time(args, "batch", case, results, log):
-            continue
-        log(f"[batch] {case.name}")
+
+    def row(case) -> None:
         if isinstance(case, workloads.DecodeCase):
             _decode_row("batch", case, args, results, log)
         else:
             _batch_prefill_row(case, args, results, log)
+
+    run_rows("batch", workloads.batch_cases(args.quick), args, results, log, row)

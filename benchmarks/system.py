@@ -36,3 +36,17 @@ def workspace(nbytes: int = 256 << 20):
     import torch
 
     return torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+
+
+class NotRun(System):
+    """A system left out by default: every row shows it as ``missing: <why>``."""
+
+    def __init__(self, name: str, why: str):
+        self.name = name
+        self.why = why
+
+    def prepare(self, case, data) -> Prepared:
+        """Always raises Missing."""
+        from benchmarks.outcome import Missing
+
+        raise Missing(self.why)

@@ -123,16 +123,18 @@ def prefill_zipf() -> list[int]:
     return [min(16384, max(128, int(16384 / (i + 1)))) for i in range(16)]
 
 
-def prefill_cases(quick: bool = False) -> list[PrefillCase]:
-    """Single-request prefill rows."""
+def prefill_cases(quick: bool = False, full: bool = True) -> list[PrefillCase]:
+    """Single-request prefill rows: quick (2), fast (``full=False``: every variant at
+    L = 8192) or full (also L = 2048, q_len < kv_len, head_dim 64/256, GQA 1 and 8)."""
     v = VARIANTS
     if quick:
         return [PrefillCase(v["causal"], 2048, 2048), PrefillCase(v["softcap"], 2048, 2048)]
-    rows = []
-    for length in (8192, 2048):
-        for key in ("causal", "softcap", "alibi", "sliding_window", "sigmoid"):
-            rows.append(PrefillCase(v[key], length, length))
+    keys = ("causal", "softcap", "alibi", "sliding_window", "sigmoid")
+    rows = [PrefillCase(v[key], 8192, 8192) for key in keys]
     rows.append(PrefillCase(v["prefix_lm"], 8192, 8192))
+    if not full:
+        return rows
+    rows += [PrefillCase(v[key], 2048, 2048) for key in keys]
     rows.append(PrefillCase(v["causal"], 1024, 8192))
     for dim in (64, 256):
         rows.append(PrefillCase(v["causal"], 8192, 8192, head_dim=dim))
@@ -141,12 +143,12 @@ def prefill_cases(quick: bool = False) -> list[PrefillCase]:
     return rows
 
 
-def decode_cases(quick: bool = False) -> list[DecodeCase]:
-    """Batch 64 x KV 4096 decode rows, page size 16."""
+def decode_cases(quick: bool = False, full: bool = True) -> list[DecodeCase]:
+    """Batch 64 x KV 4096 decode rows, page size 16 (full: also GQA 1 and 8)."""
     lens = (4096,) * 64
     keys = ("causal",) if quick else ("causal", "softcap", "alibi", "sliding_window")
     rows = [DecodeCase(VARIANTS[k], lens) for k in keys]
-    if not quick:
+    if full and not quick:
         rows.append(DecodeCase(VARIANTS["causal"], lens, num_kv_heads=32))
         rows.append(DecodeCase(VARIANTS["causal"], lens, num_kv_heads=4))
     return rows

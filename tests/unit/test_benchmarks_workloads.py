@@ -180,8 +180,85 @@ def test_cli_help_works_without_gpu(capsys):
         parse_args(["--help"])
     assert "--suite" in capsys.readouterr().out
     args = parse_args(["--suite", "all", "--quick", "--skip", "flex,sdpa_flash"])
-    assert args.suites == ["prefill", "decode", "batch", "jit"]
+    assert args.suites == ["prefill", "decode", "host", "batch", "jit"]
     assert args.skip == {"flex", "sdpa_flash"}
+    assert args.quick and args.rep == 25
+
+
+def test_profiles_and_fa3_default():
+    from benchmarks.cli import parse_args
+
+    fast = parse_args([])
+    assert fast.profile == "fast" and not fast.quick and not fast.full and fast.rep == 40
+    assert fast.suites == ["prefill", "decode", "host", "batch", "jit"]
+    assert "flashinfer_fa3" in fast.not_run
+    full = parse_args(["--full", "--fa3", "--suite", "decode", "jit"])
+    assert full.full and full.rep == 100 and not full.not_run
+    assert full.suites == ["decode", "jit"]
+    assert parse_args(["--profile", "quick"]).quick
+
+
+def test_fast_rows_are_a_prefix_of_the_full_rows():
+    for cases in (workloads.prefill_cases, workloads.decode_cases):
+        fast, full = cases(full=False), cases()
+        assert 4 <= len(fast) < len(full) and full[: len(fast)] == fast
+    assert {c.name for c in workloads.prefill_cases(full=False)} >= {
+        "causal, L=8192",
+        "soft-cap 30, L=8192",
+        "ALiBi, L=8192",
+        "sliding window 1024, L=8192",
+        "sigmoid, L=8192",
+        "prefix-LM 1024, L=8192",
+    }
+
+
+def test_suite_shares_pass_unused_time_on():
+    from benchmarks.budget import WEIGHTS, suite_share
+
+    suites = ["prefill", "decode", "host", "batch", "jit"]
+    total = 300.0
+    first = suite_share("prefill", suites, total)
+    assert first == pytest.approx(total * WEIGHTS["prefill"] / sum(WEIGHTS.values()))
+    # prefill used only half its share: the rest is split over the later suites
+    left = total - first / 2
+    later = sum(WEIGHTS[s] for s in suites[1:])
+    assert suite_share("decode", suites[1:], left) == pytest.approx(
+        left * WEIGHTS["decode"] / later
+    )
+    assert suite_share("decode", suites[1:], left) > first * WEIGHTS["decode"] / WEIGHTS["prefill"]
+    assert suite_share("jit", ["jit"], 40.0) == 40.0
+    assert suite_share("jit", ["jit"], -3.0) == 0.0
+
+
+def test_suite_clock_skips_rows_that_would_overrun():
+    from benchmarks.budget import SuiteClock
+
+    now = [0.0]
+    clock = SuiteClock(100.0, clock=lambda: now[0])
+    assert clock.may_start()
+    clock.start()
+    now[0] = 60.0
+    clock.stop()
+    assert clock.may_start()  # 40 s left >= half of the 60 s mean
+    now[0] = 75.0
+    assert not clock.may_start()  # 25 s left < 30 s
+    assert SuiteClock(None).may_start() and not SuiteClock(-1.0, clock=lambda: 0.0).may_start()
+
+
+def test_not_run_systems_show_as_missing(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+    from benchmarks.cli import parse_args
+    from benchmarks.suites import _keep
+
+    args = parse_args([])
+    systems = _keep([_FakeSystem("flashinfer_fa3"), _FakeSystem("flex", torch.ones(2))], args)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (1.0, ""))
+    out = measure.measure_case(None, systems, [None], 1e12, log=lambda _: None)
+    assert out["flashinfer_fa3"].status == "missing" and "--fa3" in out["flashinfer_fa3"].note
+    assert _keep([_FakeSystem("flashinfer_fa3")], parse_args(["--skip", "flashinfer_fa3"])) == []
 
 
 def test_every_module_imports_without_gpu_or_triton():
