@@ -35,7 +35,7 @@ def _header_fields():
 
 def test_prefill_args_mirror_matches_header():
     header = _header_fields()
-    assert len(header) == 29
+    assert len(header) == 32
     assert [(n, t) for n, t in abi.AttncPrefillArgs._fields_] == header
 
 
@@ -62,7 +62,8 @@ def test_kv_layout_values_match_header():
 
 
 def test_prefill_args_layout_is_natural_c_layout():
-    assert ctypes.sizeof(abi.AttncPrefillArgs) == 11 * 8 + 7 * 8 + 8 * 4 + 4 + 4 + 8 + 8
+    # 13 pointers, 7 int64 strides, 9 int32, sm_scale, the params pointer and its size.
+    assert ctypes.sizeof(abi.AttncPrefillArgs) == 13 * 8 + 7 * 8 + 9 * 4 + 4 + 8 + 8
 
 
 DECLS = (
