@@ -1,32 +1,46 @@
-"""The planner's view of a variant's mask: the KV range each query tile may see, when the
-mask analysis can compute it from the request's lengths alone (no runtime params)."""
+"""The planner's view of a variant's mask: the KV range each query tile may see, when the mask
+analysis can compute it from the request's lengths alone (no runtime params).
+
+``attnc.compiler.mask_tiles.kv_range`` answers the same question for one tile in plain Python;
+this module answers it for every tile of a batch at once with numpy (the scheduler asks for
+thousands of tiles per step), by the same elimination of ``q_idx``. Tests check both agree.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
 from attnc.compiler import mask_tiles
-from attnc.compiler.mask_analysis import MaskAnalysis
+from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
 from attnc.runtime.prefill_schedule import TileRanges
+
+# One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
+_Cons = tuple[int, int, np.ndarray]
 
 
 def tile_kv_ranges(analysis: MaskAnalysis) -> TileRanges | None:
     """A ``TileRanges`` for the scheduler's cost model, or None when every tile may see the
     whole KV (no mask, an opaque mask, or one whose bounds need params given only to run())."""
-    if analysis.kind not in ("linear", "union"):
+    if analysis.kind not in ("linear", "union") or not _param_free(analysis):
         return None
-    if not _param_free(analysis):
-        return None
+    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
 
     def ranges(
         req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        begin = np.zeros(req.shape[0], dtype=np.int64)
-        end = np.zeros(req.shape[0], dtype=np.int64)
-        for i in range(req.shape[0]):
-            r = int(req[i])
-            env = {"q_len": int(q_lens[r]), "kv_len": int(kv_lens[r])}
-            begin[i], end[i] = mask_tiles.kv_range(analysis, int(q0[i]), int(q1[i]), env)
+        kv = kv_lens[req]
+        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens) for t in terms]
+        begin, end = found[0]
+        live = begin < end
+        for b, e in found[1:]:
+            now = b < e
+            begin = np.where(live & now, np.minimum(begin, b), np.where(now, b, begin))
+            end = np.where(live & now, np.maximum(end, e), np.where(now, e, end))
+            live = live | now
+        begin = np.where(live & (kv > 0), begin, 0)
+        end = np.where(live & (kv > 0), end, 0)
         return begin, end
 
     return ranges
@@ -39,3 +53,54 @@ def _param_free(analysis: MaskAnalysis) -> bool:
     except KeyError:
         return False
     return True
+
+
+def _conjunction_range(
+    cons: Conjunction,
+    req: np.ndarray,
+    q0: np.ndarray,
+    q1: np.ndarray,
+    q_lens: np.ndarray,
+    kv_lens: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
+    per_req = [
+        np.array(
+            [
+                x.c_value({"q_len": int(q), "kv_len": int(k)})
+                for q, k in zip(q_lens, kv_lens, strict=True)
+            ],
+            dtype=np.int64,
+        )
+        for x in cons
+    ]
+    values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, per_req, strict=True)]
+    lo, hi = _project(values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1)
+    ok = lo <= hi
+    return np.where(ok, lo, 0), np.where(ok, hi + 1, 0)
+
+
+def _project(
+    cons: Sequence[_Cons], q_lo: np.ndarray, q_hi: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows."""
+    lower: list[_Cons] = [(1, 0, -q_lo)] + [x for x in cons if x[0] > 0]
+    upper: list[_Cons] = [(-1, 0, q_hi)] + [x for x in cons if x[0] < 0]
+    for cq_l, ck_l, c_l in lower:
+        for cq_u, ck_u, c_u in upper:
+            a, b = cq_l, -cq_u
+            lo, hi = _bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
+    for cq, ck, c in cons:
+        if cq == 0:
+            lo, hi = _bound(ck, c, lo, hi)
+    return lo, hi
+
+
+def _bound(a: int, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intersect ``[lo, hi]`` with the integer solutions of ``a*k + c >= 0``."""
+    if a > 0:
+        return np.maximum(lo, -((c) // a)), hi
+    if a < 0:
+        return lo, np.minimum(hi, c // -a)
+    ok = c >= 0
+    return np.where(ok, lo, np.maximum(lo, 1)), np.where(ok, hi, np.minimum(hi, 0))

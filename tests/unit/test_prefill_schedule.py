@@ -145,3 +145,33 @@ def test_plan_layout_and_merge_arithmetic():
                     v[kv_start:kv_end, 0],
                 )  # fmt: skip
                 np.testing.assert_allclose(merged, want[0], rtol=1e-10, atol=1e-12)
+
+
+MASKS = [
+    "q_idx + kv_len - q_len >= kv_idx",  # causal
+    "kv_idx < 100 || q_idx + kv_len - q_len >= kv_idx",  # prefix-LM with a fixed prefix
+    "kv_idx <= q_idx + kv_len - q_len && q_idx + kv_len - q_len - kv_idx < 300",  # window
+    "kv_idx >= kv_len - 64 || kv_idx < 8",  # union with a request-level bound
+    "q_idx * 2 >= kv_idx",
+]
+
+
+@pytest.mark.parametrize("mask", MASKS)
+def test_vectorised_tile_ranges_match_the_compiler(mask):
+    from attnc.compiler import mask_tiles
+    from attnc.compiler.pipeline import compile_source
+
+    (compiled,), _ = compile_source(f"variant v {{\n mask = {mask};\n}}\n", "m.attn")
+    analysis = compiled.mask_analysis
+    ranges = tile_kv_ranges(analysis)
+    assert ranges is not None, analysis.describe()
+    rng = np.random.default_rng(1)
+    q_lens = rng.integers(0, 700, 12)
+    kv_lens = np.maximum(q_lens, rng.integers(0, 2000, 12))
+    req, _, q0, q1 = query_tiles(q_lens, 37)
+    begin, end = ranges(req, q0, q1, q_lens, kv_lens)
+    for i in range(req.shape[0]):
+        r = int(req[i])
+        env = {"q_len": int(q_lens[r]), "kv_len": int(kv_lens[r])}
+        want = mask_tiles.kv_range(analysis, int(q0[i]), int(q1[i]), env)
+        assert (int(begin[i]), int(end[i])) == want, (i, env, int(q0[i]), int(q1[i]))
