@@ -1,15 +1,17 @@
 // Owns: the tile shapes of the FA2 prefill kernel: for each head_dim, the CTA shapes for
-// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, KV tile width, pipeline depth,
-// whether Q stays in registers), their shared-memory size, and the choice of query tokens
-// per work item that attnc_prefill_tile_q_tokens reports to the planner.
+// 16, 64 and 128 packed query rows (warps, m16 tiles per warp, keys per pipeline stage and
+// per S tile, pipeline depth, whether Q stays in registers), their shared-memory size, and the
+// choice of query tokens per work item that attnc_prefill_tile_q_tokens reports to the planner.
 #pragma once
 
 namespace attnc {
 
 // One CTA shape. Rows = 16 * MMA_Q * WARPS packed (token, head) rows; every warp owns
-// 16 * MMA_Q of them and walks the whole KV range.
+// 16 * MMA_Q of them and walks the whole KV range. A pipeline stage holds KV_TILE keys, computed
+// as KV_TILE / KV_SUB S tiles of KV_SUB keys (fewer barriers, cp.async rounds and tile
+// classifications per key than one S tile per stage, at the registers of a KV_SUB-key S tile).
 template <int HEAD_DIM, int WARPS, int MMA_Q, int KV_TILE, int STAGES, bool Q_IN_REGS,
-          int MIN_BLOCKS>
+          int MIN_BLOCKS, int KV_SUB = KV_TILE>
 struct PrefillTile {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kWarps = WARPS;
@@ -17,17 +19,26 @@ struct PrefillTile {
   static constexpr int kMmaQ = MMA_Q;
   static constexpr int kRows = 16 * MMA_Q * WARPS;
   static constexpr int kKvTile = KV_TILE;
+  static constexpr int kKvSub = KV_SUB;
   static constexpr int kStages = STAGES;
   static constexpr bool kQInRegs = Q_IN_REGS;
   static constexpr int kMinBlocks = MIN_BLOCKS;
   // 16-bit elements: Q tile + STAGES x (K tile + V tile).
   static constexpr int kSmemBytes = 2 * HEAD_DIM * (kRows + 2 * STAGES * KV_TILE);
-  static_assert(KV_TILE % 16 == 0, "KV tile must be a multiple of 16");
+  static_assert(KV_SUB % 16 == 0 && KV_TILE % KV_SUB == 0,
+                "the KV stage must be a multiple of the S tile, itself a multiple of 16");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
 };
 
 // Shapes per head_dim: Small (16 rows), Medium (64 rows) and Large (the most rows; long
 // queries). Measured alternatives are listed in tests/gpu/kernel_harness/NOTES.md.
+// ATTNC_PREFILL_TUNE (timing experiments of tests/gpu/kernel_harness only) selects alternative
+// Large shapes: 1 = stages of two S tiles (64 keys as 2 x 32 at d=128, 128 as 2 x 64 at d=64;
+// spill-free on sm_90a, spills a few bytes on sm_80, untimed), 2 = 64-key stages of two
+// 32-key S tiles at d=256 (one CTA per SM, untimed); 0, the default, is the measured choice.
+#ifndef ATTNC_PREFILL_TUNE
+#define ATTNC_PREFILL_TUNE 0
+#endif
 template <int HEAD_DIM>
 struct PrefillShapes;
 
@@ -35,21 +46,33 @@ template <>
 struct PrefillShapes<64> {
   using Small = PrefillTile<64, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<64, 4, 1, 64, 2, true, 3>;
+#if ATTNC_PREFILL_TUNE == 1
+  using Large = PrefillTile<64, 4, 2, 128, 2, false, 2, 64>;
+#else
   using Large = PrefillTile<64, 4, 2, 64, 2, false, 2>;
+#endif
 };
 
 template <>
 struct PrefillShapes<128> {
   using Small = PrefillTile<128, 1, 1, 64, 2, true, 8>;
   using Medium = PrefillTile<128, 4, 1, 64, 2, true, 2>;
+#if ATTNC_PREFILL_TUNE == 1
+  using Large = PrefillTile<128, 4, 2, 64, 2, false, 2, 32>;
+#else
   using Large = PrefillTile<128, 4, 2, 32, 2, false, 2>;
+#endif
 };
 
 template <>
 struct PrefillShapes<256> {
   using Small = PrefillTile<256, 1, 1, 16, 2, false, 4>;
   using Medium = PrefillTile<256, 4, 1, 32, 2, false, 2>;
+#if ATTNC_PREFILL_TUNE == 2
+  using Large = PrefillTile<256, 4, 1, 64, 2, false, 1, 32>;
+#else
   using Large = Medium;
+#endif
 };
 
 template <int HEAD_DIM>

@@ -4,8 +4,9 @@
 // kv_head*group + r%group). Items of split tiles write fp32 partial states (partial_merge.cuh
 // combines them); the others write O and LSE.
 // Q is staged through swizzled shared memory (kept in registers when the shape allows), K/V
-// tiles stream through a multi-stage cp.async pipeline, S = Q K^T and O += P V run on
-// mma.sync m16n8k16 with P kept in registers, softmax is online in the exp2 domain.
+// stages stream through a multi-stage cp.async pipeline (prefill_mainloop.cuh), S = Q K^T and
+// O += P V run on mma.sync m16n8k16 with P kept in registers, softmax is online in the exp2
+// domain.
 // The KV loop covers only V::kv_range of the tile; EMPTY tiles (V::classify) are never
 // loaded; FULL tiles skip V::mask; PARTIAL tiles evaluate it per element.
 #pragma once
@@ -18,6 +19,7 @@
 #include "mma.cuh"
 #include "online_softmax.cuh"
 #include "prefill_args.h"
+#include "prefill_mainloop.cuh"
 #include "prefill_warp_math.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
@@ -32,22 +34,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   constexpr int D = Tile::kHeadDim;
   constexpr int kThreads = Tile::kThreads;
   constexpr int MQ = Tile::kMmaQ;
-  constexpr int KVT = Tile::kKvTile;
   constexpr int ROWS = Tile::kRows;
-  constexpr int STAGES = Tile::kStages;
-  constexpr bool kQInRegs = Tile::kQInRegs;
-  constexpr int KD = D / 16;    // k-steps of Q K^T
-  constexpr int NS = KVT / 8;   // n8 column blocks of S
   constexpr int NO = D / 8;     // n8 column blocks of O
   constexpr int CH = D / 8;     // 16-byte chunks per row
   using Layout = SwizzledRows<D>;
   using Row = typename V::Row;
-  constexpr uint32_t kTileBytes = KVT * Layout::kRowBytes;
 
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   const uint32_t s_q = mma::smem_addr(smem_bytes);
   const uint32_t s_k = s_q + ROWS * Layout::kRowBytes;
-  const uint32_t s_v = s_k + STAGES * kTileBytes;
+  const uint32_t s_v = s_k + Tile::kStages * Tile::kKvTile * Layout::kRowBytes;
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -104,75 +100,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     }
   }
 
-  // ---- KV range and tile walk.
-  KvRange range{0, 0};
-  if (kv.kv_len > 0) range = var.kv_range(q0, q1);
-  range.begin = max(range.begin, max(chunk_begin, 0));
-  range.end = min(range.end, min(chunk_end, kv.kv_len));
-  const int num_tiles = range.end > range.begin ? (range.end - range.begin + KVT - 1) / KVT : 0;
-
-  auto tile_class = [&](int t) -> TileClass {
-    const int kv0 = range.begin + t * KVT;
-    const int kv1 = min(kv0 + KVT, range.end);
-    return V::kHasMask ? var.classify(q0, q1, kv0, kv1) : TileClass::kFull;
-  };
-  auto next_tile = [&](int t) -> int {
-    if constexpr (V::kHasMask) {
-      while (t < num_tiles && tile_class(t) == TileClass::kEmpty) ++t;
-    }
-    return t;
-  };
-
-  const T* k_ptr = static_cast<const T*>(args.k);
-  const T* v_ptr = static_cast<const T*>(args.v);
-  auto load_tile = [&](int t, int stage) {
-    const int kv0 = range.begin + t * KVT;
-    const int kv1 = min(kv0 + KVT, range.end);
-    const uint32_t dk = s_k + stage * kTileBytes;
-    const uint32_t dv = s_v + stage * kTileBytes;
-    static_assert((KVT * CH) % kThreads == 0, "KV tile chunks must split evenly over threads");
-    const int c = tid % CH;
-#pragma unroll
-    for (int it = 0; it < KVT * CH / kThreads; ++it) {
-      const int r = tid / CH + it * (kThreads / CH);
-      const bool ok = kv0 + r < kv1;
-      const int64_t off = (ok ? kv.offset(kv0 + r) : 0) + c * 8;
-      const uint32_t s = Layout::offset(r, c);
-      cp_async_16(dk + s, k_ptr + off, ok);
-      cp_async_16(dv + s, v_ptr + off, ok);
-    }
-  };
-
-  int t_load = next_tile(0);
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (t_load < num_tiles) {
-      load_tile(t_load, s);
-      t_load = next_tile(t_load + 1);
-    }
-    cp_async_commit();
-  }
-
-  // ---- Fragment base addresses (see SwizzledRows::walk).
-  // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk lane/16.
-  const uint32_t q_base =
-      s_q + Layout::offset(warp * 16 * MQ + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
-  // B (K): matrices (kv 0-7, k 0-7), (kv 0-7, k 8-15), (kv 8-15, k 0-7), (kv 8-15, k 8-15).
-  const uint32_t k_off = Layout::offset((lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
-  // B (V, transposed): matrices (kv 0-7, d 0-7), (kv 8-15, d 0-7), (kv 0-7, d 8-15), ...
-  const uint32_t v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
-
-  uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
-  if constexpr (kQInRegs) {
-    cp_async_wait<STAGES - 1>();
-    __syncthreads();
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int kk = 0; kk < KD; ++kk)
-        mma::ldmatrix_x4(q_frag[mi][kk], Layout::walk(q_base, 2 * mi, 2 * kk));
-  }
-
   float o[MQ][NO][4];
   float m[MQ][2];
   float l[MQ][2];
@@ -189,41 +116,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     }
   }
 
-  int stage = 0;
-  for (int t = next_tile(0); t < num_tiles; t = next_tile(t + 1)) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    {
-      // Refill the stage consumed in the previous iteration.
-      int fill = stage + STAGES - 1;
-      if (fill >= STAGES) fill -= STAGES;
-      if (t_load < num_tiles) {
-        load_tile(t_load, fill);
-        t_load = next_tile(t_load + 1);
-      }
-      cp_async_commit();
-    }
-    const uint32_t k_base = s_k + stage * kTileBytes + k_off;
-    const uint32_t v_base = s_v + stage * kTileBytes + v_off;
-    const int kv0 = range.begin + t * KVT;
-    const int kv1 = min(kv0 + KVT, range.end);
-
-    float s[MQ][NS][4];
-    warp_qk<T, Layout, kQInRegs>(s, q_frag, q_base, k_base);
-
-    const bool masked = kv1 - kv0 < KVT || (V::kHasMask && tile_class(t) == TileClass::kPartial);
-    if (masked) {
-      transform_scores<true>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
-    } else {
-      transform_scores<false>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
-    }
-
-    if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
-
-    warp_pv<T, Layout>(o, s, v_base);
-    stage = stage + 1 == STAGES ? 0 : stage + 1;
-  }
-  cp_async_wait<0>();
+  // ---- KV range and main loop (prefill_mainloop.cuh).
+  KvRange range{0, 0};
+  if (kv.kv_len > 0) range = var.kv_range(q0, q1);
+  range.begin = max(range.begin, max(chunk_begin, 0));
+  range.end = min(range.end, min(chunk_end, kv.kv_len));
+  prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, s_q, s_k, s_v, rows, mult,
+                              sm_scale, o, m, l);
 
   // ---- Epilogue: normalise, transform, store O and LSE (or the fp32 partial state).
   // Read only now: keeping it live through the main loop costs a register there.

@@ -86,29 +86,43 @@ __device__ __forceinline__ void transform_scores(const V& var,
   }
 }
 
+// Slack of the running max, in log2 units of the weights: a row keeps its reference max m
+// until a tile's max exceeds it by more than this, so weights exp2(s - m) stay below
+// 2^kRescaleSlack (exact in fp32, and in bf16/fp16 after packing: 2^8 is far from overflow)
+// and O, l are rescaled only when some row of the warp moves by more than that (after the
+// first visible tile of a row that is rare). 0 rescales whenever a row max grows.
+#ifndef ATTNC_PREFILL_RESCALE_SLACK
+#define ATTNC_PREFILL_RESCALE_SLACK 8
+#endif
+
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
-// running row max m (in the units of s), running partial row sum l (this lane's columns only;
-// summed over the 4 lanes of a row at the end), O rescaled by exp2((m_old - m_new) * c).
+// running reference row max m (in the units of s; see ATTNC_PREFILL_RESCALE_SLACK), running
+// partial row sum l (this lane's columns only; summed over the 4 lanes of a row at the end), O
+// rescaled by exp2((m_old - m_new) * c) when a reference max moves.
 template <class V, int MQ, int NS, int NO>
 __device__ __forceinline__ void warp_softmax_step(float (&s)[MQ][NS][4], float (&m)[MQ][2],
                                                   float (&l)[MQ][2], float (&o)[MQ][NO][4],
                                                   const float (&mult)[MQ][2]) {
+  constexpr float kSlack = static_cast<float>(ATTNC_PREFILL_RESCALE_SLACK);
   float alpha[MQ][2];
   bool rescale = false;
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = -CUDART_INF_F;
+      float mx = fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]);
 #pragma unroll
-      for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
-      const float m_new = fmaxf(m[mi][h], quad_max(mx));
-      const float m_use = safe_max(m_new);
+      for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+      mx = quad_max(mx);
       const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-      alpha[mi][h] = fast_exp2((m[mi][h] - m_use) * c);
-      rescale = rescale || alpha[mi][h] != 1.f;
-      const float shift = -m_use * c;
-      m[mi][h] = m_new;
+      // Move the reference max only when the tile's max exceeds it by more than the slack
+      // (always from -inf to a finite max; never while both are -inf: the NaN compares false).
+      const bool move = (mx - m[mi][h]) * c > kSlack;
+      const float m_ref = move ? mx : m[mi][h];
+      alpha[mi][h] = move ? fast_exp2((m[mi][h] - mx) * c) : 1.f;
+      rescale = rescale || move;
+      m[mi][h] = m_ref;
+      const float shift = -safe_max(m_ref) * c;
       float sum = 0.f;
 #pragma unroll
       for (int n = 0; n < NS; ++n) {
@@ -119,7 +133,7 @@ __device__ __forceinline__ void warp_softmax_step(float (&s)[MQ][NS][4], float (
           sum += p;
         }
       }
-      l[mi][h] = l[mi][h] * alpha[mi][h] + sum;
+      l[mi][h] = fmaf(l[mi][h], alpha[mi][h], sum);
     }
   }
   // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.

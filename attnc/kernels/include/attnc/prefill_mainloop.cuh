@@ -1,0 +1,206 @@
+// Owns: the KV main loop of the FA2 prefill CTA: the walk over the non-empty KV tiles of a
+// range (V::classify once per stage, the class carried through the pipeline with the tile),
+// the cp.async pipeline that streams K/V stages into swizzled shared memory (per-thread source
+// cursors: one multiply-add per stage for ragged KV, one page lookup per row for paged; strides
+// read from the kernel arguments where used, to keep registers for the accumulators), and
+// per stage the S tiles of Tile::kKvSub keys: S = Q K^T, score transform and mask (only on
+// PARTIAL sub-tiles or the ragged end), online softmax and O += P V.
+// The caller has committed the cp.async group of the Q tile (rows at s_q) and initialised
+// o, m, l; on return every cp.async group has completed.
+#pragma once
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "cp_async.cuh"
+#include "kv_gather.cuh"
+#include "mma.cuh"
+#include "prefill_warp_math.cuh"
+#include "smem_layout.cuh"
+#include "variant_contract.cuh"
+
+namespace attnc {
+
+template <class V, class T, class Tile>
+__device__ __forceinline__ void prefill_kv_loop(
+    const AttncPrefillArgs& args, const V& var, const KvRows& kv, int request,
+    const KvRange range, int q0, int q1, uint32_t s_q, uint32_t s_k, uint32_t s_v,
+    const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
+    float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
+    float (&l)[Tile::kMmaQ][2]) {
+  constexpr int D = Tile::kHeadDim;
+  constexpr int kThreads = Tile::kThreads;
+  constexpr int MQ = Tile::kMmaQ;
+  constexpr int KVT = Tile::kKvTile;   // keys per pipeline stage
+  constexpr int KSUB = Tile::kKvSub;   // keys per S tile
+  constexpr int NSUB = KVT / KSUB;
+  constexpr int STAGES = Tile::kStages;
+  constexpr bool kQInRegs = Tile::kQInRegs;
+  constexpr int KD = D / 16;
+  constexpr int NS = KSUB / 8;
+  constexpr int CH = D / 8;
+  using Layout = SwizzledRows<D>;
+  constexpr uint32_t kTileBytes = KVT * Layout::kRowBytes;
+  static_assert((KVT * CH) % kThreads == 0, "KV tile chunks must split evenly over threads");
+  constexpr int kIters = KVT * CH / kThreads;  // rows this thread copies per stage
+  constexpr int kRowStep = kThreads / CH;
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int tq = lane % 4;
+
+  const int num_tiles =
+      range.end > range.begin ? (range.end - range.begin + KVT - 1) / KVT : 0;
+
+  // ---- Loader: this thread copies chunk `chunk` of rows row0 + it * kRowStep of each stage.
+  const int chunk = tid % CH;
+  const int row0 = tid / CH;
+  using Cursor = KvTileCursor<kIters, kRowStep>;
+  const Cursor cursor = Cursor::template make<T>(args, kv, request, row0, chunk);
+  // Swizzle period of this thread's rows: row0 + it * kRowStep repeats its (row % 8) every
+  // kPeriod rows, so the shared offsets are kPeriod bases plus compile-time displacements.
+  static_assert(kRowStep % 8 == 0 || 8 % kRowStep == 0, "row step must divide or be a multiple of 8");
+  constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : 8 / kRowStep;
+  auto smem_row = [&](int it) -> uint32_t {
+    return Layout::offset(row0 + (it % kPeriod) * kRowStep, chunk) +
+           (it / kPeriod) * kPeriod * kRowStep * Layout::kRowBytes;
+  };
+  auto issue = [&](auto all_valid, int kv0, uint32_t dk) {
+    constexpr bool kAll = decltype(all_valid)::value;
+    const int64_t v_minus_k = Cursor::template v_minus_k<T>(args);
+    cursor.template for_rows<T, kAll>(args, kv0, range.end,
+                                      [&](int it, const char* src, bool ok) {
+                                        const uint32_t d = dk + smem_row(it);
+                                        cp_async_16(d, src, kAll || ok);
+                                        cp_async_16(d + STAGES * kTileBytes, src + v_minus_k,
+                                                    kAll || ok);
+                                      });
+  };
+  auto load_tile = [&](int t, int stage) {
+    const int kv0 = range.begin + t * KVT;
+    const uint32_t dk = s_k + stage * kTileBytes;
+    if (kv0 + KVT <= range.end) {
+      issue(std::true_type{}, kv0, dk);
+    } else {
+      issue(std::false_type{}, kv0, dk);
+    }
+  };
+
+  // ---- Tile walk: the next non-empty tile at or after t and its class.
+  auto next_tile = [&](int t, TileClass& cls) -> int {
+    cls = TileClass::kFull;
+    if constexpr (V::kHasMask) {
+      for (; t < num_tiles; ++t) {
+        const int kv0 = range.begin + t * KVT;
+        cls = var.classify(q0, q1, kv0, min(kv0 + KVT, range.end));
+        if (cls != TileClass::kEmpty) break;
+      }
+    }
+    return t;
+  };
+
+  // Tiles loaded and not yet computed, oldest first (num_tiles: none), with their classes.
+  int pend_t[STAGES - 1];
+  TileClass pend_c[STAGES - 1];
+  TileClass c_load;
+  int t_load = next_tile(0, c_load);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    pend_t[s] = t_load;
+    pend_c[s] = c_load;
+    if (t_load < num_tiles) {
+      load_tile(t_load, s);
+      t_load = next_tile(t_load + 1, c_load);
+    }
+    cp_async_commit();
+  }
+
+  // ---- Fragment base addresses (see SwizzledRows::walk).
+  // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk lane/16.
+  const uint32_t q_base =
+      s_q + Layout::offset(warp * 16 * MQ + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  // B (K): matrices (kv 0-7, k 0-7), (kv 0-7, k 8-15), (kv 8-15, k 0-7), (kv 8-15, k 8-15).
+  const uint32_t k_off = Layout::offset((lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
+  // B (V, transposed): matrices (kv 0-7, d 0-7), (kv 8-15, d 0-7), (kv 0-7, d 8-15), ...
+  const uint32_t v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+
+  uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
+  if constexpr (kQInRegs) {
+    cp_async_wait<STAGES - 1>();
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk)
+        mma::ldmatrix_x4(q_frag[mi][kk], Layout::walk(q_base, 2 * mi, 2 * kk));
+  }
+
+  // One S tile of KSUB keys [ks0, ks1) at k_base / v_base.
+  auto s_tile = [&](uint32_t k_base, uint32_t v_base, int ks0, int ks1, bool masked) {
+    float s[MQ][NS][4];
+    warp_qk<T, Layout, kQInRegs>(s, q_frag, q_base, k_base);
+    if (masked) {
+      transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+    } else {
+      transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+    }
+    if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
+    warp_pv<T, Layout>(o, s, v_base);
+  };
+
+  int stage = 0;
+  while (pend_t[0] < num_tiles) {
+    const int t = pend_t[0];
+    const TileClass cls = pend_c[0];
+#pragma unroll
+    for (int s = 0; s + 1 < STAGES - 1; ++s) {
+      pend_t[s] = pend_t[s + 1];
+      pend_c[s] = pend_c[s + 1];
+    }
+    pend_t[STAGES - 2] = t_load;
+    pend_c[STAGES - 2] = c_load;
+
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    {
+      // Refill the stage consumed in the previous iteration.
+      int fill = stage + STAGES - 1;
+      if (fill >= STAGES) fill -= STAGES;
+      if (t_load < num_tiles) {
+        load_tile(t_load, fill);
+        t_load = next_tile(t_load + 1, c_load);
+      }
+      cp_async_commit();
+    }
+    const uint32_t k_base = s_k + stage * kTileBytes + k_off;
+    const uint32_t v_base = s_v + stage * kTileBytes + v_off;
+    const int kv0 = range.begin + t * KVT;
+    const int kv1 = min(kv0 + KVT, range.end);
+    const bool partial = V::kHasMask && cls == TileClass::kPartial;
+
+    if constexpr (NSUB == 1) {
+      s_tile(k_base, v_base, kv0, kv1, partial || kv1 - kv0 < KVT);
+    } else {
+#pragma unroll 1
+      for (int sub = 0; sub < NSUB; ++sub) {
+        const int ks0 = kv0 + sub * KSUB;
+        if (ks0 >= kv1) break;
+        const int ks1 = min(ks0 + KSUB, kv1);
+        bool masked = ks1 - ks0 < KSUB;
+        if (partial) {
+          const TileClass sc = var.classify(q0, q1, ks0, ks1);
+          if (sc == TileClass::kEmpty) continue;
+          masked = masked || sc == TileClass::kPartial;
+        }
+        const uint32_t step = static_cast<uint32_t>(sub * KSUB * Layout::kRowBytes);
+        s_tile(k_base + step, v_base + step, ks0, ks1, masked);
+      }
+    }
+    stage = stage + 1 == STAGES ? 0 : stage + 1;
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace attnc
