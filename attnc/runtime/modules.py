@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 
 import torch
 
-from attnc.runtime import abi, jit
+from attnc.runtime import abi, jit, toolchain
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
@@ -73,8 +73,10 @@ class ModuleRegistry(Generic[M]):
         version_symbol: str,
         version: int,
         name_infix: str = "",
+        arch_flags: Callable[[str], tuple[str, ...]] = lambda arch: (),
     ) -> None:
         self.kind = kind
+        self._arch_flags = arch_flags
         self._render = render
         self._make = make
         self._declare = declare
@@ -116,7 +118,13 @@ class ModuleRegistry(Generic[M]):
         module = self._by_key.get(key)
         if module is None:
             name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
-            path = jit.build_module(name, self._render(ir, dname, head_dim), arch=arch)
+            target = (
+                toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
+            )
+            path = jit.build_module(
+                name, self._render(ir, dname, head_dim), arch=target,
+                extra_flags=self._arch_flags(target),
+            )  # fmt: skip
             module = self.load(path, ir, name)
             self._by_key[key] = module
         return module
@@ -128,6 +136,15 @@ def _render_prefill(ir: object, dtype: str, head_dim: int) -> str:
     return render_prefill_module(ir, dtype, head_dim)  # type: ignore[arg-type]
 
 
+def prefill_arch_flags(arch: str) -> tuple[str, ...]:
+    """Tile shapes per target: on sm_90+ the 128-row tiles stream 64 keys per stage as two
+    32-key S tiles (d=128; 128 as 2 x 64 at d=64), measured faster on an H200 (see
+    tests/gpu/kernel_harness/NOTES.md); elsewhere (sm_80 spills with it; newer chips are
+    untested) the default shapes."""
+    major = int("".join(ch for ch in arch if ch.isdigit())[:-1] or 0)
+    return ("-DATTNC_PREFILL_TUNE=1",) if major == 9 else ()
+
+
 PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
     "prefill",
     _render_prefill,
@@ -135,6 +152,7 @@ PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
     abi.declare_prefill_functions,
     "attnc_prefill_abi_version",
     abi.PREFILL_ABI_VERSION,
+    arch_flags=prefill_arch_flags,
 )
 load_prefill_module = PREFILL_MODULES.load
 module_by_id = PREFILL_MODULES.by_id

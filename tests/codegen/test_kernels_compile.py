@@ -193,3 +193,23 @@ def test_gpu_harness_compiles(tmp_path):
         )
     )
     assert (tmp_path / "prefill_harness").exists()
+
+
+def test_hopper_tile_shapes_compile_without_spills(tmp_path):
+    """The shapes the runtime builds for sm_90 (modules.prefill_arch_flags) do not spill."""
+    from attnc.runtime.modules import prefill_arch_flags
+
+    tune = list(prefill_arch_flags("90a"))
+    assert tune, "sm_90 modules use their own tile shapes"
+    (tmp_path / "all_fixtures.cu").write_text(all_fixtures_tu())
+    common = ["-O3", "-gencode=arch=compute_90a,code=sm_90a", *tune, "-Xptxas", "-v", "-c"]
+    module = str(FIXTURES / "prefill_module.cu")
+    d64 = ["-DATTNC_FIXTURE=Causal", "-DATTNC_DTYPE=half", "-DATTNC_HEAD_DIM=64"]
+    jobs = [
+        nvcc([*common, "all_fixtures.cu", "-o", "all.o"], tmp_path),
+        nvcc([*common, *d64, module, "-o", "c64.o"], tmp_path),
+    ]
+    rows = [r for proc in jobs for r in kernel_resources(finish(proc))]
+    assert len(rows) == len(FIXTURE_NAMES) * SHAPES_PER_HEAD_DIM[128] + SHAPES_PER_HEAD_DIM[64]
+    spilled = [r for r in rows if r[2] or r[3] or r[4]]
+    assert spilled == [], f"kernels with a stack frame or spills: {spilled}"
