@@ -42,8 +42,26 @@ MAX_CTAS_PER_SM = 8
 MAX_CACHED_CALLS = 128
 _SCALAR_TYPES = (int, float, bool)
 _GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_Tensor = torch.Tensor
+_I32 = torch.int32
 _WRAPPERS: weakref.WeakValueDictionary[int, BatchDecodeWrapper] = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
+
+
+class _Fast:
+    """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
+    arguments (``key``) and the scheduler arguments they give (``args``: q_len, heads,
+    row blocks, CTAs, KV tile, partial rows, max items)."""
+
+    __slots__ = ("key", "args")
+
+    def __init__(self, key: tuple[object, ...], args: tuple[int, ...]) -> None:
+        self.key = key
+        self.args = args
+
+
+def _pinned_empty(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
 @dataclass(frozen=True)
@@ -64,31 +82,91 @@ class _Shape:
 def check_page_table(
     kv_indptr: object, kv_last_page_len: object, page_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(kv_indptr, kv_len per request) as int64 arrays, with ValueErrors naming the tensor."""
+    """(kv_indptr, kv_len per request) as int64 arrays, with ValueErrors naming the tensor.
+
+    The numpy checks; ``plan()`` does the same checks in C++ when the native planner is on
+    (``_page_table_error`` formats its errors with the messages below)."""
     indptr = validate.host_index_tensor("kv_indptr", kv_indptr).numpy()
     if indptr.shape[0] == 0:
-        raise ValueError("kv_indptr: needs at least one entry (batch + 1)")
+        raise _indptr_empty()
     if indptr[0] != 0:
-        raise ValueError(f"kv_indptr: must start at 0, got {int(indptr[0])}")
+        raise _indptr_start(int(indptr[0]))
     pages = np.diff(indptr)
     if pages.shape[0] and int(pages.min()) < 0:
         i = int(np.argmax(pages < 0)) + 1
-        raise ValueError(
-            f"kv_indptr: must be non-decreasing, but kv_indptr[{i}]={int(indptr[i])} < "
-            f"kv_indptr[{i - 1}]={int(indptr[i - 1])}"
-        )
+        raise _indptr_decreasing(i, int(indptr[i]), int(indptr[i - 1]))
     last = validate.host_index_tensor(
         "kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1
     ).numpy()
     bad = (pages > 0) & ((last < 1) | (last > page_size))
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(
-            f"kv_last_page_len: kv_last_page_len[{i}]={int(last[i])} is outside "
-            f"[1, page_size={page_size}]"
-        )
+        raise _last_range(i, int(last[i]), page_size)
     kv_lens = np.where(pages > 0, (pages - 1) * page_size + last, 0)
     return indptr, kv_lens
+
+
+def _indptr_empty() -> ValueError:
+    return ValueError("kv_indptr: needs at least one entry (batch + 1)")
+
+
+def _indptr_start(first: int) -> ValueError:
+    return ValueError(f"kv_indptr: must start at 0, got {first}")
+
+
+def _indptr_decreasing(i: int, at: int, before: int) -> ValueError:
+    return ValueError(
+        f"kv_indptr: must be non-decreasing, but kv_indptr[{i}]={at} < kv_indptr[{i - 1}]={before}"
+    )
+
+
+def _last_range(i: int, value: int, page_size: int) -> ValueError:
+    return ValueError(
+        f"kv_last_page_len: kv_last_page_len[{i}]={value} is outside [1, page_size={page_size}]"
+    )
+
+
+def _batch_capacity(batch: int, max_batch: int) -> CapacityError:
+    return CapacityError(f"kv_indptr: batch {batch} exceeds max_batch_size={max_batch}")
+
+
+def _page_capacity(nnz: int, max_pages: int) -> CapacityError:
+    return CapacityError(
+        f"kv_indices: {nnz} pages exceed the workspace capacity of "
+        f"{max_pages} page ids (max_num_pages)"
+    )
+
+
+def _indices_short(entries: int, nnz: int) -> ValueError:
+    return ValueError(f"kv_indices: has {entries} entries, but kv_indptr[-1] = {nnz}")
+
+
+def _index_negative(lo: int) -> ValueError:
+    return ValueError(f"kv_indices: page index {lo} is negative")
+
+
+def _page_table_error(r: native_plan.StepResult, page_size: int, layout: object) -> ValueError:
+    """The ValueError of the numpy checks for a failed check of the native step."""
+    e, i, v = r.error, r.index, r.value
+    if e == native_plan.ERR_INDPTR_EMPTY:
+        return _indptr_empty()
+    if e == native_plan.ERR_INDPTR_START:
+        return _indptr_start(v)
+    if e == native_plan.ERR_INDPTR_DECREASING:
+        return _indptr_decreasing(i, v, r.value2)
+    if e == native_plan.ERR_LAST_COUNT:  # validate.host_index_tensor's message
+        return ValueError(f"kv_last_page_len: expected {i} entries, got {v}")
+    if e == native_plan.ERR_LAST_RANGE:
+        return _last_range(i, v, page_size)
+    if e == native_plan.ERR_BATCH_CAPACITY:
+        return _batch_capacity(v, layout.max_batch)  # type: ignore[attr-defined]
+    if e == native_plan.ERR_PAGE_CAPACITY:
+        return _page_capacity(v, layout.max_pages)  # type: ignore[attr-defined]
+    if e == native_plan.ERR_INDICES_SHORT:
+        return _indices_short(v, r.value2)
+    if e == native_plan.ERR_INDEX_NEGATIVE:
+        return _index_negative(v)
+    raise AssertionError(f"decode plan: unknown page table error {e}")
 
 
 def _raw_stream(device: torch.device) -> int:
@@ -144,6 +222,11 @@ class BatchDecodeWrapper:
         self._pinned_np = self._pinned.numpy()
         # C++ planner writing straight into the pinned buffer (None: numpy scheduler).
         self._native = native_plan.NativePlanner.create(self._pinned_np, self.layout)
+        self._device_index = self._device.index if self._device.index is not None else 0
+        if self._native is not None:
+            base = self._ws.data_ptr()
+            self._native.bind(base, base + self.layout.page_ids, self._device_index)
+        self._fast: _Fast | None = None  # the shape of the last plan, for the fast path
         self._page_stage: torch.Tensor | None = None
         self._copy_done: torch.cuda.Event | None = None
         self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
@@ -178,11 +261,77 @@ class BatchDecodeWrapper:
         dtype: torch.dtype = torch.bfloat16,
     ) -> None:
         """Check the page table, schedule the step and copy the work lists to the device."""
+        fast = self._fast
+        # Fast path: the scalars of the last plan (same types, so their checks pass again),
+        # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
+        # the workspace's device or the CPU. Everything else is checked in C++.
+        if (
+            fast is not None
+            and type(kv_indptr) is _Tensor
+            and type(kv_last_page_len) is _Tensor
+            and type(kv_indices) is _Tensor
+            and (
+                num_qo_heads,
+                num_kv_heads,
+                head_dim,
+                page_size,
+                q_len_per_request,
+                sm_scale,
+                dtype,
+            )
+            == fast.key  # fmt: skip
+            and type(num_qo_heads) is int
+            and type(num_kv_heads) is int
+            and type(head_dim) is int
+            and type(page_size) is int
+            and type(q_len_per_request) is int
+            and (sm_scale is None or type(sm_scale) is float)
+            and kv_indptr.dtype is _I32
+            and kv_last_page_len.dtype is _I32
+            and kv_indices.dtype is _I32
+            and kv_indptr.is_cpu
+            and kv_last_page_len.is_cpu
+            and kv_indptr.dim() == 1
+            and kv_last_page_len.dim() == 1
+            and kv_indices.dim() == 1
+            and kv_indptr.is_contiguous()
+            and kv_last_page_len.is_contiguous()
+            and kv_indices.is_contiguous()
+        ):
+            on_device = kv_indices.is_cuda
+            if (on_device and kv_indices.get_device() == self._device_index) or kv_indices.is_cpu:
+                sched = self._native_step(
+                    fast, kv_indptr, kv_indices, kv_last_page_len, on_device, page_size
+                )
+                self._a_flags(sched)
+                self.last_schedule = sched
+                self._last_kv = None
+                return
+        self._plan_checked(
+            kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
+            page_size, q_len_per_request, sm_scale, dtype,
+        )  # fmt: skip
+
+    def _plan_checked(
+        self,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        q_len: int,
+        sm_scale: float | None,
+        dtype: torch.dtype,
+    ) -> None:
+        """``plan()`` with every check in Python first (a new shape, or inputs the fast path
+        does not take)."""
+        self._fast = None
         validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
         validate.check_dtype_arg(dtype)
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be an int >= 1, got {page_size!r}")
-        q_len = q_len_per_request
         if not isinstance(q_len, int) or not 1 <= q_len <= MAX_Q_LEN:
             raise ValueError(
                 f"q_len_per_request: must be an int in [1, {MAX_Q_LEN}], got {q_len!r}"
@@ -190,15 +339,10 @@ class BatchDecodeWrapper:
         indptr, kv_lens = check_page_table(kv_indptr, kv_last_page_len, page_size)
         batch = kv_lens.shape[0]
         if batch > self.layout.max_batch:
-            raise CapacityError(
-                f"kv_indptr: batch {batch} exceeds max_batch_size={self.layout.max_batch}"
-            )
+            raise _batch_capacity(batch, self.layout.max_batch)
         nnz = int(indptr[-1])
         if nnz > self.layout.max_pages:
-            raise CapacityError(
-                f"kv_indices: {nnz} pages exceed the workspace capacity of "
-                f"{self.layout.max_pages} page ids (max_num_pages)"
-            )
+            raise _page_capacity(nnz, self.layout.max_pages)
         pages_dev = self._check_indices(kv_indices, nnz)
         scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
         module, rows, kv_tile, per_sm = self._module_for(
@@ -215,36 +359,103 @@ class BatchDecodeWrapper:
             )
         row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
         part_rows, max_items = self.layout.max_part_rows(head_dim), self.layout.max_items
-        page_begin = indptr[:-1]
-        if self._copy_done is not None:
-            self._copy_done.synchronize()  # the previous copies may still read the pinned buffers
-        summary = None
-        if self._native is not None:  # writes the work region into the pinned buffer
-            summary = self._native.plan(
-                kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-                part_rows, page_begin, max_items=max_items,
-            )  # fmt: skip
+        args = (q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile, part_rows)
+        native = self._native
         sched: scheduler.Schedule
-        if summary is not None:  # the arrays of last_schedule are computed on first access
-            sched = native_plan.LazySchedule(
-                summary, kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas,
-                kv_tile, part_rows, max_items,
-            )  # fmt: skip
+        if native is not None and native.configure(*args, page_size, max_items):
+            if self._copy_done is not None:  # copies of an earlier numpy plan
+                self._copy_done.synchronize()
+                self._copy_done = None
+            fast = _Fast(
+                (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype),
+                (*args, max_items),
+            )
+            # The checks above passed: the step's checks (the same) pass too.
+            sched = self._native_step(
+                fast,
+                kv_indptr.detach().to("cpu").contiguous(),
+                kv_indices.detach().contiguous(),
+                kv_last_page_len.detach().to("cpu").contiguous(),
+                pages_dev,
+                page_size,
+            )
+            exact = all(type(v) is int for v in (num_qo_heads, num_kv_heads, head_dim))
+            if exact and type(page_size) is int and type(q_len) is int:
+                if sm_scale is None or type(sm_scale) is float:
+                    self._fast = fast
         else:
+            page_begin = indptr[:-1]
+            if native is not None:
+                native.wait()  # the previous copies may still read the pinned buffers
+            if self._copy_done is not None:
+                self._copy_done.synchronize()  # the previous copies may still read them
             sched = scheduler.schedule(
                 kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
                 part_rows, max_items=max_items,
             )  # fmt: skip
-        written = summary.work_bytes if summary is not None else None
-        self._upload(sched, written, q_len, page_begin, kv_lens, kv_indices, pages_dev, nnz)
+            self._upload(sched, None, q_len, page_begin, kv_lens, kv_indices, pages_dev, nnz)
+            self._batch, self._q_rows = batch, batch * q_len
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
-        self._module, self._batch = module, batch
-        self._q_rows = batch * q_len
+        self._module = module
         self.last_schedule = sched
         self._fill_static_args(shape, sched)
         self._last_kv = None
+
+    def _native_step(
+        self,
+        fast: _Fast,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+        on_device: bool,
+        page_size: int,
+    ) -> scheduler.Schedule:
+        """Checks, plan and copies in C++ (``native_plan.NativePlanner.step``); sets the
+        batch and the largest page id; the schedule of the step."""
+        native = self._native
+        assert native is not None
+        if not on_device:
+            need = 4 * min(kv_indices.shape[0], self.layout.max_pages)
+            if need > native.stage_bytes:  # grow the pinned stage of host page ids
+                native.wait()  # the previous copy out of the old stage
+                stage = _pinned_empty(max(need, 1 << 16) * 2)
+                native.set_stage(stage, stage.data_ptr(), stage.numel())
+        rc = native.step(
+            kv_indptr.data_ptr(), kv_indptr.shape[0], kv_last_page_len.data_ptr(),
+            kv_last_page_len.shape[0], kv_indices.data_ptr(), kv_indices.shape[0], on_device,
+            _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
+            else _raw_stream(self._device),
+        )  # fmt: skip
+        r = native.result
+        if rc == native_plan.INVALID:
+            raise _page_table_error(r, page_size, self.layout)
+        self._max_page = r.max_page  # as _check_indices sets it before the plan
+        batch = r.batch
+        args = fast.args
+        if rc == native_plan.OK:
+            sched: scheduler.Schedule = native_plan.LazySchedule(
+                native.summary(), native.kv_lens(batch), *args
+            )
+        elif rc == native_plan.UNSUPPORTED:  # numpy plans (the previous copies are done)
+            kv_lens = native.kv_lens(batch)
+            *sched_args, max_items = args
+            sched = scheduler.schedule(kv_lens, *sched_args, max_items=max_items)
+            nbytes = scheduler.write_work_region(
+                self._pinned_np, self.layout, sched, args[0], native.page_begin(batch), kv_lens
+            )
+            rc = native.upload(nbytes, r.nnz)
+        elif rc == native_plan.CAPACITY:
+            raise native_plan._capacity_error(r.summary.num_items, args[-1])
+        if rc == native_plan.CUDA_ERROR:
+            raise RuntimeError(f"attnc: decode plan: {native.cuda_error(r.cuda_error)}")
+        self._batch = batch
+        self._q_rows = batch * args[0]
+        return sched
+
+    def _a_flags(self, sched: scheduler.Schedule) -> None:
+        self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
 
     def _check_indices(self, kv_indices: object, nnz: int) -> bool:
         """Checks ``kv_indices``; True when it lives on the device (copied device to device)."""
@@ -317,9 +528,7 @@ class BatchDecodeWrapper:
             else:
                 stage = self._page_stage
                 if stage is None or stage.numel() < 4 * nnz:
-                    stage = torch.empty(
-                        max(4 * nnz, 1 << 16) * 2, dtype=torch.uint8, pin_memory=True
-                    )
+                    stage = _pinned_empty(max(4 * nnz, 1 << 16) * 2)
                     self._page_stage = stage
                 stage[: 4 * nnz].view(torch.int32).copy_(kv_indices[:nnz])
                 dst.copy_(stage[: 4 * nnz], non_blocking=True)

@@ -296,3 +296,100 @@ def test_timing_print(capsys):
     out = capsys.readouterr().out
     print(out)
     assert "native" in out
+
+
+def _fake_cuda(fake):
+    out = np.zeros(4, np.int64)
+    native_plan._library().attnc_decode_fake_cuda(fake, out.ctypes.data)
+
+
+def test_step_checks_match_check_page_table():
+    """The step's page-table checks against decode.check_page_table (random valid and broken
+    tables); a passing step writes what the numpy path writes and copies the page ids (the
+    CUDA calls replaced by host memcpys, the "device" ids and workspace in host memory)."""
+    import torch
+
+    from attnc.runtime import decode
+
+    rng = np.random.default_rng(99)
+    lay = s.make_layout(1 << 24, max_batch=32, max_items=4096, max_ctas=64, max_pages=2000)
+    ws = np.full(1 << 24, SENTINEL, np.uint8)
+    buf = _buffer(lay.work_bytes(4096))
+    planner = native_plan.NativePlanner.create(buf, lay)
+    planner.bind(ws.ctypes.data, ws.ctypes.data + lay.page_ids, 0)
+    stage = np.zeros(1 << 16, np.uint8)
+    planner.set_stage(stage, stage.ctypes.data, stage.shape[0])
+    args = (1, 32, 8, 1, 64, 64, lay.max_part_rows(128))
+    assert planner.configure(*args, 16, lay.max_items)
+    _fake_cuda(1)
+    kinds = set()
+    try:
+        for trial in range(2000):
+            batch = int(rng.integers(0, 40))
+            lens = rng.integers(0, 3000, batch)
+            pages = -(-lens // 16)
+            indptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
+            last = np.where(lens > 0, (lens - 1) % 16 + 1, rng.integers(-2, 20, batch))
+            last = last.astype(np.int32)
+            ids = rng.permutation(int(indptr[-1]) + 3).astype(np.int32)
+            k = trial % 8
+            if k == 1 and batch:
+                indptr[int(rng.integers(0, batch + 1))] += int(rng.integers(-5, 5))
+            elif k == 2 and batch:
+                last[int(rng.integers(0, batch))] = int(rng.integers(-3, 20))
+            elif k == 3:
+                last = last[: max(batch - 1, 0)]
+            elif k == 4 and ids.shape[0]:
+                ids[int(rng.integers(0, ids.shape[0]))] = -int(rng.integers(1, 9))
+            elif k == 5:
+                ids = ids[: max(int(indptr[-1]) - 1, 0)]
+            elif k == 6:
+                indptr = indptr[:0]
+            on_device = trial % 3 == 0
+            try:
+                ptr, kv = decode.check_page_table(
+                    torch.from_numpy(indptr), torch.from_numpy(last), 16
+                )
+                nnz = int(ptr[-1])
+                if ptr.shape[0] - 1 > lay.max_batch:
+                    raise decode._batch_capacity(ptr.shape[0] - 1, lay.max_batch)
+                if nnz > lay.max_pages:
+                    raise decode._page_capacity(nnz, lay.max_pages)
+                if ids.shape[0] < nnz:
+                    raise decode._indices_short(ids.shape[0], nnz)
+                if nnz and not on_device and ids[:nnz].min() < 0:
+                    raise decode._index_negative(int(ids[:nnz].min()))
+                want = None
+            except ValueError as exc:
+                want = (type(exc), str(exc))
+            ws[: lay.page_ids + 4 * 4000] = SENTINEL
+            buf[:] = SENTINEL
+            rc = planner.step(
+                indptr.ctypes.data, indptr.shape[0], last.ctypes.data, last.shape[0],
+                ids.ctypes.data, ids.shape[0], on_device, 0,
+            )  # fmt: skip
+            r = planner.result
+            if want is not None:
+                assert rc == native_plan.INVALID, (trial, want)
+                err = decode._page_table_error(r, 16, lay)
+                assert (type(err), str(err)) == want, trial
+                kinds.add(r.error)
+                assert (ws[: lay.page_ids + 4 * 4000] == SENTINEL).all()  # nothing copied
+                continue
+            assert rc == native_plan.OK, trial
+            assert r.batch == kv.shape[0] and r.nnz == nnz
+            assert np.array_equal(planner.kv_lens(r.batch), kv)
+            assert np.array_equal(planner.page_begin(r.batch), ptr[:-1])
+            hi = int(ids[:nnz].max()) if nnz and not on_device else -1
+            assert r.max_page == hi
+            ref = s.schedule(kv, *args, max_items=lay.max_items)
+            expect = _buffer(buf.shape[0])
+            n = s.write_work_region(expect, lay, ref, 1, ptr[:-1], kv)
+            assert r.summary.work_bytes == n and buf[:n].tobytes() == expect[:n].tobytes()
+            assert ws[:n].tobytes() == expect[:n].tobytes()
+            got = ws[lay.page_ids : lay.page_ids + 4 * nnz].view(np.int32)
+            assert np.array_equal(got, ids[:nnz])
+            assert (ws[lay.page_ids + 4 * nnz : lay.page_ids + 4 * nnz + 16] == SENTINEL).all()
+    finally:
+        _fake_cuda(0)
+    assert kinds >= set(range(1, 10)) - {native_plan.ERR_BATCH_CAPACITY}, kinds

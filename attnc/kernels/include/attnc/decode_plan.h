@@ -1,4 +1,4 @@
-// Owns: the host-side decode step planner in C++ (no CUDA, no torch, no Python): the algorithm
+// Owns: the host-side decode step planner in C++ (no torch, no Python): the algorithm
 // of attnc/runtime/scheduler.py (chunk choice, the doubling loop bounded by the partial
 // capacity, splitting, heaviest-first ordering, CTA assignment, merge lists) writing the work
 // region of scheduler.write_work_region straight into a caller's byte buffer (the pinned
@@ -11,9 +11,20 @@
 // or non-positive costs, int32 overflow in the header, overlapping or out-of-range regions)
 // return kAttncPlanUnsupported before anything is written to the buffer: the caller then
 // runs the numpy code, so every input still gets the numpy answer (or the numpy error).
+//
+// The step (``step`` below, attnc_decode_step in native_plan.py) is the whole host side of
+// BatchDecodeWrapper.plan() after its scalar checks: the page-table checks of
+// decode.check_page_table on the raw int32 host arrays (an error code plus the offending
+// index and values, formatted into the same ValueError by Python), the wait for the previous
+// copies out of the pinned buffers (a CUDA event), the plan, and the two stream-ordered
+// copies (pinned work region -> workspace, page ids -> workspace) followed by the event
+// record, all through the CUDA runtime. The CUDA calls go through ``Cuda`` so a test switch
+// can replace them by synchronous host memcpys (the "device" memory then is host memory).
 #pragma once
 #include <stdint.h>
 #include <string.h>
+
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
@@ -71,6 +82,65 @@ typedef struct AttncPlanSummary {
   int64_t total_chunks;    // KV chunks over all requests
   int64_t work_bytes;      // bytes of the work region to copy (write_work_region's result)
 } AttncPlanSummary;
+
+// Return codes of attnc_decode_step (kAttncPlanOk/Unsupported/Capacity as above, then:).
+enum { kAttncStepInvalid = 3, kAttncStepCuda = 4 };
+
+// AttncStepResult.error after kAttncStepInvalid: which check of decode.check_page_table,
+// BatchDecodeWrapper.plan and _check_indices failed (index/value/value2 say where).
+enum {
+  kAttncStepIndptrEmpty = 1,       // no entries
+  kAttncStepIndptrStart = 2,       // value = kv_indptr[0]
+  kAttncStepIndptrDecreasing = 3,  // index i: value = kv_indptr[i] < value2 = kv_indptr[i-1]
+  kAttncStepLastCount = 4,         // index = batch entries expected, value = entries given
+  kAttncStepLastRange = 5,         // index i, value = kv_last_page_len[i]
+  kAttncStepBatchCapacity = 6,     // value = batch
+  kAttncStepPageCapacity = 7,      // value = kv_indptr[-1]
+  kAttncStepIndicesShort = 8,      // value = kv_indices entries, value2 = kv_indptr[-1]
+  kAttncStepIndexNegative = 9,     // value = the smallest page id
+};
+
+// Inputs of attnc_decode_step. Mirrored by ctypes in native_plan.py (_StepParams).
+typedef struct AttncStepParams {
+  // The scheduler arguments; batch, kv_lens and req_page_begin are set by the step (to
+  // kv_out and page_begin_out).
+  AttncPlanParams plan;
+  // The page table: int32 host arrays.
+  const int32_t* kv_indptr;  // [indptr_len]
+  int64_t indptr_len;
+  const int32_t* last_page_len;  // [last_len]
+  int64_t last_len;
+  int64_t page_size;
+  int64_t max_batch;        // capacity of kv_out and page_begin_out
+  int64_t max_pages;        // page ids the workspace holds
+  int64_t* kv_out;          // [max_batch] KV length per request (decode.check_page_table)
+  int64_t* page_begin_out;  // [max_batch] kv_indptr[:-1]
+  const int32_t* kv_indices;  // [indices_len], on the device or the host
+  int64_t indices_len;
+  int64_t indices_on_device;
+  // The copies, ordered on ``stream`` of CUDA device ``device``.
+  uint8_t* dev_work;        // the workspace (the work region starts at its byte 0)
+  uint8_t* dev_page_ids;    // the workspace's page id region
+  uint8_t* page_stage;      // pinned staging buffer of host page ids
+  int64_t page_stage_bytes;
+  void* stream;
+  int64_t device;
+  // Owned by the library: recorded after the copies (null until the first one).
+  void* event;
+} AttncStepParams;
+
+// Outputs of attnc_decode_step and attnc_decode_upload.
+typedef struct AttncStepResult {
+  int64_t error;  // kAttncStep* detail of kAttncStepInvalid
+  int64_t index;
+  int64_t value;
+  int64_t value2;
+  int64_t batch;     // after the checks pass
+  int64_t nnz;       // kv_indptr[-1]
+  int64_t max_page;  // largest host page id (-1: none, or ids on the device)
+  int64_t cuda_error;  // cudaError_t of kAttncStepCuda
+  AttncPlanSummary summary;  // kAttncPlanOk (num_items only for kAttncPlanCapacity)
+} AttncStepResult;
 
 }  // extern "C"
 
@@ -488,6 +558,173 @@ inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
   out->total_chunks = c.total_chunks;
   out->work_bytes = p.off_items + c.num_items * kItemInts * 4;
   return kAttncPlanOk;
+}
+
+// ---- the step: page-table checks, copies and the event -----------------------------------
+
+// The CUDA runtime calls of the step; with ``fake`` set (tests without a GPU) copies are
+// synchronous host memcpys and events are counted only.
+struct Cuda {
+  bool fake = false;
+  int64_t copies = 0, records = 0, waits = 0, creates = 0;
+
+  cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, void* stream) {
+    ++copies;
+    if (fake) {
+      memcpy(dst, src, n);
+      return cudaSuccess;
+    }
+    return cudaMemcpyAsync(dst, src, n, kind, static_cast<cudaStream_t>(stream));
+  }
+  cudaError_t record(AttncStepParams& s) {
+    if (s.event == nullptr) {
+      ++creates;
+      if (fake) {
+        s.event = this;  // any non-null handle
+      } else {
+        // On the workspace's device, whatever the current one is (as torch.cuda.Event does).
+        int prev = 0;
+        cudaError_t e = cudaGetDevice(&prev);
+        if (e == cudaSuccess && prev != s.device) e = cudaSetDevice(static_cast<int>(s.device));
+        cudaEvent_t ev = nullptr;
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (prev != s.device) cudaSetDevice(prev);
+        if (e != cudaSuccess) return e;
+        s.event = ev;
+      }
+    }
+    ++records;
+    if (fake) return cudaSuccess;
+    return cudaEventRecord(static_cast<cudaEvent_t>(s.event), static_cast<cudaStream_t>(s.stream));
+  }
+  cudaError_t wait(const AttncStepParams& s) {
+    if (s.event == nullptr) return cudaSuccess;
+    ++waits;
+    if (fake) return cudaSuccess;
+    return cudaEventSynchronize(static_cast<cudaEvent_t>(s.event));
+  }
+  cudaError_t release(AttncStepParams& s) {
+    if (s.event == nullptr || fake) {
+      s.event = nullptr;
+      return cudaSuccess;
+    }
+    cudaEvent_t ev = static_cast<cudaEvent_t>(s.event);
+    s.event = nullptr;
+    cudaEventSynchronize(ev);  // the pinned buffers are freed after this
+    return cudaEventDestroy(ev);
+  }
+};
+
+inline Cuda& cuda() {
+  static Cuda c;
+  return c;
+}
+
+inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t value,
+                   int64_t value2) {
+  r->error = error;
+  r->index = index;
+  r->value = value;
+  r->value2 = value2;
+  return kAttncStepInvalid;
+}
+
+// The checks of decode.check_page_table, BatchDecodeWrapper.plan (batch and page capacity)
+// and _check_indices (entries, non-negative host ids), in that order, on the int32 arrays;
+// then kv_out / page_begin_out and the result's batch, nnz and max_page. Writes nothing else.
+inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
+  const int32_t* ip = s.kv_indptr;
+  const int64_t n = s.indptr_len;
+  if (n <= 0 || ip == nullptr) return invalid(r, kAttncStepIndptrEmpty, 0, 0, 0);
+  if (ip[0] != 0) return invalid(r, kAttncStepIndptrStart, 0, ip[0], 0);
+  for (int64_t i = 1; i < n; ++i)
+    if (ip[i] < ip[i - 1]) return invalid(r, kAttncStepIndptrDecreasing, i, ip[i], ip[i - 1]);
+  const int64_t batch = n - 1;
+  if (s.last_len != batch) return invalid(r, kAttncStepLastCount, batch, s.last_len, 0);
+  const int32_t* last = s.last_page_len;
+  for (int64_t i = 0; i < batch; ++i)
+    if (ip[i + 1] > ip[i] && (last[i] < 1 || last[i] > s.page_size))
+      return invalid(r, kAttncStepLastRange, i, last[i], 0);
+  if (batch > s.max_batch) return invalid(r, kAttncStepBatchCapacity, 0, batch, 0);
+  const int64_t nnz = ip[batch];
+  if (nnz > s.max_pages) return invalid(r, kAttncStepPageCapacity, 0, nnz, 0);
+  if (s.indices_len < nnz) return invalid(r, kAttncStepIndicesShort, 0, s.indices_len, nnz);
+  int64_t max_page = -1;
+  if (!s.indices_on_device && nnz > 0) {
+    const int32_t* ids = s.kv_indices;
+    int32_t lo = ids[0], hi = ids[0];
+    for (int64_t i = 1; i < nnz; ++i) {
+      lo = std::min(lo, ids[i]);
+      hi = std::max(hi, ids[i]);
+    }
+    if (lo < 0) return invalid(r, kAttncStepIndexNegative, 0, lo, 0);
+    max_page = hi;
+  }
+  // numpy: where(pages > 0, (pages - 1) * page_size + last, 0) in int64 (wrapping).
+  const uint64_t ps = static_cast<uint64_t>(s.page_size);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t pages = int64_t(ip[i + 1]) - ip[i];
+    s.page_begin_out[i] = ip[i];
+    s.kv_out[i] = pages > 0 ? static_cast<int64_t>(static_cast<uint64_t>(pages - 1) * ps +
+                                                   static_cast<uint64_t>(int64_t(last[i])))
+                            : 0;
+  }
+  r->batch = batch;
+  r->nnz = nnz;
+  r->max_page = max_page;
+  return kAttncPlanOk;
+}
+
+inline int cuda_failed(AttncStepResult* r, cudaError_t e) {
+  r->cuda_error = static_cast<int64_t>(e);
+  return kAttncStepCuda;
+}
+
+// The copies of the work region (``work_bytes`` bytes, already in plan.buf) and of the
+// ``nnz`` page ids (host ids through page_stage), then the event record. The caller has
+// waited for the previous copies.
+inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
+                  AttncStepResult* r) {
+  Cuda& c = cuda();
+  cudaError_t e = cudaSuccess;
+  if (work_bytes > 0)
+    e = c.copy(s.dev_work, s.plan.buf, static_cast<size_t>(work_bytes), cudaMemcpyHostToDevice,
+               s.stream);
+  if (e != cudaSuccess) return cuda_failed(r, e);
+  if (nnz > 0) {
+    const size_t bytes = static_cast<size_t>(nnz) * 4;
+    if (s.indices_on_device) {
+      e = c.copy(s.dev_page_ids, s.kv_indices, bytes, cudaMemcpyDeviceToDevice, s.stream);
+    } else {
+      if (s.page_stage == nullptr || s.page_stage_bytes < static_cast<int64_t>(bytes))
+        return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
+      memcpy(s.page_stage, s.kv_indices, bytes);
+      e = c.copy(s.dev_page_ids, s.page_stage, bytes, cudaMemcpyHostToDevice, s.stream);
+    }
+    if (e != cudaSuccess) return cuda_failed(r, e);
+  }
+  e = c.record(const_cast<AttncStepParams&>(s));
+  return e == cudaSuccess ? kAttncPlanOk : cuda_failed(r, e);
+}
+
+// BatchDecodeWrapper.plan after its scalar checks. kAttncPlanOk: planned, copies queued and
+// the event recorded. kAttncStepInvalid: a check failed (r->error), nothing written or
+// waited for. kAttncPlanCapacity (r->summary.num_items) / kAttncPlanUnsupported: the checks
+// passed (batch, nnz, max_page, kv_out, page_begin_out set) and the previous copies are
+// done, nothing written: the caller raises, or writes the buffer itself and calls upload.
+// kAttncStepCuda: a CUDA call failed (r->cuda_error).
+inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
+  int rc = check_page_table(s, r);
+  if (rc != kAttncPlanOk) return rc;
+  cudaError_t e = cuda().wait(s);
+  if (e != cudaSuccess) return cuda_failed(r, e);
+  AttncPlanParams p = s.plan;
+  p.batch = r->batch;
+  p.kv_lens = s.kv_out;
+  p.req_page_begin = s.page_begin_out;
+  rc = plan(p, &r->summary, scratch);
+  if (rc != kAttncPlanOk) return rc;
+  return upload(s, r->summary.work_bytes, r->nnz, r);
 }
 
 }  // namespace decode_plan

@@ -1,0 +1,267 @@
+"""BatchDecodeWrapper.plan() through the native step (checks, plan and copies in C++) against
+the numpy path, on the CPU: the step's CUDA calls are switched to host memcpys, so the
+"workspace" is a CPU tensor and its bytes can be compared."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime import abi, native_plan, scheduler, toolchain
+from attnc.runtime import decode as D
+from attnc.runtime.decode_abi import AttncDecodeArgs
+
+pytestmark = pytest.mark.nvcc
+
+
+def _have_nvcc() -> bool:
+    try:
+        return shutil.which(toolchain.find_nvcc()) is not None
+    except toolchain.ToolNotFound:
+        return False
+
+
+if not _have_nvcc():
+    pytest.skip("nvcc not found", allow_module_level=True)
+
+HQ, HKV, DIM, PAGE = 32, 8, 128, 16
+
+
+class _FakeEvent:
+    def record(self, stream):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+class _FakeModule:
+    def __init__(self, variant):
+        self.params_type = abi.params_struct(variant.ir.params)
+
+
+def fake_counts(lib, fake=-1):
+    out = np.zeros(4, np.int64)
+    lib.attnc_decode_fake_cuda(fake, out.ctypes.data)
+    return out.tolist()
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    mp.delenv("ATTNC_NATIVE_PLAN", raising=False)
+    mp.setattr(native_plan, "_TRIED", False)
+    mp.setattr(native_plan, "_LIB", None)
+    lib = native_plan._library()
+    assert lib is not None
+    fake_counts(lib, 1)
+    yield lib
+    fake_counts(lib, 0)
+    mp.undo()
+
+
+@pytest.fixture
+def cpu(monkeypatch, lib):
+    monkeypatch.setattr(D, "_GET_RAW_STREAM", lambda index: 0)
+    monkeypatch.setattr(D, "_pinned_empty", lambda n: torch.zeros(n, dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    return lib
+
+
+def make_wrapper(native=True, max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None):
+    """BatchDecodeWrapper.__init__ on the CPU (host memory for the workspace and the pinned
+    buffer), with modules for every (heads, q_len) the tests use."""
+    variant = attnc.load("stdlib:vanilla")
+    w = object.__new__(D.BatchDecodeWrapper)
+    w.variant, w.kv_layout, w.use_cuda_graph = variant, "NHD", graph
+    w._ws = torch.full((ws_bytes,), 0xCD, dtype=torch.uint8)
+    w._device = torch.device("cuda:0")
+    w._num_sms = 132
+    w.layout = scheduler.make_layout(
+        ws_bytes, max_batch, max(16384, 64 * max_batch), 8 * 132, max_pages
+    )
+    w._pinned = torch.zeros(w.layout.work_bytes(w.layout.max_items), dtype=torch.uint8)
+    w._pinned_np = w._pinned.numpy()
+    w._native = native_plan.NativePlanner.create(w._pinned_np, w.layout) if native else None
+    w._device_index = 0
+    if w._native is not None:
+        base = w._ws.data_ptr()
+        w._native.bind(base, base + w.layout.page_ids, 0)
+    w._fast = None
+    w._page_stage = None
+    w._copy_done = None
+    module = _FakeModule(variant)
+    w._modules = {
+        (torch.bfloat16, DIM, q * hq // hkv): (module, 16, 64, 2)
+        for q in range(1, 9)
+        for hq, hkv in ((HQ, HKV), (HQ, HQ))
+    }
+    w._shape = w._module = None
+    w._args = AttncDecodeArgs()
+    w._args_ref = ctypes.byref(w._args)
+    w._max_page, w._batch, w._q_rows = -1, 0, 0
+    w._last_kv = w._empty_params = w._applied = None
+    w._calls = {}
+    w.last_schedule = None
+    w.handle = 0
+    return w
+
+
+def page_table(rng, batch, page_size=PAGE, max_len=5000):
+    lens = rng.integers(0, max_len, batch)
+    pages = -(-lens // page_size)
+    indptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
+    last = np.where(lens > 0, (lens - 1) % page_size + 1, rng.integers(-3, 30, batch))
+    ids = rng.permutation(int(indptr[-1]) + 5).astype(np.int32)
+    return torch.from_numpy(indptr), torch.from_numpy(ids), torch.from_numpy(last.astype(np.int32))
+
+
+def _plan(w, indptr, ids, last, **kw):
+    kw.setdefault("page_size", PAGE)
+    hq, hkv = kw.pop("heads", (HQ, HKV))
+    w.plan(indptr, ids, last, hq, hkv, DIM, kw.pop("page_size"), dtype=torch.bfloat16, **kw)
+
+
+def _outcome(w, *args, **kw):
+    try:
+        _plan(w, *args, **kw)
+    except Exception as exc:  # noqa: BLE001
+        return (type(exc), str(exc))
+    n = w.layout.work_bytes(w.last_schedule.num_items)
+    nnz = int(args[0][-1])
+    lay = w.layout
+    ws = w._ws.numpy()
+    return (
+        ws[:n].tobytes(),
+        ws[lay.page_ids : lay.page_ids + 4 * nnz].tobytes(),
+        w._batch,
+        w._q_rows,
+        w._max_page,
+        w._args.flags,
+        w.last_schedule.merge_rows,
+    )
+
+
+def test_plan_matches_numpy_path(cpu):
+    rng = np.random.default_rng(5)
+    native, ref = make_wrapper(), make_wrapper(native=False)
+    before = fake_counts(cpu)
+    fast = 0
+    for trial in range(300):
+        batch = int(rng.integers(0, 65))
+        args = page_table(rng, batch, max_len=int(rng.choice([40, 3000, 70000])))
+        q_len = int(rng.integers(1, 3)) if trial % 50 == 0 else 1
+        kw = {"q_len_per_request": q_len, "heads": (HQ, HQ) if trial % 70 == 0 else (HQ, HKV)}
+        fast += native._fast is not None
+        got, want = _outcome(native, *args, **kw), _outcome(ref, *args, **kw)
+        assert got == want, trial
+        if native.last_schedule is not None and trial % 20 == 0:
+            s, r = native.last_schedule, ref.last_schedule
+            for f in ("items", "cta_indptr", "merge_items", "num_chunks", "cost"):
+                assert getattr(s, f).tobytes() == getattr(r, f).tobytes()
+    assert fast > 250
+    copies, records, waits, _ = (a - b for a, b in zip(fake_counts(cpu), before, strict=True))
+    assert records == 300 and waits == 299 and 300 <= copies <= 600
+
+
+BAD = {
+    "start": ([1, 2, 3], [1, 1]),
+    "decreasing": ([0, 3, 2, 4], [1, 1, 1]),
+    "empty": ([], []),
+    "last count": ([0, 2, 3], [1, 1, 1]),
+    "last range": ([0, 2, 2, 5], [3, 0, 17]),
+    "last zero": ([0, 2, 3], [5, 0]),
+    "negative last": ([0, 1], [-1]),
+    "batch": (list(range(66)), [1] * 65),
+    "short ids": ([0, 20, 40], [1, 1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_errors_match_numpy(cpu, case):
+    indptr, last = BAD[case]
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    ids = i32(list(range(30)))
+    good = page_table(np.random.default_rng(1), 4)
+    for warm in (False, True):  # the checked path, then the fast path
+        outs = []
+        for native in (True, False):
+            w = make_wrapper(native=native)
+            if warm:
+                _plan(w, *good)
+                assert (w._fast is not None) == native
+            outs.append(_outcome(w, i32(indptr), ids, i32(last)))
+        assert outs[0] == outs[1]
+        assert outs[0][0] in (ValueError, scheduler.CapacityError), outs[0]
+
+
+def test_negative_and_capacity_errors_match_numpy(cpu):
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    good = page_table(np.random.default_rng(1), 4, max_len=40)
+    cases = [
+        (i32([0, 2, 3]), i32([4, -1, 7]), i32([3, 3])),  # negative page id
+        (i32([0, 40, 90]), i32(list(range(90))), i32([3, 3])),  # beyond max_num_pages
+    ]
+    for warm in (False, True):
+        for args in cases:
+            outs = []
+            for native in (True, False):
+                w = make_wrapper(native=native, max_pages=64)
+                if warm:
+                    _plan(w, *good)
+                outs.append(_outcome(w, *args))
+            assert outs[0] == outs[1] and outs[0][0] in (ValueError, scheduler.CapacityError)
+
+
+def test_unsupported_lengths_go_through_numpy(cpu):
+    # 2^31 tokens and more per request: the C++ planner declines, numpy plans, C++ copies.
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    args = (i32([0, 3, 5]), i32([9, 8, 7, 6, 5]), i32([1 << 30, 5]))
+    outs = []
+    for native in (True, False):
+        w = make_wrapper(native=native)
+        outs.append(_outcome(w, *args, page_size=1 << 30))
+        outs.append(_outcome(w, *args, page_size=1 << 30))  # fast path on the native one
+    assert outs[0] == outs[2] and outs[1] == outs[3] and isinstance(outs[0][0], bytes)
+
+
+def test_other_inputs_take_the_checked_path(cpu, monkeypatch):
+    w = make_wrapper()
+    indptr, ids, last = page_table(np.random.default_rng(2), 8)
+    _plan(w, indptr, ids, last)
+    want = _outcome(w, indptr, ids, last)
+    calls = []
+    real = D.BatchDecodeWrapper._plan_checked
+    monkeypatch.setattr(
+        D.BatchDecodeWrapper, "_plan_checked", lambda self, *a: calls.append(1) or real(self, *a)
+    )
+    assert _outcome(w, indptr, ids, last) == want and not calls  # fast
+    wide = torch.zeros(2 * ids.shape[0], dtype=torch.int32)
+    wide[::2] = ids
+    assert _outcome(w, indptr, wide[::2], last) == want and calls  # strided page ids
+    calls.clear()
+    out = _outcome(w, indptr, ids, last, page_size=np.int64(PAGE))  # not an int: checked
+    assert calls and out == (ValueError, "page_size: must be an int >= 1, got np.int64(16)")
+    calls.clear()
+    assert _outcome(w, indptr, ids, last, sm_scale=0.1)[0] == want[0] and calls  # new shape
+    calls.clear()
+    assert _outcome(w, indptr, ids, last, sm_scale=0.1)[0] == want[0] and not calls
+    with pytest.raises(ValueError, match="kv_indptr: dtype must be torch.int32"):
+        _plan(w, indptr.long(), ids, last)
+
+
+def test_wrapper_with_cuda_graph_keeps_shape(cpu):
+    w = make_wrapper(graph=True)
+    args = page_table(np.random.default_rng(3), 8)
+    _plan(w, *args)
+    _plan(w, *args)
+    assert w._args.flags == D.FLAG_MERGE and w._fast is not None
+    with pytest.raises(ValueError, match="use_cuda_graph wrapper must keep"):
+        _plan(w, *args, q_len_per_request=2)
