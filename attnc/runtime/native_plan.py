@@ -118,11 +118,6 @@ void attnc_decode_fake_cuda(int fake, int64_t* out) {
   out[3] = c.creates;
 }
 
-// Test only: numpy's searchsorted(cta, arange(num_ctas + 1)) on an unsorted ``cta``.
-void attnc_decode_plan_searchsorted(const int64_t* cta, int64_t len, int64_t num_ctas,
-                                    int32_t* out) {
-  attnc::decode_plan::cta_boundaries_unsorted(cta, len, num_ctas, out);
-}
 
 }  // extern "C"
 """
@@ -271,8 +266,6 @@ def _load() -> ctypes.CDLL | None:
         lib.attnc_decode_plan.restype = ctypes.c_int
         lib.attnc_decode_plan_sizes.argtypes = [_P]
         lib.attnc_decode_plan_sizes.restype = None
-        lib.attnc_decode_plan_searchsorted.argtypes = [_P, _I64, _I64, _P]
-        lib.attnc_decode_plan_searchsorted.restype = None
         step_p, result_p = ctypes.POINTER(_StepParams), ctypes.POINTER(_StepResult)
         lib.attnc_decode_step.argtypes = [step_p, result_p]
         lib.attnc_decode_step.restype = ctypes.c_int

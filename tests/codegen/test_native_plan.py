@@ -278,19 +278,6 @@ def test_build_failure_is_silent(monkeypatch, capsys):
     assert "native decode planner unavailable" in capsys.readouterr().err
 
 
-def test_unsorted_search_matches_numpy():
-    lib = native_plan._library()
-    rng = np.random.default_rng(7)
-    for _ in range(500):
-        n, ctas = int(rng.integers(0, 60)), int(rng.integers(0, 40))
-        cta = rng.integers(-3, ctas + 3, n).astype(np.int64)
-        if rng.random() < 0.5:
-            cta.sort()
-        out = np.empty(ctas + 1, np.int32)
-        lib.attnc_decode_plan_searchsorted(cta.ctypes.data, n, ctas, out.ctypes.data)
-        assert out.tolist() == np.searchsorted(cta, np.arange(ctas + 1)).tolist()
-
-
 def test_timing_print(capsys):
     native_plan._bench(100)
     out = capsys.readouterr().out

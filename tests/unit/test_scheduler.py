@@ -45,11 +45,31 @@ def test_cost_model_and_order():
     plan = _plan(UNIFORM)
     length = plan.items[:, 4] - plan.items[:, 3]
     assert np.allclose(plan.cost, s.ALPHA * 1 + s.BETA * length)
-    assert (np.diff(plan.cost) <= 0).all()  # longest work first
-    # CTA b runs a contiguous run of items; the runs cover all items in order.
+    # CTA b runs items [cta_indptr[b], cta_indptr[b+1]), heaviest first.
     assert plan.cta_indptr[0] == 0 and plan.cta_indptr[-1] == plan.num_items
     assert (np.diff(plan.cta_indptr) >= 0).all()
     assert plan.cta_indptr.shape == (CTAS + 1,)
+    for b in range(CTAS):
+        run = plan.cost[plan.cta_indptr[b] : plan.cta_indptr[b + 1]]
+        assert (np.diff(run) <= 0).all()
+
+
+def test_lpt_assignment():
+    # Heaviest first to the least-loaded CTA, lowest index on ties.
+    cta = s.assign_lpt(np.array([10.0, 9.0, 5.0, 4.0, 3.0, 1.0]), 3)
+    assert cta.tolist() == [0, 1, 2, 2, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("lengths", "split"), [([4096] * 64, False), (ZIPF, True), (UNIFORM, False)]
+)
+def test_split_choice_on_anchor_batches(lengths, split):
+    """The chunk choice the H200 measurements favoured (see the module doc)."""
+    plan = _plan(lengths)
+    assert (plan.chunk_size > 0) == split
+    loads = plan.cta_loads() + s.ITEM_OVERHEAD * np.diff(plan.cta_indptr)
+    ideal = (s.ALPHA + s.ITEM_OVERHEAD) * plan.num_items / CTAS + sum(lengths) * 8 / CTAS
+    assert loads.max() <= 1.15 * ideal
 
 
 def test_deterministic():

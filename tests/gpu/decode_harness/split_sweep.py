@@ -1,9 +1,10 @@
-"""Decode throughput against the scheduler's split knobs (numpy planner, monkeypatched).
+"""Decode throughput against the scheduler's split candidates (numpy planner, monkeypatched).
 
     python tests/gpu/decode_harness/split_sweep.py
 
-Prints TB/s of K+V for b64 x 4096, decode_zipf and decode_uniform (causal, page 16) for each
-(SPLIT_FACTOR, MIN_CHUNK); a huge MIN_CHUNK means "never split".
+Prints TB/s of K+V for b64 x 4096, decode_zipf and decode_uniform (causal, page 16) with the
+default candidates (no split and each of SPLIT_FACTORS, chosen by the predicted step time)
+and with a single split factor (plus "no split"); MIN_CHUNK huge means "never split".
 """
 
 from __future__ import annotations
@@ -17,16 +18,17 @@ import torch  # noqa: E402
 from attnc.runtime import scheduler  # noqa: E402
 from benchmarks.decode_quick import WORKLOADS, measure  # noqa: E402
 
-SETTINGS = [(4, 256), (1, 256), (2, 256), (8, 256), (4, 1024), (4, 1 << 30)]
+DEFAULT = scheduler.SPLIT_FACTORS
+SETTINGS = [(DEFAULT, 256), ((1,), 256), ((2,), 256), ((4,), 256), ((8,), 256), (DEFAULT, 1 << 30)]
 
 
 def main() -> None:
     ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    for factor, min_chunk in SETTINGS:
-        scheduler.SPLIT_FACTOR, scheduler.MIN_CHUNK = factor, min_chunk
+    for factors, min_chunk in SETTINGS:
+        scheduler.SPLIT_FACTORS, scheduler.MIN_CHUNK = factors, min_chunk
         row = [measure("causal", WORKLOADS[w], ws) for w in WORKLOADS]
         cells = "  ".join(f"{w} {t:5.2f}" for w, t in zip(WORKLOADS, row, strict=True))
-        print(f"split_factor {factor} min_chunk {min_chunk:>10d}: {cells} TB/s", flush=True)
+        print(f"split factors {factors!s:10s} min_chunk {min_chunk:>10d}: {cells} TB/s", flush=True)
 
 
 if __name__ == "__main__":

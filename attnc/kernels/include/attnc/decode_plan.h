@@ -1,12 +1,13 @@
 // Owns: the host-side decode step planner in C++ (no torch, no Python): the algorithm
-// of attnc/runtime/scheduler.py (chunk choice, the doubling loop bounded by the partial
-// capacity, splitting, heaviest-first ordering, CTA assignment, merge lists) writing the work
+// of attnc/runtime/scheduler.py (the candidate chunk sizes, the doubling loop bounded by the
+// partial capacity, splitting, heaviest-first ordering, the longest-processing-time-first
+// CTA assignment and the predicted step time that picks a candidate, merge lists) writing the work
 // region of scheduler.write_work_region straight into a caller's byte buffer (the pinned
 // host buffer), behind a plain C ABI: one parameter struct in, one summary struct out.
 //
 // Results are bit-identical to the numpy code: integers are int64 with the same rounding,
-// float costs use the same operations in the same order (compile with -ffp-contract=off so
-// no multiply-add is fused), and the CTA boundaries replay numpy's searchsorted. Inputs the
+// float costs and CTA loads use the same operations in the same order (compile with
+// -ffp-contract=off so no multiply-add is fused), and ties break the same way. Inputs the
 // numpy code treats specially (negative or >= 2^31 lengths, non-positive chunks, non-finite
 // or non-positive costs, int32 overflow in the header, overlapping or out-of-range regions)
 // return kAttncPlanUnsupported before anything is written to the buffer: the caller then
@@ -150,7 +151,9 @@ namespace decode_plan {
 constexpr int kItemInts = 8;
 constexpr int kMergeInts = 4;
 constexpr int kHeaderInts = 16;
-constexpr int64_t kSplitFactor = 4;
+constexpr int64_t kSplitFactors[3] = {1, 2, 4};  // scheduler.SPLIT_FACTORS
+constexpr double kItemOverhead = 128.0;              // scheduler.ITEM_OVERHEAD
+constexpr double kMergeOverhead = 256.0;             // scheduler.MERGE_OVERHEAD
 constexpr int64_t kMaxLen = INT32_MAX;             // KV lengths must lie in [0, kMaxLen]
 constexpr int64_t kMaxScalar = (int64_t(1) << 30);  // heads, q_len, ... lie in [1, kMaxScalar)
 constexpr int64_t kHugeChunk = int64_t(1) << 62;    // any chunk above this splits nothing
@@ -165,6 +168,7 @@ struct Counts {
   int64_t num_split;     // split requests (rows of merge_items)
   int64_t num_items;     // total_chunks * num_kv_heads * row_blocks
   int64_t split_any;
+  int64_t longest;       // KV tokens of the longest chunk
 };
 
 // Ceil division for a >= 0, b > 0 (numpy's -(-a // b) on non-negative values).
@@ -188,9 +192,11 @@ inline bool params_ok(const AttncPlanParams& p) {
          (p.batch == 0 || (p.kv_lens != nullptr && p.req_page_begin != nullptr));
 }
 
-// First pass: chunk size, chunks per request (``num_chunks`` [batch]) and the sizes of
-// every output. kAttncPlanUnsupported leaves the outputs undefined.
-inline int plan_counts(const AttncPlanParams& p, int64_t* num_chunks, Counts* c) {
+// First pass for one candidate (scheduler._split of choose_chunk(..., split_factor); 0: no
+// split): chunk size, chunks per request (``num_chunks`` [batch]) and the sizes of every
+// output. kAttncPlanUnsupported leaves the outputs undefined.
+inline int plan_counts(const AttncPlanParams& p, int64_t split_factor, int64_t* num_chunks,
+                       Counts* c) {
   if (!params_ok(p)) return kAttncPlanUnsupported;
   const int64_t* kv = p.kv_lens;
   const int64_t batch = p.batch;
@@ -209,11 +215,14 @@ inline int plan_counts(const AttncPlanParams& p, int64_t* num_chunks, Counts* c)
   const double total = static_cast<double>(units) *
                        (item_q * static_cast<double>(batch) + p.beta * static_cast<double>(sum));
   const double per_cta = total / static_cast<double>(p.num_ctas);
-  const double x = (per_cta - item_q) / p.beta / static_cast<double>(kSplitFactor);
+  const double x =
+      (per_cta - item_q) / p.beta / static_cast<double>(split_factor > 0 ? split_factor : 1);
   if (!std::isfinite(x)) return kAttncPlanUnsupported;  // int(x) raises in Python
-  bool huge = false;
-  int64_t chunk0;
-  if (x >= 9.2e18) {
+  bool huge = split_factor <= 0;
+  int64_t chunk0 = 0;
+  if (huge) {
+    // "no split": scheduler._split(kv, 0, ...)
+  } else if (x >= 9.2e18) {
     huge = true;  // a Python int beyond int64: no request is longer
     chunk0 = 0;
   } else if (x <= -9.2e18) {
@@ -229,11 +238,13 @@ inline int plan_counts(const AttncPlanParams& p, int64_t* num_chunks, Counts* c)
   int64_t slots = 0;
   while (split_any) {
     slots = 0;
+    c->longest = 0;
     for (int64_t r = 0; r < batch; ++r) {
       int64_t n, size;
       chunk_count(kv[r], chunk, p.kv_tile, &n, &size);
       num_chunks[r] = n;
       if (n > 1) slots += n;
+      c->longest = std::max(c->longest, std::min(kv[r], size));
     }
     int64_t need;
     const bool fits = !__builtin_mul_overflow(slots, slot_rows, &need) && need <= p.max_part_rows;
@@ -271,6 +282,7 @@ inline int plan_counts(const AttncPlanParams& p, int64_t* num_chunks, Counts* c)
   c->num_split = num_split;
   c->num_items = num_items;
   c->split_any = split_any;
+  if (!split_any) c->longest = kv_max;
   return kAttncPlanOk;
 }
 
@@ -315,43 +327,17 @@ inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>
   }
 }
 
-// numpy's binsearch<left> (npysort/binsearch.cpp) for keys 0..num_ctas on an array that may
-// not be sorted (the midpoints can step back by rounding): replays numpy's search exactly.
-inline void cta_boundaries_unsorted(const int64_t* cta, int64_t len, int64_t num_ctas,
-                                    int32_t* out) {
-  int64_t min_idx = 0, max_idx = len;
-  int64_t last = 0;
-  for (int64_t k = 0; k <= num_ctas; ++k) {
-    if (last < k) {
-      max_idx = len;
-    } else {
-      min_idx = 0;
-      max_idx = (max_idx < len) ? (max_idx + 1) : len;
-    }
-    last = k;
-    while (min_idx < max_idx) {
-      const int64_t mid = min_idx + ((max_idx - min_idx) >> 1);
-      if (cta[mid] < k) {
-        min_idx = mid + 1;
-      } else {
-        max_idx = mid;
-      }
-    }
-    out[k] = static_cast<int32_t>(min_idx);
-  }
-}
-
 struct Scratch {
-  std::vector<int64_t> num_chunks, size, first, part_base, cta;
-  std::vector<double> prefix, cost;
+  std::vector<int64_t> num_chunks, best_chunks, size, first, part_base, cta, best_cta, count;
+  std::vector<double> cost, load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
+  std::vector<int32_t> heap_ids;
 };
 
-// Second pass: items [num_items, kItemInts], cost [num_items], cta_indptr [num_ctas + 1],
-// merge [num_split, kMergeInts] (all 4-byte aligned), from plan_counts' results.
-inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
-                      int32_t* items, double* cost, int32_t* cta_indptr, int32_t* merge,
-                      Scratch& s) {
+// Chunks of every request in heaviest-first order (scheduler.schedule's ``order``): fills
+// s.size, s.first, s.part_base, s.chunk_req and s.idx (chunk ids, sorted).
+inline void order_chunks(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
+                         Scratch& s) {
   const int64_t* kv = p.kv_lens;
   const int64_t batch = p.batch;
   const int64_t nc = c.total_chunks;
@@ -384,28 +370,118 @@ inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const
     }
   }
   stable_sort_by_key(s.key, s.idx, s.key_tmp, s.idx_tmp);
+}
 
-  // Items in chunk order, each chunk expanded to its KV heads x row blocks (same cost);
-  // prefix = cumsum(cost), summed in item order as numpy's add.accumulate does.
-  const int64_t ni = c.num_items;
-  s.prefix.resize(ni);
+// KV tokens of sorted chunk q.
+inline int64_t chunk_length(const AttncPlanParams& p, const Scratch& s, int64_t q) {
+  const uint32_t ch = s.idx[q];
+  const int64_t r = s.chunk_req[ch];
+  const int64_t j = static_cast<int64_t>(ch) - s.first[r];
+  const int64_t begin = j * s.size[r];
+  return std::min(begin + s.size[r], p.kv_lens[r]) - begin;
+}
+
+// scheduler.assign_lpt over the items of the ordered chunks (each chunk expands to its KV
+// heads x row blocks at the same cost) into s.cta; returns scheduler._makespan.
+// Stops early, returning +inf, once the busiest CTA plus the merge exceeds ``bound``: the
+// candidate then cannot win (loads only grow).
+inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
+                         double bound = HUGE_VAL) {
+  const double merge = c.chunk > 0 ? kMergeOverhead : 0.0;
+  const int64_t units = p.num_kv_heads * p.row_blocks;
   const double item_q = p.alpha * static_cast<double>(p.q_len);
-  int32_t* it = items;
-  double* co = cost;
-  double* pre = s.prefix.data();
-  double prefix = 0.0;
+  const double base = item_q + kItemOverhead;
+  s.cta.resize(c.num_items);
+  // A binary min-heap of CTA ids ordered like Python's (load, cta) tuples: the lowest load,
+  // then the lowest index, on top; each item replaces the top and sifts it down
+  // (heapq.heapreplace). s.load holds each CTA's load.
+  const int64_t m = p.num_ctas;
+  s.load.assign(m, 0.0);
+  s.heap_ids.resize(m);
+  int32_t* h = s.heap_ids.data();
+  double* load = s.load.data();
+  for (int64_t b = 0; b < m; ++b) h[b] = static_cast<int32_t>(b);
+  auto less = [load](int32_t a, int32_t b) {
+    return load[a] < load[b] || (load[a] == load[b] && a < b);
+  };
+  // Equal costs (every chunk as long as the first, which is the longest): the heap hands the
+  // items out round robin, CTA 0 first.
+  if (c.total_chunks > 0 &&
+      chunk_length(p, s, 0) == chunk_length(p, s, c.total_chunks - 1)) {
+    const double cost = base + p.beta * static_cast<double>(chunk_length(p, s, 0));
+    for (int64_t i = 0; i < c.num_items; ++i) {
+      const int64_t b = i % m;
+      s.cta[i] = b;
+      load[b] = load[b] + cost;
+    }
+    double mx = 0.0;
+    for (int64_t b = 0; b < m; ++b) mx = std::max(mx, load[b]);
+    return mx + (c.chunk > 0 ? kMergeOverhead : 0.0);
+  }
+  int64_t i = 0;
+  for (int64_t q = 0; q < c.total_chunks; ++q) {
+    const double cost = base + p.beta * static_cast<double>(chunk_length(p, s, q));
+    for (int64_t u = 0; u < units; ++u, ++i) {
+      if (i < m) {  // all loads start at 0: the first m items go to CTAs 0, 1, ... in order
+        s.cta[i] = i;
+        load[i] = load[i] + cost;
+        if (load[i] + merge > bound) return HUGE_VAL;
+        if (i + 1 == m) std::sort(h, h + m, less);  // a sorted array is a valid heap
+        continue;
+      }
+      const int32_t top = h[0];
+      s.cta[i] = top;
+      load[top] = load[top] + cost;
+      if (load[top] + merge > bound) return HUGE_VAL;
+      int64_t k = 0;
+      for (;;) {
+        int64_t child = 2 * k + 1;
+        if (child >= m) break;
+        if (child + 1 < m && less(h[child + 1], h[child])) ++child;
+        if (!less(h[child], top)) break;
+        h[k] = h[child];
+        k = child;
+      }
+      h[k] = top;
+    }
+  }
+  double mx = 0.0;
+  for (int64_t b = 0; b < p.num_ctas; ++b) mx = std::max(mx, s.load[b]);
+  return mx + (c.chunk > 0 ? kMergeOverhead : 0.0);
+}
+
+
+// Second pass: items [num_items, kItemInts] grouped by CTA (each CTA's items heaviest
+// first), cost [num_items] in the same order, cta_indptr [num_ctas + 1], merge [num_split,
+// kMergeInts] (all 4-byte aligned), from plan_counts', order_chunks' and assign_lpt's results.
+inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
+                      int32_t* items, double* cost, int32_t* cta_indptr, int32_t* merge,
+                      Scratch& s) {
+  const int64_t batch = p.batch;
+  const int64_t nc = c.total_chunks;
+  const bool split_any = c.split_any != 0;
+  // Slots of a stable counting sort by CTA.
+  s.count.assign(p.num_ctas + 1, 0);
+  for (int64_t i = 0; i < c.num_items; ++i) ++s.count[s.cta[i] + 1];
+  for (int64_t b = 0; b < p.num_ctas; ++b) s.count[b + 1] += s.count[b];
+  for (int64_t b = 0; b <= p.num_ctas; ++b) cta_indptr[b] = static_cast<int32_t>(s.count[b]);
+
+  const double item_q = p.alpha * static_cast<double>(p.q_len);
+  int64_t i = 0;
   for (int64_t q = 0; q < nc; ++q) {
     const uint32_t ch = s.idx[q];
     const int64_t r = s.chunk_req[ch];
     const int64_t j = static_cast<int64_t>(ch) - s.first[r];
     const int64_t begin = j * s.size[r];
-    const int64_t end = std::min(begin + s.size[r], kv[r]);
+    const int64_t end = std::min(begin + s.size[r], p.kv_lens[r]);
     const int32_t slot = num_chunks[r] > 1 ? static_cast<int32_t>(s.part_base[r] + j) : -1;
     const double item_cost = item_q + p.beta * static_cast<double>(end - begin);
     const int32_t r32 = static_cast<int32_t>(r), begin32 = static_cast<int32_t>(begin);
     const int32_t end32 = static_cast<int32_t>(end);
     for (int64_t h = 0; h < p.num_kv_heads; ++h) {
-      for (int64_t b = 0; b < p.row_blocks; ++b) {
+      for (int64_t b = 0; b < p.row_blocks; ++b, ++i) {
+        const int64_t dst = s.count[s.cta[i]]++;
+        int32_t* it = items + dst * kItemInts;
         it[0] = r32;
         it[1] = static_cast<int32_t>(h);
         it[2] = static_cast<int32_t>(b);
@@ -414,42 +490,9 @@ inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const
         it[5] = slot;
         it[6] = 0;
         it[7] = 0;
-        it += kItemInts;
-        *co++ = item_cost;
-        prefix += item_cost;
-        *pre++ = prefix;
+        cost[dst] = item_cost;
       }
     }
-  }
-
-  if (ni > 0) {
-    // An item goes to the CTA its cost midpoint falls in:
-    // cta = min(num_ctas - 1, int64((prefix - 0.5 * cost) * (num_ctas / prefix[-1]))), and
-    // cta_indptr = searchsorted(cta, arange(num_ctas + 1)) with cta_indptr[-1] = num_items.
-    // plan_counts guarantees 0 < prefix[-1] < 1e300, so every value lies in [0, num_ctas].
-    const double scale = static_cast<double>(p.num_ctas) / s.prefix[ni - 1];
-    const double* pre_in = s.prefix.data();
-    const int64_t last_cta = p.num_ctas - 1;
-    bool sorted = true;
-    int64_t k = 0, prev = INT64_MIN;
-    for (int64_t i = 0; i < ni; ++i) {
-      const double v = (pre_in[i] - 0.5 * cost[i]) * scale;
-      const int64_t cta = std::min(last_cta, static_cast<int64_t>(v));
-      sorted &= cta >= prev;
-      prev = cta;
-      // Sorted so far: the keys up to cta start at item i (a lower bound).
-      for (; k <= cta; ++k) cta_indptr[k] = static_cast<int32_t>(i);
-    }
-    for (; k <= p.num_ctas; ++k) cta_indptr[k] = static_cast<int32_t>(ni);
-    if (!sorted) {  // numpy's search on an unsorted array: replay it exactly
-      s.cta.resize(ni);
-      for (int64_t i = 0; i < ni; ++i)
-        s.cta[i] = std::min(last_cta, static_cast<int64_t>((pre_in[i] - 0.5 * cost[i]) * scale));
-      cta_boundaries_unsorted(s.cta.data(), ni, p.num_ctas, cta_indptr);
-    }
-    cta_indptr[p.num_ctas] = static_cast<int32_t>(ni);
-  } else {
-    for (int64_t k = 0; k <= p.num_ctas; ++k) cta_indptr[k] = 0;
   }
 
   int32_t* m = merge;
@@ -500,20 +543,79 @@ inline bool regions_ok(const AttncPlanParams& p, const Counts& c) {
 // scheduler.schedule + scheduler.write_work_region. kAttncPlanOk: the work region is written
 // and ``out`` filled; kAttncPlanCapacity: more than max_items items (out->num_items says how
 // many), nothing written; kAttncPlanUnsupported: nothing written to ``buf``.
+// scheduler._lower_bound: no assignment of a candidate's items beats its average CTA load
+// or its longest item, plus the merge.
+inline double lower_bound(const AttncPlanParams& p, const Counts& c) {
+  const int64_t units = p.num_kv_heads * p.row_blocks;
+  const double base = p.alpha * static_cast<double>(p.q_len) + kItemOverhead;
+  int64_t tokens = 0;
+  for (int64_t r = 0; r < p.batch; ++r) tokens += p.kv_lens[r];
+  const double total = static_cast<double>(c.num_items) * base +
+                       static_cast<double>(units) * p.beta * static_cast<double>(tokens);
+  const double longest = base + p.beta * static_cast<double>(c.longest);
+  return std::max(total / static_cast<double>(p.num_ctas), longest) +
+         (c.chunk > 0 ? kMergeOverhead : 0.0);
+}
+
 inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
-  int64_t* num_chunks = p.out_num_chunks;
-  if (num_chunks == nullptr) {
-    if (p.batch < 0 || p.batch >= kMaxLen) return kAttncPlanUnsupported;
-    s.num_chunks.resize(static_cast<size_t>(p.batch));
-    num_chunks = s.num_chunks.data();
+  if (p.batch < 0 || p.batch >= kMaxLen) return kAttncPlanUnsupported;
+  s.num_chunks.resize(static_cast<size_t>(p.batch));
+  s.best_chunks.resize(static_cast<size_t>(p.batch));
+  Counts c{};
+  // Every candidate must be one the numpy code handles (it computes all chunk sizes first).
+  constexpr int kCandidates = 1 + sizeof(kSplitFactors) / sizeof(kSplitFactors[0]);
+  for (int k = 0; k < kCandidates; ++k) {
+    const int rc = plan_counts(p, k == 0 ? 0 : kSplitFactors[k - 1], s.num_chunks.data(), &c);
+    if (rc != kAttncPlanOk) return rc;
   }
-  Counts c;
-  const int rc = plan_counts(p, num_chunks, &c);
-  if (rc != kAttncPlanOk) return rc;
-  if (p.max_items >= 0 && c.num_items > p.max_items) {
-    out->num_items = c.num_items;
+  // The candidates of scheduler.schedule: no split, then each split factor; one whose chunk
+  // (after the capacity doubling) an earlier one has is the same plan and is dropped. The
+  // winner has the smallest predicted time, the earliest candidate on ties. They are tried in
+  // order of their lower bounds, so most lose early (a bound above the best so far, or an
+  // assignment whose busiest CTA passes it).
+  struct Cand {
+    int64_t factor, index;
+    double lb;
+  };
+  Cand cands[kCandidates];
+  int64_t n_cands = 0, fewest = -1, tried_n = 0;
+  int64_t tried[kCandidates];
+  for (int k = 0; k < kCandidates; ++k) {
+    const int64_t factor = k == 0 ? 0 : kSplitFactors[k - 1];
+    plan_counts(p, factor, s.num_chunks.data(), &c);
+    bool seen = false;
+    for (int64_t t = 0; t < tried_n; ++t) seen |= tried[t] == c.chunk;
+    if (seen) continue;
+    tried[tried_n++] = c.chunk;
+    fewest = fewest < 0 ? c.num_items : std::min(fewest, c.num_items);
+    if (p.max_items >= 0 && c.num_items > p.max_items) continue;
+    cands[n_cands++] = {factor, k, lower_bound(p, c)};
+  }
+  std::sort(cands, cands + n_cands, [](const Cand& a, const Cand& b) {
+    return a.lb < b.lb || (a.lb == b.lb && a.index < b.index);
+  });
+  bool have_best = false;
+  double best_time = 0.0;
+  int64_t best_factor = 0, best_index = 0;
+  for (int64_t k = 0; k < n_cands; ++k) {
+    if (have_best && cands[k].lb > best_time * (1.0 + 1e-9)) break;  // nor can the rest
+    plan_counts(p, cands[k].factor, s.num_chunks.data(), &c);
+    order_chunks(p, s.num_chunks.data(), c, s);
+    const double time = assign_lpt(p, c, s, have_best ? best_time : HUGE_VAL);
+    if (!have_best || time < best_time || (time == best_time && cands[k].index < best_index)) {
+      have_best = true;
+      best_time = time;
+      best_factor = cands[k].factor;
+      best_index = cands[k].index;
+      s.best_cta.swap(s.cta);  // the winner's assignment, reused below
+    }
+  }
+  if (!have_best) {
+    out->num_items = fewest;
     return kAttncPlanCapacity;
   }
+  int64_t* num_chunks = p.out_num_chunks != nullptr ? p.out_num_chunks : s.best_chunks.data();
+  plan_counts(p, best_factor, num_chunks, &c);
   int64_t merge_rows;  // an int32 in the header (numpy raises beyond it)
   if (__builtin_mul_overflow(c.num_split, p.q_len * p.num_qo_heads, &merge_rows) ||
       merge_rows > INT32_MAX)
@@ -531,6 +633,8 @@ inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
   int32_t* items = reinterpret_cast<int32_t*>(p.buf + p.off_items);
   int32_t* cta = reinterpret_cast<int32_t*>(p.buf + p.off_cta_indptr);
   int32_t* merge = reinterpret_cast<int32_t*>(p.buf + p.off_merge_items);
+  order_chunks(p, num_chunks, c, s);
+  s.cta.swap(s.best_cta);
   plan_fill(p, num_chunks, c, items, cost, cta, merge, s);
 
   int32_t header[kHeaderInts] = {0};
