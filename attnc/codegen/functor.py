@@ -14,10 +14,9 @@ from attnc.codegen.cuda_expr import CTYPES, CudaContext, cpp_name, render
 from attnc.codegen.mask_cuda import render_classify, render_kv_range
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
-from attnc.compiler.affine import AffineScore
 from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
-from attnc.compiler.pipeline import Compiled
+from attnc.compiler.results import AffineScore, Compiled
 
 REQUEST_NAMES = {
     "sm_scale": "r.sm_scale",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from attnc.codegen.functor import emit_functor, struct_name
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
-from attnc.compiler.pipeline import analyse
+from attnc.compiler.results import analysed
 
 DTYPES = {"bfloat16": "__nv_bfloat16", "float16": "half"}
 HEAD_DIMS = (64, 128, 256)
@@ -17,7 +17,7 @@ def render_module(template: str, variant: ir.VariantIR, dtype: str, head_dim: in
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-    functor = emit_functor(analyse(variant)).replace("#pragma once\n", "")
+    functor = emit_functor(analysed(variant)).replace("#pragma once\n", "")
     return render_template(
         template,
         variant_name=variant.name,

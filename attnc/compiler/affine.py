@@ -6,25 +6,16 @@ per element, instead of calling the score transform on every element.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import sympy
 
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
+from attnc.compiler.results import AffineScore
 from attnc.compiler.simplify import SympyConverter, simplify_expr
 
+__all__ = ["AffineScore", "analyse_affine"]
+
 SCORE = ir.Builtin("score", ir.F32)
-
-
-@dataclass(frozen=True)
-class AffineScore:
-    """``score' = scale * score + bias``; ``scale`` is at most row-level, ``bias`` is free of
-    the score. ``identity`` is true for scale 1 and bias 0."""
-
-    scale: ir.Expr
-    bias: ir.Expr
-    identity: bool
 
 
 def analyse_affine(score: ir.Expr | None) -> AffineScore | None:

@@ -10,7 +10,7 @@ import torch
 from attnc.codegen.functor import emit_functor
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir as ir_nodes
-from attnc.compiler.pipeline import Compiled, compile_source, resolve_source
+from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic
 from attnc.runtime.params import resolve_params
 from attnc.runtime.reference import check_qkv, reference_attention
@@ -126,8 +126,11 @@ def load(spec: str, variant: str | None = None) -> Variant:
     ``variant`` picks one when the file defines several. Errors in the source raise
     :class:`attnc.AttnError` (``str()`` shows ``file:line:col``, the line and a caret).
     """
+    from attnc.compiler.sources import resolve_source
+    from attnc.runtime.compile_cache import compile_cached
+
     text, file = resolve_source(spec)
-    compiled, warnings = compile_source(text, file)
+    compiled, warnings = compile_cached(text, file)
     if not compiled:
         raise ValueError(f"{file} defines no variant")
     if variant is None:

@@ -1,0 +1,49 @@
+"""What the middle end hands to the back ends: one variant's optimised IR with its affine and
+mask analyses (``Compiled``), and a memo of those analyses by IR, so code generation for an
+already compiled variant needs neither SymPy nor the parser (a cached load stays fast)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnc.compiler import ir
+from attnc.compiler.mask_analysis import MaskAnalysis
+
+
+@dataclass(frozen=True)
+class AffineScore:
+    """``score' = scale * score + bias``; ``scale`` is at most row-level, ``bias`` is free of
+    the score. ``identity`` is true for scale 1 and bias 0."""
+
+    scale: ir.Expr
+    bias: ir.Expr
+    identity: bool
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One variant after every pass: unsimplified and optimised IR plus the analyses."""
+
+    lowered: ir.VariantIR
+    variant: ir.VariantIR
+    affine: AffineScore | None
+    mask_analysis: MaskAnalysis
+
+
+_KNOWN: dict[ir.VariantIR, Compiled] = {}
+
+
+def remember(c: Compiled) -> Compiled:
+    """Record ``c`` as the analyses of ``c.variant``; returns ``c``."""
+    _KNOWN[c.variant] = c
+    return c
+
+
+def analysed(v: ir.VariantIR) -> Compiled:
+    """The analyses of optimised IR ``v``: remembered ones, else computed now."""
+    found = _KNOWN.get(v)
+    if found is not None:
+        return found
+    from attnc.compiler.pipeline import analyse  # SymPy: only when not known
+
+    return remember(analyse(v))
