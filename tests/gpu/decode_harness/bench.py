@@ -2,8 +2,9 @@
 
     python tests/gpu/decode_harness/bench.py CONFIG [--build-only]
 
-CONFIG names a set of nvcc -D flags (CONFIGS below) or `base`, the decode headers as they
-were before the cross-item pipeline (baseline/). Each configuration builds into its own
+CONFIG names a set of nvcc -D flags (CONFIGS below). (The kernel before the cross-item
+pipeline, timed as `base` in benchmarks/RESULTS.md, is the parent of the commit "decode: one
+cp.async pipeline across a CTA's work items".) Each configuration builds into its own
 ATTNC_CACHE_DIR, with its flags appended to the nvcc command (and so to the cache key).
 Checks each output against the variant's float reference before timing; prints one line per
 (workload, variant): TB/s of K+V bytes, median of CUDA-graph replays.
@@ -12,7 +13,6 @@ Checks each output against the variant's float reference before timing; prints o
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -22,7 +22,6 @@ ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 
 CONFIGS: dict[str, tuple[str, ...]] = {
-    "base": (),
     "new": (),
     "nocross": ("-DATTNC_DECODE_CROSS_ITEM=0",),
     "l2_128": ("-DATTNC_DECODE_L2_HINT=128",),
@@ -32,14 +31,8 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 
 def setup(config: str, cache_root: Path) -> None:
     os.environ["ATTNC_CACHE_DIR"] = str(cache_root / config)
-    from attnc.runtime import cache, toolchain
+    from attnc.runtime import toolchain
 
-    if config == "base":
-        inc = cache_root / "base_include"  # a fixed path: it is part of the cache key
-        shutil.copytree(cache.INCLUDE_DIR, inc, dirs_exist_ok=True)
-        for name in ("decode_kernel.cuh", "decode_launcher.cuh"):
-            shutil.copy(HERE / "baseline" / name, inc / "attnc" / name)
-        cache.INCLUDE_DIR = inc
     extra = CONFIGS[config]
     original = toolchain.nvcc_flags
 

@@ -10,7 +10,7 @@ root="$(cd "$here/../../.." && pwd)"
 out="${1:?usage: run.sh OUTDIR [CONFIG ...]}"
 shift
 configs=("$@")
-[[ ${#configs[@]} -eq 0 ]] && configs=(base new nocross l2_256 l2_128)
+[[ ${#configs[@]} -eq 0 ]] && configs=(new nocross l2_256 l2_128)
 mkdir -p "$out"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
 export DECODE_HARNESS_CACHE="${DECODE_HARNESS_CACHE:-$out/cache}"
