@@ -7,8 +7,6 @@ from typing import Any
 
 import torch
 
-from attnc.codegen.functor import emit_functor
-from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic
@@ -52,10 +50,14 @@ class Variant:
     @cached_property
     def cuda_source(self) -> str:
         """The generated functor header."""
+        from attnc.codegen.functor import emit_functor  # Jinja: loaded on first use
+
         return emit_functor(self.compiled)
 
     @cached_property
     def _reference_module(self):
+        from attnc.codegen.torch_ref import load_reference
+
         return load_reference(self.ir)
 
     @property
