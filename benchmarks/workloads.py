@@ -85,9 +85,12 @@ class DecodeCase:
     @property
     def name(self) -> str:
         """Row label for the report."""
+        extra = "" if self.page_size == 16 else f", page {self.page_size}"
+        if self.num_qo_heads // self.num_kv_heads != 4:
+            extra += f", GQA {self.num_qo_heads // self.num_kv_heads}"
         if self.label:
-            return f"{self.label}, {self.variant.label}"
-        return f"{self.variant.label}, batch {len(self.kv_lens)} x {self.kv_lens[0]}"
+            return f"{self.label}, {self.variant.label}{extra}"
+        return f"{self.variant.label}, batch {len(self.kv_lens)} x {self.kv_lens[0]}{extra}"
 
 
 @dataclass(frozen=True)
@@ -144,13 +147,15 @@ def prefill_cases(quick: bool = False, full: bool = True) -> list[PrefillCase]:
 
 
 def decode_cases(quick: bool = False, full: bool = True) -> list[DecodeCase]:
-    """Batch 64 x KV 4096 decode rows, page size 16 (full: also GQA 1 and 8)."""
+    """Batch 64 x KV 4096 decode rows, page size 16 (full: also GQA 1 and 8, and page
+    size 1)."""
     lens = (4096,) * 64
     keys = ("causal",) if quick else ("causal", "softcap", "alibi", "sliding_window")
     rows = [DecodeCase(VARIANTS[k], lens) for k in keys]
     if full and not quick:
         rows.append(DecodeCase(VARIANTS["causal"], lens, num_kv_heads=32))
         rows.append(DecodeCase(VARIANTS["causal"], lens, num_kv_heads=4))
+        rows.append(DecodeCase(VARIANTS["causal"], lens, page_size=1))
     return rows
 
 

@@ -496,3 +496,10 @@ def test_attnc_self_check_slices_bottom_right_rows():
     data = DenseData(q, k, v, {"window": 9})
     full = variant.reference(q, k, v, window=9)
     assert AttncPrefill().self_check(case, data, full, rows=8) < 1e-6
+
+
+def test_full_decode_rows_include_page_size_one():
+    rows = workloads.decode_cases(full=True)
+    ones = [r for r in rows if r.page_size == 1]
+    assert len(ones) == 1 and ones[0].name.endswith(", page 1")
+    assert len({r.name for r in rows}) == len(rows)  # every row has its own label
