@@ -24,6 +24,7 @@
 #include "merge_state.cuh"
 #include "mma.cuh"
 #include "online_softmax.cuh"
+#include "partial_merge.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 
@@ -1066,8 +1067,6 @@ template <class V, class T, int HEAD_DIM>
 __global__ void __launch_bounds__(128)
     decode_merge_kernel(const AttncDecodeArgs a, const typename V::Params params) {
   constexpr int kWarps = 4;
-  constexpr int C4 = HEAD_DIM / 4;
-  constexpr int PER_LANE = (C4 + 31) / 32;
   const int q_len = a.header[ATTNC_DH_Q_LEN];
   const int total = a.header[ATTNC_DH_MERGE_ROWS];
   const int per_req = q_len * a.num_qo_heads;
@@ -1082,78 +1081,16 @@ __global__ void __launch_bounds__(128)
     const int request = me[ATTNC_MI_REQUEST];
     const int chunks = me[ATTNC_MI_NUM_CHUNKS];
     const int base = me[ATTNC_MI_PART_BASE];
-    auto prow = [&](int c) -> int64_t {
+    auto row_of = [&](int c) -> int64_t {
       return (static_cast<int64_t>(base + c) * q_len + token) * a.num_qo_heads + head;
     };
-    float acc[PER_LANE][4];
-#pragma unroll
-    for (int j = 0; j < PER_LANE; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-    float lse = 0.f;
-    float inv = 1.f;
-    if constexpr (V::kUseSoftmax) {
-      float mx = -CUDART_INF_F;
-      for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, a.part_lse[prow(c)]);
-      float sum = 0.f;
-      for (int c = 0; c < chunks; ++c) {
-        const float lc = a.part_lse[prow(c)];
-        const float w = mx == -CUDART_INF_F ? 0.f : expf(lc - mx);
-        sum += w;
-        const float* src = a.part_o + prow(c) * HEAD_DIM;
-#pragma unroll
-        for (int j = 0; j < PER_LANE; ++j) {
-          const int c4 = lane + 32 * j;
-          if (c4 < C4) {
-            const float4 x = *reinterpret_cast<const float4*>(src + 4 * c4);
-            acc[j][0] += w * x.x;
-            acc[j][1] += w * x.y;
-            acc[j][2] += w * x.z;
-            acc[j][3] += w * x.w;
-          }
-        }
-      }
-      inv = sum > 0.f ? 1.f / sum : 0.f;
-      lse = sum > 0.f ? mx + logf(sum) : -CUDART_INF_F;
-    } else {
-      for (int c = 0; c < chunks; ++c) {
-        const float* src = a.part_o + prow(c) * HEAD_DIM;
-#pragma unroll
-        for (int j = 0; j < PER_LANE; ++j) {
-          const int c4 = lane + 32 * j;
-          if (c4 < C4) {
-            const float4 x = *reinterpret_cast<const float4*>(src + 4 * c4);
-            acc[j][0] += x.x;
-            acc[j][1] += x.y;
-            acc[j][2] += x.z;
-            acc[j][3] += x.w;
-          }
-        }
-      }
-    }
-    const bool visible = !V::kUseSoftmax || inv > 0.f;
     const V var(params, RequestInfo{request, q_len, a.req_kv_len[request], a.num_qo_heads,
                                     a.num_kv_heads, HEAD_DIM, a.sm_scale});
-    const typename V::Row vrow = var.row(token, head);
     const int64_t orow = static_cast<int64_t>(request) * q_len + token;
-    T* dst = static_cast<T*>(a.o) + orow * a.o_stride_tok + static_cast<int64_t>(head) * a.o_stride_head;
-#pragma unroll
-    for (int j = 0; j < PER_LANE; ++j) {
-      const int c4 = lane + 32 * j;
-      if (c4 >= C4) continue;
-      float y[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        y[e] = acc[j][e] * inv;
-        if constexpr (V::kHasOutput) {
-          if (visible) y[e] = var.output(vrow, y[e]);
-        }
-      }
-      uint2 packed;
-      packed.x = mma::Dtype<T>::pack(y[0], y[1]);
-      packed.y = mma::Dtype<T>::pack(y[2], y[3]);
-      *reinterpret_cast<uint2*>(dst + 4 * c4) = packed;
-    }
+    T* dst = static_cast<T*>(a.o) + orow * a.o_stride_tok +
+             static_cast<int64_t>(head) * a.o_stride_head;
+    const float lse = warp_merge_row<V, T, HEAD_DIM>(a.part_o, a.part_lse, chunks, row_of, var,
+                                                     var.row(token, head), dst, lane);
     if (a.lse != nullptr && lane == 0) a.lse[orow * a.num_qo_heads + head] = lse;
   }
 }
