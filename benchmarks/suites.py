@@ -115,7 +115,11 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
 
 
 def _selected(cases: list, only: str | None) -> list:
-    return [c for c in cases if not only or only.lower() in c.name.lower()]
+    """Cases whose name contains one of the ``|``-separated texts of ``only`` (all if None)."""
+    if not only:
+        return cases
+    texts = [t.strip().lower() for t in only.split("|") if t.strip()]
+    return [c for c in cases if any(t in c.name.lower() for t in texts)]
 
 
 def out_of_time(args, suite: str, case, results: Results, log: Callable) -> bool:

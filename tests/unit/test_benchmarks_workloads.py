@@ -503,3 +503,21 @@ def test_full_decode_rows_include_page_size_one():
     ones = [r for r in rows if r.page_size == 1]
     assert len(ones) == 1 and ones[0].name.endswith(", page 1")
     assert len({r.name for r in rows}) == len(rows)  # every row has its own label
+
+
+def test_only_keeps_rows_matching_any_alternative():
+    from benchmarks.suites import _selected
+    from benchmarks.workloads import decode_cases, prefill_cases
+
+    cases = prefill_cases() + decode_cases()
+    names = [c.name for c in _selected(cases, "D=| page 1")]
+    assert names == [
+        "causal, L=8192 D=64",
+        "causal, L=8192 D=256",
+        "causal, batch 64 x 4096, page 1",
+    ]
+    assert _selected(cases, None) == cases
+    assert [c.name for c in _selected(cases, "GQA 8")] == [
+        "causal, L=8192 GQA 8",
+        "causal, batch 64 x 4096, GQA 8",
+    ]
