@@ -51,7 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="compile FlexAttention with max-autotune-no-cudagraphs (slow)",
     )
-    p.add_argument("--only", default=None, help="keep rows whose name contains this text (several: separate them with |)")
+    p.add_argument(
+        "--only",
+        default=None,
+        help="keep rows whose name contains this text (several: separate them with |)",
+    )
     p.add_argument("--skip", default="", help="comma-separated systems to leave out")
     p.add_argument(
         "--rep", type=int, default=None, help="timing budget per system in ms (default by profile)"

@@ -39,6 +39,15 @@ def batch_prefill_flops(mask: Mask, lens: Iterable[int], num_qo_heads: int, head
     return sum(prefill_flops(mask, n, n, num_qo_heads, head_dim) for n in lens)
 
 
-def decode_kv_bytes(kv_lens: Iterable[int], num_kv_heads: int, head_dim: int, elem: int = 2) -> int:
-    """Bytes of K and V read once for a decode batch."""
-    return 2 * sum(kv_lens) * num_kv_heads * head_dim * elem
+def decode_kv_bytes(
+    kv_lens: Iterable[int],
+    num_kv_heads: int,
+    head_dim: int,
+    elem: int = 2,
+    mask: Mask | None = None,
+) -> int:
+    """Bytes of K and V read once for a decode batch: only the keys the one query of each
+    request may see under ``mask`` (a sliding window reads ``window`` keys, not all)."""
+    mask = mask or Mask("causal")
+    keys = sum(visible_keys(mask, n - 1, n) for n in kv_lens)
+    return 2 * keys * num_kv_heads * head_dim * elem

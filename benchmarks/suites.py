@@ -13,12 +13,13 @@ DECODE_UNIT = "TB/s"
 
 
 def _keep(systems: list, args) -> list:
-    """Systems not in --skip; those left out by default become NotRun (shown as missing)."""
+    """Systems not in --skip; those left out by default become NotRun (shown as missing; the
+    reason is in the report's notes, once)."""
     from benchmarks.system import NotRun
 
     not_run = getattr(args, "not_run", {})
     return [
-        NotRun(s.name, not_run[s.name]) if s.name in not_run else s
+        NotRun(s.name, "not run, see the notes") if s.name in not_run else s
         for s in systems
         if s.name not in args.skip
     ]
@@ -93,7 +94,9 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
 
     dense = len(set(case.kv_lens)) == 1
     data = make_paged(case, [1] * len(case.kv_lens), seed=0, dense=dense)
-    work = flops.decode_kv_bytes(case.kv_lens, case.num_kv_heads, case.head_dim)
+    work = flops.decode_kv_bytes(
+        case.kv_lens, case.num_kv_heads, case.head_dim, mask=case.variant.mask
+    )
     systems = _keep(decode_systems(args.autotune, dense), args)
     outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
     results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)

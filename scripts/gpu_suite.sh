@@ -14,7 +14,8 @@
 #   ATTNC_SUITES        benchmark suites (default: all = "prefill decode host batch jit")
 #   ATTNC_QUICK=1       one or two rows per suite; ATTNC_FULL=1: every row, longer timing
 #   ATTNC_PYTEST_ARGS   extra pytest arguments
-#   ATTNC_BENCH_ARGS    extra benchmark arguments (e.g. "--fa3", "--only 8192", "--skip flex")
+#   ATTNC_BENCH_ARGS    extra benchmark arguments, split at spaces (e.g. "--fa3 --skip flex")
+#   ATTNC_ONLY          rows to keep, passed whole as --only (e.g. "D=|GQA|page 1")
 #   ATTNC_BUDGET        seconds for the benchmarks (default: time left before the limit)
 #   ATTNC_TIME_LIMIT    seconds for the whole script (default 570)
 #   ATTNC_TEST_LIMIT    seconds at most for the GPU tests (default 330)
@@ -74,6 +75,9 @@ elif [ "${ATTNC_FULL:-0}" = "1" ]; then
 fi
 # shellcheck disable=SC2206
 bench_args+=(${ATTNC_BENCH_ARGS:-})
+if [ -n "${ATTNC_ONLY:-}" ]; then
+    bench_args+=(--only "$ATTNC_ONLY")
+fi
 echo "benchmarks: ${bench_args[*]} (stopped after ${left} s)"
 timeout -s TERM -k 15 "$left" python3 -m benchmarks "${bench_args[@]}" > "$OUT/bench.log" 2>&1
 rc=$?

@@ -102,6 +102,8 @@ def test_batch_prefill_flops_is_sum_of_requests():
 
 def test_decode_bytes_read_k_and_v_once():
     assert flops.decode_kv_bytes([4096] * 64, 8, 128) == 2 * 64 * 4096 * 8 * 128 * 2
+    window = Mask("window", window=1024)
+    assert flops.decode_kv_bytes([4096, 500], 8, 128, mask=window) == 2 * 1524 * 8 * 128 * 2
 
 
 def _fake_rows():
@@ -257,7 +259,8 @@ def test_not_run_systems_show_as_missing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (1.0, ""))
     out = measure.measure_case(None, systems, [None], 1e12, log=lambda _: None)
-    assert out["flashinfer_fa3"].status == "missing" and "--fa3" in out["flashinfer_fa3"].note
+    assert out["flashinfer_fa3"].status == "missing" and "notes" in out["flashinfer_fa3"].note
+    assert "--fa3" in args.not_run["flashinfer_fa3"]  # the reason, given once in the notes
     assert _keep([_FakeSystem("flashinfer_fa3")], parse_args(["--skip", "flashinfer_fa3"])) == []
 
 
