@@ -1,5 +1,5 @@
 """The planner's view of a variant's mask: the KV range each query tile may see, when the mask
-analysis can compute it from the request's lengths alone (no runtime params).
+analysis can compute it from the request's lengths and the params given to ``plan()``.
 
 ``attnc.compiler.mask_tiles.kv_range`` answers the same question for one tile in plain Python;
 this module answers it for every tile of a batch at once with numpy (the scheduler asks for
@@ -8,11 +8,12 @@ thousands of tiles per step), by the same elimination of ``q_idx``. Tests check 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from attnc.compiler import mask_tiles
+from attnc.compiler import ir, mask_tiles
 from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
 from attnc.runtime.prefill_schedule import TileRanges
 
@@ -20,10 +21,15 @@ from attnc.runtime.prefill_schedule import TileRanges
 _Cons = tuple[int, int, np.ndarray]
 
 
-def tile_kv_ranges(analysis: MaskAnalysis) -> TileRanges | None:
+def tile_kv_ranges(
+    analysis: MaskAnalysis, params: Mapping[str, object] | None = None
+) -> TileRanges | None:
     """A ``TileRanges`` for the scheduler's cost model, or None when every tile may see the
-    whole KV (no mask, an opaque mask, or one whose bounds need params given only to run())."""
-    if analysis.kind not in ("linear", "union") or not _param_free(analysis):
+    whole KV (no mask, an opaque mask, or one whose bounds read a param not in ``params``).
+
+    ``params`` holds i32 param values known at plan time (others are ignored)."""
+    known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
+    if analysis.kind not in ("linear", "union") or not bounds_known(analysis, known):
         return None
     terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
 
@@ -31,7 +37,7 @@ def tile_kv_ranges(analysis: MaskAnalysis) -> TileRanges | None:
         req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         kv = kv_lens[req]
-        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens) for t in terms]
+        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens, known) for t in terms]
         begin, end = found[0]
         live = begin < end
         for b, e in found[1:]:
@@ -46,10 +52,21 @@ def tile_kv_ranges(analysis: MaskAnalysis) -> TileRanges | None:
     return ranges
 
 
-def _param_free(analysis: MaskAnalysis) -> bool:
-    """True when the mask's bounds evaluate with q_len and kv_len alone."""
+def mask_bound_params(analysis: MaskAnalysis) -> frozenset[str]:
+    """Names of the params the mask's linear bounds read (empty for other masks)."""
+    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    names: set[str] = set()
+    for cons in terms:
+        for x in cons:
+            for _, atom in x.terms:
+                names.update(n.name for n in ir.walk(atom) if isinstance(n, ir.ParamRef))
+    return frozenset(names)
+
+
+def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
+    """True when the mask's bounds evaluate with q_len, kv_len and ``params``."""
     try:
-        mask_tiles.kv_range(analysis, 0, 1, {"q_len": 1, "kv_len": 1})
+        mask_tiles.kv_range(analysis, 0, 1, {**params, "q_len": 1, "kv_len": 1})
     except KeyError:
         return False
     return True
@@ -62,12 +79,13 @@ def _conjunction_range(
     q1: np.ndarray,
     q_lens: np.ndarray,
     kv_lens: np.ndarray,
+    params: Mapping[str, int],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
     per_req = [
         np.array(
             [
-                x.c_value({"q_len": int(q), "kv_len": int(k)})
+                x.c_value({**params, "q_len": int(q), "kv_len": int(k)})
                 for q, k in zip(q_lens, kv_lens, strict=True)
             ],
             dtype=np.int64,

@@ -58,6 +58,24 @@ def resolve_params(
     return resolved
 
 
+def check_plan_params(
+    decls: Sequence[ParamDecl], kwargs: Mapping[str, object], *, variant_name: str
+) -> dict[str, object]:
+    """Check the scalar param values given to ``plan()`` (a subset; tensors belong to ``run()``)
+    and return them converted as ``resolve_params`` would."""
+    prefix = f"variant '{variant_name}'"
+    _reject_unknown(decls, kwargs, prefix)
+    checked: dict[str, object] = {}
+    for decl in decls:
+        if decl.name not in kwargs:
+            continue
+        where = f"{prefix}: param '{decl.name}' ({describe_decl(decl)})"
+        if decl.kind == "tensor":
+            raise ValueError(f"{where}: plan() takes scalar params only; pass tensors to run()")
+        checked[decl.name] = _check_scalar(decl, kwargs[decl.name], where)
+    return checked
+
+
 def _reject_unknown(decls: Sequence[ParamDecl], kwargs: Mapping[str, object], prefix: str) -> None:
     names = [d.name for d in decls]
     for key in kwargs:

@@ -9,9 +9,9 @@ import torch
 
 from attnc.runtime import ops, validate
 from attnc.runtime.kv_inputs import KvViews, paged_kv, ragged_kv
-from attnc.runtime.mask_plan import tile_kv_ranges
+from attnc.runtime.mask_plan import mask_bound_params, tile_kv_ranges
 from attnc.runtime.modules import PrefillModule, get_prefill_module
-from attnc.runtime.params import resolve_params
+from attnc.runtime.params import check_plan_params, resolve_params
 from attnc.runtime.plan import HostPlan, PlanShape, make_host_plan
 
 
@@ -31,6 +31,7 @@ class BatchPrefillWrapper:
         self._workspace = workspace_buffer.view(-1).view(torch.uint8)
         self._plan: HostPlan | None = None
         self._pinned: torch.Tensor | None = None
+        self._planned_params: dict[str, object] = {}
 
     def plan(
         self,
@@ -45,9 +46,21 @@ class BatchPrefillWrapper:
         page_size: int | None = None,
         sm_scale: float | None = None,
         dtype: torch.dtype = torch.bfloat16,
+        params: Mapping[str, object] | None = None,
     ) -> None:
-        """Check the batch description and prepare the work list (paged if ``kv_indices``)."""
+        """Check the batch description and prepare the work list (paged if ``kv_indices``).
+
+        ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
+        sliding window's width, a prefix length) let the scheduler size each query tile's KV
+        range, so the heaviest tiles start first and long ones are split; without them it
+        assumes every tile sees the whole KV. ``run()`` must then be given the same values.
+        """
         validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        given = check_plan_params(
+            self.variant.params,  # type: ignore[attr-defined]
+            params or {},
+            variant_name=self.variant.name,  # type: ignore[attr-defined]
+        )
         validate.check_dtype_arg(dtype)
         qo_host, kv_host, idx_host, last_host, page = _check_indices(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
@@ -64,8 +77,11 @@ class BatchPrefillWrapper:
             num_ctas=_device_ctas(module, self._workspace.device, head_dim, group, max_q),
             workspace_bytes=self._workspace.numel(),
         )
-        ranges = tile_kv_ranges(self.variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+        analysis = self.variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        bound = {k: v for k, v in given.items() if k in mask_bound_params(analysis)}
+        ranges = tile_kv_ranges(analysis, bound)
         host = make_host_plan(qo_host, kv_host, idx_host, last_host, page, shape, ranges)
+        self._planned_params = bound if ranges is not None else {}
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = (num_qo_heads, num_kv_heads, head_dim)
@@ -109,8 +125,19 @@ class BatchPrefillWrapper:
             head_dim=d,
             device=q.device,
         )
+        self._check_planned_params(values)
         o = _check_out(out, q)
         return self._launch(q, views, o, return_lse, values)
+
+    def _check_planned_params(self, values: Mapping[str, object]) -> None:
+        """The mask params the work list was sized with must not change before ``run()``."""
+        for name, planned in self._planned_params.items():
+            if values[name] != planned:
+                raise ValueError(
+                    f"variant '{self.variant.name}': param '{name}' is {values[name]!r} in "  # type: ignore[attr-defined]
+                    f"run(), but plan() was given {planned!r} and sized the work list for it; "
+                    "call plan() again with the new value"
+                )
 
     def _require_plan(self) -> HostPlan:
         if self._plan is None:
@@ -255,19 +282,39 @@ def single_prefill(
     q = validate.check_data_tensor("q", q, (None, None, None))
     k = validate.check_data_tensor("k", k, (None, None, q.shape[2]))
     validate.check_same_kind("k", k, "q", q)
-    wrapper = _planned_single(variant, q, k, sm_scale)
-    return wrapper.run(q, (k, v), return_lse=return_lse, **dict(params or {}))  # type: ignore[arg-type]
+    params = dict(params or {})
+    wrapper = _planned_single(variant, q, k, sm_scale, _mask_params(variant, params))
+    return wrapper.run(q, (k, v), return_lse=return_lse, **params)  # type: ignore[arg-type]
+
+
+def _mask_params(variant: object, params: Mapping[str, object]) -> dict[str, object]:
+    """The given params the mask's bounds read (plan() sizes the tiles' KV ranges with them)."""
+    names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+    return {k: v for k, v in params.items() if k in names}
 
 
 _SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
 
 
 def _planned_single(
-    variant: object, q: torch.Tensor, k: torch.Tensor, sm_scale: float | None
+    variant: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    sm_scale: float | None,
+    mask_params: Mapping[str, object],
 ) -> BatchPrefillWrapper:
-    """A wrapper planned for one request of this shape, reused while the shape repeats (a new
-    plan allocates a workspace and copies the work list to the device on every call)."""
-    key = (q.device, q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[2], q.dtype, sm_scale)
+    """A wrapper planned for one request of this shape and these mask params, reused while they
+    repeat (a new plan allocates a workspace and copies the work list to the device)."""
+    key = (
+        q.device,
+        q.shape[0],
+        k.shape[0],
+        q.shape[1],
+        k.shape[1],
+        q.shape[2],
+        q.dtype,
+        sm_scale,
+    ) + tuple(sorted((name, repr(value)) for name, value in mask_params.items()))
     cache: dict = variant.__dict__.setdefault("_single_plans", {})
     wrapper = cache.pop(key, None)
     if wrapper is None:
@@ -277,7 +324,7 @@ def _planned_single(
         wrapper = BatchPrefillWrapper(variant, _workspace_for(q.shape[0], q.device))
         wrapper.plan(
             qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
-            dtype=q.dtype,
+            dtype=q.dtype, params=mask_params,
         )  # fmt: skip
         while len(cache) >= _SINGLE_PLANS:
             cache.pop(next(iter(cache)))

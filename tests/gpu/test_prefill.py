@@ -296,3 +296,41 @@ def test_small_workspace_plans_without_split():
     o = w.run(q, (k, v))
     ref = variant.reference(q.double(), k.double(), v.double())
     assert _rel_err(o, ref) <= 3 * _rel_err(variant.reference(q, k, v), ref) + 1e-3
+
+
+@pytest.mark.parametrize("name", ["sliding_window", "prefix_lm"])
+def test_mask_params_given_to_plan(name):
+    """plan(params=...) sizes each tile's KV range from the mask; the result is unchanged, and
+    run() refuses a different value than the plan was made for."""
+    variant = attnc.load(f"stdlib:{name}")
+    gen = torch.Generator().manual_seed(3)
+    hq, hkv, d, dtype = 8, 2, 128, torch.bfloat16
+    q_lens, kv_lens = [700, 5, 2100], [900, 4000, 2100]
+    qs = [torch.randn(n, hq, d, generator=gen).to("cuda", dtype) for n in q_lens]
+    ks = [torch.randn(n, hkv, d, generator=gen).to("cuda", dtype) for n in kv_lens]
+    vs = [torch.randn(n, hkv, d, generator=gen).to("cuda", dtype) for n in kv_lens]
+    i32 = dict(dtype=torch.int32)
+    qo_indptr = torch.tensor([0, *itertools.accumulate(q_lens)], **i32)
+    kv_indptr = torch.tensor([0, *itertools.accumulate(kv_lens)], **i32)
+    params = _params(name, hq, 600)
+    w = BatchPrefillWrapper(variant, torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(qo_indptr, kv_indptr, hq, hkv, d, dtype=dtype, params=params)
+    items = w._plan.schedule.items
+    assert (items[:, 4] - items[:, 3]).min() < min(kv_lens)  # ranges come from the mask
+    q, k, v = torch.cat(qs), torch.cat(ks), torch.cat(vs)
+    o = w.run(q, (k, v), **params)
+    for i in range(len(q_lens)):
+        s, e = int(qo_indptr[i]), int(qo_indptr[i + 1])
+        ref = variant.reference(qs[i].double(), ks[i].double(), vs[i].double(), **params)
+        eager = variant.reference(qs[i], ks[i], vs[i], **params)
+        assert _rel_err(o[s:e], ref) <= 3 * _rel_err(eager, ref) + 1e-3
+    (key,) = params
+    with pytest.raises(ValueError, match=f"param '{key}' is 201 in run\\(\\), but plan\\(\\)"):
+        w.run(q, (k, v), **{key: 201})
+    # single_prefill plans with the mask params too, once per value
+    o1 = variant.prefill(qs[2], ks[2], vs[2], **params)
+    o2 = variant.prefill(qs[2], ks[2], vs[2], **{key: 201})
+    for out, p in ((o1, params), (o2, {key: 201})):
+        ref = variant.reference(qs[2].double(), ks[2].double(), vs[2].double(), **p)
+        eager = variant.reference(qs[2], ks[2], vs[2], **p)
+        assert _rel_err(out, ref) <= 3 * _rel_err(eager, ref) + 1e-3

@@ -175,3 +175,71 @@ def test_vectorised_tile_ranges_match_the_compiler(mask):
         env = {"q_len": int(q_lens[r]), "kv_len": int(kv_lens[r])}
         want = mask_tiles.kv_range(analysis, int(q0[i]), int(q1[i]), env)
         assert (int(begin[i]), int(end[i])) == want, (i, env, int(q0[i]), int(q1[i]))
+
+
+def test_mask_params_given_to_plan_size_the_tile_ranges():
+    from attnc.runtime.mask_plan import mask_bound_params
+
+    window = attnc.load("stdlib:sliding_window").compiled.mask_analysis
+    prefix = attnc.load("stdlib:prefix_lm").compiled.mask_analysis
+    assert mask_bound_params(window) == {"window"}
+    assert mask_bound_params(prefix) == {"prefix_len"}
+    assert mask_bound_params(attnc.load("stdlib:causal").compiled.mask_analysis) == set()
+    assert tile_kv_ranges(window, {"other": 3}) is None
+    assert tile_kv_ranges(window, {"window": 1.5}) is None  # only ints bound a linear mask
+    ranges = tile_kv_ranges(window, {"window": 1024})
+    assert ranges is not None
+    s = _sched([8192], [8192], tile=128, hq=32, hkv=8, ranges=ranges)
+    lengths = s.items[:, 4] - s.items[:, 3]
+    assert lengths.max() == 1024 + 127 and lengths.min() == 128  # the first tile: its own keys
+    # prefix-LM 1024 over 8K: the last tile sees every key and runs first, the first tile
+    # sees only the prefix; without the param every tile looked equally long.
+    s = _sched(
+        [8192], [8192], tile=128, hq=32, hkv=8, ranges=tile_kv_ranges(prefix, {"prefix_len": 1024})
+    )
+    assert s.items[0, 1] == 63 and s.items[0, 4] - s.items[0, 3] == 8192
+    assert s.items[-1, 4] - s.items[-1, 3] == 1024
+    assert (np.diff(s.cost) <= 0).all()
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        "kv_idx < prefix || q_idx + kv_len - q_len >= kv_idx",
+        "kv_idx <= q_idx + kv_len - q_len && q_idx + kv_len - q_len - kv_idx < window",
+        "kv_idx >= kv_len - window || kv_idx < prefix",
+    ],
+)
+def test_vectorised_tile_ranges_with_params_match_the_compiler(mask):
+    from attnc.compiler import mask_tiles
+    from attnc.compiler.pipeline import compile_source
+
+    src = f"variant v {{\n param prefix: i32 = 0;\n param window: i32 = 1;\n mask = {mask};\n}}\n"
+    (compiled,), _ = compile_source(src, "m.attn")
+    analysis = compiled.mask_analysis
+    params = {"prefix": 77, "window": 300}
+    ranges = tile_kv_ranges(analysis, params)
+    assert ranges is not None, analysis.describe()
+    rng = np.random.default_rng(2)
+    q_lens = rng.integers(0, 700, 12)
+    kv_lens = np.maximum(q_lens, rng.integers(0, 2000, 12))
+    req, _, q0, q1 = query_tiles(q_lens, 37)
+    begin, end = ranges(req, q0, q1, q_lens, kv_lens)
+    for i in range(req.shape[0]):
+        r = int(req[i])
+        env = {**params, "q_len": int(q_lens[r]), "kv_len": int(kv_lens[r])}
+        want = mask_tiles.kv_range(analysis, int(q0[i]), int(q1[i]), env)
+        assert (int(begin[i]), int(end[i])) == want, (i, env, int(q0[i]), int(q1[i]))
+
+
+def test_plan_params_are_checked():
+    from attnc.runtime.params import check_plan_params
+
+    decls = attnc.load("stdlib:alibi").params + attnc.load("stdlib:sliding_window").params
+    assert check_plan_params(decls, {"window": 7}, variant_name="v") == {"window": 7}
+    with pytest.raises(ValueError, match="variant 'v': unknown param 'windw'; did you mean"):
+        check_plan_params(decls, {"windw": 7}, variant_name="v")
+    with pytest.raises(ValueError, match="param 'window' \\(i32\\): expected an int, got float"):
+        check_plan_params(decls, {"window": 7.0}, variant_name="v")
+    with pytest.raises(ValueError, match="param 'slopes' .*plan\\(\\) takes scalar params only"):
+        check_plan_params(decls, {"slopes": torch.zeros(4)}, variant_name="v")
