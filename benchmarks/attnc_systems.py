@@ -65,9 +65,15 @@ class AttncBatchPrefill(System):
             kv_last_page_len=data.kv_last_page_len,
             page_size=case.page_size,
             dtype=torch.bfloat16,
+            params=scalar_params(data.params),
         )
         params = data.params
         return Prepared(lambda: wrapper.run(data.q, data.cache, **params))
+
+
+def scalar_params(params: dict) -> dict:
+    """The non-tensor params, which ``plan()`` also takes (tensors go to ``run()`` only)."""
+    return {k: v for k, v in params.items() if not isinstance(v, torch.Tensor)}
 
 
 class AttncDecode(System):
@@ -94,6 +100,7 @@ class AttncDecode(System):
             case.head_dim,
             case.page_size,
             dtype=torch.bfloat16,
+            params=scalar_params(data.params),
         )
         params = data.params
         return Prepared(lambda: wrapper.run(data.q, data.cache, **params))

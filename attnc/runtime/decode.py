@@ -32,8 +32,10 @@ import torch
 from attnc.runtime import abi, native_plan, scheduler, validate
 from attnc.runtime.decode_abi import FLAG_MERGE, AttncDecodeArgs, DecodeModule, get_decode_module
 from attnc.runtime.kv_inputs import KvViews, paged_kv
+from attnc.runtime.mask_plan import mask_bound_params, tile_kv_ranges
 from attnc.runtime.ops import split_params
-from attnc.runtime.params import resolve_params
+from attnc.runtime.params import check_plan_params, resolve_params
+from attnc.runtime.prefill_schedule import TileRanges
 from attnc.runtime.scheduler import CapacityError
 
 MAX_Q_LEN = 8
@@ -241,6 +243,7 @@ class BatchDecodeWrapper:
         self._calls: dict[tuple[object, ...], _CachedCall] = {}
         self._applied: _CachedCall | None = None  # the cached call whose fields are in _args
         self._q_rows = 0
+        self._planned_params: dict[str, object] = {}  # mask params the plan was sized with
         self.last_schedule: scheduler.Schedule | None = None
         self.handle = next(_HANDLES)
         _WRAPPERS[self.handle] = self
@@ -259,8 +262,23 @@ class BatchDecodeWrapper:
         q_len_per_request: int = 1,
         sm_scale: float | None = None,
         dtype: torch.dtype = torch.bfloat16,
+        params: Mapping[str, object] | None = None,
     ) -> None:
-        """Check the page table, schedule the step and copy the work lists to the device."""
+        """Check the page table, schedule the step and copy the work lists to the device.
+
+        ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
+        sliding window's width) let the scheduler chunk and cost only the KV each request
+        may see; ``run()`` must then be given the same values. Such plans use the numpy
+        scheduler (the C++ fast path plans whole requests).
+        """
+        if params or self._planned_params:
+            ranges = self._mask_ranges(params or {})
+            if ranges is not None or self._planned_params:
+                self._plan_checked(
+                    kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
+                    head_dim, page_size, q_len_per_request, sm_scale, dtype, ranges,
+                )  # fmt: skip
+                return
         fast = self._fast
         # Fast path: the scalars of the last plan (same types, so their checks pass again),
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
@@ -312,6 +330,22 @@ class BatchDecodeWrapper:
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
 
+    def _mask_ranges(self, params: Mapping[str, object]) -> TileRanges | None:
+        """The mask's KV ranges with the params given to ``plan()``; None when the mask reads
+        none of them. Sets the values ``run()`` must match (and drops cached calls when they
+        change, so that the next ``run()`` checks them)."""
+        variant = self.variant
+        given = check_plan_params(variant.params, params, variant_name=variant.name)  # type: ignore[attr-defined]
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        names = mask_bound_params(analysis)
+        bound = {k: v for k, v in given.items() if k in names}
+        ranges = tile_kv_ranges(analysis, bound) if bound else None
+        planned = bound if ranges is not None else {}
+        if planned != self._planned_params:
+            self._calls.clear()
+            self._planned_params = planned
+        return ranges
+
     def _plan_checked(
         self,
         kv_indptr: torch.Tensor,
@@ -324,9 +358,10 @@ class BatchDecodeWrapper:
         q_len: int,
         sm_scale: float | None,
         dtype: torch.dtype,
+        mask_ranges: TileRanges | None = None,
     ) -> None:
-        """``plan()`` with every check in Python first (a new shape, or inputs the fast path
-        does not take)."""
+        """``plan()`` with every check in Python first (a new shape, inputs the fast path
+        does not take, or mask ranges from plan-time params)."""
         self._fast = None
         validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
         validate.check_dtype_arg(dtype)
@@ -362,7 +397,11 @@ class BatchDecodeWrapper:
         args = (q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile, part_rows)
         native = self._native
         sched: scheduler.Schedule
-        if native is not None and native.configure(*args, page_size, max_items):
+        if (
+            mask_ranges is None
+            and native is not None
+            and native.configure(*args, page_size, max_items)
+        ):
             if self._copy_done is not None:  # copies of an earlier numpy plan
                 self._copy_done.synchronize()
                 self._copy_done = None
@@ -389,9 +428,14 @@ class BatchDecodeWrapper:
                 native.wait()  # the previous copies may still read the pinned buffers
             if self._copy_done is not None:
                 self._copy_done.synchronize()  # the previous copies may still read them
+            visible = None
+            if mask_ranges is not None:
+                every = np.arange(batch, dtype=np.int64)
+                q_all = np.full(batch, q_len, dtype=np.int64)
+                visible = mask_ranges(every, np.zeros_like(every), q_all, q_all, kv_lens)
             sched = scheduler.schedule(
                 kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-                part_rows, max_items=max_items,
+                part_rows, max_items=max_items, visible=visible,
             )  # fmt: skip
             self._upload(sched, None, q_len, page_begin, kv_lens, kv_indices, pages_dev, nnz)
             self._batch, self._q_rows = batch, batch * q_len
@@ -591,6 +635,8 @@ class BatchDecodeWrapper:
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape, full=compiling)
+        if self._planned_params:
+            self._check_planned_params(values or self._resolve(params, shape, full=True))
         if compiling:
             ints, floats, tensors = split_params(self.variant.params, values)  # type: ignore[attr-defined]
             o, lse = decode_op(self.handle, q, views.k, views.v, ints, floats, tensors, return_lse)
@@ -693,6 +739,16 @@ class BatchDecodeWrapper:
         validate.check_pages_in_range(self._max_page, views.num_pages)
         self._last_kv = (_kv_key(kv), kv, views)
         return views
+
+    def _check_planned_params(self, values: Mapping[str, object]) -> None:
+        """The mask params the work list was sized with must not change before ``run()``."""
+        for name, planned in self._planned_params.items():
+            if values[name] != planned:
+                raise ValueError(
+                    f"variant '{self.variant.name}': param '{name}' is {values[name]!r} in "  # type: ignore[attr-defined]
+                    f"run(), but plan() was given {planned!r} and sized the work list for it; "
+                    "call plan() again with the new value"
+                )
 
     def _resolve(
         self, params: Mapping[str, object], shape: _Shape, full: bool = False

@@ -268,14 +268,23 @@ def schedule(
     beta: float = BETA,
     min_chunk: int | None = None,
     max_items: int | None = None,
+    visible: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Schedule:
     """Split, order and assign the work of one decode step (see the module doc).
 
     ``kv_lens`` int64 ``[batch]``; ``row_blocks`` work items per (request, KV head, chunk)
     along the packed query rows; ``max_part_rows`` bounds the partial states (requests are
-    split less when they would not fit). Raises ``CapacityError`` past ``max_items``.
+    split less when they would not fit). ``visible``, when given, is the KV range
+    ``[begin, end)`` each request's queries may see under the mask (a sliding window): only
+    that range is chunked and costed, from ``begin`` rounded down to a KV tile. Raises
+    ``CapacityError`` past ``max_items``.
     """
     kv = np.asarray(kv_lens, dtype=np.int64)
+    offset = np.zeros_like(kv)
+    if visible is not None:
+        begin, end = (np.asarray(x, dtype=np.int64) for x in visible)
+        offset = np.clip(begin, 0, kv) // kv_tile * kv_tile
+        kv = np.maximum(np.clip(end, 0, kv) - offset, 0)
     units = num_kv_heads * row_blocks
     item_q = alpha * q_len
     slot_rows = q_len * num_qo_heads
@@ -324,8 +333,8 @@ def schedule(
     items3[:, :, 0] = sp.req[order, None]
     items3[:, :, 1] = np.arange(units) // row_blocks
     items3[:, :, 2] = np.arange(units) % row_blocks
-    items3[:, :, 3] = sp.begin[order, None]
-    items3[:, :, 4] = sp.end[order, None]
+    items3[:, :, 3] = (sp.begin + offset[sp.req])[order, None]
+    items3[:, :, 4] = (sp.end + offset[sp.req])[order, None]
     items3[:, :, 5] = sp.part[order, None]
     by_cta = np.argsort(cta, kind="stable")
     items = items3.reshape(num_items, ITEM_INTS)[by_cta]

@@ -168,6 +168,37 @@ def test_batches(name, lengths, page_size, layout, q_len, dtype):
     _check_accuracy(variant, batch, params, o, lse)
 
 
+@pytest.mark.parametrize("name", ["sliding_window", "prefix_lm"])
+@pytest.mark.parametrize("q_len", [1, 3])
+def test_mask_params_given_to_plan(name, q_len):
+    """plan(params=...) chunks only the KV the mask shows; same accuracy, bit-identical
+    runs, a CUDA graph replays after a replan, and run() refuses another value."""
+    batch = Batch([5000, 301, 17, 0, 2049, 40], 16, "NHD", q_len, seed=q_len)
+    variant = attnc.load(f"stdlib:{name}")
+    ws = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+    wrapper = BatchDecodeWrapper(variant, ws, use_cuda_graph=True)
+    params = _params(name)
+    batch.plan(wrapper, params=params)
+    items = wrapper.last_schedule.items
+    if name == "sliding_window":  # request 0 (5000 keys, window 300) reads only its tail
+        assert items[items[:, 0] == 0][:, 3].min() >= 5000 - 300 - q_len - 64
+    o, lse = wrapper.run(batch.q, batch.cache, return_lse=True, **params)
+    o2, lse2 = wrapper.run(batch.q, batch.cache, return_lse=True, **params)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    _check_accuracy(variant, batch, params, o, lse)
+    (key,) = params
+    with pytest.raises(ValueError, match=f"param '{key}' is 7 in run\\(\\), but plan\\(\\)"):
+        wrapper.run(batch.q, batch.cache, **{key: 7})
+    graph = torch.cuda.CUDAGraph()
+    out = torch.empty_like(batch.q)
+    with torch.cuda.graph(graph):
+        wrapper.run(batch.q, batch.cache, out=out, **params)
+    batch.plan(wrapper, params=params)  # a replan keeps the graph valid
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, o)
+
+
 def test_head_dim_64_kv_tuple():
     batch = Batch([300, 5, 4000], 16, "NHD", 2, dtype=torch.float16, d=64, seed=5)
     variant = attnc.load("stdlib:softcap")

@@ -57,6 +57,7 @@ def cpu_decode(monkeypatch):
         w._args.variant_params_size = ctypes.sizeof(w._module.params_type)
         w._max_page, w._batch, w._q_rows = 5, BATCH, BATCH
         w._last_kv, w._empty_params, w._calls, w._applied = None, None, {}, None
+        w._planned_params = {}
         return w
 
     return make
@@ -130,3 +131,20 @@ def test_copied_tensor_params_are_not_cached(cpu_decode):
     assert len(w._calls) == 1
     with pytest.raises(ValueError, match="slopes"):
         w.run(q, cache, slopes=torch.rand(HQ + 1))
+
+
+def test_run_refuses_mask_params_other_than_planned(cpu_decode):
+    w = cpu_decode("sliding_window")
+    q, cache = _inputs()
+    ranges = w._mask_ranges({"window": 64})  # what plan(params={"window": 64}) does
+    assert ranges is not None and w._planned_params == {"window": 64}
+    w.run(q, cache, window=64)
+    w.run(q, cache, window=64)  # the cached call
+    with pytest.raises(
+        ValueError, match="param 'window' is 32 in run\\(\\), but plan\\(\\) was given 64"
+    ):
+        w.run(q, cache, window=32)
+    assert w._mask_ranges({}) is None and w._planned_params == {}  # a plan without params
+    w.run(q, cache, window=32)
+    with pytest.raises(ValueError, match="variant 'sliding_window': unknown param 'windw'"):
+        w._mask_ranges({"windw": 3})

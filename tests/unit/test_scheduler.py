@@ -163,3 +163,21 @@ def test_page_table_checks():
         check_page_table(torch.tensor([0, 3, 2], dtype=torch.int32), last[:2], 16)
     with pytest.raises(ValueError, match="kv_indptr: dtype must be torch.int32"):
         check_page_table(indptr.long(), last, 16)
+
+
+def test_visible_ranges_chunk_only_what_the_mask_shows():
+    kv = np.full(64, 4096)
+    whole = _plan(kv)
+    begin = kv - 1000  # a window of 1000 keys, begin not tile-aligned
+    plan = _plan(kv, visible=(begin, kv))
+    first = begin // TILE * TILE
+    items = plan.items
+    for r in range(64):
+        mine = items[items[:, 0] == r]
+        cover = sorted({(int(b), int(e)) for b, e in mine[:, 3:5]})
+        assert cover[0][0] == first[r] and cover[-1][1] == 4096  # the visible range, tiled
+        assert all(a[1] == b[0] for a, b in zip(cover, cover[1:], strict=False))
+    assert plan.cost.sum() < whole.cost.sum() / 3  # 1000 (+ part of a tile) of 4096 keys
+    # begin is rounded down to a tile: [50, 50) becomes [0, 50), which the kernel clips
+    short = _plan(np.array([50, 300]), visible=(np.array([50, 0]), np.array([50, 300])))
+    assert {(int(b), int(e)) for b, e in short.items[short.items[:, 0] == 0][:, 3:5]} == {(0, 50)}
