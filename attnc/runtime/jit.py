@@ -71,7 +71,9 @@ def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
         build_file=directory / "build.ninja",
         stamp=directory / "built.ok",
         lock=directory.with_name(f"{key}.lock"),
-        command=ninja_build.nvcc_command(nvcc, flags, source, library),
+        command=ninja_build.nvcc_command(
+            nvcc, [*flags, *toolchain.speed_flags(nvcc)], source, library
+        ),
     )
 
 

@@ -293,4 +293,8 @@ def test_grammar_is_conflict_free_in_strict_mode() -> None:
     pytest.importorskip("interegular")
     from attnc.dsl.parser import grammar_parser
 
-    assert grammar_parser().options.strict is True
+    strict = grammar_parser(strict=True)  # raises on a shift/reduce conflict or a collision
+    assert strict.options.strict is True and grammar_parser().options.strict is False
+    for path in STDLIB:  # both parsers read the same trees
+        text = path.read_text(encoding="utf-8")
+        assert strict.parse(text, start="module") == grammar_parser().parse(text, start="module")

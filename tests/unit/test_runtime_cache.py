@@ -87,3 +87,17 @@ def test_nvcc_flags():
 def test_nvcc_env_override(monkeypatch):
     monkeypatch.setenv("ATTNC_NVCC", "/opt/my/nvcc")
     assert toolchain.find_nvcc() == "/opt/my/nvcc"
+
+
+def test_speed_flags_follow_the_nvcc_version(monkeypatch, tmp_path):
+    fake = tmp_path / "nvcc"
+    for release, want in (("12.4", ("-split-compile=0",)), ("13.0", ("-split-compile=0",)),
+                          ("12.1", ()), ("11.8", ())):  # fmt: skip
+        fake.write_text(
+            f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n"
+        )
+        fake.chmod(0o755)
+        toolchain.nvcc_version.cache_clear()
+        assert toolchain.speed_flags(str(fake)) == want, release
+    toolchain.nvcc_version.cache_clear()
+    assert toolchain.speed_flags(str(tmp_path / "missing")) == ()
