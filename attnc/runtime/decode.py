@@ -32,9 +32,9 @@ import torch
 from attnc.runtime import abi, native_plan, scheduler, validate
 from attnc.runtime.decode_abi import FLAG_MERGE, AttncDecodeArgs, DecodeModule, get_decode_module
 from attnc.runtime.kv_inputs import KvViews, paged_kv
-from attnc.runtime.mask_plan import mask_bound_params, tile_kv_ranges
+from attnc.runtime.mask_plan import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.ops import split_params
-from attnc.runtime.params import check_plan_params, resolve_params
+from attnc.runtime.params import resolve_params
 from attnc.runtime.prefill_schedule import TileRanges
 from attnc.runtime.scheduler import CapacityError
 
@@ -243,7 +243,7 @@ class BatchDecodeWrapper:
         self._calls: dict[tuple[object, ...], _CachedCall] = {}
         self._applied: _CachedCall | None = None  # the cached call whose fields are in _args
         self._q_rows = 0
-        self._planned_params: dict[str, object] = {}  # mask params the plan was sized with
+        self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
         self.last_schedule: scheduler.Schedule | None = None
         self.handle = next(_HANDLES)
         _WRAPPERS[self.handle] = self
@@ -271,9 +271,9 @@ class BatchDecodeWrapper:
         may see; ``run()`` must then be given the same values. Such plans use the numpy
         scheduler (the C++ fast path plans whole requests).
         """
-        if params or self._planned_params:
+        if params or self._planned_mask.values:
             ranges = self._mask_ranges(params or {})
-            if ranges is not None or self._planned_params:
+            if ranges is not None:
                 self._plan_checked(
                     kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
                     head_dim, page_size, q_len_per_request, sm_scale, dtype, ranges,
@@ -332,19 +332,15 @@ class BatchDecodeWrapper:
 
     def _mask_ranges(self, params: Mapping[str, object]) -> TileRanges | None:
         """The mask's KV ranges with the params given to ``plan()``; None when the mask reads
-        none of them. Sets the values ``run()`` must match (and drops cached calls when they
-        change, so that the next ``run()`` checks them)."""
-        variant = self.variant
-        given = check_plan_params(variant.params, params, variant_name=variant.name)  # type: ignore[attr-defined]
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
-        names = mask_bound_params(analysis)
-        bound = {k: v for k, v in given.items() if k in names}
-        ranges = tile_kv_ranges(analysis, bound) if bound else None
-        planned = bound if ranges is not None else {}
-        if planned != self._planned_params:
+        none of them (the C++ planner then plans whole requests). Sets the values ``run()``
+        must match, and drops cached calls when they change so the next ``run()`` checks."""
+        planned = PlannedMask.from_plan_params(self.variant, params)
+        if not planned.values:
+            planned = NO_PLANNED_MASK
+        if planned.values != self._planned_mask.values:
             self._calls.clear()
-            self._planned_params = planned
-        return ranges
+        self._planned_mask = planned
+        return planned.ranges
 
     def _plan_checked(
         self,
@@ -635,8 +631,11 @@ class BatchDecodeWrapper:
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape, full=compiling)
-        if self._planned_params:
-            self._check_planned_params(values or self._resolve(params, shape, full=True))
+        if self._planned_mask.values:
+            self._planned_mask.check_run(
+                self.variant.name,  # type: ignore[attr-defined]
+                values or self._resolve(params, shape, full=True),
+            )
         if compiling:
             ints, floats, tensors = split_params(self.variant.params, values)  # type: ignore[attr-defined]
             o, lse = decode_op(self.handle, q, views.k, views.v, ints, floats, tensors, return_lse)
@@ -739,16 +738,6 @@ class BatchDecodeWrapper:
         validate.check_pages_in_range(self._max_page, views.num_pages)
         self._last_kv = (_kv_key(kv), kv, views)
         return views
-
-    def _check_planned_params(self, values: Mapping[str, object]) -> None:
-        """The mask params the work list was sized with must not change before ``run()``."""
-        for name, planned in self._planned_params.items():
-            if values[name] != planned:
-                raise ValueError(
-                    f"variant '{self.variant.name}': param '{name}' is {values[name]!r} in "  # type: ignore[attr-defined]
-                    f"run(), but plan() was given {planned!r} and sized the work list for it; "
-                    "call plan() again with the new value"
-                )
 
     def _resolve(
         self, params: Mapping[str, object], shape: _Shape, full: bool = False

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from attnc.compiler import ir, mask_tiles
 from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
+from attnc.runtime.params import check_plan_params
 from attnc.runtime.prefill_schedule import TileRanges
 
 # One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
@@ -50,6 +52,41 @@ def tile_kv_ranges(
         return begin, end
 
     return ranges
+
+
+@dataclass(frozen=True)
+class PlannedMask:
+    """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown) and the
+    param values they were computed with, which ``run()`` must be given again."""
+
+    ranges: TileRanges | None
+    values: Mapping[str, object]
+
+    @staticmethod
+    def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
+        """Check the params given to ``plan()`` (scalars only) and keep those the mask's
+        bounds read."""
+        decls = variant.params  # type: ignore[attr-defined]
+        given = check_plan_params(decls, params, variant_name=variant.name)  # type: ignore[attr-defined]
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        names = mask_bound_params(analysis)
+        bound = {k: v for k, v in given.items() if k in names}
+        ranges = tile_kv_ranges(analysis, bound)
+        return PlannedMask(ranges, bound if ranges is not None else {})
+
+    def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
+        """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for
+        (the work list was cut for them)."""
+        for name, planned in self.values.items():
+            if values[name] != planned:
+                raise ValueError(
+                    f"variant '{variant_name}': param '{name}' is {values[name]!r} in run(), "
+                    f"but plan() was given {planned!r} and sized the work list for it; call "
+                    "plan() again with the new value"
+                )
+
+
+NO_PLANNED_MASK = PlannedMask(None, {})
 
 
 def mask_bound_params(analysis: MaskAnalysis) -> frozenset[str]:

@@ -9,9 +9,9 @@ import torch
 
 from attnc.runtime import ops, validate
 from attnc.runtime.kv_inputs import KvViews, paged_kv, ragged_kv
-from attnc.runtime.mask_plan import mask_bound_params, tile_kv_ranges
+from attnc.runtime.mask_plan import NO_PLANNED_MASK, PlannedMask, mask_bound_params
 from attnc.runtime.modules import PrefillModule, get_prefill_module
-from attnc.runtime.params import check_plan_params, resolve_params
+from attnc.runtime.params import resolve_params
 from attnc.runtime.plan import HostPlan, PlanShape, make_host_plan
 
 
@@ -31,7 +31,7 @@ class BatchPrefillWrapper:
         self._workspace = workspace_buffer.view(-1).view(torch.uint8)
         self._plan: HostPlan | None = None
         self._pinned: torch.Tensor | None = None
-        self._planned_params: dict[str, object] = {}
+        self._planned_mask = NO_PLANNED_MASK
 
     def plan(
         self,
@@ -56,11 +56,7 @@ class BatchPrefillWrapper:
         assumes every tile sees the whole KV. ``run()`` must then be given the same values.
         """
         validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        given = check_plan_params(
-            self.variant.params,  # type: ignore[attr-defined]
-            params or {},
-            variant_name=self.variant.name,  # type: ignore[attr-defined]
-        )
+        planned_mask = PlannedMask.from_plan_params(self.variant, params or {})
         validate.check_dtype_arg(dtype)
         qo_host, kv_host, idx_host, last_host, page = _check_indices(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
@@ -77,11 +73,10 @@ class BatchPrefillWrapper:
             num_ctas=_device_ctas(module, self._workspace.device, head_dim, group, max_q),
             workspace_bytes=self._workspace.numel(),
         )
-        analysis = self.variant.compiled.mask_analysis  # type: ignore[attr-defined]
-        bound = {k: v for k, v in given.items() if k in mask_bound_params(analysis)}
-        ranges = tile_kv_ranges(analysis, bound)
-        host = make_host_plan(qo_host, kv_host, idx_host, last_host, page, shape, ranges)
-        self._planned_params = bound if ranges is not None else {}
+        host = make_host_plan(
+            qo_host, kv_host, idx_host, last_host, page, shape, planned_mask.ranges
+        )
+        self._planned_mask = planned_mask
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = (num_qo_heads, num_kv_heads, head_dim)
@@ -125,19 +120,9 @@ class BatchPrefillWrapper:
             head_dim=d,
             device=q.device,
         )
-        self._check_planned_params(values)
+        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
         o = _check_out(out, q)
         return self._launch(q, views, o, return_lse, values)
-
-    def _check_planned_params(self, values: Mapping[str, object]) -> None:
-        """The mask params the work list was sized with must not change before ``run()``."""
-        for name, planned in self._planned_params.items():
-            if values[name] != planned:
-                raise ValueError(
-                    f"variant '{self.variant.name}': param '{name}' is {values[name]!r} in "  # type: ignore[attr-defined]
-                    f"run(), but plan() was given {planned!r} and sized the work list for it; "
-                    "call plan() again with the new value"
-                )
 
     def _require_plan(self) -> HostPlan:
         if self._plan is None:

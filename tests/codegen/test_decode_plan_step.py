@@ -109,7 +109,7 @@ def make_wrapper(native=True, max_batch=64, ws_bytes=64 << 20, graph=False, max_
     w._max_page, w._batch, w._q_rows = -1, 0, 0
     w._last_kv = w._empty_params = w._applied = None
     w._calls = {}
-    w._planned_params = {}
+    w._planned_mask = D.NO_PLANNED_MASK
     w.last_schedule = None
     w.handle = 0
     return w

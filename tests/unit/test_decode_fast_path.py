@@ -57,7 +57,7 @@ def cpu_decode(monkeypatch):
         w._args.variant_params_size = ctypes.sizeof(w._module.params_type)
         w._max_page, w._batch, w._q_rows = 5, BATCH, BATCH
         w._last_kv, w._empty_params, w._calls, w._applied = None, None, {}, None
-        w._planned_params = {}
+        w._planned_mask = D.NO_PLANNED_MASK
         return w
 
     return make
@@ -137,14 +137,14 @@ def test_run_refuses_mask_params_other_than_planned(cpu_decode):
     w = cpu_decode("sliding_window")
     q, cache = _inputs()
     ranges = w._mask_ranges({"window": 64})  # what plan(params={"window": 64}) does
-    assert ranges is not None and w._planned_params == {"window": 64}
+    assert ranges is not None and w._planned_mask.values == {"window": 64}
     w.run(q, cache, window=64)
     w.run(q, cache, window=64)  # the cached call
     with pytest.raises(
         ValueError, match="param 'window' is 32 in run\\(\\), but plan\\(\\) was given 64"
     ):
         w.run(q, cache, window=32)
-    assert w._mask_ranges({}) is None and w._planned_params == {}  # a plan without params
+    assert w._mask_ranges({}) is None and w._planned_mask.values == {}  # a plan without params
     w.run(q, cache, window=32)
     with pytest.raises(ValueError, match="variant 'sliding_window': unknown param 'windw'"):
         w._mask_ranges({"windw": 3})

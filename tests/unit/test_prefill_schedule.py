@@ -243,3 +243,24 @@ def test_plan_params_are_checked():
         check_plan_params(decls, {"window": 7.0}, variant_name="v")
     with pytest.raises(ValueError, match="param 'slopes' .*plan\\(\\) takes scalar params only"):
         check_plan_params(decls, {"slopes": torch.zeros(4)}, variant_name="v")
+
+
+def test_planned_mask_from_plan_params_and_the_run_check():
+    from attnc.runtime.mask_plan import PlannedMask
+
+    window = attnc.load("stdlib:sliding_window")
+    planned = PlannedMask.from_plan_params(window, {"window": 1024})
+    assert planned.ranges is not None and planned.values == {"window": 1024}
+    planned.check_run("sliding_window", {"window": 1024})
+    with pytest.raises(
+        ValueError, match="param 'window' is 512 in run\\(\\), but plan\\(\\) was given 1024"
+    ):
+        planned.check_run("sliding_window", {"window": 512})
+    unknown = PlannedMask.from_plan_params(window, {})  # the width is not known at plan time
+    assert unknown.ranges is None and unknown.values == {}
+    causal = PlannedMask.from_plan_params(attnc.load("stdlib:causal"), {})
+    assert causal.ranges is not None and causal.values == {}  # bounds without params
+    softcap = PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": 30.0})
+    assert softcap.values == {}  # params the mask does not read are checked, not kept
+    with pytest.raises(ValueError, match="expected a float, got str"):
+        PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": "30"})
