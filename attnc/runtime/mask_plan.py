@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnc.compiler import ir, mask_tiles
-from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
+from attnc.compiler.evaluate import evaluate
+from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
 from attnc.runtime.params import check_plan_params
 from attnc.runtime.prefill_schedule import TileRanges
 
@@ -119,20 +120,37 @@ def _conjunction_range(
     params: Mapping[str, int],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
-    per_req = [
-        np.array(
-            [
-                x.c_value({**params, "q_len": int(q), "kv_len": int(k)})
-                for q, k in zip(q_lens, kv_lens, strict=True)
-            ],
-            dtype=np.int64,
-        )
-        for x in cons
-    ]
+    per_req = [_c_per_request(x, q_lens, kv_lens, params) for x in cons]
     values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, per_req, strict=True)]
     lo, hi = _project(values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1)
     ok = lo <= hi
     return np.where(ok, lo, 0), np.where(ok, hi + 1, 0)
+
+
+def _c_per_request(
+    x: LinearConstraint, q_lens: np.ndarray, kv_lens: np.ndarray, params: Mapping[str, int]
+) -> np.ndarray:
+    """``x.c_value`` for every request (int64 [batch]). Atoms that are q_len, kv_len or a param
+    are evaluated on whole arrays; any other atom per request, with ``evaluate``."""
+    columns = {
+        "q_len": np.asarray(q_lens, dtype=np.int64),
+        "kv_len": np.asarray(kv_lens, dtype=np.int64),
+    }
+    c = np.full(columns["kv_len"].shape, x.offset, dtype=np.int64)
+    for coef, atom in x.terms:
+        if isinstance(atom, ir.Builtin) and atom.name in columns:
+            c += coef * columns[atom.name]
+        elif isinstance(atom, ir.ParamRef) and atom.name in params:
+            c += coef * int(params[atom.name])
+        else:
+            c += coef * np.array(
+                [
+                    int(evaluate(atom, {**params, "q_len": int(q), "kv_len": int(k)}))
+                    for q, k in zip(q_lens, kv_lens, strict=True)
+                ],
+                dtype=np.int64,
+            )
+    return c
 
 
 def _project(

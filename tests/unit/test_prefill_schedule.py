@@ -208,6 +208,7 @@ def test_mask_params_given_to_plan_size_the_tile_ranges():
         "kv_idx < prefix || q_idx + kv_len - q_len >= kv_idx",
         "kv_idx <= q_idx + kv_len - q_len && q_idx + kv_len - q_len - kv_idx < window",
         "kv_idx >= kv_len - window || kv_idx < prefix",
+        "kv_idx + 3000 < q_len * prefix || q_idx + kv_len - q_len >= kv_idx",  # a product atom
     ],
 )
 def test_vectorised_tile_ranges_with_params_match_the_compiler(mask):
