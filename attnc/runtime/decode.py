@@ -268,8 +268,9 @@ class BatchDecodeWrapper:
 
         ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
         sliding window's width) let the scheduler chunk and cost only the KV each request
-        may see; ``run()`` must then be given the same values. Such plans use the numpy
-        scheduler (the C++ fast path plans whole requests).
+        may see; ``run()`` must then be given the same values. Such plans recompute the
+        mask's ranges each time and skip the fast path (a few hundred microseconds instead
+        of tens).
         """
         if params or self._planned_mask.values:
             ranges = self._mask_ranges(params or {})
@@ -393,11 +394,12 @@ class BatchDecodeWrapper:
         args = (q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile, part_rows)
         native = self._native
         sched: scheduler.Schedule
-        if (
-            mask_ranges is None
-            and native is not None
-            and native.configure(*args, page_size, max_items)
-        ):
+        visible = None
+        if mask_ranges is not None:
+            every = np.arange(batch, dtype=np.int64)
+            q_all = np.full(batch, q_len, dtype=np.int64)
+            visible = mask_ranges(every, np.zeros_like(every), q_all, q_all, kv_lens)
+        if native is not None and native.configure(*args, page_size, max_items):
             if self._copy_done is not None:  # copies of an earlier numpy plan
                 self._copy_done.synchronize()
                 self._copy_done = None
@@ -405,6 +407,8 @@ class BatchDecodeWrapper:
                 (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype),
                 (*args, max_items),
             )
+            spans = None if visible is None else scheduler.visible_spans(kv_lens, visible, kv_tile)
+            native.set_visible(spans)  # the batch fits: checked above
             # The checks above passed: the step's checks (the same) pass too.
             sched = self._native_step(
                 fast,
@@ -413,9 +417,11 @@ class BatchDecodeWrapper:
                 kv_last_page_len.detach().to("cpu").contiguous(),
                 pages_dev,
                 page_size,
+                visible,
             )
             exact = all(type(v) is int for v in (num_qo_heads, num_kv_heads, head_dim))
-            if exact and type(page_size) is int and type(q_len) is int:
+            # Plans with mask ranges recompute them each time (never the fast path).
+            if exact and type(page_size) is int and type(q_len) is int and visible is None:
                 if sm_scale is None or type(sm_scale) is float:
                     self._fast = fast
         else:
@@ -424,11 +430,6 @@ class BatchDecodeWrapper:
                 native.wait()  # the previous copies may still read the pinned buffers
             if self._copy_done is not None:
                 self._copy_done.synchronize()  # the previous copies may still read them
-            visible = None
-            if mask_ranges is not None:
-                every = np.arange(batch, dtype=np.int64)
-                q_all = np.full(batch, q_len, dtype=np.int64)
-                visible = mask_ranges(every, np.zeros_like(every), q_all, q_all, kv_lens)
             sched = scheduler.schedule(
                 kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
                 part_rows, max_items=max_items, visible=visible,
@@ -451,9 +452,11 @@ class BatchDecodeWrapper:
         kv_last_page_len: torch.Tensor,
         on_device: bool,
         page_size: int,
+        visible: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> scheduler.Schedule:
         """Checks, plan and copies in C++ (``native_plan.NativePlanner.step``); sets the
-        batch and the largest page id; the schedule of the step."""
+        batch and the largest page id; the schedule of the step. ``visible``: the mask
+        ranges the planner was given with ``set_visible`` (None: whole requests)."""
         native = self._native
         assert native is not None
         if not on_device:
@@ -476,12 +479,12 @@ class BatchDecodeWrapper:
         args = fast.args
         if rc == native_plan.OK:
             sched: scheduler.Schedule = native_plan.LazySchedule(
-                native.summary(), native.kv_lens(batch), *args
+                native.summary(), native.kv_lens(batch), *args, visible=visible
             )
         elif rc == native_plan.UNSUPPORTED:  # numpy plans (the previous copies are done)
             kv_lens = native.kv_lens(batch)
             *sched_args, max_items = args
-            sched = scheduler.schedule(kv_lens, *sched_args, max_items=max_items)
+            sched = scheduler.schedule(kv_lens, *sched_args, max_items=max_items, visible=visible)
             nbytes = scheduler.write_work_region(
                 self._pinned_np, self.layout, sched, args[0], native.page_begin(batch), kv_lens
             )

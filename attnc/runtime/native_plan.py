@@ -158,6 +158,9 @@ class _Params(ctypes.Structure):
         ("out_cta_indptr", _P),
         ("out_merge_items", _P),
         ("out_num_chunks", _P),
+        ("plan_lens", _P),
+        ("kv_offset", _P),
+        ("visible_count", _I64),
     ]
 
 
@@ -331,6 +334,8 @@ class NativePlanner:
         self.capacity = layout.max_batch
         self._kv = np.zeros(max(self.capacity, 1), np.int64)
         self._page_begin = np.zeros(max(self.capacity, 1), np.int64)
+        self._vis_offset = np.zeros(max(self.capacity, 1), np.int64)
+        self._vis_len = np.zeros(max(self.capacity, 1), np.int64)
         p = self._params = _Params()
         p.kv_lens = self._kv.ctypes.data
         p.req_page_begin = self._page_begin.ctypes.data
@@ -364,6 +369,27 @@ class NativePlanner:
         self._finalizer = weakref.finalize(self, lib.attnc_decode_release, st)
         self._finalizer.atexit = False
 
+    def set_visible(self, spans: tuple[np.ndarray, np.ndarray] | None) -> bool:
+        """Plan only ``spans`` = (offset, length) [batch] of each request (from
+        ``scheduler.visible_spans``) in the following plans and steps, or whole requests
+        (None). False when the batch exceeds the capacity (nothing set)."""
+        params = (self._params, self._step.plan)
+        if spans is None:
+            for p in params:
+                p.plan_lens = p.kv_offset = None
+                p.visible_count = 0
+            return True
+        offset, length = spans
+        n = offset.shape[0]
+        if n > self.capacity or length.shape != offset.shape:
+            return False
+        self._vis_offset[:n] = offset
+        self._vis_len[:n] = length
+        for p in params:
+            p.plan_lens, p.kv_offset = self._vis_len.ctypes.data, self._vis_offset.ctypes.data
+            p.visible_count = n
+        return True
+
     @classmethod
     def create(cls, buf: np.ndarray, layout: WorkspaceLayout) -> NativePlanner | None:
         """A planner for ``buf``, or None when the native code is off or not available."""
@@ -388,6 +414,7 @@ class NativePlanner:
         min_chunk: int = MIN_CHUNK,
         alpha: float = ALPHA,
         beta: float = BETA,
+        visible: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> PlanSummary | None:
         """Plan the step into the buffer (the arguments of ``scheduler.schedule`` and
         ``write_work_region``); None when the numpy code must run instead (nothing written).
@@ -396,6 +423,9 @@ class NativePlanner:
             kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
             max_part_rows, req_page_begin, max_items, min_chunk, alpha, beta,
         ):  # fmt: skip
+            return None
+        spans = None if visible is None else _numpy_plan.visible_spans(kv_lens, visible, kv_tile)
+        if not self.set_visible(spans):
             return None
         rc = self._call(self._params_ref, self._summary_ref)
         s = self._summary
@@ -597,6 +627,7 @@ class NativePlanner:
         min_chunk: int = MIN_CHUNK,
         alpha: float = ALPHA,
         beta: float = BETA,
+        visible: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[PlanSummary, Schedule] | None:
         """``plan`` that also returns the ``Schedule`` arrays (through the C++ code's
         test-only outputs), for equality checks against ``scheduler.schedule``. The inputs are
@@ -623,7 +654,7 @@ class NativePlanner:
             summary = self.plan(
                 kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
                 max_part_rows, req_page_begin, max_items=max_items, min_chunk=min_chunk,
-                alpha=alpha, beta=beta,
+                alpha=alpha, beta=beta, visible=visible,
             )  # fmt: skip
         finally:
             p.out_items = p.out_cost = p.out_cta_indptr = p.out_merge_items = None
@@ -668,6 +699,8 @@ class LazySchedule(Schedule):
         kv_tile: int,
         max_part_rows: int,
         max_items: int | None = None,
+        *,
+        visible: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         # The frozen dataclass fields not set here are looked up through __getattr__.
         setattr_ = object.__setattr__
@@ -681,6 +714,7 @@ class LazySchedule(Schedule):
             (kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
              max_part_rows, max_items),
         )  # fmt: skip
+        setattr_(self, "_visible", visible)
 
     @property
     def num_items(self) -> int:
@@ -691,7 +725,9 @@ class LazySchedule(Schedule):
         full = self.__dict__.get("_full")
         if full is None:
             *args, max_items = self.__dict__["_args"]
-            full = _numpy_plan.schedule(*args, max_items=max_items)
+            full = _numpy_plan.schedule(
+                *args, max_items=max_items, visible=self.__dict__["_visible"]
+            )
             object.__setattr__(self, "_full", full)
         return full
 

@@ -156,6 +156,17 @@ def _chunk_counts(kv: np.ndarray, chunk: int, kv_tile: int) -> tuple[np.ndarray,
     return np.maximum(1, -(-kv // size)), size
 
 
+def visible_spans(
+    kv_lens: np.ndarray, visible: tuple[np.ndarray, np.ndarray], kv_tile: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, length) int64 [batch] of the KV each request's chunks cover: ``visible``'s
+    ``[begin, end)`` clipped to the request, its start rounded down to a KV tile."""
+    kv = np.asarray(kv_lens, dtype=np.int64)
+    begin, end = (np.asarray(x, dtype=np.int64) for x in visible)
+    offset = np.clip(begin, 0, kv) // kv_tile * kv_tile
+    return offset, np.maximum(np.clip(end, 0, kv) - offset, 0)
+
+
 def choose_chunk(
     kv: np.ndarray,
     q_len: int,
@@ -282,9 +293,7 @@ def schedule(
     kv = np.asarray(kv_lens, dtype=np.int64)
     offset = np.zeros_like(kv)
     if visible is not None:
-        begin, end = (np.asarray(x, dtype=np.int64) for x in visible)
-        offset = np.clip(begin, 0, kv) // kv_tile * kv_tile
-        kv = np.maximum(np.clip(end, 0, kv) - offset, 0)
+        offset, kv = visible_spans(kv, visible, kv_tile)
     units = num_kv_heads * row_blocks
     item_q = alpha * q_len
     slot_rows = q_len * num_qo_heads

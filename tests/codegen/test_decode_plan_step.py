@@ -75,10 +75,12 @@ def cpu(monkeypatch, lib):
     return lib
 
 
-def make_wrapper(native=True, max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None):
+def make_wrapper(
+    native=True, max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None, name="vanilla"
+):
     """BatchDecodeWrapper.__init__ on the CPU (host memory for the workspace and the pinned
     buffer), with modules for every (heads, q_len) the tests use."""
-    variant = attnc.load("stdlib:vanilla")
+    variant = attnc.load(f"stdlib:{name}")
     w = object.__new__(D.BatchDecodeWrapper)
     w.variant, w.kv_layout, w.use_cuda_graph = variant, "NHD", graph
     w._ws = torch.full((ws_bytes,), 0xCD, dtype=torch.uint8)
@@ -170,6 +172,35 @@ def test_plan_matches_numpy_path(cpu):
     assert fast > 250
     copies, records, waits, _ = (a - b for a, b in zip(fake_counts(cpu), before, strict=True))
     assert records == 300 and waits == 299 and 300 <= copies <= 600
+
+
+def test_plans_with_mask_params_match_numpy_path(cpu):
+    """plan(params=...) of a sliding window: the C++ step with the mask's ranges writes what
+    the numpy scheduler writes, and plans without params return to the fast path."""
+    rng = np.random.default_rng(8)
+    native = make_wrapper(name="sliding_window")
+    ref = make_wrapper(native=False, name="sliding_window")
+    narrowed = 0
+    for trial in range(120):
+        args = page_table(rng, int(rng.integers(1, 65)), max_len=int(rng.choice([3000, 70000])))
+        kw = {"q_len_per_request": int(rng.integers(1, 5))}
+        if trial % 3:
+            kw["params"] = {"window": int(rng.choice([1, 300, 1024]))}
+        got, want = _outcome(native, *args, **kw), _outcome(ref, *args, **kw)
+        assert got == want, trial
+        if isinstance(got, tuple) and "params" in kw and isinstance(got[0], bytes):
+            assert native._fast is None  # ranges are recomputed by every such plan
+            assert isinstance(native.last_schedule, native_plan.LazySchedule)
+            items = native.last_schedule.items
+            narrowed += bool((items[:, 3] > 0).any())
+            s, r = native.last_schedule, ref.last_schedule
+            for f in ("items", "cta_indptr", "merge_items", "num_chunks", "cost"):
+                assert getattr(s, f).tobytes() == getattr(r, f).tobytes()
+    assert narrowed > 30, narrowed
+    args = page_table(rng, 8)
+    _plan(native, *args)
+    _plan(native, *args)
+    assert native._fast is not None  # no params: the fast path again
 
 
 BAD = {

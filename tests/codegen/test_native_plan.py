@@ -68,7 +68,7 @@ def _buffer(nbytes):
 
 
 def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=None,
-           min_chunk=None, page_dtype=np.int64, rng=None):  # fmt: skip
+           min_chunk=None, page_dtype=np.int64, rng=None, visible=None):  # fmt: skip
     """numpy schedule + write_work_region against the native planner (both entry points).
     Returns the numpy Schedule, or the CapacityError message."""
     kv = np.asarray(kv, dtype=np.int64)
@@ -76,7 +76,7 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
     args = (kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows)
     mc = s.MIN_CHUNK if min_chunk is None else min_chunk
     try:
-        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk)
+        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk, visible=visible)
         error = None
         cap = max(ref.num_items, 1)
     except s.CapacityError as exc:
@@ -97,11 +97,11 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
         call = planner.plan_with_schedule if with_schedule else planner.plan
         if error is not None:
             with pytest.raises(s.CapacityError) as info:
-                call(*args, page_begin, max_items=max_items, min_chunk=mc)
+                call(*args, page_begin, max_items=max_items, min_chunk=mc, visible=visible)
             assert str(info.value) == error
             assert buf.tobytes() == expect.tobytes()  # nothing written
             continue
-        out = call(*args, page_begin, max_items=max_items, min_chunk=mc)
+        out = call(*args, page_begin, max_items=max_items, min_chunk=mc, visible=visible)
         assert out is not None, "the native planner declined a supported input"
         summary = out[0] if with_schedule else out
         assert summary == native_plan.PlanSummary(
@@ -145,6 +145,30 @@ def test_random_workloads_identical():
     assert capacity_errors > 50 and doubled > 50 and split > 500, (capacity_errors, doubled, split)
 
 
+def test_random_visible_ranges_identical():
+    """Plans of only the KV a mask shows (``visible``), as a sliding window gives them."""
+    rng = np.random.default_rng(99)
+    narrowed = split = 0
+    for trial in range(800):
+        batch = int(rng.integers(1, 129))
+        kv = _lengths(rng, batch).astype(np.int64)
+        hq, hkv = HEADS[trial % 3]
+        q_len = int(rng.integers(1, 9))
+        tile = int(rng.choice([16, 64]))
+        if trial % 4 == 0:  # arbitrary ranges, also outside the request
+            begin = rng.integers(-100, kv + 100)
+            end = begin + rng.integers(-50, kv + 200)
+        else:  # a window of w keys before each request's end
+            w = int(rng.choice([1, 100, 1024, 4096]))
+            begin, end = np.maximum(kv - q_len - w + 1, 0), kv
+        ctas = int(rng.choice([7, 264, 1056]))
+        plan = _check(kv, q_len, hq, hkv, 1, ctas, tile, 1 << 40, visible=(begin, end))
+        assert not isinstance(plan, str)
+        narrowed += bool((plan.items[:, 3] > 0).any())
+        split += plan.num_part_slots > 0
+    assert narrowed > 300 and split > 100, (narrowed, split)
+
+
 @pytest.mark.parametrize(
     "lengths",
     [[], [0], [0, 0, 0], [1], [1, 0, 70000, 5], [7] * 300, [2**31 - 1], [2**20] * 3],
@@ -182,6 +206,13 @@ def test_lazy_schedule_matches_numpy():
     assert np.array_equal(lazy.cta_loads(), ref.cta_loads())
     with pytest.raises(AttributeError):
         lazy.no_such_field  # noqa: B018
+    # With mask ranges: the lazy arrays are those of the same ranges.
+    visible = (np.maximum(kv - 1000, 0), kv)
+    ref = s.schedule(*args, max_items=4096, visible=visible)
+    summary = planner.plan(*args, np.zeros(6, np.int64), max_items=4096, visible=visible)
+    lazy = native_plan.LazySchedule(summary, *args, 4096, visible=visible)
+    _same_schedule(lazy, ref)
+    assert lazy.items[:, 3].max() > 0
 
 
 def _planner(batch=4, items=64):

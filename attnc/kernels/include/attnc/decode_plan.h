@@ -71,6 +71,12 @@ typedef struct AttncPlanParams {
   int32_t* out_cta_indptr;
   int32_t* out_merge_items;
   int64_t* out_num_chunks;
+  // The KV the chunks of each request cover (scheduler.schedule's ``visible``, as
+  // scheduler.visible_spans rounds it): [kv_offset[r], kv_offset[r] + plan_lens[r]), inside
+  // [0, kv_lens[r]]. Null plan_lens: whole requests. visible_count must equal batch.
+  const int64_t* plan_lens;
+  const int64_t* kv_offset;
+  int64_t visible_count;
 } AttncPlanParams;
 
 // Outputs (kAttncPlanCapacity fills num_items only).
@@ -184,6 +190,22 @@ inline void chunk_count(int64_t kv, int64_t chunk, int64_t tile, int64_t* n_out,
   *size_out = size;
 }
 
+// The KV lengths the planner chunks: plan_lens when given, else the requests' lengths.
+inline const int64_t* planned_lens(const AttncPlanParams& p) {
+  return p.plan_lens != nullptr ? p.plan_lens : p.kv_lens;
+}
+
+// plan_lens and kv_offset describe, for every request, a range inside [0, kv_lens[r]].
+inline bool visible_ok(const AttncPlanParams& p) {
+  if (p.plan_lens == nullptr) return true;
+  if (p.kv_offset == nullptr || p.visible_count != p.batch) return false;
+  for (int64_t r = 0; r < p.batch; ++r) {
+    const int64_t off = p.kv_offset[r], len = p.plan_lens[r];
+    if (off < 0 || len < 0 || off > p.kv_lens[r] || len > p.kv_lens[r] - off) return false;
+  }
+  return true;
+}
+
 inline bool params_ok(const AttncPlanParams& p) {
   auto in = [](int64_t v) { return v >= 1 && v < kMaxScalar; };
   return p.batch >= 0 && p.batch < kMaxLen && in(p.q_len) && in(p.num_qo_heads) &&
@@ -198,7 +220,7 @@ inline bool params_ok(const AttncPlanParams& p) {
 inline int plan_counts(const AttncPlanParams& p, int64_t split_factor, int64_t* num_chunks,
                        Counts* c) {
   if (!params_ok(p)) return kAttncPlanUnsupported;
-  const int64_t* kv = p.kv_lens;
+  const int64_t* kv = planned_lens(p);
   const int64_t batch = p.batch;
   int64_t sum = 0, kv_max = 0;
   for (int64_t r = 0; r < batch; ++r) {
@@ -338,7 +360,7 @@ struct Scratch {
 // s.size, s.first, s.part_base, s.chunk_req and s.idx (chunk ids, sorted).
 inline void order_chunks(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
                          Scratch& s) {
-  const int64_t* kv = p.kv_lens;
+  const int64_t* kv = planned_lens(p);
   const int64_t batch = p.batch;
   const int64_t nc = c.total_chunks;
   const bool split_any = c.split_any != 0;
@@ -378,7 +400,7 @@ inline int64_t chunk_length(const AttncPlanParams& p, const Scratch& s, int64_t 
   const int64_t r = s.chunk_req[ch];
   const int64_t j = static_cast<int64_t>(ch) - s.first[r];
   const int64_t begin = j * s.size[r];
-  return std::min(begin + s.size[r], p.kv_lens[r]) - begin;
+  return std::min(begin + s.size[r], planned_lens(p)[r]) - begin;
 }
 
 // scheduler.assign_lpt over the items of the ordered chunks (each chunk expands to its KV
@@ -467,17 +489,19 @@ inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const
   for (int64_t b = 0; b <= p.num_ctas; ++b) cta_indptr[b] = static_cast<int32_t>(s.count[b]);
 
   const double item_q = p.alpha * static_cast<double>(p.q_len);
+  const int64_t* lens = planned_lens(p);
   int64_t i = 0;
   for (int64_t q = 0; q < nc; ++q) {
     const uint32_t ch = s.idx[q];
     const int64_t r = s.chunk_req[ch];
     const int64_t j = static_cast<int64_t>(ch) - s.first[r];
     const int64_t begin = j * s.size[r];
-    const int64_t end = std::min(begin + s.size[r], p.kv_lens[r]);
+    const int64_t end = std::min(begin + s.size[r], lens[r]);
+    const int64_t off = p.kv_offset != nullptr && p.plan_lens != nullptr ? p.kv_offset[r] : 0;
     const int32_t slot = num_chunks[r] > 1 ? static_cast<int32_t>(s.part_base[r] + j) : -1;
     const double item_cost = item_q + p.beta * static_cast<double>(end - begin);
-    const int32_t r32 = static_cast<int32_t>(r), begin32 = static_cast<int32_t>(begin);
-    const int32_t end32 = static_cast<int32_t>(end);
+    const int32_t r32 = static_cast<int32_t>(r), begin32 = static_cast<int32_t>(off + begin);
+    const int32_t end32 = static_cast<int32_t>(off + end);
     for (int64_t h = 0; h < p.num_kv_heads; ++h) {
       for (int64_t b = 0; b < p.row_blocks; ++b, ++i) {
         const int64_t dst = s.count[s.cta[i]]++;
@@ -549,7 +573,8 @@ inline double lower_bound(const AttncPlanParams& p, const Counts& c) {
   const int64_t units = p.num_kv_heads * p.row_blocks;
   const double base = p.alpha * static_cast<double>(p.q_len) + kItemOverhead;
   int64_t tokens = 0;
-  for (int64_t r = 0; r < p.batch; ++r) tokens += p.kv_lens[r];
+  const int64_t* lens = planned_lens(p);
+  for (int64_t r = 0; r < p.batch; ++r) tokens += lens[r];
   const double total = static_cast<double>(c.num_items) * base +
                        static_cast<double>(units) * p.beta * static_cast<double>(tokens);
   const double longest = base + p.beta * static_cast<double>(c.longest);
@@ -559,6 +584,8 @@ inline double lower_bound(const AttncPlanParams& p, const Counts& c) {
 
 inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
   if (p.batch < 0 || p.batch >= kMaxLen) return kAttncPlanUnsupported;
+  if (p.batch > 0 && p.kv_lens == nullptr) return kAttncPlanUnsupported;
+  if (!visible_ok(p)) return kAttncPlanUnsupported;
   s.num_chunks.resize(static_cast<size_t>(p.batch));
   s.best_chunks.resize(static_cast<size_t>(p.batch));
   Counts c{};
