@@ -55,6 +55,9 @@ def tile_kv_ranges(
     return ranges
 
 
+_PLANNED_MASKS = 16  # plan-time param values remembered per variant
+
+
 @dataclass(frozen=True)
 class PlannedMask:
     """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown) and the
@@ -66,7 +69,23 @@ class PlannedMask:
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
         """Check the params given to ``plan()`` (scalars only) and keep those the mask's
-        bounds read."""
+        bounds read. Remembered per variant and values (a decode step plans every token)."""
+        try:
+            key = tuple(sorted((k, type(v), v) for k, v in params.items()))
+            hash(key)
+        except TypeError:  # an unhashable value: checked (and refused) below, not remembered
+            return PlannedMask._checked(variant, params)
+        memo: dict = variant.__dict__.setdefault("_planned_masks", {})
+        found = memo.get(key)
+        if found is None:
+            found = PlannedMask._checked(variant, params)
+            if len(memo) >= _PLANNED_MASKS:
+                memo.pop(next(iter(memo)))
+            memo[key] = found
+        return found
+
+    @staticmethod
+    def _checked(variant: object, params: Mapping[str, object]) -> PlannedMask:
         decls = variant.params  # type: ignore[attr-defined]
         given = check_plan_params(decls, params, variant_name=variant.name)  # type: ignore[attr-defined]
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]

@@ -265,3 +265,16 @@ def test_planned_mask_from_plan_params_and_the_run_check():
     assert softcap.values == {}  # params the mask does not read are checked, not kept
     with pytest.raises(ValueError, match="expected a float, got str"):
         PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": "30"})
+
+
+def test_planned_mask_is_remembered_per_value_and_type():
+    from attnc.runtime.mask_plan import PlannedMask
+
+    window = attnc.load("stdlib:sliding_window")
+    first = PlannedMask.from_plan_params(window, {"window": 64})
+    assert PlannedMask.from_plan_params(window, {"window": 64}) is first
+    assert PlannedMask.from_plan_params(window, {"window": 65}).values == {"window": 65}
+    with pytest.raises(ValueError, match="expected an int, got float"):
+        PlannedMask.from_plan_params(window, {"window": 64.0})  # equal value, other type
+    with pytest.raises(ValueError, match="expected an int, got list"):
+        PlannedMask.from_plan_params(window, {"window": [64]})  # unhashable: checked anyway
