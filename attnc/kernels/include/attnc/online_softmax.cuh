@@ -1,6 +1,8 @@
-// Owns: the numerics of the online softmax in the exp2 domain: fast exp2, reductions over
-// the 4 lanes that hold one mma row, and the -inf guards (a row that has seen only masked
-// keys keeps max -inf, contributes nothing and never produces NaN).
+// Owns: the online softmax in the exp2 domain on a warp's mma fragments: fast exp2,
+// reductions over the 4 lanes that hold one mma row, the -inf guards (a row that has seen only
+// masked keys keeps max -inf, contributes nothing and never produces NaN), the per-tile step
+// (running max with rescale slack, row sums, O rescale) and the LSE of a finished row. Shared
+// by the prefill and decode kernels.
 #pragma once
 
 #include <math_constants.h>
@@ -35,6 +37,72 @@ __device__ __forceinline__ float safe_max(float m) { return m == -CUDART_INF_F ?
 // its sum of exp2 terms; -inf for a row that saw no visible key.
 __device__ __forceinline__ float row_lse(float m, float scale, float sum) {
   return sum > 0.f ? (m * scale + __log2f(sum)) * kLn2 : -CUDART_INF_F;
+}
+
+// Slack of the running max, in log2 units of the weights: a row keeps its reference max m
+// until a tile's max exceeds it by more than this, so weights exp2(s - m) stay below
+// 2^kRescaleSlack (exact in fp32, and in bf16/fp16 after packing: 2^8 is far from overflow)
+// and O, l are rescaled only when some row of the warp moves by more than that (after the
+// first visible tile of a row that is rare). 0 rescales whenever a row max grows.
+// (ATTNC_PREFILL_RESCALE_SLACK, its former name, is still honoured.)
+#ifndef ATTNC_RESCALE_SLACK
+#ifdef ATTNC_PREFILL_RESCALE_SLACK
+#define ATTNC_RESCALE_SLACK ATTNC_PREFILL_RESCALE_SLACK
+#else
+#define ATTNC_RESCALE_SLACK 8
+#endif
+#endif
+
+// One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
+// running reference row max m (in the units of s; see ATTNC_RESCALE_SLACK), running
+// partial row sum l (this lane's columns only; summed over the 4 lanes of a row at the end), O
+// rescaled by exp2((m_old - m_new) * c) when a reference max moves.
+template <class V, int MQ, int NS, int NO>
+__device__ __forceinline__ void warp_softmax_step(float (&s)[MQ][NS][4], float (&m)[MQ][2],
+                                                  float (&l)[MQ][2], float (&o)[MQ][NO][4],
+                                                  const float (&mult)[MQ][2]) {
+  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  float alpha[MQ][2];
+  bool rescale = false;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]);
+#pragma unroll
+      for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+      mx = quad_max(mx);
+      const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+      // Move the reference max only when the tile's max exceeds it by more than the slack
+      // (always from -inf to a finite max; never while both are -inf: the NaN compares false).
+      const bool move = (mx - m[mi][h]) * c > kSlack;
+      const float m_ref = move ? mx : m[mi][h];
+      alpha[mi][h] = move ? fast_exp2((m[mi][h] - mx) * c) : 1.f;
+      rescale = rescale || move;
+      m[mi][h] = m_ref;
+      const float shift = -safe_max(m_ref) * c;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < NS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = fast_exp2(fmaf(s[mi][n][2 * h + e], c, shift));
+          s[mi][n][2 * h + e] = p;
+          sum += p;
+        }
+      }
+      l[mi][h] = fmaf(l[mi][h], alpha[mi][h], sum);
+    }
+  }
+  // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.
+  if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int n = 0; n < NO; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[mi][n][e] *= alpha[mi][e / 2];
+  }
 }
 
 }  // namespace attnc

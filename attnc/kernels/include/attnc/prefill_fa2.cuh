@@ -20,7 +20,6 @@
 #include "online_softmax.cuh"
 #include "prefill_args.h"
 #include "prefill_mainloop.cuh"
-#include "prefill_warp_math.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 

@@ -16,9 +16,11 @@
 #include "cp_async.cuh"
 #include "kv_gather.cuh"
 #include "mma.cuh"
-#include "prefill_warp_math.cuh"
+#include "online_softmax.cuh"
+#include "score_hooks.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
+#include "warp_qk_pv.cuh"
 
 namespace attnc {
 
