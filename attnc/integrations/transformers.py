@@ -1,0 +1,248 @@
+"""Owns: the ``"attnc"`` attention implementation for Hugging Face transformers.
+
+Importing this module registers two functions under the name ``"attnc"``:
+
+- in ``transformers.AttentionMaskInterface`` a mask builder. transformers calls it once per
+  forward and mask kind (full / sliding layers) with the 2D padding mask and the cache
+  offsets; it builds the boolean mask transformers would give ``sdpa`` and turns it into one
+  request per batch row (:mod:`attnc.integrations.hf_masks`), shared by all layers of the kind.
+- in ``transformers.AttentionInterface`` the attention function: it picks the layer's variant
+  (:mod:`attnc.integrations.hf_variants`), packs the rows' valid queries and keys into ragged
+  tensors and runs them: on CUDA (bf16/fp16, head_dim 64/128/256) through
+  ``attnc.BatchPrefillWrapper``, planned once per step and mask kind; otherwise through the
+  variant's generated PyTorch reference, with a one-time warning.
+
+Then ``AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc")`` or
+``model.set_attn_implementation("attnc")`` runs every attention layer through attnc.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from attnc.integrations.hf_masks import (
+    BatchSegments,
+    RowSegment,
+    UnsupportedMaskError,
+    segments_for_call,
+    segments_from_visibility,
+)
+from attnc.integrations.hf_variants import LayerVariant, layer_name, variant_for_layer
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "UnsupportedMaskError",
+    "attnc_attention_forward",
+    "attnc_mask",
+    "register",
+]
+
+ATTN_IMPLEMENTATION = "attnc"
+KERNEL_DTYPES = (torch.bfloat16, torch.float16)
+KERNEL_HEAD_DIMS = (64, 128, 256)
+WORKSPACE_BYTES = 64 << 20
+_warned: set[str] = set()
+
+
+def attnc_mask(
+    batch_size: int,
+    q_length: int,
+    kv_length: int,
+    q_offset: int | torch.Tensor = 0,
+    kv_offset: int = 0,
+    mask_function: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    config: Any = None,
+    use_vmap: bool = False,
+    device: torch.device | str = "cpu",
+    **kwargs: Any,
+) -> BatchSegments:
+    """The ``AttentionMaskInterface`` entry: the step's requests, one per batch row."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    visible = sdpa_mask(
+        batch_size=batch_size,
+        q_length=q_length,
+        kv_length=kv_length,
+        q_offset=q_offset,
+        kv_offset=kv_offset,
+        mask_function=mask_function or causal_mask_function,
+        attention_mask=attention_mask,
+        allow_is_causal_skip=False,
+        allow_is_bidirectional_skip=False,
+        use_vmap=use_vmap,
+        device=device,
+    )
+    window = getattr(config, "sliding_window", None)
+    candidates = (None, window if isinstance(window, int) else None)
+    query_start = int(q_offset) - int(kv_offset)
+    return segments_from_visibility(
+        visible.expand(batch_size, -1, q_length, kv_length)[:, 0], query_start, candidates
+    )
+
+
+def attnc_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: object,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """The ``AttentionInterface`` entry. query ``[B, H_qo, Q, D]``, key/value ``[B, H_kv, KV, D]``
+    -> (output ``[B, Q, H_qo, D]``, no attention weights)."""
+    choice = variant_for_layer(
+        module, dropout=dropout, sliding_window=sliding_window, softcap=softcap, kwargs=kwargs
+    )
+    batch, hq, q_len, head_dim = query.shape
+    hkv, kv_len = key.shape[1], key.shape[2]
+    groups = getattr(module, "num_key_value_groups", hq // max(hkv, 1))
+    if hkv * groups != hq:
+        raise UnsupportedMaskError(
+            f"{layer_name(module)}: {hq} query heads are not {groups} groups of {hkv} KV heads"
+        )
+    segments = segments_for_call(attention_mask, q_len, kv_len, batch, choice.window)
+    segments.require_window(choice.window, layer_name(module))
+    out = query.new_zeros(batch, q_len, hq, head_dim)
+    if not segments.segments:
+        return out, None
+    q_packed = _pack(query, segments, queries=True)
+    k_packed = _pack(key, segments, queries=False)
+    v_packed = _pack(value, segments, queries=False)
+    reason = _kernel_blocker(query, head_dim)
+    if reason is None:
+        o_packed = _run_kernels(choice, segments, q_packed, k_packed, v_packed, scaling)
+    else:
+        _warn_once(reason)
+        o_packed = _run_reference(choice, segments, q_packed, k_packed, v_packed, scaling)
+    _unpack_into(out, o_packed, segments)
+    return out, None
+
+
+def _kernel_blocker(query: torch.Tensor, head_dim: int) -> str | None:
+    """Why the CUDA kernels cannot run this call (None when they can)."""
+    if not query.is_cuda:
+        return "attnc: tensors on the CPU run the generated PyTorch reference (slow)"
+    if query.dtype not in KERNEL_DTYPES:
+        return f"attnc: {query.dtype} runs the generated PyTorch reference (kernels: bf16/fp16)"
+    if head_dim not in KERNEL_HEAD_DIMS:
+        return f"attnc: head_dim {head_dim} runs the generated PyTorch reference"
+    return None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _pack(x: torch.Tensor, segments: BatchSegments, *, queries: bool) -> torch.Tensor:
+    """``[B, H, S, D]`` -> ragged ``[tokens, H, D]`` holding each segment's rows in order."""
+    rows = x.transpose(1, 2)  # [B, S, H, D], a view
+    if segments.is_uniform:
+        lo, hi = _span(segments.segments[0], queries)
+        return rows[:, lo:hi].reshape(-1, x.shape[1], x.shape[3])
+    parts = [rows[s.row, slice(*_span(s, queries))] for s in segments.segments]
+    return torch.cat(parts, dim=0).contiguous()
+
+
+def _span(s: RowSegment, queries: bool) -> tuple[int, int]:
+    return (s.q_begin, s.q_end) if queries else (s.kv_begin, s.kv_end)
+
+
+def _unpack_into(out: torch.Tensor, packed: torch.Tensor, segments: BatchSegments) -> None:
+    """Scatter ragged ``[tokens, H, D]`` back into ``out [B, Q, H, D]`` (padding stays 0)."""
+    if segments.is_uniform:
+        first = segments.segments[0]
+        out[:, first.q_begin : first.q_end] = packed.view(out.shape[0], -1, *out.shape[2:])
+        return
+    start = 0
+    for s in segments.segments:
+        n = s.q_end - s.q_begin
+        out[s.row, s.q_begin : s.q_end] = packed[start : start + n]
+        start += n
+
+
+def _run_reference(
+    choice: LayerVariant,
+    segments: BatchSegments,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Each segment through the variant's generated PyTorch reference."""
+    variant, params = choice.variant, choice.run_params()
+    outs, q0, k0 = [], 0, 0
+    for s in segments.segments:
+        nq, nk = s.q_end - s.q_begin, s.kv_end - s.kv_begin
+        outs.append(
+            variant.reference(
+                q[q0 : q0 + nq], k[k0 : k0 + nk], v[k0 : k0 + nk], sm_scale=scaling, **params
+            )
+        )
+        q0, k0 = q0 + nq, k0 + nk
+    return torch.cat(outs, dim=0)
+
+
+def _run_kernels(
+    choice: LayerVariant,
+    segments: BatchSegments,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor:
+    """The segments as one ragged batch through ``attnc.BatchPrefillWrapper``; the plan is
+    kept on ``segments`` so the layers that share the step's mask plan once."""
+    hq, hkv, head_dim = q.shape[1], k.shape[1], q.shape[2]
+    plan_key = (choice.spec, choice.window, hq, hkv, head_dim, q.dtype, scaling, q.device)
+    wrapper = segments.plans.get(plan_key)
+    if wrapper is None:
+        import attnc
+
+        workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+        wrapper = attnc.BatchPrefillWrapper(choice.variant, workspace, kv_layout="NHD")
+        qo_lens = [s.q_end - s.q_begin for s in segments.segments]
+        kv_lens = [s.kv_end - s.kv_begin for s in segments.segments]
+        wrapper.plan(
+            _indptr(qo_lens),
+            _indptr(kv_lens),
+            hq,
+            hkv,
+            head_dim,
+            sm_scale=scaling,
+            dtype=q.dtype,
+            params=choice.plan_params(),
+        )
+        segments.plans[plan_key] = wrapper
+    return wrapper.run(q.contiguous(), (k.contiguous(), v.contiguous()), **choice.run_params())
+
+
+def _indptr(lengths: list[int]) -> torch.Tensor:
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    out[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
+    return out
+
+
+def register() -> None:
+    """Register ``"attnc"`` with transformers' attention and mask interfaces (idempotent)."""
+    from transformers import AttentionInterface
+
+    try:
+        from transformers import AttentionMaskInterface
+    except ImportError:  # older releases keep it in masking_utils only
+        from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, attnc_attention_forward)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, attnc_mask)
+
+
+register()
