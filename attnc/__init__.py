@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnc.dsl.errors import AttnError
-
-__version__ = "0.1.0"
+from attnc.version import __version__
 
 __all__ = [
     "AttnError",
@@ -33,19 +32,19 @@ def __getattr__(name: str) -> Any:
 
         return getattr(variant, name)
     if name == "BatchPrefillWrapper":
-        from attnc.runtime.prefill import BatchPrefillWrapper
+        from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
         return BatchPrefillWrapper
     if name == "BatchDecodeWrapper":
-        from attnc.runtime.decode import BatchDecodeWrapper
+        from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 
         return BatchDecodeWrapper
     if name == "CapacityError":
-        from attnc.runtime.scheduler import CapacityError
+        from attnc.runtime.planning.decode_schedule import CapacityError
 
         return CapacityError
     if name == "merge_state":
-        from attnc.runtime.merge import merge_state
+        from attnc.runtime.wrappers.merge import merge_state
 
         return merge_state
     raise AttributeError(f"module 'attnc' has no attribute {name!r}")

@@ -172,7 +172,7 @@ def _describe_param(p) -> str:
 
 
 def _cmd_test(args: argparse.Namespace) -> int:
-    from attnc.runtime.host_test import run_host_test
+    from attnc.testing.host_test import run_host_test
 
     compiled, warnings = _load(args.file)
     _print_warnings(warnings)
@@ -195,7 +195,7 @@ def _gpu_test(compiled, seed: int, fixed: dict[str, str]) -> int:
     if not torch.cuda.is_available():
         print(f"{compiled.variant.name}: kernels: skipped (no CUDA device)")
         return 0
-    from attnc.runtime.kernel_test import run_kernel_test
+    from attnc.testing.kernel_test import run_kernel_test
 
     report = run_kernel_test(compiled, seed=seed, fixed_params=fixed)
     print(report.summary())

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 import attnc
-from attnc.runtime import scheduler
-from attnc.runtime.decode import BatchDecodeWrapper
+from attnc.runtime.planning import decode_schedule
+from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 
 HQ, HKV, D, PAGE = 32, 8, 128, 16
 ITERS, REPS = 10, 15
@@ -83,7 +83,7 @@ def measure(name: str, lengths: list[int], ws: torch.Tensor) -> float:
 
 
 def plan_cpu_time(ws: torch.Tensor) -> tuple[float, float, float]:
-    """(plan() us, scheduler.schedule() us, eager run() host us) at batch 256, KV 4096."""
+    """(plan() us, decode_schedule.schedule() us, eager run() host us) at batch 256, KV 4096."""
     lengths = [4096] * 256
     indptr, indices, last, total = page_table(lengths)
     wrapper = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
@@ -100,7 +100,7 @@ def plan_cpu_time(ws: torch.Tensor) -> tuple[float, float, float]:
 
     plan_us = per_call(lambda: wrapper.plan(indptr, indices, last, HQ, HKV, D, PAGE))
     kv = np.full(256, 4096, dtype=np.int64)
-    sched_us = per_call(lambda: scheduler.schedule(kv, 1, HQ, HKV, 1, 264, 64, 1 << 24))
+    sched_us = per_call(lambda: decode_schedule.schedule(kv, 1, HQ, HKV, 1, 264, 64, 1 << 24))
     small = [64] * 8
     indptr, indices, last, total = page_table(small)
     cache = torch.randn(total, 2, PAGE, HKV, D, dtype=torch.bfloat16, device="cuda")
@@ -123,7 +123,7 @@ def main(argv: list[str]) -> None:
             tbs = measure(name, WORKLOADS[wl], ws)
             print(f"{wl:15s} {name:15s} {tbs:6.2f} TB/s", flush=True)
     plan_us, sched_us, run_us = plan_cpu_time(ws)
-    print(f"plan() batch 256 kv 4096: {plan_us:.1f} us; scheduler.schedule: {sched_us:.1f} us")
+    print(f"plan() batch 256 kv 4096: {plan_us:.1f} us; decode_schedule.schedule: {sched_us:.1f} us")
     print(f"eager run() host time per call: {run_us:.1f} us")
 
 

@@ -1,5 +1,6 @@
-"""ctypes mirrors of the prefill module C ABI (``attnc/prefill_args.h``) and of a variant's
-``Params`` struct, plus the function signatures a loaded prefill module exports."""
+"""ctypes mirrors of the module C ABIs: the prefill arguments (``attnc/prefill_args.h``), the
+decode arguments (``attnc/decode_args.h``), the launcher error codes and a variant's ``Params``
+struct, plus the function signatures a loaded prefill module exports."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import torch
 from attnc.compiler.ir import ParamDecl
 
 PREFILL_ABI_VERSION = 2
+DECODE_ABI_VERSION = 1
+# AttncDecodeArgs.flags bits
+FLAG_MERGE = 1
 
 KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
 
@@ -122,3 +126,43 @@ def fill_params(
         else:
             setattr(struct, decl.name, value)
     return struct
+
+
+class AttncDecodeArgs(ctypes.Structure):
+    """Field-for-field mirror of ``struct AttncDecodeArgs``; pointers are plain addresses."""
+
+    _fields_ = [
+        ("q", _P),
+        ("k", _P),
+        ("v", _P),
+        ("o", _P),
+        ("lse", _P),
+        ("header", _P),
+        ("cta_indptr", _P),
+        ("items", _P),
+        ("req_page_begin", _P),
+        ("req_kv_len", _P),
+        ("page_ids", _P),
+        ("merge_items", _P),
+        ("part_o", _P),
+        ("part_lse", _P),
+        ("q_stride_tok", _I64),
+        ("q_stride_head", _I64),
+        ("o_stride_tok", _I64),
+        ("o_stride_head", _I64),
+        ("kv_stride_page", _I64),
+        ("kv_stride_tok", _I64),
+        ("kv_stride_head", _I64),
+        ("num_qo_heads", _I32),
+        ("num_kv_heads", _I32),
+        ("head_dim", _I32),
+        ("page_size", _I32),
+        ("kv_layout", _I32),
+        ("rows_per_item", _I32),
+        ("num_ctas", _I32),
+        ("merge_ctas", _I32),
+        ("flags", _I32),
+        ("sm_scale", ctypes.c_float),
+        ("variant_params", _P),
+        ("variant_params_size", _I64),
+    ]

@@ -10,7 +10,7 @@ import torch
 from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic
-from attnc.runtime.params import resolve_params
+from attnc.runtime.checks.params import resolve_params
 from attnc.runtime.reference import check_qkv, reference_attention
 
 
@@ -115,7 +115,7 @@ class Variant:
         **params: Any,
     ):
         """The CUDA kernel on one request (same shapes and results as ``reference``)."""
-        from attnc.runtime.prefill import single_prefill
+        from attnc.runtime.wrappers.prefill import single_prefill
 
         return single_prefill(
             self, q, k, v, sm_scale=sm_scale, return_lse=return_lse, params=params
@@ -129,7 +129,7 @@ def load(spec: str, variant: str | None = None) -> Variant:
     :class:`attnc.AttnError` (``str()`` shows ``file:line:col``, the line and a caret).
     """
     from attnc.compiler.sources import resolve_source
-    from attnc.runtime.compile_cache import compile_cached
+    from attnc.runtime.build.variant_cache import compile_cached
 
     text, file = resolve_source(spec)
     compiled, warnings = compile_cached(text, file)

@@ -87,8 +87,8 @@ def run_kernel_test(
     head_dim: int = 128,
 ) -> KernelTestReport:
     """Run the prefill kernels of ``c`` on a few shapes and layouts against the reference."""
-    from attnc.runtime.prefill import BatchPrefillWrapper
     from attnc.runtime.variant import Variant
+    from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
     variant = Variant(c)
     rng = random.Random(seed)

@@ -8,7 +8,7 @@ import pytest
 
 import attnc
 from attnc.codegen.decode_module import render_decode_module
-from attnc.runtime import cache, toolchain
+from attnc.runtime.build import cache, toolchain
 
 pytestmark = pytest.mark.nvcc
 

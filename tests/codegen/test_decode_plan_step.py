@@ -12,9 +12,11 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime import abi, native_plan, scheduler, toolchain
-from attnc.runtime import decode as D
-from attnc.runtime.decode_abi import AttncDecodeArgs
+from attnc.runtime import abi
+from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.build import toolchain
+from attnc.runtime.planning import decode_plan, decode_schedule
+from attnc.runtime.wrappers import decode as D
 
 pytestmark = pytest.mark.nvcc
 
@@ -56,9 +58,9 @@ def lib(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     mp.delenv("ATTNC_NATIVE_PLAN", raising=False)
-    mp.setattr(native_plan, "_TRIED", False)
-    mp.setattr(native_plan, "_LIB", None)
-    lib = native_plan._library()
+    mp.setattr(decode_plan, "_TRIED", False)
+    mp.setattr(decode_plan, "_LIB", None)
+    lib = decode_plan._library()
     assert lib is not None
     fake_counts(lib, 1)
     yield lib
@@ -86,12 +88,12 @@ def make_wrapper(
     w._ws = torch.full((ws_bytes,), 0xCD, dtype=torch.uint8)
     w._device = torch.device("cuda:0")
     w._num_sms = 132
-    w.layout = scheduler.make_layout(
+    w.layout = decode_schedule.make_layout(
         ws_bytes, max_batch, max(16384, 64 * max_batch), 8 * 132, max_pages
     )
     w._pinned = torch.zeros(w.layout.work_bytes(w.layout.max_items), dtype=torch.uint8)
     w._pinned_np = w._pinned.numpy()
-    w._native = native_plan.NativePlanner.create(w._pinned_np, w.layout) if native else None
+    w._native = decode_plan.NativePlanner.create(w._pinned_np, w.layout) if native else None
     w._device_index = 0
     if w._native is not None:
         base = w._ws.data_ptr()
@@ -190,7 +192,7 @@ def test_plans_with_mask_params_match_numpy_path(cpu):
         assert got == want, trial
         if isinstance(got, tuple) and "params" in kw and isinstance(got[0], bytes):
             assert native._fast is None  # ranges are recomputed by every such plan
-            assert isinstance(native.last_schedule, native_plan.LazySchedule)
+            assert isinstance(native.last_schedule, decode_plan.LazySchedule)
             items = native.last_schedule.items
             narrowed += bool((items[:, 3] > 0).any())
             s, r = native.last_schedule, ref.last_schedule
@@ -231,7 +233,7 @@ def test_errors_match_numpy(cpu, case):
                 assert (w._fast is not None) == native
             outs.append(_outcome(w, i32(indptr), ids, i32(last)))
         assert outs[0] == outs[1]
-        assert outs[0][0] in (ValueError, scheduler.CapacityError), outs[0]
+        assert outs[0][0] in (ValueError, decode_schedule.CapacityError), outs[0]
 
 
 def test_negative_and_capacity_errors_match_numpy(cpu):
@@ -249,7 +251,7 @@ def test_negative_and_capacity_errors_match_numpy(cpu):
                 if warm:
                     _plan(w, *good)
                 outs.append(_outcome(w, *args))
-            assert outs[0] == outs[1] and outs[0][0] in (ValueError, scheduler.CapacityError)
+            assert outs[0] == outs[1] and outs[0][0] in (ValueError, decode_schedule.CapacityError)
 
 
 def test_unsupported_lengths_go_through_numpy(cpu):

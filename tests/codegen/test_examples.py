@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnc.compiler.pipeline import compile_source
-from attnc.runtime.host_test import run_host_test
+from attnc.testing.host_test import run_host_test
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.attn"))

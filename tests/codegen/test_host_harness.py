@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-import attnc.runtime.host_test as host_test
+import attnc.testing.host_test as host_test
 from attnc.compiler.pipeline import compile_source, resolve_source, stdlib_names
-from attnc.runtime.host_test import run_host_test
+from attnc.testing.host_test import run_host_test
 
 pytestmark = [
     pytest.mark.nvcc,

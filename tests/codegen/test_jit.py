@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from attnc.runtime import jit, toolchain
+from attnc.runtime.build import jit, toolchain
 
 pytestmark = pytest.mark.nvcc
 

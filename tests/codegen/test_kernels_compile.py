@@ -197,7 +197,7 @@ def test_gpu_harness_compiles(tmp_path):
 
 def test_hopper_tile_shapes_compile_without_spills(tmp_path):
     """The shapes the runtime builds for sm_90 (modules.prefill_arch_flags) do not spill."""
-    from attnc.runtime.modules import prefill_arch_flags
+    from attnc.runtime.build.modules import prefill_arch_flags
 
     tune = list(prefill_arch_flags("90a"))
     assert tune, "sm_90 modules use their own tile shapes"

@@ -6,8 +6,7 @@ import shutil
 import pytest
 
 import attnc
-from attnc.runtime.decode_abi import get_decode_module
-from attnc.runtime.modules import get_prefill_module
+from attnc.runtime.build.modules import get_decode_module, get_prefill_module
 
 pytestmark = [
     pytest.mark.nvcc,

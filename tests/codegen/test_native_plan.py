@@ -6,8 +6,9 @@ import shutil
 import numpy as np
 import pytest
 
-from attnc.runtime import jit, native_plan, toolchain
-from attnc.runtime import scheduler as s
+from attnc.runtime.build import jit, toolchain
+from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning import decode_schedule as s
 
 pytestmark = pytest.mark.nvcc
 
@@ -32,9 +33,9 @@ def _native(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     mp.delenv("ATTNC_NATIVE_PLAN", raising=False)
-    mp.setattr(native_plan, "_TRIED", False)
-    mp.setattr(native_plan, "_LIB", None)
-    assert native_plan.available()
+    mp.setattr(decode_plan, "_TRIED", False)
+    mp.setattr(decode_plan, "_LIB", None)
+    assert decode_plan.available()
     yield
     mp.undo()
 
@@ -92,7 +93,7 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
         nbytes = s.write_work_region(expect, lay, ref, q_len, page_begin, kv)
     for with_schedule in (False, True):
         buf = _buffer(size)
-        planner = native_plan.NativePlanner.create(buf, lay)
+        planner = decode_plan.NativePlanner.create(buf, lay)
         assert planner is not None
         call = planner.plan_with_schedule if with_schedule else planner.plan
         if error is not None:
@@ -104,7 +105,7 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
         out = call(*args, page_begin, max_items=max_items, min_chunk=mc, visible=visible)
         assert out is not None, "the native planner declined a supported input"
         summary = out[0] if with_schedule else out
-        assert summary == native_plan.PlanSummary(
+        assert summary == decode_plan.PlanSummary(
             ref.num_items, ref.merge_items.shape[0], ref.merge_rows, ref.chunk_size,
             ref.num_part_slots, nbytes,
         )  # fmt: skip
@@ -195,9 +196,9 @@ def test_lazy_schedule_matches_numpy():
     ref = s.schedule(*args, max_items=4096)
     lay = s.make_layout(1 << 30, max_batch=8, max_items=4096, max_ctas=264, max_pages=16)
     buf = _buffer(lay.work_bytes(4096))
-    planner = native_plan.NativePlanner.create(buf, lay)
+    planner = decode_plan.NativePlanner.create(buf, lay)
     summary = planner.plan(*args, np.zeros(6, np.int64), max_items=4096)
-    lazy = native_plan.LazySchedule(summary, *args, 4096)
+    lazy = decode_plan.LazySchedule(summary, *args, 4096)
     assert isinstance(lazy, s.Schedule)
     assert "_full" not in lazy.__dict__  # nothing computed yet
     assert lazy.merge_rows == ref.merge_rows and lazy.num_items == ref.num_items
@@ -210,7 +211,7 @@ def test_lazy_schedule_matches_numpy():
     visible = (np.maximum(kv - 1000, 0), kv)
     ref = s.schedule(*args, max_items=4096, visible=visible)
     summary = planner.plan(*args, np.zeros(6, np.int64), max_items=4096, visible=visible)
-    lazy = native_plan.LazySchedule(summary, *args, 4096, visible=visible)
+    lazy = decode_plan.LazySchedule(summary, *args, 4096, visible=visible)
     _same_schedule(lazy, ref)
     assert lazy.items[:, 3].max() > 0
 
@@ -218,7 +219,7 @@ def test_lazy_schedule_matches_numpy():
 def _planner(batch=4, items=64):
     lay = s.make_layout(1 << 20, max_batch=batch, max_items=items, max_ctas=8, max_pages=16)
     buf = _buffer(lay.work_bytes(items))
-    return native_plan.NativePlanner.create(buf, lay), buf, lay
+    return decode_plan.NativePlanner.create(buf, lay), buf, lay
 
 
 @pytest.mark.parametrize(
@@ -255,7 +256,7 @@ def test_too_small_buffer_left_to_numpy():
     kv = np.array([10, 3000], dtype=np.int64)
     lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
     small = _buffer(lay.items + 8)  # too short for the items: numpy's ValueError
-    planner = native_plan.NativePlanner.create(small, lay)
+    planner = decode_plan.NativePlanner.create(small, lay)
     assert planner.plan(kv, 1, 32, 8, 1, 8, 64, 1 << 24, np.zeros(2, np.int64)) is None
     assert (small == SENTINEL).all()
     plan = s.schedule(kv, 1, 32, 8, 1, 8, 64, 1 << 24)
@@ -268,28 +269,28 @@ def test_overlapping_regions_left_to_numpy():
     lay = s.make_layout(1 << 20, max_batch=3, max_items=64, max_ctas=8, max_pages=100)
     lay = dataclasses.replace(lay, req_kv_len=lay.req_page_begin + 4)  # overlaps page begins
     buf = _buffer(lay.work_bytes(64))
-    planner = native_plan.NativePlanner.create(buf, lay)
+    planner = decode_plan.NativePlanner.create(buf, lay)
     assert planner.plan(kv, 1, 32, 8, 1, 8, 64, 1 << 24, np.zeros(3, np.int64)) is None
     assert (buf == SENTINEL).all()
 
 
 def test_buffer_must_be_flat_uint8():
     lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
-    lib = native_plan._library()
+    lib = decode_plan._library()
     for bad in (
         np.zeros(100, np.int32),
         np.zeros((10, 10), np.uint8),
         np.zeros(200, np.uint8)[::2],
     ):
         with pytest.raises(ValueError):
-            native_plan.NativePlanner(lib, bad, lay)
+            decode_plan.NativePlanner(lib, bad, lay)
 
 
 def test_disabled_by_environment(monkeypatch):
     monkeypatch.setenv("ATTNC_NATIVE_PLAN", "0")
     planner, _, _ = _planner()
     assert planner is None
-    assert not native_plan.available()
+    assert not decode_plan.available()
 
 
 def test_build_failure_is_silent(monkeypatch, capsys):
@@ -297,12 +298,12 @@ def test_build_failure_is_silent(monkeypatch, capsys):
         raise jit.BuildError("attnc: nvcc failed (test)")
 
     monkeypatch.setattr(jit, "build_module", fail)
-    monkeypatch.setattr(native_plan, "_TRIED", False)
-    monkeypatch.setattr(native_plan, "_LIB", None)
+    monkeypatch.setattr(decode_plan, "_TRIED", False)
+    monkeypatch.setattr(decode_plan, "_LIB", None)
     monkeypatch.delenv("ATTNC_VERBOSE", raising=False)
-    assert native_plan._library() is None
+    assert decode_plan._library() is None
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(native_plan, "_TRIED", False)
+    monkeypatch.setattr(decode_plan, "_TRIED", False)
     monkeypatch.setenv("ATTNC_VERBOSE", "1")
     planner, _, _ = _planner()
     assert planner is None
@@ -310,7 +311,7 @@ def test_build_failure_is_silent(monkeypatch, capsys):
 
 
 def test_timing_print(capsys):
-    native_plan._bench(100)
+    decode_plan._bench(100)
     out = capsys.readouterr().out
     print(out)
     assert "native" in out
@@ -318,7 +319,7 @@ def test_timing_print(capsys):
 
 def _fake_cuda(fake):
     out = np.zeros(4, np.int64)
-    native_plan._library().attnc_decode_fake_cuda(fake, out.ctypes.data)
+    decode_plan._library().attnc_decode_fake_cuda(fake, out.ctypes.data)
 
 
 def test_step_checks_match_check_page_table():
@@ -327,13 +328,13 @@ def test_step_checks_match_check_page_table():
     CUDA calls replaced by host memcpys, the "device" ids and workspace in host memory)."""
     import torch
 
-    from attnc.runtime import decode
+    from attnc.runtime.wrappers import decode
 
     rng = np.random.default_rng(99)
     lay = s.make_layout(1 << 24, max_batch=32, max_items=4096, max_ctas=64, max_pages=2000)
     ws = np.full(1 << 24, SENTINEL, np.uint8)
     buf = _buffer(lay.work_bytes(4096))
-    planner = native_plan.NativePlanner.create(buf, lay)
+    planner = decode_plan.NativePlanner.create(buf, lay)
     planner.bind(ws.ctypes.data, ws.ctypes.data + lay.page_ids, 0)
     stage = np.zeros(1 << 16, np.uint8)
     planner.set_stage(stage, stage.ctypes.data, stage.shape[0])
@@ -388,13 +389,13 @@ def test_step_checks_match_check_page_table():
             )  # fmt: skip
             r = planner.result
             if want is not None:
-                assert rc == native_plan.INVALID, (trial, want)
+                assert rc == decode_plan.INVALID, (trial, want)
                 err = decode._page_table_error(r, 16, lay)
                 assert (type(err), str(err)) == want, trial
                 kinds.add(r.error)
                 assert (ws[: lay.page_ids + 4 * 4000] == SENTINEL).all()  # nothing copied
                 continue
-            assert rc == native_plan.OK, trial
+            assert rc == decode_plan.OK, trial
             assert r.batch == kv.shape[0] and r.nnz == nnz
             assert np.array_equal(planner.kv_lens(r.batch), kv)
             assert np.array_equal(planner.page_begin(r.batch), ptr[:-1])
@@ -410,4 +411,4 @@ def test_step_checks_match_check_page_table():
             assert (ws[lay.page_ids + 4 * nnz : lay.page_ids + 4 * nnz + 16] == SENTINEL).all()
     finally:
         _fake_cuda(0)
-    assert kinds >= set(range(1, 10)) - {native_plan.ERR_BATCH_CAPACITY}, kinds
+    assert kinds >= set(range(1, 10)) - {decode_plan.ERR_BATCH_CAPACITY}, kinds

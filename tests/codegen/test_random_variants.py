@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from attnc.codegen.functor import emit_functor
 from attnc.codegen.torch_ref import emit_reference_source
 from attnc.compiler.pipeline import compile_source
-from attnc.runtime.host_test import run_host_test
+from attnc.testing.host_test import run_host_test
 
 PARAMS = """    param a: f32 = 1.5;
     param w: i32 = 3;

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime import scheduler
-from attnc.runtime.decode import BatchDecodeWrapper
-from attnc.runtime.merge import merge_state
-from attnc.runtime.scheduler import CapacityError
+from attnc.runtime.planning import decode_schedule
+from attnc.runtime.planning.decode_schedule import CapacityError
+from attnc.runtime.wrappers.decode import BatchDecodeWrapper
+from attnc.runtime.wrappers.merge import merge_state
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
@@ -141,7 +141,7 @@ def test_variant_split(name, layout, page_size, q_len, lengths, split):
 def test_variant_unsplit(name, monkeypatch):
     # The numpy planner reads MIN_CHUNK at call time; the native one takes it as an argument.
     monkeypatch.setenv("ATTNC_NATIVE_PLAN", "0")
-    monkeypatch.setattr(scheduler, "MIN_CHUNK", 1 << 30)
+    monkeypatch.setattr(decode_schedule, "MIN_CHUNK", 1 << 30)
     batch = Batch(MIXED, 16, "HND", 1, seed=3)
     variant, params, o, lse = _run(name, batch, False)
     _check_accuracy(variant, batch, params, o, lse)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime.prefill import BatchPrefillWrapper
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

@@ -7,7 +7,7 @@ import pytest
 
 import attnc
 from attnc.compiler import pipeline
-from attnc.runtime import compile_cache
+from attnc.runtime.build import variant_cache
 
 SOURCE = """variant cached_probe {
     doc "probe";
@@ -88,5 +88,5 @@ def test_errors_are_not_cached(cache):
 
 
 def test_fingerprint_is_stable():
-    assert compile_cache.compiler_fingerprint() == compile_cache.compiler_fingerprint()
-    assert len(compile_cache.compiler_fingerprint()) == 64
+    assert variant_cache.compiler_fingerprint() == variant_cache.compiler_fingerprint()
+    assert len(variant_cache.compiler_fingerprint()) == 64

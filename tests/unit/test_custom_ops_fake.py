@@ -3,9 +3,9 @@ trace them: output shapes and dtypes follow the inputs without running a kernel.
 
 import torch
 
-import attnc.runtime.decode  # noqa: F401  (registers attnc::decode)
-import attnc.runtime.merge  # noqa: F401  (registers attnc::merge_state)
-import attnc.runtime.ops  # noqa: F401  (registers attnc::prefill)
+import attnc.runtime.wrappers.decode  # noqa: F401  (registers attnc::decode)
+import attnc.runtime.wrappers.merge  # noqa: F401  (registers attnc::merge_state)
+import attnc.runtime.wrappers.prefill_launch  # noqa: F401  (registers attnc::prefill)
 
 
 def meta(*shape, dtype=torch.bfloat16):

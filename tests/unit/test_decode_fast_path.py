@@ -9,8 +9,8 @@ import torch
 
 import attnc
 from attnc.runtime import abi
-from attnc.runtime import decode as D
-from attnc.runtime.decode_abi import AttncDecodeArgs
+from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.wrappers import decode as D
 
 HQ, HKV, DIM, PAGE, BATCH = 4, 2, 16, 4, 3
 PER_CALL = ("q", "o", "lse")
@@ -35,9 +35,9 @@ class _Recorder:
 @pytest.fixture
 def cpu_decode(monkeypatch):
     real_paged_kv = D.paged_kv
-    real_check = D.validate.check_data_tensor
+    real_check = D.tensors.check_data_tensor
     monkeypatch.setattr(
-        D.validate, "check_data_tensor", lambda name, t, shape: real_check(name, t, shape, "cpu")
+        D.tensors, "check_data_tensor", lambda name, t, shape: real_check(name, t, shape, "cpu")
     )
     monkeypatch.setattr(D, "_raw_stream", lambda device: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)

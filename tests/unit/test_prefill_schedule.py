@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime import plan
-from attnc.runtime.mask_plan import tile_kv_ranges
-from attnc.runtime.prefill_schedule import query_tiles, schedule_prefill
+from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning.mask_ranges import tile_kv_ranges
+from attnc.runtime.planning.prefill_schedule import query_tiles, schedule_prefill
 
 
 def _sched(q_lens, kv_lens, tile=16, hq=8, hkv=2, ctas=264, max_part_rows=1 << 30, ranges=None):
@@ -106,8 +106,8 @@ def test_plan_layout_and_merge_arithmetic():
     hq, hkv, d, tile = 2, 1, 8, 4
     qo = torch.tensor([0, 3, 8])
     kv = torch.tensor([0, 1500, 1500 + 2600])
-    shape = plan.PlanShape(hq, hkv, d, tile, num_ctas=8, workspace_bytes=4 << 20)
-    host = plan.make_host_plan(qo, kv, None, None, 1, shape)
+    shape = prefill_plan.PlanShape(hq, hkv, d, tile, num_ctas=8, workspace_bytes=4 << 20)
+    host = prefill_plan.make_host_plan(qo, kv, None, None, 1, shape)
     s = host.schedule
     assert s.num_merge > 0
     assert host.part_o_offset >= host.layout.total_bytes
@@ -178,7 +178,7 @@ def test_vectorised_tile_ranges_match_the_compiler(mask):
 
 
 def test_mask_params_given_to_plan_size_the_tile_ranges():
-    from attnc.runtime.mask_plan import mask_bound_params
+    from attnc.runtime.planning.mask_ranges import mask_bound_params
 
     window = attnc.load("stdlib:sliding_window").compiled.mask_analysis
     prefix = attnc.load("stdlib:prefix_lm").compiled.mask_analysis
@@ -234,7 +234,7 @@ def test_vectorised_tile_ranges_with_params_match_the_compiler(mask):
 
 
 def test_plan_params_are_checked():
-    from attnc.runtime.params import check_plan_params
+    from attnc.runtime.checks.params import check_plan_params
 
     decls = attnc.load("stdlib:alibi").params + attnc.load("stdlib:sliding_window").params
     assert check_plan_params(decls, {"window": 7}, variant_name="v") == {"window": 7}
@@ -247,7 +247,7 @@ def test_plan_params_are_checked():
 
 
 def test_planned_mask_from_plan_params_and_the_run_check():
-    from attnc.runtime.mask_plan import PlannedMask
+    from attnc.runtime.planning.mask_ranges import PlannedMask
 
     window = attnc.load("stdlib:sliding_window")
     planned = PlannedMask.from_plan_params(window, {"window": 1024})
@@ -268,7 +268,7 @@ def test_planned_mask_from_plan_params_and_the_run_check():
 
 
 def test_planned_mask_is_remembered_per_value_and_type():
-    from attnc.runtime.mask_plan import PlannedMask
+    from attnc.runtime.planning.mask_ranges import PlannedMask
 
     window = attnc.load("stdlib:sliding_window")
     first = PlannedMask.from_plan_params(window, {"window": 64})

@@ -8,7 +8,7 @@ import torch
 
 from attnc.compiler.ir import ParamDecl
 from attnc.runtime import abi
-from attnc.runtime.cache import INCLUDE_DIR
+from attnc.runtime.build.cache import INCLUDE_DIR
 
 HEADER = INCLUDE_DIR / "attnc" / "prefill_args.h"
 C_TO_CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "float": ctypes.c_float}

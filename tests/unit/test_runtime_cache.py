@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnc.runtime import cache, toolchain
+from attnc.runtime.build import cache, toolchain
 
 
 def test_cache_dir_env(monkeypatch, tmp_path):

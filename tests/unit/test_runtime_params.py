@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnc.compiler.ir import ParamDecl
-from attnc.runtime.params import describe_decl, resolve_params
+from attnc.runtime.checks.params import describe_decl, resolve_params
 
 WINDOW = ParamDecl("window", "scalar", "i32")
 CAP = ParamDecl("cap", "scalar", "f32", default=50.0)

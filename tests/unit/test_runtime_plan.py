@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from attnc.runtime import plan, validate
-from attnc.runtime.kv_inputs import paged_kv, ragged_kv
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.kv import paged_kv, ragged_kv
+from attnc.runtime.planning import prefill_plan
 
 
 def i32(*values):
@@ -14,21 +15,21 @@ def i32(*values):
 def test_kv_lengths_paged():
     kv_indptr = torch.tensor([0, 3, 3, 4])
     last = torch.tensor([2, 9, 16])
-    assert plan.kv_lengths_paged(kv_indptr, last, 16).tolist() == [34, 0, 16]
+    assert prefill_plan.kv_lengths_paged(kv_indptr, last, 16).tolist() == [34, 0, 16]
 
 
 def test_workspace_layout_and_pack():
-    layout = plan.workspace_layout({"a": 3, "b": 65, "c": 0, "d": 1})
+    layout = prefill_plan.workspace_layout({"a": 3, "b": 65, "c": 0, "d": 1})
     assert layout.offsets == {"a": 0, "b": 256, "c": 768, "d": 768}
     assert layout.total_bytes == 1024
-    buf = plan.pack_int32(layout, {"a": torch.tensor([1, 2, 3]), "d": torch.tensor([-7])})
+    buf = prefill_plan.pack_int32(layout, {"a": torch.tensor([1, 2, 3]), "d": torch.tensor([-7])})
     assert buf[0:12].view(torch.int32).tolist() == [1, 2, 3]
     assert buf[768:772].view(torch.int32).tolist() == [-7]
 
 
 def test_make_host_plan_paged():
-    shape = plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=1 << 20)
-    host = plan.make_host_plan(
+    shape = prefill_plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=1 << 20)
+    host = prefill_plan.make_host_plan(
         torch.tensor([0, 3, 20]), torch.tensor([0, 2, 3]), torch.tensor([4, 1, 7]),
         torch.tensor([5, 1]), 8, shape,
     )  # fmt: skip
@@ -46,9 +47,9 @@ def test_make_host_plan_paged():
 
 
 def test_make_host_plan_workspace_too_small():
-    shape = plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=512)
+    shape = prefill_plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=512)
     with pytest.raises(ValueError, match="workspace_buffer: has 512 bytes, the work lists need"):
-        plan.make_host_plan(torch.tensor([0, 3]), torch.tensor([0, 3]), None, None, 1, shape)
+        prefill_plan.make_host_plan(torch.tensor([0, 3]), torch.tensor([0, 3]), None, None, 1, shape)
 
 
 @pytest.mark.parametrize(
@@ -63,63 +64,63 @@ def test_make_host_plan_workspace_too_small():
 )
 def test_bad_indptr(indptr, message):
     with pytest.raises(ValueError) as e:
-        validate.check_indptr("qo_indptr", indptr)
+        tensors.check_indptr("qo_indptr", indptr)
     assert str(e.value) == message
 
 
 def test_indptr_total():
     with pytest.raises(ValueError) as e:
-        validate.check_indptr_total("qo_indptr", torch.tensor([0, 4]), "q.shape[0]", 5)
+        tensors.check_indptr_total("qo_indptr", torch.tensor([0, 4]), "q.shape[0]", 5)
     assert str(e.value) == "qo_indptr: last value 4 does not match q.shape[0] = 5"
 
 
 def test_kv_indices_checks():
     with pytest.raises(ValueError, match="kv_indices: has 2 entries, but kv_indptr\\[-1\\] = 3"):
-        validate.check_kv_indices(i32(0, 1), 3)
+        tensors.check_kv_indices(i32(0, 1), 3)
     with pytest.raises(ValueError, match="kv_indices: page index -1 is negative"):
-        validate.check_kv_indices(i32(0, -1), 2)
-    assert validate.check_kv_indices(i32(3, 1, 99), 2).tolist() == [3, 1]
+        tensors.check_kv_indices(i32(0, -1), 2)
+    assert tensors.check_kv_indices(i32(3, 1, 99), 2).tolist() == [3, 1]
     with pytest.raises(ValueError) as e:
-        validate.check_pages_in_range(8, 8)
+        tensors.check_pages_in_range(8, 8)
     assert str(e.value) == "kv_indices: page index 8 out of range for a cache of 8 pages"
 
 
 def test_last_page_len_checks():
     kv_indptr = torch.tensor([0, 2, 2])
-    assert validate.check_last_page_len(i32(16, 0), kv_indptr, 16).tolist() == [16, 0]
+    assert tensors.check_last_page_len(i32(16, 0), kv_indptr, 16).tolist() == [16, 0]
     with pytest.raises(ValueError) as e:
-        validate.check_last_page_len(i32(17, 0), kv_indptr, 16)
+        tensors.check_last_page_len(i32(17, 0), kv_indptr, 16)
     assert str(e.value) == "kv_last_page_len: kv_last_page_len[0]=17 is outside [1, page_size=16]"
     with pytest.raises(ValueError, match="kv_last_page_len: expected 2 entries, got 1"):
-        validate.check_last_page_len(i32(3), kv_indptr, 16)
+        tensors.check_last_page_len(i32(3), kv_indptr, 16)
 
 
 def test_heads():
-    validate.check_heads(8, 2, 128)
+    tensors.check_heads(8, 2, 128)
     with pytest.raises(ValueError, match="head_dim: must be one of \\[64, 128, 256\\], got 96"):
-        validate.check_heads(8, 2, 96)
+        tensors.check_heads(8, 2, 96)
     with pytest.raises(ValueError, match="num_qo_heads: 6 is not a multiple of num_kv_heads 4"):
-        validate.check_heads(6, 4, 64)
+        tensors.check_heads(6, 4, 64)
 
 
 def test_data_tensor_checks():
     q = torch.zeros(3, 2, 64, dtype=torch.bfloat16)
-    assert validate.check_data_tensor("q", q, (3, 2, 64), "cpu") is q
+    assert tensors.check_data_tensor("q", q, (3, 2, 64), "cpu") is q
     with pytest.raises(ValueError, match="q: must be on a cuda device, got cpu"):
-        validate.check_data_tensor("q", q, (3, 2, 64))
+        tensors.check_data_tensor("q", q, (3, 2, 64))
     with pytest.raises(
         ValueError, match="q: dtype must be torch.bfloat16 or torch.float16, got torch.float32"
     ):
-        validate.check_data_tensor("q", q.float(), (3, 2, 64), "cpu")
+        tensors.check_data_tensor("q", q.float(), (3, 2, 64), "cpu")
     with pytest.raises(ValueError, match="q: expected shape \\[3, 4, 64\\], got \\[3, 2, 64\\]"):
-        validate.check_data_tensor("q", q, (3, 4, 64), "cpu")
+        tensors.check_data_tensor("q", q, (3, 4, 64), "cpu")
     strided = torch.zeros(3, 2, 128, dtype=torch.float16)[..., ::2]
     with pytest.raises(ValueError, match="q: the last dim must be contiguous"):
-        validate.check_data_tensor("q", strided, (3, 2, 64), "cpu")
+        tensors.check_data_tensor("q", strided, (3, 2, 64), "cpu")
     with pytest.raises(
         ValueError, match="k: dtype torch.float16 differs from q dtype torch.bfloat16"
     ):
-        validate.check_same_kind("k", strided, "q", q)
+        tensors.check_same_kind("k", strided, "q", q)
 
 
 def test_ragged_and_paged_kv_views():

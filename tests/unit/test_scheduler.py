@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from attnc.runtime import scheduler as s
-from attnc.runtime.decode import check_page_table
+from attnc.runtime.planning import decode_schedule as s
+from attnc.runtime.wrappers.decode import check_page_table
 
 CTAS, TILE = 264, 64
 ZIPF = [min(32768, max(256, int(32768 / (i + 1) ** 0.8))) for i in range(64)]

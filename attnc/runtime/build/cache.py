@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import attnc
+from attnc.version import PACKAGE_DIR, __version__
 
-INCLUDE_DIR = Path(attnc.__file__).resolve().parent / "kernels" / "include"
+INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
 
 
 def cache_dir() -> Path:
@@ -47,7 +47,7 @@ def safe_name(name: str) -> str:
 def cache_key(name: str, source: str, flags: Sequence[str], arch: str, headers: str) -> str:
     """Readable name plus the first 16 hex digits of the hash of every build input."""
     h = hashlib.sha256()
-    for part in (source, headers, "\x1f".join(flags), arch, attnc.__version__):
+    for part in (source, headers, "\x1f".join(flags), arch, __version__):
         h.update(part.encode())
         h.update(b"\0")
     return f"{safe_name(name)}_{h.hexdigest()[:16]}"

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnc.runtime import cache, ninja_build, toolchain
+from attnc.runtime.build import cache, ninja_build, toolchain
 
 PROGRESS_AFTER_S = 1.0
 _LIBRARIES: dict[str, ctypes.CDLL] = {}

@@ -14,7 +14,8 @@ from typing import Generic, TypeVar
 
 import torch
 
-from attnc.runtime import abi, jit, toolchain
+from attnc.runtime import abi
+from attnc.runtime.build import jit, toolchain
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
@@ -157,3 +158,66 @@ PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
 load_prefill_module = PREFILL_MODULES.load
 module_by_id = PREFILL_MODULES.by_id
 get_prefill_module = PREFILL_MODULES.get
+
+
+class DecodeModule:
+    """A loaded decode library: the launcher plus the variant it was generated for."""
+
+    def __init__(self, module_id: str, lib: ctypes.CDLL, ir: object, name: str) -> None:
+        self.module_id = module_id
+        self.lib = lib
+        self.ir = ir
+        self.name = name
+        self.params_type = abi.params_struct(ir.params)  # type: ignore[attr-defined]
+        self._launch = lib.attnc_decode
+
+    def shape(self, head_dim: int, rows_needed: int) -> tuple[int, int, int]:
+        """(rows per work item, KV tokens per CTA tile, CTAs per SM) on the current device."""
+        out = (ctypes.c_int32 * 3)()
+        rc = self.lib.attnc_decode_shape(head_dim, rows_needed, out)
+        if rc != 0:
+            raise RuntimeError(
+                f"attnc: decode module {self.name}: shape query failed ({abi.error_name(rc)})"
+            )
+        return int(out[0]), int(out[1]), int(out[2])
+
+    def launch(self, args_ref: object, stream: int) -> None:
+        """Call ``attnc_decode``; a non-zero return code becomes a RuntimeError."""
+        rc = self._launch(args_ref, stream)
+        if rc != 0:
+            raise RuntimeError(
+                f"attnc: decode module {self.name} failed with code {rc} ({abi.error_name(rc)})"
+            )
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    lib.attnc_decode.argtypes = [ctypes.POINTER(abi.AttncDecodeArgs), ctypes.c_void_p]
+    lib.attnc_decode.restype = ctypes.c_int
+    lib.attnc_decode_abi_version.argtypes = []
+    lib.attnc_decode_abi_version.restype = ctypes.c_int
+    lib.attnc_decode_shape.argtypes = [
+        ctypes.c_int32,
+        ctypes.c_int32,
+        ctypes.POINTER(ctypes.c_int32),
+    ]
+    lib.attnc_decode_shape.restype = ctypes.c_int
+
+
+def _render_decode(ir: object, dtype: str, head_dim: int) -> str:
+    from attnc.codegen.decode_module import render_decode_module
+
+    return render_decode_module(ir, dtype, head_dim)  # type: ignore[arg-type]
+
+
+DECODE_MODULES: ModuleRegistry[DecodeModule] = ModuleRegistry(
+    "decode",
+    _render_decode,
+    DecodeModule,
+    _declare,
+    "attnc_decode_abi_version",
+    abi.DECODE_ABI_VERSION,
+    name_infix="_decode",
+)
+load_decode_module = DECODE_MODULES.load
+decode_module_by_id = DECODE_MODULES.by_id
+get_decode_module = DECODE_MODULES.get

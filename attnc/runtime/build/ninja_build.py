@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnc.runtime.cache import write_if_changed
+from attnc.runtime.build.cache import write_if_changed
 
 
 def _ninja_escape(text: str) -> str:

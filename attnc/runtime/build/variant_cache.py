@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import attnc
 from attnc.compiler.results import Compiled, remember
 from attnc.dsl.errors import SOURCES, Diagnostic
-from attnc.runtime.cache import cache_dir
+from attnc.runtime.build.cache import cache_dir
+from attnc.version import PACKAGE_DIR
 
 FORMAT = 1  # bump when the entry layout changes
 
@@ -41,7 +41,7 @@ def enabled() -> bool:
 @lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
     """sha256 over the front and middle end's sources (any change invalidates entries)."""
-    root = Path(attnc.__file__).resolve().parent
+    root = PACKAGE_DIR
     h = hashlib.sha256(f"format {FORMAT}".encode())
     for sub in ("dsl", "compiler"):
         for path in sorted((root / sub).rglob("*")):

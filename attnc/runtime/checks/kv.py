@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.validate import check_data_tensor, check_same_kind
+from attnc.runtime.checks.tensors import check_data_tensor, check_same_kind
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ file, no torch, ``-ffp-contract=off`` so float costs match numpy bit for bit). W
 be built or loaded the planner is unavailable (a line on stderr under ``ATTNC_VERBOSE=1``);
 ``ATTNC_NATIVE_PLAN=0`` turns it off.
 
-``python -m attnc.runtime.native_plan`` times both implementations at batch 256.
+``python -m attnc.runtime.planning.decode_plan`` times both implementations at batch 256.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attnc.runtime import jit
-from attnc.runtime import scheduler as _numpy_plan
-from attnc.runtime.scheduler import (
+from attnc.runtime.build import jit
+from attnc.runtime.planning import decode_schedule as _numpy_plan
+from attnc.runtime.planning.decode_schedule import (
     ALPHA,
     BETA,
     ITEM_INTS,
@@ -741,7 +741,7 @@ def _bench(n: int = 2000) -> None:
     """Time schedule + write_work_region at batch 256: numpy against native (wall time)."""
     import time
 
-    from attnc.runtime.scheduler import make_layout
+    from attnc.runtime.planning.decode_schedule import make_layout
 
     if not available():
         print("native decode planner not available (see ATTNC_VERBOSE=1)")

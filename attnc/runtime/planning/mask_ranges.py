@@ -17,8 +17,8 @@ import numpy as np
 from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
-from attnc.runtime.params import check_plan_params
-from attnc.runtime.prefill_schedule import TileRanges
+from attnc.runtime.checks.params import check_plan_params
+from attnc.runtime.planning.prefill_schedule import TileRanges
 
 # One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
 _Cons = tuple[int, int, np.ndarray]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnc.runtime.prefill_schedule import (
+from attnc.runtime.planning.prefill_schedule import (
     ITEM_INTS,
     PrefillSchedule,
     TileRanges,

@@ -1,6 +1,6 @@
 """The decode API: ``BatchDecodeWrapper`` (plan once per step, run once per layer).
 
-``plan()`` checks the page table on the CPU, schedules the work (``scheduler.schedule``),
+``plan()`` checks the page table on the CPU, schedules the work (``decode_schedule.schedule``),
 writes the work lists into a pinned host buffer, copies them with one copy into the fixed
 work region of the workspace (page ids follow with a second copy), and fills the launch
 argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
@@ -29,14 +29,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attnc.runtime import abi, native_plan, scheduler, validate
-from attnc.runtime.decode_abi import FLAG_MERGE, AttncDecodeArgs, DecodeModule, get_decode_module
-from attnc.runtime.kv_inputs import KvViews, paged_kv
-from attnc.runtime.mask_plan import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.ops import split_params
-from attnc.runtime.params import resolve_params
-from attnc.runtime.prefill_schedule import TileRanges
-from attnc.runtime.scheduler import CapacityError
+from attnc.runtime import abi
+from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
+from attnc.runtime.build.modules import DecodeModule, get_decode_module
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.kv import KvViews, paged_kv
+from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.planning import decode_plan, decode_schedule
+from attnc.runtime.planning.decode_schedule import CapacityError
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
+from attnc.runtime.planning.prefill_schedule import TileRanges
+from attnc.runtime.wrappers.prefill_launch import split_params
 
 MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
@@ -88,7 +91,7 @@ def check_page_table(
 
     The numpy checks; ``plan()`` does the same checks in C++ when the native planner is on
     (``_page_table_error`` formats its errors with the messages below)."""
-    indptr = validate.host_index_tensor("kv_indptr", kv_indptr).numpy()
+    indptr = tensors.host_index_tensor("kv_indptr", kv_indptr).numpy()
     if indptr.shape[0] == 0:
         raise _indptr_empty()
     if indptr[0] != 0:
@@ -97,7 +100,7 @@ def check_page_table(
     if pages.shape[0] and int(pages.min()) < 0:
         i = int(np.argmax(pages < 0)) + 1
         raise _indptr_decreasing(i, int(indptr[i]), int(indptr[i - 1]))
-    last = validate.host_index_tensor(
+    last = tensors.host_index_tensor(
         "kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1
     ).numpy()
     bad = (pages > 0) & ((last < 1) | (last > page_size))
@@ -147,26 +150,26 @@ def _index_negative(lo: int) -> ValueError:
     return ValueError(f"kv_indices: page index {lo} is negative")
 
 
-def _page_table_error(r: native_plan.StepResult, page_size: int, layout: object) -> ValueError:
+def _page_table_error(r: decode_plan.StepResult, page_size: int, layout: object) -> ValueError:
     """The ValueError of the numpy checks for a failed check of the native step."""
     e, i, v = r.error, r.index, r.value
-    if e == native_plan.ERR_INDPTR_EMPTY:
+    if e == decode_plan.ERR_INDPTR_EMPTY:
         return _indptr_empty()
-    if e == native_plan.ERR_INDPTR_START:
+    if e == decode_plan.ERR_INDPTR_START:
         return _indptr_start(v)
-    if e == native_plan.ERR_INDPTR_DECREASING:
+    if e == decode_plan.ERR_INDPTR_DECREASING:
         return _indptr_decreasing(i, v, r.value2)
-    if e == native_plan.ERR_LAST_COUNT:  # validate.host_index_tensor's message
+    if e == decode_plan.ERR_LAST_COUNT:  # tensors.host_index_tensor's message
         return ValueError(f"kv_last_page_len: expected {i} entries, got {v}")
-    if e == native_plan.ERR_LAST_RANGE:
+    if e == decode_plan.ERR_LAST_RANGE:
         return _last_range(i, v, page_size)
-    if e == native_plan.ERR_BATCH_CAPACITY:
+    if e == decode_plan.ERR_BATCH_CAPACITY:
         return _batch_capacity(v, layout.max_batch)  # type: ignore[attr-defined]
-    if e == native_plan.ERR_PAGE_CAPACITY:
+    if e == decode_plan.ERR_PAGE_CAPACITY:
         return _page_capacity(v, layout.max_pages)  # type: ignore[attr-defined]
-    if e == native_plan.ERR_INDICES_SHORT:
+    if e == decode_plan.ERR_INDICES_SHORT:
         return _indices_short(v, r.value2)
-    if e == native_plan.ERR_INDEX_NEGATIVE:
+    if e == decode_plan.ERR_INDEX_NEGATIVE:
         return _index_negative(v)
     raise AssertionError(f"decode plan: unknown page table error {e}")
 
@@ -201,7 +204,7 @@ class BatchDecodeWrapper:
         max_work_items: int | None = None,
         max_num_pages: int | None = None,
     ) -> None:
-        validate.check_kv_layout(kv_layout)
+        tensors.check_kv_layout(kv_layout)
         if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
             raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
         if workspace_buffer.device.type != "cuda":
@@ -216,14 +219,14 @@ class BatchDecodeWrapper:
         self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         max_batch = DEFAULT_MAX_BATCH if max_batch_size is None else int(max_batch_size)
         max_items = max_work_items or max(16384, 64 * max_batch)
-        self.layout = scheduler.make_layout(
+        self.layout = decode_schedule.make_layout(
             self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_num_pages
         )
         work_bytes = self.layout.work_bytes(max_items)
         self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
         self._pinned_np = self._pinned.numpy()
         # C++ planner writing straight into the pinned buffer (None: numpy scheduler).
-        self._native = native_plan.NativePlanner.create(self._pinned_np, self.layout)
+        self._native = decode_plan.NativePlanner.create(self._pinned_np, self.layout)
         self._device_index = self._device.index if self._device.index is not None else 0
         if self._native is not None:
             base = self._ws.data_ptr()
@@ -244,7 +247,7 @@ class BatchDecodeWrapper:
         self._applied: _CachedCall | None = None  # the cached call whose fields are in _args
         self._q_rows = 0
         self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
-        self.last_schedule: scheduler.Schedule | None = None
+        self.last_schedule: decode_schedule.Schedule | None = None
         self.handle = next(_HANDLES)
         _WRAPPERS[self.handle] = self
 
@@ -360,8 +363,8 @@ class BatchDecodeWrapper:
         """``plan()`` with every check in Python first (a new shape, inputs the fast path
         does not take, or mask ranges from plan-time params)."""
         self._fast = None
-        validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        validate.check_dtype_arg(dtype)
+        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        tensors.check_dtype_arg(dtype)
         if not isinstance(page_size, int) or page_size < 1:
             raise ValueError(f"page_size: must be an int >= 1, got {page_size!r}")
         if not isinstance(q_len, int) or not 1 <= q_len <= MAX_Q_LEN:
@@ -393,7 +396,7 @@ class BatchDecodeWrapper:
         part_rows, max_items = self.layout.max_part_rows(head_dim), self.layout.max_items
         args = (q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile, part_rows)
         native = self._native
-        sched: scheduler.Schedule
+        sched: decode_schedule.Schedule
         visible = None
         if mask_ranges is not None:
             every = np.arange(batch, dtype=np.int64)
@@ -407,7 +410,11 @@ class BatchDecodeWrapper:
                 (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype),
                 (*args, max_items),
             )
-            spans = None if visible is None else scheduler.visible_spans(kv_lens, visible, kv_tile)
+            spans = (
+                None
+                if visible is None
+                else decode_schedule.visible_spans(kv_lens, visible, kv_tile)
+            )
             native.set_visible(spans)  # the batch fits: checked above
             # The checks above passed: the step's checks (the same) pass too.
             sched = self._native_step(
@@ -430,7 +437,7 @@ class BatchDecodeWrapper:
                 native.wait()  # the previous copies may still read the pinned buffers
             if self._copy_done is not None:
                 self._copy_done.synchronize()  # the previous copies may still read them
-            sched = scheduler.schedule(
+            sched = decode_schedule.schedule(
                 kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
                 part_rows, max_items=max_items, visible=visible,
             )  # fmt: skip
@@ -453,8 +460,8 @@ class BatchDecodeWrapper:
         on_device: bool,
         page_size: int,
         visible: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> scheduler.Schedule:
-        """Checks, plan and copies in C++ (``native_plan.NativePlanner.step``); sets the
+    ) -> decode_schedule.Schedule:
+        """Checks, plan and copies in C++ (``decode_plan.NativePlanner.step``); sets the
         batch and the largest page id; the schedule of the step. ``visible``: the mask
         ranges the planner was given with ``set_visible`` (None: whole requests)."""
         native = self._native
@@ -472,32 +479,34 @@ class BatchDecodeWrapper:
             else _raw_stream(self._device),
         )  # fmt: skip
         r = native.result
-        if rc == native_plan.INVALID:
+        if rc == decode_plan.INVALID:
             raise _page_table_error(r, page_size, self.layout)
         self._max_page = r.max_page  # as _check_indices sets it before the plan
         batch = r.batch
         args = fast.args
-        if rc == native_plan.OK:
-            sched: scheduler.Schedule = native_plan.LazySchedule(
+        if rc == decode_plan.OK:
+            sched: decode_schedule.Schedule = decode_plan.LazySchedule(
                 native.summary(), native.kv_lens(batch), *args, visible=visible
             )
-        elif rc == native_plan.UNSUPPORTED:  # numpy plans (the previous copies are done)
+        elif rc == decode_plan.UNSUPPORTED:  # numpy plans (the previous copies are done)
             kv_lens = native.kv_lens(batch)
             *sched_args, max_items = args
-            sched = scheduler.schedule(kv_lens, *sched_args, max_items=max_items, visible=visible)
-            nbytes = scheduler.write_work_region(
+            sched = decode_schedule.schedule(
+                kv_lens, *sched_args, max_items=max_items, visible=visible
+            )
+            nbytes = decode_schedule.write_work_region(
                 self._pinned_np, self.layout, sched, args[0], native.page_begin(batch), kv_lens
             )
             rc = native.upload(nbytes, r.nnz)
-        elif rc == native_plan.CAPACITY:
-            raise native_plan._capacity_error(r.summary.num_items, args[-1])
-        if rc == native_plan.CUDA_ERROR:
+        elif rc == decode_plan.CAPACITY:
+            raise decode_plan._capacity_error(r.summary.num_items, args[-1])
+        if rc == decode_plan.CUDA_ERROR:
             raise RuntimeError(f"attnc: decode plan: {native.cuda_error(r.cuda_error)}")
         self._batch = batch
         self._q_rows = batch * args[0]
         return sched
 
-    def _a_flags(self, sched: scheduler.Schedule) -> None:
+    def _a_flags(self, sched: decode_schedule.Schedule) -> None:
         self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
 
     def _check_indices(self, kv_indices: object, nnz: int) -> bool:
@@ -545,7 +554,7 @@ class BatchDecodeWrapper:
 
     def _upload(
         self,
-        sched: scheduler.Schedule,
+        sched: decode_schedule.Schedule,
         written: int | None,
         q_len: int,
         page_begin: np.ndarray,
@@ -560,7 +569,7 @@ class BatchDecodeWrapper:
         if written is not None:
             nbytes = written
         else:
-            nbytes = scheduler.write_work_region(
+            nbytes = decode_schedule.write_work_region(
                 self._pinned_np, self.layout, sched, q_len, page_begin, kv_lens
             )
         self._ws[:nbytes].copy_(self._pinned[:nbytes], non_blocking=True)
@@ -579,7 +588,7 @@ class BatchDecodeWrapper:
             self._copy_done = torch.cuda.Event()
         self._copy_done.record(torch.cuda.current_stream(self._device))
 
-    def _fill_static_args(self, shape: _Shape, sched: scheduler.Schedule) -> None:
+    def _fill_static_args(self, shape: _Shape, sched: decode_schedule.Schedule) -> None:
         a, lay, base = self._args, self.layout, self._ws.data_ptr()
         a.header = base + lay.header
         a.cta_indptr = base + lay.cta_indptr
@@ -640,15 +649,17 @@ class BatchDecodeWrapper:
                 values or self._resolve(params, shape, full=True),
             )
         if compiling:
-            ints, floats, tensors = split_params(self.variant.params, values)  # type: ignore[attr-defined]
-            o, lse = decode_op(self.handle, q, views.k, views.v, ints, floats, tensors, return_lse)
+            ints, floats, tensor_params = split_params(self.variant.params, values)  # type: ignore[attr-defined]
+            o, lse = decode_op(
+                self.handle, q, views.k, views.v, ints, floats, tensor_params, return_lse
+            )
             if out is not None:
                 out.copy_(o)
                 o = out
             return (o, lse) if return_lse else o
         if out is not None:
-            validate.check_data_tensor("out", out, tuple(q.shape))
-            validate.check_same_kind("out", out, "q", q)
+            tensors.check_data_tensor("out", out, tuple(q.shape))
+            tensors.check_same_kind("out", out, "q", q)
             o = out
         else:
             o = torch.empty_like(q)
@@ -720,7 +731,7 @@ class BatchDecodeWrapper:
         if q.dtype != shape.dtype:
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
         if tuple(q.shape) != want or q.device != self._device or q.stride(-1) != 1:
-            validate.check_data_tensor("q", q, want)
+            tensors.check_data_tensor("q", q, want)
             if q.device != self._device:
                 raise ValueError(f"q: on {q.device}, workspace_buffer on {self._device}")
         return q
@@ -738,7 +749,7 @@ class BatchDecodeWrapper:
             )
         if views.k.device != self._device:
             raise ValueError(f"kv: on {views.k.device}, workspace_buffer on {self._device}")
-        validate.check_pages_in_range(self._max_page, views.num_pages)
+        tensors.check_pages_in_range(self._max_page, views.num_pages)
         self._last_kv = (_kv_key(kv), kv, views)
         return views
 
@@ -893,7 +904,7 @@ def decode_op(
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
-    from attnc.runtime.ops import _join_params
+    from attnc.runtime.wrappers.prefill_launch import _join_params
 
     wrapper = _WRAPPERS[handle]
     values = _join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]

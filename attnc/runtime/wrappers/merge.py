@@ -11,7 +11,7 @@ import threading
 
 import torch
 
-from attnc.runtime import jit
+from attnc.runtime.build import jit
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _LIB: ctypes.CDLL | None = None

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 
 import torch
 
-from attnc.runtime import ops, validate
-from attnc.runtime.kv_inputs import KvViews, paged_kv, ragged_kv
-from attnc.runtime.mask_plan import NO_PLANNED_MASK, PlannedMask, mask_bound_params
-from attnc.runtime.modules import PrefillModule, get_prefill_module
-from attnc.runtime.params import resolve_params
-from attnc.runtime.plan import HostPlan, PlanShape, make_host_plan
+from attnc.runtime.build.modules import PrefillModule, get_prefill_module
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
+from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, mask_bound_params
+from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, make_host_plan
+from attnc.runtime.wrappers import prefill_launch
 
 
 class BatchPrefillWrapper:
@@ -23,7 +24,7 @@ class BatchPrefillWrapper:
     """
 
     def __init__(self, variant: object, workspace_buffer: torch.Tensor, kv_layout: str = "NHD"):
-        validate.check_kv_layout(kv_layout)
+        tensors.check_kv_layout(kv_layout)
         if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
             raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
         self.variant = variant
@@ -55,9 +56,9 @@ class BatchPrefillWrapper:
         range, so the heaviest tiles start first and long ones are split; without them it
         assumes every tile sees the whole KV. ``run()`` must then be given the same values.
         """
-        validate.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
         planned_mask = PlannedMask.from_plan_params(self.variant, params or {})
-        validate.check_dtype_arg(dtype)
+        tensors.check_dtype_arg(dtype)
         qo_host, kv_host, idx_host, last_host, page = _check_indices(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
@@ -104,12 +105,12 @@ class BatchPrefillWrapper:
         host = self._require_plan()
         hq, hkv, d = self._heads
         total_q = int(host.qo_indptr[-1])
-        q = validate.check_data_tensor("q", q, (total_q, hq, d))
+        q = tensors.check_data_tensor("q", q, (total_q, hq, d))
         if q.dtype != self._dtype:
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
         views = self._kv_views(kv)
-        validate.check_same_kind("k", views.k, "q", q)
-        if not validate.same_device_index(self._workspace, q):
+        tensors.check_same_kind("k", views.k, "q", q)
+        if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
         values = resolve_params(
             self.variant.params,  # type: ignore[attr-defined]
@@ -134,10 +135,10 @@ class BatchPrefillWrapper:
         _, hkv, d = self._heads
         if not host.paged:
             views = ragged_kv(kv, hkv, d, "cuda")
-            validate.check_indptr_total("kv_indptr", host.kv_indptr, "k.shape[0]", views.k.shape[0])
+            tensors.check_indptr_total("kv_indptr", host.kv_indptr, "k.shape[0]", views.k.shape[0])
             return views
         views = paged_kv(kv, self.kv_layout, host.page_size, hkv, d, "cuda")
-        validate.check_pages_in_range(host.max_page, views.num_pages)
+        tensors.check_pages_in_range(host.max_page, views.num_pages)
         return views
 
     def _meta(self, views: KvViews) -> list[int]:
@@ -172,8 +173,8 @@ class BatchPrefillWrapper:
         module: PrefillModule = self._module
         meta = self._meta(views)
         if torch.compiler.is_compiling():
-            ints, floats, tensors = ops.split_params(module.ir.params, values)  # type: ignore[attr-defined]
-            o, lse = ops.prefill_op(
+            ints, floats, tensors = prefill_launch.split_params(module.ir.params, values)  # type: ignore[attr-defined]
+            o, lse = prefill_launch.prefill_op(
                 module.module_id, q, views.k, views.v, self._workspace, meta,
                 self._sm_scale, ints, floats, tensors, return_lse,
             )  # fmt: skip
@@ -183,7 +184,7 @@ class BatchPrefillWrapper:
             return (o, lse) if return_lse else o
         o = out if out is not None else torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
-        ops.launch(
+        prefill_launch.launch(
             module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, values
         )
         return (o, lse) if lse is not None else o
@@ -192,8 +193,8 @@ class BatchPrefillWrapper:
 def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
     if out is None:
         return None
-    validate.check_data_tensor("out", out, tuple(q.shape))
-    validate.check_same_kind("out", out, "q", q)
+    tensors.check_data_tensor("out", out, tuple(q.shape))
+    tensors.check_same_kind("out", out, "q", q)
     return out
 
 
@@ -205,8 +206,8 @@ def _check_indices(
     page_size: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
     """Host copies of the index tensors, checked (see ``validate``)."""
-    qo_host = validate.check_indptr("qo_indptr", qo_indptr)
-    kv_host = validate.check_indptr("kv_indptr", kv_indptr)
+    qo_host = tensors.check_indptr("qo_indptr", qo_indptr)
+    kv_host = tensors.check_indptr("kv_indptr", kv_indptr)
     if kv_host.numel() != qo_host.numel():
         raise ValueError(
             f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
@@ -219,8 +220,8 @@ def _check_indices(
         raise ValueError(f"page_size: a paged plan needs page_size >= 1, got {page_size}")
     if kv_last_page_len is None:
         raise ValueError("kv_last_page_len: required for a paged plan")
-    idx_host = validate.check_kv_indices(kv_indices, int(kv_host[-1]))
-    last_host = validate.check_last_page_len(kv_last_page_len, kv_host, page_size)
+    idx_host = tensors.check_kv_indices(kv_indices, int(kv_host[-1]))
+    last_host = tensors.check_last_page_len(kv_last_page_len, kv_host, page_size)
     return qo_host, kv_host, idx_host, last_host, int(page_size)
 
 
@@ -264,9 +265,9 @@ def single_prefill(
     params: Mapping[str, object] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """One request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]`` -> O (and LSE)."""
-    q = validate.check_data_tensor("q", q, (None, None, None))
-    k = validate.check_data_tensor("k", k, (None, None, q.shape[2]))
-    validate.check_same_kind("k", k, "q", q)
+    q = tensors.check_data_tensor("q", q, (None, None, None))
+    k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
+    tensors.check_same_kind("k", k, "q", q)
     params = dict(params or {})
     wrapper = _planned_single(variant, q, k, sm_scale, _mask_params(variant, params))
     return wrapper.run(q, (k, v), return_lse=return_lse, **params)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.modules import PrefillModule, module_by_id
+from attnc.runtime.build.modules import PrefillModule, module_by_id
 
 META_FIELDS = (
     "batch_size",

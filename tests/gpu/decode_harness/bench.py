@@ -31,7 +31,7 @@ CONFIGS: dict[str, tuple[str, ...]] = {
 
 def setup(config: str, cache_root: Path) -> None:
     os.environ["ATTNC_CACHE_DIR"] = str(cache_root / config)
-    from attnc.runtime import toolchain
+    from attnc.runtime.build import toolchain
 
     extra = CONFIGS[config]
     original = toolchain.nvcc_flags
@@ -51,11 +51,11 @@ def main() -> None:
     import torch
 
     import attnc
-    from attnc.runtime.decode import BatchDecodeWrapper
+    from attnc.runtime.wrappers.decode import BatchDecodeWrapper
     from benchmarks.decode_quick import HKV, HQ, PAGE, WORKLOADS, D, page_table, params_for
 
     if build_only:
-        from attnc.runtime.decode_abi import get_decode_module
+        from attnc.runtime.build.modules import get_decode_module
 
         for name in ("causal", "softcap"):
             get_decode_module(attnc.load(f"stdlib:{name}").ir, torch.bfloat16, D, arch="90a")

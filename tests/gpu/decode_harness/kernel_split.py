@@ -13,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import attnc
-from attnc.runtime.decode import BatchDecodeWrapper
+from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 from benchmarks.decode_quick import HKV, HQ, PAGE, D, page_table
 
 STEPS = 20
