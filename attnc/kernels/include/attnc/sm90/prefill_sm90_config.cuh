@@ -1,0 +1,83 @@
+// Owns: the CTA shape of the Hopper prefill per head_dim (warp roles, query rows, keys per KV
+// stage, pipeline depth, register split), its shared-memory map (Q tile, K and V stages,
+// mbarriers) and the query tokens per work item that attnc_prefill_tile_q_tokens reports.
+//
+// One CTA = warpgroup 0 (producer: K/V loads) + warpgroups 1 and 2 (consumers: 64 packed
+// query rows each, 128 in all). Tiles live in 128-byte swizzled column blocks
+// (smem_desc.cuh); every tile starts 1024-byte aligned.
+#pragma once
+
+#include <stdint.h>
+
+namespace attnc {
+namespace sm90 {
+
+template <int HEAD_DIM>
+struct PrefillSm90Shape {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
+                "attnc sm90 prefill: head_dim must be 64, 128 or 256");
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kRows = 128;                           // packed query rows per item
+  static constexpr int kKvTile = HEAD_DIM == 256 ? 64 : 128;  // keys per stage (= S tile)
+  static constexpr int kStages = HEAD_DIM == 64 ? 3 : 2;
+  static constexpr int kThreads = 384;
+  static constexpr int kProducerRegs = 72;
+  static constexpr int kConsumerRegs = 216;
+  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 64512, "more registers than one CTA of 384 threads holds");
+
+  static constexpr uint32_t kQBytes = kRows * HEAD_DIM * 2;
+  static constexpr uint32_t kTileBytes = kKvTile * HEAD_DIM * 2;
+  static constexpr uint32_t kKOffset = kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr uint32_t kBarOffset = kVOffset + kStages * kTileBytes;
+  static constexpr uint32_t kBarBytes = 4 * kStages * 8;  // full/empty x K/V per stage
+  // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
+  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + kBarBytes + 1024);
+};
+
+// Shared-memory addresses of one CTA (base 1024-byte aligned).
+template <class Shape>
+struct PrefillSm90Smem {
+  uint32_t base;
+
+  __device__ __forceinline__ uint32_t q() const { return base; }
+  __device__ __forceinline__ uint32_t k(int stage) const {
+    return base + Shape::kKOffset + stage * Shape::kTileBytes;
+  }
+  __device__ __forceinline__ uint32_t v(int stage) const {
+    return base + Shape::kVOffset + stage * Shape::kTileBytes;
+  }
+  // Barriers: full_k, full_v (the producer's arrival + the stage's bytes), empty_k, empty_v
+  // (every consumer thread arrives once it no longer reads the stage).
+  __device__ __forceinline__ uint32_t full_k(int stage) const {
+    return base + Shape::kBarOffset + 8 * stage;
+  }
+  __device__ __forceinline__ uint32_t full_v(int stage) const {
+    return full_k(stage) + 8 * Shape::kStages;
+  }
+  __device__ __forceinline__ uint32_t empty_k(int stage) const {
+    return full_k(stage) + 16 * Shape::kStages;
+  }
+  __device__ __forceinline__ uint32_t empty_v(int stage) const {
+    return full_k(stage) + 24 * Shape::kStages;
+  }
+};
+
+// Named barrier ids (0 is __syncthreads): consumer w waits at kSchedBarrier + w for its turn
+// to issue its GEMMs; kQBarrier + w joins the threads of consumer w; kProducerBarrier the
+// producer's threads.
+constexpr int kSchedBarrier = 1;
+constexpr int kQBarrier = 3;
+constexpr int kProducerBarrier = 5;
+
+// Query tokens per work item: as many as fill the 128 packed rows (0 when the group alone
+// does not fit, or an argument is out of range).
+template <int HEAD_DIM>
+inline int prefill_sm90_tile_q_tokens(int head_dim, int group, int max_q_len) {
+  if (head_dim != HEAD_DIM || group <= 0 || max_q_len < 0) return 0;
+  return group <= PrefillSm90Shape<HEAD_DIM>::kRows ? PrefillSm90Shape<HEAD_DIM>::kRows / group
+                                                      : 0;
+}
+
+}  // namespace sm90
+}  // namespace attnc

@@ -1,0 +1,78 @@
+// Owns: the end of a work item for one Hopper consumer warpgroup: row normalisation, the
+// variant's output hook, and the stores of O (4-byte pairs in the output dtype) and the
+// natural-log LSE, or of the fp32 partial state (O, LSE) of a split tile, which
+// partial_merge.cuh combines. Semantics are those of the FA2 epilogue (prefill_launcher.cuh).
+#pragma once
+
+#include <stdint.h>
+
+#include "../mma.cuh"
+#include "../online_softmax.cuh"
+#include "../prefill_args.h"
+#include "prefill_sm90_item.cuh"
+
+namespace attnc {
+namespace sm90 {
+
+// Row r = 64 * wg + 16 * warp + lane / 4 + 8 * h of the item's packed rows.
+template <class V, class T, int D>
+__device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, const V& var,
+                                                   const PrefillSm90Item& it, int w, int wg,
+                                                   const typename V::Row (&rows)[1][2],
+                                                   const float (&mult)[1][2],
+                                                   const float (&o)[1][D / 8][4],
+                                                   const float (&m)[1][2],
+                                                   const float (&l)[1][2]) {
+  constexpr int NO = D / 8;
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x / 32) % 4;
+  const int g = lane / 4;
+  const int tq = lane % 4;
+  const int part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
+  T* o_ptr = static_cast<T*>(a.o);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 64 * wg + 16 * warp + g + 8 * h;
+    float inv = 1.f;
+    float lse = 0.f;
+    bool visible = true;
+    if constexpr (V::kUseSoftmax) {
+      const float sum = quad_sum(l[0][h]);
+      visible = sum > 0.f;
+      inv = visible ? 1.f / sum : 0.f;
+      lse = row_lse(m[0][h], V::kScoreIsIdentity ? mult[0][h] : 1.f, sum);
+    }
+    if (r >= it.rows_valid) continue;
+    const int head = it.kv_head * it.group + r % it.group;
+    if (part_row >= 0) {
+      const int64_t prow = part_row + static_cast<int64_t>(r / it.group) * a.num_qo_heads + head;
+      float* pdst = a.part_o + prow * D + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < NO; ++n)
+        *reinterpret_cast<float2*>(pdst + n * 8) =
+            make_float2(o[0][n][2 * h] * inv, o[0][n][2 * h + 1] * inv);
+      if (tq == 0) a.part_lse[prow] = lse;
+      continue;
+    }
+    const int token = it.q_start + it.q0 + r / it.group;
+    T* dst = o_ptr + static_cast<int64_t>(token) * a.o_stride_tok +
+             static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+      float v0 = o[0][n][2 * h] * inv;
+      float v1 = o[0][n][2 * h + 1] * inv;
+      if constexpr (V::kHasOutput) {
+        if (visible) {
+          v0 = var.output(rows[0][h], v0);
+          v1 = var.output(rows[0][h], v1);
+        }
+      }
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
+    }
+    if (a.lse != nullptr && tq == 0)
+      a.lse[static_cast<int64_t>(token) * a.num_qo_heads + head] = lse;
+  }
+}
+
+}  // namespace sm90
+}  // namespace attnc

@@ -1,0 +1,134 @@
+// Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
+// argument checks (shared with FA2), the TMA maps of ragged K/V, the persistent grid
+// (min(num_work, SMs) CTAs of 384 threads, one per SM), the shared-memory opt-in, the launch,
+// the split-KV merge (partial_merge.cuh), and ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines
+// the same extern "C" functions as ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the
+// runtime loads either module the same way. A generated module is exactly:
+//   #include "attnc/sm90/prefill_sm90_launcher.cuh"
+//   <the variant functor struct>
+//   ATTNC_DEFINE_PREFILL_SM90_MODULE(Name, __nv_bfloat16 or half, HEAD_DIM)
+// and must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a).
+//
+// Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
+// 128 / group for every max_q_len (one tile shape), attnc_prefill_ctas_per_sm answers 1, and
+// work items run in a persistent loop (item i on CTA i % grid) instead of one CTA each. Every
+// other fact of prefill_launcher.cuh holds (strides, alignment, LSE, partial rows, merge).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "../partial_merge.cuh"
+#include "../prefill_args.h"
+#include "../prefill_launcher.cuh"
+#include "../variant_contract.cuh"
+#include "prefill_sm90_config.cuh"
+#include "prefill_sm90_kernel.cuh"
+#include "prefill_sm90_params.cuh"
+#include "tma.cuh"
+
+namespace attnc {
+namespace sm90 {
+
+// TMA maps of ragged K and V ([tokens, H_kv, D] with the argument strides). The token extent
+// is not known on the host: it is set to 2^31 - 1, and only tiles wholly inside a request
+// load through the maps. Returns false (use cp.async everywhere) when encoding fails.
+template <class V, class T, class Shape>
+bool encode_kv_maps(PrefillSm90Params<V>& prm) {
+  const AttncPrefillArgs& a = prm.args;
+  if (a.kv_layout != ATTNC_KV_RAGGED) return false;
+  constexpr bool bf16 = std::is_same<T, __nv_bfloat16>::value;
+  const uint64_t e = sizeof(T);
+  const uint64_t tokens = 0x7fffffffull;
+  return encode_rows_map(&prm.tmap_k, a.k, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
+                         a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile) &&
+         encode_rows_map(&prm.tmap_v, a.v, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
+                         a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile);
+}
+
+// Raises the kernel's dynamic shared-memory limit once per process.
+template <class V, class T, class Shape>
+cudaError_t opt_in_smem() {
+  static const cudaError_t status =
+      cudaFuncSetAttribute(prefill_sm90_kernel<V, T, Shape>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
+  return status;
+}
+
+template <class V, class T, int HEAD_DIM>
+int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
+  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
+                "attnc sm90 prefill: T must be __nv_bfloat16 or half");
+  static_assert(check_variant_contract<V>(), "");
+  using Shape = PrefillSm90Shape<HEAD_DIM>;
+  const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
+  if (status != 0) return status;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
+  if (a.tile_q_tokens <= 0 || rows > Shape::kRows) return ATTNC_E_BAD_TILE;
+  if (a.num_work == 0) return 0;
+
+  PrefillSm90Params<V> prm;
+  std::memset(static_cast<void*>(&prm), 0, sizeof(prm));
+  prm.args = a;
+  if (!std::is_empty<typename V::Params>::value)
+    std::memcpy(&prm.params, a.variant_params, sizeof(prm.params));
+  prm.use_tma = encode_kv_maps<V, T, Shape>(prm) ? 1 : 0;
+
+  const cudaError_t attr = opt_in_smem<V, T, Shape>();
+  if (attr != cudaSuccess) return attr;
+  int device = 0, sms = 0;
+  cudaError_t st = cudaGetDevice(&device);
+  if (st == cudaSuccess)
+    st = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (st != cudaSuccess) return st;
+  const int grid = a.num_work < sms ? a.num_work : sms;
+  prefill_sm90_kernel<V, T, Shape><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(prm);
+  st = cudaGetLastError();
+  if (st != cudaSuccess || a.num_merge == 0) return st;
+  const int merge_ctas = a.num_merge < 4096 ? a.num_merge : 4096;
+  prefill_merge_kernel<V, T, HEAD_DIM><<<merge_ctas, 128, 0, stream>>>(a, prm.params);
+  return cudaGetLastError();
+}
+
+// CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
+template <class V, class T, int HEAD_DIM>
+int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
+  using Shape = PrefillSm90Shape<HEAD_DIM>;
+  if (prefill_sm90_tile_q_tokens<HEAD_DIM>(head_dim, group, max_q_len) <= 0) return 0;
+  const cudaError_t attr = opt_in_smem<V, T, Shape>();
+  if (attr != cudaSuccess) return -static_cast<int>(attr);
+  int blocks = 0;
+  const cudaError_t st = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, prefill_sm90_kernel<V, T, Shape>, Shape::kThreads, Shape::kSmemBytes);
+  return st == cudaSuccess ? blocks : -static_cast<int>(st);
+}
+
+}  // namespace sm90
+}  // namespace attnc
+
+// Defines attnc_prefill, attnc_prefill_abi_version, attnc_prefill_tile_q_tokens and
+// attnc_prefill_ctas_per_sm (prefill_args.h) for one variant type, dtype and head_dim.
+#define ATTNC_DEFINE_PREFILL_SM90_MODULE(V, T, HEAD_DIM)                                      \
+  ATTNC_PREFILL_EXPORT int attnc_prefill(const AttncPrefillArgs* args, void* cuda_stream) {  \
+    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                          \
+    return ::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>(                               \
+        *args, static_cast<cudaStream_t>(cuda_stream));                                      \
+  }                                                                                          \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_abi_version(void) { return ATTNC_PREFILL_ABI_VERSION; } \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,   \
+                                                       int32_t max_q_len) {                  \
+    return ::attnc::sm90::prefill_sm90_tile_q_tokens<HEAD_DIM>(head_dim, group_size,          \
+                                                               max_q_len);                   \
+  }                                                                                          \
+  ATTNC_PREFILL_EXPORT int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size,     \
+                                                     int32_t max_q_len) {                    \
+    return ::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>(head_dim, group_size,      \
+                                                                   max_q_len);               \
+  }

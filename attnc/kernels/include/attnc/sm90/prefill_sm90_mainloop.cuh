@@ -1,0 +1,162 @@
+// Owns: the KV loop of one Hopper consumer warpgroup (64 packed query rows) over one work
+// item: waits for each K/V stage, S = Q K^T by wgmma from the swizzled Q tile and K stage,
+// score hooks and mask (PARTIAL tiles and the ragged end only), online softmax, and O += P V
+// with P in registers as the A operand and V read MN-major from its stage. Schedule:
+// S_{j+1} is issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
+// consumer warpgroups take turns issuing their GEMMs (named barriers), so one's softmax runs
+// under the other's GEMMs. Stages are handed back (empty barriers) as soon as read.
+#pragma once
+
+#include <stdint.h>
+
+#include "../mma.cuh"
+#if __has_include("../score_hooks.cuh")
+#include "../score_hooks.cuh"  // transform_scores
+#else
+#include "../prefill_warp_math.cuh"
+#endif
+#include "consumer_softmax.cuh"
+#include "mbarrier.cuh"
+#include "prefill_sm90_config.cuh"
+#include "prefill_sm90_item.cuh"
+#include "prefill_sm90_producer.cuh"
+#include "smem_desc.cuh"
+#include "warpgroup.cuh"
+#include "wgmma_ops.cuh"
+
+namespace attnc {
+namespace sm90 {
+
+// Pipeline position shared by a consumer's items: stage and phase parity of the next tile.
+struct StageCursor {
+  int stage = 0;
+  int phase = 0;
+  template <int kStages>
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// Waits for a stage's barrier; stages filled by cp.async (generic proxy) also need the proxy
+// fence before wgmma reads them.
+__device__ __forceinline__ void wait_stage(uint32_t bar, int phase, bool tma) {
+  mbar_wait(bar, phase);
+  if (!tma) fence_proxy_async();
+}
+
+template <class T, int NS>
+__device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 2][4], const float (&s)[1][NS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NS / 2; ++kk) {
+    p[kk][0] = mma::Dtype<T>::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
+    p[kk][1] = mma::Dtype<T>::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
+    p[kk][2] = mma::Dtype<T>::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+    p[kk][3] = mma::Dtype<T>::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+  }
+}
+
+template <class V, class T, class Shape>
+__device__ __forceinline__ void prefill_sm90_kv_loop(
+    const PrefillSm90Params<V>& prm, const V& var, const PrefillSm90Item& it,
+    const PrefillSm90Smem<Shape>& sm, int wg, StageCursor& cur,
+    const typename V::Row (&rows)[1][2], const float (&mult)[1][2],
+    float (&o)[1][Shape::kHeadDim / 8][4], float (&m)[1][2], float (&l)[1][2]) {
+  constexpr int D = Shape::kHeadDim;
+  constexpr int KVT = Shape::kKvTile;
+  constexpr int NS = KVT / 8;
+  constexpr int KD = D / 16;
+  constexpr int KK = KVT / 16;
+  const AttncPrefillArgs& a = prm.args;
+  const int tq = (threadIdx.x % 32) % 4;
+  const float sm_scale = a.sm_scale;
+  const uint32_t q_tile = sm.q() + wg * 64 * 128;  // this warpgroup's rows of each block
+
+  auto issue_s = [&](float (&s)[1][NS][4], int stage) {
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)
+      Wgmma<T, KVT>::ss(s[0], desc_k_major(q_tile, Shape::kRows, kk),
+                        desc_k_major(sm.k(stage), KVT, kk), kk > 0 ? 1 : 0);
+    wgmma_commit();
+  };
+  auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage) {
+#pragma unroll
+    for (int kk = 0; kk < KK; ++kk)
+      Wgmma<T, D>::template rs<1>(o[0], p[kk], desc_mn_major(sm.v(stage), KVT, kk), 1);
+    wgmma_commit();
+  };
+  // Score hooks and softmax of the S tile [kv0, kv1); returns whether O must be rescaled.
+  auto scores = [&](float (&s)[1][NS][4], int kv0, int kv1, TileClass cls,
+                    float (&alpha)[2]) -> bool {
+    const bool masked = (V::kHasMask && cls == TileClass::kPartial) || kv1 - kv0 < KVT;
+    if (masked) {
+      transform_scores<true>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+    } else {
+      transform_scores<false>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+    }
+    if constexpr (V::kUseSoftmax) return softmax_step<V>(s, m, l, mult, alpha);
+    return false;
+  };
+  auto take_turn = [&]() { named_sync(kSchedBarrier + wg, 256); };
+  auto pass_turn = [&]() { named_arrive(kSchedBarrier + (1 - wg), 256); };
+
+  TileClass cls;
+  int t = it.next_tile<V, KVT>(var, 0, cls);
+  if (t >= it.num_tiles) return;
+  float s[1][NS][4];
+  uint32_t p[KK][4];
+  float alpha[2];
+  int kv0 = it.tile_begin(t, KVT);
+  bool tma = tile_uses_tma<Shape>(prm.use_tma, a, kv0, it.range.end);
+  wait_stage(sm.full_k(cur.stage), cur.phase, tma);
+  take_turn();
+  wgmma_fence();
+  issue_s(s, cur.stage);
+  pass_turn();
+  wgmma_wait<0>();
+  pin(s[0]);
+  mbar_arrive(sm.empty_k(cur.stage));
+  scores(s, kv0, min(kv0 + KVT, it.range.end), cls, alpha);  // O is still 0: no rescale
+  pack_p<T>(p, s);
+  StageCursor pv = cur;
+  bool pv_tma = tma;
+  cur.advance<Shape::kStages>();
+
+  for (t = it.next_tile<V, KVT>(var, t + 1, cls); t < it.num_tiles;
+       t = it.next_tile<V, KVT>(var, t + 1, cls)) {
+    kv0 = it.tile_begin(t, KVT);
+    tma = tile_uses_tma<Shape>(prm.use_tma, a, kv0, it.range.end);
+    wait_stage(sm.full_k(cur.stage), cur.phase, tma);
+    wait_stage(sm.full_v(pv.stage), pv.phase, pv_tma);
+    take_turn();
+    wgmma_fence();
+    issue_s(s, cur.stage);
+    issue_pv(p, pv.stage);
+    pass_turn();
+    wgmma_wait<1>();
+    pin(s[0]);
+    mbar_arrive(sm.empty_k(cur.stage));
+    const bool rescale = scores(s, kv0, min(kv0 + KVT, it.range.end), cls, alpha);
+    wgmma_wait<0>();
+    pin(o[0]);
+    pin(p);
+    mbar_arrive(sm.empty_v(pv.stage));
+    if (rescale) rescale_o(o, alpha);
+    pack_p<T>(p, s);
+    pv = cur;
+    pv_tma = tma;
+    cur.advance<Shape::kStages>();
+  }
+  wait_stage(sm.full_v(pv.stage), pv.phase, pv_tma);
+  wgmma_fence();
+  issue_pv(p, pv.stage);
+  wgmma_wait<0>();
+  pin(o[0]);
+  pin(p);
+  mbar_arrive(sm.empty_v(pv.stage));
+}
+
+}  // namespace sm90
+}  // namespace attnc
