@@ -1,0 +1,34 @@
+"""One rank of the tensor-parallel check: a saved random-weight Llama-style model loaded with
+transformers' ``tp_plan="auto"`` and the ``"attnc"`` attention implementation, run on the saved
+token ids; rank 0 writes the logits. Started by ``torchrun --nproc-per-node 2``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import AutoModelForCausalLM
+
+import attnc.integrations.transformers  # noqa: F401  (registers "attnc")
+
+
+def main(model_dir: str, out_path: str) -> None:
+    """Load the model sharded over the ranks, run one forward, save rank 0's logits."""
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, tp_plan="auto", dtype=torch.bfloat16, attn_implementation="attnc"
+    )
+    rank = dist.get_rank()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+    ids = torch.load(os.path.join(model_dir, "ids.pt")).to(device)
+    with torch.no_grad():
+        logits = model(ids).logits.float()
+    if rank == 0:
+        torch.save(logits.cpu(), out_path)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
