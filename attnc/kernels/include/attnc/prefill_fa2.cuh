@@ -25,6 +25,75 @@
 
 namespace attnc {
 
+// Epilogue of a CTA: normalises this lane's rows and stores O (after V::output) and LSE, or
+// the fp32 partial state of a split tile (the merge kernel normalises across chunks and
+// applies V::output). token0: the first query token (packed row 0) of the tile.
+template <class V, class T, class Tile>
+__device__ __forceinline__ void prefill_store_tile(
+    const AttncPrefillArgs& args, const V& var, const int32_t* item,
+    const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
+    const float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], const float (&m)[Tile::kMmaQ][2],
+    const float (&l)[Tile::kMmaQ][2], int rows_valid, int kv_head, int group, int token0) {
+  constexpr int D = Tile::kHeadDim;
+  constexpr int MQ = Tile::kMmaQ;
+  constexpr int NO = D / 8;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int g = lane / 4;
+  const int tq = lane % 4;
+  // Read only now: keeping it live through the main loop costs a register there.
+  const int part_row = item[ATTNC_PI_PART_ROW];
+  T* o_ptr = static_cast<T*>(args.o);
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = warp * 16 * MQ + mi * 16 + g + 8 * h;
+      float inv = 1.f;
+      float lse = 0.f;
+      bool visible = true;
+      if constexpr (V::kUseSoftmax) {
+        const float sum = quad_sum(l[mi][h]);
+        visible = sum > 0.f;
+        inv = visible ? 1.f / sum : 0.f;
+        lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
+      }
+      if (r >= rows_valid) continue;
+      const int head = kv_head * group + r % group;
+      if (part_row >= 0) {
+        // Split tile: the merge kernel normalises across chunks and applies V::output.
+        const int64_t prow = part_row + static_cast<int64_t>(r / group) * args.num_qo_heads + head;
+        float* pdst = args.part_o + prow * D + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+          *reinterpret_cast<float2*>(pdst + n * 8) =
+              make_float2(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
+        }
+        if (tq == 0) args.part_lse[prow] = lse;
+        continue;
+      }
+      const int token = token0 + r / group;
+      T* dst = o_ptr + static_cast<int64_t>(token) * args.o_stride_tok +
+               static_cast<int64_t>(head) * args.o_stride_head + 2 * tq;
+#pragma unroll
+      for (int n = 0; n < NO; ++n) {
+        float v0 = o[mi][n][2 * h] * inv;
+        float v1 = o[mi][n][2 * h + 1] * inv;
+        if constexpr (V::kHasOutput) {
+          if (visible) {
+            v0 = var.output(rows[mi][h], v0);
+            v1 = var.output(rows[mi][h], v1);
+          }
+        }
+        *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
+      }
+      if (args.lse != nullptr && tq == 0) {
+        args.lse[static_cast<int64_t>(token) * args.num_qo_heads + head] = lse;
+      }
+    }
+  }
+}
+
 template <class V, class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_fa2_kernel(const AttncPrefillArgs args, const typename V::Params params) {
@@ -124,57 +193,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
                               sm_scale, o, m, l);
 
   // ---- Epilogue: normalise, transform, store O and LSE (or the fp32 partial state).
-  // Read only now: keeping it live through the main loop costs a register there.
-  const int part_row = item[ATTNC_PI_PART_ROW];
-  T* o_ptr = static_cast<T*>(args.o);
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = warp * 16 * MQ + mi * 16 + g + 8 * h;
-      float inv = 1.f;
-      float lse = 0.f;
-      bool visible = true;
-      if constexpr (V::kUseSoftmax) {
-        const float sum = quad_sum(l[mi][h]);
-        visible = sum > 0.f;
-        inv = visible ? 1.f / sum : 0.f;
-        lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
-      }
-      if (r >= rows_valid) continue;
-      const int head = kv_head * group + r % group;
-      if (part_row >= 0) {
-        // Split tile: the merge kernel normalises across chunks and applies V::output.
-        const int64_t prow = part_row + static_cast<int64_t>(r / group) * args.num_qo_heads + head;
-        float* pdst = args.part_o + prow * D + 2 * tq;
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-          *reinterpret_cast<float2*>(pdst + n * 8) =
-              make_float2(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
-        }
-        if (tq == 0) args.part_lse[prow] = lse;
-        continue;
-      }
-      const int token = q_start + q0 + r / group;
-      T* dst = o_ptr + static_cast<int64_t>(token) * args.o_stride_tok +
-               static_cast<int64_t>(head) * args.o_stride_head + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < NO; ++n) {
-        float v0 = o[mi][n][2 * h] * inv;
-        float v1 = o[mi][n][2 * h + 1] * inv;
-        if constexpr (V::kHasOutput) {
-          if (visible) {
-            v0 = var.output(rows[mi][h], v0);
-            v1 = var.output(rows[mi][h], v1);
-          }
-        }
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
-      }
-      if (args.lse != nullptr && tq == 0) {
-        args.lse[static_cast<int64_t>(token) * args.num_qo_heads + head] = lse;
-      }
-    }
-  }
+  prefill_store_tile<V, T, Tile>(args, var, item, rows, mult, o, m, l, rows_valid, kv_head, group,
+                                 q_start + q0);
 }
 
 }  // namespace attnc

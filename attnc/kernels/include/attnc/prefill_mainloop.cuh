@@ -4,7 +4,8 @@
 // cursors: one multiply-add per stage for ragged KV, one page lookup per row for paged; strides
 // read from the kernel arguments where used, to keep registers for the accumulators), and
 // per stage the S tiles of Tile::kKvSub keys: S = Q K^T, score transform and mask (only on
-// PARTIAL sub-tiles or the ragged end), online softmax and O += P V.
+// PARTIAL sub-tiles or the ragged end), online softmax and O += P V, with the warp math the
+// decode kernel shares (warp_qk_pv.cuh, score_hooks.cuh, online_softmax.cuh).
 // The caller has committed the cp.async group of the Q tile (rows at s_q) and initialised
 // o, m, l; on return every cp.async group has completed.
 #pragma once
@@ -24,6 +25,104 @@
 
 namespace attnc {
 
+// Issues this thread's cp.async copies (chunk `chunk` of rows row0 + it * kRowStep) of the K
+// and V rows of the tile starting at key kv0 into the stage whose K tile is at shared address
+// dk (its V tile Tile::kStages tiles further); keys at or past kv_end are zero-filled.
+template <class T, class Tile, class Cursor>
+__device__ __forceinline__ void prefill_issue_kv_tile(const AttncPrefillArgs& args,
+                                                      const Cursor& cursor, int kv0, int kv_end,
+                                                      uint32_t dk, int row0, int chunk) {
+  constexpr int KVT = Tile::kKvTile;
+  constexpr int kRowStep = Tile::kThreads / (Tile::kHeadDim / 8);
+  using Layout = SwizzledRows<Tile::kHeadDim>;
+  constexpr uint32_t kTileBytes = KVT * Layout::kRowBytes;
+  // Swizzle period of this thread's rows: row0 + it * kRowStep repeats its (row % 8) every
+  // kPeriod rows, so the shared offsets are kPeriod bases plus compile-time displacements.
+  static_assert(kRowStep % 8 == 0 || 8 % kRowStep == 0, "row step must divide or be a multiple of 8");
+  constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : 8 / kRowStep;
+  auto smem_row = [&](int it) -> uint32_t {
+    return Layout::offset(row0 + (it % kPeriod) * kRowStep, chunk) +
+           (it / kPeriod) * kPeriod * kRowStep * Layout::kRowBytes;
+  };
+  auto issue = [&](auto all_valid) {
+    constexpr bool kAll = decltype(all_valid)::value;
+    const int64_t v_minus_k = Cursor::template v_minus_k<T>(args);
+    cursor.template for_rows<T, kAll>(args, kv0, kv_end,
+                                      [&](int it, const char* src, bool ok) {
+                                        const uint32_t d = dk + smem_row(it);
+                                        cp_async_16(d, src, kAll || ok);
+                                        cp_async_16(d + Tile::kStages * kTileBytes,
+                                                    src + v_minus_k, kAll || ok);
+                                      });
+  };
+  if (kv0 + KVT <= kv_end) {
+    issue(std::true_type{});
+  } else {
+    issue(std::false_type{});
+  }
+}
+
+// The S tiles of one pipeline stage, keys [kv0, kv1) at k_base / v_base (this lane's ldmatrix
+// addresses): per S tile of Tile::kKvSub keys S = Q K^T, the score hooks (mask and bound only
+// where needed: PARTIAL sub-tiles or the ragged end), the online-softmax step and O += P V.
+template <class V, class T, class Tile, class QFrag>
+__device__ __forceinline__ void prefill_stage_math(
+    const V& var, const QFrag& q_frag, uint32_t q_base, uint32_t k_base, uint32_t v_base,
+    int kv0, int kv1, bool partial, int q0, int q1,
+    const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
+    float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
+    float (&l)[Tile::kMmaQ][2]) {
+  constexpr int KVT = Tile::kKvTile;
+  constexpr int KSUB = Tile::kKvSub;
+  constexpr int NSUB = KVT / KSUB;
+  using Layout = SwizzledRows<Tile::kHeadDim>;
+  const int tq = threadIdx.x % 4;
+  // One S tile of KSUB keys [ks0, ks1) at k_base / v_base.
+  auto s_tile = [&](uint32_t kb, uint32_t vb, int ks0, int ks1, bool masked) {
+    float s[Tile::kMmaQ][KSUB / 8][4];
+    warp_qk<T, Layout, Tile::kQInRegs>(s, q_frag, q_base, kb);
+    if (masked) {
+      transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+    } else {
+      transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+    }
+    if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
+    warp_pv<T, Layout>(o, s, vb);
+  };
+  if constexpr (NSUB == 1) {
+    s_tile(k_base, v_base, kv0, kv1, partial || kv1 - kv0 < KVT);
+  } else {
+#pragma unroll 1
+    for (int sub = 0; sub < NSUB; ++sub) {
+      const int ks0 = kv0 + sub * KSUB;
+      if (ks0 >= kv1) break;
+      const int ks1 = min(ks0 + KSUB, kv1);
+      bool masked = ks1 - ks0 < KSUB;
+      if (partial) {
+        const TileClass sc = var.classify(q0, q1, ks0, ks1);
+        if (sc == TileClass::kEmpty) continue;
+        masked = masked || sc == TileClass::kPartial;
+      }
+      const uint32_t step = static_cast<uint32_t>(sub * KSUB * Layout::kRowBytes);
+      s_tile(k_base + step, v_base + step, ks0, ks1, masked);
+    }
+  }
+}
+
+// This warp's Q fragments into registers once the Q tile has landed (its cp.async group is
+// older than the first Tile::kStages - 1 K/V stages).
+template <class Tile, int MQ, int KD>
+__device__ __forceinline__ void prefill_q_to_regs(uint32_t (&q_frag)[MQ][KD][4], uint32_t q_base) {
+  using Layout = SwizzledRows<Tile::kHeadDim>;
+  cp_async_wait<Tile::kStages - 1>();
+  __syncthreads();
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk)
+      mma::ldmatrix_x4(q_frag[mi][kk], Layout::walk(q_base, 2 * mi, 2 * kk));
+}
+
 template <class V, class T, class Tile>
 __device__ __forceinline__ void prefill_kv_loop(
     const AttncPrefillArgs& args, const V& var, const KvRows& kv, int request,
@@ -35,12 +134,9 @@ __device__ __forceinline__ void prefill_kv_loop(
   constexpr int kThreads = Tile::kThreads;
   constexpr int MQ = Tile::kMmaQ;
   constexpr int KVT = Tile::kKvTile;   // keys per pipeline stage
-  constexpr int KSUB = Tile::kKvSub;   // keys per S tile
-  constexpr int NSUB = KVT / KSUB;
   constexpr int STAGES = Tile::kStages;
   constexpr bool kQInRegs = Tile::kQInRegs;
   constexpr int KD = D / 16;
-  constexpr int NS = KSUB / 8;
   constexpr int CH = D / 8;
   using Layout = SwizzledRows<D>;
   constexpr uint32_t kTileBytes = KVT * Layout::kRowBytes;
@@ -51,7 +147,6 @@ __device__ __forceinline__ void prefill_kv_loop(
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
-  const int tq = lane % 4;
 
   const int num_tiles =
       range.end > range.begin ? (range.end - range.begin + KVT - 1) / KVT : 0;
@@ -61,33 +156,9 @@ __device__ __forceinline__ void prefill_kv_loop(
   const int row0 = tid / CH;
   using Cursor = KvTileCursor<kIters, kRowStep>;
   const Cursor cursor = Cursor::template make<T>(args, kv, request, row0, chunk);
-  // Swizzle period of this thread's rows: row0 + it * kRowStep repeats its (row % 8) every
-  // kPeriod rows, so the shared offsets are kPeriod bases plus compile-time displacements.
-  static_assert(kRowStep % 8 == 0 || 8 % kRowStep == 0, "row step must divide or be a multiple of 8");
-  constexpr int kPeriod = kRowStep % 8 == 0 ? 1 : 8 / kRowStep;
-  auto smem_row = [&](int it) -> uint32_t {
-    return Layout::offset(row0 + (it % kPeriod) * kRowStep, chunk) +
-           (it / kPeriod) * kPeriod * kRowStep * Layout::kRowBytes;
-  };
-  auto issue = [&](auto all_valid, int kv0, uint32_t dk) {
-    constexpr bool kAll = decltype(all_valid)::value;
-    const int64_t v_minus_k = Cursor::template v_minus_k<T>(args);
-    cursor.template for_rows<T, kAll>(args, kv0, range.end,
-                                      [&](int it, const char* src, bool ok) {
-                                        const uint32_t d = dk + smem_row(it);
-                                        cp_async_16(d, src, kAll || ok);
-                                        cp_async_16(d + STAGES * kTileBytes, src + v_minus_k,
-                                                    kAll || ok);
-                                      });
-  };
   auto load_tile = [&](int t, int stage) {
-    const int kv0 = range.begin + t * KVT;
-    const uint32_t dk = s_k + stage * kTileBytes;
-    if (kv0 + KVT <= range.end) {
-      issue(std::true_type{}, kv0, dk);
-    } else {
-      issue(std::false_type{}, kv0, dk);
-    }
+    prefill_issue_kv_tile<T, Tile>(args, cursor, range.begin + t * KVT, range.end,
+                                   s_k + stage * kTileBytes, row0, chunk);
   };
 
   // ---- Tile walk: the next non-empty tile at or after t and its class.
@@ -129,28 +200,7 @@ __device__ __forceinline__ void prefill_kv_loop(
   const uint32_t v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
 
   uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
-  if constexpr (kQInRegs) {
-    cp_async_wait<STAGES - 1>();
-    __syncthreads();
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int kk = 0; kk < KD; ++kk)
-        mma::ldmatrix_x4(q_frag[mi][kk], Layout::walk(q_base, 2 * mi, 2 * kk));
-  }
-
-  // One S tile of KSUB keys [ks0, ks1) at k_base / v_base.
-  auto s_tile = [&](uint32_t k_base, uint32_t v_base, int ks0, int ks1, bool masked) {
-    float s[MQ][NS][4];
-    warp_qk<T, Layout, kQInRegs>(s, q_frag, q_base, k_base);
-    if (masked) {
-      transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
-    } else {
-      transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
-    }
-    if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
-    warp_pv<T, Layout>(o, s, v_base);
-  };
+  if constexpr (kQInRegs) prefill_q_to_regs<Tile>(q_frag, q_base);
 
   int stage = 0;
   while (pend_t[0] < num_tiles) {
@@ -181,25 +231,8 @@ __device__ __forceinline__ void prefill_kv_loop(
     const int kv0 = range.begin + t * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
     const bool partial = V::kHasMask && cls == TileClass::kPartial;
-
-    if constexpr (NSUB == 1) {
-      s_tile(k_base, v_base, kv0, kv1, partial || kv1 - kv0 < KVT);
-    } else {
-#pragma unroll 1
-      for (int sub = 0; sub < NSUB; ++sub) {
-        const int ks0 = kv0 + sub * KSUB;
-        if (ks0 >= kv1) break;
-        const int ks1 = min(ks0 + KSUB, kv1);
-        bool masked = ks1 - ks0 < KSUB;
-        if (partial) {
-          const TileClass sc = var.classify(q0, q1, ks0, ks1);
-          if (sc == TileClass::kEmpty) continue;
-          masked = masked || sc == TileClass::kPartial;
-        }
-        const uint32_t step = static_cast<uint32_t>(sub * KSUB * Layout::kRowBytes);
-        s_tile(k_base + step, v_base + step, ks0, ks1, masked);
-      }
-    }
+    prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base, kv0, kv1, partial, q0,
+                                   q1, rows, mult, sm_scale, o, m, l);
     stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
