@@ -18,6 +18,7 @@ FLAG_MERGE = 1
 
 KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
 
+# The one mirror of attnc/abi_codes.h (tests/codegen/test_abi_codes.py compares them).
 # Launcher return codes beyond cudaError_t values.
 ERROR_NAMES = {
     10001: "ATTNC_E_BAD_PARAMS_SIZE",
@@ -25,6 +26,18 @@ ERROR_NAMES = {
     10003: "ATTNC_E_BAD_LAYOUT",
     10004: "ATTNC_E_BAD_TILE",
 }
+# Return codes of the decode planner.
+PLAN_OK, PLAN_OUT_OF_RANGE, PLAN_CAPACITY, PLAN_INVALID, PLAN_CUDA = 0, 1, 2, 3, 4
+# The page-table check that failed (AttncStepResult.error after PLAN_INVALID).
+PT_INDPTR_EMPTY = 1
+PT_INDPTR_START = 2
+PT_INDPTR_DECREASING = 3
+PT_LAST_COUNT = 4
+PT_LAST_RANGE = 5
+PT_BATCH_CAPACITY = 6
+PT_PAGE_CAPACITY = 7
+PT_INDICES_SHORT = 8
+PT_INDEX_NEGATIVE = 9
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64

@@ -11,6 +11,7 @@ from attnc.runtime import abi
 from attnc.runtime.build.cache import INCLUDE_DIR
 
 HEADER = INCLUDE_DIR / "attnc" / "prefill_args.h"
+CODES = INCLUDE_DIR / "attnc" / "abi_codes.h"
 C_TO_CTYPES = {"int64_t": ctypes.c_int64, "int32_t": ctypes.c_int32, "float": ctypes.c_float}
 
 
@@ -45,7 +46,7 @@ def test_abi_version_matches_header():
 
 
 def test_error_codes_match_header():
-    codes = dict(re.findall(r"#define (ATTNC_E_\w+) (\d+)", HEADER.read_text()))
+    codes = dict(re.findall(r"#define (ATTNC_E_\w+) (\d+)", CODES.read_text()))
     assert {int(v): k for k, v in codes.items()} == abi.ERROR_NAMES
     assert abi.error_name(10002) == "ATTNC_E_BAD_HEAD_DIM"
     assert abi.error_name(2) == "cudaError_t 2"

@@ -9,6 +9,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "attnc/abi_codes.h"
+
 #define ATTNC_DECODE_ABI_VERSION 1
 
 // int32 header at args.header.
@@ -95,9 +97,3 @@ int attnc_decode_shape(int32_t head_dim, int32_t rows_needed, int32_t* out);
 }
 #endif
 
-#ifndef ATTNC_E_BAD_PARAMS_SIZE
-#define ATTNC_E_BAD_PARAMS_SIZE 10001
-#define ATTNC_E_BAD_HEAD_DIM 10002
-#define ATTNC_E_BAD_LAYOUT 10003
-#define ATTNC_E_BAD_TILE 10004
-#endif

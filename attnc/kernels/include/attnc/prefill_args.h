@@ -3,6 +3,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "attnc/abi_codes.h"
+
 #define ATTNC_PREFILL_ABI_VERSION 2
 
 enum AttncKvLayout {
@@ -86,8 +88,3 @@ int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size, int32_t max_
 #ifdef __cplusplus
 }
 #endif
-
-#define ATTNC_E_BAD_PARAMS_SIZE 10001
-#define ATTNC_E_BAD_HEAD_DIM 10002
-#define ATTNC_E_BAD_LAYOUT 10003
-#define ATTNC_E_BAD_TILE 10004
