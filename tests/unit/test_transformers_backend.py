@@ -1,0 +1,162 @@
+"""transformers models with ``attn_implementation="attnc"`` on the CPU (generated reference path).
+
+Tiny random-weight models built from their configs (no downloads) are compared with
+transformers' own ``eager`` / ``sdpa`` attention in float32: logits at every non-padding
+position, and greedy ``generate()`` over a left-padded batch (KV cache, decode steps, the
+sliding-window cache of Gemma-2 and Mistral).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+VOCAB = 128
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """transformers with the attnc backend registered (imported here: it takes seconds).
+
+    One intra-op thread: these matrices are tiny, and a busy 2-core runner spends seconds per
+    matmul waking threads otherwise."""
+    transformers = pytest.importorskip("transformers")
+    import attnc.integrations.transformers  # noqa: F401  (registers "attnc")
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield transformers
+    torch.set_num_threads(threads)
+
+
+def tiny_config(hf, family: str):
+    """A 2-layer, hidden-64 config of ``family`` with GQA (4 query / 2 KV heads)."""
+    common = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=128,
+    )
+    if family == "llama":
+        return hf.LlamaConfig(**common)
+    if family == "qwen2":
+        return hf.Qwen2Config(**common)
+    if family == "mistral":
+        return hf.MistralConfig(sliding_window=6, **common)
+    if family == "gemma2":  # layer 0 sliding (soft-cap + window), layer 1 full (soft-cap)
+        return hf.Gemma2Config(head_dim=16, sliding_window=6, attn_logit_softcapping=3.0, **common)
+    raise ValueError(family)
+
+
+def tiny_model(hf, family: str, impl: str):
+    torch.manual_seed(0)
+    cfg = tiny_config(hf, family)
+    return hf.AutoModelForCausalLM.from_config(cfg, attn_implementation=impl).eval()
+
+
+def padded_batch(lengths: list[int], seq: int):
+    """Left-padded random prompts of the given lengths."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (len(lengths), seq), generator=g)
+    mask = torch.zeros(len(lengths), seq, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, seq - n :] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize(
+    ("family", "baseline"),
+    [("llama", "sdpa"), ("qwen2", "sdpa"), ("mistral", "eager"), ("gemma2", "eager")],
+)
+def test_logits_match_transformers_attention(hf, family, baseline):
+    model = tiny_model(hf, family, baseline)
+    ids, mask = padded_batch([24, 17, 9], 24)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = model(ids, attention_mask=mask).logits
+        model.set_attn_implementation("attnc")
+        got = model(ids, attention_mask=mask).logits
+    valid = mask.bool()
+    err = (got[valid] - expected[valid]).abs().max().item()
+    assert err < 2e-5 * expected[valid].abs().max().item() + 1e-6, err
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_greedy_generate_gives_the_same_tokens(hf, family):
+    model = tiny_model(hf, family, "eager")
+    ids, mask = padded_batch([12, 5], 12)
+    kwargs = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = model.generate(ids, **kwargs)
+        model.set_attn_implementation("attnc")
+        got = model.generate(ids, **kwargs)
+    assert got.shape == (2, 20)
+    assert torch.equal(got, expected)
+
+
+def test_a_cpu_run_warns_once(hf):
+    import attnc.integrations.transformers as backend
+
+    backend._warned.clear()
+    model = tiny_model(hf, "llama", "attnc")
+    ids, mask = padded_batch([6], 6)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        model(ids, attention_mask=mask)
+        model(ids, attention_mask=mask)
+    notes = [w for w in caught if "generated PyTorch reference" in str(w.message)]
+    assert len(notes) == 1
+
+
+def test_gpt_oss_sinks_name_what_is_missing(hf):
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    torch.manual_seed(0)
+    cfg = hf.GptOssConfig(
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=VOCAB,
+        num_local_experts=2,
+        num_experts_per_tok=1,
+        sliding_window=6,
+    )
+    model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc").eval()
+    with pytest.raises(UnsupportedMaskError, match="sink term"), torch.no_grad():
+        model(torch.randint(0, VOCAB, (1, 8)))
+
+
+def test_packed_sequences_are_refused_clearly(hf):
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    model = tiny_model(hf, "llama", "attnc")
+    positions = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3]])
+    with pytest.raises(UnsupportedMaskError, match="packed sequences"), torch.no_grad():
+        model(torch.randint(0, VOCAB, (1, 8)), position_ids=positions, use_cache=False)
+
+
+def test_alibi_slopes_on_a_layer_match_an_explicit_bias(hf):
+    from attnc.integrations.transformers import attnc_attention_forward
+
+    torch.manual_seed(0)
+    layer = torch.nn.Module()
+    layer.num_key_value_groups = 2
+    layer.alibi_slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    q, k, v = (torch.randn(2, n, 7, 16, dtype=torch.float64) for n in (4, 2, 2))
+    out, _ = attnc_attention_forward(layer, q, k, v, None, scaling=0.3)
+    kx, vx = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    s = torch.einsum("bhqd,bhkd->bhqk", q, kx) * 0.3
+    dist = torch.arange(7).view(1, -1) - torch.arange(7).view(-1, 1)  # kv - q
+    s = s + layer.alibi_slopes.view(1, -1, 1, 1).double() * dist
+    s = s.masked_fill(dist > 0, float("-inf"))
+    expected = torch.einsum("bhqk,bhkd->bqhd", s.softmax(-1), vx)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
