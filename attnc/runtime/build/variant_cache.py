@@ -1,36 +1,39 @@
-"""A disk cache of compiled variants, so loading a variant compiled before skips the parser
-and SymPy (a cached ``attnc.load`` takes milliseconds instead of about a second).
+"""Owns: the disk cache of compiled variants, so loading a variant compiled before skips the
+parser and SymPy (a cached ``attnc.load`` takes milliseconds instead of about a second).
 
-An entry is keyed by the source text, its file name and a fingerprint of the compiler (the
-sources of ``attnc.dsl``, ``attnc.compiler`` and the grammar); it records the digests of the
-files the source imported and is used only while they are unchanged. Entries live in
-``$ATTNC_CACHE_DIR/compiled`` and are written atomically; an unreadable entry is ignored
-and rewritten. ``ATTNC_COMPILE_CACHE=0`` turns the cache off.
+An entry is keyed by the source text, its file name, the directory its imports resolve
+from (the file's own directory, or the working directory for inline source) and a
+fingerprint of the compiler (the sources of ``attnc.dsl``, ``attnc.compiler`` and the
+grammar). It records the path and sha256 of every file the source imported, transitively,
+and is used only while each still has that content.
+
+Entries are data, never code: JSON holding a format version, the key, and the compiled
+variants and warnings encoded by :mod:`attnc.runtime.build.ir_json`, under a sha256 digest of
+that payload. Anything else (another format, a digest mismatch, a key mismatch, a payload that
+does not decode to compiled variants) is ignored and rewritten. Entries live in
+``$ATTNC_CACHE_DIR/compiled`` and are written atomically. ``ATTNC_COMPILE_CACHE=0`` turns the
+cache off.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import pickle
 import tempfile
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from attnc.compiler.results import Compiled, remember
 from attnc.dsl.errors import SOURCES, Diagnostic
+from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
 from attnc.version import PACKAGE_DIR
 
-FORMAT = 1  # bump when the entry layout changes
-
-
-@dataclass(frozen=True)
-class _Entry:
-    imports: tuple[tuple[str, str], ...]  # (path, sha256 of its bytes)
-    compiled: tuple[Compiled, ...]
-    warnings: tuple[Diagnostic, ...]
+FORMAT = 2  # bump when the entry layout changes
+MAGIC = "attnc-compiled-variants"
+MAX_ENTRY_BYTES = 64 << 20
 
 
 def enabled() -> bool:
@@ -54,53 +57,115 @@ def compiler_fingerprint() -> str:
 def _file_digest(path: str) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
-def _entry_path(text: str, file: str) -> Path:
+def import_base(file: str) -> str:
+    """The directory relative imports of ``file`` resolve from: its own directory, or the
+    working directory for inline source (a ``<...>`` name)."""
+    if file.startswith("<"):
+        return os.getcwd()
+    return os.path.dirname(os.path.abspath(file))
+
+
+def entry_key(text: str, file: str) -> str:
+    """sha256 of everything that decides what ``text`` compiles to, besides its imports'
+    contents (those are checked against the entry's recorded digests)."""
     h = hashlib.sha256(compiler_fingerprint().encode())
-    h.update(file.encode() + b"\0" + text.encode())
-    return cache_dir() / "compiled" / f"{h.hexdigest()}.pkl"
+    for part in (file, import_base(file), text):
+        h.update(part.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
 
 
-def _read(path: Path) -> _Entry | None:
+def _entry_path(key: str) -> Path:
+    return cache_dir() / "compiled" / f"{key}.json"
+
+
+def _digest(payload: Any) -> str:
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _decode_entry(
+    data: Any, key: str
+) -> tuple[tuple[tuple[str, str], ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]:
+    if not isinstance(data, dict) or set(data) != {"magic", "format", "digest", "payload"}:
+        raise ir_json.DecodeError("not an entry")
+    if data["magic"] != MAGIC or data["format"] != FORMAT:
+        raise ir_json.DecodeError("another format")
+    payload = data["payload"]
+    if not isinstance(payload, dict) or data["digest"] != _digest(payload):
+        raise ir_json.DecodeError("digest mismatch")
+    if payload.get("key") != key:
+        raise ir_json.DecodeError("entry of another key")
+    imports, compiled, warnings = ir_json.decode(payload.get("body"))
+    ok_imports = all(
+        isinstance(i, tuple) and len(i) == 2 and all(isinstance(s, str) for s in i) for i in imports
+    )
+    if not ok_imports or not all(isinstance(c, Compiled) for c in compiled):
+        raise ir_json.DecodeError("not compiled variants")
+    if not all(isinstance(w, Diagnostic) for w in warnings):
+        raise ir_json.DecodeError("not diagnostics")
+    return imports, compiled, warnings
+
+
+def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
+    """The compiled variants and warnings of the entry at ``path``, or None when it is
+    missing, not a valid entry of ``key``, or an import it recorded has changed."""
     try:
         with open(path, "rb") as f:
-            entry = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
+            raw = f.read(MAX_ENTRY_BYTES + 1)
+        if len(raw) > MAX_ENTRY_BYTES:
+            return None
+        imports, compiled, warnings = _decode_entry(json.loads(raw), key)
+    except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
-    if not isinstance(entry, _Entry):
+    if any(_file_digest(p) != digest for p, digest in imports):
         return None
-    if any(_file_digest(p) != digest for p, digest in entry.imports):
-        return None
-    return entry
+    return compiled, warnings
 
 
-def _write(path: Path, entry: _Entry) -> None:
+def write_entry(
+    path: Path,
+    key: str,
+    imports: tuple[tuple[str, str], ...],
+    compiled: tuple[Compiled, ...],
+    warnings: tuple[Diagnostic, ...],
+) -> None:
+    """Write an entry atomically (a temporary file renamed over ``path``); errors only cost
+    speed, so a read-only or full cache is silently skipped."""
     try:
+        payload = {"key": key, "body": ir_json.encode((imports, compiled, warnings))}
+        entry = {"magic": MAGIC, "format": FORMAT, "digest": _digest(payload), "payload": payload}
+        text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(entry, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only or full cache only costs speed
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except (OSError, TypeError, ValueError, RecursionError):
+        pass
 
 
 def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnostic, ...]]:
     """``attnc.compiler.pipeline.compile_source``, through the cache."""
     if enabled():
-        path = _entry_path(text, file)
-        entry = _read(path)
-        if entry is not None:
+        key = entry_key(text, file)
+        path = _entry_path(key)
+        found = read_entry(path, key)
+        if found is not None:
             SOURCES.add(file, text)  # error carets of later diagnostics show the line
-            return [remember(c) for c in entry.compiled], entry.warnings
+            return [remember(c) for c in found[0]], found[1]
     from attnc.compiler.pipeline import compile_with_imports
 
     compiled, warnings, imported = compile_with_imports(text, file)
     if enabled():
         digests = tuple((p, _file_digest(p)) for p in imported)
         if all(d is not None for _, d in digests):
-            _write(path, _Entry(digests, tuple(compiled), warnings))  # type: ignore[arg-type]
+            write_entry(path, key, digests, tuple(compiled), warnings)  # type: ignore[arg-type]
     return compiled, warnings
