@@ -1,0 +1,114 @@
+"""transformers models with ``attn_implementation="attnc"`` on CUDA (the generated kernels).
+
+Small random-weight models (head_dim 64, so the kernels run rather than the reference) in
+bf16 through attnc, against transformers' ``eager`` attention in float32 on the same weights.
+The tolerance is a multiple of the error of ``eager`` itself in bf16. Greedy ``generate()``
+over a left-padded batch must pick, at every step, a token whose float32 logit is within that
+tolerance of the best one (exact equality would be a coin toss on near-ties of random weights).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+VOCAB = 256
+FAMILIES = ["llama", "qwen2", "mistral", "gemma2"]
+
+
+@pytest.fixture(scope="module")
+def hf():
+    """transformers with the attnc backend registered."""
+    transformers = pytest.importorskip("transformers")
+    import attnc.integrations.transformers  # noqa: F401  (registers "attnc")
+
+    return transformers
+
+
+def gpu_config(hf, family: str):
+    """2 layers, 4 query / 2 KV heads of 64 (a kernel head_dim), windows shorter than the prompts."""
+    common = dict(
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=VOCAB,
+        max_position_embeddings=256,
+    )
+    if family == "llama":
+        return hf.LlamaConfig(**common)
+    if family == "qwen2":
+        return hf.Qwen2Config(**common)
+    if family == "mistral":
+        return hf.MistralConfig(sliding_window=24, **common)
+    if family == "gemma2":
+        return hf.Gemma2Config(head_dim=64, sliding_window=24, attn_logit_softcapping=5.0, **common)
+    raise ValueError(family)
+
+
+def build(hf, family: str, impl: str, dtype: torch.dtype):
+    torch.manual_seed(0)
+    cfg = gpu_config(hf, family)
+    model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation=impl)
+    return model.to(device="cuda", dtype=dtype).eval()
+
+
+def padded_batch(lengths: list[int], seq: int):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, VOCAB, (len(lengths), seq), generator=g)
+    mask = torch.zeros(len(lengths), seq, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        mask[row, seq - n :] = 1
+    return ids.cuda(), mask.cuda()
+
+
+def kernels_only(fn):
+    """Run ``fn`` and fail if attnc fell back to the reference."""
+    import attnc.integrations.transformers as backend
+
+    backend._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    fallbacks = [str(w.message) for w in caught if "generated PyTorch reference" in str(w.message)]
+    assert not fallbacks, fallbacks
+    return result
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_logits_within_the_bf16_eager_error(hf, family):
+    ids, mask = padded_batch([64, 41, 7, 64], 64)
+    valid = mask.bool()
+    exact = build(hf, family, "eager", torch.float32)(ids, attention_mask=mask).logits[valid]
+    eager16 = build(hf, family, "eager", torch.bfloat16)(ids, attention_mask=mask).logits
+    attnc16 = build(hf, family, "attnc", torch.bfloat16)
+    got = kernels_only(lambda: attnc16(ids, attention_mask=mask).logits)
+    eager_err = (eager16[valid].float() - exact).abs().max().item()
+    err = (got[valid].float() - exact).abs().max().item()
+    assert err <= 4 * eager_err + 1e-3, (err, eager_err)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("family", ["llama", "gemma2", "mistral"])
+def test_greedy_generate_follows_the_float32_model(hf, family):
+    ids, mask = padded_batch([48, 30, 9], 48)
+    new = 16
+    exact = build(hf, family, "eager", torch.float32)
+    eager16 = build(hf, family, "eager", torch.bfloat16)
+    attnc16 = build(hf, family, "attnc", torch.bfloat16)
+    kwargs = dict(attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=0)
+    tokens = kernels_only(lambda: attnc16.generate(ids, **kwargs))
+    assert tokens.shape == (3, 48 + new)
+    full_mask = torch.cat([mask, torch.ones_like(tokens[:, 48:])], dim=1)
+    logits = exact(tokens, attention_mask=full_mask).logits[:, 47:-1].float()
+    logits16 = eager16(tokens, attention_mask=full_mask).logits[:, 47:-1].float()
+    tol = 4 * (logits16 - logits).abs().max().item() + 1e-3
+    chosen = logits.gather(-1, tokens[:, 48:, None]).squeeze(-1)
+    margin = logits.max(dim=-1).values - chosen
+    assert margin.max().item() <= tol, (margin.max().item(), tol)
