@@ -160,3 +160,49 @@ def test_alibi_slopes_on_a_layer_match_an_explicit_bias(hf):
     s = s.masked_fill(dist > 0, float("-inf"))
     expected = torch.einsum("bhqk,bhkd->bqhd", s.softmax(-1), vx)
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+class _RaggedWrapperStandIn:
+    """``attnc.BatchPrefillWrapper`` on the CPU: the reference over each planned request."""
+
+    plans: list[dict] = []
+
+    def __init__(self, variant, workspace, kv_layout="NHD"):
+        assert kv_layout == "NHD" and workspace.dtype == torch.uint8
+        self.variant = variant
+
+    def plan(self, qo_indptr, kv_indptr, hq, hkv, head_dim, *, sm_scale, dtype, params):
+        assert qo_indptr.dtype == kv_indptr.dtype == torch.int32
+        self.qo, self.kv, self.sm_scale = qo_indptr.tolist(), kv_indptr.tolist(), sm_scale
+        _RaggedWrapperStandIn.plans.append(dict(params))
+
+    def run(self, q, kv, **params):
+        k, v = kv
+        assert q.is_contiguous() and k.is_contiguous() and q.shape[0] == self.qo[-1]
+        outs = []
+        for b in range(len(self.qo) - 1):
+            qs, ks = slice(self.qo[b], self.qo[b + 1]), slice(self.kv[b], self.kv[b + 1])
+            outs.append(
+                self.variant.reference(q[qs], k[ks], v[ks], sm_scale=self.sm_scale, **params)
+            )
+        return torch.cat(outs)
+
+
+def test_kernel_path_plans_once_per_step_and_mask_kind(hf, monkeypatch):
+    """The CUDA path's packing, indptrs and plan reuse, with the wrapper stood in for."""
+    import attnc
+    import attnc.integrations.transformers as backend
+
+    monkeypatch.setattr(backend, "_kernel_blocker", lambda query, head_dim: None)
+    monkeypatch.setattr(attnc, "BatchPrefillWrapper", _RaggedWrapperStandIn, raising=False)
+    _RaggedWrapperStandIn.plans = []
+    model = tiny_model(hf, "gemma2", "eager")
+    ids, mask = padded_batch([10, 4], 10)
+    kwargs = dict(attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    expected = model.generate(ids, **kwargs)
+    model.set_attn_implementation("attnc")
+    with torch.no_grad():
+        got = model.generate(ids, **kwargs)
+    assert torch.equal(got, expected)
+    # 3 forwards (prefill + 2 decode steps) x 2 mask kinds (sliding, full): one plan each.
+    assert _RaggedWrapperStandIn.plans == [{"window": 6}, {}] * 3
