@@ -17,6 +17,7 @@ from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import decode_plan, decode_schedule
 from attnc.runtime.wrappers import decode as D
+from attnc.runtime.wrappers import decode_launch
 
 pytestmark = pytest.mark.nvcc
 
@@ -111,7 +112,9 @@ def make_wrapper(
     w._args = AttncDecodeArgs()
     w._args_ref = ctypes.byref(w._args)
     w._max_page, w._batch, w._q_rows = -1, 0, 0
-    w._last_kv = w._empty_params = w._applied = None
+    w._last_kv = w._applied = None
+    w._packer = decode_launch.ParamsPacker(variant.params)
+    w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
     w._calls = {}
     w._planned_mask = D.NO_PLANNED_MASK
     w.last_schedule = None

@@ -11,6 +11,7 @@ import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.wrappers import decode as D
+from attnc.runtime.wrappers import decode_launch
 
 HQ, HKV, DIM, PAGE, BATCH = 4, 2, 16, 4, 3
 PER_CALL = ("q", "o", "lse")
@@ -37,9 +38,11 @@ def cpu_decode(monkeypatch):
     real_paged_kv = D.paged_kv
     real_check = D.tensors.check_data_tensor
     monkeypatch.setattr(
-        D.tensors, "check_data_tensor", lambda name, t, shape: real_check(name, t, shape, "cpu")
+        D.tensors,
+        "check_data_tensor",
+        lambda name, t, shape, device_type="cuda": real_check(name, t, shape, "cpu"),
     )
-    monkeypatch.setattr(D, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(decode_launch, "raw_stream", lambda device: 0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.setattr(
         D, "paged_kv", lambda kv, lay, ps, h, d, dev: real_paged_kv(kv, lay, ps, h, d, "cpu")
@@ -56,7 +59,9 @@ def cpu_decode(monkeypatch):
         w._args_ref = ctypes.byref(w._args)
         w._args.variant_params_size = ctypes.sizeof(w._module.params_type)
         w._max_page, w._batch, w._q_rows = 5, BATCH, BATCH
-        w._last_kv, w._empty_params, w._calls, w._applied = None, None, {}, None
+        w._last_kv, w._calls, w._applied = None, {}, None
+        w._packer = decode_launch.ParamsPacker(variant.params)
+        w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
         w._planned_mask = D.NO_PLANNED_MASK
         return w
 

@@ -1,4 +1,5 @@
-"""Host-side input checks for prefill: each problem is a ``ValueError`` naming the tensor.
+"""Host-side input checks for prefill: each problem is a ``ValueError`` naming the tensor
+(page-table and index-list messages from ``checks/page_table.py``).
 
 Pure functions over tensor metadata and small host copies of index tensors, so they are tested
 with CPU tensors (pass ``device_type="cpu"``); the runtime uses ``device_type="cuda"``.
@@ -6,17 +7,37 @@ with CPU tensors (pass ``device_type="cpu"``); the runtime uses ``device_type="c
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
+
+from attnc.runtime.checks import page_table
 
 HEAD_DIMS = (64, 128, 256)
 KV_DTYPES = (torch.bfloat16, torch.float16)
 KV_LAYOUTS = ("NHD", "HND")
 
 
+I32_MAX = 2**31 - 1
+
+
+def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX) -> int:
+    """An integer argument (a Python or numpy int, never a bool or a float) in
+    ``[minimum, maximum]``, as a Python ``int``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+    number = int(value)
+    if not minimum <= number <= maximum:
+        raise ValueError(f"{name}: must be in [{minimum}, {maximum}], got {number}")
+    return number
+
+
 def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
-    """Head counts and head_dim the kernels support."""
+    """Head counts and head_dim the kernels support (ints, not bools or floats)."""
+    check_int("num_qo_heads", num_qo_heads)
+    check_int("num_kv_heads", num_kv_heads)
+    check_int("head_dim", head_dim)
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim: must be one of {list(HEAD_DIMS)}, got {head_dim}")
     if num_qo_heads <= 0 or num_kv_heads <= 0:
@@ -67,6 +88,46 @@ def _check_shape(name: str, t: torch.Tensor, shape: Sequence[int | None]) -> Non
         raise ValueError(f"{name}: expected shape {want}, got {list(t.shape)}")
 
 
+def check_out(out: object, q: torch.Tensor) -> torch.Tensor:
+    """The ``out=`` tensor of ``run()``: like ``q`` in shape, dtype and device, no two of its
+    elements at one address (no zero strides), and sharing no memory with ``q``."""
+    out = check_data_tensor("out", out, tuple(q.shape), q.device.type)
+    check_same_kind("out", out, "q", q)
+    if overlaps_itself(out):
+        raise ValueError(
+            f"out: elements overlap in memory (strides {list(out.stride())} for shape "
+            f"{list(out.shape)}); pass a tensor with one address per element"
+        )
+    if shares_memory(out, q):
+        raise ValueError("out: overlaps q in memory; the kernel reads q while writing out")
+    return out
+
+
+def overlaps_itself(t: torch.Tensor) -> bool:
+    """True when two elements of ``t`` share an address (a zero or too small stride)."""
+    dims = sorted((t.stride(i), t.shape[i]) for i in range(t.dim()) if t.shape[i] > 1)
+    extent = 1  # elements spanned by the dims seen so far
+    for stride, size in dims:
+        if stride < extent:
+            return True
+        extent = stride * (size - 1) + extent
+    return False
+
+
+def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when the byte ranges ``a`` and ``b`` address intersect (a conservative test)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1 = a0 + _last_offset(a) * a.element_size() + a.element_size()
+    b1 = b0 + _last_offset(b) * b.element_size() + b.element_size()
+    return a0 < b1 and b0 < a1
+
+
+def _last_offset(t: torch.Tensor) -> int:
+    return sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+
+
 def check_same_kind(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
     """``t`` has the same dtype and device as ``ref``."""
     if t.dtype != ref.dtype:
@@ -84,7 +145,7 @@ def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.
     if t.dim() != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
     if length is not None and t.numel() != length:
-        raise ValueError(f"{name}: expected {length} entries, got {t.numel()}")
+        raise page_table.wrong_count(name, length, t.numel())
     return t.detach().to("cpu", torch.int64)
 
 
@@ -92,16 +153,13 @@ def check_indptr(name: str, t: object) -> torch.Tensor:
     """An indptr: int32, 1-D, at least one entry, starts at 0, non-decreasing."""
     host = host_index_tensor(name, t)
     if host.numel() == 0:
-        raise ValueError(f"{name}: needs at least one entry (batch + 1)")
+        raise page_table.indptr_empty(name)
     if host[0] != 0:
-        raise ValueError(f"{name}: must start at 0, got {int(host[0])}")
+        raise page_table.indptr_start(int(host[0]), name)
     drops = torch.nonzero(host[1:] < host[:-1]).flatten()
     if drops.numel():
         i = int(drops[0]) + 1
-        raise ValueError(
-            f"{name}: must be non-decreasing, but {name}[{i}]={int(host[i])} < "
-            f"{name}[{i - 1}]={int(host[i - 1])}"
-        )
+        raise page_table.indptr_decreasing(i, int(host[i]), int(host[i - 1]), name)
     return host
 
 
@@ -115,10 +173,10 @@ def check_kv_indices(kv_indices: object, nnz_pages: int) -> torch.Tensor:
     """Page ids: int32, 1-D, at least ``kv_indptr[-1]`` entries, non-negative."""
     host = host_index_tensor("kv_indices", kv_indices)
     if host.numel() < nnz_pages:
-        raise ValueError(f"kv_indices: has {host.numel()} entries, but kv_indptr[-1] = {nnz_pages}")
+        raise page_table.indices_short(host.numel(), nnz_pages)
     host = host[:nnz_pages]
     if host.numel() and int(host.min()) < 0:
-        raise ValueError(f"kv_indices: page index {int(host.min())} is negative")
+        raise page_table.index_negative(int(host.min()))
     return host
 
 
@@ -140,9 +198,7 @@ def check_last_page_len(
     for i in range(batch):
         n = int(host[i])
         if pages[i] > 0 and not 1 <= n <= page_size:
-            raise ValueError(
-                f"kv_last_page_len: kv_last_page_len[{i}]={n} is outside [1, page_size={page_size}]"
-            )
+            raise page_table.last_range(i, n, page_size)
     return host
 
 

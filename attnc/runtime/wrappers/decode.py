@@ -6,23 +6,19 @@ work region of the workspace (page ids follow with a second copy), and fills the
 argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
 and calls the ctypes launcher (the same grid and the same workspace pointers every time),
 so it can be captured in a CUDA graph and replayed after a new ``plan()``. Under
-``torch.compile`` the launch goes through the ``attnc::decode`` custom op instead.
+``torch.compile`` the launch goes through the ``attnc::decode`` custom op instead
+(``decode_op.py``).
 
-Eager fast path: after a fully checked call, ``run()`` remembers the per-call fields of the
-argument struct (K/V pointers, strides, the params struct) keyed by what its checks looked
-at: q and out by shape, strides, dtype and device, the KV cache also by data pointer, scalar
-params by type and value, tensor params by identity and data pointer. A later call with the
-same key re-checks only the row count and the page range of the current plan, writes the
-q/o/lse pointers and calls the launcher. Cached calls survive ``plan()`` while the planned
-heads, head_dim, page_size, q_len, dtype and sm_scale stay the same.
+Eager fast path (``decode_calls.py``): a call that repeats a checked one re-checks only what
+the current plan changes and launches with the remembered fields. Cached calls survive
+``plan()`` while the planned heads, head_dim, page_size, q_len, dtype and sm_scale stay the
+same. The per-call fields are written by ``decode_launch.py``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import math
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,18 +35,26 @@ from attnc.runtime.planning import decode_plan, decode_schedule
 from attnc.runtime.planning.decode_schedule import CapacityError
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.prefill_schedule import TileRanges
-from attnc.runtime.wrappers.prefill_launch import split_params
+from attnc.runtime.wrappers import decode_launch
+from attnc.runtime.wrappers.decode_calls import (
+    MAX_CACHED_CALLS,
+    CachedCall,
+    apply_call,
+    call_key,
+    kv_identity,
+    remember_call,
+    spans_overlap,
+)
+from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
+from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
+from attnc.runtime.wrappers.params_lists import split_params
 
 MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
 MAX_CTAS_PER_SM = 8
-MAX_CACHED_CALLS = 128
-_SCALAR_TYPES = (int, float, bool)
 _GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _Tensor = torch.Tensor
 _I32 = torch.int32
-_WRAPPERS: weakref.WeakValueDictionary[int, BatchDecodeWrapper] = weakref.WeakValueDictionary()
-_HANDLES = itertools.count(1)
 
 
 class _Fast:
@@ -242,14 +246,17 @@ class BatchDecodeWrapper:
         self._max_page = -1
         self._batch = 0
         self._last_kv: tuple[tuple[int, ...], object, KvViews] | None = None
-        self._empty_params: ctypes.Structure | None = None
-        self._calls: dict[tuple[object, ...], _CachedCall] = {}
-        self._applied: _CachedCall | None = None  # the cached call whose fields are in _args
+        self._packer = ParamsPacker(variant.params)  # type: ignore[attr-defined]
+        self._all_defaults = all(
+            d.kind != "tensor" and d.default is not None
+            for d in variant.params  # type: ignore[attr-defined]
+        )
+        self._calls: dict[tuple[object, ...], CachedCall] = {}
+        self._applied: CachedCall | None = None  # the cached call whose fields are in _args
         self._q_rows = 0
         self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
         self.last_schedule: decode_schedule.Schedule | None = None
-        self.handle = next(_HANDLES)
-        _WRAPPERS[self.handle] = self
+        self.handle = register_wrapper(self)
 
     # ---- plan ------------------------------------------------------------------------
     def plan(
@@ -625,16 +632,14 @@ class BatchDecodeWrapper:
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attention for the planned step: O ``[batch * q_len, H_qo, D]`` (and the natural-log
         LSE ``[batch * q_len, H_qo]`` float32 when ``return_lse``)."""
+        if torch.compiler.is_compiling():
+            return self._run_compiled(q, kv_cache, return_lse, out, params)
         shape = self._shape
         if shape is None:
-            raise RuntimeError("BatchDecodeWrapper.run() called before plan()")
+            raise _not_planned()
         if not self.use_cuda_graph and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "BatchDecodeWrapper: capturing a CUDA graph needs a wrapper made with "
-                "use_cuda_graph=True"
-            )
-        compiling = torch.compiler.is_compiling()
-        key = None if compiling else _call_key(q, kv_cache, out, return_lse, params)
+            raise _capture_refused()
+        key = call_key(q, kv_cache, out, return_lse, params)
         if key is not None:
             hit = self._calls.get(key)
             # Still valid for the current plan: as many q rows, every planned page in the cache.
@@ -642,86 +647,107 @@ class BatchDecodeWrapper:
                 return self._run_cached(hit, q, out, return_lse)
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
-        values = self._resolve(params, shape, full=compiling)
+        values = self._resolve(params, shape)
         if self._planned_mask.values:
             self._planned_mask.check_run(
                 self.variant.name,  # type: ignore[attr-defined]
                 values or self._resolve(params, shape, full=True),
             )
-        if compiling:
-            ints, floats, tensor_params = split_params(self.variant.params, values)  # type: ignore[attr-defined]
-            o, lse = decode_op(
-                self.handle, q, views.k, views.v, ints, floats, tensor_params, return_lse
-            )
-            if out is not None:
-                out.copy_(o)
-                o = out
-            return (o, lse) if return_lse else o
-        if out is not None:
-            tensors.check_data_tensor("out", out, tuple(q.shape))
-            tensors.check_same_kind("out", out, "q", q)
-            o = out
-        else:
-            o = torch.empty_like(q)
+        o = torch.empty_like(q) if out is None else tensors.check_out(out, q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
-        struct = self._launch(q, views, o, lse, values)
+        module = self._module
+        assert module is not None
+        struct = self._packer.pack(module.params_type, values)
+        self._applied = None
+        fill_call_fields(self._args, q, views, o, lse, struct)
+        module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         if key is not None:
-            self._remember(key, q, views, struct, params, values)
+            hit = remember_call(self._args, q, o, views.num_pages, struct, params, values)
+            if hit is not None:
+                if len(self._calls) >= MAX_CACHED_CALLS:
+                    self._calls.clear()
+                self._calls[key] = self._applied = hit
         return (o, lse) if lse is not None else o
 
-    def _remember(
-        self,
-        key: tuple[object, ...],
-        q: torch.Tensor,
-        views: KvViews,
-        struct: ctypes.Structure,
-        params: Mapping[str, object],
-        values: Mapping[str, object],
-    ) -> None:
-        """Keep the per-call fields this checked call wrote into ``_args`` under ``key``.
-
-        Not when a tensor param was replaced by a copy (a later in-place update of the
-        caller's tensor would not be seen through the copy)."""
-        for name, given in params.items():
-            if isinstance(given, torch.Tensor) and values.get(name) is not given:
-                return
-        if len(self._calls) >= MAX_CACHED_CALLS:
-            self._calls.clear()
-        a = self._args
-        # The entry keeps the params struct and the param tensors alive (ids are not reused).
-        hit = _CachedCall(
-            q.shape[0], views.num_pages, a.k, a.v, a.q_stride_tok, a.q_stride_head,
-            a.o_stride_tok, a.o_stride_head, a.kv_stride_page, a.kv_stride_tok,
-            a.kv_stride_head, a.variant_params, struct, dict(params),
-        )  # fmt: skip
-        self._calls[key] = hit
-        self._applied = hit
-
     def _run_cached(
-        self, hit: _CachedCall, q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
+        self, hit: CachedCall, q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Launch with the fields of a cached call: only the q/o/lse pointers are new."""
         a = self._args
         if self._applied is not hit:
-            a.k, a.v = hit.k, hit.v
-            a.q_stride_tok, a.q_stride_head = hit.q_stride_tok, hit.q_stride_head
-            a.o_stride_tok, a.o_stride_head = hit.o_stride_tok, hit.o_stride_head
-            a.kv_stride_page, a.kv_stride_tok = hit.kv_stride_page, hit.kv_stride_tok
-            a.kv_stride_head = hit.kv_stride_head
-            a.variant_params = hit.variant_params
+            apply_call(a, hit)
             self._applied = hit
-        o = torch.empty_like(q) if out is None else out
-        a.q = q.data_ptr()
-        a.o = o.data_ptr()
+        qp = q.data_ptr()
+        if out is None:
+            o = torch.empty_like(q)
+            op = o.data_ptr()
+        else:
+            o, op = out, out.data_ptr()
+            if spans_overlap(op, hit.o_span, qp, hit.q_span):
+                tensors.check_out(out, q)  # raises: out overlaps q
+        a.q = qp
+        a.o = op
         module = self._module
         assert module is not None
         if not return_lse:
             a.lse = None
-            module.launch(self._args_ref, _raw_stream(self._device))
+            module.launch(self._args_ref, decode_launch.raw_stream(self._device))
             return o
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         a.lse = lse.data_ptr()
-        module.launch(self._args_ref, _raw_stream(self._device))
+        module.launch(self._args_ref, decode_launch.raw_stream(self._device))
+        return o, lse
+
+    def _run_compiled(
+        self,
+        q: torch.Tensor,
+        kv_cache: object,
+        return_lse: bool,
+        out: torch.Tensor | None,
+        params: dict[str, object],
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``run()`` as ``torch.compile`` traces it: the same checks (none that reads a data
+        pointer), then the ``attnc::decode`` custom op; the CUDA-graph check runs in the op."""
+        shape = self._shape
+        if shape is None:
+            raise _not_planned()
+        q = self._check_q(q, shape)
+        views = self._paged_views(kv_cache, shape)
+        values = self._resolve(params, shape, full=True)
+        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
+        decls = self.variant.params  # type: ignore[attr-defined]
+        ints, floats, tensor_params = split_params(decls, values)
+        o, lse = decode_op(
+            self.handle, q, views.k, views.v, ints, floats, tensor_params, return_lse
+        )
+        if out is not None:
+            tensors.check_data_tensor("out", out, tuple(q.shape))
+            tensors.check_same_kind("out", out, "q", q)
+            out.copy_(o)  # o is a new tensor: out may even alias q here
+            o = out
+        return (o, lse) if return_lse else o
+
+    def launch_functional(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        values: Mapping[str, object],
+        return_lse: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The body of the ``attnc::decode`` op: new (O, LSE or empty) for checked inputs."""
+        if not self.use_cuda_graph and torch.cuda.is_current_stream_capturing():
+            raise _capture_refused()
+        shape, module = self._shape, self._module
+        assert shape is not None and module is not None
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
+        layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
+        views = KvViews(k, v, layout, k.shape[0], shape.page_size)
+        struct = self._packer.pack(module.params_type, values)
+        self._applied = None
+        fill_call_fields(self._args, q, views, o, lse if return_lse else None, struct)
+        module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         return o, lse
 
     def _check_q(self, q: object, shape: _Shape) -> torch.Tensor:
@@ -737,9 +763,15 @@ class BatchDecodeWrapper:
         return q
 
     def _views(self, kv: object, shape: _Shape) -> KvViews:
+        """The checked K/V views of ``kv``; the last cache's views are reused."""
         last = self._last_kv
-        if last is not None and last[1] is kv and last[0] == _kv_key(kv):
+        if last is not None and last[1] is kv and last[0] == kv_identity(kv):
             return last[2]
+        views = self._paged_views(kv, shape)
+        self._last_kv = (kv_identity(kv), kv, views)
+        return views
+
+    def _paged_views(self, kv: object, shape: _Shape) -> KvViews:
         views = paged_kv(
             kv, self.kv_layout, shape.page_size, shape.num_kv_heads, shape.head_dim, "cuda"
         )
@@ -750,18 +782,16 @@ class BatchDecodeWrapper:
         if views.k.device != self._device:
             raise ValueError(f"kv: on {views.k.device}, workspace_buffer on {self._device}")
         tensors.check_pages_in_range(self._max_page, views.num_pages)
-        self._last_kv = (_kv_key(kv), kv, views)
         return views
 
     def _resolve(
         self, params: Mapping[str, object], shape: _Shape, full: bool = False
     ) -> dict[str, object]:
+        """The checked param values (``resolve_params``); ``{}`` when none are given and every
+        param has a scalar default (the packer then uses its struct of the defaults), unless
+        ``full``."""
         decls = self.variant.params  # type: ignore[attr-defined]
-        if (
-            not full
-            and not params
-            and all(d.kind != "tensor" and d.default is not None for d in decls)
-        ):
+        if not full and not params and self._all_defaults:
             return {}
         return resolve_params(
             decls,
@@ -773,159 +803,12 @@ class BatchDecodeWrapper:
             device=self._device,
         )
 
-    def _params_struct(self, values: Mapping[str, object]) -> ctypes.Structure:
-        module = self._module
-        assert module is not None
-        if not values:
-            if self._empty_params is None or type(self._empty_params) is not module.params_type:
-                decls = self.variant.params  # type: ignore[attr-defined]
-                defaults = {d.name: d.default for d in decls}
-                self._empty_params = abi.fill_params(module.params_type, decls, defaults)
-            return self._empty_params
-        return abi.fill_params(module.params_type, self.variant.params, values)  # type: ignore[attr-defined]
 
-    def _launch(
-        self,
-        q: torch.Tensor,
-        views: KvViews,
-        o: torch.Tensor,
-        lse: torch.Tensor | None,
-        values: Mapping[str, object],
-    ) -> ctypes.Structure:
-        """Fill the argument struct and launch; returns the params struct it points to."""
-        self._applied = None
-        a, k = self._args, views.k
-        a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), views.v.data_ptr(), o.data_ptr()
-        a.lse = lse.data_ptr() if lse is not None else None
-        a.q_stride_tok, a.q_stride_head = q.stride(0), q.stride(1)
-        a.o_stride_tok, a.o_stride_head = o.stride(0), o.stride(1)
-        if self.kv_layout == "NHD":
-            a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head = (
-                k.stride(0),
-                k.stride(1),
-                k.stride(2),
-            )
-        else:
-            a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head = (
-                k.stride(0),
-                k.stride(2),
-                k.stride(1),
-            )
-        struct = self._params_struct(values)
-        a.variant_params = ctypes.addressof(struct)
-        self._module.launch(self._args_ref, _raw_stream(self._device))  # type: ignore[union-attr]
-        return struct
+def _not_planned() -> RuntimeError:
+    return RuntimeError("BatchDecodeWrapper.run() called before plan()")
 
 
-@dataclass(frozen=True)
-class _CachedCall:
-    """The per-call fields of a checked ``run()`` (see the module docstring), with the objects
-    the params struct points into."""
-
-    q_rows: int
-    num_pages: int
-    k: int
-    v: int
-    q_stride_tok: int
-    q_stride_head: int
-    o_stride_tok: int
-    o_stride_head: int
-    kv_stride_page: int
-    kv_stride_tok: int
-    kv_stride_head: int
-    variant_params: int
-    params_struct: ctypes.Structure
-    params: dict[str, object]
-
-
-def _tensor_key(t: torch.Tensor) -> tuple[object, ...]:
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
-
-
-def _call_key(
-    q: object, kv: object, out: object, return_lse: bool, params: Mapping[str, object]
-) -> tuple[object, ...] | None:
-    """Everything the checks of ``run()`` depend on, or None when the call is not cacheable.
-
-    q and out by shape, strides, dtype and device (their pointers change every call); the
-    KV cache also by data pointer; scalar params by type and value; tensor params by
-    identity and data pointer."""
-    if not isinstance(q, torch.Tensor):
-        return None
-    if out is None:
-        out_key: object = None
-    elif isinstance(out, torch.Tensor):
-        out_key = (out.shape, out.stride(), out.dtype, out.device)
-    else:
-        return None
-    if isinstance(kv, torch.Tensor):
-        kv_key: object = _tensor_key(kv)
-    elif (
-        isinstance(kv, (tuple, list))
-        and len(kv) == 2
-        and isinstance(kv[0], torch.Tensor)
-        and isinstance(kv[1], torch.Tensor)
-    ):
-        kv_key = (_tensor_key(kv[0]), _tensor_key(kv[1]))
-    else:
-        return None
-    param_key: list[object] = []
-    for name, value in params.items():
-        if isinstance(value, torch.Tensor):
-            param_key.append((name, id(value), value.data_ptr()))
-        elif type(value) in _SCALAR_TYPES:
-            param_key.append((name, type(value), value))
-        else:
-            return None
-    return (q.shape, q.stride(), q.dtype, q.device, kv_key, out_key, return_lse, *param_key)
-
-
-def _kv_key(kv: object) -> tuple[int, ...]:
-    if isinstance(kv, torch.Tensor):
-        return (kv.data_ptr(), *kv.shape)
-    if (
-        isinstance(kv, (tuple, list))
-        and len(kv) == 2
-        and all(isinstance(t, torch.Tensor) for t in kv)
-    ):
-        return (kv[0].data_ptr(), kv[1].data_ptr(), *kv[0].shape)
-    return (id(kv),)
-
-
-@torch.library.custom_op("attnc::decode", mutates_args=())
-def decode_op(
-    handle: int,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    int_params: list[int],
-    float_params: list[float],
-    tensor_params: list[torch.Tensor],
-    return_lse: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
-    from attnc.runtime.wrappers.prefill_launch import _join_params
-
-    wrapper = _WRAPPERS[handle]
-    values = _join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
-    layout = abi.KV_PAGED_NHD if wrapper.kv_layout == "NHD" else abi.KV_PAGED_HND
-    views = KvViews(k, v, layout, k.shape[0], wrapper._shape.page_size)  # type: ignore[union-attr]
-    wrapper._launch(q, views, o, lse if return_lse else None, values)
-    return o, lse
-
-
-@decode_op.register_fake
-def _decode_fake(
-    handle: int,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    int_params: list[int],
-    float_params: list[float],
-    tensor_params: list[torch.Tensor],
-    return_lse: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
-    return torch.empty_like(q), lse
+def _capture_refused() -> RuntimeError:
+    return RuntimeError(
+        "BatchDecodeWrapper: capturing a CUDA graph needs a wrapper made with use_cuda_graph=True"
+    )

@@ -1,0 +1,69 @@
+"""Owns: the per-call half of a decode launch: the q/k/v/o/lse pointers, strides and params
+struct written into ``AttncDecodeArgs``, and the current CUDA stream handed to the launcher.
+(The plan writes the other half: workspace pointers, heads, grid; see ``decode.py``.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from attnc.runtime import abi
+from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.checks.kv import KvViews
+
+_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def raw_stream(device: torch.device) -> int:
+    """The current CUDA stream of ``device`` as an integer handle."""
+    if _GET_RAW_STREAM is not None:
+        return int(_GET_RAW_STREAM(device.index if device.index is not None else 0))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+def fill_call_fields(
+    args: AttncDecodeArgs,
+    q: torch.Tensor,
+    views: KvViews,
+    o: torch.Tensor,
+    lse: torch.Tensor | None,
+    params: ctypes.Structure,
+) -> None:
+    """Write the tensors' pointers and strides and the params struct's address into ``args``
+    (the KV strides as (page, token, head) for either paged layout)."""
+    a, k = args, views.k
+    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), views.v.data_ptr(), o.data_ptr()
+    a.lse = lse.data_ptr() if lse is not None else None
+    a.q_stride_tok, a.q_stride_head = q.stride(0), q.stride(1)
+    a.o_stride_tok, a.o_stride_head = o.stride(0), o.stride(1)
+    a.kv_stride_page = k.stride(0)
+    if views.layout == abi.KV_PAGED_NHD:
+        a.kv_stride_tok, a.kv_stride_head = k.stride(1), k.stride(2)
+    else:
+        a.kv_stride_tok, a.kv_stride_head = k.stride(2), k.stride(1)
+    a.variant_params = ctypes.addressof(params)
+
+
+class ParamsPacker:
+    """Packs resolved param values into the module's ``Params`` struct (``abi.fill_params``),
+    once per checked call; a variant whose params all take their defaults reuses one
+    struct of the defaults."""
+
+    def __init__(self, decls: Sequence[object]) -> None:
+        self.decls = decls
+        self._defaults: ctypes.Structure | None = None
+
+    def pack(
+        self, struct_type: type[ctypes.Structure], values: Mapping[str, object]
+    ) -> ctypes.Structure:
+        """The struct of ``values``; an empty ``values`` means every param's default."""
+        if values:
+            return abi.fill_params(struct_type, self.decls, values)  # type: ignore[arg-type]
+        found = self._defaults
+        if found is None or type(found) is not struct_type:
+            defaults = {d.name: d.default for d in self.decls}  # type: ignore[attr-defined]
+            found = self._defaults = abi.fill_params(struct_type, self.decls, defaults)  # type: ignore[arg-type]
+        return found

@@ -1,0 +1,57 @@
+"""Owns: the ``attnc::decode`` torch custom op, through which ``BatchDecodeWrapper.run()``
+launches under ``torch.compile``, and the handle registry that lets the op find its wrapper
+(a custom op takes no Python objects, so the wrapper travels as an int handle).
+
+Eager ``run()`` calls the ctypes launcher directly (a custom op dispatch costs ~25 us).
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import torch
+
+from attnc.runtime.wrappers.params_lists import join_params
+
+_WRAPPERS: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
+
+
+def register_wrapper(wrapper: object) -> int:
+    """A new handle for ``wrapper`` (kept while the wrapper lives)."""
+    handle = next(_HANDLES)
+    _WRAPPERS[handle] = wrapper
+    return handle
+
+
+@torch.library.custom_op("attnc::decode", mutates_args=())
+def decode_op(
+    handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
+    wrapper = _WRAPPERS[handle]
+    values = join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    return wrapper.launch_functional(q, k, v, values, return_lse)  # type: ignore[attr-defined,no-any-return]
+
+
+@decode_op.register_fake
+def _decode_fake(
+    handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
+    return torch.empty_like(q), lse
