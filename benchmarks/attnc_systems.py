@@ -1,6 +1,14 @@
-"""attnc as a benchmarked system: single-request prefill, paged batch prefill and decode."""
+"""attnc as a benchmarked system: single-request prefill, paged batch prefill and decode.
+
+Prefill has two kernel templates once the runtime takes ``backend="fa2"|"sm90"`` (in
+``variant.prefill`` and ``BatchPrefillWrapper``): the prefill rows then show ``attnc-fa2``
+and ``attnc-sm90`` side by side. A runtime without that keyword gives one system, ``attnc``
+(whatever template it picks).
+"""
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -18,16 +26,55 @@ def load_variant(stdlib: str):
     return _VARIANTS[stdlib]
 
 
-class AttncPrefill(System):
-    """``variant.prefill(q, k, v, **params)`` on one request."""
+PREFILL_BACKENDS = ("fa2", "sm90")
 
-    name = "attnc"
+
+def takes_backend(fn) -> bool:
+    """True if ``fn`` has a parameter named ``backend`` (not only ``**kwargs``)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    param = params.get("backend")
+    return param is not None and param.kind != inspect.Parameter.VAR_KEYWORD
+
+
+def prefill_backends(batch: bool = False) -> tuple[str | None, ...]:
+    """The attnc prefill backends to benchmark: ``PREFILL_BACKENDS`` when the runtime takes
+    ``backend=`` (``variant.prefill`` or, with ``batch``, ``BatchPrefillWrapper``), else
+    ``(None,)`` (one system named ``attnc``)."""
+    try:
+        import attnc
+
+        fn = attnc.BatchPrefillWrapper if batch else attnc.Variant.prefill
+    except Exception:
+        return (None,)
+    return PREFILL_BACKENDS if takes_backend(fn) else (None,)
+
+
+def system_name(backend: str | None) -> str:
+    """``attnc`` or ``attnc-<backend>``."""
+    return "attnc" if backend is None else f"attnc-{backend}"
+
+
+def backend_kwargs(backend: str | None) -> dict:
+    """``{"backend": backend}``, or nothing for the runtime's own choice."""
+    return {} if backend is None else {"backend": backend}
+
+
+class AttncPrefill(System):
+    """``variant.prefill(q, k, v, **params)`` on one request (``backend=`` when given)."""
+
     is_attnc = True
+
+    def __init__(self, backend: str | None = None):
+        self.backend = backend
+        self.name = system_name(backend)
 
     def prepare(self, case, data) -> Prepared:
         """Load the variant; the first call (and any build) happens in the check run."""
         variant = load_variant(case.variant.stdlib)
-        params = data.params
+        params = {**data.params, **backend_kwargs(self.backend)}
         return Prepared(lambda: variant.prefill(data.q, data.k, data.v, **params))
 
     def self_check(self, case, data, out, rows: int = 256) -> float:
@@ -43,17 +90,23 @@ class AttncPrefill(System):
 
 
 class AttncBatchPrefill(System):
-    """``attnc.BatchPrefillWrapper`` over the paged cache."""
+    """``attnc.BatchPrefillWrapper`` over the paged cache (``backend=`` when given)."""
 
-    name = "attnc"
     is_attnc = True
+
+    def __init__(self, backend: str | None = None):
+        self.backend = backend
+        self.name = system_name(backend)
 
     def prepare(self, case, data) -> Prepared:
         """Create a wrapper with its own workspace and plan it once."""
         import attnc
 
         wrapper = attnc.BatchPrefillWrapper(
-            load_variant(case.variant.stdlib), workspace(), kv_layout="NHD"
+            load_variant(case.variant.stdlib),
+            workspace(),
+            kv_layout="NHD",
+            **backend_kwargs(self.backend),
         )
         wrapper.plan(
             data.qo_indptr,

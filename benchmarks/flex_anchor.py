@@ -1,4 +1,10 @@
-"""FlexAttention (torch.compile'd) as an anchor: block mask from the mask, score_mod if any."""
+"""FlexAttention (torch.compile'd) as an anchor: block mask from the mask, score_mod if any.
+
+Two prefill columns: ``flex`` (the default Triton backend) and ``flex_flash``
+(``kernel_options={"BACKEND": "FLASH"}``: Inductor lowers score_mod / mask_mod to FA4's CuTe
+DSL kernel, so it needs flash-attn-4 importable and runs in the anchor child process next to
+FA4, see ``child_server.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from benchmarks.system import Prepared, System
 from benchmarks.workloads import Mask
 
 _COMPILED: dict[bool, object] = {}
+FLASH_OPTIONS = {"BACKEND": "FLASH"}
 # One score_mod / block mask object per row shape, reused across the rotated input sets and
 # rows of the same shape, so the compiled FlexAttention is specialised (and compiled) once
 # per shape and mod rather than once per freshly made closure.
@@ -88,25 +95,39 @@ def block_mask(mask: Mask, q_len: int, kv_len: int, device: str = "cuda"):
     return create_block_mask(fn, None, None, q_len, kv_len, device=device)
 
 
+def flash_backend_call(case) -> None:
+    """Raise Unsupported when the FLASH backend cannot express the row (pure Python; the
+    same score_mods and masks as the Triton backend)."""
+    if case.variant.stdlib not in ("causal", "softcap", "alibi", "sliding_window", "prefix_lm"):
+        raise Unsupported("not expressible")
+
+
 class FlexPrefill(System):
-    """FlexAttention on one request, inputs transposed to [1, H, L, D] outside the timing."""
+    """FlexAttention on one request, inputs transposed to [1, H, L, D] outside the timing;
+    ``flash=True``: the FLASH backend (FA4 kernels), named ``flex_flash``."""
 
     name = "flex"
 
-    def __init__(self, autotune: bool = False):
+    def __init__(self, autotune: bool = False, flash: bool = False):
         self.autotune = autotune
+        self.flash = flash
+        if flash:
+            self.name = "flex_flash"
 
     def prepare(self, case, data) -> Prepared:
         """Build score_mod, block mask and the [1, H, L, D] copies."""
+        if self.flash:
+            flash_backend_call(case)
         offset = case.kv_len - case.q_len
         smod = cached_score_mod(case.variant.stdlib, data.params, offset)
         fn = compiled_flex(self.autotune)
         bm = cached_block_mask(case.variant.mask, case.q_len, case.kv_len)
         q, k, v = (t.transpose(0, 1).contiguous().unsqueeze(0) for t in (data.q, data.k, data.v))
         gqa = case.num_qo_heads != case.num_kv_heads
+        extra = {"kernel_options": dict(FLASH_OPTIONS)} if self.flash else {}
 
         def run():
-            return fn(q, k, v, score_mod=smod, block_mask=bm, enable_gqa=gqa)
+            return fn(q, k, v, score_mod=smod, block_mask=bm, enable_gqa=gqa, **extra)
 
         return Prepared(run, canon=lambda o: o[0].transpose(0, 1))
 

@@ -68,6 +68,20 @@ def make_dense(case, seed: int) -> DenseData:
     return DenseData(q, k, v, variant_params(case.variant, case.num_qo_heads))
 
 
+def prefill_set_count(case) -> int:
+    """Input sets to rotate for a single-request prefill row (the same count in every process
+    that measures the row, so all systems see the same inputs)."""
+    from benchmarks.timing import rotation_count
+
+    per_set = 2 * (case.q_len * case.num_qo_heads + 2 * case.kv_len * case.num_kv_heads)
+    return rotation_count(per_set * case.head_dim)
+
+
+def make_prefill_sets(case) -> list[DenseData]:
+    """The rotated input sets of a prefill row: ``make_dense(case, seed=i)`` for each i."""
+    return [make_dense(case, seed=i) for i in range(prefill_set_count(case))]
+
+
 def page_table(kv_lens: list[int], page_size: int, seed: int):
     """(kv_indptr, kv_indices, kv_last_page_len, num_pages) as int32 CPU tensors, pages shuffled."""
     import torch

@@ -26,7 +26,8 @@ def _prepare(system: System, case, sets: Sequence) -> tuple[list, object]:
     """Prepare every input set and run each once (JIT build, compiles); set 0's output is kept."""
     import torch
 
-    preps = [system.prepare(case, data) for data in sets]
+    used = sets[:1] if getattr(system, "timed_elsewhere", False) else sets
+    preps = [system.prepare(case, data) for data in used]
     out = preps[0].canon(preps[0].run())
     for prep in preps[1:]:
         prep.run()
@@ -45,16 +46,18 @@ def _reference(order: list[str], outputs: dict, attnc_names: set[str]) -> str | 
 def _check(systems, case, sets, outputs: dict) -> tuple[dict, dict, str | None]:
     """Relative errors and check notes per system; the reference name.
 
-    With a single output, a system's own ``self_check`` (attnc: its eager reference on the
-    last query rows) replaces the cross-check when it has one.
+    When no anchor has an output (one attnc system, or attnc's two templates), the
+    reference's own ``self_check`` (attnc: its eager reference on the last query rows) checks
+    it when it has one; the others are compared with it.
     """
     order = [s.name for s in systems]
-    ref = _reference(order, outputs, {s.name for s in systems if s.is_attnc})
+    attnc_names = {s.name for s in systems if s.is_attnc}
+    ref = _reference(order, outputs, attnc_names)
     errors = {name: rel_err(out, outputs[ref]) for name, out in outputs.items()}
     notes = {name: "" for name in outputs}
     if ref is not None:
         notes[ref] = "reference"
-    if len(outputs) == 1:
+    if ref is not None and (len(outputs) == 1 or ref in attnc_names):
         system = next(s for s in systems if s.name == ref)
         check = getattr(system, "self_check", None)
         notes[ref] = "unchecked"
@@ -82,15 +85,23 @@ def measure_case(
     outputs: dict = {}
     for system in systems:
         try:
-            prepared[system.name], outputs[system.name] = _prepare(system, case, sets)
+            prepared[system.name], out = _prepare(system, case, sets)
         except Exception as exc:
             outcomes[system.name] = from_exception(exc)
             log(f"  {system.name}: {outcomes[system.name].status} {outcomes[system.name].note}")
+            continue
+        if prepared[system.name][0].compare:
+            outputs[system.name] = out
+        del out
     errors, notes, ref = _check(systems, case, sets, outputs)
     del outputs
     for system in systems:
         name = system.name
         if name not in prepared:
+            continue
+        if name not in errors:  # a stand-in: timed, not compared
+            outcomes[name] = _time(system, prepared[name], work, rep, None, "")
+            log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
             continue
         err = errors[name]
         if err > REL_TOL:
@@ -103,10 +114,14 @@ def measure_case(
     return {s.name: outcomes[s.name] for s in systems}
 
 
-def _time(system: System, preps: list, work: float, rep: int, err: float, check_note: str):
-    """Time one system's prepared calls and turn the median into a rate."""
+def _time(system: System, preps: list, work: float, rep: int, err: float | None, check_note: str):
+    """Time one system's prepared calls (or take the time measured elsewhere) and turn the
+    median into a rate."""
     try:
-        ms, note = bench_ms([p.run for p in preps], graph=system.graph, rep=rep)
+        if preps[0].timed_ms is not None:
+            ms, note = preps[0].timed_ms, ""
+        else:
+            ms, note = bench_ms([p.run for p in preps], graph=system.graph, rep=rep)
     except Exception as exc:
         return Outcome("error", note=short_reason(exc))
     notes = [n for n in (note, preps[0].note) if n]

@@ -13,6 +13,10 @@ class Missing(Exception):
     """The system is not installed or not implemented (shown as "missing: reason")."""
 
 
+class Failed(Exception):
+    """The system failed elsewhere (a child process); the message is already the reason."""
+
+
 @dataclass
 class Outcome:
     """status: ok | missing | error | mismatch | n/a; value in the row's unit when ok."""
@@ -41,4 +45,6 @@ def from_exception(exc: BaseException) -> Outcome:
         return Outcome("n/a", note=str(exc))
     if isinstance(exc, Missing):
         return Outcome("missing", note=str(exc))
+    if isinstance(exc, Failed):
+        return Outcome("error", note=str(exc))
     return Outcome("error", note=short_reason(exc))

@@ -21,14 +21,19 @@ def format_outcome(out: dict | None) -> str:
     return f"{status}: {note}" if note else str(status)
 
 
+def is_attnc(name: str) -> bool:
+    """attnc's own columns: ``attnc`` and one per prefill backend (``attnc-sm90``, ...)."""
+    return name == "attnc" or name.startswith("attnc-")
+
+
 def columns(rows: list[dict]) -> list[str]:
-    """System names in first-seen order, attnc first."""
+    """System names in first-seen order, attnc's columns first."""
     names: list[str] = []
     for row in rows:
         for name in row["systems"]:
             if name not in names:
                 names.append(name)
-    return sorted(names, key=lambda n: n != "attnc")
+    return sorted(names, key=lambda n: not is_attnc(n))
 
 
 def best_anchor(row: dict) -> tuple[str, float] | None:
@@ -36,7 +41,7 @@ def best_anchor(row: dict) -> tuple[str, float] | None:
     ok = [
         (name, o["value"])
         for name, o in row["systems"].items()
-        if name != "attnc" and o.get("status") == "ok"
+        if not is_attnc(name) and o.get("status") == "ok"
     ]
     if not ok:
         return None
@@ -44,12 +49,8 @@ def best_anchor(row: dict) -> tuple[str, float] | None:
     return pick(ok, key=lambda item: item[1])
 
 
-def ratio_cells(row: dict, ceilings: dict) -> tuple[str, str]:
-    """attnc vs the best anchor (x, above 1 is better) and attnc over the ceiling."""
-    mine = row["systems"].get("attnc")
-    if not mine or mine.get("status") != "ok":
-        return "", ""
-    value = mine["value"]
+def _ratios(value: float, row: dict, ceilings: dict) -> tuple[str, str]:
+    """One attnc figure against the row's best anchor and against the ceiling."""
     best = best_anchor(row)
     vs_best = ""
     if best and best[1] > 0 and value > 0:
@@ -58,6 +59,27 @@ def ratio_cells(row: dict, ceilings: dict) -> tuple[str, str]:
     ceiling = ceilings.get(CEILING_FOR_UNIT.get(row["unit"], ""), 0)
     vs_ceiling = f"{100 * value / ceiling:.0f}%" if ceiling else ""
     return vs_best, vs_ceiling
+
+
+def ratio_cells(row: dict, ceilings: dict) -> tuple[str, str]:
+    """attnc vs the best anchor (x, above 1 is better) and attnc over the ceiling; with
+    several attnc columns (one per backend) each ratio is prefixed by its backend."""
+    mine = [
+        (name, o["value"])
+        for name, o in row["systems"].items()
+        if is_attnc(name) and o.get("status") == "ok"
+    ]
+    if len(mine) == 1 and mine[0][0] == "attnc":
+        return _ratios(mine[0][1], row, ceilings)
+    best_cells, ceiling_cells = [], []
+    for name, value in mine:
+        vs_best, vs_ceiling = _ratios(value, row, ceilings)
+        label = name.removeprefix("attnc-")
+        if vs_best:
+            best_cells.append(f"{label} {vs_best}")
+        if vs_ceiling:
+            ceiling_cells.append(f"{label} {vs_ceiling}")
+    return "; ".join(best_cells), "; ".join(ceiling_cells)
 
 
 def render_suite(name: str, rows: list[dict], ceilings: dict) -> str:

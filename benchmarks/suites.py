@@ -72,12 +72,10 @@ def _free() -> None:
 
 
 def _prefill_row(case, args, results: Results, log: Callable) -> None:
-    from benchmarks.inputs import make_dense
+    from benchmarks.inputs import make_prefill_sets
     from benchmarks.measure import measure_case
-    from benchmarks.timing import rotation_count
 
-    per_set = 2 * (case.q_len * case.num_qo_heads + 2 * case.kv_len * case.num_kv_heads)
-    sets = [make_dense(case, seed=i) for i in range(rotation_count(per_set * case.head_dim))]
+    sets = make_prefill_sets(case)
     work = flops.prefill_flops(
         case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
     )

@@ -12,11 +12,18 @@ def _identity(x):
 
 @dataclass
 class Prepared:
-    """``run()`` is timed; ``canon(run())`` gives the output in the shared layout to compare."""
+    """``run()`` is timed; ``canon(run())`` gives the output in the shared layout to compare.
+
+    ``timed_ms``: the median time of one call, already measured elsewhere (a child process);
+    ``run()`` then only hands back the output. ``compare=False``: the output computes another
+    function than the row's (a stand-in timed for reference) and is not cross-checked.
+    """
 
     run: Callable
     canon: Callable = field(default=_identity)
     note: str = ""
+    timed_ms: float | None = None
+    compare: bool = True
 
 
 class System:
@@ -25,6 +32,9 @@ class System:
     name = "system"
     is_attnc = False
     graph = False
+    # True: the system prepares, checks and times the row itself in one call (on input set 0
+    # only, in a child process); its Prepared carries ``timed_ms``.
+    timed_elsewhere = False
 
     def prepare(self, case, data) -> Prepared:
         """Build what the timed call needs (wrappers, plans, layouts) for one input set."""
