@@ -1,4 +1,4 @@
-"""JIT build + cache: nvcc through ninja, ctypes loading, cache hits, rebuilds, errors."""
+"""JIT build + cache: nvcc without a shell, ctypes loading, cache hits, rebuilds, errors."""
 
 import ctypes
 import shutil
@@ -93,10 +93,12 @@ def test_compile_error_names_file_and_command():
     assert "command: " in text
     command_line = text.split("command: ", 1)[1].splitlines()[0]
     assert command_line.split()[0] == toolchain.find_nvcc()
-    assert f"-o {directory / 'broken.so'} {source}" in command_line
+    assert f"-o {directory / 'broken.so.partial'} {source}" in command_line
     assert "-gencode=arch=compute_80,code=sm_80" in command_line
     assert "undeclared_name" in text
     assert not (directory / "built.ok").exists()
+    assert not (directory / "broken.so").exists()
+    assert not (directory / "broken.so.partial").exists()
 
 
 def test_failed_build_is_retried_after_fix():

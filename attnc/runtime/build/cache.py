@@ -2,7 +2,9 @@
 
 A module's directory is ``<cache dir>/<readable name>_<hash prefix>``; the hash covers
 everything that changes the binary. Files are rewritten only when their content changes, and
-builds of one key are serialised by an ``fcntl`` lock on a file next to the directory.
+builds of one key are serialised by an ``fcntl`` lock on a file next to the directory. The
+holder writes its pid, host and start time into the lock file; a waiter prints them and gives
+up after ``$ATTNC_LOCK_TIMEOUT`` seconds (default 900; ``inf`` waits forever).
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import math
 import os
 import re
+import socket
+import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -53,6 +59,15 @@ def cache_key(name: str, source: str, flags: Sequence[str], arch: str, headers: 
     return f"{safe_name(name)}_{h.hexdigest()[:16]}"
 
 
+_SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,=@%:~-]*")
+
+
+def shell_safe(path: Path | str) -> bool:
+    """True when ``path`` holds no character a shell would treat specially (nvcc hands the
+    source's absolute path to its sub-tools through a shell, inside double quotes)."""
+    return _SHELL_SAFE_PATH.fullmatch(str(path)) is not None
+
+
 def write_if_changed(path: Path, text: str) -> bool:
     """Write ``text`` to ``path`` unless it already holds exactly that; True when written."""
     data = text.encode()
@@ -64,12 +79,87 @@ def write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
+DEFAULT_LOCK_TIMEOUT_S = 900.0
+LOCK_NOTICE_EVERY_S = 30.0
+
+
+class LockTimeout(RuntimeError):
+    """A build lock stayed held by another process for longer than the lock timeout."""
+
+
+def lock_timeout() -> float:
+    """Seconds to wait for a build lock: ``$ATTNC_LOCK_TIMEOUT`` (``inf`` waits forever)."""
+    text = os.environ.get("ATTNC_LOCK_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_LOCK_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also rejects nan
+        raise ValueError(
+            f"ATTNC_LOCK_TIMEOUT must be a number of seconds >= 0 or 'inf', got {text!r}"
+        )
+    return value
+
+
+def _holder(fh: object) -> str:
+    """Who holds the lock, as its holder wrote it (best effort)."""
+    try:
+        with open(fh.name, encoding="utf-8", errors="replace") as f:  # type: ignore[attr-defined]
+            text = f.read(400).strip()
+    except OSError:
+        text = ""
+    return text or "an unknown process"
+
+
+def _stamp_holder(fd: int) -> None:
+    since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n".encode())
+
+
+def _acquire(fh: object, path: Path, deadline: float) -> None:
+    fd = fh.fileno()  # type: ignore[attr-defined]
+    next_notice = time.monotonic()
+    delay = 0.02
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _stamp_holder(fd)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise LockTimeout(
+                f"attnc: gave up waiting for the build lock {path}, held by {_holder(fh)}, "
+                f"after {lock_timeout():g} s (ATTNC_LOCK_TIMEOUT); if that build is hung, "
+                "stop it (or delete the lock file once it is gone) and retry"
+            )
+        if now >= next_notice:
+            print(
+                f"attnc: waiting for the build lock {path}, held by {_holder(fh)}",
+                file=sys.stderr,
+            )
+            next_notice = now + LOCK_NOTICE_EVERY_S
+        time.sleep(min(delay, max(0.0, deadline - now)))
+        delay = min(delay * 2, 0.5)
+
+
 @contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``fcntl`` lock on ``path`` (created when missing) for the block."""
+def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
+    """Hold an exclusive ``fcntl`` lock on ``path`` (created when missing) for the block.
+
+    Waits until ``deadline`` (a ``time.monotonic()`` value; by default now plus
+    :func:`lock_timeout`), telling stderr who holds it, then raises :class:`LockTimeout`.
+    """
+    if deadline is None:
+        deadline = time.monotonic() + lock_timeout()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        _acquire(fh, path, deadline)
         try:
             yield
         finally:
@@ -78,8 +168,11 @@ def file_lock(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def file_locks(paths: Sequence[Path]) -> Iterator[None]:
-    """Hold the locks of all ``paths``, taken in sorted order so two builders never deadlock."""
+    """Hold the locks of all ``paths``, taken in sorted order so two builders never deadlock
+    (one deadline for all of them)."""
+    timeout = lock_timeout()
+    deadline = math.inf if math.isinf(timeout) else time.monotonic() + timeout
     with contextlib.ExitStack() as stack:
         for path in sorted(set(paths)):
-            stack.enter_context(file_lock(path))
+            stack.enter_context(file_lock(path, deadline))
         yield

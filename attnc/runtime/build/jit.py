@@ -1,24 +1,30 @@
 """JIT building and loading of torch-free CUDA modules.
 
 ``build_module``/``build_modules`` turn CUDA source text into shared libraries in the cache
-(see ``cache.py``), running nvcc through ninja (several modules in parallel); ``load_library``
-opens each library once with ctypes. Set ``ATTNC_VERBOSE=1`` to see commands and cache paths.
+(see ``cache.py``), running nvcc without a shell (several modules in parallel). nvcc writes a
+``.partial`` file that is checked (a whole ELF file) and renamed into place; its size and
+sha256 go into the build record, and a library that no longer matches its record is rebuilt
+(see ``artifact.py``). ``load_library`` opens each library once with ctypes, after the same
+check. Set ``ATTNC_VERBOSE=1`` to see commands and cache paths.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
-import hashlib
 import os
 import shlex
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attnc.runtime.build import cache, ninja_build, toolchain
+from attnc.runtime.build import artifact, cache, ninja_build, toolchain
 
 PROGRESS_AFTER_S = 1.0
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
@@ -46,10 +52,20 @@ class _Plan:
     directory: Path
     source: Path
     library: Path
+    partial: Path
     build_file: Path
     stamp: Path
     lock: Path
     command: list[str]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What one nvcc run did: the command it ran, its output, and why it failed (or None)."""
+
+    command: list[str]
+    output: str
+    failure: str | None
 
 
 def verbose() -> bool:
@@ -63,64 +79,109 @@ def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
     directory = cache.cache_dir() / key
     name = cache.safe_name(spec.name)
     source, library = directory / f"{name}.cu", directory / f"{name}.so"
+    partial = directory / f"{name}.so.partial"
     return _Plan(
         spec=spec,
         directory=directory,
         source=source,
         library=library,
+        partial=partial,
         build_file=directory / "build.ninja",
         stamp=directory / "built.ok",
         lock=directory.with_name(f"{key}.lock"),
         command=ninja_build.nvcc_command(
-            nvcc, [*flags, *toolchain.speed_flags(nvcc)], source, library
+            nvcc, [*flags, *toolchain.speed_flags(nvcc)], source, partial
         ),
     )
 
 
-def _is_built(plan: _Plan) -> bool:
-    return plan.stamp.is_file() and plan.library.is_file()
+def _is_built(plan: _Plan, quiet: bool = False) -> bool:
+    if not (plan.stamp.is_file() and plan.library.is_file()):
+        return False
+    problem = artifact.library_problem(plan.library, plan.stamp)
+    if problem is not None and not quiet:
+        print(f"attnc: rebuilding {plan.library}: {problem}", file=sys.stderr)
+    return problem is None
 
 
 def _write_files(plan: _Plan) -> None:
     plan.directory.mkdir(parents=True, exist_ok=True)
     cache.write_if_changed(plan.source, plan.spec.source)
-    nvcc, flags = plan.command[0], plan.command[1:-3]
-    text = ninja_build.render_build_file(nvcc, flags, plan.source, plan.library)
-    cache.write_if_changed(plan.build_file, text)
+    by_hand = [*plan.command[:-3], "-o", str(plan.library), str(plan.source)]
+    cache.write_if_changed(plan.build_file, ninja_build.render_build_file(by_hand))
 
 
-def _build_error(failed: Sequence[_Plan], output: str) -> BuildError:
+def _build_error(failed: Sequence[tuple[_Plan, _Outcome]]) -> BuildError:
     parts = ["attnc: nvcc failed"]
-    for plan in failed:
+    for plan, outcome in failed:
         parts.append(f"  generated file: {plan.source}")
-        parts.append(f"  command: {shlex.join(plan.command)}")
+        parts.append(f"  command: {shlex.join(outcome.command)}")
     parts.append("compiler output:")
-    parts.append(output.rstrip())
+    for _, outcome in failed:
+        parts.append(outcome.output.rstrip())
+        parts.append(str(outcome.failure))
     return BuildError("\n".join(parts))
 
 
+def _staging_root() -> str:
+    for root in (tempfile.gettempdir(), "/tmp"):
+        if cache.shell_safe(root) and os.path.isdir(root):
+            return root
+    raise BuildError("attnc: no temporary directory whose path nvcc can use (set TMPDIR)")
+
+
+def _compile(plan: _Plan) -> _Outcome:
+    """Run nvcc (no shell) into the partial file, check it, and rename it into place.
+
+    nvcc passes the source's absolute path to its sub-tools through a shell, so a module
+    directory whose path a shell would expand is built in a temporary directory instead."""
+    plan.partial.unlink(missing_ok=True)
+    command, staging = plan.command, None
+    if not cache.shell_safe(plan.directory):
+        staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=_staging_root()))
+        shutil.copyfile(plan.source, staging / plan.source.name)
+        command = [*plan.command[:-3], "-o", str(staging / plan.partial.name)]
+        command.append(str(staging / plan.source.name))
+    try:
+        proc = subprocess.run(
+            command, cwd=staging or plan.directory, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, errors="replace", check=False,
+        )  # fmt: skip
+        if staging is not None and proc.returncode == 0:
+            shutil.copyfile(staging / plan.partial.name, plan.partial)
+    except OSError as exc:
+        return _Outcome(command, "", f"cannot run {command[0]}: {exc}")
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    if proc.returncode != 0:
+        plan.partial.unlink(missing_ok=True)
+        return _Outcome(command, proc.stdout, f"(exit status {proc.returncode})")
+    problem = artifact.elf_problem(plan.partial)
+    if problem is not None:
+        plan.partial.unlink(missing_ok=True)
+        return _Outcome(command, proc.stdout, f"nvcc exited 0 but its output is {problem}")
+    record = artifact.record_text(plan.partial, shlex.join(command))
+    os.replace(plan.partial, plan.library)
+    cache.write_if_changed(plan.stamp, record)
+    return _Outcome(command, proc.stdout, None)
+
+
 def _run_build(plans: Sequence[_Plan], jobs: int | None) -> None:
-    ninja = toolchain.find_ninja()
-    if len(plans) == 1:
-        build_file = plans[0].build_file
-    else:
-        digest = hashlib.sha256("\n".join(str(p.build_file) for p in plans).encode())
-        group = cache.cache_dir() / f"group_{digest.hexdigest()[:16]}.ninja"
-        build_file = ninja_build.write_group_file(group, [p.build_file for p in plans])
+    if not cache.shell_safe(cache.INCLUDE_DIR):
+        raise BuildError(
+            f"attnc: the kernel headers' path {cache.INCLUDE_DIR} holds characters the shell "
+            "inside nvcc would expand; install attnc under a plain path"
+        )
     if verbose():
         for plan in plans:
             print(f"attnc: {shlex.join(plan.command)}", file=sys.stderr)
-    rc, output = ninja_build.run_ninja(ninja, build_file, [p.library for p in plans], jobs)
-    failed = [p for p in plans if rc != 0 and not _newer(p.library, p.source)]
-    for plan in plans:
-        if plan not in failed:
-            cache.write_if_changed(plan.stamp, shlex.join(plan.command) + "\n")
-    if rc != 0:
-        raise _build_error(failed or plans, output)
-
-
-def _newer(target: Path, source: Path) -> bool:
-    return target.is_file() and target.stat().st_mtime >= source.stat().st_mtime
+    workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        outcomes = list(pool.map(_compile, plans))
+    failed = [(p, o) for p, o in zip(plans, outcomes, strict=True) if o.failure is not None]
+    if failed:
+        raise _build_error(failed)
 
 
 def build_modules(
@@ -129,7 +190,7 @@ def build_modules(
     """Build every module in ``specs`` (cache hits are free) and return their library paths.
 
     ``arch`` is e.g. ``"80"`` or ``"sm_90a"``; by default the current CUDA device's arch.
-    Missing modules are compiled together in one ninja run.
+    Missing modules are compiled in parallel (``jobs`` nvcc processes at most).
     """
     arch = toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
     nvcc, headers = toolchain.find_nvcc(), cache.header_digest()
@@ -140,7 +201,7 @@ def build_modules(
     missing = [p for p in plans if not _is_built(p)]
     if missing:
         with cache.file_locks([p.lock for p in missing]):
-            missing = [p for p in missing if not _is_built(p)]  # another process may have built
+            missing = [p for p in missing if not _is_built(p, quiet=True)]  # built meanwhile?
             if missing:
                 _build_with_progress(missing, jobs)
     return [p.library for p in plans]
@@ -168,11 +229,20 @@ def build_module(
 
 
 def load_library(path: Path | str) -> ctypes.CDLL:
-    """Open the shared library at ``path`` with ctypes, once per path."""
+    """Open the shared library at ``path`` with ctypes, once per path, after checking that it
+    is a whole ELF file that matches its build record (when it has one)."""
     key = str(Path(path).resolve())
     with _LIBRARIES_LOCK:
         lib = _LIBRARIES.get(key)
         if lib is None:
+            library = Path(key)
+            stamp = library.parent / "built.ok"
+            problem = artifact.library_problem(library, stamp if stamp.is_file() else None)
+            if problem is not None:
+                raise BuildError(
+                    f"attnc: refusing to load {library}: {problem}; it is rebuilt on next use "
+                    "(or clear the cache, ATTNC_CACHE_DIR)"
+                )
             lib = ctypes.CDLL(key)
             _LIBRARIES[key] = lib
         return lib

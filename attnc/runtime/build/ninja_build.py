@@ -1,23 +1,30 @@
-"""Writing ``build.ninja`` files and running ninja over one or several module directories.
+"""Owns: the nvcc command line of a module and the ``build.ninja`` written next to it.
 
-Each module directory gets its own ``build.ninja`` with absolute paths, so it can be rebuilt by
-hand with ``ninja -C <dir>``; several modules are built in one ninja run through a small
-top-level file that ``subninja``-includes each of them (ninja then compiles them in parallel).
+The library is built by running nvcc directly (no shell; see ``jit.py``). The ``build.ninja``
+in each module directory repeats that command for rebuilding by hand (``ninja -C <dir>``):
+every argument is shell-quoted and ninja-escaped, and paths appear literally in the command
+(never through ``$in``/``$out``), so no path character reaches a shell unquoted.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from attnc.runtime.build.cache import write_if_changed
 
-
-def _ninja_escape(text: str) -> str:
+def _ninja_path(text: str) -> str:
+    """``text`` escaped for a path position of a ninja build line."""
+    if "\n" in text:
+        raise ValueError(f"a build path cannot hold a newline: {text!r}")
     return text.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _ninja_value(text: str) -> str:
+    """``text`` escaped for the value of a ninja variable (``$`` doubled; no newlines)."""
+    if "\n" in text:
+        raise ValueError(f"a build command cannot hold a newline: {text!r}")
+    return text.replace("$", "$$")
 
 
 def nvcc_command(nvcc: str, flags: Sequence[str], source: Path, output: Path) -> list[str]:
@@ -25,40 +32,16 @@ def nvcc_command(nvcc: str, flags: Sequence[str], source: Path, output: Path) ->
     return [nvcc, *flags, "-o", str(output), str(source)]
 
 
-def render_build_file(nvcc: str, flags: Sequence[str], source: Path, output: Path) -> str:
-    """Text of a ``build.ninja`` that compiles ``source`` into the shared library ``output``."""
-    command = " ".join(shlex.quote(a).replace("$", "$$") for a in [nvcc, *flags])
+def render_build_file(command: Sequence[str]) -> str:
+    """Text of a ``build.ninja`` that runs ``command`` (an nvcc command ending in
+    ``-o OUTPUT SOURCE``) to build OUTPUT from SOURCE."""
+    output, source = command[-2], command[-1]
     return (
-        "ninja_required_version = 1.3\n"
-        f"nvcc_command = {command}\n\n"
+        "ninja_required_version = 1.3\n\n"
         "rule nvcc\n"
-        "  command = $nvcc_command -o $out $in\n"
+        "  command = $nvcc_command\n"
         "  description = nvcc $out\n\n"
-        f"build {_ninja_escape(str(output))}: nvcc {_ninja_escape(str(source))}\n"
-        f"default {_ninja_escape(str(output))}\n"
+        f"build {_ninja_path(output)}: nvcc {_ninja_path(source)}\n"
+        f"  nvcc_command = {_ninja_value(shlex.join(command))}\n"
+        f"default {_ninja_path(output)}\n"
     )
-
-
-def render_group_file(build_files: Sequence[Path]) -> str:
-    """Text of a top-level ninja file that includes every module's ``build.ninja``."""
-    lines = ["ninja_required_version = 1.3"]
-    lines += [f"subninja {_ninja_escape(str(p))}" for p in build_files]
-    return "\n".join(lines) + "\n"
-
-
-def run_ninja(
-    ninja: str, build_file: Path, targets: Sequence[Path], jobs: int | None = None
-) -> tuple[int, str]:
-    """Run ninja on ``build_file`` for ``targets``; return (exit code, combined output)."""
-    jobs = jobs or max(1, os.cpu_count() or 1)
-    cmd = [ninja, "-f", str(build_file), "-j", str(jobs), *(str(t) for t in targets)]
-    proc = subprocess.run(
-        cmd, cwd=build_file.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    return proc.returncode, proc.stdout
-
-
-def write_group_file(path: Path, build_files: Sequence[Path]) -> Path:
-    """Write (only when changed) the group file at ``path`` and return it."""
-    write_if_changed(path, render_group_file(build_files))
-    return path

@@ -1,0 +1,108 @@
+"""Owns: the integrity of built shared libraries in the cache.
+
+A library is accepted only when it is a whole ELF file (header, program and section header
+tables inside the file) and matches the build record written next to it at build time
+(``built.ok``: JSON with its size and sha256). A library that fails either check is never
+handed to ``dlopen`` (a truncated ``.so`` makes the loader die with SIGBUS) and is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+from pathlib import Path
+
+RECORD_FORMAT = 1
+_VERIFIED: dict[tuple[str, int, int, int], str | None] = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def elf_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole 64-bit little-endian ELF file, or None when it is."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(64)
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    if len(header) < 64 or header[:4] != b"\x7fELF":
+        return "not an ELF file"
+    if header[4] != 2 or header[5] != 1:
+        return "not a 64-bit little-endian ELF file"
+    phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+    if phoff + phentsize * phnum > size or shoff + shentsize * shnum > size:
+        return f"truncated ELF file ({size} bytes)"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of the bytes of ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def record_text(library: Path, command: str) -> str:
+    """The build record of ``library`` (just built): its size, sha256 and build command."""
+    record = {
+        "format": RECORD_FORMAT,
+        "size": library.stat().st_size,
+        "sha256": file_sha256(library),
+        "command": command,
+    }
+    return json.dumps(record, indent=1) + "\n"
+
+
+def _read_record(stamp: Path) -> dict[str, object] | None:
+    try:
+        record = json.loads(stamp.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        return None
+    return record
+
+
+def _check(library: Path, stamp: Path | None) -> str | None:
+    problem = elf_problem(library)
+    if problem is not None or stamp is None:
+        return problem
+    record = _read_record(stamp)
+    if record is None:
+        return f"its build record {stamp} is missing or unreadable"
+    size = library.stat().st_size
+    if record.get("size") != size:
+        return f"its size {size} differs from the {record.get('size')} bytes built"
+    if record.get("sha256") != file_sha256(library):
+        return "its sha256 differs from the one recorded at build"
+    return None
+
+
+def library_problem(library: Path, stamp: Path | None) -> str | None:
+    """Why ``library`` must not be loaded (checked against the build record ``stamp`` when
+    given), or None when it is sound. The answer is memoised per file identity, so hashing
+    happens once per process and file."""
+    try:
+        st = os.stat(library)
+        stamp_st = os.stat(stamp) if stamp is not None else None
+    except OSError as exc:
+        return f"cannot read it ({exc.strerror or exc})"
+    key = (
+        f"{library}\0{stamp}\0{stamp_st.st_mtime_ns if stamp_st else 0}",
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+    )
+    with _VERIFIED_LOCK:
+        if key in _VERIFIED:
+            return _VERIFIED[key]
+    problem = _check(library, stamp)
+    with _VERIFIED_LOCK:
+        _VERIFIED[key] = problem
+    return problem

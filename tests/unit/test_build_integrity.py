@@ -1,0 +1,181 @@
+"""The build cache heals itself: nvcc output is checked and renamed into place, the build record
+holds size and sha256, a truncated or altered library is rebuilt (never handed to dlopen),
+and a held build lock names its holder and times out. nvcc is a fake here (no CUDA needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from attnc.runtime.build import artifact, cache, jit
+
+ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
+
+
+@pytest.fixture
+def fake_nvcc(tmp_path, monkeypatch):
+    """A fake nvcc whose behaviour the test picks through $FAKE_NVCC_MODE."""
+    script = tmp_path / "nvcc"
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import os, sys
+            if "--version" in sys.argv:
+                sys.exit(0)
+            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
+                log.write(os.getcwd() + "\\n")
+            out = sys.argv[sys.argv.index("-o") + 1]
+            data = open({str(ELF)!r}, "rb").read()
+            mode = os.environ.get("FAKE_NVCC_MODE", "ok")
+            with open(out, "wb") as f:
+                f.write(data if mode == "ok" else data[: len(data) // 2])
+            sys.exit(1 if mode == "partial-and-fail" else 0)
+            """
+        )
+    )
+    script.chmod(0o755)
+    log = tmp_path / "nvcc.log"
+    log.write_text("")
+    monkeypatch.setenv("ATTNC_NVCC", str(script))
+    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNC_VERBOSE", raising=False)
+    return lambda: len(log.read_text().splitlines())
+
+
+def _build(source: str = "int x;\n") -> Path:
+    return jit.build_module("probe", source, arch="80")
+
+
+def test_failed_nvcc_leaving_a_partial_library_is_not_stamped(fake_nvcc, monkeypatch):
+    monkeypatch.setenv("FAKE_NVCC_MODE", "partial-and-fail")
+    with pytest.raises(jit.BuildError, match="exit status 1"):
+        _build()
+    directory = next(p for p in cache.cache_dir().iterdir() if p.is_dir())
+    assert not (directory / "built.ok").exists() and not (directory / "probe.so").exists()
+    monkeypatch.setenv("FAKE_NVCC_MODE", "ok")
+    library = _build()
+    assert fake_nvcc() == 2
+    assert library.read_bytes() == ELF.read_bytes()
+
+
+def test_truncated_output_of_a_successful_nvcc_is_rejected(fake_nvcc, monkeypatch):
+    monkeypatch.setenv("FAKE_NVCC_MODE", "truncated")
+    with pytest.raises(jit.BuildError, match="truncated ELF file"):
+        _build()
+    assert not list(cache.cache_dir().glob("*/probe.so"))
+
+
+def test_build_record_holds_size_and_sha256(fake_nvcc):
+    library = _build()
+    record = (library.parent / "built.ok").read_text()
+    assert f'"size": {ELF.stat().st_size}' in record
+    assert artifact.file_sha256(ELF) in record
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "not-elf", "no-record"])
+def test_damaged_library_is_rebuilt_and_never_loaded(fake_nvcc, damage, capfd):
+    library = _build()
+    data = library.read_bytes()
+    if damage == "truncate":
+        library.write_bytes(data[: len(data) // 3])
+    elif damage == "flip":
+        library.write_bytes(data[:-10] + bytes([data[-10] ^ 0xFF]) + data[-9:])
+    elif damage == "not-elf":
+        library.write_bytes(b"\0" * len(data))
+    else:
+        (library.parent / "built.ok").write_text("{}")
+    with pytest.raises(jit.BuildError, match="refusing to load"):
+        jit.load_library(library)
+    assert _build() == library
+    assert fake_nvcc() == 2
+    assert library.read_bytes() == data
+    assert "attnc: rebuilding" in capfd.readouterr().err
+
+
+def test_cache_hit_runs_no_nvcc(fake_nvcc):
+    _build()
+    _build()
+    assert fake_nvcc() == 1
+
+
+def test_cache_path_with_shell_characters_builds_in_a_plain_directory(fake_nvcc, tmp_path, monkeypatch):
+    root = tmp_path / "c$HOME`touch pwned`d"
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
+    library = _build()
+    assert library.parent.parent == root and library.read_bytes() == ELF.read_bytes()
+    (cwd,) = Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
+    assert cache.shell_safe(cwd) and not Path(cwd).exists()  # a temporary, removed directory
+    text = (library.parent / "build.ninja").read_text()
+    assert "c$$HOME`touch pwned`d" in text and "$in" not in text and "'" in text
+
+
+def test_shell_safe():
+    assert cache.shell_safe("/home/u/.cache/attnc/softcap_bf16_d128_0123abcd")
+    for bad in ("/a$HOME", "/a`id`", '/a"b', "/a\\b", "/a b", "/a\nb", "/a;b", "/a!b"):
+        assert not cache.shell_safe(bad)
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from attnc.runtime.build import cache
+with cache.file_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_lock_held_by_a_hung_builder_names_it_and_times_out(tmp_path, monkeypatch, capfd):
+    lock = tmp_path / "m.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "0.5")
+        start = time.monotonic()
+        with pytest.raises(cache.LockTimeout) as err:
+            with cache.file_locks([lock]):
+                pass
+        assert 0.4 < time.monotonic() - start < 5
+        assert f"pid {holder.pid} on host" in str(err.value)
+        assert "ATTNC_LOCK_TIMEOUT" in str(err.value)
+        assert f"held by pid {holder.pid}" in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    with cache.file_lock(lock):  # free again once the holder is gone
+        assert f"pid {os.getpid()}" in lock.read_text()
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan"])
+def test_lock_timeout_must_be_a_duration(monkeypatch, value):
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", value)
+    with pytest.raises(ValueError, match="ATTNC_LOCK_TIMEOUT"):
+        cache.lock_timeout()
+
+
+def test_lock_timeout_inf_and_default(monkeypatch):
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "inf")
+    assert cache.lock_timeout() == float("inf")
+    monkeypatch.delenv("ATTNC_LOCK_TIMEOUT")
+    assert cache.lock_timeout() == cache.DEFAULT_LOCK_TIMEOUT_S
+
+
+def test_elf_problem(tmp_path):
+    assert artifact.elf_problem(ELF) is None
+    short = tmp_path / "short.so"
+    short.write_bytes(ELF.read_bytes()[:4096])
+    assert "truncated" in str(artifact.elf_problem(short))
+    assert artifact.elf_problem(tmp_path / "missing.so") is not None
+    shutil.copyfile(ELF, tmp_path / "whole.so")
+    assert artifact.elf_problem(tmp_path / "whole.so") is None
