@@ -132,3 +132,40 @@ def test_verbose_prints_command_and_cache_path(monkeypatch, capfd):
     assert f"attnc: module adder: {path.parent}" in err
     assert "-gencode=arch=compute_80,code=sm_80" in err
     assert "attnc: building adder (nvcc) ... " in err
+
+
+def test_cache_path_a_shell_would_expand(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("ATTNC_PWN_MARKER", str(marker))
+    root = tmp_path / "c$HOME`touch $ATTNC_PWN_MARKER`d"
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
+    path = jit.build_module("adder", _source(5), arch=ARCH)
+    assert path.parent.parent == root
+    assert _call_add(path, 1, 1) == 7
+    assert not marker.exists()
+
+
+_LOAD_IN_NEW_PROCESS = """
+import ctypes, sys
+from attnc.runtime.build import jit
+path = jit.build_module("adder", sys.argv[1], arch="80")
+fn = jit.load_library(path).attnc_test_add
+fn.argtypes = [ctypes.c_int, ctypes.c_int]
+print(fn(2, 2))
+"""
+
+
+def test_truncated_library_is_rebuilt_by_the_next_process():
+    import subprocess
+    import sys
+
+    path = jit.build_module("adder", _source(40), arch=ARCH)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOAD_IN_NEW_PROCESS, _source(40)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "44"
+    assert "attnc: rebuilding" in proc.stderr
+    assert path.stat().st_size == len(data)
