@@ -25,20 +25,36 @@ def _keep(systems: list, args) -> list:
     ]
 
 
-def prefill_systems(autotune: bool) -> list:
-    """Anchors first (the first available one is the reference), attnc last."""
-    from benchmarks.attnc_systems import AttncPrefill
+def time_left(args) -> Callable[[], float | None]:
+    """Seconds left in the running suite (None: no limit), read when a system asks."""
+
+    def left() -> float | None:
+        clock = getattr(args, "clock", None)
+        return None if clock is None else clock.left()
+
+    return left
+
+
+def prefill_systems(args) -> list:
+    """Anchors first (the first available one is the reference), attnc last: one attnc system
+    per prefill backend when the runtime takes ``backend=``. FA4 and the FLASH backend run in
+    the anchor child process (``child_systems.py``)."""
+    from benchmarks.attnc_systems import AttncPrefill, prefill_backends
+    from benchmarks.child_systems import ChildPrefill
     from benchmarks.flashinfer_anchor import FlashInferSingle
     from benchmarks.flex_anchor import FlexPrefill
     from benchmarks.sdpa_anchor import SdpaPrefill
 
+    autotune, left = getattr(args, "autotune", False), time_left(args)
     return [
-        FlashInferSingle("fa3"),
+        FlashInferSingle("fa3", left),
         FlashInferSingle("fa2"),
+        ChildPrefill("fa4", args.rep, left),
         FlexPrefill(autotune),
+        ChildPrefill("flex_flash", args.rep, left, autotune),
         SdpaPrefill("cudnn"),
         SdpaPrefill("flash"),
-        AttncPrefill(),
+        *[AttncPrefill(backend) for backend in prefill_backends()],
     ]
 
 
@@ -48,18 +64,24 @@ def decode_systems(autotune: bool, dense: bool = True) -> list:
     from benchmarks.flashinfer_anchor import FlashInferDecode
     from benchmarks.flex_anchor import FlexDecode
 
-    systems = [FlashInferDecode(True), FlashInferDecode(False)]
+    systems: list = [FlashInferDecode(True), FlashInferDecode(False)]
     if dense:
         systems.append(FlexDecode(autotune))
     return systems + [AttncDecode()]
 
 
-def batch_prefill_systems() -> list:
-    """FlashInfer paged prefill (FA3, FA2) and attnc's BatchPrefillWrapper."""
-    from benchmarks.attnc_systems import AttncBatchPrefill
+def batch_prefill_systems(args=None) -> list:
+    """FlashInfer paged prefill (FA3, FA2) and attnc's BatchPrefillWrapper (one per prefill
+    backend when the runtime takes ``backend=``)."""
+    from benchmarks.attnc_systems import AttncBatchPrefill, prefill_backends
     from benchmarks.flashinfer_anchor import FlashInferBatchPrefill
 
-    return [FlashInferBatchPrefill("fa3"), FlashInferBatchPrefill("fa2"), AttncBatchPrefill()]
+    left = time_left(args)
+    return [
+        FlashInferBatchPrefill("fa3", left),
+        FlashInferBatchPrefill("fa2"),
+        *[AttncBatchPrefill(backend) for backend in prefill_backends(batch=True)],
+    ]
 
 
 def _free() -> None:
@@ -79,7 +101,7 @@ def _prefill_row(case, args, results: Results, log: Callable) -> None:
     work = flops.prefill_flops(
         case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
     )
-    systems = _keep(prefill_systems(args.autotune), args)
+    systems = _keep(prefill_systems(args), args)
     outcomes = measure_case(case, systems, sets, work, rep=args.rep, log=log)
     results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
     del sets
@@ -108,7 +130,7 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
 
     data = make_paged(case, list(case.lens), seed=0)
     work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
-    systems = _keep(batch_prefill_systems(), args)
+    systems = _keep(batch_prefill_systems(args), args)
     outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
     results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
     del data
@@ -158,7 +180,12 @@ def _profile(args) -> dict:
 
 
 def run_prefill(args, results: Results, log: Callable = print) -> None:
-    """Single-request prefill rows."""
+    """Single-request prefill rows (the anchor child starts first, so that its imports
+    overlap the first rows)."""
+    from benchmarks.child_systems import CHILD_SYSTEMS, warm_up
+
+    if any(name not in args.skip for name in CHILD_SYSTEMS):
+        warm_up()
     cases = workloads.prefill_cases(**_profile(args))
     run_rows("prefill", cases, args, results, log, lambda c: _prefill_row(c, args, results, log))
 

@@ -193,9 +193,11 @@ def test_profiles_and_fa3_default():
     fast = parse_args([])
     assert fast.profile == "fast" and not fast.quick and not fast.full and fast.rep == 40
     assert fast.suites == ["prefill", "decode", "host", "batch", "jit"]
-    assert "flashinfer_fa3" in fast.not_run
+    assert not fast.not_run  # FlashInfer FA3 runs by default
     full = parse_args(["--full", "--fa3", "--suite", "decode", "jit"])
     assert full.full and full.rep == 100 and not full.not_run
+    assert "flashinfer_fa3" in parse_args(["--no-fa3"]).not_run
+    assert parse_args(["--skip", "fa3,flash"]).skip == {"flashinfer_fa3", "flex_flash"}
     assert full.suites == ["decode", "jit"]
     assert parse_args(["--profile", "quick"]).quick
 
@@ -254,14 +256,15 @@ def test_not_run_systems_show_as_missing(monkeypatch):
     from benchmarks.cli import parse_args
     from benchmarks.suites import _keep
 
-    args = parse_args([])
+    args = parse_args(["--no-fa3"])
     systems = _keep([_FakeSystem("flashinfer_fa3"), _FakeSystem("flex", torch.ones(2))], args)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(measure, "bench_ms", lambda fns, graph=False, rep=100: (1.0, ""))
     out = measure.measure_case(None, systems, [None], 1e12, log=lambda _: None)
     assert out["flashinfer_fa3"].status == "missing" and "notes" in out["flashinfer_fa3"].note
-    assert "--fa3" in args.not_run["flashinfer_fa3"]  # the reason, given once in the notes
+    assert "--no-fa3" in args.not_run["flashinfer_fa3"]  # the reason, given once in the notes
     assert _keep([_FakeSystem("flashinfer_fa3")], parse_args(["--skip", "flashinfer_fa3"])) == []
+    assert _keep([_FakeSystem("flashinfer_fa3")], parse_args(["--skip", "fa3"])) == []
 
 
 def test_every_module_imports_without_gpu_or_triton():
