@@ -5,6 +5,12 @@ KV heads (GQA: ``kv_head = qo_head // (H_qo // H_kv)``); queries are aligned to 
 the KV (``q_pos = q_idx + kv_len - q_len``). Fully masked rows give output 0 and LSE -inf.
 LSE is the natural log of the softmax denominator, including the max; it is 0 for
 ``normalize = none`` variants.
+
+Numerics as the kernels compute them: 16-bit inputs are widened to float32 before Q·Kᵀ
+(products and sums in float32, like the tensor cores' fp32 accumulators), and everything
+after runs in float32 (float64 inputs stay float64). A NaN score that the mask keeps (NaN in
+q or k, a NaN param) makes its row's output and LSE NaN; masked-out positions are never
+read, so a NaN there changes nothing.
 """
 
 from __future__ import annotations
@@ -60,9 +66,9 @@ def reference_attention(
     scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
     ftype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
     group = hq // hk
-    kx = k.repeat_interleave(group, dim=1)
+    kx = k.repeat_interleave(group, dim=1).to(ftype)
     vx = v.repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q, kx).to(ftype) * scale
+    s = torch.einsum("qhd,khd->hqk", q.to(ftype), kx) * scale
     env = _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d)
     tensors = {n: t for n, t in params.items() if isinstance(t, torch.Tensor)}
     t = module.score(env, tensors).to(ftype) if module.HAS_SCORE else s
@@ -74,9 +80,9 @@ def reference_attention(
     if module.HAS_OUTPUT:
         env["out"] = o
         transformed = module.output(env, tensors).to(ftype).expand_as(o)
-        # Rows without a visible key keep output 0 (softmax variants).
+        # Rows without a visible key keep output 0 (softmax variants); NaN rows stay NaN.
         seen = (
-            torch.isfinite(lse).unsqueeze(-1)
+            (lse != float("-inf")).unsqueeze(-1)
             if module.USE_SOFTMAX
             else torch.ones_like(o, dtype=torch.bool)
         )
@@ -144,6 +150,7 @@ def _normalise(use_softmax: bool, t: torch.Tensor, visible: torch.Tensor | None,
     p = torch.exp(t - m_safe)
     denom = p.sum(dim=-1, keepdim=True)
     o = torch.einsum("hqk,hkd->hqd", p, v.permute(1, 0, 2))
-    o = torch.where(denom > 0, o / denom.clamp_min(torch.finfo(t.dtype).tiny), torch.zeros_like(o))
+    # denom is 0 only for rows without a visible key; a NaN denom (a NaN score) stays NaN.
+    o = torch.where(denom == 0, torch.zeros_like(o), o / denom.clamp_min(torch.finfo(t.dtype).tiny))
     lse = (m_safe + torch.log(denom)).squeeze(-1)
     return o, lse
