@@ -19,6 +19,15 @@
 #   ATTNC_BUDGET        seconds for the benchmarks (default: time left before the limit)
 #   ATTNC_TIME_LIMIT    seconds for the whole script (default 570)
 #   ATTNC_TEST_LIMIT    seconds at most for the GPU tests (default 330)
+#   ATTNC_FA4_SITE      folder holding flash-attn-4 and the CuTe DSL (default /tmp/fa4site)
+#
+# FA4 and FlexAttention's FLASH backend (shared/tools/fa4_wheels.sh DIR makes DIR_a, DIR_b;
+# carry them as .fa4_a and .fa4_b): a call that carries .fa4_a keeps its part in /tmp/keep; a
+# later call on the same warm machine that carries .fa4_b joins the parts and installs all
+# wheels into ATTNC_FA4_SITE. When that folder holds FA4, its paths go into
+# ATTNC_FA4_PYTHONPATH, which only the benchmarks' anchor child puts on its PYTHONPATH: FA4
+# needs apache-tvm-ffi 0.1.11, FlashInfer 0.5.3 (in /tmp/site) needs 0.1.6, so the two never
+# share a process, and the GPU tests do not see FA4 at all.
 set -o pipefail
 
 START=$(date +%s)
@@ -55,6 +64,35 @@ if [ "${ATTNC_SKIP_TESTS:-0}" != "1" ]; then
         status=1
     fi
     echo "tests took $(elapsed) s"
+fi
+
+FA4_SITE="${ATTNC_FA4_SITE:-/tmp/fa4site}"
+FA4_BIG_WHEEL=nvidia_cutlass_dsl_libs_cu13-4.8.1-cp312-cp312-manylinux_2_28_x86_64.whl
+if [ -f .fa4_a/part_aa ]; then
+    mkdir -p /tmp/keep && cp .fa4_a/* /tmp/keep/ && echo "FA4: first part kept in /tmp/keep"
+fi
+if [ ! -d "$FA4_SITE/flash_attn/cute" ] && [ -f /tmp/keep/part_aa ] && [ -f .fa4_b/part_ab ]; then
+    echo "FA4: installing into $FA4_SITE"
+    { cat /tmp/keep/part_aa .fa4_b/part_ab > "/tmp/keep/$FA4_BIG_WHEEL" &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$FA4_SITE" \
+          /tmp/keep/*.whl .fa4_b/*.whl; } || echo "FA4 install failed (FA4 anchors show missing)"
+fi
+if [ -d "$FA4_SITE/flash_attn/cute" ]; then
+    fa4_path="$FA4_SITE"
+    # --target does not run the packages' .pth files: add the folders they name.
+    for pth in "$FA4_SITE"/*.pth; do
+        [ -f "$pth" ] || continue
+        while IFS= read -r line; do
+            case "$line" in ""|"#"*|import*) continue ;; esac
+            if [ -d "$FA4_SITE/$line" ]; then fa4_path="$fa4_path:$FA4_SITE/$line"; fi
+        done < "$pth"
+    done
+    dsl="$FA4_SITE/nvidia_cutlass_dsl/dsl_packages"
+    case ":$fa4_path:" in *":$dsl:"*) ;; *) [ -d "$dsl" ] && fa4_path="$fa4_path:$dsl" ;; esac
+    export ATTNC_FA4_PYTHONPATH="$fa4_path"
+    echo "FA4 anchors: ATTNC_FA4_PYTHONPATH=$ATTNC_FA4_PYTHONPATH"
+else
+    echo "FA4 anchors: no flash-attn-4 in $FA4_SITE (fa4 and flex_flash show as missing)"
 fi
 
 # Time left for the benchmarks: the limit minus what was used, minus 15 s to print and exit.
