@@ -1,0 +1,95 @@
+"""Owns: which prefill kernel template serves a request.
+
+Two templates build from the same generated functor and export the same C ABI
+(``attnc/prefill_args.h``): ``"fa2"`` (mma.sync, sm_80 and newer) and ``"sm90"`` (wgmma, TMA and
+warp specialisation, sm_90a only). ``"auto"`` (the default) takes ``"sm90"`` on a Hopper GPU for
+every request it can serve and ``"fa2"`` otherwise; when it falls back, ``ATTNC_VERBOSE=1``
+prints why. Naming a backend forces it: ``"sm90"`` on another arch, or for a request the
+template cannot serve, is a ``ValueError`` that says why. ``ATTNC_PREFILL_BACKEND`` sets the
+default for the whole process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from attnc.runtime.build import jit, toolchain
+from attnc.runtime.build.modules import (
+    PrefillModule,
+    get_prefill_module,
+    get_prefill_sm90_module,
+    sm90_prefill_available,
+)
+
+PREFILL_BACKENDS = ("auto", "fa2", "sm90")
+# KV layouts the Hopper template serves today (the others run on FA2).
+SM90_KV_LAYOUTS = ("ragged",)
+SM90_HEAD_DIMS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class PrefillChoice:
+    """The module that serves a plan and its query tile (query tokens per work item)."""
+
+    backend: str
+    module: PrefillModule
+    tile_q_tokens: int
+
+
+def check_backend(backend: object) -> str:
+    """``backend`` as given, checked (``None`` means the process default)."""
+    if backend is None:
+        backend = os.environ.get("ATTNC_PREFILL_BACKEND", "auto") or "auto"
+    if not isinstance(backend, str) or backend not in PREFILL_BACKENDS:
+        raise ValueError(
+            f"backend: expected one of {', '.join(map(repr, PREFILL_BACKENDS))}, got {backend!r}"
+        )
+    return backend
+
+
+def _sm90_refusal(kv_layout: str, head_dim: int, device: torch.device) -> str | None:
+    """Why the Hopper template cannot serve this request (``None``: it can)."""
+    if device.type != "cuda":
+        return "the workspace is not on a CUDA device"
+    if toolchain.normalize_arch(torch.cuda.get_device_capability(device)) != "90a":
+        return "the GPU is not a Hopper (sm_90) part"
+    if not sm90_prefill_available():
+        return "this install has no Hopper prefill template"
+    if kv_layout not in SM90_KV_LAYOUTS:
+        return f"{kv_layout} KV is not served by the Hopper template yet"
+    if head_dim not in SM90_HEAD_DIMS:
+        return f"head_dim {head_dim} is not served by the Hopper template"
+    return None
+
+
+def choose_prefill_module(
+    ir: object,
+    backend: str,
+    *,
+    dtype: torch.dtype,
+    head_dim: int,
+    group: int,
+    max_q_len: int,
+    kv_layout: str,
+    device: torch.device,
+) -> PrefillChoice:
+    """The prefill module for a plan: the Hopper one where ``backend`` allows and it serves
+    the request, else FA2 (with the reason on stderr under ``ATTNC_VERBOSE``)."""
+    if backend != "fa2":
+        refusal = _sm90_refusal(kv_layout, head_dim, device)
+        if refusal is None:
+            module = get_prefill_sm90_module(ir, dtype, head_dim)
+            tile = module.tile_q_tokens(head_dim, group, max_q_len)
+            if tile > 0:
+                return PrefillChoice("sm90", module, tile)
+            refusal = f"no Hopper tile for head_dim {head_dim}, GQA group {group}"
+        if backend == "sm90":
+            raise ValueError(f"backend: 'sm90' cannot serve this request: {refusal}")
+        if jit.verbose():
+            print(f"attnc: prefill on the FA2 template: {refusal}", file=sys.stderr)
+    module = get_prefill_module(ir, dtype, head_dim)
+    return PrefillChoice("fa2", module, module.tile_q_tokens(head_dim, group, max_q_len))
