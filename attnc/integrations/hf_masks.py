@@ -53,6 +53,15 @@ class BatchSegments:
     windows: frozenset[int | None] | None
     plans: dict[Any, Any] = field(default_factory=dict)
 
+    # transformers looks at ``ndim`` / ``shape`` of a mask handed back to the model (as
+    # ``generate()`` does with a static cache): this reads as an already built 4D mask.
+    ndim = 4
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(batch, 1, q_len, kv_len)``, the shape of the mask this stands for."""
+        return (self.batch_size, 1, self.q_len, self.kv_len)
+
     def require_window(self, window: int | None, layer: str) -> None:
         """UnsupportedMaskError unless the mask is the pattern of ``window`` (None: causal)."""
         if self.windows is None or window in self.windows:

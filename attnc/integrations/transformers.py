@@ -54,13 +54,15 @@ def attnc_mask(
     q_offset: int | torch.Tensor = 0,
     kv_offset: int = 0,
     mask_function: Any = None,
-    attention_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | BatchSegments | None = None,
     config: Any = None,
     use_vmap: bool = False,
     device: torch.device | str = "cpu",
     **kwargs: Any,
 ) -> BatchSegments:
     """The ``AttentionMaskInterface`` entry: the step's requests, one per batch row."""
+    if isinstance(attention_mask, BatchSegments):  # built earlier (generate, static cache)
+        return attention_mask
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
     visible = sdpa_mask(

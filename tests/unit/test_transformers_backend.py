@@ -100,6 +100,19 @@ def test_greedy_generate_gives_the_same_tokens(hf, family):
     assert torch.equal(got, expected)
 
 
+def test_generate_with_a_static_cache(hf):
+    """generate() builds the mask once ahead of the model with a static cache."""
+    model = tiny_model(hf, "llama", "eager")
+    ids, mask = padded_batch([10, 4], 10)
+    kwargs = dict(attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    expected = model.generate(ids, cache_implementation="static", **kwargs)
+    model.set_attn_implementation("attnc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        got = model.generate(ids, cache_implementation="static", **kwargs)
+    assert torch.equal(got, expected)
+
+
 def test_a_cpu_run_warns_once(hf):
     import attnc.integrations.transformers as backend
 
