@@ -74,8 +74,9 @@ class AnchorChild:
     """One ``benchmarks.child_server`` process, restarted after a crash or timeout (at most
     ``MAX_STARTS`` starts in all)."""
 
-    def __init__(self, env: Mapping[str, str] | None = None):
+    def __init__(self, env: Mapping[str, str] | None = None, cmd: list[str] | None = None):
         self.env = child_env(os.environ if env is None else env)
+        self.cmd = cmd or [sys.executable, "-m", "benchmarks.child_server"]
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue = queue.Queue()
         self.ready = False
@@ -95,9 +96,8 @@ class AnchorChild:
         self.starts += 1
         self.ready = False
         self.lines = queue.Queue()
-        cmd = [sys.executable, "-m", "benchmarks.child_server"]
         self.proc = subprocess.Popen(
-            cmd,
+            self.cmd,
             cwd=REPO_ROOT,
             env=self.env,
             stdin=subprocess.PIPE,
