@@ -20,13 +20,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnc.runtime.build import artifact, cache, ninja_build, toolchain
 
 PROGRESS_AFTER_S = 1.0
+Progress = Callable[[str], None]
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
 _LIBRARIES_LOCK = threading.Lock()
 
@@ -167,7 +168,7 @@ def _compile(plan: _Plan) -> _Outcome:
     return _Outcome(command, proc.stdout, None)
 
 
-def _run_build(plans: Sequence[_Plan], jobs: int | None) -> None:
+def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | None) -> None:
     if not cache.shell_safe(cache.INCLUDE_DIR):
         raise BuildError(
             f"attnc: the kernel headers' path {cache.INCLUDE_DIR} holds characters the shell "
@@ -177,20 +178,34 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None) -> None:
         for plan in plans:
             print(f"attnc: {shlex.join(plan.command)}", file=sys.stderr)
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
+
+    def compile_and_report(plan: _Plan) -> _Outcome:
+        start = time.perf_counter()
+        outcome = _compile(plan)
+        if progress is not None:
+            state = "built" if outcome.failure is None else "FAILED"
+            progress(f"{plan.spec.name}: {state} in {time.perf_counter() - start:.1f} s")
+        return outcome
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        outcomes = list(pool.map(_compile, plans))
+        outcomes = list(pool.map(compile_and_report, plans))
     failed = [(p, o) for p, o in zip(plans, outcomes, strict=True) if o.failure is not None]
     if failed:
         raise _build_error(failed)
 
 
 def build_modules(
-    specs: Sequence[ModuleSpec], *, arch: str | None = None, jobs: int | None = None
+    specs: Sequence[ModuleSpec],
+    *,
+    arch: str | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
 ) -> list[Path]:
     """Build every module in ``specs`` (cache hits are free) and return their library paths.
 
     ``arch`` is e.g. ``"80"`` or ``"sm_90a"``; by default the current CUDA device's arch.
-    Missing modules are compiled in parallel (``jobs`` nvcc processes at most).
+    Missing modules are compiled in parallel (``jobs`` nvcc processes at most);
+    ``progress``, when given, is called with one line per module as it finishes.
     """
     arch = toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
     nvcc, headers = toolchain.find_nvcc(), cache.header_digest()
@@ -203,17 +218,19 @@ def build_modules(
         with cache.file_locks([p.lock for p in missing]):
             missing = [p for p in missing if not _is_built(p, quiet=True)]  # built meanwhile?
             if missing:
-                _build_with_progress(missing, jobs)
+                _build_with_progress(missing, jobs, progress)
     return [p.library for p in plans]
 
 
-def _build_with_progress(plans: Sequence[_Plan], jobs: int | None) -> None:
+def _build_with_progress(
+    plans: Sequence[_Plan], jobs: int | None, progress: Progress | None
+) -> None:
     for plan in plans:
         _write_files(plan)
         plan.stamp.unlink(missing_ok=True)
     start = time.perf_counter()
     try:
-        _run_build(plans, jobs)
+        _run_build(plans, jobs, progress)
     finally:
         elapsed = time.perf_counter() - start
         if elapsed > PROGRESS_AFTER_S or verbose():

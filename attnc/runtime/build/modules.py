@@ -118,17 +118,23 @@ class ModuleRegistry(Generic[M]):
         key = (ir, dname, head_dim, arch)
         module = self._by_key.get(key)
         if module is None:
-            name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
             target = (
                 toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
             )
-            path = jit.build_module(
-                name, self._render(ir, dname, head_dim), arch=target,
-                extra_flags=self._arch_flags(target),
-            )  # fmt: skip
-            module = self.load(path, ir, name)
+            spec = self.spec(ir, dname, head_dim, target)
+            path = jit.build_modules([spec], arch=target)[0]
+            module = self.load(path, ir, spec.name)
             self._by_key[key] = module
         return module
+
+    def spec(
+        self, ir: object, dtype: torch.dtype | str, head_dim: int, arch: str
+    ) -> jit.ModuleSpec:
+        """What gets built for ``ir`` at ``dtype``/``head_dim`` on ``arch`` (normalised): the
+        same name, source and flags, hence the same cache entry, as :meth:`get` uses."""
+        dname = dtype_name(dtype)
+        name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
+        return jit.ModuleSpec(name, self._render(ir, dname, head_dim), self._arch_flags(arch))
 
 
 def _render_prefill(ir: object, dtype: str, head_dim: int) -> str:
@@ -158,6 +164,33 @@ PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
 load_prefill_module = PREFILL_MODULES.load
 module_by_id = PREFILL_MODULES.by_id
 get_prefill_module = PREFILL_MODULES.get
+
+
+def _render_prefill_sm90(ir: object, dtype: str, head_dim: int) -> str:
+    from attnc.codegen.module import render_prefill_sm90_module
+
+    return render_prefill_sm90_module(ir, dtype, head_dim)  # type: ignore[arg-type]
+
+
+def sm90_prefill_available() -> bool:
+    """True when this install has the Hopper (sm_90a) prefill template."""
+    from attnc.codegen import module, templates
+
+    template = Path(templates.__file__).parent / "prefill_sm90_module.cu.j2"
+    return hasattr(module, "render_prefill_sm90_module") and template.is_file()
+
+
+# The Hopper prefill module: the same C ABI as the FA2 one, built for sm_90a only.
+PREFILL_SM90_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
+    "prefill",
+    _render_prefill_sm90,
+    PrefillModule,
+    abi.declare_prefill_functions,
+    "attnc_prefill_abi_version",
+    abi.PREFILL_ABI_VERSION,
+    name_infix="_sm90",
+)
+get_prefill_sm90_module = PREFILL_SM90_MODULES.get
 
 
 class DecodeModule:

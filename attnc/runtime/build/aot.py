@@ -1,0 +1,105 @@
+"""Owns: ahead-of-time builds (``attnc build``): every module a deployment of a variant needs,
+built into the cache for a named arch, so a serving host starts without nvcc work.
+
+The modules are exactly those the runtime asks for (same names, sources and flags through
+``ModuleRegistry.spec``, hence the same cache entries), so a later load on a host sharing
+the cache directory and the same attnc install finds them. No CUDA device is needed.
+
+Per arch: ``80`` (and other non-Hopper archs) builds the FA2 prefill and the decode modules;
+``90a`` builds those too (the prefill with its sm_90 tile shapes) and, when this install has
+the Hopper prefill template, the sm_90a prefill module (``PREFILL_SM90_MODULES``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnc.compiler.results import Compiled
+from attnc.runtime.build import jit, modules, toolchain
+
+KINDS = ("prefill", "decode", "all")
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+HEAD_DIMS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class AotModule:
+    """One module of a deployment: what it is for, and what to build."""
+
+    variant: str
+    kind: str
+    dtype: str
+    head_dim: int
+    spec: jit.ModuleSpec
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    """``"bf16,fp16"`` -> ``("bfloat16", "float16")``."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [n for n in names if n not in DTYPES]
+    if bad or not names:
+        raise ValueError(f"--dtype: expected bf16 and/or fp16 (comma separated), got '{text}'")
+    return tuple(dict.fromkeys(DTYPES[n] for n in names))
+
+
+def parse_head_dims(text: str) -> tuple[int, ...]:
+    """``"64,128"`` -> ``(64, 128)``; each one of :data:`HEAD_DIMS`."""
+    try:
+        dims = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        dims = []
+    if not dims or any(d not in HEAD_DIMS for d in dims):
+        choices = ", ".join(map(str, HEAD_DIMS))
+        raise ValueError(f"--head-dim: expected {choices} (comma separated), got '{text}'")
+    return tuple(dict.fromkeys(dims))
+
+
+def deployment_modules(
+    compiled: Sequence[Compiled],
+    arch: str,
+    dtypes: Sequence[str],
+    head_dims: Sequence[int],
+    kind: str = "all",
+) -> list[AotModule]:
+    """The modules to build for ``compiled`` variants on ``arch`` (normalised, e.g. ``"80"``)."""
+    if kind not in KINDS:
+        raise ValueError(f"--kind: expected one of {', '.join(KINDS)}, got '{kind}'")
+    registries: list[tuple[str, modules.ModuleRegistry[object]]] = []
+    if kind in ("prefill", "all"):
+        registries.append(("prefill", modules.PREFILL_MODULES))  # type: ignore[arg-type]
+        if arch == "90a" and modules.sm90_prefill_available():
+            registries.append(("prefill_sm90", modules.PREFILL_SM90_MODULES))  # type: ignore[arg-type]
+    if kind in ("decode", "all"):
+        registries.append(("decode", modules.DECODE_MODULES))  # type: ignore[arg-type]
+    out = []
+    for c in compiled:
+        for label, registry in registries:
+            for dtype in dtypes:
+                for head_dim in head_dims:
+                    spec = registry.spec(c.variant, dtype, head_dim, arch)
+                    out.append(AotModule(c.variant.name, label, dtype, head_dim, spec))
+    return out
+
+
+def build_deployment(
+    compiled: Sequence[Compiled],
+    arch: str,
+    dtypes: Sequence[str],
+    head_dims: Sequence[int],
+    kind: str = "all",
+    jobs: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> list[tuple[AotModule, Path]]:
+    """Build (or find in the cache) every module of :func:`deployment_modules`; returns each
+    with its library path. ``progress`` gets one line per step."""
+    target = toolchain.normalize_arch(arch)
+    todo = deployment_modules(compiled, target, dtypes, head_dims, kind)
+    say = progress or (lambda line: None)
+    if target == "90a" and kind in ("prefill", "all") and not modules.sm90_prefill_available():
+        say("no Hopper prefill template in this install: building the FA2 prefill for sm_90a")
+    names = ", ".join(m.spec.name for m in todo)
+    say(f"{len(todo)} module(s) for sm_{target}: {names}")
+    paths = jit.build_modules([m.spec for m in todo], arch=target, jobs=jobs, progress=say)
+    return list(zip(todo, paths, strict=True))
