@@ -1,12 +1,14 @@
-"""BatchDecodeWrapper.plan() through the native step (checks, plan and copies in C++) against
-the numpy path, on the CPU: the step's CUDA calls are switched to host memcpys, so the
-"workspace" is a CPU tensor and its bytes can be compared."""
+"""BatchDecodeWrapper.plan() (checks, plan and copies in C++) against the oracle
+(decode_schedule_oracle.py), on the CPU: the step's CUDA calls are switched to host memcpys,
+so the "workspace" is a CPU tensor and its bytes can be compared with what the oracle
+writes."""
 
 from __future__ import annotations
 
 import ctypes
-import shutil
 
+import decode_plan_harness as h
+import decode_schedule_oracle as oracle
 import numpy as np
 import pytest
 import torch
@@ -14,22 +16,15 @@ import torch
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
-from attnc.runtime.build import toolchain
-from attnc.runtime.planning import decode_plan, decode_schedule
+from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning.mask_ranges import PlannedMask, decode_spans
+from attnc.runtime.planning.workspace import CapacityError, make_layout
 from attnc.runtime.wrappers import decode as D
 from attnc.runtime.wrappers import decode_launch
 
 pytestmark = pytest.mark.nvcc
 
-
-def _have_nvcc() -> bool:
-    try:
-        return shutil.which(toolchain.find_nvcc()) is not None
-    except toolchain.ToolNotFound:
-        return False
-
-
-if not _have_nvcc():
+if not h.have_nvcc():
     pytest.skip("nvcc not found", allow_module_level=True)
 
 HQ, HKV, DIM, PAGE = 32, 8, 128, 16
@@ -48,24 +43,16 @@ class _FakeModule:
         self.params_type = abi.params_struct(variant.ir.params)
 
 
-def fake_counts(lib, fake=-1):
-    out = np.zeros(4, np.int64)
-    lib.attnc_decode_fake_cuda(fake, out.ctypes.data)
-    return out.tolist()
-
-
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.delenv("ATTNC_NATIVE_PLAN", raising=False)
-    mp.setattr(decode_plan, "_TRIED", False)
     mp.setattr(decode_plan, "_LIB", None)
-    lib = decode_plan._library()
-    assert lib is not None
-    fake_counts(lib, 1)
+    mp.setattr(decode_plan, "_FAILURE", None)
+    lib = decode_plan.library()
+    decode_plan.fake_cuda(1)
     yield lib
-    fake_counts(lib, 0)
+    decode_plan.fake_cuda(0)
     mp.undo()
 
 
@@ -78,9 +65,7 @@ def cpu(monkeypatch, lib):
     return lib
 
 
-def make_wrapper(
-    native=True, max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None, name="vanilla"
-):
+def make_wrapper(max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None, name="vanilla"):
     """BatchDecodeWrapper.__init__ on the CPU (host memory for the workspace and the pinned
     buffer), with modules for every (heads, q_len) the tests use."""
     variant = attnc.load(f"stdlib:{name}")
@@ -89,19 +74,12 @@ def make_wrapper(
     w._ws = torch.full((ws_bytes,), 0xCD, dtype=torch.uint8)
     w._device = torch.device("cuda:0")
     w._num_sms = 132
-    w.layout = decode_schedule.make_layout(
-        ws_bytes, max_batch, max(16384, 64 * max_batch), 8 * 132, max_pages
-    )
+    w.layout = make_layout(ws_bytes, max_batch, max(16384, 64 * max_batch), 8 * 132, max_pages)
     w._pinned = torch.zeros(w.layout.work_bytes(w.layout.max_items), dtype=torch.uint8)
     w._pinned_np = w._pinned.numpy()
-    w._native = decode_plan.NativePlanner.create(w._pinned_np, w.layout) if native else None
+    w._native = None
     w._device_index = 0
-    if w._native is not None:
-        base = w._ws.data_ptr()
-        w._native.bind(base, base + w.layout.page_ids, 0)
     w._fast = None
-    w._page_stage = None
-    w._copy_done = None
     module = _FakeModule(variant)
     w._modules = {
         (torch.bfloat16, DIM, q * hq // hkv): (module, 16, 64, 2)
@@ -157,55 +135,81 @@ def _outcome(w, *args, **kw):
     )
 
 
-def test_plan_matches_numpy_path(cpu):
+def _expected(w, ref_buf, indptr, ids, last, **kw):
+    """What the oracle says ``_outcome`` gives: its checks, then its schedule written into
+    ``ref_buf`` (the wrapper's pinned buffer as the oracle keeps it, stale bytes included)."""
+    page_size = kw.get("page_size", PAGE)
+    hq, hkv = kw.get("heads", (HQ, HKV))
+    q_len = kw.get("q_len_per_request", 1)
+    try:
+        kv, max_page = oracle.check_page_table(
+            indptr.numpy(), last.numpy(), page_size, w.layout, ids.numpy(), False
+        )
+        spans = None
+        if kw.get("params"):
+            ranges = PlannedMask.from_plan_params(w.variant, kw["params"]).ranges
+            spans = None if ranges is None else decode_spans(ranges, kv, q_len, 64)
+        row_blocks = -(-q_len * (hq // hkv) // 16)
+        sched = oracle.schedule(
+            kv, q_len, hq, hkv, row_blocks, 264, 64, w.layout.max_part_rows(DIM),
+            max_items=w.layout.max_items, spans=spans,
+        )  # fmt: skip
+    except ValueError as exc:
+        return (type(exc), str(exc))
+    n = oracle.write_work_region(ref_buf, w.layout, sched, q_len, indptr.numpy()[:-1], kv)
+    nnz = int(indptr[-1])
+    flags = D.FLAG_MERGE if w.use_cuda_graph or sched.merge_rows > 0 else 0
+    batch = kv.shape[0]
+    return (ref_buf[:n].tobytes(), ids.numpy()[:nnz].tobytes(), batch, batch * q_len, max_page,
+            flags, sched.merge_rows)  # fmt: skip
+
+
+def _pair(**kw):
+    """A wrapper and the oracle's copy of its pinned buffer."""
+    w = make_wrapper(**kw)
+    return w, np.zeros_like(w._pinned_np)
+
+
+def test_plan_matches_the_oracle(cpu):
     rng = np.random.default_rng(5)
-    native, ref = make_wrapper(), make_wrapper(native=False)
-    before = fake_counts(cpu)
+    w, ref_buf = _pair()
+    before = decode_plan.fake_cuda(-1)
     fast = 0
     for trial in range(300):
         batch = int(rng.integers(0, 65))
         args = page_table(rng, batch, max_len=int(rng.choice([40, 3000, 70000])))
         q_len = int(rng.integers(1, 3)) if trial % 50 == 0 else 1
         kw = {"q_len_per_request": q_len, "heads": (HQ, HQ) if trial % 70 == 0 else (HQ, HKV)}
-        fast += native._fast is not None
-        got, want = _outcome(native, *args, **kw), _outcome(ref, *args, **kw)
+        fast += w._fast is not None
+        got, want = _outcome(w, *args, **kw), _expected(w, ref_buf, *args, **kw)
         assert got == want, trial
-        if native.last_schedule is not None and trial % 20 == 0:
-            s, r = native.last_schedule, ref.last_schedule
-            for f in ("items", "cta_indptr", "merge_items", "num_chunks", "cost"):
-                assert getattr(s, f).tobytes() == getattr(r, f).tobytes()
     assert fast > 250
-    copies, records, waits, _ = (a - b for a, b in zip(fake_counts(cpu), before, strict=True))
+    now = decode_plan.fake_cuda(-1)
+    copies, records, waits, _ = (a - b for a, b in zip(now, before, strict=True))
     assert records == 300 and waits == 299 and 300 <= copies <= 600
 
 
-def test_plans_with_mask_params_match_numpy_path(cpu):
-    """plan(params=...) of a sliding window: the C++ step with the mask's ranges writes what
-    the numpy scheduler writes, and plans without params return to the fast path."""
+def test_plans_with_mask_params_match_the_oracle(cpu):
+    """plan(params=...) of a sliding window: the C++ step with the mask's spans writes what
+    the oracle writes, and plans without params return to the fast path."""
     rng = np.random.default_rng(8)
-    native = make_wrapper(name="sliding_window")
-    ref = make_wrapper(native=False, name="sliding_window")
+    w, ref_buf = _pair(name="sliding_window")
     narrowed = 0
     for trial in range(120):
         args = page_table(rng, int(rng.integers(1, 65)), max_len=int(rng.choice([3000, 70000])))
         kw = {"q_len_per_request": int(rng.integers(1, 5))}
         if trial % 3:
             kw["params"] = {"window": int(rng.choice([1, 300, 1024]))}
-        got, want = _outcome(native, *args, **kw), _outcome(ref, *args, **kw)
+        got, want = _outcome(w, *args, **kw), _expected(w, ref_buf, *args, **kw)
         assert got == want, trial
-        if isinstance(got, tuple) and "params" in kw and isinstance(got[0], bytes):
-            assert native._fast is None  # ranges are recomputed by every such plan
-            assert isinstance(native.last_schedule, decode_plan.LazySchedule)
-            items = native.last_schedule.items
-            narrowed += bool((items[:, 3] > 0).any())
-            s, r = native.last_schedule, ref.last_schedule
-            for f in ("items", "cta_indptr", "merge_items", "num_chunks", "cost"):
-                assert getattr(s, f).tobytes() == getattr(r, f).tobytes()
+        if "params" in kw and isinstance(got[0], bytes):
+            assert w._fast is None  # ranges are recomputed by every such plan
+            narrowed += bool((w.last_schedule.items[:, 3] > 0).any())
     assert narrowed > 30, narrowed
     args = page_table(rng, 8)
-    _plan(native, *args)
-    _plan(native, *args)
-    assert native._fast is not None  # no params: the fast path again
+    _plan(w, *args)
+    _plan(w, *args)
+    assert w._fast is not None  # no params: the fast path again
 
 
 BAD = {
@@ -222,24 +226,22 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
-def test_errors_match_numpy(cpu, case):
+def test_errors_match_the_oracle(cpu, case):
     indptr, last = BAD[case]
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
     ids = i32(list(range(30)))
     good = page_table(np.random.default_rng(1), 4)
     for warm in (False, True):  # the checked path, then the fast path
-        outs = []
-        for native in (True, False):
-            w = make_wrapper(native=native)
-            if warm:
-                _plan(w, *good)
-                assert (w._fast is not None) == native
-            outs.append(_outcome(w, i32(indptr), ids, i32(last)))
-        assert outs[0] == outs[1]
-        assert outs[0][0] in (ValueError, decode_schedule.CapacityError), outs[0]
+        w, ref_buf = _pair()
+        if warm:
+            _plan(w, *good)
+            assert w._fast is not None
+        got = _outcome(w, i32(indptr), ids, i32(last))
+        assert got == _expected(w, ref_buf, i32(indptr), ids, i32(last))
+        assert got[0] in (ValueError, CapacityError), got
 
 
-def test_negative_and_capacity_errors_match_numpy(cpu):
+def test_negative_and_capacity_errors_match_the_oracle(cpu):
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
     good = page_table(np.random.default_rng(1), 4, max_len=40)
     cases = [
@@ -248,25 +250,35 @@ def test_negative_and_capacity_errors_match_numpy(cpu):
     ]
     for warm in (False, True):
         for args in cases:
-            outs = []
-            for native in (True, False):
-                w = make_wrapper(native=native, max_pages=64)
-                if warm:
-                    _plan(w, *good)
-                outs.append(_outcome(w, *args))
-            assert outs[0] == outs[1] and outs[0][0] in (ValueError, decode_schedule.CapacityError)
+            w, ref_buf = _pair(max_pages=64)
+            if warm:
+                _plan(w, *good)
+            got = _outcome(w, *args)
+            assert got == _expected(w, ref_buf, *args)
+            assert got[0] in (ValueError, CapacityError)
 
 
-def test_unsupported_lengths_go_through_numpy(cpu):
-    # 2^31 tokens and more per request: the C++ planner declines, numpy plans, C++ copies.
+def test_lengths_beyond_the_planner_raise(cpu):
+    # 2^31 tokens and more per request: a ValueError naming the limits, nothing copied; the
+    # next plan works.
     i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
     args = (i32([0, 3, 5]), i32([9, 8, 7, 6, 5]), i32([1 << 30, 5]))
-    outs = []
-    for native in (True, False):
-        w = make_wrapper(native=native)
-        outs.append(_outcome(w, *args, page_size=1 << 30))
-        outs.append(_outcome(w, *args, page_size=1 << 30))  # fast path on the native one
-    assert outs[0] == outs[2] and outs[1] == outs[3] and isinstance(outs[0][0], bytes)
+    w, ref_buf = _pair()
+    for _ in range(2):  # the checked path, then the fast path
+        assert _outcome(w, *args, page_size=1 << 30) == (
+            ValueError,
+            decode_plan.OUT_OF_RANGE_MESSAGE,
+        )
+    good = page_table(np.random.default_rng(4), 8)
+    assert _outcome(w, *good) == _expected(w, ref_buf, *good)
+
+
+def test_build_failure_reaches_plan(cpu, monkeypatch):
+    monkeypatch.setattr(decode_plan, "_LIB", None)
+    monkeypatch.setattr(decode_plan, "_FAILURE", "BuildError: attnc: nvcc failed\n  command: nvcc")
+    w = make_wrapper()
+    with pytest.raises(decode_plan.PlannerUnavailable, match="could not be built or loaded"):
+        _plan(w, *page_table(np.random.default_rng(4), 8))
 
 
 def test_other_inputs_take_the_checked_path(cpu, monkeypatch):

@@ -1,41 +1,37 @@
-"""The C++ decode planner writes exactly the numpy scheduler's work regions and schedules."""
+"""The C++ decode planner against its oracle (decode_schedule_oracle.py): the same work regions
+and the same schedules, bit for bit, on random and edge-case batches; its limits, its build
+failures and the page-table checks of its step."""
 
 import dataclasses
-import shutil
 
+import decode_plan_harness as h
+import decode_schedule_oracle as s
 import numpy as np
 import pytest
 
-from attnc.runtime.build import jit, toolchain
+from attnc.runtime import abi
+from attnc.runtime.build import jit
 from attnc.runtime.planning import decode_plan
-from attnc.runtime.planning import decode_schedule as s
+from attnc.runtime.planning.mask_ranges import decode_spans
+from attnc.runtime.planning.workspace import CapacityError, make_layout
 
 pytestmark = pytest.mark.nvcc
 
-
-def _have_nvcc() -> bool:
-    try:
-        return shutil.which(toolchain.find_nvcc()) is not None
-    except toolchain.ToolNotFound:
-        return False
-
-
-if not _have_nvcc():
+if not h.have_nvcc():
     pytest.skip("nvcc not found", allow_module_level=True)
 
 HEADS = [(32, 8), (32, 32), (32, 4)]
 FIELDS = ("items", "cta_indptr", "merge_items", "num_chunks", "cost")
-SENTINEL = 0xAB
+SENTINEL = h.SENTINEL
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _native(tmp_path_factory):
+def _cache(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.delenv("ATTNC_NATIVE_PLAN", raising=False)
-    mp.setattr(decode_plan, "_TRIED", False)
     mp.setattr(decode_plan, "_LIB", None)
-    assert decode_plan.available()
+    mp.setattr(decode_plan, "_FAILURE", None)
+    decode_plan.library()
     yield
     mp.undo()
 
@@ -64,53 +60,50 @@ def _same_schedule(a, b):
         assert type(x) is type(y) and x == y, f
 
 
-def _buffer(nbytes):
-    return np.full(nbytes, SENTINEL, np.uint8)
+def _spans(kv, visible, tile):
+    """The planner's spans of ``visible`` = (begin, end) per request (the runtime's one
+    projection, mask_ranges.decode_spans)."""
+    return decode_spans(lambda *_: visible, kv, 1, tile)
 
 
 def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=None,
            min_chunk=None, page_dtype=np.int64, rng=None, visible=None):  # fmt: skip
-    """numpy schedule + write_work_region against the native planner (both entry points).
-    Returns the numpy Schedule, or the CapacityError message."""
+    """The oracle's schedule + write_work_region against the C++ planner (with and without
+    its test outputs). Returns the oracle Schedule, or the CapacityError message."""
     kv = np.asarray(kv, dtype=np.int64)
     batch = kv.shape[0]
+    spans = None if visible is None else _spans(kv, visible, tile)
     args = (kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows)
-    mc = s.MIN_CHUNK if min_chunk is None else min_chunk
     try:
-        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk, visible=visible)
-        error = None
-        cap = max(ref.num_items, 1)
-    except s.CapacityError as exc:
+        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk, spans=spans)
+        error, cap = None, max(ref.num_items, 1)
+    except CapacityError as exc:
         ref, error, cap = None, str(exc), max(max_items or 1, 1)
-    lay = s.make_layout(1 << 40, max_batch=max(batch, 1), max_items=cap, max_ctas=ctas,
-                        max_pages=16)  # fmt: skip
-    size = lay.work_bytes(cap) + 40
     page_begin = (np.arange(batch, dtype=np.int64) * 3 - 7).astype(page_dtype)
     if rng is not None and batch and rng.random() < 0.1:
-        page_begin[0] = (1 << 31) + 5 if page_dtype == np.int64 else -3  # wraps like numpy
-    expect = _buffer(size)
-    if ref is not None:
-        nbytes = s.write_work_region(expect, lay, ref, q_len, page_begin, kv)
-    for with_schedule in (False, True):
-        buf = _buffer(size)
-        planner = decode_plan.NativePlanner.create(buf, lay)
-        assert planner is not None
-        call = planner.plan_with_schedule if with_schedule else planner.plan
+        page_begin[0] = (1 << 31) + 5 if page_dtype == np.int64 else -3  # keeps the low bits
+    for with_arrays in (False, True):
+        p, buf, lay = h.planner(batch, cap, ctas)
+        p.configure(q_len, hq, hkv, row_blocks, ctas, tile, part_rows, 16, max_items,
+                    min_chunk=min_chunk)  # fmt: skip
+        p.set_visible(spans)
+        expect = np.full_like(buf, SENTINEL)
+        call = h.native_schedule if with_arrays else h.plan_only
         if error is not None:
-            with pytest.raises(s.CapacityError) as info:
-                call(*args, page_begin, max_items=max_items, min_chunk=mc, visible=visible)
+            with pytest.raises(CapacityError) as info:
+                call(p, kv, page_begin)
             assert str(info.value) == error
-            assert buf.tobytes() == expect.tobytes()  # nothing written
+            assert (buf == SENTINEL).all()  # nothing written
             continue
-        out = call(*args, page_begin, max_items=max_items, min_chunk=mc, visible=visible)
-        assert out is not None, "the native planner declined a supported input"
-        summary = out[0] if with_schedule else out
-        assert summary == decode_plan.PlanSummary(
-            ref.num_items, ref.merge_items.shape[0], ref.merge_rows, ref.chunk_size,
-            ref.num_part_slots, nbytes,
-        )  # fmt: skip
+        nbytes = s.write_work_region(expect, lay, ref, q_len, page_begin, kv)
+        out = call(p, kv, page_begin)
+        plan = out[0] if with_arrays else out
+        got = (plan.num_items, plan.num_split, plan.merge_rows, plan.chunk_size,
+               plan.num_part_slots, plan.work_bytes)  # fmt: skip
+        assert got == (ref.num_items, ref.merge_items.shape[0], ref.merge_rows, ref.chunk_size,
+                       ref.num_part_slots, nbytes)  # fmt: skip
         assert buf.tobytes() == expect.tobytes()
-        if with_schedule:
+        if with_arrays:
             _same_schedule(out[1], ref)
     return ref if error is None else error
 
@@ -147,7 +140,7 @@ def test_random_workloads_identical():
 
 
 def test_random_visible_ranges_identical():
-    """Plans of only the KV a mask shows (``visible``), as a sliding window gives them."""
+    """Plans of only the KV a mask shows, as a sliding window gives them."""
     rng = np.random.default_rng(99)
     narrowed = split = 0
     for trial in range(800):
@@ -190,225 +183,172 @@ def test_anchor_workloads():
                 _check(kv, q_len, hq, hkv, 1, 132 * 8, 64, 1 << 20)
 
 
-def test_lazy_schedule_matches_numpy():
+def test_step_plan_reads_back_its_arrays_until_the_next_plan():
     kv = np.array([100, 5000, 70000, 3, 0, 20000], dtype=np.int64)
-    args = (kv, 2, 32, 8, 2, 264, 64, 1 << 20)
-    ref = s.schedule(*args, max_items=4096)
-    lay = s.make_layout(1 << 30, max_batch=8, max_items=4096, max_ctas=264, max_pages=16)
-    buf = _buffer(lay.work_bytes(4096))
-    planner = decode_plan.NativePlanner.create(buf, lay)
-    summary = planner.plan(*args, np.zeros(6, np.int64), max_items=4096)
-    lazy = decode_plan.LazySchedule(summary, *args, 4096)
-    assert isinstance(lazy, s.Schedule)
-    assert "_full" not in lazy.__dict__  # nothing computed yet
-    assert lazy.merge_rows == ref.merge_rows and lazy.num_items == ref.num_items
-    assert lazy.num_part_slots == ref.num_part_slots > 0 and lazy.chunk_size == ref.chunk_size
-    _same_schedule(lazy, ref)
-    assert np.array_equal(lazy.cta_loads(), ref.cta_loads())
-    with pytest.raises(AttributeError):
-        lazy.no_such_field  # noqa: B018
-    # With mask ranges: the lazy arrays are those of the same ranges.
-    visible = (np.maximum(kv - 1000, 0), kv)
-    ref = s.schedule(*args, max_items=4096, visible=visible)
-    summary = planner.plan(*args, np.zeros(6, np.int64), max_items=4096, visible=visible)
-    lazy = decode_plan.LazySchedule(summary, *args, 4096, visible=visible)
-    _same_schedule(lazy, ref)
-    assert lazy.items[:, 3].max() > 0
+    p, _, _ = h.planner(8, 4096, 264, workspace=1 << 30)
+    p.configure(2, 32, 8, 2, 264, 64, 1 << 20, 16, 4096)
+    ref = s.schedule(kv, 2, 32, 8, 2, 264, 64, 1 << 20, max_items=4096)
+    plan = h.plan_only(p, kv, np.zeros(6, np.int64))
+    assert plan.num_part_slots == ref.num_part_slots > 0
+    for f in ("items", "cta_indptr", "merge_items"):
+        assert getattr(plan, f).tobytes() == getattr(ref, f).tobytes(), f
+    h.plan_only(p, kv, np.zeros(6, np.int64))
+    with pytest.raises(RuntimeError, match="a later plan\\(\\) has overwritten"):
+        plan.items  # noqa: B018
 
 
-def _planner(batch=4, items=64):
-    lay = s.make_layout(1 << 20, max_batch=batch, max_items=items, max_ctas=8, max_pages=16)
-    buf = _buffer(lay.work_bytes(items))
-    return decode_plan.NativePlanner.create(buf, lay), buf, lay
+OUT_OF_RANGE = [
+    (np.array([-5, 100]), {}),  # negative length
+    (np.array([2**31, 100]), {}),  # beyond int32
+    (np.array([5, 100]), {"alpha": 0.0}),
+    (np.array([5, 100]), {"alpha": float("nan")}),
+    (np.array([5, 100]), {"min_chunk": 0, "num_ctas": 1 << 20}),  # chunk 0
+    (np.array([5, 100]), {"num_ctas": 0}),
+    (np.array([5, 100]), {"q_len": 1 << 30}),
+]
 
 
-@pytest.mark.parametrize(
-    "kv,page_begin,kw",
-    [
-        (np.array([-5, 100]), np.zeros(2, np.int64), {}),  # negative length
-        (np.array([2**31, 100]), np.zeros(2, np.int64), {}),  # beyond int32
-        (np.array([5.0, 100.0]), np.zeros(2, np.int64), {}),  # float lengths
-        (np.array([5, 100], np.uint64), np.zeros(2, np.int64), {}),
-        (np.array([5, 100]), np.zeros(2, np.float32), {}),
-        (np.array([5, 100]), np.zeros(3, np.int64), {}),  # shapes differ
-        (np.arange(5), np.zeros(5, np.int64), {}),  # batch beyond the planner's capacity
-        ([5, 100], np.zeros(2, np.int64), {}),  # not an array
-        (np.array([5, 100]), np.zeros(2, np.int64), {"alpha": 16}),  # int alpha
-        (np.array([5, 100]), np.zeros(2, np.int64), {"alpha": 0.0}),
-        (np.array([5, 100]), np.zeros(2, np.int64), {"min_chunk": 0, "num_ctas": 1 << 20}),
-        (np.array([5, 100]), np.zeros(2, np.int64), {"max_part_rows": 2**70}),
-        (np.array([5, 100]), np.zeros(2, np.int64), {"q_len": 1.0}),
-        (np.array([5, 100]), np.zeros(2, np.int64), {"num_ctas": 0}),
-    ],
-)
-def test_inputs_left_to_numpy(kv, page_begin, kw):
-    planner, buf, _ = _planner()
+@pytest.mark.parametrize("kv,kw", OUT_OF_RANGE)
+def test_inputs_beyond_the_limits_raise(kv, kw):
+    p, buf, _ = h.planner(4, 64, 8)
     args = {"q_len": 1, "num_qo_heads": 32, "num_kv_heads": 8, "row_blocks": 1, "num_ctas": 8,
-            "kv_tile": 64, "max_part_rows": 1 << 20}  # fmt: skip
+            "kv_tile": 64, "max_part_rows": 1 << 20, "page_size": 16, "max_items": None}  # fmt: skip
+    extra = {k: kw.pop(k) for k in ("alpha", "min_chunk") if k in kw}
     args.update(kw)
-    extra = {k: args.pop(k) for k in ("alpha", "min_chunk") if k in args}
-    out = planner.plan(kv, *args.values(), page_begin, **extra)
-    assert out is None
+    p.configure(*args.values(), **extra)
+    with pytest.raises(ValueError, match="beyond the planner's limits") as info:
+        h.plan_only(p, kv, np.zeros(kv.shape[0], np.int64))
+    assert str(info.value) == decode_plan.OUT_OF_RANGE_MESSAGE
     assert (buf == SENTINEL).all()
 
 
-def test_too_small_buffer_left_to_numpy():
+def test_too_small_buffer_and_overlapping_regions_raise():
     kv = np.array([10, 3000], dtype=np.int64)
-    lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
-    small = _buffer(lay.items + 8)  # too short for the items: numpy's ValueError
-    planner = decode_plan.NativePlanner.create(small, lay)
-    assert planner.plan(kv, 1, 32, 8, 1, 8, 64, 1 << 24, np.zeros(2, np.int64)) is None
-    assert (small == SENTINEL).all()
-    plan = s.schedule(kv, 1, 32, 8, 1, 8, 64, 1 << 24)
-    with pytest.raises(ValueError):
-        s.write_work_region(small, lay, plan, 1, np.zeros(2, np.int64), kv)
-
-
-def test_overlapping_regions_left_to_numpy():
-    kv = np.array([10, 3000, 5], dtype=np.int64)
-    lay = s.make_layout(1 << 20, max_batch=3, max_items=64, max_ctas=8, max_pages=100)
-    lay = dataclasses.replace(lay, req_kv_len=lay.req_page_begin + 4)  # overlaps page begins
-    buf = _buffer(lay.work_bytes(64))
-    planner = decode_plan.NativePlanner.create(buf, lay)
-    assert planner.plan(kv, 1, 32, 8, 1, 8, 64, 1 << 24, np.zeros(3, np.int64)) is None
-    assert (buf == SENTINEL).all()
+    lay = make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
+    small = np.full(lay.items + 8, SENTINEL, np.uint8)  # too short for the items
+    overlapping = dataclasses.replace(lay, req_kv_len=lay.req_page_begin + 4)
+    for buf, layout in (
+        (small, lay),
+        (np.full(lay.work_bytes(64), SENTINEL, np.uint8), overlapping),
+    ):
+        p = decode_plan.DecodePlanner(buf, layout)
+        p.configure(1, 32, 8, 1, 8, 64, 1 << 24, 16, None)
+        with pytest.raises(ValueError, match="beyond the planner's limits"):
+            h.plan_only(p, kv, np.zeros(2, np.int64))
+        assert (buf == SENTINEL).all()
 
 
 def test_buffer_must_be_flat_uint8():
-    lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
-    lib = decode_plan._library()
+    lay = make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
     for bad in (
         np.zeros(100, np.int32),
         np.zeros((10, 10), np.uint8),
         np.zeros(200, np.uint8)[::2],
     ):
-        with pytest.raises(ValueError):
-            decode_plan.NativePlanner(lib, bad, lay)
+        with pytest.raises(ValueError, match="writeable contiguous 1-D uint8"):
+            decode_plan.DecodePlanner(bad, lay)
 
 
-def test_disabled_by_environment(monkeypatch):
-    monkeypatch.setenv("ATTNC_NATIVE_PLAN", "0")
-    planner, _, _ = _planner()
-    assert planner is None
-    assert not decode_plan.available()
+def test_build_failure_is_reported(monkeypatch):
+    """No silent fallback: the build error (nvcc command and output) reaches the caller, on
+    every call, without a second build attempt."""
+    calls = []
 
-
-def test_build_failure_is_silent(monkeypatch, capsys):
     def fail(*args, **kwargs):
-        raise jit.BuildError("attnc: nvcc failed (test)")
+        calls.append(1)
+        raise jit.BuildError("attnc: nvcc failed\n  command: nvcc -o decode_plan.so\nlog: boom")
 
     monkeypatch.setattr(jit, "build_module", fail)
-    monkeypatch.setattr(decode_plan, "_TRIED", False)
     monkeypatch.setattr(decode_plan, "_LIB", None)
-    monkeypatch.delenv("ATTNC_VERBOSE", raising=False)
-    assert decode_plan._library() is None
-    assert capsys.readouterr().err == ""
-    monkeypatch.setattr(decode_plan, "_TRIED", False)
-    monkeypatch.setenv("ATTNC_VERBOSE", "1")
-    planner, _, _ = _planner()
-    assert planner is None
-    assert "native decode planner unavailable" in capsys.readouterr().err
+    monkeypatch.setattr(decode_plan, "_FAILURE", None)
+    lay = make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
+    for _ in range(2):
+        with pytest.raises(decode_plan.PlannerUnavailable) as info:
+            decode_plan.DecodePlanner(np.zeros(lay.work_bytes(64), np.uint8), lay)
+        text = str(info.value)
+        assert "decode_plan.cpp" in text and "command: nvcc -o decode_plan.so" in text
+        assert "BuildError" in text and "boom" in text
+    assert calls == [1]
 
 
 def test_timing_print(capsys):
-    decode_plan._bench(100)
-    out = capsys.readouterr().out
-    print(out)
-    assert "native" in out
+    rows = h.bench(50)
+    assert len(rows) == 8 and all(us > 0 for _, us in rows)
 
 
-def _fake_cuda(fake):
-    out = np.zeros(4, np.int64)
-    decode_plan._library().attnc_decode_fake_cuda(fake, out.ctypes.data)
+def _broken_table(rng, trial):
+    """A random page table, broken in one of several ways for most trials."""
+    batch = int(rng.integers(0, 40))
+    lens = rng.integers(0, 3000, batch)
+    indptr = np.concatenate([[0], np.cumsum(-(-lens // 16))]).astype(np.int32)
+    last = np.where(lens > 0, (lens - 1) % 16 + 1, rng.integers(-2, 20, batch)).astype(np.int32)
+    ids = rng.permutation(int(indptr[-1]) + 3).astype(np.int32)
+    k = trial % 8
+    if k == 1 and batch:
+        indptr[int(rng.integers(0, batch + 1))] += int(rng.integers(-5, 5))
+    elif k == 2 and batch:
+        last[int(rng.integers(0, batch))] = int(rng.integers(-3, 20))
+    elif k == 3:
+        last = last[: max(batch - 1, 0)]
+    elif k == 4 and ids.shape[0]:
+        ids[int(rng.integers(0, ids.shape[0]))] = -int(rng.integers(1, 9))
+    elif k == 5:
+        ids = ids[: max(int(indptr[-1]) - 1, 0)]
+    elif k == 6:
+        indptr = indptr[:0]
+    return indptr, last, ids
 
 
-def test_step_checks_match_check_page_table():
-    """The step's page-table checks against decode.check_page_table (random valid and broken
-    tables); a passing step writes what the numpy path writes and copies the page ids (the
-    CUDA calls replaced by host memcpys, the "device" ids and workspace in host memory)."""
-    import torch
-
-    from attnc.runtime.wrappers import decode
-
+def test_step_checks_and_copies_match_the_oracle():
+    """The step's page-table checks against the oracle's (random valid and broken tables,
+    errors worded by checks/page_table.py); a passing step writes what the oracle writes and
+    copies the page ids (the CUDA calls replaced by host memcpys, the "device" ids and
+    workspace in host memory)."""
     rng = np.random.default_rng(99)
-    lay = s.make_layout(1 << 24, max_batch=32, max_items=4096, max_ctas=64, max_pages=2000)
+    lay = make_layout(1 << 24, max_batch=32, max_items=4096, max_ctas=64, max_pages=2000)
     ws = np.full(1 << 24, SENTINEL, np.uint8)
-    buf = _buffer(lay.work_bytes(4096))
-    planner = decode_plan.NativePlanner.create(buf, lay)
-    planner.bind(ws.ctypes.data, ws.ctypes.data + lay.page_ids, 0)
+    buf = np.full(lay.work_bytes(4096), SENTINEL, np.uint8)
+    p = decode_plan.DecodePlanner(buf, lay)
+    p.bind(ws.ctypes.data, ws.ctypes.data + lay.page_ids, 0)
     stage = np.zeros(1 << 16, np.uint8)
-    planner.set_stage(stage, stage.ctypes.data, stage.shape[0])
+    p.set_stage(stage, stage.ctypes.data, stage.shape[0])
     args = (1, 32, 8, 1, 64, 64, lay.max_part_rows(128))
-    assert planner.configure(*args, 16, lay.max_items)
-    _fake_cuda(1)
-    kinds = set()
+    p.configure(*args, 16, lay.max_items)
+    decode_plan.fake_cuda(1)
+    failed = set()
     try:
         for trial in range(2000):
-            batch = int(rng.integers(0, 40))
-            lens = rng.integers(0, 3000, batch)
-            pages = -(-lens // 16)
-            indptr = np.concatenate([[0], np.cumsum(pages)]).astype(np.int32)
-            last = np.where(lens > 0, (lens - 1) % 16 + 1, rng.integers(-2, 20, batch))
-            last = last.astype(np.int32)
-            ids = rng.permutation(int(indptr[-1]) + 3).astype(np.int32)
-            k = trial % 8
-            if k == 1 and batch:
-                indptr[int(rng.integers(0, batch + 1))] += int(rng.integers(-5, 5))
-            elif k == 2 and batch:
-                last[int(rng.integers(0, batch))] = int(rng.integers(-3, 20))
-            elif k == 3:
-                last = last[: max(batch - 1, 0)]
-            elif k == 4 and ids.shape[0]:
-                ids[int(rng.integers(0, ids.shape[0]))] = -int(rng.integers(1, 9))
-            elif k == 5:
-                ids = ids[: max(int(indptr[-1]) - 1, 0)]
-            elif k == 6:
-                indptr = indptr[:0]
+            indptr, last, ids = _broken_table(rng, trial)
             on_device = trial % 3 == 0
             try:
-                ptr, kv = decode.check_page_table(
-                    torch.from_numpy(indptr), torch.from_numpy(last), 16
-                )
-                nnz = int(ptr[-1])
-                if ptr.shape[0] - 1 > lay.max_batch:
-                    raise decode._batch_capacity(ptr.shape[0] - 1, lay.max_batch)
-                if nnz > lay.max_pages:
-                    raise decode._page_capacity(nnz, lay.max_pages)
-                if ids.shape[0] < nnz:
-                    raise decode._indices_short(ids.shape[0], nnz)
-                if nnz and not on_device and ids[:nnz].min() < 0:
-                    raise decode._index_negative(int(ids[:nnz].min()))
+                kv, max_page = s.check_page_table(indptr, last, 16, lay, ids, on_device)
                 want = None
             except ValueError as exc:
                 want = (type(exc), str(exc))
             ws[: lay.page_ids + 4 * 4000] = SENTINEL
             buf[:] = SENTINEL
-            rc = planner.step(
-                indptr.ctypes.data, indptr.shape[0], last.ctypes.data, last.shape[0],
-                ids.ctypes.data, ids.shape[0], on_device, 0,
-            )  # fmt: skip
-            r = planner.result
+            tables = [(a.ctypes.data, a.shape[0]) for a in (indptr, last, ids)]
+            try:
+                p.step(*tables, on_device, 0)
+                got = None
+            except ValueError as exc:
+                got = (type(exc), str(exc))
+                failed.add(p.result.error)
+            assert got == want, trial
             if want is not None:
-                assert rc == decode_plan.INVALID, (trial, want)
-                err = decode._page_table_error(r, 16, lay)
-                assert (type(err), str(err)) == want, trial
-                kinds.add(r.error)
                 assert (ws[: lay.page_ids + 4 * 4000] == SENTINEL).all()  # nothing copied
                 continue
-            assert rc == decode_plan.OK, trial
-            assert r.batch == kv.shape[0] and r.nnz == nnz
-            assert np.array_equal(planner.kv_lens(r.batch), kv)
-            assert np.array_equal(planner.page_begin(r.batch), ptr[:-1])
-            hi = int(ids[:nnz].max()) if nnz and not on_device else -1
-            assert r.max_page == hi
+            r, nnz = p.result, int(indptr[-1])
+            assert r.batch == kv.shape[0] and r.nnz == nnz and r.max_page == max_page
+            assert np.array_equal(p.check(*tables, on_device), kv)
             ref = s.schedule(kv, *args, max_items=lay.max_items)
-            expect = _buffer(buf.shape[0])
-            n = s.write_work_region(expect, lay, ref, 1, ptr[:-1], kv)
+            expect = np.full_like(buf, SENTINEL)
+            n = s.write_work_region(expect, lay, ref, 1, indptr[:-1], kv)
             assert r.summary.work_bytes == n and buf[:n].tobytes() == expect[:n].tobytes()
             assert ws[:n].tobytes() == expect[:n].tobytes()
-            got = ws[lay.page_ids : lay.page_ids + 4 * nnz].view(np.int32)
-            assert np.array_equal(got, ids[:nnz])
+            got_ids = ws[lay.page_ids : lay.page_ids + 4 * nnz].view(np.int32)
+            assert np.array_equal(got_ids, ids[:nnz])
             assert (ws[lay.page_ids + 4 * nnz : lay.page_ids + 4 * nnz + 16] == SENTINEL).all()
     finally:
-        _fake_cuda(0)
-    assert kinds >= set(range(1, 10)) - {decode_plan.ERR_BATCH_CAPACITY}, kinds
+        decode_plan.fake_cuda(0)
+    assert failed >= set(range(1, 10)) - {abi.PT_BATCH_CAPACITY}, failed

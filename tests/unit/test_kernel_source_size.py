@@ -12,8 +12,6 @@ KERNELS = Path(__file__).resolve().parents[2] / "attnc" / "kernels"
 SUFFIXES = {".cuh", ".h", ".cu", ".cpp"}
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 120
-# Host C++ that leaves kernels/ for its own folder (issue 10); checked once it has moved.
-MOVING_OUT = {"decode_plan.h"}
 
 CONTROL = re.compile(r"^\s*(?:}\s*)?(?:if|for|while|switch|catch|else|do)\b")
 SCOPE = re.compile(r"\b(?:namespace|struct|class|union|enum)\b[^()]*$")
@@ -86,8 +84,6 @@ def test_function_length_scanner_finds_functions():
 
 @pytest.mark.parametrize("path", sources(), ids=lambda p: str(p.relative_to(KERNELS)))
 def test_kernel_source_size(path: Path):
-    if path.name in MOVING_OUT:
-        pytest.skip(f"{path.name} is host code leaving kernels/")
     text = path.read_text()
     lines = text.count("\n") + 1
     assert lines <= MAX_FILE_LINES, f"{path.name}: {lines} lines"

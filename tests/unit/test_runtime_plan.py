@@ -5,7 +5,7 @@ import torch
 
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import paged_kv, ragged_kv
-from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning import prefill_plan, workspace
 
 
 def i32(*values):
@@ -19,10 +19,10 @@ def test_kv_lengths_paged():
 
 
 def test_workspace_layout_and_pack():
-    layout = prefill_plan.workspace_layout({"a": 3, "b": 65, "c": 0, "d": 1})
+    layout = workspace.place_int32({"a": 3, "b": 65, "c": 0, "d": 1})
     assert layout.offsets == {"a": 0, "b": 256, "c": 768, "d": 768}
     assert layout.total_bytes == 1024
-    buf = prefill_plan.pack_int32(layout, {"a": torch.tensor([1, 2, 3]), "d": torch.tensor([-7])})
+    buf = workspace.pack_int32(layout, {"a": torch.tensor([1, 2, 3]), "d": torch.tensor([-7])})
     assert buf[0:12].view(torch.int32).tolist() == [1, 2, 3]
     assert buf[768:772].view(torch.int32).tolist() == [-7]
 

@@ -136,17 +136,23 @@ def check_same_kind(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor
         raise ValueError(f"{name}: on {t.device}, but {ref_name} is on {ref.device}")
 
 
-def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.Tensor:
-    """A 1-D int32 index tensor; returns a CPU int64 copy for host-side checks."""
+def host_int32(name: str, t: object) -> torch.Tensor:
+    """A 1-D int32 index tensor, as a contiguous CPU int32 tensor (its values unchecked)."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.int32:
         raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
-    if length is not None and t.numel() != length:
-        raise page_table.wrong_count(name, length, t.numel())
-    return t.detach().to("cpu", torch.int64)
+    return t.detach().to("cpu").contiguous()
+
+
+def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.Tensor:
+    """A 1-D int32 index tensor; returns a CPU int64 copy for host-side checks."""
+    host = host_int32(name, t)
+    if length is not None and host.numel() != length:
+        raise page_table.wrong_count(name, length, host.numel())
+    return host.to(torch.int64)
 
 
 def check_indptr(name: str, t: object) -> torch.Tensor:

@@ -55,6 +55,20 @@ def tile_kv_ranges(
     return ranges
 
 
+def decode_spans(
+    ranges: TileRanges, kv_lens: np.ndarray, q_len: int, kv_tile: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, length) int64 [batch] of the KV each decode request's chunks cover: the KV
+    range its ``q_len`` queries may see (``ranges``), clipped to the request, its start rounded
+    down to a KV tile. What the decode planner is given as ``kv_offset`` / ``plan_lens``."""
+    kv = np.asarray(kv_lens, dtype=np.int64)
+    every = np.arange(kv.shape[0], dtype=np.int64)
+    q_all = np.full(kv.shape[0], q_len, dtype=np.int64)
+    begin, end = ranges(every, np.zeros_like(every), q_all, q_all, kv)
+    offset = np.clip(np.asarray(begin, dtype=np.int64), 0, kv) // kv_tile * kv_tile
+    return offset, np.maximum(np.clip(np.asarray(end, dtype=np.int64), 0, kv) - offset, 0)
+
+
 _PLANNED_MASKS = 16  # plan-time param values remembered per variant
 
 

@@ -14,8 +14,7 @@ from attnc.runtime.planning.prefill_schedule import (
     TileRanges,
     schedule_prefill,
 )
-
-WORKSPACE_ALIGN = 256
+from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, pack_int32, place_int32
 
 
 def kv_lengths_paged(
@@ -30,35 +29,6 @@ def kv_lengths_paged(
 def lengths(indptr: torch.Tensor) -> torch.Tensor:
     """Per-request sizes of a token indptr."""
     return indptr[1:] - indptr[:-1]
-
-
-@dataclass(frozen=True)
-class WorkspaceLayout:
-    """Byte offsets of the int32 arrays ``plan()`` copies into the workspace."""
-
-    offsets: dict[str, int]
-    counts: dict[str, int]
-    total_bytes: int
-
-
-def workspace_layout(counts: dict[str, int]) -> WorkspaceLayout:
-    """Place int32 arrays of the given element ``counts`` one after another, 256-byte aligned."""
-    offsets: dict[str, int] = {}
-    cursor = 0
-    for name, count in counts.items():
-        offsets[name] = cursor
-        cursor += -(-count * 4 // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
-    return WorkspaceLayout(offsets=offsets, counts=dict(counts), total_bytes=cursor)
-
-
-def pack_int32(layout: WorkspaceLayout, arrays: dict[str, torch.Tensor]) -> torch.Tensor:
-    """One CPU uint8 buffer of ``layout.total_bytes`` holding ``arrays`` at their offsets."""
-    buf = torch.zeros(layout.total_bytes, dtype=torch.uint8)
-    for name, arr in arrays.items():
-        data = arr.to(torch.int32).contiguous().view(-1).view(torch.uint8)
-        start = layout.offsets[name]
-        buf[start : start + data.numel()] = data
-    return buf
 
 
 PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 per chunk)
@@ -81,7 +51,7 @@ class HostPlan:
     page_size: int
     tile_q_tokens: int
     schedule: PrefillSchedule
-    layout: WorkspaceLayout
+    layout: Int32Regions
     part_o_offset: int
     part_lse_offset: int
 
@@ -165,25 +135,23 @@ def make_host_plan(
         base["kv_last_page_len"] = kv_last_page_len.numel()  # type: ignore[union-attr]
     q_np, kv_np = q_lens.numpy(), kv_lens.numpy()
     tiles = int((-(-q_np // shape.tile_q_tokens)).sum())
-    unsplit = workspace_layout(
+    unsplit = place_int32(
         {**base, "items": tiles * shape.num_kv_heads * ITEM_INTS, "merge_items": 0}
     )
-    free = shape.workspace_bytes - unsplit.total_bytes - 4 * WORKSPACE_ALIGN
+    free = shape.workspace_bytes - unsplit.total_bytes - 4 * ALIGN
     if free < 0:
         raise ValueError(
             f"workspace_buffer: has {shape.workspace_bytes} bytes, the work lists need "
-            f"{unsplit.total_bytes + 4 * WORKSPACE_ALIGN}"
+            f"{unsplit.total_bytes + 4 * ALIGN}"
         )
     max_part_rows = free // (4 * (shape.head_dim + 1) + PART_ROW_RESERVE)
     sched = schedule_prefill(
         q_np, kv_np, shape.tile_q_tokens, shape.num_qo_heads, shape.num_kv_heads,
         shape.num_ctas, shape.kv_align, max_part_rows, tile_ranges,
     )  # fmt: skip
-    layout = workspace_layout(
-        {**base, "items": sched.items.size, "merge_items": sched.merge_items.size}
-    )
+    layout = place_int32({**base, "items": sched.items.size, "merge_items": sched.merge_items.size})
     part_o = layout.total_bytes
-    part_lse = part_o + _aligned(4 * shape.head_dim * sched.part_rows)
+    part_lse = part_o + aligned(4 * shape.head_dim * sched.part_rows)
     return HostPlan(
         qo_indptr=qo_indptr,
         kv_indptr=kv_indptr,
@@ -198,7 +166,3 @@ def make_host_plan(
         part_o_offset=part_o,
         part_lse_offset=part_lse,
     )
-
-
-def _aligned(n: int) -> int:
-    return -(-n // WORKSPACE_ALIGN) * WORKSPACE_ALIGN

@@ -1,9 +1,9 @@
 """The decode API: ``BatchDecodeWrapper`` (plan once per step, run once per layer).
 
-``plan()`` checks the page table on the CPU, schedules the work (``decode_schedule.schedule``),
-writes the work lists into a pinned host buffer, copies them with one copy into the fixed
-work region of the workspace (page ids follow with a second copy), and fills the launch
-argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
+``plan()`` hands the page table to the C++ planner (``planning/decode_plan.py``), which checks
+it, writes the work lists into a pinned host buffer and copies them with one copy into the
+fixed work region of the workspace (page ids follow with a second copy); ``plan()`` then
+fills the launch argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
 and calls the ctypes launcher (the same grid and the same workspace pointers every time),
 so it can be captured in a CUDA graph and replayed after a new ``plan()``. Under
 ``torch.compile`` the launch goes through the ``attnc::decode`` custom op instead
@@ -22,7 +22,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from attnc.runtime import abi
@@ -31,10 +30,10 @@ from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.checks.params import resolve_params
-from attnc.runtime.planning import decode_plan, decode_schedule
-from attnc.runtime.planning.decode_schedule import CapacityError
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
+from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.prefill_schedule import TileRanges
+from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
@@ -59,14 +58,13 @@ _I32 = torch.int32
 
 class _Fast:
     """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
-    arguments (``key``) and the scheduler arguments they give (``args``: q_len, heads,
-    row blocks, CTAs, KV tile, partial rows, max items)."""
+    arguments (``key``) and the query tokens per request they give (``q_len``)."""
 
-    __slots__ = ("key", "args")
+    __slots__ = ("key", "q_len")
 
-    def __init__(self, key: tuple[object, ...], args: tuple[int, ...]) -> None:
+    def __init__(self, key: tuple[object, ...], q_len: int) -> None:
         self.key = key
-        self.args = args
+        self.q_len = q_len
 
 
 def _pinned_empty(nbytes: int) -> torch.Tensor:
@@ -86,96 +84,6 @@ class _Shape:
     sm_scale: float
     rows_per_item: int
     num_ctas: int
-
-
-def check_page_table(
-    kv_indptr: object, kv_last_page_len: object, page_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(kv_indptr, kv_len per request) as int64 arrays, with ValueErrors naming the tensor.
-
-    The numpy checks; ``plan()`` does the same checks in C++ when the native planner is on
-    (``_page_table_error`` formats its errors with the messages below)."""
-    indptr = tensors.host_index_tensor("kv_indptr", kv_indptr).numpy()
-    if indptr.shape[0] == 0:
-        raise _indptr_empty()
-    if indptr[0] != 0:
-        raise _indptr_start(int(indptr[0]))
-    pages = np.diff(indptr)
-    if pages.shape[0] and int(pages.min()) < 0:
-        i = int(np.argmax(pages < 0)) + 1
-        raise _indptr_decreasing(i, int(indptr[i]), int(indptr[i - 1]))
-    last = tensors.host_index_tensor(
-        "kv_last_page_len", kv_last_page_len, indptr.shape[0] - 1
-    ).numpy()
-    bad = (pages > 0) & ((last < 1) | (last > page_size))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise _last_range(i, int(last[i]), page_size)
-    kv_lens = np.where(pages > 0, (pages - 1) * page_size + last, 0)
-    return indptr, kv_lens
-
-
-def _indptr_empty() -> ValueError:
-    return ValueError("kv_indptr: needs at least one entry (batch + 1)")
-
-
-def _indptr_start(first: int) -> ValueError:
-    return ValueError(f"kv_indptr: must start at 0, got {first}")
-
-
-def _indptr_decreasing(i: int, at: int, before: int) -> ValueError:
-    return ValueError(
-        f"kv_indptr: must be non-decreasing, but kv_indptr[{i}]={at} < kv_indptr[{i - 1}]={before}"
-    )
-
-
-def _last_range(i: int, value: int, page_size: int) -> ValueError:
-    return ValueError(
-        f"kv_last_page_len: kv_last_page_len[{i}]={value} is outside [1, page_size={page_size}]"
-    )
-
-
-def _batch_capacity(batch: int, max_batch: int) -> CapacityError:
-    return CapacityError(f"kv_indptr: batch {batch} exceeds max_batch_size={max_batch}")
-
-
-def _page_capacity(nnz: int, max_pages: int) -> CapacityError:
-    return CapacityError(
-        f"kv_indices: {nnz} pages exceed the workspace capacity of "
-        f"{max_pages} page ids (max_num_pages)"
-    )
-
-
-def _indices_short(entries: int, nnz: int) -> ValueError:
-    return ValueError(f"kv_indices: has {entries} entries, but kv_indptr[-1] = {nnz}")
-
-
-def _index_negative(lo: int) -> ValueError:
-    return ValueError(f"kv_indices: page index {lo} is negative")
-
-
-def _page_table_error(r: decode_plan.StepResult, page_size: int, layout: object) -> ValueError:
-    """The ValueError of the numpy checks for a failed check of the native step."""
-    e, i, v = r.error, r.index, r.value
-    if e == decode_plan.ERR_INDPTR_EMPTY:
-        return _indptr_empty()
-    if e == decode_plan.ERR_INDPTR_START:
-        return _indptr_start(v)
-    if e == decode_plan.ERR_INDPTR_DECREASING:
-        return _indptr_decreasing(i, v, r.value2)
-    if e == decode_plan.ERR_LAST_COUNT:  # tensors.host_index_tensor's message
-        return ValueError(f"kv_last_page_len: expected {i} entries, got {v}")
-    if e == decode_plan.ERR_LAST_RANGE:
-        return _last_range(i, v, page_size)
-    if e == decode_plan.ERR_BATCH_CAPACITY:
-        return _batch_capacity(v, layout.max_batch)  # type: ignore[attr-defined]
-    if e == decode_plan.ERR_PAGE_CAPACITY:
-        return _page_capacity(v, layout.max_pages)  # type: ignore[attr-defined]
-    if e == decode_plan.ERR_INDICES_SHORT:
-        return _indices_short(v, r.value2)
-    if e == decode_plan.ERR_INDEX_NEGATIVE:
-        return _index_negative(v)
-    raise AssertionError(f"decode plan: unknown page table error {e}")
 
 
 def _raw_stream(device: torch.device) -> int:
@@ -223,21 +131,15 @@ class BatchDecodeWrapper:
         self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         max_batch = DEFAULT_MAX_BATCH if max_batch_size is None else int(max_batch_size)
         max_items = max_work_items or max(16384, 64 * max_batch)
-        self.layout = decode_schedule.make_layout(
+        self.layout = make_layout(
             self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_num_pages
         )
         work_bytes = self.layout.work_bytes(max_items)
         self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
         self._pinned_np = self._pinned.numpy()
-        # C++ planner writing straight into the pinned buffer (None: numpy scheduler).
-        self._native = decode_plan.NativePlanner.create(self._pinned_np, self.layout)
+        self._native: DecodePlanner | None = None  # the planner, made by the first plan()
         self._device_index = self._device.index if self._device.index is not None else 0
-        if self._native is not None:
-            base = self._ws.data_ptr()
-            self._native.bind(base, base + self.layout.page_ids, self._device_index)
         self._fast: _Fast | None = None  # the shape of the last plan, for the fast path
-        self._page_stage: torch.Tensor | None = None
-        self._copy_done: torch.cuda.Event | None = None
         self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
         self._shape: _Shape | None = None
         self._module: DecodeModule | None = None
@@ -255,7 +157,7 @@ class BatchDecodeWrapper:
         self._applied: CachedCall | None = None  # the cached call whose fields are in _args
         self._q_rows = 0
         self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
-        self.last_schedule: decode_schedule.Schedule | None = None
+        self.last_schedule: StepPlan | None = None
         self.handle = register_wrapper(self)
 
     # ---- plan ------------------------------------------------------------------------
@@ -330,7 +232,7 @@ class BatchDecodeWrapper:
             on_device = kv_indices.is_cuda
             if (on_device and kv_indices.get_device() == self._device_index) or kv_indices.is_cpu:
                 sched = self._native_step(
-                    fast, kv_indptr, kv_indices, kv_last_page_len, on_device, page_size
+                    fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
                 )
                 self._a_flags(sched)
                 self.last_schedule = sched
@@ -367,8 +269,9 @@ class BatchDecodeWrapper:
         dtype: torch.dtype,
         mask_ranges: TileRanges | None = None,
     ) -> None:
-        """``plan()`` with every check in Python first (a new shape, inputs the fast path
-        does not take, or mask ranges from plan-time params)."""
+        """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs
+        the fast path does not take, or mask ranges from plan-time params); the page table's
+        values are checked by the planner."""
         self._fast = None
         tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
         tensors.check_dtype_arg(dtype)
@@ -378,14 +281,10 @@ class BatchDecodeWrapper:
             raise ValueError(
                 f"q_len_per_request: must be an int in [1, {MAX_Q_LEN}], got {q_len!r}"
             )
-        indptr, kv_lens = check_page_table(kv_indptr, kv_last_page_len, page_size)
-        batch = kv_lens.shape[0]
-        if batch > self.layout.max_batch:
-            raise _batch_capacity(batch, self.layout.max_batch)
-        nnz = int(indptr[-1])
-        if nnz > self.layout.max_pages:
-            raise _page_capacity(nnz, self.layout.max_pages)
-        pages_dev = self._check_indices(kv_indices, nnz)
+        indptr = tensors.host_int32("kv_indptr", kv_indptr)
+        last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
+        pages_dev = self._check_indices(kv_indices)
+        ids = kv_indices.detach().contiguous()
         scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
         module, rows, kv_tile, per_sm = self._module_for(
             dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
@@ -400,56 +299,28 @@ class BatchDecodeWrapper:
                 f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, got {shape})"
             )
         row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
-        part_rows, max_items = self.layout.max_part_rows(head_dim), self.layout.max_items
-        args = (q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile, part_rows)
-        native = self._native
-        sched: decode_schedule.Schedule
-        visible = None
+        native = self._planner()
+        native.configure(
+            q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
+            self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
+        )  # fmt: skip
+        spans = None
         if mask_ranges is not None:
-            every = np.arange(batch, dtype=np.int64)
-            q_all = np.full(batch, q_len, dtype=np.int64)
-            visible = mask_ranges(every, np.zeros_like(every), q_all, q_all, kv_lens)
-        if native is not None and native.configure(*args, page_size, max_items):
-            if self._copy_done is not None:  # copies of an earlier numpy plan
-                self._copy_done.synchronize()
-                self._copy_done = None
-            fast = _Fast(
-                (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype),
-                (*args, max_items),
-            )
-            spans = (
-                None
-                if visible is None
-                else decode_schedule.visible_spans(kv_lens, visible, kv_tile)
-            )
-            native.set_visible(spans)  # the batch fits: checked above
-            # The checks above passed: the step's checks (the same) pass too.
-            sched = self._native_step(
-                fast,
-                kv_indptr.detach().to("cpu").contiguous(),
-                kv_indices.detach().contiguous(),
-                kv_last_page_len.detach().to("cpu").contiguous(),
+            kv_lens = native.check(
+                (indptr.data_ptr(), indptr.shape[0]),
+                (last.data_ptr(), last.shape[0]),
+                (ids.data_ptr(), ids.shape[0]),
                 pages_dev,
-                page_size,
-                visible,
             )
-            exact = all(type(v) is int for v in (num_qo_heads, num_kv_heads, head_dim))
-            # Plans with mask ranges recompute them each time (never the fast path).
-            if exact and type(page_size) is int and type(q_len) is int and visible is None:
-                if sm_scale is None or type(sm_scale) is float:
-                    self._fast = fast
-        else:
-            page_begin = indptr[:-1]
-            if native is not None:
-                native.wait()  # the previous copies may still read the pinned buffers
-            if self._copy_done is not None:
-                self._copy_done.synchronize()  # the previous copies may still read them
-            sched = decode_schedule.schedule(
-                kv_lens, q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-                part_rows, max_items=max_items, visible=visible,
-            )  # fmt: skip
-            self._upload(sched, None, q_len, page_begin, kv_lens, kv_indices, pages_dev, nnz)
-            self._batch, self._q_rows = batch, batch * q_len
+            spans = decode_spans(mask_ranges, kv_lens, q_len, kv_tile)
+        native.set_visible(spans)
+        sched = self._native_step(q_len, indptr, ids, last, pages_dev)
+        exact = all(type(v) is int for v in (num_qo_heads, num_kv_heads, head_dim))
+        # Plans with mask ranges recompute them each time (never the fast path).
+        if exact and type(page_size) is int and type(q_len) is int and spans is None:
+            if sm_scale is None or type(sm_scale) is float:
+                key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
+                self._fast = _Fast(key, q_len)
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
@@ -458,19 +329,27 @@ class BatchDecodeWrapper:
         self._fill_static_args(shape, sched)
         self._last_kv = None
 
+    def _planner(self) -> DecodePlanner:
+        """The wrapper's planner, made (and its library built) on first use."""
+        native = self._native
+        if native is None:
+            native = DecodePlanner(self._pinned_np, self.layout)
+            base = self._ws.data_ptr()
+            native.bind(base, base + self.layout.page_ids, self._device_index)
+            self._native = native
+        return native
+
     def _native_step(
         self,
-        fast: _Fast,
+        q_len: int,
         kv_indptr: torch.Tensor,
         kv_indices: torch.Tensor,
         kv_last_page_len: torch.Tensor,
         on_device: bool,
-        page_size: int,
-        visible: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> decode_schedule.Schedule:
-        """Checks, plan and copies in C++ (``decode_plan.NativePlanner.step``); sets the
-        batch and the largest page id; the schedule of the step. ``visible``: the mask
-        ranges the planner was given with ``set_visible`` (None: whole requests)."""
+    ) -> StepPlan:
+        """Checks, plan and copies in C++ (``DecodePlanner.step``) on contiguous int32
+        tables (page ids on the workspace's device or the CPU); sets the batch and the
+        largest page id."""
         native = self._native
         assert native is not None
         if not on_device:
@@ -479,45 +358,26 @@ class BatchDecodeWrapper:
                 native.wait()  # the previous copy out of the old stage
                 stage = _pinned_empty(max(need, 1 << 16) * 2)
                 native.set_stage(stage, stage.data_ptr(), stage.numel())
-        rc = native.step(
-            kv_indptr.data_ptr(), kv_indptr.shape[0], kv_last_page_len.data_ptr(),
-            kv_last_page_len.shape[0], kv_indices.data_ptr(), kv_indices.shape[0], on_device,
+        sched = native.step(
+            (kv_indptr.data_ptr(), kv_indptr.shape[0]),
+            (kv_last_page_len.data_ptr(), kv_last_page_len.shape[0]),
+            (kv_indices.data_ptr(), kv_indices.shape[0]),
+            on_device,
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
             else _raw_stream(self._device),
         )  # fmt: skip
         r = native.result
-        if rc == decode_plan.INVALID:
-            raise _page_table_error(r, page_size, self.layout)
-        self._max_page = r.max_page  # as _check_indices sets it before the plan
-        batch = r.batch
-        args = fast.args
-        if rc == decode_plan.OK:
-            sched: decode_schedule.Schedule = decode_plan.LazySchedule(
-                native.summary(), native.kv_lens(batch), *args, visible=visible
-            )
-        elif rc == decode_plan.UNSUPPORTED:  # numpy plans (the previous copies are done)
-            kv_lens = native.kv_lens(batch)
-            *sched_args, max_items = args
-            sched = decode_schedule.schedule(
-                kv_lens, *sched_args, max_items=max_items, visible=visible
-            )
-            nbytes = decode_schedule.write_work_region(
-                self._pinned_np, self.layout, sched, args[0], native.page_begin(batch), kv_lens
-            )
-            rc = native.upload(nbytes, r.nnz)
-        elif rc == decode_plan.CAPACITY:
-            raise decode_plan._capacity_error(r.summary.num_items, args[-1])
-        if rc == decode_plan.CUDA_ERROR:
-            raise RuntimeError(f"attnc: decode plan: {native.cuda_error(r.cuda_error)}")
-        self._batch = batch
-        self._q_rows = batch * args[0]
+        self._max_page = r.max_page  # -1: none, or ids on the device (not read back)
+        self._batch = r.batch
+        self._q_rows = r.batch * q_len
         return sched
 
-    def _a_flags(self, sched: decode_schedule.Schedule) -> None:
+    def _a_flags(self, sched: StepPlan) -> None:
         self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
 
-    def _check_indices(self, kv_indices: object, nnz: int) -> bool:
-        """Checks ``kv_indices``; True when it lives on the device (copied device to device)."""
+    def _check_indices(self, kv_indices: object) -> bool:
+        """The tensor checks of ``kv_indices`` (its values are the planner's); True when it
+        lives on the device (copied device to device)."""
         if not isinstance(kv_indices, torch.Tensor):
             raise ValueError(
                 f"kv_indices: expected a torch.Tensor, got {type(kv_indices).__name__}"
@@ -527,23 +387,10 @@ class BatchDecodeWrapper:
                 f"kv_indices: expected a 1-D torch.int32 tensor, got {kv_indices.dtype} "
                 f"of shape {list(kv_indices.shape)}"
             )
-        if kv_indices.shape[0] < nnz:
-            raise ValueError(
-                f"kv_indices: has {kv_indices.shape[0]} entries, but kv_indptr[-1] = {nnz}"
-            )
         if kv_indices.device.type == "cuda":
             if kv_indices.device != self._device:
                 raise ValueError(f"kv_indices: on {kv_indices.device}, workspace on {self._device}")
-            self._max_page = -1  # not checked on the host (that would synchronise)
             return True
-        host = kv_indices[:nnz].numpy()
-        if nnz:
-            lo, hi = int(host.min()), int(host.max())
-            if lo < 0:
-                raise ValueError(f"kv_indices: page index {lo} is negative")
-            self._max_page = hi
-        else:
-            self._max_page = -1
         return False
 
     def _module_for(
@@ -559,43 +406,7 @@ class BatchDecodeWrapper:
             self._modules[key] = hit
         return hit
 
-    def _upload(
-        self,
-        sched: decode_schedule.Schedule,
-        written: int | None,
-        q_len: int,
-        page_begin: np.ndarray,
-        kv_lens: np.ndarray,
-        kv_indices: torch.Tensor,
-        pages_dev: bool,
-        nnz: int,
-    ) -> None:
-        """Copy the work region (already in the pinned buffer when ``written`` gives its
-        bytes; else written here from ``sched``) and the page ids to the workspace. The caller
-        has waited for the previous copies out of the pinned buffers."""
-        if written is not None:
-            nbytes = written
-        else:
-            nbytes = decode_schedule.write_work_region(
-                self._pinned_np, self.layout, sched, q_len, page_begin, kv_lens
-            )
-        self._ws[:nbytes].copy_(self._pinned[:nbytes], non_blocking=True)
-        if nnz:
-            dst = self._ws[self.layout.page_ids : self.layout.page_ids + 4 * nnz]
-            if pages_dev:
-                dst.copy_(kv_indices[:nnz].view(torch.uint8), non_blocking=True)
-            else:
-                stage = self._page_stage
-                if stage is None or stage.numel() < 4 * nnz:
-                    stage = _pinned_empty(max(4 * nnz, 1 << 16) * 2)
-                    self._page_stage = stage
-                stage[: 4 * nnz].view(torch.int32).copy_(kv_indices[:nnz])
-                dst.copy_(stage[: 4 * nnz], non_blocking=True)
-        if self._copy_done is None:
-            self._copy_done = torch.cuda.Event()
-        self._copy_done.record(torch.cuda.current_stream(self._device))
-
-    def _fill_static_args(self, shape: _Shape, sched: decode_schedule.Schedule) -> None:
+    def _fill_static_args(self, shape: _Shape, sched: StepPlan) -> None:
         a, lay, base = self._args, self.layout, self._ws.data_ptr()
         a.header = base + lay.header
         a.cta_indptr = base + lay.cta_indptr

@@ -1,19 +1,51 @@
-"""The decode scheduler on the CPU: chunking, balance, determinism, capacity, layouts."""
+"""What the decode planner decides (the C++ planner, through its test outputs): chunking,
+balance, order, determinism, split choice, partial slots and capacity; and the oracle's LPT
+rule on its own."""
 
+import decode_plan_harness as h
+import decode_schedule_oracle as s
 import numpy as np
 import pytest
 
-from attnc.runtime.planning import decode_schedule as s
-from attnc.runtime.wrappers.decode import check_page_table
+from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning.mask_ranges import decode_spans
+from attnc.runtime.planning.workspace import CapacityError
+
+pytestmark = pytest.mark.nvcc
+
+if not h.have_nvcc():
+    pytest.skip("nvcc not found", allow_module_level=True)
 
 CTAS, TILE = 264, 64
 ZIPF = [min(32768, max(256, int(32768 / (i + 1) ** 0.8))) for i in range(64)]
 UNIFORM = [512 + int(15872 * ((i * 0.6180339887) % 1.0)) for i in range(64)]
 
 
-def _plan(lengths, q_len=1, hq=32, hkv=8, row_blocks=1, ctas=CTAS, part_rows=1 << 24, **kw):
+@pytest.fixture(scope="module", autouse=True)
+def _cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    mp.setattr(decode_plan, "_LIB", None)
+    mp.setattr(decode_plan, "_FAILURE", None)
+    yield
+    mp.undo()
+
+
+def _plan(lengths, q_len=1, hq=32, hkv=8, row_blocks=1, ctas=CTAS, part_rows=1 << 24, *,
+          max_items=None, min_chunk=None, visible=None):  # fmt: skip
+    """The C++ planner's schedule (checked against the oracle's on the way)."""
     kv = np.asarray(lengths, dtype=np.int64)
-    return s.schedule(kv, q_len, hq, hkv, row_blocks, ctas, TILE, part_rows, **kw)
+    p, _, _ = h.planner(kv.shape[0], max_items or 1 << 16, ctas)
+    p.configure(q_len, hq, hkv, row_blocks, ctas, TILE, part_rows, 16, max_items,
+                min_chunk=min_chunk)  # fmt: skip
+    spans = None if visible is None else decode_spans(lambda *_: visible, kv, q_len, TILE)
+    p.set_visible(spans)
+    _, sched = h.native_schedule(p, kv, np.zeros(kv.shape[0], np.int64))
+    ref = s.schedule(kv, q_len, hq, hkv, row_blocks, ctas, TILE, part_rows,
+                     max_items=max_items, min_chunk=min_chunk, spans=spans)  # fmt: skip
+    for f in ("items", "cta_indptr", "merge_items", "num_chunks", "cost"):
+        assert getattr(sched, f).tobytes() == getattr(ref, f).tobytes(), f
+    return sched
 
 
 def _coverage(plan, lengths, hkv, row_blocks):
@@ -44,7 +76,7 @@ def test_balance_on_skewed_workloads():
 def test_cost_model_and_order():
     plan = _plan(UNIFORM)
     length = plan.items[:, 4] - plan.items[:, 3]
-    assert np.allclose(plan.cost, s.ALPHA * 1 + s.BETA * length)
+    assert np.allclose(plan.cost, decode_plan.ALPHA * 1 + decode_plan.BETA * length)
     # CTA b runs items [cta_indptr[b], cta_indptr[b+1]), heaviest first.
     assert plan.cta_indptr[0] == 0 and plan.cta_indptr[-1] == plan.num_items
     assert (np.diff(plan.cta_indptr) >= 0).all()
@@ -54,7 +86,7 @@ def test_cost_model_and_order():
         assert (np.diff(run) <= 0).all()
 
 
-def test_lpt_assignment():
+def test_oracle_lpt_assignment():
     # Heaviest first to the least-loaded CTA, lowest index on ties.
     cta = s.assign_lpt(np.array([10.0, 9.0, 5.0, 4.0, 3.0, 1.0]), 3)
     assert cta.tolist() == [0, 1, 2, 2, 1, 2]
@@ -64,11 +96,11 @@ def test_lpt_assignment():
     ("lengths", "split"), [([4096] * 64, False), (ZIPF, True), (UNIFORM, False)]
 )
 def test_split_choice_on_anchor_batches(lengths, split):
-    """The chunk choice the H200 measurements favoured (see the module doc)."""
+    """The chunk choice the H200 measurements favoured (see docs/runtime.md)."""
     plan = _plan(lengths)
     assert (plan.chunk_size > 0) == split
     loads = plan.cta_loads() + s.ITEM_OVERHEAD * np.diff(plan.cta_indptr)
-    ideal = (s.ALPHA + s.ITEM_OVERHEAD) * plan.num_items / CTAS + sum(lengths) * 8 / CTAS
+    ideal = (decode_plan.ALPHA + s.ITEM_OVERHEAD) * plan.num_items / CTAS + sum(lengths) * 8 / CTAS
     assert loads.max() <= 1.15 * ideal
 
 
@@ -120,49 +152,8 @@ def test_partial_capacity_limits_splitting():
 
 
 def test_capacity_error_on_items():
-    with pytest.raises(s.CapacityError, match="needs 2048 work items, the wrapper holds 100"):
+    with pytest.raises(CapacityError, match="needs 2048 work items, the wrapper holds 100"):
         _plan([100] * 256, max_items=100)
-
-
-def test_layout_and_work_region():
-    lay = s.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
-    offsets = [lay.header, lay.cta_indptr, lay.req_page_begin, lay.req_kv_len, lay.merge_items,
-               lay.items, lay.page_ids, lay.partials]  # fmt: skip
-    assert offsets == sorted(offsets) and all(o % s.ALIGN == 0 for o in offsets)
-    assert lay.page_ids - lay.items >= 64 * s.ITEM_INTS * 4
-    assert lay.partials - lay.page_ids >= 400
-    assert lay.part_lse_offset(128) + 4 * lay.max_part_rows(128) <= lay.total_bytes
-    plan = _plan([10, 3000], ctas=8)
-    buf = np.zeros(lay.work_bytes(64), dtype=np.uint8)
-    n = s.write_work_region(buf, lay, plan, 1, np.array([0, 1]), np.array([10, 3000]))
-    assert n == lay.items + plan.num_items * s.ITEM_INTS * 4
-    ints = buf.view(np.int32)
-    header = ints[: s.HEADER_INTS]
-    assert header[:5].tolist() == [plan.num_items, 1, 2, plan.merge_rows, len(plan.merge_items)]
-    assert ints[lay.cta_indptr // 4 : lay.cta_indptr // 4 + 9].tolist() == plan.cta_indptr.tolist()
-    assert ints[lay.req_kv_len // 4 : lay.req_kv_len // 4 + 2].tolist() == [10, 3000]
-    got = ints[lay.items // 4 : n // 4].reshape(-1, s.ITEM_INTS)
-    assert np.array_equal(got, plan.items)
-
-
-def test_layout_too_small():
-    with pytest.raises(s.CapacityError, match="workspace_buffer"):
-        s.make_layout(4096, max_batch=256, max_items=16384, max_ctas=1056, max_pages=None)
-
-
-def test_page_table_checks():
-    import torch
-
-    indptr = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
-    last = torch.tensor([3, 0, 16], dtype=torch.int32)
-    ptr, lens = check_page_table(indptr, last, 16)
-    assert lens.tolist() == [19, 0, 48] and ptr.tolist() == [0, 2, 2, 5]
-    with pytest.raises(ValueError, match=r"kv_last_page_len\[2\]=17"):
-        check_page_table(indptr, torch.tensor([3, 0, 17], dtype=torch.int32), 16)
-    with pytest.raises(ValueError, match=r"kv_indptr: must be non-decreasing"):
-        check_page_table(torch.tensor([0, 3, 2], dtype=torch.int32), last[:2], 16)
-    with pytest.raises(ValueError, match="kv_indptr: dtype must be torch.int32"):
-        check_page_table(indptr.long(), last, 16)
 
 
 def test_visible_ranges_chunk_only_what_the_mask_shows():
@@ -181,3 +172,21 @@ def test_visible_ranges_chunk_only_what_the_mask_shows():
     # begin is rounded down to a tile: [50, 50) becomes [0, 50), which the kernel clips
     short = _plan(np.array([50, 300]), visible=(np.array([50, 0]), np.array([50, 300])))
     assert {(int(b), int(e)) for b, e in short.items[short.items[:, 0] == 0][:, 3:5]} == {(0, 50)}
+
+
+def test_work_region_header_and_arrays_in_the_buffer():
+    """The bytes the kernels read, at the layout's offsets (decode_args.h)."""
+    from attnc.runtime.planning import workspace as w
+
+    kv = np.array([10, 3000], dtype=np.int64)
+    p, buf, lay = h.planner(4, 64, 8, workspace=1 << 20, max_pages=100)
+    p.configure(1, 32, 8, 1, 8, TILE, 1 << 24, 16, None)
+    plan = h.plan_only(p, kv, np.array([0, 1], np.int64))
+    ints = buf[: plan.work_bytes].view(np.int32)
+    header = ints[: w.HEADER_INTS]
+    assert header[:5].tolist() == [plan.num_items, 1, 2, plan.merge_rows, plan.num_split]
+    assert ints[lay.cta_indptr // 4 : lay.cta_indptr // 4 + 9].tolist() == plan.cta_indptr.tolist()
+    assert ints[lay.req_page_begin // 4 : lay.req_page_begin // 4 + 2].tolist() == [0, 1]
+    assert ints[lay.req_kv_len // 4 : lay.req_kv_len // 4 + 2].tolist() == [10, 3000]
+    assert np.array_equal(ints[lay.items // 4 :].reshape(-1, w.ITEM_INTS), plan.items)
+    assert plan.work_bytes == lay.work_bytes(plan.num_items)

@@ -1,0 +1,189 @@
+// Owns: the host side of one BatchDecodeWrapper.plan() after its scalar checks: the
+// page-table checks on the raw int32 host arrays, the wait for the previous copies out of the
+// pinned buffers (a CUDA event), the plan (decode_plan.h), and the two stream-ordered copies
+// (pinned work region -> workspace, page ids -> workspace) followed by the event record. The
+// CUDA calls go through ``Cuda`` so a test switch can replace them by synchronous host
+// memcpys (the "device" memory then is host memory).
+#pragma once
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "decode_plan.h"
+
+namespace attnc {
+namespace decode_plan {
+
+// The CUDA runtime calls of the step; with ``fake`` set (tests without a GPU) copies are
+// synchronous host memcpys and events are counted only.
+struct Cuda {
+  bool fake = false;
+  int64_t copies = 0, records = 0, waits = 0, creates = 0;
+
+  cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, void* stream) {
+    ++copies;
+    if (fake) {
+      memcpy(dst, src, n);
+      return cudaSuccess;
+    }
+    return cudaMemcpyAsync(dst, src, n, kind, static_cast<cudaStream_t>(stream));
+  }
+  cudaError_t record(AttncStepParams& s) {
+    if (s.event == nullptr) {
+      ++creates;
+      if (fake) {
+        s.event = this;  // any non-null handle
+      } else {
+        // On the workspace's device, whatever the current one is (as torch.cuda.Event does).
+        int prev = 0;
+        cudaError_t e = cudaGetDevice(&prev);
+        if (e == cudaSuccess && prev != s.device) e = cudaSetDevice(static_cast<int>(s.device));
+        cudaEvent_t ev = nullptr;
+        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (prev != s.device) cudaSetDevice(prev);
+        if (e != cudaSuccess) return e;
+        s.event = ev;
+      }
+    }
+    ++records;
+    if (fake) return cudaSuccess;
+    return cudaEventRecord(static_cast<cudaEvent_t>(s.event), static_cast<cudaStream_t>(s.stream));
+  }
+  cudaError_t wait(const AttncStepParams& s) {
+    if (s.event == nullptr) return cudaSuccess;
+    ++waits;
+    if (fake) return cudaSuccess;
+    return cudaEventSynchronize(static_cast<cudaEvent_t>(s.event));
+  }
+  cudaError_t release(AttncStepParams& s) {
+    if (s.event == nullptr || fake) {
+      s.event = nullptr;
+      return cudaSuccess;
+    }
+    cudaEvent_t ev = static_cast<cudaEvent_t>(s.event);
+    s.event = nullptr;
+    cudaEventSynchronize(ev);  // the pinned buffers are freed after this
+    return cudaEventDestroy(ev);
+  }
+};
+
+inline Cuda& cuda() {
+  static Cuda c;
+  return c;
+}
+
+inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t value,
+                   int64_t value2) {
+  r->error = error;
+  r->index = index;
+  r->value = value;
+  r->value2 = value2;
+  return ATTNC_PLAN_INVALID;
+}
+
+// The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
+// kv_indptr (entries, start, non-decreasing), kv_last_page_len (count, range), batch and page
+// capacity, kv_indices (entries, non-negative host ids). A failure is ATTNC_PLAN_INVALID
+// with an ATTNC_PT_* code and the offending index and values in ``r`` (Python words them:
+// attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
+// batch, nnz and max_page. Writes nothing else.
+inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
+  const int32_t* ip = s.kv_indptr;
+  const int64_t n = s.indptr_len;
+  if (n <= 0 || ip == nullptr) return invalid(r, ATTNC_PT_INDPTR_EMPTY, 0, 0, 0);
+  if (ip[0] != 0) return invalid(r, ATTNC_PT_INDPTR_START, 0, ip[0], 0);
+  for (int64_t i = 1; i < n; ++i)
+    if (ip[i] < ip[i - 1]) return invalid(r, ATTNC_PT_INDPTR_DECREASING, i, ip[i], ip[i - 1]);
+  const int64_t batch = n - 1;
+  if (s.last_len != batch) return invalid(r, ATTNC_PT_LAST_COUNT, batch, s.last_len, 0);
+  const int32_t* last = s.last_page_len;
+  for (int64_t i = 0; i < batch; ++i)
+    if (ip[i + 1] > ip[i] && (last[i] < 1 || last[i] > s.page_size))
+      return invalid(r, ATTNC_PT_LAST_RANGE, i, last[i], 0);
+  if (batch > s.max_batch) return invalid(r, ATTNC_PT_BATCH_CAPACITY, 0, batch, 0);
+  const int64_t nnz = ip[batch];
+  if (nnz > s.max_pages) return invalid(r, ATTNC_PT_PAGE_CAPACITY, 0, nnz, 0);
+  if (s.indices_len < nnz) return invalid(r, ATTNC_PT_INDICES_SHORT, 0, s.indices_len, nnz);
+  int64_t max_page = -1;
+  if (!s.indices_on_device && nnz > 0) {
+    const int32_t* ids = s.kv_indices;
+    int32_t lo = ids[0], hi = ids[0];
+    for (int64_t i = 1; i < nnz; ++i) {
+      lo = std::min(lo, ids[i]);
+      hi = std::max(hi, ids[i]);
+    }
+    if (lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, lo, 0);
+    max_page = hi;
+  }
+  // (pages - 1) * page_size + last, 0 without pages, in int64 (wrapping).
+  const uint64_t ps = static_cast<uint64_t>(s.page_size);
+  for (int64_t i = 0; i < batch; ++i) {
+    const int64_t pages = int64_t(ip[i + 1]) - ip[i];
+    s.page_begin_out[i] = ip[i];
+    s.kv_out[i] = pages > 0 ? static_cast<int64_t>(static_cast<uint64_t>(pages - 1) * ps +
+                                                   static_cast<uint64_t>(int64_t(last[i])))
+                            : 0;
+  }
+  r->batch = batch;
+  r->nnz = nnz;
+  r->max_page = max_page;
+  return ATTNC_PLAN_OK;
+}
+
+inline int cuda_failed(AttncStepResult* r, cudaError_t e) {
+  r->cuda_error = static_cast<int64_t>(e);
+  return ATTNC_PLAN_CUDA;
+}
+
+// The copies of the work region (``work_bytes`` bytes, already in plan.buf) and of the
+// ``nnz`` page ids (host ids through page_stage), then the event record. The caller has
+// waited for the previous copies.
+inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
+                  AttncStepResult* r) {
+  Cuda& c = cuda();
+  cudaError_t e = cudaSuccess;
+  if (work_bytes > 0)
+    e = c.copy(s.dev_work, s.plan.buf, static_cast<size_t>(work_bytes), cudaMemcpyHostToDevice,
+               s.stream);
+  if (e != cudaSuccess) return cuda_failed(r, e);
+  if (nnz > 0) {
+    const size_t bytes = static_cast<size_t>(nnz) * 4;
+    if (s.indices_on_device) {
+      e = c.copy(s.dev_page_ids, s.kv_indices, bytes, cudaMemcpyDeviceToDevice, s.stream);
+    } else {
+      if (s.page_stage == nullptr || s.page_stage_bytes < static_cast<int64_t>(bytes))
+        return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
+      memcpy(s.page_stage, s.kv_indices, bytes);
+      e = c.copy(s.dev_page_ids, s.page_stage, bytes, cudaMemcpyHostToDevice, s.stream);
+    }
+    if (e != cudaSuccess) return cuda_failed(r, e);
+  }
+  e = c.record(const_cast<AttncStepParams&>(s));
+  return e == cudaSuccess ? ATTNC_PLAN_OK : cuda_failed(r, e);
+}
+
+// BatchDecodeWrapper.plan after its scalar checks. ATTNC_PLAN_OK: planned, copies queued and
+// the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written or
+// waited for. ATTNC_PLAN_CAPACITY (r->summary.num_items) / ATTNC_PLAN_OUT_OF_RANGE: the checks
+// passed (batch, nnz, max_page, kv_out, page_begin_out set) and the previous copies are
+// done, nothing written: the caller raises. ATTNC_PLAN_CUDA: a CUDA call failed
+// (r->cuda_error).
+inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
+  int rc = check_page_table(s, r);
+  if (rc != ATTNC_PLAN_OK) return rc;
+  cudaError_t e = cuda().wait(s);
+  if (e != cudaSuccess) return cuda_failed(r, e);
+  AttncPlanParams p = s.plan;
+  p.batch = r->batch;
+  p.kv_lens = s.kv_out;
+  p.req_page_begin = s.page_begin_out;
+  rc = plan(p, &r->summary, scratch);
+  if (rc != ATTNC_PLAN_OK) return rc;
+  return upload(s, r->summary.work_bytes, r->nnz, r);
+}
+
+}  // namespace decode_plan
+}  // namespace attnc
