@@ -1,7 +1,8 @@
-"""The ``attnc`` command: check, compile, list and test `.attn` variants.
+"""The ``attnc`` command: check, compile, list, test and build `.attn` variants.
 
 Errors in user programs print ``file:line:col: error: message``, the line and a caret, and
-exit with status 1 (never a traceback).
+exit with status 1 (never a traceback). Output cut short by a closed pipe (``attnc list |
+head``) ends quietly with status 0.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from attnc.dsl.errors import AttnError
+from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
 
@@ -22,6 +24,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
     except AttnError as err:
         print(err.render(), file=sys.stderr)
         return 1
@@ -34,12 +39,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _points(text: str) -> int:
+    from attnc.testing.host_test import MAX_POINTS
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if not 1 <= value <= MAX_POINTS:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_POINTS}, got {value}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnc",
         description="Compile attention variants written in the .attn language to CUDA kernels.",
         epilog="FILE may be a path or stdlib:NAME (see `attnc list`).",
     )
+    parser.add_argument("--version", action="version", version=f"attnc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = sub.add_parser("check", help="report errors and warnings (exit 1 on any error)")
@@ -71,7 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     test.add_argument("file", metavar="FILE")
     test.add_argument("--variant", help="test only this variant")
-    test.add_argument("--points", type=int, default=2000, help="random points per variant")
+    test.add_argument(
+        "--points", type=_points, default=2000, help="random points per variant (at most 10^6)"
+    )
     test.add_argument("--seed", type=int, default=0)
     test.add_argument("--no-gpu", action="store_true", help="skip the kernel test even with a GPU")
     test.add_argument(
@@ -82,7 +111,29 @@ def _build_parser() -> argparse.ArgumentParser:
         help="fix a scalar param (random values are drawn otherwise)",
     )
     test.set_defaults(func=_cmd_test)
+    _add_build_parser(sub)
     return parser
+
+
+def _add_build_parser(sub) -> None:
+    build = sub.add_parser(
+        "build",
+        help="build the kernel modules a deployment needs into the cache (no GPU needed)",
+        description="Build the prefill and decode modules of every variant in FILE for one "
+        "arch, so a serving host sharing the cache (same attnc install) starts without nvcc. "
+        "--arch 90a also builds the Hopper prefill module when this install has it.",
+    )
+    build.add_argument("file", metavar="FILE")
+    build.add_argument("--variant", help="build only this variant")
+    build.add_argument("--arch", required=True, help="target arch: 80, 86, 89, 90a, ...")
+    build.add_argument("--dtype", default="bf16", help="bf16, fp16 or both: bf16,fp16")
+    build.add_argument("--head-dim", default="128", help="64, 128, 256, or a list: 64,128")
+    build.add_argument("--kind", choices=("prefill", "decode", "all"), default="all")
+    build.add_argument(
+        "-o", "--output-dir", metavar="DIR", help="cache directory to fill (default: the cache)"
+    )
+    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel nvcc processes")
+    build.set_defaults(func=_cmd_build)
 
 
 def _load(spec: str):
@@ -172,22 +223,51 @@ def _describe_param(p) -> str:
 
 
 def _cmd_test(args: argparse.Namespace) -> int:
+    from attnc.testing.cli_params import fixed_params
     from attnc.testing.host_test import run_host_test
 
     compiled, warnings = _load(args.file)
     _print_warnings(warnings)
-    fixed = dict(_parse_param(p) for p in args.param)
+    chosen = _select(compiled, args.variant)
+    fixed = fixed_params([c.variant for c in chosen], args.param)
     failures = 0
-    for c in _select(compiled, args.variant):
-        report = run_host_test(c, points=args.points, seed=args.seed, fixed_params=fixed)
+    for c in chosen:
+        values = fixed[c.variant.name]
+        report = run_host_test(c, points=args.points, seed=args.seed, fixed_params=values)
         print(report.summary())
         failures += not report.ok
         if not args.no_gpu:
-            failures += _gpu_test(c, args.seed, fixed)
+            failures += _gpu_test(c, args.seed, values)
     return 1 if failures else 0
 
 
-def _gpu_test(compiled, seed: int, fixed: dict[str, str]) -> int:
+def _cmd_build(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from attnc.compiler.pipeline import resolve_source
+    from attnc.runtime.build import aot, cache
+    from attnc.runtime.build.variant_cache import compile_cached
+
+    if args.output_dir:  # both caches (modules, compiled variants) go there
+        os.environ["ATTNC_CACHE_DIR"] = str(Path(args.output_dir).resolve())
+    dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
+    compiled, warnings = compile_cached(*resolve_source(args.file))
+    _print_warnings(warnings)
+    chosen = _select(compiled, args.variant)
+
+    def progress(line: str) -> None:
+        print(f"attnc build: {line}", file=sys.stderr, flush=True)
+
+    built = aot.build_deployment(
+        chosen, args.arch, dtypes, head_dims, args.kind, jobs=args.jobs, progress=progress
+    )
+    for module, path in built:
+        print(f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {path}")
+    progress(f"done: {len(built)} module(s) in {cache.cache_dir()}")
+    return 0
+
+
+def _gpu_test(compiled, seed: int, fixed: dict[str, object]) -> int:
     try:
         import torch
     except ImportError:
@@ -200,13 +280,6 @@ def _gpu_test(compiled, seed: int, fixed: dict[str, str]) -> int:
     report = run_kernel_test(compiled, seed=seed, fixed_params=fixed)
     print(report.summary())
     return 0 if report.ok else 1
-
-
-def _parse_param(text: str) -> tuple[str, str]:
-    if "=" not in text:
-        raise ValueError(f"--param expects NAME=VALUE, got '{text}'")
-    name, value = text.split("=", 1)
-    return name.strip(), value.strip()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import random
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +20,11 @@ from attnc.codegen.templates import render_template
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
 from attnc.compiler.pipeline import Compiled
+from attnc.runtime.build import toolchain
 
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernels", "include")
 TOLERANCE = 1e-5
+MAX_POINTS = 1_000_000  # the harness input and the reference's tensors stay under ~1 GB
 CLASSES = {0: "empty", 1: "full", 2: "partial"}
 
 
@@ -61,8 +64,12 @@ class HostTestReport:
 
 
 def compiler_command(source: str, binary: str) -> list[str]:
-    """nvcc (host code of the __host__ __device__ functor) when present, else g++."""
-    nvcc = shutil.which("nvcc") or _cuda_home_nvcc()
+    """nvcc (host code of the __host__ __device__ functor; ``$ATTNC_NVCC`` first, as for the
+    kernels) when present, else g++."""
+    try:
+        nvcc: str | None = toolchain.find_nvcc()
+    except toolchain.ToolNotFound:
+        nvcc = None
     if nvcc:
         return [
             nvcc,
@@ -95,12 +102,6 @@ def compiler_command(source: str, binary: str) -> list[str]:
         "-o",
         binary,
     ]
-
-
-def _cuda_home_nvcc() -> str | None:
-    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    path = os.path.join(home, "bin", "nvcc")
-    return path if os.path.exists(path) else None
 
 
 def build_harness(c: Compiled, workdir: str) -> str:
@@ -138,7 +139,9 @@ class _Case:
     tiles: list[tuple[int, int, int, int]]
 
 
-def _draw_case(v: ir.VariantIR, rng: random.Random, points: int, fixed: dict[str, str]) -> _Case:
+def _draw_case(
+    v: ir.VariantIR, rng: random.Random, points: int, fixed: Mapping[str, object]
+) -> _Case:
     q_len = rng.choice([1, 2, 17, rng.randint(1, 300)])
     kv_len = rng.choice([q_len, q_len + rng.randint(0, 300), max(1, q_len - rng.randint(0, q_len))])
     h_kv = rng.choice([1, 2, 4])
@@ -176,10 +179,7 @@ def _draw_param(p: ir.ParamDecl, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim
             return torch.rand(shape, dtype=torch.float64) * 2 - 1
         return torch.randint(0, 16, shape, dtype=torch.int64)
     if p.name in fixed:
-        text = fixed[p.name]
-        if p.dtype == ir.BOOL:
-            return text.lower() in ("1", "true")
-        return float(text) if p.dtype == ir.F32 else int(text)
+        return fixed[p.name]
     if p.default is not None and rng.random() < 0.3:
         return p.default
     if p.dtype == ir.F32:
@@ -218,9 +218,14 @@ def run_host_test(
     points: int = 2000,
     seed: int = 0,
     cases: int = 6,
-    fixed_params: dict[str, str] | None = None,
+    fixed_params: Mapping[str, object] | None = None,
 ) -> HostTestReport:
-    """Compile the harness of ``c`` and compare it with the reference on random inputs."""
+    """Compile the harness of ``c`` and compare it with the reference on random inputs.
+
+    ``fixed_params`` holds checked scalar values (see ``attnc.testing.cli_params``); other
+    params are drawn at random. ``points`` is at most :data:`MAX_POINTS`."""
+    if not 1 <= points <= MAX_POINTS:
+        raise ValueError(f"points must be between 1 and {MAX_POINTS}, got {points}")
     v = c.variant
     rng = random.Random(seed)
     torch.manual_seed(seed)

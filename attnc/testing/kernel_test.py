@@ -8,6 +8,7 @@ unwritten elements fail.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,9 @@ class KernelTestReport:
         return f"{self.name}: kernels {status}: {cells}"
 
 
-def _params(v: ir.VariantIR, h_qo: int, h_kv: int, d: int, fixed: dict[str, str], rng) -> dict:
+def _params(
+    v: ir.VariantIR, h_qo: int, h_kv: int, d: int, fixed: Mapping[str, object], rng
+) -> dict:
     sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": d}
     out: dict[str, Any] = {}
     for p in v.params:
@@ -52,14 +55,7 @@ def _params(v: ir.VariantIR, h_qo: int, h_kv: int, d: int, fixed: dict[str, str]
             else:
                 out[p.name] = torch.randint(0, 8, shape, device="cuda", dtype=torch.int32)
         elif p.name in fixed:
-            text = fixed[p.name]
-            out[p.name] = (
-                text.lower() in ("1", "true")
-                if p.dtype == ir.BOOL
-                else float(text)
-                if p.dtype == ir.F32
-                else int(text)
-            )
+            out[p.name] = fixed[p.name]
         elif p.default is None:
             out[p.name] = (
                 rng.uniform(0.5, 30.0)
@@ -82,7 +78,7 @@ def run_kernel_test(
     c: Compiled,
     *,
     seed: int = 0,
-    fixed_params: dict[str, str] | None = None,
+    fixed_params: Mapping[str, object] | None = None,
     dtype: torch.dtype = torch.bfloat16,
     head_dim: int = 128,
 ) -> KernelTestReport:

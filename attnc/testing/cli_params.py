@@ -1,0 +1,79 @@
+"""Owns: turning ``attnc test --param NAME=VALUE`` text into checked param values.
+
+Each value is parsed by its declared type and then goes through the same checks as the
+Python API (``attnc.runtime.checks.params``): unknown names get a did-you-mean, i32 values
+must fit in 32 bits, and tensor params cannot be set from the command line. Every error is a
+``ValueError`` naming the param.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from attnc.compiler import ir
+from attnc.runtime.checks.params import check_plan_params, describe_decl
+
+F32_MAX = 3.4028234663852886e38
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def split_assignment(text: str) -> tuple[str, str]:
+    """``"NAME=VALUE"`` -> ``("NAME", "VALUE")``, both stripped."""
+    if "=" not in text:
+        raise ValueError(f"--param expects NAME=VALUE, got '{text}'")
+    name, value = text.split("=", 1)
+    name, value = name.strip(), value.strip()
+    if not name:
+        raise ValueError(f"--param expects NAME=VALUE, got '{text}' (no name)")
+    return name, value
+
+
+def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
+    """The value of ``decl`` written as ``text``; a ``ValueError`` naming the param otherwise."""
+    where = f"variant '{variant_name}': --param {decl.name} ({describe_decl(decl)})"
+    if decl.kind == "tensor":
+        raise ValueError(
+            f"{where}: a tensor param cannot be set on the command line "
+            "(the test draws random tensors); set scalar params only"
+        )
+    if decl.dtype == ir.BOOL:
+        if text.lower() in _TRUE + _FALSE:
+            return text.lower() in _TRUE
+        raise ValueError(f"{where}: expected true or false, got '{text}'")
+    if decl.dtype == ir.I32:
+        try:
+            return int(text, 10)
+        except ValueError:
+            raise ValueError(f"{where}: expected an integer, got '{text}'") from None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: expected a number, got '{text}'") from None
+    literal_special = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
+    if (not math.isfinite(value) and not literal_special) or abs(value) > F32_MAX:
+        raise ValueError(f"{where}: '{text}' is out of the f32 range")
+    return value
+
+
+def fixed_params(
+    variants: Sequence[ir.VariantIR], assignments: Sequence[str]
+) -> dict[str, dict[str, object]]:
+    """Per variant name, the checked values of the ``--param`` assignments it declares.
+
+    A name no variant in ``variants`` declares is an error with a did-you-mean (checked
+    against the first variant's params when several are tested)."""
+    pairs = [split_assignment(a) for a in assignments]
+    declared = {p.name for v in variants for p in v.params}
+    result: dict[str, dict[str, object]] = {}
+    for v in variants:
+        raw = {n: t for n, t in pairs if n in declared and _has(v, n)}
+        unknown = {n: t for n, t in pairs if n not in declared}
+        typed = {n: parse_value(v.param(n), t, v.name) for n, t in raw.items()}
+        result[v.name] = check_plan_params(v.params, {**unknown, **typed}, variant_name=v.name)
+    return result
+
+
+def _has(v: ir.VariantIR, name: str) -> bool:
+    return any(p.name == name for p in v.params)

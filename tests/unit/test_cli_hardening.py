@@ -1,0 +1,118 @@
+"""The CLI's edges: --param goes through the API's param checks (did-you-mean, types, ranges,
+no tensors), --points is bounded, a closed pipe ends quietly, --version, ATTNC_NVCC reaches
+the host harness, help(attnc) lists the lazy names, and the README says what CI runs."""
+
+from __future__ import annotations
+
+import pydoc
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import attnc
+from attnc import cli
+from attnc.testing import host_test
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def no_harness(monkeypatch):
+    seen: list[dict[str, object]] = []
+
+    def fake_run(c, *, points, seed, fixed_params):
+        seen.append(dict(fixed_params))
+        return host_test.HostTestReport(c.variant.name)
+
+    monkeypatch.setattr(host_test, "run_host_test", fake_run)
+    return seen
+
+
+def _test(capsys, *args):
+    status = cli.main(["test", *args, "--no-gpu"])
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("spec", "param", "message"),
+    [
+        ("stdlib:softcap", "capp=3", "unknown param 'capp'; did you mean 'cap'?"),
+        ("stdlib:alibi", "slopes=1.0", "--param slopes (tensor<f32>[num_qo_heads]): a tensor"),
+        ("stdlib:softcap", "cap=abc", "--param cap (f32): expected a number, got 'abc'"),
+        ("stdlib:softcap", "cap=1e39", "--param cap (f32): '1e39' is out of the f32 range"),
+        ("stdlib:sliding_window", "window=2147483648", "param 'window' (i32): value 2147483648"),
+        ("stdlib:sliding_window", "window=1.5", "--param window (i32): expected an integer"),
+        ("stdlib:softcap", "=3", "expects NAME=VALUE"),
+        ("stdlib:softcap", "cap", "expects NAME=VALUE"),
+    ],
+)
+def test_bad_params_are_errors_that_name_the_param(capsys, no_harness, spec, param, message):
+    status, err = _test(capsys, spec, "--param", param)
+    assert status == 1
+    assert message in err, err
+    assert not no_harness
+
+
+def test_good_params_reach_the_harness_typed(capsys, no_harness):
+    status, _ = _test(capsys, "stdlib:softcap", "--param", "cap=3")
+    assert status == 0 and no_harness == [{"cap": 3.0}]
+    status, _ = _test(capsys, "stdlib:sliding_window", "--param", "window=-4")
+    assert status == 0 and no_harness[-1] == {"window": -4}
+
+
+@pytest.mark.parametrize("points", ["100000000", "0", "-3", "many"])
+def test_points_is_bounded(capsys, points):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["test", "stdlib:causal", "--points", points])
+    assert exc.value.code == 2
+    assert "--points" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"attnc {attnc.__version__}"
+
+
+def test_closed_pipe_ends_quietly():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from attnc.cli import main; sys.exit(main())", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Broken pipe" not in err and "Traceback" not in err
+
+
+def test_host_harness_uses_attnc_nvcc(monkeypatch, tmp_path):
+    fake = tmp_path / "my-nvcc"
+    monkeypatch.setenv("ATTNC_NVCC", str(fake))
+    assert host_test.compiler_command("/w/harness.cu", "/w/harness")[0] == str(fake)
+
+
+def test_help_lists_the_lazy_public_names():
+    names = ("load", "Variant", "BatchPrefillWrapper", "BatchDecodeWrapper", "merge_state")
+    assert set(names) <= set(dir(attnc)) and set(names) <= set(attnc.__all__)
+    text = pydoc.render_doc(attnc, renderer=pydoc.plaintext)
+    for name in names:
+        assert name in text
+    assert "def load" in text or "load(" in text
+
+
+def test_readme_states_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    commands = [
+        line.strip()
+        for line in ci.splitlines()
+        if line.strip().startswith(("ruff ", "mypy ", "python -m pytest"))
+    ]
+    assert len(commands) >= 4
+    for command in commands:
+        assert command in readme, command
