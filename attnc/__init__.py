@@ -49,7 +49,7 @@ def __getattr__(name: str) -> Any:
 
         return BatchDecodeWrapper
     if name == "CapacityError":
-        from attnc.runtime.planning.decode_schedule import CapacityError
+        from attnc.runtime.planning.workspace import CapacityError
 
         return CapacityError
     if name == "merge_state":
