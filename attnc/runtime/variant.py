@@ -1,7 +1,11 @@
-"""The user-facing handle of one compiled variant: reference, kernels and generated code."""
+"""Owns: the user-facing handle of one compiled variant (reference, kernels, generated code)
+and ``load``, which turns a path, ``stdlib:NAME`` or source text into one."""
 
 from __future__ import annotations
 
+import itertools
+import os
+import weakref
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +29,9 @@ class Variant:
     def __init__(self, compiled: Compiled, warnings: tuple[Diagnostic, ...] = ()) -> None:
         self.compiled = compiled
         self.warnings = warnings
+        # How custom ops (which take no Python objects) name this variant.
+        self.handle = next(_HANDLES)
+        _VARIANTS[self.handle] = self
 
     @property
     def ir(self) -> ir_nodes.VariantIR:
@@ -112,26 +119,50 @@ class Variant:
         *,
         sm_scale: float | None = None,
         return_lse: bool = False,
+        backend: str | None = None,
         **params: Any,
     ):
-        """The CUDA kernel on one request (same shapes and results as ``reference``)."""
-        from attnc.runtime.wrappers.prefill import single_prefill
+        """The CUDA kernel on one request (same shapes and results as ``reference``).
 
-        return single_prefill(
-            self, q, k, v, sm_scale=sm_scale, return_lse=return_lse, params=params
-        )
+        ``backend``: ``"auto"`` (default: the Hopper template on sm_90 where it serves the
+        request, else FA2), ``"fa2"`` or ``"sm90"``. Under ``torch.compile`` it traces to one
+        ``attnc::single_prefill`` custom op (with the process default backend)."""
+        return _single_prefill()(
+            self, q, k, v, sm_scale=sm_scale, return_lse=return_lse, params=params,
+            backend=backend,
+        )  # fmt: skip
 
 
-def load(spec: str, variant: str | None = None) -> Variant:
+_HANDLES = itertools.count(1)
+_VARIANTS: weakref.WeakValueDictionary[int, Variant] = weakref.WeakValueDictionary()
+
+
+def variant_by_handle(handle: int) -> Variant:
+    """The live variant whose ``handle`` this is."""
+    return _VARIANTS[handle]
+
+
+def _single_prefill() -> Any:
+    # The wrappers load on first use (they register custom ops and need the build tools).
+    from attnc.runtime.wrappers.single_prefill import single_prefill
+
+    return single_prefill
+
+
+def load(
+    spec: str | None = None, variant: str | None = None, *, source: str | None = None
+) -> Variant:
     """Compile a `.attn` file path, ``stdlib:NAME`` or source text and return one variant.
 
-    ``variant`` picks one when the file defines several. Errors in the source raise
-    :class:`attnc.AttnError` (``str()`` shows ``file:line:col``, the line and a caret).
+    An existing path is always read as a file, whatever characters its name holds; other
+    text is taken as source only when it contains ``variant`` or a newline (else it is a
+    missing file). ``source=`` passes source text explicitly. ``variant`` picks one when
+    the file defines several. Errors in the source raise :class:`attnc.AttnError`
+    (``str()`` shows ``file:line:col``, the line and a caret).
     """
-    from attnc.compiler.sources import resolve_source
     from attnc.runtime.build.variant_cache import compile_cached
 
-    text, file = resolve_source(spec)
+    text, file = spec_text(spec, source)
     compiled, warnings = compile_cached(text, file)
     if not compiled:
         raise ValueError(f"{file} defines no variant")
@@ -145,3 +176,32 @@ def load(spec: str, variant: str | None = None) -> Variant:
             return Variant(c, warnings)
     names = ", ".join(c.variant.name for c in compiled)
     raise ValueError(f"{file} has no variant '{variant}'; it defines: {names}")
+
+
+def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:
+    """(source text, file name) of ``load``'s arguments (see ``load``)."""
+    from attnc.compiler.sources import STDLIB_DIR, STDLIB_PREFIX, resolve_source
+
+    if source is not None:
+        if spec is not None:
+            raise ValueError("load: pass a path or stdlib:NAME, or source=, not both")
+        if not isinstance(source, str):
+            raise ValueError(f"source: expected a str, got {type(source).__name__}")
+        return source, "<string>"
+    if not isinstance(spec, str):
+        raise ValueError(f"spec: expected a path, stdlib:NAME or source text, got {spec!r}")
+    path = spec
+    if spec.startswith(STDLIB_PREFIX):
+        path = os.path.join(STDLIB_DIR, f"{spec[len(STDLIB_PREFIX) :]}.attn")
+        if not os.path.isfile(path):
+            return resolve_source(spec)  # raises: no such stdlib variant
+    if os.path.isfile(path):
+        if "{" in path or "\n" in path:  # resolve_source would take the name for text
+            with open(path, encoding="utf-8") as f:
+                return f.read(), path
+        return resolve_source(path)
+    if "variant" in spec or "\n" in spec:
+        return spec, "<string>"
+    if "{" in spec:
+        raise FileNotFoundError(f"no such file: {spec!r} (pass source text as source=...)")
+    return resolve_source(spec)

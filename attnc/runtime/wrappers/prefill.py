@@ -1,4 +1,8 @@
-"""The prefill API: ``BatchPrefillWrapper`` (plan once, run per layer) and ``single_prefill``."""
+"""Owns: the batch prefill API, ``BatchPrefillWrapper`` (plan once per step, run per layer).
+
+One-request prefill (``Variant.prefill``) lives in ``single_prefill.py``; the ctypes launch
+and the ``attnc::prefill`` custom op in ``prefill_launch.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,17 @@ from collections.abc import Mapping
 
 import torch
 
-from attnc.runtime.build.modules import PrefillModule, get_prefill_module
+from attnc.runtime import abi
+from attnc.runtime.build.backends import check_backend, choose_prefill_module
+from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
+from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.params import resolve_params
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, mask_bound_params
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, make_host_plan
 from attnc.runtime.wrappers import prefill_launch
+from attnc.runtime.wrappers.params_lists import split_params
 
 
 class BatchPrefillWrapper:
@@ -23,8 +31,15 @@ class BatchPrefillWrapper:
     list and copies it into ``workspace_buffer``); ``run()`` checks the tensors and launches.
     """
 
-    def __init__(self, variant: object, workspace_buffer: torch.Tensor, kv_layout: str = "NHD"):
+    def __init__(
+        self,
+        variant: object,
+        workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        backend: str | None = None,
+    ):
         tensors.check_kv_layout(kv_layout)
+        self.backend = check_backend(backend)
         if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
             raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
         self.variant = variant
@@ -57,15 +72,26 @@ class BatchPrefillWrapper:
         assumes every tile sees the whole KV. ``run()`` must then be given the same values.
         """
         tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
         planned_mask = PlannedMask.from_plan_params(self.variant, params or {})
         tensors.check_dtype_arg(dtype)
         qo_host, kv_host, idx_host, last_host, page = _check_indices(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
-        module = get_prefill_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
         group = num_qo_heads // num_kv_heads
         max_q = max(int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0, 1)
-        tile = module.tile_q_tokens(head_dim, group, max_q)
+        choice = choose_prefill_module(
+            self.variant.ir,  # type: ignore[attr-defined]
+            self.backend,
+            dtype=dtype,
+            head_dim=head_dim,
+            group=group,
+            max_q_len=max_q,
+            kv_layout="ragged" if idx_host is None else "paged",
+            device=self._workspace.device,
+        )
+        module, tile = choice.module, choice.tile_q_tokens
+        self.planned_backend = choice.backend
         shape = PlanShape(
             num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads,
@@ -83,6 +109,15 @@ class BatchPrefillWrapper:
         self._heads = (num_qo_heads, num_kv_heads, head_dim)
         self._dtype = dtype
         self._sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        # Plain ints for run(): it reads no host tensor (torch.compile traces it).
+        self._total_q, self._total_kv = int(host.qo_indptr[-1]), int(host.kv_indptr[-1])
+        self._max_page = host.max_page
+        self._meta = _launch_meta(host, self._heads, self._kv_code(host))
+
+    def _kv_code(self, host: HostPlan) -> int:
+        if not host.paged:
+            return abi.KV_RAGGED
+        return abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
 
     def _copy_to_workspace(self, host: HostPlan) -> None:
         packed = host.packed()
@@ -102,13 +137,12 @@ class BatchPrefillWrapper:
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attention for the planned batch: O ``[total_q, H_qo, D]`` (and LSE ``[total_q, H_qo]``
         float32, natural log, when ``return_lse``)."""
-        host = self._require_plan()
+        self._require_plan()
         hq, hkv, d = self._heads
-        total_q = int(host.qo_indptr[-1])
-        q = tensors.check_data_tensor("q", q, (total_q, hq, d))
+        q = tensors.check_data_tensor("q", q, (self._total_q, hq, d))
         if q.dtype != self._dtype:
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
-        views = self._kv_views(kv)
+        views = self.kv_views(kv)
         tensors.check_same_kind("k", views.k, "q", q)
         if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
@@ -121,48 +155,37 @@ class BatchPrefillWrapper:
             head_dim=d,
             device=q.device,
         )
+        self.check_planned_values(values)
+        if out is not None and not torch.compiler.is_compiling():
+            out = tensors.check_out(out, q)
+        return self.run_checked(q, views, out, return_lse, values)
+
+    def check_planned_values(self, values: Mapping[str, object]) -> None:
+        """The resolved ``values`` agree with the mask params given to ``plan()``."""
         self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
-        o = _check_out(out, q)
-        return self._launch(q, views, o, return_lse, values)
 
     def _require_plan(self) -> HostPlan:
         if self._plan is None:
             raise RuntimeError("BatchPrefillWrapper.run() called before plan()")
         return self._plan
 
-    def _kv_views(self, kv: object) -> KvViews:
+    def kv_views(self, kv: object) -> KvViews:
+        """The checked K/V views of ``run()``'s ``kv`` for the current plan."""
         host = self._require_plan()
         _, hkv, d = self._heads
         if not host.paged:
             views = ragged_kv(kv, hkv, d, "cuda")
-            tensors.check_indptr_total("kv_indptr", host.kv_indptr, "k.shape[0]", views.k.shape[0])
+            if views.k.shape[0] != self._total_kv:
+                raise ValueError(
+                    f"kv_indptr: last value {self._total_kv} does not match "
+                    f"k.shape[0] = {views.k.shape[0]}"
+                )
             return views
         views = paged_kv(kv, self.kv_layout, host.page_size, hkv, d, "cuda")
-        tensors.check_pages_in_range(host.max_page, views.num_pages)
+        tensors.check_pages_in_range(self._max_page, views.num_pages)
         return views
 
-    def _meta(self, views: KvViews) -> list[int]:
-        host, module_heads = self._require_plan(), self._heads
-        off = host.layout.offsets
-        return [
-            host.batch_size,
-            host.num_work,
-            host.num_merge,
-            host.tile_q_tokens,
-            host.page_size,
-            views.layout,
-            *module_heads,
-            off["qo_indptr"],
-            off["kv_indptr"],
-            off.get("kv_indices", -1),
-            off.get("kv_last_page_len", -1),
-            off["items"],
-            off["merge_items"],
-            host.part_o_offset,
-            host.part_lse_offset,
-        ]
-
-    def _launch(
+    def run_checked(
         self,
         q: torch.Tensor,
         views: KvViews,
@@ -170,16 +193,21 @@ class BatchPrefillWrapper:
         return_lse: bool,
         values: Mapping[str, object],
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Launch on checked tensors and resolved param ``values`` (eagerly through ctypes,
+        under ``torch.compile`` through the ``attnc::prefill`` custom op)."""
         module: PrefillModule = self._module
-        meta = self._meta(views)
+        meta = self._meta
         if torch.compiler.is_compiling():
-            ints, floats, tensors = prefill_launch.split_params(module.ir.params, values)  # type: ignore[attr-defined]
+            decls = module.ir.params  # type: ignore[attr-defined]
+            ints, floats, tensor_params = split_params(decls, values)
             o, lse = prefill_launch.prefill_op(
                 module.module_id, q, views.k, views.v, self._workspace, meta,
-                self._sm_scale, ints, floats, tensors, return_lse,
+                self._sm_scale, ints, floats, tensor_params, return_lse,
             )  # fmt: skip
             if out is not None:
-                out.copy_(o)
+                tensors.check_data_tensor("out", out, tuple(q.shape))
+                tensors.check_same_kind("out", out, "q", q)
+                out.copy_(o)  # o is a new tensor: out may even alias q here
                 o = out
             return (o, lse) if return_lse else o
         o = out if out is not None else torch.empty_like(q)
@@ -190,12 +218,26 @@ class BatchPrefillWrapper:
         return (o, lse) if lse is not None else o
 
 
-def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
-    if out is None:
-        return None
-    tensors.check_data_tensor("out", out, tuple(q.shape))
-    tensors.check_same_kind("out", out, "q", q)
-    return out
+def _launch_meta(host: HostPlan, heads: tuple[int, int, int], kv_code: int) -> list[int]:
+    """The ``prefill_launch.META_FIELDS`` of a plan."""
+    off = host.layout.offsets
+    return [
+        host.batch_size,
+        host.num_work,
+        host.num_merge,
+        host.tile_q_tokens,
+        host.page_size,
+        kv_code,
+        *heads,
+        off["qo_indptr"],
+        off["kv_indptr"],
+        off.get("kv_indices", -1),
+        off.get("kv_last_page_len", -1),
+        off["items"],
+        off["merge_items"],
+        host.part_o_offset,
+        host.part_lse_offset,
+    ]
 
 
 def _check_indices(
@@ -205,7 +247,7 @@ def _check_indices(
     kv_last_page_len: torch.Tensor | None,
     page_size: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
-    """Host copies of the index tensors, checked (see ``validate``)."""
+    """Host copies of the index tensors, checked (``checks.tensors``)."""
     qo_host = tensors.check_indptr("qo_indptr", qo_indptr)
     kv_host = tensors.check_indptr("kv_indptr", kv_indptr)
     if kv_host.numel() != qo_host.numel():
@@ -216,23 +258,15 @@ def _check_indices(
         if kv_last_page_len is not None or page_size is not None:
             raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
         return qo_host, kv_host, None, None, 1
-    if page_size is None or page_size < 1:
-        raise ValueError(f"page_size: a paged plan needs page_size >= 1, got {page_size}")
+    if page_size is None:
+        raise ValueError("page_size: a paged plan needs page_size (an int >= 1)")
+    page = tensors.check_int("page_size", page_size)
     if kv_last_page_len is None:
         raise ValueError("kv_last_page_len: required for a paged plan")
     idx_host = tensors.check_kv_indices(kv_indices, int(kv_host[-1]))
-    last_host = tensors.check_last_page_len(kv_last_page_len, kv_host, page_size)
-    return qo_host, kv_host, idx_host, last_host, int(page_size)
-
-
-SINGLE_PARTIAL_BYTES = 8 << 20  # split-KV partial states of one single-request plan
-
-
-def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
-    """A workspace for one request of ``q_len`` tokens: lists for 1-token tiles of up to 16
-    KV heads, plus room for split-KV partial states."""
-    lists = 4 * 256 + 16 * 32 * max(q_len, 1) + 1024
-    return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device)
+    last_host = tensors.check_last_page_len(kv_last_page_len, kv_host, page)
+    check_paged_kv_tokens(kv_host, last_host, page)
+    return qo_host, kv_host, idx_host, last_host, page
 
 
 _CTAS: dict[tuple[str, int, int, int, int], int] = {}
@@ -253,66 +287,3 @@ def _device_ctas(
         sms = torch.cuda.get_device_properties(index).multi_processor_count
         found = _CTAS[key] = max(per_sm, 1) * sms
     return found
-
-
-def single_prefill(
-    variant: object,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    sm_scale: float | None = None,
-    return_lse: bool = False,
-    params: Mapping[str, object] | None = None,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """One request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]`` -> O (and LSE)."""
-    q = tensors.check_data_tensor("q", q, (None, None, None))
-    k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
-    tensors.check_same_kind("k", k, "q", q)
-    params = dict(params or {})
-    wrapper = _planned_single(variant, q, k, sm_scale, _mask_params(variant, params))
-    return wrapper.run(q, (k, v), return_lse=return_lse, **params)  # type: ignore[arg-type]
-
-
-def _mask_params(variant: object, params: Mapping[str, object]) -> dict[str, object]:
-    """The given params the mask's bounds read (plan() sizes the tiles' KV ranges with them)."""
-    names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
-    return {k: v for k, v in params.items() if k in names}
-
-
-_SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
-
-
-def _planned_single(
-    variant: object,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    sm_scale: float | None,
-    mask_params: Mapping[str, object],
-) -> BatchPrefillWrapper:
-    """A wrapper planned for one request of this shape and these mask params, reused while they
-    repeat (a new plan allocates a workspace and copies the work list to the device)."""
-    key = (
-        q.device,
-        q.shape[0],
-        k.shape[0],
-        q.shape[1],
-        k.shape[1],
-        q.shape[2],
-        q.dtype,
-        sm_scale,
-    ) + tuple(sorted((name, repr(value)) for name, value in mask_params.items()))
-    cache: dict = variant.__dict__.setdefault("_single_plans", {})
-    wrapper = cache.pop(key, None)
-    if wrapper is None:
-        indptr = torch.zeros(2, dtype=torch.int32)
-        qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
-        qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
-        wrapper = BatchPrefillWrapper(variant, _workspace_for(q.shape[0], q.device))
-        wrapper.plan(
-            qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
-            dtype=q.dtype, params=mask_params,
-        )  # fmt: skip
-        while len(cache) >= _SINGLE_PLANS:
-            cache.pop(next(iter(cache)))
-    cache[key] = wrapper  # most recently used last
-    return wrapper

@@ -1,8 +1,9 @@
 """Launching a prefill module: eager calls go straight to ctypes; under ``torch.compile`` the
 same launch runs inside one generic custom op, ``attnc::prefill``, keyed by the module id.
 
-``meta`` is the int list a plan hands to every launch (see ``META_FIELDS``); variant params
-travel as three lists (ints, floats, tensors) in declaration order.
+``meta`` is the int list a plan hands to every launch (see ``META_FIELDS``). Param values
+arrive resolved (``checks.params.resolve_params``) and are packed here, once per launch, by
+``abi.fill_params``; through the custom op they travel as ``params_lists`` lists.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
+from attnc.runtime.wrappers.params_lists import join_params
 
 META_FIELDS = (
     "batch_size",
@@ -34,39 +36,6 @@ META_FIELDS = (
     "off_part_o",
     "off_part_lse",
 )
-
-
-def split_params(
-    decls: Sequence[object], values: Mapping[str, object]
-) -> tuple[list[int], list[float], list[torch.Tensor]]:
-    """Resolved param values -> (i32/bool ints, f32 floats, tensors), each in decl order."""
-    ints: list[int] = []
-    floats: list[float] = []
-    tensors: list[torch.Tensor] = []
-    for decl in decls:
-        value = values[decl.name]  # type: ignore[attr-defined]
-        if decl.kind == "tensor":  # type: ignore[attr-defined]
-            tensors.append(value)  # type: ignore[arg-type]
-        elif decl.dtype == "f32":  # type: ignore[attr-defined]
-            floats.append(float(value))  # type: ignore[arg-type]
-        else:
-            ints.append(int(value))  # type: ignore[call-overload]
-    return ints, floats, tensors
-
-
-def _join_params(
-    decls: Sequence[object], ints: list[int], floats: list[float], tensors: list[torch.Tensor]
-) -> dict[str, object]:
-    it_i, it_f, it_t = iter(ints), iter(floats), iter(tensors)
-    values: dict[str, object] = {}
-    for decl in decls:
-        if decl.kind == "tensor":  # type: ignore[attr-defined]
-            values[decl.name] = next(it_t)  # type: ignore[attr-defined]
-        elif decl.dtype == "f32":  # type: ignore[attr-defined]
-            values[decl.name] = next(it_f)  # type: ignore[attr-defined]
-        else:
-            values[decl.name] = next(it_i)  # type: ignore[attr-defined]
-    return values
 
 
 def _kv_strides(k: torch.Tensor, kv_layout: int) -> tuple[int, int, int]:
@@ -176,7 +145,7 @@ def prefill_op(
     """Functional prefill: returns (O, LSE); LSE is empty unless ``return_lse``."""
     module = module_by_id(module_id)
     o, lse = _new_outputs(q, return_lse)
-    values = _join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, values)
     return o, lse
 

@@ -1,0 +1,26 @@
+"""Owns: the checks that a batch fits the kernels' 32-bit indices (KV tokens per request).
+
+The kernels index tokens with int32; a count past ``2**31 - 1`` would wrap silently on the
+device, so it is a ``ValueError`` naming the argument on the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnc.runtime.checks.tensors import I32_MAX
+
+
+def check_paged_kv_tokens(
+    kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int
+) -> None:
+    """Every request's KV, ``(pages - 1) * page_size + last``, fits the kernels' int32 token
+    indices (host int64 copies of checked index tensors)."""
+    pages = kv_indptr[1:] - kv_indptr[:-1]
+    tokens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
+    if tokens.numel() and int(tokens.max()) > I32_MAX:
+        i = int(torch.argmax(tokens))
+        raise ValueError(
+            f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens ({int(pages[i])} pages of "
+            f"page_size={page_size}), more than the kernels' int32 limit {I32_MAX}"
+        )

@@ -1,0 +1,175 @@
+"""Owns: prefill of one request (``Variant.prefill``): its checks, the planned wrappers it
+reuses per shape, and the ``attnc::single_prefill`` custom op ``torch.compile`` sees.
+
+A param's way to the kernel: ``resolve_params`` checks the keyword arguments once, here;
+the resolved values go straight to ``BatchPrefillWrapper.run_checked`` and are packed once
+by ``abi.fill_params`` in ``prefill_launch.launch``. Under ``torch.compile`` the planning
+(host work on concrete lengths) runs inside the custom op, so the traced graph holds one
+op and no host code.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+
+import torch
+
+from attnc.runtime.build.backends import check_backend
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.planning.mask_ranges import mask_bound_params
+from attnc.runtime.variant import variant_by_handle
+from attnc.runtime.wrappers.params_lists import join_params, split_params
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+SINGLE_PARTIAL_BYTES = 8 << 20  # split-KV partial states of one single-request plan
+_SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
+_PLANS: weakref.WeakKeyDictionary[object, dict[tuple[object, ...], BatchPrefillWrapper]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def single_prefill(
+    variant: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+    params: Mapping[str, object] | None = None,
+    backend: str | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """One request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]`` -> O (and LSE).
+
+    ``backend`` picks the prefill template (``"auto"``, ``"fa2"``, ``"sm90"``; see
+    :mod:`attnc.runtime.build.backends`); under ``torch.compile`` the process default is used."""
+    backend = check_backend(backend)
+    q = tensors.check_data_tensor("q", q, (None, None, None))
+    k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
+    tensors.check_same_kind("k", k, "q", q)
+    values = resolve_params(
+        variant.params,  # type: ignore[attr-defined]
+        params or {},
+        variant_name=variant.name,  # type: ignore[attr-defined]
+        num_qo_heads=q.shape[1],
+        num_kv_heads=k.shape[1],
+        head_dim=q.shape[2],
+        device=q.device,
+    )
+    if torch.compiler.is_compiling():
+        ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
+        handle: int = variant.handle  # type: ignore[attr-defined]
+        o, lse = single_prefill_op(
+            handle, q, k, v, sm_scale, ints, floats, tensor_params, return_lse
+        )
+        return (o, lse) if return_lse else o
+    return run_one(variant, q, k, v, sm_scale, return_lse, values, backend)
+
+
+def run_one(
+    variant: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None,
+    return_lse: bool,
+    values: Mapping[str, object],
+    backend: str = "auto",
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Plan (or reuse the plan of this shape) and launch, with resolved param ``values``."""
+    wrapper = _planned(variant, q, k, sm_scale, _mask_values(variant, values), backend)
+    views = wrapper.kv_views((k, v))
+    return wrapper.run_checked(q, views, None, return_lse, values)
+
+
+def _mask_values(variant: object, values: Mapping[str, object]) -> dict[str, object]:
+    """The resolved values the mask's bounds read (plan() sizes the tiles' KV ranges)."""
+    names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+    return {k: v for k, v in values.items() if k in names}
+
+
+def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
+    """A workspace for one request of ``q_len`` tokens: lists for 1-token tiles of up to 16
+    KV heads, plus room for split-KV partial states."""
+    lists = 4 * 256 + 16 * 32 * max(q_len, 1) + 1024
+    return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device)
+
+
+def _planned(
+    variant: object,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    sm_scale: float | None,
+    mask_values: Mapping[str, object],
+    backend: str = "auto",
+) -> BatchPrefillWrapper:
+    """A wrapper planned for one request of this shape and these mask params, reused while they
+    repeat (a new plan allocates a workspace and copies the work list to the device)."""
+    key = (
+        q.device,
+        q.shape[0],
+        k.shape[0],
+        q.shape[1],
+        k.shape[1],
+        q.shape[2],
+        q.dtype,
+        sm_scale,
+        backend,
+    ) + tuple(sorted((name, repr(value)) for name, value in mask_values.items()))
+    cache = _PLANS.get(variant)
+    if cache is None:
+        cache = _PLANS[variant] = {}
+    wrapper = cache.pop(key, None)
+    if wrapper is None:
+        indptr = torch.zeros(2, dtype=torch.int32)
+        qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
+        qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
+        wrapper = BatchPrefillWrapper(
+            variant, _workspace_for(q.shape[0], q.device), backend=backend
+        )
+        wrapper.plan(
+            qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
+            dtype=q.dtype, params=mask_values,
+        )  # fmt: skip
+        while len(cache) >= _SINGLE_PLANS:
+            cache.pop(next(iter(cache)))
+    cache[key] = wrapper  # most recently used last
+    return wrapper
+
+
+@torch.library.custom_op("attnc::single_prefill", mutates_args=())
+def single_prefill_op(
+    variant_handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Functional one-request prefill of the variant ``variant_handle``: (O, LSE or empty)."""
+    variant = variant_by_handle(variant_handle)
+    values = join_params(variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    result = run_one(variant, q, k, v, sm_scale, return_lse, values)
+    if isinstance(result, tuple):
+        return result
+    return result, torch.empty((0,), dtype=torch.float32, device=q.device)
+
+
+@single_prefill_op.register_fake
+def _single_prefill_fake(
+    variant_handle: int,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None,
+    int_params: list[int],
+    float_params: list[float],
+    tensor_params: list[torch.Tensor],
+    return_lse: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
+    return torch.empty_like(q), torch.empty(lse_shape, dtype=torch.float32, device=q.device)
