@@ -150,7 +150,6 @@ def test_fa4_absent_looks_for_the_interface_file(tmp_path):
 FAKE_CHILD = textwrap.dedent(
     """
     import json, sys, time
-    import torch
     P = "@@bench-child "
     mode = sys.argv[1]
     print("library noise", flush=True)
@@ -167,6 +166,7 @@ FAKE_CHILD = textwrap.dedent(
         if req["case"]["variant"]["stdlib"] == "sigmoid":
             print(P + json.dumps({"status": "error", "note": "TypeError: bad"}), flush=True)
             continue
+        import torch
         torch.save(torch.full((3, 2), 2.0), req["out"])
         print("partial" + P + json.dumps({"status": "ok", "ms": 0.5, "note": "n",
                                           "compare": False}), flush=True)
@@ -459,3 +459,26 @@ def test_flashinfer_fa3_asks_the_suite_clock(monkeypatch):
         for v in (VARIANTS["causal"], VARIANTS["softcap"], VARIANTS["sliding_window"])
     }
     assert len(keys) == 3
+
+
+def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeypatch):
+    """``python -m benchmarks.child_server`` starts, says why FA4 cannot run here (no CUDA or
+    no flash_attn on this machine) and the anchor shows that reason."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine could run FA4; the check is for CPU-only hosts")
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "interface.py").write_text("")
+    monkeypatch.setenv("ATTNC_FA4_PYTHONPATH", str(tmp_path))
+    child = child_systems.AnchorChild()
+    monkeypatch.setattr(child_systems, "_CHILD", [child])
+    try:
+        with pytest.raises(Missing, match="flash-attn-4 not importable"):
+            child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
+        assert child.proc is None  # stopped once it said FA4 is missing
+        with pytest.raises(Missing, match="not importable"):
+            child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("alibi"), None)
+        assert child.starts == 1
+    finally:
+        child.stop()
