@@ -58,6 +58,22 @@ def fa4_absent(env: Mapping[str, str] = os.environ, search: list[str] | None = N
     return f"flash-attn-4 not found; {INSTALL_HINT}"
 
 
+def fa4_versions(env: Mapping[str, str] = os.environ) -> str:
+    """flash-attn-4 and CuTe DSL versions from the dist-info folders in FA4's folders ('' if
+    none; nothing is imported)."""
+    found = {}
+    for folder in fa4_paths(env):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            for dist in ("flash_attn_4-", "nvidia_cutlass_dsl-"):
+                if name.startswith(dist) and name.endswith(".dist-info"):
+                    found[dist[:-1]] = name[len(dist) : -len(".dist-info")]
+    return ", ".join(f"{k} {v}" for k, v in sorted(found.items()))
+
+
 def reply_from_line(line: str, prefix: str) -> dict | None:
     """The JSON reply a child's output line carries (after ``prefix``), else None."""
     at = line.find(prefix)

@@ -110,6 +110,9 @@ def _versions() -> dict:
             meta[mod] = __import__(mod).__version__
         except Exception as exc:
             meta[mod] = f"missing ({type(exc).__name__})"
+    from benchmarks.child_systems import fa4_versions
+
+    meta["fa4"] = fa4_versions() or "missing"
     return meta
 
 

@@ -139,6 +139,14 @@ def test_child_env_puts_fa4_first_and_keeps_the_rest():
     assert child_systems.fa4_paths({}) == []
 
 
+def test_fa4_versions_come_from_dist_info(tmp_path):
+    (tmp_path / "flash_attn_4-4.0.0b36.dist-info").mkdir()
+    (tmp_path / "nvidia_cutlass_dsl-4.8.1.dist-info").mkdir()
+    env = {"ATTNC_FA4_PYTHONPATH": f"{tmp_path}:/nonexistent"}
+    assert child_systems.fa4_versions(env) == "flash_attn_4 4.0.0b36, nvidia_cutlass_dsl 4.8.1"
+    assert child_systems.fa4_versions({}) == ""
+
+
 def test_fa4_absent_looks_for_the_interface_file(tmp_path):
     env = {"ATTNC_FA4_PYTHONPATH": str(tmp_path)}
     assert "ATTNC_FA4_PYTHONPATH" in child_systems.fa4_absent(env, search=[])
