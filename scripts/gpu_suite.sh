@@ -14,7 +14,7 @@
 #   ATTNC_SUITES        benchmark suites (default: all = "prefill decode host batch jit")
 #   ATTNC_QUICK=1       one or two rows per suite; ATTNC_FULL=1: every row, longer timing
 #   ATTNC_PYTEST_ARGS   extra pytest arguments
-#   ATTNC_BENCH_ARGS    extra benchmark arguments, split at spaces (e.g. "--fa3 --skip flex")
+#   ATTNC_BENCH_ARGS    extra benchmark arguments, split at spaces (e.g. "--no-fa3 --skip flex")
 #   ATTNC_ONLY          rows to keep, passed whole as --only (e.g. "D=|GQA|page 1")
 #   ATTNC_BUDGET        seconds for the benchmarks (default: time left before the limit)
 #   ATTNC_TIME_LIMIT    seconds for the whole script (default 570)
