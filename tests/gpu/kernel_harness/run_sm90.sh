@@ -3,6 +3,8 @@
 # correctness check, then the 8K timings next to the FA2 template's causal d=128 module.
 # Usage: tests/gpu/kernel_harness/run_sm90.sh [BUILD_DIR] [--no-bench]
 # Needs nvcc and a Hopper GPU; builds in parallel on all cores.
+# EXTRA="name:-DFLAG=1 ..." also builds the causal bf16 d=128 module with each flag set (e.g.
+# EXTRA="s3:-DATTNC_SM90_STAGES=3") and times it (timing experiments).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
@@ -35,6 +37,11 @@ build_one() {
 }
 export -f build_one
 export NVCC flags root build
+for e in ${EXTRA:-}; do
+  n=${e%%:*}
+  mkdir -p "$build/$n"
+  (flags="$flags ${e#*:}" build_one Causal bf16 128 prefill_sm90_module.cu "$build/$n") &
+done
 
 start=$(date +%s)
 {
@@ -46,6 +53,7 @@ start=$(date +%s)
     done
   fi
 } | xargs -P "$(nproc)" -L 1 bash -c 'build_one $0 $1 $2 $3 $4'
+wait
 "$NVCC" -std=c++17 -O2 $arch -I"$inc_src" "$here/prefill_harness.cu" \
   -o "$build/prefill_harness" -ldl
 echo "built in $(( $(date +%s) - start )) s"
@@ -57,5 +65,9 @@ if [[ $bench == 1 ]]; then
   timeout 120 "$build/prefill_harness" "$build/sm90" --bench || status=$?
   echo "== FA2 template"
   timeout 120 "$build/prefill_harness" "$build/fa2" --bench || status=$?
+  for e in ${EXTRA:-}; do
+    echo "== Hopper template with ${e#*:}"
+    timeout 60 "$build/prefill_harness" "$build/${e%%:*}" --bench-causal128 || status=$?
+  done
 fi
 exit $status

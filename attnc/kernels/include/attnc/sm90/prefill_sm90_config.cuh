@@ -19,8 +19,15 @@ struct PrefillSm90Shape {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kRows = 128;                           // packed query rows per item
   static constexpr int kKvTile = HEAD_DIM == 256 ? 64 : 128;  // keys per stage (= S tile)
+#ifdef ATTNC_SM90_STAGES
+  static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
+#else
   static constexpr int kStages = HEAD_DIM == 64 ? 3 : 2;
+#endif
   static constexpr int kThreads = 384;
+  // Register split of the CTA's pool (384 x 168): the producer gathers paged rows and
+  // classifies tiles (64-bit math for union masks) in 72; consumers hold O, S and P in 216
+  // (no spills at any head_dim, checked by tests/codegen/test_sm90_compile.py).
   static constexpr int kProducerRegs = 72;
   static constexpr int kConsumerRegs = 216;
   static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 64512, "more registers than one CTA of 384 threads holds");
@@ -31,8 +38,10 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr uint32_t kBarOffset = kVOffset + kStages * kTileBytes;
   static constexpr uint32_t kBarBytes = 4 * kStages * 8;  // full/empty x K/V per stage
+  static constexpr uint32_t kInfoOffset = kBarOffset + kBarBytes;
+  static constexpr uint32_t kInfoBytes = kStages * 16;  // one StageInfo per stage
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
-  static constexpr int kSmemBytes = static_cast<int>(kBarOffset + kBarBytes + 1024);
+  static constexpr int kSmemBytes = static_cast<int>(kInfoOffset + kInfoBytes + 1024);
 };
 
 // Shared-memory addresses of one CTA (base 1024-byte aligned).
@@ -60,6 +69,36 @@ struct PrefillSm90Smem {
   }
   __device__ __forceinline__ uint32_t empty_v(int stage) const {
     return full_k(stage) + 24 * Shape::kStages;
+  }
+  // The StageInfo the producer publishes with the stage's K (read after full_k).
+  __device__ __forceinline__ uint32_t info(int stage) const {
+    return base + Shape::kInfoOffset + 16 * stage;
+  }
+};
+
+// What the producer tells the consumers about the tile in a stage, written before its
+// arrival on full_k: keys [kv0, kv1), the tile class, and flags.
+struct StageInfo {
+  static constexpr int kLast = 1;     // the item's last stage
+  static constexpr int kNoTile = 2;   // the item has no non-empty tile: nothing was loaded
+  static constexpr int kCpAsync = 4;  // filled by cp.async (consumers fence the proxies)
+  int kv0;
+  int kv1;
+  int cls;    // TileClass
+  int flags;
+
+  __device__ __forceinline__ void store(uint32_t addr) const {
+    asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(kv0), "r"(kv1),
+                 "r"(cls), "r"(flags)
+                 : "memory");
+  }
+  __device__ __forceinline__ static StageInfo load(uint32_t addr) {
+    StageInfo s;
+    asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(s.kv0), "=r"(s.kv1), "=r"(s.cls), "=r"(s.flags)
+                 : "r"(addr)
+                 : "memory");
+    return s;
   }
 };
 

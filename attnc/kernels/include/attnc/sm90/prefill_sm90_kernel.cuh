@@ -1,6 +1,6 @@
 // Owns: the Hopper (sm_90a) prefill kernel for one variant functor V: a persistent CTA of
-// three warpgroups walks the work items blockIdx.x, blockIdx.x + gridDim.x, ... (the plan
-// lists them heaviest first). Warpgroup 0 produces K/V stages (prefill_sm90_producer.cuh) with
+// three warpgroups walks its work items (ItemWalk: round r of gridDim.x items, heaviest first
+// as the plan lists them). Warpgroup 0 produces K/V stages (prefill_sm90_producer.cuh) with
 // few registers; warpgroups 1 and 2 each load 64 packed query rows of the item's Q tile, run
 // the KV loop (prefill_sm90_mainloop.cuh) with many registers and store their rows
 // (prefill_sm90_epilogue.cuh). Packed row r of an item is token r / group, head
@@ -65,11 +65,13 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
   StageCursor cur;
   // Consumer 0 issues first.
   if (wg == 1) named_arrive(kSchedBarrier + 0, 256);
-  for (int w = blockIdx.x; w < a.num_work; w += gridDim.x) {
-    PrefillSm90Item it = PrefillSm90Item::load(a, w);
+  const ItemWalk walk = ItemWalk::make(a.num_work);
+  for (int r = 0; r < walk.rounds; ++r) {
+    const int w = walk.item(r);
+    if (w >= a.num_work) continue;
+    const PrefillSm90Item it = PrefillSm90Item::load(a, w);
     if (!it.valid()) continue;
     const V var(prm.params, it.request_info(a));
-    it.set_range<V, Shape::kKvTile>(var);
     load_q_rows<T, Shape>(a, it, sm.q(), wg);
 
     Row rows[1][2];
@@ -92,7 +94,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       m[0][h] = -CUDART_INF_F;
       l[0][h] = 0.f;
     }
-    prefill_sm90_kv_loop<V, T, Shape>(prm, var, it, sm, wg, cur, rows, mult, o, m, l);
+    prefill_sm90_kv_loop<V, T, Shape>(prm, var, sm, wg, cur, rows, mult, o, m, l);
     prefill_sm90_store<V, T, D>(a, var, it, w, wg, rows, mult, o, m, l);
   }
   // Balance consumer 1's first arrival.

@@ -1,5 +1,5 @@
 // Owns: the KV loop of one Hopper consumer warpgroup (64 packed query rows) over one work
-// item: waits for each K/V stage, S = Q K^T by wgmma from the swizzled Q tile and K stage,
+// item: waits for each K/V stage and reads the producer's StageInfo (keys, class, last), S = Q K^T by wgmma from the swizzled Q tile and K stage,
 // score hooks and mask (PARTIAL tiles and the ragged end only), online softmax, and O += P V
 // with P in registers as the A operand and V read MN-major from its stage. Schedule:
 // S_{j+1} is issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
@@ -60,8 +60,7 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 2][4], const float (&s
 
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_kv_loop(
-    const PrefillSm90Params<V>& prm, const V& var, const PrefillSm90Item& it,
-    const PrefillSm90Smem<Shape>& sm, int wg, StageCursor& cur,
+    const PrefillSm90Params<V>& prm, const V& var, const PrefillSm90Smem<Shape>& sm, int wg, StageCursor& cur,
     const typename V::Row (&rows)[1][2], const float (&mult)[1][2],
     float (&o)[1][Shape::kHeadDim / 8][4], float (&m)[1][2], float (&l)[1][2]) {
   constexpr int D = Shape::kHeadDim;
@@ -69,16 +68,18 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
   constexpr int NS = KVT / 8;
   constexpr int KD = D / 16;
   constexpr int KK = KVT / 16;
-  const AttncPrefillArgs& a = prm.args;
   const int tq = (threadIdx.x % 32) % 4;
-  const float sm_scale = a.sm_scale;
+  const float sm_scale = prm.args.sm_scale;
   const uint32_t q_tile = sm.q() + wg * 64 * 128;  // this warpgroup's rows of each block
 
+  const uint64_t q_desc = desc_k_major(q_tile, Shape::kRows, 0);
   auto issue_s = [&](float (&s)[1][NS][4], int stage) {
+    const uint64_t qd = opaque(q_desc);
+    const uint64_t kd = desc_k_major(sm.k(stage), KVT, 0);
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
-      Wgmma<T, KVT>::ss(s[0], desc_k_major(q_tile, Shape::kRows, kk),
-                        desc_k_major(sm.k(stage), KVT, kk), kk > 0 ? 1 : 0);
+      Wgmma<T, KVT>::ss(s[0], desc_k_step(qd, Shape::kRows, kk), desc_k_step(kd, KVT, kk),
+                        kk > 0 ? 1 : 0);
     wgmma_commit();
   };
   auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage) {
@@ -87,14 +88,14 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
       Wgmma<T, D>::template rs<1>(o[0], p[kk], desc_mn_major(sm.v(stage), KVT, kk), 1);
     wgmma_commit();
   };
-  // Score hooks and softmax of the S tile [kv0, kv1); returns whether O must be rescaled.
-  auto scores = [&](float (&s)[1][NS][4], int kv0, int kv1, TileClass cls,
-                    float (&alpha)[2]) -> bool {
-    const bool masked = (V::kHasMask && cls == TileClass::kPartial) || kv1 - kv0 < KVT;
+  // Score hooks and softmax of the S tile of `info`; returns whether O must be rescaled.
+  auto scores = [&](float (&s)[1][NS][4], const StageInfo& info, float (&alpha)[2]) -> bool {
+    const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
+                        info.kv1 - info.kv0 < KVT;
     if (masked) {
-      transform_scores<true>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+      transform_scores<true>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
-      transform_scores<false>(var, rows, mult, s, kv0, kv1, tq, sm_scale);
+      transform_scores<false>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, m, l, mult, alpha);
     return false;
@@ -102,15 +103,25 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
   auto take_turn = [&]() { named_sync(kSchedBarrier + wg, 256); };
   auto pass_turn = [&]() { named_arrive(kSchedBarrier + (1 - wg), 256); };
 
-  TileClass cls;
-  int t = it.next_tile<V, KVT>(var, 0, cls);
-  if (t >= it.num_tiles) return;
+  // The next stage's K and what the producer says about it.
+  auto wait_k = [&]() -> StageInfo {
+    mbar_wait(sm.full_k(cur.stage), cur.phase);
+    const StageInfo info = StageInfo::load(sm.info(cur.stage));
+    if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
+    return info;
+  };
+
+  StageInfo info = wait_k();
+  if (info.flags & StageInfo::kNoTile) {
+    mbar_arrive(sm.empty_k(cur.stage));
+    mbar_wait(sm.full_v(cur.stage), cur.phase);
+    mbar_arrive(sm.empty_v(cur.stage));
+    cur.advance<Shape::kStages>();
+    return;
+  }
   float s[1][NS][4];
   uint32_t p[KK][4];
   float alpha[2];
-  int kv0 = it.tile_begin(t, KVT);
-  bool tma = tile_uses_tma<Shape>(prm.use_tma, a, kv0, it.range.end);
-  wait_stage(sm.full_k(cur.stage), cur.phase, tma);
   take_turn();
   wgmma_fence();
   issue_s(s, cur.stage);
@@ -118,18 +129,16 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
   wgmma_wait<0>();
   pin(s[0]);
   mbar_arrive(sm.empty_k(cur.stage));
-  scores(s, kv0, min(kv0 + KVT, it.range.end), cls, alpha);  // O is still 0: no rescale
+  scores(s, info, alpha);  // O is still 0: no rescale
   pack_p<T>(p, s);
   StageCursor pv = cur;
-  bool pv_tma = tma;
+  bool pv_fence = info.flags & StageInfo::kCpAsync;
+  bool last = info.flags & StageInfo::kLast;
   cur.advance<Shape::kStages>();
 
-  for (t = it.next_tile<V, KVT>(var, t + 1, cls); t < it.num_tiles;
-       t = it.next_tile<V, KVT>(var, t + 1, cls)) {
-    kv0 = it.tile_begin(t, KVT);
-    tma = tile_uses_tma<Shape>(prm.use_tma, a, kv0, it.range.end);
-    wait_stage(sm.full_k(cur.stage), cur.phase, tma);
-    wait_stage(sm.full_v(pv.stage), pv.phase, pv_tma);
+  while (!last) {
+    info = wait_k();
+    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
     take_turn();
     wgmma_fence();
     issue_s(s, cur.stage);
@@ -138,7 +147,7 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     wgmma_wait<1>();
     pin(s[0]);
     mbar_arrive(sm.empty_k(cur.stage));
-    const bool rescale = scores(s, kv0, min(kv0 + KVT, it.range.end), cls, alpha);
+    const bool rescale = scores(s, info, alpha);
     wgmma_wait<0>();
     pin(o[0]);
     pin(p);
@@ -146,10 +155,11 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     if (rescale) rescale_o(o, alpha);
     pack_p<T>(p, s);
     pv = cur;
-    pv_tma = tma;
+    pv_fence = info.flags & StageInfo::kCpAsync;
+    last = info.flags & StageInfo::kLast;
     cur.advance<Shape::kStages>();
   }
-  wait_stage(sm.full_v(pv.stage), pv.phase, pv_tma);
+  wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
   wgmma_fence();
   issue_pv(p, pv.stage);
   wgmma_wait<0>();

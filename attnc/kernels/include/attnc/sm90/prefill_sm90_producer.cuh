@@ -30,86 +30,136 @@ __device__ __forceinline__ bool tile_uses_tma(int use_tma, const AttncPrefillArg
   return use_tma && a.kv_layout == ATTNC_KV_RAGGED && kv0 + Shape::kKvTile <= range_end;
 }
 
-// K and V of one tile by cp.async: thread tid copies 16-byte chunk tid % (D / 8) of rows
-// tid / (D / 8) + i * kRowStep into the swizzled stage; rows at or past range_end are zeroed.
-template <class T, class Shape, class Cursor>
-__device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const Cursor& cursor,
-                                               int kv0, int range_end, uint32_t dk, uint32_t dv,
-                                               int row0, int chunk) {
-  constexpr int kRowStep = 128 / (Shape::kHeadDim / 8);
-  const int64_t v_minus_k = Cursor::template v_minus_k<T>(a);
-  auto copy = [&](int it, const char* src, bool ok) {
-    const uint32_t off = swizzled_offset(Shape::kKvTile, row0 + it * kRowStep, chunk);
-    cp_async_16(dk + off, src, ok);
-    cp_async_16(dv + off, src + v_minus_k, ok);
-  };
-  if (kv0 + Shape::kKvTile <= range_end) {
-    cursor.template for_rows<T, true>(a, kv0, range_end, copy);
-  } else {
-    cursor.template for_rows<T, false>(a, kv0, range_end, copy);
+// K and V of the tile at kv0 by cp.async: thread tid copies 16-byte chunk tid % (D / 8) of
+// rows tid / (D / 8) + i * kRowStep into the swizzled stage; rows at or past kv_end are zeroed.
+// Paged rows find their page with one multiply-high (FastDiv). Two rows in flight per step
+// keep the producer within its small register budget.
+template <class T, class Shape>
+__device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const KvRows& kv,
+                                               const FastDiv& page_div, int kv0, int kv_end,
+                                               uint32_t dk, uint32_t dv) {
+  constexpr int CH = Shape::kHeadDim / 8;
+  constexpr int kRowStep = 128 / CH;
+  constexpr int kIters = Shape::kKvTile / kRowStep;
+  const int tid = threadIdx.x;
+  const int chunk = tid % CH;
+  const int row0 = tid / CH;
+  const int64_t tok_bytes = a.kv_stride_tok * static_cast<int64_t>(sizeof(T));
+  const int64_t page_bytes = a.kv_stride_page * static_cast<int64_t>(sizeof(T));
+  const int64_t v_minus_k = reinterpret_cast<const char*>(a.v) - reinterpret_cast<const char*>(a.k);
+  const char* base = reinterpret_cast<const char*>(a.k) +
+                     (kv.base + chunk * 8) * static_cast<int64_t>(sizeof(T));
+#pragma unroll 2
+  for (int i = 0; i < kIters; ++i) {
+    const int r = row0 + i * kRowStep;
+    const int idx = kv0 + r;
+    const bool ok = idx < kv_end;
+    const int j = ok ? idx : 0;
+    int64_t off;
+    if (kv.page_ids == nullptr) {
+      off = j * tok_bytes;
+    } else {
+      const int page = page_div.div(j);
+      off = kv.page_ids[page] * page_bytes + (j - page * kv.page_size) * tok_bytes;
+    }
+    const uint32_t dst = swizzled_offset(Shape::kKvTile, r, chunk);
+    cp_async_16(dk + dst, base + off, ok);
+    cp_async_16(dv + dst, base + off + v_minus_k, ok);
   }
 }
 
+// One stage: K and V of the tile described by `info` (nothing for kNoTile), then the
+// arrivals that publish it.
+template <class V, class T, class Shape>
+__device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
+                                              const PrefillSm90Smem<Shape>& sm,
+                                              const PrefillSm90Item& it, const FastDiv& page_div,
+                                              const StageInfo& info, int stage, int phase) {
+  constexpr int D = Shape::kHeadDim;
+  constexpr int KVT = Shape::kKvTile;
+  const AttncPrefillArgs& a = p.args;
+  const int tid = threadIdx.x;  // 0..127
+  if (!(info.flags & StageInfo::kCpAsync)) {
+    // TMA (or no data at all): one thread does everything.
+    if (tid != 0) return;
+    const bool load = !(info.flags & StageInfo::kNoTile);
+    const uint32_t bytes = load ? Shape::kTileBytes : 0;
+    const int token = a.kv_indptr[it.request] + info.kv0;
+    mbar_wait(sm.empty_k(stage), phase ^ 1);
+    info.store(sm.info(stage));
+    mbar_arrive_expect_tx(sm.full_k(stage), bytes);
+    if (load) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b)
+        tma_load_3d(sm.k(stage) + b * KVT * 128, &p.tmap_k, 64 * b, it.kv_head, token,
+                    sm.full_k(stage));
+    }
+    mbar_wait(sm.empty_v(stage), phase ^ 1);
+    mbar_arrive_expect_tx(sm.full_v(stage), bytes);
+    if (load) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b)
+        tma_load_3d(sm.v(stage) + b * KVT * 128, &p.tmap_v, 64 * b, it.kv_head, token,
+                    sm.full_v(stage));
+    }
+    return;
+  }
+  mbar_wait(sm.empty_k(stage), phase ^ 1);
+  mbar_wait(sm.empty_v(stage), phase ^ 1);
+  gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end, sm.k(stage), sm.v(stage));
+  mbar_arrive_cp_async(sm.full_k(stage));
+  mbar_arrive_cp_async(sm.full_v(stage));
+  // Every thread's pending-count increment precedes the one real arrival.
+  named_sync(kProducerBarrier, 128);
+  if (tid == 0) {
+    info.store(sm.info(stage));
+    mbar_arrive(sm.full_k(stage));
+    mbar_arrive(sm.full_v(stage));
+  }
+}
+
+// Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
+// last flagged), or a single kNoTile stage.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
                                                      const PrefillSm90Smem<Shape>& sm) {
-  constexpr int D = Shape::kHeadDim;
   constexpr int KVT = Shape::kKvTile;
-  constexpr int CH = D / 8;
-  constexpr int kRowStep = 128 / CH;
-  constexpr int kIters = KVT / kRowStep;
-  using Cursor = KvTileCursor<kIters, kRowStep>;
   const AttncPrefillArgs& a = p.args;
-  const int tid = threadIdx.x;  // 0..127
-  const int chunk = tid % CH;
-  const int row0 = tid / CH;
+  const FastDiv page_div = FastDiv::make(a.kv_layout == ATTNC_KV_RAGGED ? 1 : a.page_size);
   int stage = 0;
   int phase = 0;
-  for (int w = blockIdx.x; w < a.num_work; w += gridDim.x) {
+  const ItemWalk walk = ItemWalk::make(a.num_work);
+  for (int r = 0; r < walk.rounds; ++r) {
+    const int w = walk.item(r);
+    if (w >= a.num_work) continue;
     PrefillSm90Item it = PrefillSm90Item::load(a, w);
     if (!it.valid()) continue;
     const V var(p.params, it.request_info(a));
     it.set_range<V, KVT>(var);
-    const Cursor cursor = Cursor::template make<T>(a, it.kv, it.request, row0, chunk);
     TileClass cls;
-    for (int t = it.next_tile<V, KVT>(var, 0, cls); t < it.num_tiles;
-         t = it.next_tile<V, KVT>(var, t + 1, cls)) {
-      const int kv0 = it.tile_begin(t, KVT);
-      if (tile_uses_tma<Shape>(p.use_tma, a, kv0, it.range.end)) {
-        if (tid == 0) {
-          const int token = a.kv_indptr[it.request] + kv0;
-          mbar_wait(sm.empty_k(stage), phase ^ 1);
-          mbar_arrive_expect_tx(sm.full_k(stage), Shape::kTileBytes);
-#pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma_load_3d(sm.k(stage) + b * KVT * 128, &p.tmap_k, 64 * b, it.kv_head, token,
-                        sm.full_k(stage));
-          mbar_wait(sm.empty_v(stage), phase ^ 1);
-          mbar_arrive_expect_tx(sm.full_v(stage), Shape::kTileBytes);
-#pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma_load_3d(sm.v(stage) + b * KVT * 128, &p.tmap_v, 64 * b, it.kv_head, token,
-                        sm.full_v(stage));
-        }
-      } else {
-        mbar_wait(sm.empty_k(stage), phase ^ 1);
-        mbar_wait(sm.empty_v(stage), phase ^ 1);
-        gather_kv_tile<T, Shape>(a, cursor, kv0, it.range.end, sm.k(stage), sm.v(stage), row0,
-                                 chunk);
-        mbar_arrive_cp_async(sm.full_k(stage));
-        mbar_arrive_cp_async(sm.full_v(stage));
-        // Every thread's pending-count increment precedes the one real arrival.
-        named_sync(kProducerBarrier, 128);
-        if (tid == 0) {
-          mbar_arrive(sm.full_k(stage));
-          mbar_arrive(sm.full_v(stage));
-        }
+    int t = it.next_tile<V, KVT>(var, 0, cls);
+    const bool none = t >= it.num_tiles;
+    do {
+      StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
+                     StageInfo::kLast | StageInfo::kNoTile};
+      TileClass next_cls = TileClass::kEmpty;
+      const int next = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
+      if (!none) {
+        info.kv0 = it.tile_begin(t, KVT);
+        info.kv1 = min(info.kv0 + KVT, it.range.end);
+        info.cls = static_cast<int>(cls);
+        info.flags = next >= it.num_tiles ? StageInfo::kLast : 0;
+        if (!tile_uses_tma<Shape>(p.use_tma, a, info.kv0, it.range.end))
+          info.flags |= StageInfo::kCpAsync;
       }
+      produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
       if (++stage == Shape::kStages) {
         stage = 0;
         phase ^= 1;
       }
-    }
+      t = next;
+      cls = next_cls;
+    } while (t < it.num_tiles);
   }
   cp_async_wait<0>();
 }

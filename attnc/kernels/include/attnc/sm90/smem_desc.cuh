@@ -47,5 +47,19 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int rows, int k
   return make_desc_sw128(addr, static_cast<uint32_t>(rows * 128), 1024);
 }
 
+// desc_k_major(tile, rows, kk) from desc_k_major(tile, rows, 0): the start address moves by
+// the byte offset of k-step kk (a constant when kk is), nothing else changes.
+__device__ __forceinline__ uint64_t desc_k_step(uint64_t desc0, int rows, int kk) {
+  return desc0 + static_cast<uint64_t>(((kk >> 2) * rows * 128 + (kk & 3) * 32) >> 4);
+}
+
+// The value, hidden from the optimiser: a descriptor rebuilt from it per use is not hoisted
+// out of the KV loop as one register pair per k-step.
+__device__ __forceinline__ uint64_t opaque(uint64_t x) {
+  uint64_t y;
+  asm volatile("mov.b64 %0, %1;\n" : "=l"(y) : "l"(x));
+  return y;
+}
+
 }  // namespace sm90
 }  // namespace attnc

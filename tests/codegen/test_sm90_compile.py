@@ -1,0 +1,173 @@
+"""The Hopper (sm_90a) prefill template compiles for every stdlib variant without spills, and
+its SASS runs on HGMMA with no local memory -- needs nvcc (and cuobjdump for the SASS), not a
+GPU."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from attnc.codegen.functor import emit_functor, struct_name
+from attnc.codegen.module import analysed  # the analysis the module emitter uses
+from attnc.compiler.pipeline import compile_source, resolve_source, stdlib_names
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+INCLUDE = ROOT / "attnc" / "kernels" / "include"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ARCH = "-gencode=arch=compute_90a,code=sm_90a"
+ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\w+)'")
+SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+SASS_FUNC = re.compile(r"Function : (\S+)")
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump from PATH, next to nvcc, or from the nvidia-cuda-cuobjdump wheel."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    nvcc = shutil.which("nvcc")
+    candidates = [Path(nvcc).resolve().parent / "cuobjdump"] if nvcc else []
+    for entry in sys.path:
+        candidates += list(Path(entry).glob("nvidia/cu*/bin/cuobjdump"))
+    return next((str(c) for c in candidates if c.is_file()), None)
+
+
+def variant_tu(names: list[str], dtype: str, head_dim: int) -> str:
+    """One translation unit instantiating the Hopper launcher for the given stdlib variants."""
+    parts = ['#include "attnc/sm90/prefill_sm90_launcher.cuh"']
+    for name in names:
+        compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
+        for c in compiled:
+            parts.append(emit_functor(analysed(c.variant)))
+            sname = struct_name(c.variant)
+            parts.append(
+                f'extern "C" int launch_{sname}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
+                f"  return attnc::sm90::launch_prefill_sm90<{sname}, {dtype}, {head_dim}>(*a, s);\n"
+                "}"
+            )
+    return "\n".join(parts) + "\n"
+
+
+def nvcc_compile(tu: Path, obj: Path) -> str:
+    cmd = ["nvcc", "-std=c++17", "-O3", ARCH, f"-I{INCLUDE}", "-Xptxas", "-v", "-c", str(tu)]
+    run = subprocess.run([*cmd, "-o", str(obj)], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, f"{' '.join(cmd)}\n{run.stdout}{run.stderr}"
+    return run.stdout + run.stderr
+
+
+def sm90_kernel_resources(log: str) -> list[tuple[str, int, int, int]]:
+    """(kernel, stack frame, spill stores, spill loads) of every Hopper prefill kernel."""
+    rows, current = [], None
+    for line in log.splitlines():
+        m = ENTRY.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = SPILL.search(line)
+        if m and current is not None:
+            if "prefill_sm90_kernel" in current:
+                rows.append((current, *map(int, m.groups())))
+            current = None
+    return rows
+
+
+def sass_by_function(sass: str) -> dict[str, str]:
+    """cuobjdump --dump-sass text split per function."""
+    out: dict[str, str] = {}
+    name = None
+    for line in sass.splitlines():
+        m = SASS_FUNC.search(line)
+        if m:
+            name = m.group(1)
+            out[name] = ""
+        elif name is not None:
+            out[name] += line + "\n"
+    return out
+
+
+# Two translation units per configuration, compiled in parallel (2 cores is enough).
+CONFIGS = [
+    ("__nv_bfloat16", 128, None),
+    ("half", 64, ["causal"]),
+    ("__nv_bfloat16", 256, ["causal"]),
+]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> list[tuple[str, int, str, Path]]:
+    tmp = tmp_path_factory.mktemp("sm90_compile")
+    names = stdlib_names()
+    jobs = []
+    for dtype, head_dim, subset in CONFIGS:
+        chosen = subset or names
+        halves = [chosen] if len(chosen) < 2 else [chosen[::2], chosen[1::2]]
+        for i, part in enumerate(halves):
+            tu = tmp / f"sm90_{head_dim}_{i}.cu"
+            tu.write_text(variant_tu(part, dtype, head_dim))
+            jobs.append((dtype, head_dim, tu, tmp / f"sm90_{head_dim}_{i}.o"))
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        logs = list(pool.map(lambda j: nvcc_compile(j[2], j[3]), jobs))
+    return [(d, h, log, obj) for (d, h, _, obj), log in zip(jobs, logs, strict=True)]
+
+
+# Union masks (prefix_lm) keep the 48-byte constraint array of the generated kv_range /
+# classify (mask_math.cuh linear_union_*) in local memory, in the producer warpgroup: a stack
+# frame without spills. Everything else must have neither.
+LOCAL_ARRAY_VARIANTS = {"Variant_prefix_lm": 48}
+
+
+def allowed_stack(kernel: str) -> int:
+    return next((n for v, n in LOCAL_ARRAY_VARIANTS.items() if v in kernel), 0)
+
+
+def test_every_stdlib_variant_compiles_without_spills(builds):
+    kernels = [r for _, _, log, _ in builds for r in sm90_kernel_resources(log)]
+    expected = len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
+    assert len(kernels) == expected, kernels
+    spilled = [r for r in kernels if r[1] > allowed_stack(r[0]) or r[2] or r[3]]
+    assert spilled == [], f"Hopper kernels with a stack frame or spills: {spilled}"
+
+
+def test_sass_uses_hgmma_and_no_local_memory(builds):
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(cuobjdump).parent}{os.pathsep}{env.get('PATH', '')}"
+    checked = 0
+    for _, _, _, obj in builds:
+        run = subprocess.run(
+            [cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, env=env,
+            check=False,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        for name, body in sass_by_function(run.stdout).items():
+            if "prefill_sm90_kernel" not in name:
+                continue
+            checked += 1
+            assert "HGMMA" in body, f"{name}: no HGMMA in the SASS"
+            if allowed_stack(name) == 0:
+                assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory (LDL/STL)"
+    assert checked == len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
+
+
+def test_module_template_renders_the_sm90_launcher():
+    from attnc.codegen.module import render_prefill_sm90_module
+
+    compiled, _ = compile_source(*resolve_source("stdlib:softcap"))
+    text = render_prefill_sm90_module(compiled[0].variant, "bfloat16", 128)
+    assert '#include "attnc/sm90/prefill_sm90_launcher.cuh"' in text
+    assert "ATTNC_DEFINE_PREFILL_SM90_MODULE(Variant_softcap, __nv_bfloat16, 128)" in text
