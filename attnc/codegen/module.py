@@ -32,3 +32,9 @@ def render_module(template: str, variant: ir.VariantIR, dtype: str, head_dim: in
 def render_prefill_module(variant: ir.VariantIR, dtype: str, head_dim: int) -> str:
     """Text of the .cu file of the prefill module of ``variant`` (optimised IR)."""
     return render_module("prefill_module.cu.j2", variant, dtype, head_dim)
+
+
+def render_prefill_sm90_module(variant: ir.VariantIR, dtype: str, head_dim: int) -> str:
+    """Text of the .cu file of the Hopper (sm_90a) prefill module of ``variant``: the same
+    functor and C ABI as ``render_prefill_module``, built only for sm_90a."""
+    return render_module("prefill_sm90_module.cu.j2", variant, dtype, head_dim)
