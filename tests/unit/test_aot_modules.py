@@ -1,0 +1,98 @@
+"""What `attnc build` builds per arch and kind (no nvcc): the same module specs the runtime
+asks for, the Hopper prefill only for 90a and only when the template is there, and clear
+errors for bad --dtype/--head-dim/--kind."""
+
+from __future__ import annotations
+
+import pytest
+
+import attnc
+from attnc.runtime.build import aot, modules
+
+
+@pytest.fixture(scope="module")
+def causal():
+    return attnc.load("stdlib:causal").compiled
+
+
+def _names(mods):
+    return [(m.kind, m.spec.name) for m in mods]
+
+
+def test_sm80_builds_fa2_prefill_and_decode_per_dtype_and_head_dim(causal):
+    mods = aot.deployment_modules([causal], "80", ("bfloat16", "float16"), (64, 128))
+    assert _names(mods) == [
+        ("prefill", "causal_bf16_d64"),
+        ("prefill", "causal_bf16_d128"),
+        ("prefill", "causal_fp16_d64"),
+        ("prefill", "causal_fp16_d128"),
+        ("decode", "causal_decode_bf16_d64"),
+        ("decode", "causal_decode_bf16_d128"),
+        ("decode", "causal_decode_fp16_d64"),
+        ("decode", "causal_decode_fp16_d128"),
+    ]
+    assert all(m.spec.extra_flags == () for m in mods)
+
+
+def test_specs_are_what_the_runtime_builds(causal):
+    (mod,) = aot.deployment_modules([causal], "90a", ("bfloat16",), (128,), "decode")
+    assert mod.spec == modules.DECODE_MODULES.spec(causal.variant, "bfloat16", 128, "90a")
+    (fa2,) = [
+        m
+        for m in aot.deployment_modules([causal], "90a", ("bfloat16",), (128,))
+        if m.kind == "prefill"
+    ]
+    assert fa2.spec.extra_flags == modules.prefill_arch_flags("90a")
+
+
+def test_sm90a_adds_the_hopper_prefill_when_available(causal, monkeypatch):
+    monkeypatch.setattr(modules, "sm90_prefill_available", lambda: True)
+    monkeypatch.setattr(modules, "_render_prefill_sm90", lambda ir, dtype, d: "// hopper\n")
+    mods = aot.deployment_modules([causal], "90a", ("bfloat16",), (128,), "prefill")
+    assert _names(mods) == [
+        ("prefill", "causal_bf16_d128"),
+        ("prefill_sm90", "causal_sm90_bf16_d128"),
+    ]
+    assert (
+        aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "prefill")[0].kind
+        == "prefill"
+    )
+    assert len(aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "prefill")) == 1
+
+
+def test_sm90a_without_the_hopper_template_says_so(causal, monkeypatch):
+    monkeypatch.setattr(modules, "sm90_prefill_available", lambda: False)
+    built = []
+    monkeypatch.setattr(
+        aot.jit, "build_modules", lambda specs, **kw: built.extend(specs) or ["x"] * len(specs)
+    )
+    lines: list[str] = []
+    aot.build_deployment(
+        [causal], "sm_90a", ("bfloat16",), (128,), "prefill", progress=lines.append
+    )
+    assert [s.name for s in built] == ["causal_bf16_d128"]
+    assert "no Hopper prefill template" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: aot.parse_dtypes("bf32"), "--dtype"),
+        (lambda: aot.parse_dtypes(""), "--dtype"),
+        (lambda: aot.parse_head_dims("96"), "--head-dim"),
+        (lambda: aot.parse_head_dims("x"), "--head-dim"),
+    ],
+)
+def test_bad_choices(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_parse_lists():
+    assert aot.parse_dtypes("bf16,fp16,bf16") == ("bfloat16", "float16")
+    assert aot.parse_head_dims("64, 256") == (64, 256)
+
+
+def test_bad_kind(causal):
+    with pytest.raises(ValueError, match="--kind"):
+        aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "both")
