@@ -134,7 +134,7 @@ def _reject_unsupported(
     for key, what in _UNSUPPORTED_CONFIG.items():
         if getattr(config, key, None):
             raise UnsupportedMaskError(f"{name}: config `{key}` ({what}) has no attnc variant")
-    if not getattr(module, "is_causal", True):
+    if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
         raise UnsupportedMaskError(
             f"{name}: `is_causal=False` (bidirectional attention) is not mapped to attnc"
         )

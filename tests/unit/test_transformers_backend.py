@@ -219,3 +219,17 @@ def test_kernel_path_plans_once_per_step_and_mask_kind(hf, monkeypatch):
     assert torch.equal(got, expected)
     # 3 forwards (prefill + 2 decode steps) x 2 mask kinds (sliding, full): one plan each.
     assert _RaggedWrapperStandIn.plans == [{"window": 6}, {}] * 3
+
+
+def test_layer_settings_without_a_variant_are_named(hf):
+    from attnc.integrations.transformers import UnsupportedMaskError, attnc_attention_forward
+
+    layer = torch.nn.Module()
+    q, k = torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
+    with pytest.raises(UnsupportedMaskError, match="is_causal=False"):
+        attnc_attention_forward(layer, q, k, k, None, is_causal=False)
+    with pytest.raises(UnsupportedMaskError, match="dropout 0.1"):
+        attnc_attention_forward(layer, q, k, k, None, dropout=0.1)
+    layer.config = hf.LlamaConfig(attention_chunk_size=8)
+    with pytest.raises(UnsupportedMaskError, match="attention_chunk_size"):
+        attnc_attention_forward(layer, q, k, k, None)
