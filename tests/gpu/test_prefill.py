@@ -1,7 +1,14 @@
 """Prefill kernels of every stdlib variant against the float64 reference.
 
-Accuracy rule: ||o - ref64|| / ||ref64|| <= 3 * (same error of ``variant.reference`` run in the
-kernel's dtype) + 1e-3. The floor covers cases where the eager error is tiny by luck.
+Accuracy rule: ||o - ref64|| / ||ref64|| <= ERR_FACTOR * eager + ERR_FLOOR, where ``eager`` is
+the same error of ``variant.reference`` run in the kernel's dtype. That reference widens 16-bit
+q/k to float32 before Q·Kᵀ as the kernels do, so its error is the rounding of O to 16 bits
+(about 1.6e-3 in bf16 and 2e-4 in fp16 on these inputs, where it was 3-5e-3 and 3-7e-4 when
+it rounded Q·Kᵀ to 16 bits). A CPU model of the kernels' numerics (float32 scores and online
+softmax, P rounded to 16 bits for P·V) lands at 1.2-1.4x that error
+(``tests/unit/test_accuracy_rule.py``), so a factor 3 keeps twice that margin; the floor,
+for rows whose eager error is tiny by luck, went from 1e-3 to 2e-4 (about one fp16 output
+rounding). Both the factor and the floor are no looser than before the reference fix.
 """
 
 import itertools
@@ -24,6 +31,12 @@ HEAD_DIMS = [64, 128, 256]
 GROUPS = [1, 4, 8]
 LENGTHS = [1, 17, 127, 577, 2049]
 NUM_KV_HEADS = 2
+ERR_FACTOR, ERR_FLOOR = 3.0, 2e-4
+
+
+def _bound(eager_err):
+    """The largest error allowed for a kernel whose eager reference errs by ``eager_err``."""
+    return ERR_FACTOR * eager_err + ERR_FLOOR
 
 
 def pairwise(factors, seed=0):
@@ -143,7 +156,7 @@ def test_prefill_matches_reference(name, layout, dtype, head_dim, group, q_len, 
     assert o.dtype == dtype and o.shape == q.shape
     assert not torch.isnan(o).any()
     assert lse.dtype == torch.float32 and lse.shape == (q_len, hq)
-    bound = 3 * _rel_err(eager, ref) + 1e-3
+    bound = _bound(_rel_err(eager, ref))
     assert _rel_err(o, ref) <= bound
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), finite)
@@ -273,7 +286,7 @@ def test_split_kv_matches_reference_and_is_deterministic(name):
             qs[i].double(), ks[i].double(), vs[i].double(), return_lse=True, **params
         )
         eager = variant.reference(qs[i], ks[i], vs[i], **params)
-        assert _rel_err(o1[s:e], ref) <= 3 * _rel_err(eager, ref) + 1e-3
+        assert _rel_err(o1[s:e], ref) <= _bound(_rel_err(eager, ref))
         finite = torch.isfinite(ref_lse)
         assert torch.equal(torch.isfinite(lse1[s:e]), finite)
         if finite.any():
@@ -295,7 +308,7 @@ def test_small_workspace_plans_without_split():
     assert w._plan is not None and w._plan.num_merge == 0
     o = w.run(q, (k, v))
     ref = variant.reference(q.double(), k.double(), v.double())
-    assert _rel_err(o, ref) <= 3 * _rel_err(variant.reference(q, k, v), ref) + 1e-3
+    assert _rel_err(o, ref) <= _bound(_rel_err(variant.reference(q, k, v), ref))
 
 
 @pytest.mark.parametrize("name", ["sliding_window", "prefix_lm"])
@@ -323,7 +336,7 @@ def test_mask_params_given_to_plan(name):
         s, e = int(qo_indptr[i]), int(qo_indptr[i + 1])
         ref = variant.reference(qs[i].double(), ks[i].double(), vs[i].double(), **params)
         eager = variant.reference(qs[i], ks[i], vs[i], **params)
-        assert _rel_err(o[s:e], ref) <= 3 * _rel_err(eager, ref) + 1e-3
+        assert _rel_err(o[s:e], ref) <= _bound(_rel_err(eager, ref))
     (key,) = params
     with pytest.raises(ValueError, match=f"param '{key}' is 201 in run\\(\\), but plan\\(\\)"):
         w.run(q, (k, v), **{key: 201})
@@ -333,4 +346,4 @@ def test_mask_params_given_to_plan(name):
     for out, p in ((o1, params), (o2, {key: 201})):
         ref = variant.reference(qs[2].double(), ks[2].double(), vs[2].double(), **p)
         eager = variant.reference(qs[2], ks[2], vs[2], **p)
-        assert _rel_err(out, ref) <= 3 * _rel_err(eager, ref) + 1e-3
+        assert _rel_err(out, ref) <= _bound(_rel_err(eager, ref))
