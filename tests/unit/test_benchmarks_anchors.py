@@ -490,3 +490,71 @@ def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeyp
         assert child.starts == 1
     finally:
         child.stop()
+
+
+ALIBI_KERNEL = textwrap.dedent(
+    """
+    import cutlass
+    import cutlass.cute as cute
+
+    from benchmarks.fa4_anchor import alibi_score_mod
+
+    HEADS, HEAD, Q_IDX, KV_IDX, OFFSET, SCORE = 32, 3, 5, 2, 7, 1.5
+    MOD = alibi_score_mod(HEADS, OFFSET)
+
+
+    @cute.jit
+    def filled(dtype: cutlass.Constexpr, value: cutlass.Constexpr):
+        frag = cute.make_rmem_tensor(4, dtype)
+        frag.fill(value)
+        return frag.load()
+
+
+    @cute.kernel
+    def kernel(out: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        i32 = cutlass.Int32
+        got = MOD(
+            filled(cutlass.Float32, SCORE), filled(i32, 0), filled(i32, HEAD),
+            q_idx=filled(i32, Q_IDX), kv_idx=filled(i32, KV_IDX), seqlen_info=None,
+            aux_tensors=(),
+        )
+        res = cute.make_rmem_tensor(4, cutlass.Float32)
+        res.store(got)
+        out[tidx] = res[0]
+
+
+    @cute.jit
+    def host(out: cute.Tensor):
+        kernel(out).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+
+    def build():
+        cute.compile(host, cute.runtime.make_fake_compact_tensor(cutlass.Float32, (32,)))
+    """
+)
+
+
+def test_fa4_alibi_score_mod_compiles_to_the_alibi_bias(tmp_path, monkeypatch):
+    """With the CuTe DSL importable (no GPU needed), compile a kernel applying the ALiBi
+    score_mod to constants for sm_90a and read the folded result from its PTX."""
+    import importlib
+    import re
+    import struct
+
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    monkeypatch.setenv("CUTE_DSL_KEEP", "ptx")
+    monkeypatch.setenv("CUTE_DSL_DUMP_DIR", str(tmp_path))
+    pytest.importorskip("cutlass.cute")
+    (tmp_path / "fa4_alibi_kernel.py").write_text(ALIBI_KERNEL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kern = importlib.import_module("fa4_alibi_kernel")
+    assert fa4_anchor.alibi_score_mod(kern.HEADS, kern.OFFSET) is kern.MOD
+    kern.build()
+    ptx = "".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    stored = re.findall(r"st\.global\.b32\s+\[[^\]]+\],\s*(-?\d+);", ptx)
+    assert len(stored) == 1
+    value = struct.unpack("<f", struct.pack("<i", int(stored[0])))[0]
+    slope = 2.0 ** (-8.0 * (kern.HEAD + 1) / kern.HEADS)
+    want = kern.SCORE + slope * (kern.KV_IDX - kern.Q_IDX - kern.OFFSET)
+    assert value == pytest.approx(want, rel=1e-6)
