@@ -5,9 +5,10 @@ test_decode_plan_step.py, test_decode_scheduler.py). Not used by the runtime.
 ``schedule()`` plans one decode step. A work item is (request, KV head, row block, KV chunk
 ``[begin, end)``) with cost ``alpha * l_q + beta * l_kv`` (plus a fixed per-item overhead in
 the balance model). Requests longer than a chunk are split; the chunk size is chosen among "no
-split" and the cost per CTA divided by each of ``SPLIT_FACTORS``, by the predicted step time:
-items go heaviest first to the least-loaded CTA (longest processing time first, lowest CTA
-index on ties), and the busiest CTA plus the merge (when anything is split) is the prediction.
+split" and the cost per CTA divided by each split factor (``decode_plan.SPLIT_FACTORS``), by
+the predicted step time: items go heaviest first to the least-loaded CTA (longest processing
+time first, lowest CTA index on ties), and the busiest CTA plus the merge (when anything is
+split) is the prediction.
 ``write_work_region`` writes what the kernels read into a host buffer laid out by
 ``attnc.runtime.planning.workspace.WorkspaceLayout``.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnc.runtime.checks import page_table
+from attnc.runtime.planning import decode_plan
 from attnc.runtime.planning.decode_plan import ALPHA, BETA, MIN_CHUNK
 from attnc.runtime.planning.workspace import (
     H_BATCH,
@@ -34,7 +36,6 @@ from attnc.runtime.planning.workspace import (
     WorkspaceLayout,
 )
 
-SPLIT_FACTORS = (1, 2, 4)  # candidate chunks: (cost per CTA) / factor (and "no split")
 ITEM_OVERHEAD = 128.0  # fixed cost of one work item, in KV tokens (H200: ~5 us per CTA)
 MERGE_OVERHEAD = 256.0  # the merge kernel's share of the step, in KV tokens
 
@@ -79,7 +80,7 @@ def choose_chunk(
     alpha: float = ALPHA,
     beta: float = BETA,
     min_chunk: int = MIN_CHUNK,
-    split_factor: int = SPLIT_FACTORS[0],
+    split_factor: int = 1,
 ) -> int:
     """KV tokens per chunk: the cost per CTA / ``split_factor``, tile-aligned, >= ``min_chunk``."""
     item_q = alpha * q_len
@@ -183,6 +184,7 @@ def schedule(
     min_chunk: int | None = None,
     max_items: int | None = None,
     spans: tuple[np.ndarray, np.ndarray] | None = None,
+    split_factors: tuple[int, ...] | None = None,
 ) -> Schedule:
     """Split, order and assign the work of one decode step (see the module doc).
 
@@ -208,7 +210,7 @@ def schedule(
     tried: set[int] = set()
     candidates = [0] + [
         choose_chunk(kv, q_len, units, num_ctas, kv_tile, alpha, beta, min_chunk, f)
-        for f in SPLIT_FACTORS
+        for f in (decode_plan.SPLIT_FACTORS if split_factors is None else split_factors)
     ]
     for chunk in candidates:
         sp = _split(kv, chunk, kv_tile, slot_rows, max_part_rows)

@@ -15,12 +15,12 @@ import torch
 
 import attnc
 from attnc.runtime import abi
-from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.planning import decode_plan
-from attnc.runtime.planning.mask_ranges import PlannedMask, decode_spans
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.workspace import CapacityError, make_layout
 from attnc.runtime.wrappers import decode as D
-from attnc.runtime.wrappers import decode_launch
+from attnc.runtime.wrappers import decode_launch, decode_planning
 
 pytestmark = pytest.mark.nvcc
 
@@ -58,8 +58,10 @@ def lib(tmp_path_factory):
 
 @pytest.fixture
 def cpu(monkeypatch, lib):
-    monkeypatch.setattr(D, "_GET_RAW_STREAM", lambda index: 0)
-    monkeypatch.setattr(D, "_pinned_empty", lambda n: torch.zeros(n, dtype=torch.uint8))
+    monkeypatch.setattr(decode_planning, "_GET_RAW_STREAM", lambda index: 0)
+    monkeypatch.setattr(
+        decode_planning, "_pinned_empty", lambda n: torch.zeros(n, dtype=torch.uint8)
+    )
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     return lib
@@ -94,7 +96,7 @@ def make_wrapper(max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None, n
     w._packer = decode_launch.ParamsPacker(variant.params)
     w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
     w._calls = {}
-    w._planned_mask = D.NO_PLANNED_MASK
+    w._planned_mask = NO_PLANNED_MASK
     w.last_schedule = None
     w.handle = 0
     return w
@@ -158,7 +160,7 @@ def _expected(w, ref_buf, indptr, ids, last, **kw):
         return (type(exc), str(exc))
     n = oracle.write_work_region(ref_buf, w.layout, sched, q_len, indptr.numpy()[:-1], kv)
     nnz = int(indptr[-1])
-    flags = D.FLAG_MERGE if w.use_cuda_graph or sched.merge_rows > 0 else 0
+    flags = FLAG_MERGE if w.use_cuda_graph or sched.merge_rows > 0 else 0
     batch = kv.shape[0]
     return (ref_buf[:n].tobytes(), ids.numpy()[:nnz].tobytes(), batch, batch * q_len, max_page,
             flags, sched.merge_rows)  # fmt: skip
@@ -311,6 +313,6 @@ def test_wrapper_with_cuda_graph_keeps_shape(cpu):
     args = page_table(np.random.default_rng(3), 8)
     _plan(w, *args)
     _plan(w, *args)
-    assert w._args.flags == D.FLAG_MERGE and w._fast is not None
+    assert w._args.flags == FLAG_MERGE and w._fast is not None
     with pytest.raises(ValueError, match="use_cuda_graph wrapper must keep"):
         _plan(w, *args, q_len_per_request=2)

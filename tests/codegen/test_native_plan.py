@@ -67,7 +67,8 @@ def _spans(kv, visible, tile):
 
 
 def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=None,
-           min_chunk=None, page_dtype=np.int64, rng=None, visible=None):  # fmt: skip
+           min_chunk=None, page_dtype=np.int64, rng=None, visible=None,
+           split_factors=None):  # fmt: skip
     """The oracle's schedule + write_work_region against the C++ planner (with and without
     its test outputs). Returns the oracle Schedule, or the CapacityError message."""
     kv = np.asarray(kv, dtype=np.int64)
@@ -75,7 +76,8 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
     spans = None if visible is None else _spans(kv, visible, tile)
     args = (kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows)
     try:
-        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk, spans=spans)
+        ref = s.schedule(*args, max_items=max_items, min_chunk=min_chunk, spans=spans,
+                         split_factors=split_factors)  # fmt: skip
         error, cap = None, max(ref.num_items, 1)
     except CapacityError as exc:
         ref, error, cap = None, str(exc), max(max_items or 1, 1)
@@ -85,7 +87,7 @@ def _check(kv, q_len, hq, hkv, row_blocks, ctas, tile, part_rows, *, max_items=N
     for with_arrays in (False, True):
         p, buf, lay = h.planner(batch, cap, ctas)
         p.configure(q_len, hq, hkv, row_blocks, ctas, tile, part_rows, 16, max_items,
-                    min_chunk=min_chunk)  # fmt: skip
+                    min_chunk=min_chunk, split_factors=split_factors)  # fmt: skip
         p.set_visible(spans)
         expect = np.full_like(buf, SENTINEL)
         call = h.native_schedule if with_arrays else h.plan_only
@@ -163,6 +165,17 @@ def test_random_visible_ranges_identical():
     assert narrowed > 300 and split > 100, (narrowed, split)
 
 
+def test_other_split_factors_identical():
+    """The candidate set is an argument (the split sweep harness varies it)."""
+    rng = np.random.default_rng(7)
+    sets = [(), (1,), (2,), (8,), (1, 3, 5, 7), (4, 2, 1), (1, 1, 2)]
+    for trial in range(300):
+        kv = _lengths(rng, int(rng.integers(1, 129))).astype(np.int64)
+        hq, hkv = HEADS[trial % 3]
+        _check(kv, int(rng.integers(1, 5)), hq, hkv, 1, int(rng.choice([7, 264])), 64, 1 << 40,
+               split_factors=sets[trial % len(sets)])  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "lengths",
     [[], [0], [0, 0, 0], [1], [1, 0, 70000, 5], [7] * 300, [2**31 - 1], [2**20] * 3],
@@ -205,6 +218,7 @@ OUT_OF_RANGE = [
     (np.array([5, 100]), {"min_chunk": 0, "num_ctas": 1 << 20}),  # chunk 0
     (np.array([5, 100]), {"num_ctas": 0}),
     (np.array([5, 100]), {"q_len": 1 << 30}),
+    (np.array([5, 100]), {"split_factors": (1, 0)}),
 ]
 
 
@@ -213,13 +227,19 @@ def test_inputs_beyond_the_limits_raise(kv, kw):
     p, buf, _ = h.planner(4, 64, 8)
     args = {"q_len": 1, "num_qo_heads": 32, "num_kv_heads": 8, "row_blocks": 1, "num_ctas": 8,
             "kv_tile": 64, "max_part_rows": 1 << 20, "page_size": 16, "max_items": None}  # fmt: skip
-    extra = {k: kw.pop(k) for k in ("alpha", "min_chunk") if k in kw}
+    extra = {k: kw.pop(k) for k in ("alpha", "min_chunk", "split_factors") if k in kw}
     args.update(kw)
     p.configure(*args.values(), **extra)
     with pytest.raises(ValueError, match="beyond the planner's limits") as info:
         h.plan_only(p, kv, np.zeros(kv.shape[0], np.int64))
     assert str(info.value) == decode_plan.OUT_OF_RANGE_MESSAGE
     assert (buf == SENTINEL).all()
+
+
+def test_at_most_four_split_factors():
+    p, _, _ = h.planner(4, 64, 8)
+    with pytest.raises(ValueError, match="at most 4 split factors"):
+        p.configure(1, 32, 8, 1, 8, 64, 1 << 20, 16, None, split_factors=(1, 2, 3, 4, 5))
 
 
 def test_too_small_buffer_and_overlapping_regions_raise():

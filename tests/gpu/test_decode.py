@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime.planning import decode_schedule
-from attnc.runtime.planning.decode_schedule import CapacityError
+from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning.workspace import CapacityError
 from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 from attnc.runtime.wrappers.merge import merge_state
 
@@ -139,9 +139,8 @@ def test_variant_split(name, layout, page_size, q_len, lengths, split):
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_variant_unsplit(name, monkeypatch):
-    # The numpy planner reads MIN_CHUNK at call time; the native one takes it as an argument.
-    monkeypatch.setenv("ATTNC_NATIVE_PLAN", "0")
-    monkeypatch.setattr(decode_schedule, "MIN_CHUNK", 1 << 30)
+    # plan() reads MIN_CHUNK when it configures the planner for a new shape.
+    monkeypatch.setattr(decode_plan, "MIN_CHUNK", 1 << 30)
     batch = Batch(MIXED, 16, "HND", 1, seed=3)
     variant, params, o, lse = _run(name, batch, False)
     _check_accuracy(variant, batch, params, o, lse)

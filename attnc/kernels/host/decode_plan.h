@@ -1,6 +1,6 @@
 // Owns: the host decode planner's choice among its candidate chunk sizes and the whole plan
 // of one decode step (``plan``): "no split" and the cost per CTA divided by each split
-// factor; the winner has the smallest predicted step time (its busiest CTA plus the merge),
+// factor the caller gives; the winner has the smallest predicted step time (its busiest CTA plus the merge),
 // the earliest candidate on ties. The result (work region in the caller's buffer, a summary)
 // is bit-identical to the oracle's schedule + write_work_region
 // (tests/codegen/decode_schedule_oracle.py). No torch, no Python, no CUDA calls.
@@ -16,10 +16,17 @@
 namespace attnc {
 namespace decode_plan {
 
-constexpr int kCandidates = 1 + sizeof(kSplitFactors) / sizeof(kSplitFactors[0]);
+constexpr int kCandidates = 1 + ATTNC_PLAN_MAX_SPLIT_FACTORS;
+
+// Candidates of ``p``: "no split", then one per split factor.
+inline int num_candidates(const AttncPlanParams& p) {
+  return 1 + static_cast<int>(p.num_split_factors);
+}
 
 // The split factor of candidate k (0: no split).
-inline int64_t candidate_factor(int k) { return k == 0 ? 0 : kSplitFactors[k - 1]; }
+inline int64_t candidate_factor(const AttncPlanParams& p, int k) {
+  return k == 0 ? 0 : p.split_factors[k - 1];
+}
 
 // The oracle's _lower_bound: no assignment of a candidate's items beats its average CTA
 // load or its longest item, plus the merge.
@@ -51,15 +58,15 @@ inline int choose_candidate(const AttncPlanParams& p, Scratch& s, int64_t* facto
   Cand cands[kCandidates];
   int64_t n_cands = 0, fewest = -1, tried_n = 0;
   int64_t tried[kCandidates];
-  for (int k = 0; k < kCandidates; ++k) {
-    plan_counts(p, candidate_factor(k), s.num_chunks.data(), &c);
+  for (int k = 0; k < num_candidates(p); ++k) {
+    plan_counts(p, candidate_factor(p, k), s.num_chunks.data(), &c);
     bool seen = false;
     for (int64_t t = 0; t < tried_n; ++t) seen |= tried[t] == c.chunk;
     if (seen) continue;
     tried[tried_n++] = c.chunk;
     fewest = fewest < 0 ? c.num_items : std::min(fewest, c.num_items);
     if (p.max_items >= 0 && c.num_items > p.max_items) continue;
-    cands[n_cands++] = {candidate_factor(k), k, lower_bound(p, c)};
+    cands[n_cands++] = {candidate_factor(p, k), k, lower_bound(p, c)};
   }
   std::sort(cands, cands + n_cands, [](const Cand& a, const Cand& b) {
     return a.lb < b.lb || (a.lb == b.lb && a.index < b.index);
@@ -102,13 +109,13 @@ inline void copy_test_outputs(const AttncPlanParams& p, const Counts& c) {
 inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
   if (p.batch < 0 || p.batch >= kMaxLen) return ATTNC_PLAN_OUT_OF_RANGE;
   if (p.batch > 0 && p.kv_lens == nullptr) return ATTNC_PLAN_OUT_OF_RANGE;
-  if (!visible_ok(p)) return ATTNC_PLAN_OUT_OF_RANGE;
+  if (!visible_ok(p) || !split_factors_ok(p)) return ATTNC_PLAN_OUT_OF_RANGE;
   s.num_chunks.resize(static_cast<size_t>(p.batch));
   s.best_chunks.resize(static_cast<size_t>(p.batch));
   Counts c{};
   // Every candidate must be within the limits (the oracle computes all chunk sizes first).
-  for (int k = 0; k < kCandidates; ++k) {
-    const int rc = plan_counts(p, candidate_factor(k), s.num_chunks.data(), &c);
+  for (int k = 0; k < num_candidates(p); ++k) {
+    const int rc = plan_counts(p, candidate_factor(p, k), s.num_chunks.data(), &c);
     if (rc != ATTNC_PLAN_OK) return rc;
   }
   int64_t factor = 0, fewest = 0;

@@ -6,6 +6,8 @@
 
 #include "attnc/abi_codes.h"
 
+#define ATTNC_PLAN_MAX_SPLIT_FACTORS 4
+
 extern "C" {
 
 // Inputs of attnc_decode_plan. Mirrored by ctypes in attnc/runtime/planning/decode_plan.py
@@ -50,6 +52,10 @@ typedef struct AttncPlanParams {
   const int64_t* plan_lens;
   const int64_t* kv_offset;
   int64_t visible_count;
+  // The candidate chunks besides "no split": the cost per CTA divided by each factor (>= 1),
+  // split_factors[0, num_split_factors), at most ATTNC_PLAN_MAX_SPLIT_FACTORS of them.
+  int64_t split_factors[ATTNC_PLAN_MAX_SPLIT_FACTORS];
+  int64_t num_split_factors;
 } AttncPlanParams;
 
 // Outputs of attnc_decode_plan (ATTNC_PLAN_CAPACITY fills num_items only).

@@ -18,7 +18,6 @@ namespace decode_plan {
 constexpr int kItemInts = 8;
 constexpr int kMergeInts = 4;
 constexpr int kHeaderInts = 16;
-constexpr int64_t kSplitFactors[3] = {1, 2, 4};  // oracle SPLIT_FACTORS
 constexpr double kItemOverhead = 128.0;              // oracle ITEM_OVERHEAD
 constexpr double kMergeOverhead = 256.0;             // oracle MERGE_OVERHEAD
 constexpr int64_t kMaxLen = INT32_MAX;             // KV lengths must lie in [0, kMaxLen]
@@ -64,6 +63,14 @@ inline bool visible_ok(const AttncPlanParams& p) {
     const int64_t off = p.kv_offset[r], len = p.plan_lens[r];
     if (off < 0 || len < 0 || off > p.kv_lens[r] || len > p.kv_lens[r] - off) return false;
   }
+  return true;
+}
+
+// The split factors: 0 to ATTNC_PLAN_MAX_SPLIT_FACTORS of them, each in [1, kMaxScalar).
+inline bool split_factors_ok(const AttncPlanParams& p) {
+  if (p.num_split_factors < 0 || p.num_split_factors > ATTNC_PLAN_MAX_SPLIT_FACTORS) return false;
+  for (int64_t k = 0; k < p.num_split_factors; ++k)
+    if (p.split_factors[k] < 1 || p.split_factors[k] >= kMaxScalar) return false;
   return true;
 }
 

@@ -27,6 +27,7 @@ from attnc.runtime import abi
 from attnc.runtime.build import cache, jit
 from attnc.runtime.checks import page_table
 from attnc.runtime.planning.decode_plan_abi import (
+    MAX_SPLIT_FACTORS,
     STRUCTS,
     PlanParams,
     PlanSummary,
@@ -44,6 +45,7 @@ from attnc.version import PACKAGE_DIR
 ALPHA = 16.0  # cost of one query token of an item, in KV tokens
 BETA = 1.0  # cost of one KV token
 MIN_CHUNK = 256  # never split a request into chunks shorter than this (read at configure)
+SPLIT_FACTORS = (1, 2, 4)  # candidate chunks: (cost per CTA) / factor, and "no split" (same)
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
 ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
 BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
@@ -196,14 +198,21 @@ class DecodePlanner:
         self, q_len: int, num_qo_heads: int, num_kv_heads: int, row_blocks: int, num_ctas: int,
         kv_tile: int, max_part_rows: int, page_size: int, max_items: int | None, *,
         min_chunk: int | None = None, alpha: float = ALPHA, beta: float = BETA,
+        split_factors: tuple[int, ...] | None = None,
     ) -> None:  # fmt: skip
-        """Set the scalars of one shape (ints; ``max_items`` None: no limit)."""
+        """Set the scalars of one shape (ints; ``max_items`` None: no limit; ``min_chunk``
+        and ``split_factors`` None: the module's ``MIN_CHUNK`` and ``SPLIT_FACTORS``)."""
+        factors = SPLIT_FACTORS if split_factors is None else split_factors
+        if len(factors) > MAX_SPLIT_FACTORS:
+            raise ValueError(f"decode plan: at most {MAX_SPLIT_FACTORS} split factors")
         p = self._step.plan
         p.q_len, p.num_qo_heads, p.num_kv_heads = q_len, num_qo_heads, num_kv_heads
         p.row_blocks, p.num_ctas, p.kv_tile = row_blocks, num_ctas, kv_tile
         p.max_part_rows, p.max_items = max_part_rows, -1 if max_items is None else max_items
         p.min_chunk = MIN_CHUNK if min_chunk is None else min_chunk
         p.alpha, p.beta = float(alpha), float(beta)
+        p.split_factors[: len(factors)] = factors
+        p.num_split_factors = len(factors)
         self._step.page_size = page_size
 
     def set_visible(self, spans: tuple[np.ndarray, np.ndarray] | None) -> None:

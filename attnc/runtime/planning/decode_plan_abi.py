@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 
+MAX_SPLIT_FACTORS = 4  # ATTNC_PLAN_MAX_SPLIT_FACTORS
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
 
@@ -36,6 +37,8 @@ class PlanParams(ctypes.Structure):
         ("plan_lens", _P),
         ("kv_offset", _P),
         ("visible_count", _I64),
+        ("split_factors", _I64 * MAX_SPLIT_FACTORS),
+        ("num_split_factors", _I64),
     ]  # fmt: skip
 
 
