@@ -197,6 +197,12 @@ def anchor_child() -> AnchorChild:
     return _CHILD[0]
 
 
+def shut_down() -> None:
+    """Stop the run's anchor child, if one was started (at the end of the prefill suite)."""
+    for child in _CHILD:
+        child.stop()
+
+
 def warm_up() -> None:
     """Start the child now, so its imports overlap the rows before FA4's first one."""
     if fa4_absent():

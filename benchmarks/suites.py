@@ -182,12 +182,17 @@ def _profile(args) -> dict:
 def run_prefill(args, results: Results, log: Callable = print) -> None:
     """Single-request prefill rows (the anchor child starts first, so that its imports
     overlap the first rows)."""
-    from benchmarks.child_systems import CHILD_SYSTEMS, warm_up
+    from benchmarks.child_systems import CHILD_SYSTEMS, shut_down, warm_up
 
     if any(name not in args.skip for name in CHILD_SYSTEMS):
         warm_up()
     cases = workloads.prefill_cases(**_profile(args))
-    run_rows("prefill", cases, args, results, log, lambda c: _prefill_row(c, args, results, log))
+    try:
+        run_rows(
+            "prefill", cases, args, results, log, lambda c: _prefill_row(c, args, results, log)
+        )
+    finally:
+        shut_down()  # no idle process (nor its CUDA context) during the later suites
 
 
 def run_decode(args, results: Results, log: Callable = print) -> None:
