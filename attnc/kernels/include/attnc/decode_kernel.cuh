@@ -71,9 +71,10 @@ __device__ __forceinline__ void decode_cta(const AttncDecodeArgs& a,
   const int page_size = a.page_size;
   const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
 
-  DecodeLoader<V, T, Tile> ld{a,         params,     s_q,           s_k,          s_v,
-                              w_end,     q_len,      group,         page_size,    page_shift,
-                              tid % (D / 8), tid / (D / 8)};
+  // This thread copies 16-byte chunk tid % (D / 8) of rows tid / (D / 8) + i * kRowStep.
+  DecodeLoader<V, T, Tile> ld{a,     params,    s_q,       s_k,           s_v,          w_end,
+                              q_len, group,     page_size, page_shift,    tid % (D / 8),
+                              tid / (D / 8)};
   if constexpr (kCross) {
     ld.open(w_begin);
     ld.prime(ld.item);
