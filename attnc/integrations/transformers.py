@@ -112,9 +112,8 @@ def attnc_attention_forward(
         )
     segments = segments_for_call(attention_mask, q_len, kv_len, batch, choice.window)
     segments.require_window(choice.window, layer_name(module))
-    out = query.new_zeros(batch, q_len, hq, head_dim)
     if not segments.segments:
-        return out, None
+        return query.new_zeros(batch, q_len, hq, head_dim), None
     q_packed = _pack(query, segments, queries=True)
     k_packed = _pack(key, segments, queries=False)
     v_packed = _pack(value, segments, queries=False)
@@ -124,6 +123,10 @@ def attnc_attention_forward(
     else:
         _warn_once(reason)
         o_packed = _run_reference(choice, segments, q_packed, k_packed, v_packed, scaling)
+    first = segments.segments[0]
+    if segments.is_uniform and (first.q_begin, first.q_end) == (0, q_len):
+        return o_packed.view(batch, q_len, hq, head_dim), None  # no padding: no scatter
+    out = query.new_zeros(batch, q_len, hq, head_dim)
     _unpack_into(out, o_packed, segments)
     return out, None
 
