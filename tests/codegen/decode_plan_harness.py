@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 
 import decode_schedule_oracle as oracle
 import numpy as np
+import pytest
 
 from attnc.runtime.build import toolchain
-from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.workspace import ITEM_INTS, MERGE_INTS, WorkspaceLayout, make_layout
 
@@ -24,6 +26,18 @@ def have_nvcc() -> bool:
         return shutil.which(toolchain.find_nvcc()) is not None
     except toolchain.ToolNotFound:
         return False
+
+
+def fresh_library(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Body of a module fixture: the planner library built into a fresh cache directory (and
+    the library state restored afterwards)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    mp.setattr(decode_plan_library, "_LIB", None)
+    mp.setattr(decode_plan_library, "_FAILURE", None)
+    decode_plan_library.library()
+    yield
+    mp.undo()
 
 
 def planner(

@@ -16,7 +16,7 @@ import torch
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
-from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.workspace import CapacityError, make_layout
 from attnc.runtime.wrappers import decode as D
@@ -47,12 +47,12 @@ class _FakeModule:
 def lib(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.setattr(decode_plan, "_LIB", None)
-    mp.setattr(decode_plan, "_FAILURE", None)
-    lib = decode_plan.library()
-    decode_plan.fake_cuda(1)
+    mp.setattr(decode_plan_library, "_LIB", None)
+    mp.setattr(decode_plan_library, "_FAILURE", None)
+    lib = decode_plan_library.library()
+    decode_plan_library.fake_cuda(1)
     yield lib
-    decode_plan.fake_cuda(0)
+    decode_plan_library.fake_cuda(0)
     mp.undo()
 
 
@@ -175,7 +175,7 @@ def _pair(**kw):
 def test_plan_matches_the_oracle(cpu):
     rng = np.random.default_rng(5)
     w, ref_buf = _pair()
-    before = decode_plan.fake_cuda(-1)
+    before = decode_plan_library.fake_cuda(-1)
     fast = 0
     for trial in range(300):
         batch = int(rng.integers(0, 65))
@@ -186,7 +186,7 @@ def test_plan_matches_the_oracle(cpu):
         got, want = _outcome(w, *args, **kw), _expected(w, ref_buf, *args, **kw)
         assert got == want, trial
     assert fast > 250
-    now = decode_plan.fake_cuda(-1)
+    now = decode_plan_library.fake_cuda(-1)
     copies, records, waits, _ = (a - b for a, b in zip(now, before, strict=True))
     assert records == 300 and waits == 299 and 300 <= copies <= 600
 
@@ -276,10 +276,10 @@ def test_lengths_beyond_the_planner_raise(cpu):
 
 
 def test_build_failure_reaches_plan(cpu, monkeypatch):
-    monkeypatch.setattr(decode_plan, "_LIB", None)
-    monkeypatch.setattr(decode_plan, "_FAILURE", "BuildError: attnc: nvcc failed\n  command: nvcc")
+    monkeypatch.setattr(decode_plan_library, "_LIB", None)
+    monkeypatch.setattr(decode_plan_library, "_FAILURE", "BuildError: attnc: nvcc failed\n  command: nvcc")
     w = make_wrapper()
-    with pytest.raises(decode_plan.PlannerUnavailable, match="could not be built or loaded"):
+    with pytest.raises(decode_plan_library.PlannerUnavailable, match="could not be built or loaded"):
         _plan(w, *page_table(np.random.default_rng(4), 8))
 
 
@@ -298,8 +298,13 @@ def test_other_inputs_take_the_checked_path(cpu, monkeypatch):
     wide[::2] = ids
     assert _outcome(w, indptr, wide[::2], last) == want and calls  # strided page ids
     calls.clear()
-    out = _outcome(w, indptr, ids, last, page_size=np.int64(PAGE))  # not an int: checked
-    assert calls and out == (ValueError, "page_size: must be an int >= 1, got np.int64(16)")
+    out = _outcome(w, indptr, ids, last, page_size=np.int64(PAGE))  # not a plain int: checked
+    assert calls and out == want
+    for bad, shown in ((16.0, "float 16.0"), (16.7, "float 16.7"), (True, "bool True")):
+        out = _outcome(w, indptr, ids, last, page_size=bad)
+        assert out == (ValueError, f"page_size: expected an int, got {shown}")
+    out = _outcome(w, indptr, ids, last, q_len_per_request=True)
+    assert out == (ValueError, "q_len_per_request: expected an int, got bool True")
     calls.clear()
     assert _outcome(w, indptr, ids, last, sm_scale=0.1)[0] == want[0] and calls  # new shape
     calls.clear()

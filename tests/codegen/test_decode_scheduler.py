@@ -22,13 +22,8 @@ UNIFORM = [512 + int(15872 * ((i * 0.6180339887) % 1.0)) for i in range(64)]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.setattr(decode_plan, "_LIB", None)
-    mp.setattr(decode_plan, "_FAILURE", None)
-    yield
-    mp.undo()
+def _library(tmp_path_factory):
+    yield from h.fresh_library(tmp_path_factory)
 
 
 def _plan(lengths, q_len=1, hq=32, hkv=8, row_blocks=1, ctas=CTAS, part_rows=1 << 24, *,

@@ -11,7 +11,7 @@ import pytest
 
 from attnc.runtime import abi
 from attnc.runtime.build import jit
-from attnc.runtime.planning import decode_plan
+from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.mask_ranges import decode_spans
 from attnc.runtime.planning.workspace import CapacityError, make_layout
 
@@ -26,14 +26,8 @@ SENTINEL = h.SENTINEL
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.setattr(decode_plan, "_LIB", None)
-    mp.setattr(decode_plan, "_FAILURE", None)
-    decode_plan.library()
-    yield
-    mp.undo()
+def _library(tmp_path_factory):
+    yield from h.fresh_library(tmp_path_factory)
 
 
 def _lengths(rng, batch):
@@ -279,11 +273,11 @@ def test_build_failure_is_reported(monkeypatch):
         raise jit.BuildError("attnc: nvcc failed\n  command: nvcc -o decode_plan.so\nlog: boom")
 
     monkeypatch.setattr(jit, "build_module", fail)
-    monkeypatch.setattr(decode_plan, "_LIB", None)
-    monkeypatch.setattr(decode_plan, "_FAILURE", None)
+    monkeypatch.setattr(decode_plan_library, "_LIB", None)
+    monkeypatch.setattr(decode_plan_library, "_FAILURE", None)
     lay = make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
     for _ in range(2):
-        with pytest.raises(decode_plan.PlannerUnavailable) as info:
+        with pytest.raises(decode_plan_library.PlannerUnavailable) as info:
             decode_plan.DecodePlanner(np.zeros(lay.work_bytes(64), np.uint8), lay)
         text = str(info.value)
         assert "decode_plan.cpp" in text and "command: nvcc -o decode_plan.so" in text
@@ -334,7 +328,7 @@ def test_step_checks_and_copies_match_the_oracle():
     p.set_stage(stage, stage.ctypes.data, stage.shape[0])
     args = (1, 32, 8, 1, 64, 64, lay.max_part_rows(128))
     p.configure(*args, 16, lay.max_items)
-    decode_plan.fake_cuda(1)
+    decode_plan_library.fake_cuda(1)
     failed = set()
     try:
         for trial in range(2000):
@@ -370,5 +364,5 @@ def test_step_checks_and_copies_match_the_oracle():
             assert np.array_equal(got_ids, ids[:nnz])
             assert (ws[lay.page_ids + 4 * nnz : lay.page_ids + 4 * nnz + 16] == SENTINEL).all()
     finally:
-        decode_plan.fake_cuda(0)
+        decode_plan_library.fake_cuda(0)
     assert failed >= set(range(1, 10)) - {abi.PT_BATCH_CAPACITY}, failed

@@ -9,30 +9,27 @@ assignment onto the CTAs, merge list) written into the buffer, and the copies of
 region and page ids to the workspace. Failures come back as codes (``attnc/abi_codes.h``) and
 are raised here with the words of ``checks/page_table.py``.
 
-The library is built once per machine through the JIT cache (nvcc on host-only C++,
-``-ffp-contract=off`` so float costs match the oracle of the tests bit for bit). When it cannot
-be built or loaded, ``PlannerUnavailable`` says why (the nvcc command and its output).
+The library is built on first use (``decode_plan_library.py``); when it cannot be built or
+loaded, ``PlannerUnavailable`` says why (the nvcc command and its output).
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnc.runtime import abi
-from attnc.runtime.build import cache, jit
 from attnc.runtime.checks import page_table
-from attnc.runtime.planning.decode_plan_abi import (
+from attnc.runtime.planning.decode_plan_library import (
     MAX_SPLIT_FACTORS,
-    STRUCTS,
     PlanParams,
     PlanSummary,
     StepParams,
     StepResult,
+    library,
 )
 from attnc.runtime.planning.workspace import (
     ITEM_INTS,
@@ -40,87 +37,16 @@ from attnc.runtime.planning.workspace import (
     CapacityError,
     WorkspaceLayout,
 )
-from attnc.version import PACKAGE_DIR
 
 ALPHA = 16.0  # cost of one query token of an item, in KV tokens
 BETA = 1.0  # cost of one KV token
 MIN_CHUNK = 256  # never split a request into chunks shorter than this (read at configure)
 SPLIT_FACTORS = (1, 2, 4)  # candidate chunks: (cost per CTA) / factor, and "no split" (same)
-HOST_DIR = PACKAGE_DIR / "kernels" / "host"
-ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
-BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
 OUT_OF_RANGE_MESSAGE = (
     "decode plan: the batch is beyond the planner's limits (KV lengths below 2^31 tokens, "
     "fewer than 2^31 work items, heads, q_len, CTAs and KV tile below 2^30, finite positive "
     "costs); nothing was planned"
 )
-
-
-class PlannerUnavailable(RuntimeError):
-    """The planner library could not be built or loaded (the message says why)."""
-
-
-_LOCK = threading.Lock()
-_LIB: ctypes.CDLL | None = None
-_FAILURE: str | None = None
-_STEP_P, _RESULT_P = ctypes.POINTER(StepParams), ctypes.POINTER(StepResult)
-_SIGNATURES = {
-    "attnc_decode_plan": ([ctypes.POINTER(PlanParams), ctypes.POINTER(PlanSummary)], ctypes.c_int),
-    "attnc_decode_plan_sizes": ([ctypes.c_void_p], None),
-    "attnc_decode_check": ([_STEP_P, _RESULT_P], ctypes.c_int),
-    "attnc_decode_step": ([_STEP_P, _RESULT_P], ctypes.c_int),
-    "attnc_decode_wait": ([_STEP_P], ctypes.c_int),
-    "attnc_decode_release": ([_STEP_P], ctypes.c_int),
-    "attnc_decode_cuda_error": ([ctypes.c_int], ctypes.c_char_p),
-    "attnc_decode_fake_cuda": ([ctypes.c_int, ctypes.c_void_p], None),
-}
-
-
-def source() -> str:
-    """The text the JIT compiles: ``decode_plan.cpp`` under a digest of the host headers
-    (so any header change rebuilds it)."""
-    digest = cache.header_digest(HOST_DIR)
-    text = (HOST_DIR / "decode_plan.cpp").read_text()
-    return f"// attnc/kernels/host headers: {digest}\n{text}"
-
-
-def library() -> ctypes.CDLL:
-    """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
-    global _LIB, _FAILURE
-    with _LOCK:
-        if _LIB is None and _FAILURE is None:
-            try:
-                _LIB = _load()
-            except Exception as exc:  # no compiler, a build or load failure
-                _FAILURE = f"{type(exc).__name__}: {exc}"
-        if _LIB is None:
-            raise PlannerUnavailable(
-                f"attnc: the decode planner library (attnc/kernels/host/decode_plan.cpp) could "
-                f"not be built or loaded, so BatchDecodeWrapper.plan() cannot run:\n{_FAILURE}"
-            )
-        return _LIB
-
-
-def _load() -> ctypes.CDLL:
-    path = jit.build_module("decode_plan", source(), arch=ARCH, extra_flags=BUILD_FLAGS)
-    lib = jit.load_library(path)
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, restype
-    sizes = np.zeros(len(STRUCTS), np.int64)
-    lib.attnc_decode_plan_sizes(sizes.ctypes.data)
-    want = [ctypes.sizeof(s) for s in STRUCTS]
-    if sizes.tolist() != want:
-        raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
-    return lib
-
-
-def fake_cuda(fake: int) -> list[int]:
-    """Test only: ``fake`` 1 replaces the step's CUDA calls by host memcpys, 0 restores them,
-    -1 leaves them; returns the copies, event records, waits and event creations so far."""
-    out = np.zeros(4, np.int64)
-    library().attnc_decode_fake_cuda(fake, out.ctypes.data)
-    return [int(v) for v in out]
 
 
 @dataclass(frozen=True)

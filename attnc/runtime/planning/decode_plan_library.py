@@ -1,10 +1,24 @@
-"""Owns: the ctypes mirrors of the host decode planner's structs
-(``attnc/kernels/host/decode_plan_abi.h``), field for field; their sizes are compared with the
-library's ``sizeof`` when it is loaded (``decode_plan.py``)."""
+"""Owns: the host decode planner library as Python sees it: building it from
+``attnc/kernels/host/decode_plan.cpp`` through the JIT cache (nvcc on host-only C++,
+``-ffp-contract=off`` so float costs match the oracle of the tests bit for bit), loading it
+with its function signatures, and the ctypes mirrors of its structs
+(``decode_plan_abi.h``), field for field, whose sizes are compared with the library's
+``sizeof`` on load. A build or load failure is remembered and raised as
+``PlannerUnavailable`` on every call (no second build attempt, no fallback)."""
 
 from __future__ import annotations
 
 import ctypes
+import threading
+
+import numpy as np
+
+from attnc.runtime.build import cache, jit
+from attnc.version import PACKAGE_DIR
+
+HOST_DIR = PACKAGE_DIR / "kernels" / "host"
+ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
+BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
 
 MAX_SPLIT_FACTORS = 4  # ATTNC_PLAN_MAX_SPLIT_FACTORS
 _I64 = ctypes.c_int64
@@ -93,3 +107,70 @@ class StepResult(ctypes.Structure):
 
 
 STRUCTS = (PlanParams, PlanSummary, StepParams, StepResult)  # attnc_decode_plan_sizes order
+
+
+class PlannerUnavailable(RuntimeError):
+    """The planner library could not be built or loaded (the message says why)."""
+
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+_FAILURE: str | None = None
+_STEP_P, _RESULT_P = ctypes.POINTER(StepParams), ctypes.POINTER(StepResult)
+_SIGNATURES = {
+    "attnc_decode_plan": ([ctypes.POINTER(PlanParams), ctypes.POINTER(PlanSummary)], ctypes.c_int),
+    "attnc_decode_plan_sizes": ([ctypes.c_void_p], None),
+    "attnc_decode_check": ([_STEP_P, _RESULT_P], ctypes.c_int),
+    "attnc_decode_step": ([_STEP_P, _RESULT_P], ctypes.c_int),
+    "attnc_decode_wait": ([_STEP_P], ctypes.c_int),
+    "attnc_decode_release": ([_STEP_P], ctypes.c_int),
+    "attnc_decode_cuda_error": ([ctypes.c_int], ctypes.c_char_p),
+    "attnc_decode_fake_cuda": ([ctypes.c_int, ctypes.c_void_p], None),
+}
+
+
+def source() -> str:
+    """The text the JIT compiles: ``decode_plan.cpp`` under a digest of the host headers
+    (so any header change rebuilds it)."""
+    digest = cache.header_digest(HOST_DIR)
+    text = (HOST_DIR / "decode_plan.cpp").read_text()
+    return f"// attnc/kernels/host headers: {digest}\n{text}"
+
+
+def library() -> ctypes.CDLL:
+    """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
+    global _LIB, _FAILURE
+    with _LOCK:
+        if _LIB is None and _FAILURE is None:
+            try:
+                _LIB = _load()
+            except Exception as exc:  # no compiler, a build or load failure
+                _FAILURE = f"{type(exc).__name__}: {exc}"
+        if _LIB is None:
+            raise PlannerUnavailable(
+                f"attnc: the decode planner library (attnc/kernels/host/decode_plan.cpp) could "
+                f"not be built or loaded, so BatchDecodeWrapper.plan() cannot run:\n{_FAILURE}"
+            )
+        return _LIB
+
+
+def _load() -> ctypes.CDLL:
+    path = jit.build_module("decode_plan", source(), arch=ARCH, extra_flags=BUILD_FLAGS)
+    lib = jit.load_library(path)
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    sizes = np.zeros(len(STRUCTS), np.int64)
+    lib.attnc_decode_plan_sizes(sizes.ctypes.data)
+    want = [ctypes.sizeof(s) for s in STRUCTS]
+    if sizes.tolist() != want:
+        raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
+    return lib
+
+
+def fake_cuda(fake: int) -> list[int]:
+    """Test only: ``fake`` 1 replaces the step's CUDA calls by host memcpys, 0 restores them,
+    -1 leaves them; returns the copies, event records, waits and event creations so far."""
+    out = np.zeros(4, np.int64)
+    library().attnc_decode_fake_cuda(fake, out.ctypes.data)
+    return [int(v) for v in out]
