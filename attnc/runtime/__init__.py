@@ -1,6 +1,6 @@
 """Text -> running ops, by stage.
 
-- ``build/``: the toolchain (nvcc, ninja, flags), the on-disk build cache, JIT building and
+- ``build/``: the toolchain (nvcc, flags), the on-disk build cache, JIT building and
   the registry of loaded modules, and the compiled-variant cache.
 - ``planning/``: what ``plan()`` computes on the CPU: the prefill and decode schedules, the
   workspace layouts and the KV ranges a mask allows.

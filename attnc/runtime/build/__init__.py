@@ -1,2 +1,3 @@
 """Building and loading modules: the toolchain, the build and compiled-variant caches, the JIT
-(ninja over generated sources) and the registry of loaded, ABI-checked modules."""
+(nvcc over generated sources, run without a shell), ahead-of-time builds (``attnc build``) and
+the registry of loaded, ABI-checked modules."""

@@ -1,4 +1,4 @@
-"""Finding the build tools (nvcc, ninja) and choosing nvcc flags and the target arch."""
+"""Finding nvcc and choosing nvcc flags and the target arch."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ BASE_FLAGS = (
 
 
 class ToolNotFound(RuntimeError):
-    """A build tool (nvcc or ninja) could not be found."""
+    """A build tool (nvcc) could not be found."""
 
 
 def find_nvcc() -> str:
@@ -38,22 +38,6 @@ def find_nvcc() -> str:
     )
     if found is None:
         raise ToolNotFound("attnc: nvcc not found; set ATTNC_NVCC or CUDA_HOME, or put it on PATH")
-    return found
-
-
-def find_ninja() -> str:
-    """The ninja binary of the pip ``ninja`` package, else ``ninja`` on PATH."""
-    try:
-        import ninja  # type: ignore[import-untyped]
-
-        candidate = Path(ninja.BIN_DIR) / "ninja"
-        if candidate.is_file():
-            return str(candidate)
-    except ImportError:
-        pass
-    found = shutil.which("ninja")
-    if found is None:
-        raise ToolNotFound("attnc: ninja not found; `pip install ninja`")
     return found
 
 
