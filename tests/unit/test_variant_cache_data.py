@@ -110,6 +110,20 @@ def test_a_valid_digest_over_a_foreign_type_is_rejected(cache):
     assert len(calls) == 2
 
 
+def test_a_valid_digest_over_ill_typed_ir_is_rejected(cache):
+    root, calls = cache
+    attnc.load(SOURCE)
+    entry = _entry_file(root)
+    data = json.loads(entry.read_text())
+    nodes = data["payload"]["body"]["nodes"]
+    const = next(n for n in nodes if n["t"].endswith(":Const"))
+    const["f"]["type"] = "x32"
+    data["digest"] = variant_cache._digest(data["payload"])
+    entry.write_text(json.dumps(data))
+    assert attnc.load(SOURCE).ir.name == "data_probe"
+    assert len(calls) == 2
+
+
 def test_same_file_importing_another_directory_s_masks(cache, tmp_path, monkeypatch):
     _, calls = cache
     for name, window in (("a", 4), ("b", 9)):

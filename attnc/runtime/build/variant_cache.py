@@ -10,7 +10,7 @@ and is used only while each still has that content.
 Entries are data, never code: JSON holding a format version, the key, and the compiled
 variants and warnings encoded by :mod:`attnc.runtime.build.ir_json`, under a sha256 digest of
 that payload. Anything else (another format, a digest mismatch, a key mismatch, a payload that
-does not decode to compiled variants) is ignored and rewritten. Entries live in
+does not decode to well-typed compiled variants) is ignored and rewritten. Entries live in
 ``$ATTNC_CACHE_DIR/compiled`` and are written atomically. ``ATTNC_COMPILE_CACHE=0`` turns the
 cache off.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from attnc.compiler.results import Compiled, remember
+from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
@@ -107,6 +108,9 @@ def _decode_entry(
         raise ir_json.DecodeError("not compiled variants")
     if not all(isinstance(w, Diagnostic) for w in warnings):
         raise ir_json.DecodeError("not diagnostics")
+    for c in compiled:  # well-typed IR only, as the pipeline itself checks
+        verify_variant(c.lowered, "loading from the cache")
+        verify_variant(c.variant, "loading from the cache")
     return imports, compiled, warnings
 
 
