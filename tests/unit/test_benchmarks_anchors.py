@@ -558,3 +558,39 @@ def test_fa4_alibi_score_mod_compiles_to_the_alibi_bias(tmp_path, monkeypatch):
     slope = 2.0 ** (-8.0 * (kern.HEAD + 1) / kern.HEADS)
     want = kern.SCORE + slope * (kern.KV_IDX - kern.Q_IDX - kern.OFFSET)
     assert value == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("key", ["alibi", "sigmoid", "sliding_window"])
+def test_fa4_call_compiles_for_sm90_on_fake_tensors(key, monkeypatch):
+    """With flash-attn-4 and the CuTe DSL importable (no GPU needed), the call FA4 gets for
+    a row compiles FA4's whole sm90 forward kernel: under FakeTensorMode FA4 compiles and
+    skips the launch."""
+    import types
+
+    import torch
+
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    try:
+        import triton  # noqa: F401  (quack's autotuner imports it; only the import is needed)
+    except ImportError:
+        stub = types.ModuleType("quack.autotuner")
+        stub.autotune = lambda *a, **k: lambda f: f  # type: ignore[attr-defined]
+        stub.AutotuneConfig = type(  # type: ignore[attr-defined]
+            "AutotuneConfig", (), {"__init__": lambda self, *a, **k: None}
+        )
+        monkeypatch.setitem(sys.modules, "quack.autotuner", stub)
+    interface = pytest.importorskip("flash_attn.cute.interface")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from benchmarks.inputs import DenseData
+
+    monkeypatch.setattr(interface, "_get_device_arch", lambda: 90)
+    monkeypatch.setattr(interface, "get_num_sms_for_selection", lambda *a, **k: 132)
+    case = _case(key, 1024, 1024)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        q = torch.empty(1024, 32, 128, dtype=torch.bfloat16, device="cuda")
+        k, v = (torch.empty(1024, 8, 128, dtype=torch.bfloat16, device="cuda") for _ in "kv")
+        prep = fa4_anchor.Fa4Prefill().prepare(case, DenseData(q, k, v, {}))
+        out = prep.run()
+    assert tuple(out.shape) == (1, 1024, 32, 128)
+    assert prep.compare == (key != "sigmoid")
