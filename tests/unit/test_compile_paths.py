@@ -18,10 +18,12 @@ from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks import kv as kv_checks
 from attnc.runtime.checks import tensors
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK
 from attnc.runtime.planning.prefill_plan import PlanShape, make_host_plan
 from attnc.runtime.wrappers import decode as D
 from attnc.runtime.wrappers import decode_launch, prefill_launch, single_prefill
 from attnc.runtime.wrappers.decode_op import register_wrapper
+from attnc.runtime.wrappers.decode_planning import DecodeShape
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 HQ, HKV, DIM, PAGE, BATCH = 4, 2, 64, 4, 3
@@ -95,7 +97,7 @@ def _decode_wrapper(variant):
     w = object.__new__(D.BatchDecodeWrapper)
     w.variant, w.kv_layout, w.use_cuda_graph = variant, "NHD", False
     w._device = torch.device("cpu")
-    w._shape = D._Shape(HQ, HKV, DIM, PAGE, 1, torch.bfloat16, 0.25, 4, 8)
+    w._shape = DecodeShape(HQ, HKV, DIM, PAGE, 1, torch.bfloat16, 0.25, 4, 8)
     w._module = _Recorder(variant)
     w._args = AttncDecodeArgs()
     w._args_ref = ctypes.byref(w._args)
@@ -104,7 +106,7 @@ def _decode_wrapper(variant):
     w._last_kv, w._calls, w._applied = None, {}, None
     w._packer = decode_launch.ParamsPacker(variant.params)
     w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
-    w._planned_mask = D.NO_PLANNED_MASK
+    w._planned_mask = NO_PLANNED_MASK
     w.handle = register_wrapper(w)
     return w
 

@@ -10,8 +10,10 @@ import torch
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK
 from attnc.runtime.wrappers import decode as D
 from attnc.runtime.wrappers import decode_launch
+from attnc.runtime.wrappers.decode_planning import DecodeShape
 
 HQ, HKV, DIM, PAGE, BATCH = 4, 2, 16, 4, 3
 PER_CALL = ("q", "o", "lse")
@@ -53,7 +55,7 @@ def cpu_decode(monkeypatch):
         w = object.__new__(D.BatchDecodeWrapper)
         w.variant, w.kv_layout, w.use_cuda_graph = variant, "NHD", False
         w._device = torch.device("cpu")
-        w._shape = D._Shape(HQ, HKV, DIM, PAGE, 1, torch.bfloat16, 0.25, 4, 8)
+        w._shape = DecodeShape(HQ, HKV, DIM, PAGE, 1, torch.bfloat16, 0.25, 4, 8)
         w._module = _Recorder(variant)
         w._args = AttncDecodeArgs()
         w._args_ref = ctypes.byref(w._args)
@@ -62,7 +64,7 @@ def cpu_decode(monkeypatch):
         w._last_kv, w._calls, w._applied = None, {}, None
         w._packer = decode_launch.ParamsPacker(variant.params)
         w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
-        w._planned_mask = D.NO_PLANNED_MASK
+        w._planned_mask = NO_PLANNED_MASK
         return w
 
     return make

@@ -1,11 +1,11 @@
-"""The decode API: ``BatchDecodeWrapper`` (plan once per step, run once per layer).
+"""Owns: the decode API, ``BatchDecodeWrapper`` (plan once per step, run once per layer), and
+its ``run()``.
 
-``plan()`` hands the page table to the C++ planner (``planning/decode_plan.py``), which checks
-it, writes the work lists into a pinned host buffer and copies them with one copy into the
-fixed work region of the workspace (page ids follow with a second copy); ``plan()`` then
-fills the launch argument struct. ``run()`` only patches the q/kv/out pointers and params into that struct
-and calls the ctypes launcher (the same grid and the same workspace pointers every time),
-so it can be captured in a CUDA graph and replayed after a new ``plan()``. Under
+``plan()`` (``decode_planning.py``) checks the page table, schedules the step on the C++
+planner, copies the work lists into the workspace and fills the plan-fixed half of the
+launch argument struct. ``run()`` only patches the q/kv/out pointers and params into that
+struct and calls the ctypes launcher (the same grid and the same workspace pointers every
+time), so it can be captured in a CUDA graph and replayed after a new ``plan()``. Under
 ``torch.compile`` the launch goes through the ``attnc::decode`` custom op instead
 (``decode_op.py``).
 
@@ -17,23 +17,14 @@ same. The per-call fields are written by ``decode_launch.py``.
 
 from __future__ import annotations
 
-import ctypes
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
-from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.checks.params import resolve_params
-from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
-from attnc.runtime.planning.prefill_schedule import TileRanges
-from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
@@ -46,53 +37,11 @@ from attnc.runtime.wrappers.decode_calls import (
 )
 from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
+from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
 from attnc.runtime.wrappers.params_lists import split_params
 
-MAX_Q_LEN = 8
-DEFAULT_MAX_BATCH = 256
-MAX_CTAS_PER_SM = 8
-_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_Tensor = torch.Tensor
-_I32 = torch.int32
 
-
-class _Fast:
-    """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
-    arguments (``key``) and the query tokens per request they give (``q_len``)."""
-
-    __slots__ = ("key", "q_len")
-
-    def __init__(self, key: tuple[object, ...], q_len: int) -> None:
-        self.key = key
-        self.q_len = q_len
-
-
-def _pinned_empty(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """What a plan fixes about the launch (must not change under CUDA graphs)."""
-
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    page_size: int
-    q_len: int
-    dtype: torch.dtype
-    sm_scale: float
-    rows_per_item: int
-    num_ctas: int
-
-
-def _raw_stream(device: torch.device) -> int:
-    if _GET_RAW_STREAM is not None:
-        return int(_GET_RAW_STREAM(device.index if device.index is not None else 0))
-    return int(torch.cuda.current_stream(device).cuda_stream)
-
-
-class BatchDecodeWrapper:
+class BatchDecodeWrapper(DecodePlanning):
     """Batched decode over a paged KV cache (NHD ``[pages, 2, page_size, H_kv, D]`` or HND
     ``[pages, 2, H_kv, page_size, D]``, or a ``(k_cache, v_cache)`` tuple), 1..8 query tokens
     per request (speculative decoding), every variant.
@@ -116,320 +65,17 @@ class BatchDecodeWrapper:
         max_work_items: int | None = None,
         max_num_pages: int | None = None,
     ) -> None:
-        tensors.check_kv_layout(kv_layout)
-        if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
-            raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
-        if workspace_buffer.device.type != "cuda":
-            raise ValueError(
-                f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
-            )
-        self.variant = variant
-        self.kv_layout = kv_layout
-        self.use_cuda_graph = bool(use_cuda_graph)
-        self._ws = workspace_buffer.view(-1).view(torch.uint8)
-        self._device = self._ws.device
-        self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
-        max_batch = DEFAULT_MAX_BATCH if max_batch_size is None else int(max_batch_size)
-        max_items = max_work_items or max(16384, 64 * max_batch)
-        self.layout = make_layout(
-            self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_num_pages
-        )
-        work_bytes = self.layout.work_bytes(max_items)
-        self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
-        self._pinned_np = self._pinned.numpy()
-        self._native: DecodePlanner | None = None  # the planner, made by the first plan()
-        self._device_index = self._device.index if self._device.index is not None else 0
-        self._fast: _Fast | None = None  # the shape of the last plan, for the fast path
-        self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
-        self._shape: _Shape | None = None
-        self._module: DecodeModule | None = None
-        self._args = AttncDecodeArgs()
-        self._args_ref = ctypes.byref(self._args)
-        self._max_page = -1
-        self._batch = 0
-        self._last_kv: tuple[tuple[int, ...], object, KvViews] | None = None
+        super().__init__(
+            variant, workspace_buffer, kv_layout, use_cuda_graph, max_batch_size,
+            max_work_items=max_work_items, max_num_pages=max_num_pages,
+        )  # fmt: skip
         self._packer = ParamsPacker(variant.params)  # type: ignore[attr-defined]
         self._all_defaults = all(
             d.kind != "tensor" and d.default is not None
             for d in variant.params  # type: ignore[attr-defined]
         )
-        self._calls: dict[tuple[object, ...], CachedCall] = {}
         self._applied: CachedCall | None = None  # the cached call whose fields are in _args
-        self._q_rows = 0
-        self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
-        self.last_schedule: StepPlan | None = None
         self.handle = register_wrapper(self)
-
-    # ---- plan ------------------------------------------------------------------------
-    def plan(
-        self,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
-        num_qo_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        page_size: int,
-        *,
-        q_len_per_request: int = 1,
-        sm_scale: float | None = None,
-        dtype: torch.dtype = torch.bfloat16,
-        params: Mapping[str, object] | None = None,
-    ) -> None:
-        """Check the page table, schedule the step and copy the work lists to the device.
-
-        ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
-        sliding window's width) let the scheduler chunk and cost only the KV each request
-        may see; ``run()`` must then be given the same values. Such plans recompute the
-        mask's ranges each time and skip the fast path (a few hundred microseconds instead
-        of tens).
-        """
-        if params or self._planned_mask.values:
-            ranges = self._mask_ranges(params or {})
-            if ranges is not None:
-                self._plan_checked(
-                    kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
-                    head_dim, page_size, q_len_per_request, sm_scale, dtype, ranges,
-                )  # fmt: skip
-                return
-        fast = self._fast
-        # Fast path: the scalars of the last plan (same types, so their checks pass again),
-        # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
-        # the workspace's device or the CPU. Everything else is checked in C++.
-        if (
-            fast is not None
-            and type(kv_indptr) is _Tensor
-            and type(kv_last_page_len) is _Tensor
-            and type(kv_indices) is _Tensor
-            and (
-                num_qo_heads,
-                num_kv_heads,
-                head_dim,
-                page_size,
-                q_len_per_request,
-                sm_scale,
-                dtype,
-            )
-            == fast.key  # fmt: skip
-            and type(num_qo_heads) is int
-            and type(num_kv_heads) is int
-            and type(head_dim) is int
-            and type(page_size) is int
-            and type(q_len_per_request) is int
-            and (sm_scale is None or type(sm_scale) is float)
-            and kv_indptr.dtype is _I32
-            and kv_last_page_len.dtype is _I32
-            and kv_indices.dtype is _I32
-            and kv_indptr.is_cpu
-            and kv_last_page_len.is_cpu
-            and kv_indptr.dim() == 1
-            and kv_last_page_len.dim() == 1
-            and kv_indices.dim() == 1
-            and kv_indptr.is_contiguous()
-            and kv_last_page_len.is_contiguous()
-            and kv_indices.is_contiguous()
-        ):
-            on_device = kv_indices.is_cuda
-            if (on_device and kv_indices.get_device() == self._device_index) or kv_indices.is_cpu:
-                sched = self._native_step(
-                    fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
-                )
-                self._a_flags(sched)
-                self.last_schedule = sched
-                self._last_kv = None
-                return
-        self._plan_checked(
-            kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
-            page_size, q_len_per_request, sm_scale, dtype,
-        )  # fmt: skip
-
-    def _mask_ranges(self, params: Mapping[str, object]) -> TileRanges | None:
-        """The mask's KV ranges with the params given to ``plan()``; None when the mask reads
-        none of them (the C++ planner then plans whole requests). Sets the values ``run()``
-        must match, and drops cached calls when they change so the next ``run()`` checks."""
-        planned = PlannedMask.from_plan_params(self.variant, params)
-        if not planned.values:
-            planned = NO_PLANNED_MASK
-        if planned.values != self._planned_mask.values:
-            self._calls.clear()
-        self._planned_mask = planned
-        return planned.ranges
-
-    def _plan_checked(
-        self,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
-        num_qo_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        page_size: int,
-        q_len: int,
-        sm_scale: float | None,
-        dtype: torch.dtype,
-        mask_ranges: TileRanges | None = None,
-    ) -> None:
-        """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs
-        the fast path does not take, or mask ranges from plan-time params); the page table's
-        values are checked by the planner."""
-        self._fast = None
-        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        tensors.check_dtype_arg(dtype)
-        if not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size: must be an int >= 1, got {page_size!r}")
-        if not isinstance(q_len, int) or not 1 <= q_len <= MAX_Q_LEN:
-            raise ValueError(
-                f"q_len_per_request: must be an int in [1, {MAX_Q_LEN}], got {q_len!r}"
-            )
-        indptr = tensors.host_int32("kv_indptr", kv_indptr)
-        last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
-        pages_dev = self._check_indices(kv_indices)
-        ids = kv_indices.detach().contiguous()
-        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        module, rows, kv_tile, per_sm = self._module_for(
-            dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
-        )
-        num_ctas = max(1, min(per_sm * self._num_sms, self.layout.max_ctas))
-        shape = _Shape(
-            num_qo_heads, num_kv_heads, head_dim, page_size, q_len, dtype, scale, rows, num_ctas
-        )
-        if self.use_cuda_graph and self._shape is not None and shape != self._shape:
-            raise ValueError(
-                "plan: a use_cuda_graph wrapper must keep num_qo_heads, num_kv_heads, head_dim, "
-                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, got {shape})"
-            )
-        row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
-        native = self._planner()
-        native.configure(
-            q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-            self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
-        )  # fmt: skip
-        spans = None
-        if mask_ranges is not None:
-            kv_lens = native.check(
-                (indptr.data_ptr(), indptr.shape[0]),
-                (last.data_ptr(), last.shape[0]),
-                (ids.data_ptr(), ids.shape[0]),
-                pages_dev,
-            )
-            spans = decode_spans(mask_ranges, kv_lens, q_len, kv_tile)
-        native.set_visible(spans)
-        sched = self._native_step(q_len, indptr, ids, last, pages_dev)
-        exact = all(type(v) is int for v in (num_qo_heads, num_kv_heads, head_dim))
-        # Plans with mask ranges recompute them each time (never the fast path).
-        if exact and type(page_size) is int and type(q_len) is int and spans is None:
-            if sm_scale is None or type(sm_scale) is float:
-                key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
-                self._fast = _Fast(key, q_len)
-        if shape != self._shape:
-            self._calls.clear()  # cached calls hold strides and params of the old shape
-            self._shape = shape
-        self._module = module
-        self.last_schedule = sched
-        self._fill_static_args(shape, sched)
-        self._last_kv = None
-
-    def _planner(self) -> DecodePlanner:
-        """The wrapper's planner, made (and its library built) on first use."""
-        native = self._native
-        if native is None:
-            native = DecodePlanner(self._pinned_np, self.layout)
-            base = self._ws.data_ptr()
-            native.bind(base, base + self.layout.page_ids, self._device_index)
-            self._native = native
-        return native
-
-    def _native_step(
-        self,
-        q_len: int,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
-        on_device: bool,
-    ) -> StepPlan:
-        """Checks, plan and copies in C++ (``DecodePlanner.step``) on contiguous int32
-        tables (page ids on the workspace's device or the CPU); sets the batch and the
-        largest page id."""
-        native = self._native
-        assert native is not None
-        if not on_device:
-            need = 4 * min(kv_indices.shape[0], self.layout.max_pages)
-            if need > native.stage_bytes:  # grow the pinned stage of host page ids
-                native.wait()  # the previous copy out of the old stage
-                stage = _pinned_empty(max(need, 1 << 16) * 2)
-                native.set_stage(stage, stage.data_ptr(), stage.numel())
-        sched = native.step(
-            (kv_indptr.data_ptr(), kv_indptr.shape[0]),
-            (kv_last_page_len.data_ptr(), kv_last_page_len.shape[0]),
-            (kv_indices.data_ptr(), kv_indices.shape[0]),
-            on_device,
-            _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
-            else _raw_stream(self._device),
-        )  # fmt: skip
-        r = native.result
-        self._max_page = r.max_page  # -1: none, or ids on the device (not read back)
-        self._batch = r.batch
-        self._q_rows = r.batch * q_len
-        return sched
-
-    def _a_flags(self, sched: StepPlan) -> None:
-        self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
-
-    def _check_indices(self, kv_indices: object) -> bool:
-        """The tensor checks of ``kv_indices`` (its values are the planner's); True when it
-        lives on the device (copied device to device)."""
-        if not isinstance(kv_indices, torch.Tensor):
-            raise ValueError(
-                f"kv_indices: expected a torch.Tensor, got {type(kv_indices).__name__}"
-            )
-        if kv_indices.dtype != torch.int32 or kv_indices.dim() != 1:
-            raise ValueError(
-                f"kv_indices: expected a 1-D torch.int32 tensor, got {kv_indices.dtype} "
-                f"of shape {list(kv_indices.shape)}"
-            )
-        if kv_indices.device.type == "cuda":
-            if kv_indices.device != self._device:
-                raise ValueError(f"kv_indices: on {kv_indices.device}, workspace on {self._device}")
-            return True
-        return False
-
-    def _module_for(
-        self, dtype: torch.dtype, head_dim: int, rows_needed: int
-    ) -> tuple[DecodeModule, int, int, int]:
-        key = (dtype, head_dim, rows_needed)
-        hit = self._modules.get(key)
-        if hit is None:
-            module = get_decode_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
-            with torch.cuda.device(self._device):
-                rows, kv_tile, per_sm = module.shape(head_dim, rows_needed)
-            hit = (module, rows, kv_tile, max(per_sm, 1))
-            self._modules[key] = hit
-        return hit
-
-    def _fill_static_args(self, shape: _Shape, sched: StepPlan) -> None:
-        a, lay, base = self._args, self.layout, self._ws.data_ptr()
-        a.header = base + lay.header
-        a.cta_indptr = base + lay.cta_indptr
-        a.items = base + lay.items
-        a.req_page_begin = base + lay.req_page_begin
-        a.req_kv_len = base + lay.req_kv_len
-        a.page_ids = base + lay.page_ids
-        a.merge_items = base + lay.merge_items
-        a.part_o = base + lay.partials
-        a.part_lse = base + lay.part_lse_offset(shape.head_dim)
-        a.num_qo_heads = shape.num_qo_heads
-        a.num_kv_heads = shape.num_kv_heads
-        a.head_dim = shape.head_dim
-        a.page_size = shape.page_size
-        a.kv_layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
-        a.rows_per_item = shape.rows_per_item
-        a.num_ctas = shape.num_ctas
-        a.merge_ctas = 2 * self._num_sms
-        merge = self.use_cuda_graph or sched.merge_rows > 0
-        a.flags = FLAG_MERGE if merge else 0
-        a.sm_scale = shape.sm_scale
-        params_type = self._module.params_type  # type: ignore[union-attr]
-        a.variant_params_size = ctypes.sizeof(params_type)
 
     # ---- run -------------------------------------------------------------------------
     def run(
@@ -561,7 +207,7 @@ class BatchDecodeWrapper:
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         return o, lse
 
-    def _check_q(self, q: object, shape: _Shape) -> torch.Tensor:
+    def _check_q(self, q: object, shape: DecodeShape) -> torch.Tensor:
         want = (self._batch * shape.q_len, shape.num_qo_heads, shape.head_dim)
         if not isinstance(q, torch.Tensor):
             raise ValueError(f"q: expected a torch.Tensor, got {type(q).__name__}")
@@ -573,7 +219,7 @@ class BatchDecodeWrapper:
                 raise ValueError(f"q: on {q.device}, workspace_buffer on {self._device}")
         return q
 
-    def _views(self, kv: object, shape: _Shape) -> KvViews:
+    def _views(self, kv: object, shape: DecodeShape) -> KvViews:
         """The checked K/V views of ``kv``; the last cache's views are reused."""
         last = self._last_kv
         if last is not None and last[1] is kv and last[0] == kv_identity(kv):
@@ -582,7 +228,7 @@ class BatchDecodeWrapper:
         self._last_kv = (kv_identity(kv), kv, views)
         return views
 
-    def _paged_views(self, kv: object, shape: _Shape) -> KvViews:
+    def _paged_views(self, kv: object, shape: DecodeShape) -> KvViews:
         views = paged_kv(
             kv, self.kv_layout, shape.page_size, shape.num_kv_heads, shape.head_dim, "cuda"
         )
@@ -596,7 +242,7 @@ class BatchDecodeWrapper:
         return views
 
     def _resolve(
-        self, params: Mapping[str, object], shape: _Shape, full: bool = False
+        self, params: Mapping[str, object], shape: DecodeShape, full: bool = False
     ) -> dict[str, object]:
         """The checked param values (``resolve_params``); ``{}`` when none are given and every
         param has a scalar default (the packer then uses its struct of the defaults), unless
