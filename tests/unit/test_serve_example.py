@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -38,7 +39,16 @@ def _dense_greedy(model: TinyLlama, prompt: torch.Tensor, out: list[int]) -> lis
     return logits[prompt.numel() - 1 :].argmax(-1).tolist()
 
 
-def test_serving_loop_matches_a_dense_forward():
+@pytest.fixture
+def one_thread():
+    """Tiny matmuls: one intra-op thread (a busy 2-core runner loses seconds waking threads)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_serving_loop_matches_a_dense_forward(one_thread):
     torch.manual_seed(0)
     model = TinyLlama(SHAPE, torch.device("cpu"), dtype=torch.float32)
     requests = make_requests(7, 5, 60, 6, SHAPE.vocab, 2, seed=0)
