@@ -305,6 +305,8 @@ def test_other_inputs_take_the_checked_path(cpu, monkeypatch):
         assert out == (ValueError, f"page_size: expected an int, got {shown}")
     out = _outcome(w, indptr, ids, last, q_len_per_request=True)
     assert out == (ValueError, "q_len_per_request: expected an int, got bool True")
+    out = _outcome(w, indptr, ids, last, heads=(float(HQ), HKV))
+    assert out == (ValueError, f"num_qo_heads: expected an int, got float {float(HQ)}")
     calls.clear()
     assert _outcome(w, indptr, ids, last, sm_scale=0.1)[0] == want[0] and calls  # new shape
     calls.clear()

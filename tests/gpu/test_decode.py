@@ -1,7 +1,9 @@
 """Batched paged decode of every stdlib variant against the float64 reference.
 
-Accuracy rule (as for prefill): ||o - ref64|| / ||ref64|| <= 3 * (the same error of
-``variant.reference`` run in the kernel's dtype) + 1e-3, over all rows of the batch.
+Accuracy rule (as for prefill, where its derivation is): ||o - ref64|| / ||ref64|| <=
+ERR_FACTOR * (the same error of ``variant.reference`` run in the kernel's dtype) + ERR_FLOOR,
+over all rows of the batch. The reference accumulates Q·Kᵀ in float32 as the kernels do, so
+its error is O's final 16-bit rounding; the floor went from 1e-3 to 2e-4 with that fix.
 """
 
 import math
@@ -22,6 +24,7 @@ if not torch.cuda.is_available():
 VARIANTS = ["vanilla", "causal", "softcap", "alibi", "sliding_window", "sigmoid", "prefix_lm"]
 HQ, HKV = 32, 8
 WORKSPACE = 128 << 20
+ERR_FACTOR, ERR_FLOOR = 3.0, 2e-4
 
 
 def _params(name, hq=HQ):
@@ -96,7 +99,7 @@ def _check_accuracy(variant, batch, params, o, lse):
     ref_o, ref_lse = batch.reference(variant, params, torch.float64)
     low_o, _ = batch.reference(variant, params, batch.q.dtype)
     err, eager = _rel(o, ref_o), _rel(low_o, ref_o)
-    assert err <= 3 * eager + 1e-3, f"error {err:.3g} vs eager {eager:.3g}"
+    assert err <= ERR_FACTOR * eager + ERR_FLOOR, f"error {err:.3g} vs eager {eager:.3g}"
     assert torch.isfinite(o).all()
     finite = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), finite)

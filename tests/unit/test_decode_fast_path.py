@@ -155,3 +155,28 @@ def test_run_refuses_mask_params_other_than_planned(cpu_decode):
     w.run(q, cache, window=32)
     with pytest.raises(ValueError, match="variant 'sliding_window': unknown param 'windw'"):
         w._mask_ranges({"windw": 3})
+
+
+def test_out_overlapping_q_is_refused_also_on_the_cached_path(cpu_decode):
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    with pytest.raises(ValueError, match="^out: overlaps q in memory"):
+        w.run(q, cache, out=q)
+    base = torch.zeros(2 * BATCH, HQ, DIM, dtype=torch.bfloat16)
+    q2, out = base[:BATCH], base[BATCH:]
+    q2.copy_(q)
+    w.run(q2, cache, out=out)  # side by side in one buffer: fine, and now cached
+    assert len(w._calls) == 1
+    shifted = base[1 : BATCH + 1]  # same shape and strides as out, so the same cache key
+    with pytest.raises(ValueError, match="^out: overlaps q in memory"):
+        w.run(q2, cache, out=shifted)
+    assert len(w._module.calls) == 1
+
+
+def test_out_with_zero_strides_is_refused(cpu_decode):
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    out = torch.zeros(1, HQ, DIM, dtype=torch.bfloat16).expand(BATCH, HQ, DIM)
+    with pytest.raises(ValueError, match="^out: elements overlap in memory"):
+        w.run(q, cache, out=out)
+    assert not w._module.calls
