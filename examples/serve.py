@@ -16,6 +16,7 @@ and per-step latency percentiles, and plots the step latencies when matplotlib i
 from __future__ import annotations
 
 import argparse
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -361,7 +362,12 @@ def main() -> None:
             except ImportError:
                 print("flashinfer does not import: no side-by-side run")
                 continue
-        _, results[name] = serve(args, name, model)
+        try:
+            _, results[name] = serve(args, name, model)
+        except Exception as exc:  # one backend failing still reports the other
+            print(f"[{name}] failed: {type(exc).__name__}: {exc}")
+        gc.collect()  # the run's cache, graphs and workspaces
+        torch.cuda.empty_cache()
     plot(results, args.plot)
 
 
