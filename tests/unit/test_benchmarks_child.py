@@ -1,0 +1,235 @@
+"""The anchor child: protocol, environment, failures contained, the real server without
+FA4 (CPU only)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+
+import pytest
+
+from benchmarks import child_systems, workloads
+from benchmarks.outcome import Missing, Outcome, Unsupported
+from benchmarks.workloads import VARIANTS, PrefillCase
+
+
+def _case(key: str, q_len: int = 2048, kv_len: int = 2048, **kw) -> PrefillCase:
+    return PrefillCase(VARIANTS[key], q_len, kv_len, **kw)
+
+
+def test_case_round_trips_through_json():
+    import json
+
+    from benchmarks.child_server import case_from_dict, case_to_dict
+
+    for case in workloads.prefill_cases(full=True):
+        back = case_from_dict(json.loads(json.dumps(case_to_dict(case))))
+        assert back == case and back.name == case.name
+
+
+def test_reply_lines_are_found_among_library_output():
+    prefix = "@@x "
+    assert child_systems.reply_from_line('noise @@x {"a": 1}\n', prefix) == {"a": 1}
+    assert child_systems.reply_from_line("warning: something\n", prefix) is None
+    assert child_systems.reply_from_line("@@x not json\n", prefix) is None
+
+
+def test_child_env_puts_fa4_first_and_keeps_the_rest():
+    env = {"ATTNC_FA4_PYTHONPATH": "/fa4:/fa4/dsl", "PYTHONPATH": "/tmp/site:/repo", "X": "1"}
+    out = child_systems.child_env(env)
+    parts = out["PYTHONPATH"].split(os.pathsep)
+    assert parts[:2] == ["/fa4", "/fa4/dsl"] and parts[2] == child_systems.REPO_ROOT
+    assert "/tmp/site" in parts and out["X"] == "1"
+    assert child_systems.fa4_paths({}) == []
+
+
+def test_fa4_versions_come_from_dist_info(tmp_path):
+    (tmp_path / "flash_attn_4-4.0.0b36.dist-info").mkdir()
+    (tmp_path / "nvidia_cutlass_dsl-4.8.1.dist-info").mkdir()
+    env = {"ATTNC_FA4_PYTHONPATH": f"{tmp_path}:/nonexistent"}
+    assert child_systems.fa4_versions(env) == "flash_attn_4 4.0.0b36, nvidia_cutlass_dsl 4.8.1"
+    assert child_systems.fa4_versions({}) == ""
+
+
+def test_fa4_absent_looks_for_the_interface_file(tmp_path):
+    env = {"ATTNC_FA4_PYTHONPATH": str(tmp_path)}
+    assert "ATTNC_FA4_PYTHONPATH" in child_systems.fa4_absent(env, search=[])
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "interface.py").write_text("")
+    assert child_systems.fa4_absent(env, search=[]) == ""
+
+
+FAKE_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    P = "@@bench-child "
+    mode = sys.argv[1]
+    print("library noise", flush=True)
+    if mode == "crash_at_start":
+        sys.exit(7)
+    print(P + json.dumps({"ready": True, "missing": "no FA4 here" if mode == "missing" else ""}),
+          flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        if mode == "hang":
+            time.sleep(60)
+        if mode == "crash":
+            sys.exit(9)
+        if req["case"]["variant"]["stdlib"] == "sigmoid":
+            print(P + json.dumps({"status": "error", "note": "TypeError: bad"}), flush=True)
+            continue
+        import torch
+        torch.save(torch.full((3, 2), 2.0), req["out"])
+        print("partial" + P + json.dumps({"status": "ok", "ms": 0.5, "note": "n",
+                                          "compare": False}), flush=True)
+    """
+)
+
+
+@pytest.fixture
+def fake_child(tmp_path, monkeypatch):
+    """ChildPrefill talking to a stand-in child (same protocol), FA4 'installed'."""
+    script = tmp_path / "fake_child.py"
+    script.write_text(FAKE_CHILD)
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "interface.py").write_text("")
+    monkeypatch.setenv("ATTNC_FA4_PYTHONPATH", str(tmp_path))
+    monkeypatch.setattr(child_systems, "START_TIMEOUT_S", 60.0)
+    monkeypatch.setattr("torch.load", _cpu_load(__import__("torch").load))
+
+    def use(mode: str) -> child_systems.AnchorChild:
+        child = child_systems.AnchorChild(cmd=[sys.executable, str(script), mode])
+        monkeypatch.setattr(child_systems, "_CHILD", [child])
+        return child
+
+    yield use
+    for child in child_systems._CHILD:
+        child.stop()
+
+
+def _cpu_load(load):
+    def cpu(path, map_location=None):
+        return load(path, map_location="cpu")
+
+    return cpu
+
+
+def test_child_anchor_ok_reply_carries_time_output_and_stand_in(fake_child):
+    child = fake_child("ok")
+    prep = child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
+    assert prep.timed_ms == 0.5 and prep.note == "n" and not prep.compare
+    assert prep.run().tolist() == [[2.0, 2.0]] * 3
+    again = child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("softcap"), None)
+    assert again.timed_ms == 0.5 and child.starts == 1  # one child for the whole run
+
+
+def test_child_anchor_failures_become_cells(fake_child):
+    from benchmarks.outcome import from_exception
+
+    fake_child("ok")
+    fa4 = child_systems.ChildPrefill("fa4", rep=5)
+    with pytest.raises(Unsupported):  # decided here, without asking the child
+        fa4.prepare(_case("prefix_lm"), None)
+    flash = child_systems.ChildPrefill("flex_flash", rep=5)
+    with pytest.raises(Exception) as err:
+        flash.prepare(_case("sigmoid"), None)
+    assert from_exception(err.value).status == "n/a"
+    fake_child("missing")
+    with pytest.raises(Missing, match="no FA4 here"):
+        fa4.prepare(_case("causal"), None)
+
+
+def test_child_crash_and_timeout_are_contained(fake_child, monkeypatch):
+    from benchmarks.outcome import from_exception
+
+    fake_child("crash")
+    fa4 = child_systems.ChildPrefill("fa4", rep=5)
+    with pytest.raises(RuntimeError, match="exited with code 9"):
+        fa4.prepare(_case("causal"), None)
+    child = fake_child("hang")
+    monkeypatch.setattr(child_systems.ChildPrefill, "timeout", lambda self: 1.0)
+    with pytest.raises(TimeoutError) as err:
+        fa4.prepare(_case("causal"), None)
+    assert from_exception(err.value).status == "error" and child.proc is None
+    child = fake_child("crash_at_start")
+    for _ in range(child_systems.MAX_STARTS):
+        with pytest.raises(RuntimeError):
+            fa4.prepare(_case("causal"), None)
+    with pytest.raises(Missing, match="failed 2 times"):
+        fa4.prepare(_case("causal"), None)
+
+
+def test_child_error_reply_keeps_the_child_reason(fake_child):
+    from benchmarks.outcome import from_exception
+
+    fake_child("ok")
+    flash = child_systems.ChildPrefill("fa4", rep=5)
+    with pytest.raises(Exception) as err:
+        flash.prepare(_case("sigmoid"), None)
+    assert from_exception(err.value) == Outcome("error", note="TypeError: bad")
+
+
+def test_child_anchor_without_fa4_is_missing_without_a_child(monkeypatch):
+    monkeypatch.delenv("ATTNC_FA4_PYTHONPATH", raising=False)
+    monkeypatch.setattr(child_systems, "fa4_absent", lambda: "flash-attn-4 not found")
+    monkeypatch.setattr(child_systems, "_CHILD", [])
+    with pytest.raises(Missing, match="not found"):
+        child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
+    assert child_systems._CHILD == []
+
+
+def test_child_server_measures_with_the_parents_inputs(monkeypatch, tmp_path):
+    """The child's measure(): one system, every input set, output saved, time replied."""
+    import torch
+
+    from benchmarks import child_server, inputs, timing
+    from benchmarks.child_server import case_to_dict
+    from benchmarks.system import Prepared
+
+    seen = []
+
+    class Fake:
+        def prepare(self, case, data):
+            seen.append(data)
+            return Prepared(lambda: torch.ones(2, 2) * data, note="x", compare=True)
+
+    monkeypatch.setattr(child_server, "make_system", lambda name, autotune=False: Fake())
+    monkeypatch.setattr(inputs, "make_prefill_sets", lambda case: [1.0, 2.0, 3.0])
+    monkeypatch.setattr(timing, "bench_ms", lambda fns, graph=False, rep=100: (0.25, ""))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    path = str(tmp_path / "out.pt")
+    req = {"system": "fa4", "case": case_to_dict(_case("causal")), "rep": 5, "out": path}
+    reply = child_server.measure(req)
+    assert reply == {"status": "ok", "ms": 0.25, "note": "x", "compare": True}
+    assert seen == [1.0, 2.0, 3.0] and torch.load(path).tolist() == [[1.0, 1.0]] * 2
+
+    def broken(self, case, data):
+        raise Unsupported("not expressible")
+
+    Fake.prepare = broken  # type: ignore[method-assign]
+    assert child_server.measure(req) == {"status": "n/a", "note": "not expressible"}
+
+
+def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeypatch):
+    """``python -m benchmarks.child_server`` starts, says why FA4 cannot run here (no CUDA or
+    no flash_attn on this machine) and the anchor shows that reason."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine could run FA4; the check is for CPU-only hosts")
+    (tmp_path / "flash_attn" / "cute").mkdir(parents=True)
+    (tmp_path / "flash_attn" / "cute" / "interface.py").write_text("")
+    monkeypatch.setenv("ATTNC_FA4_PYTHONPATH", str(tmp_path))
+    child = child_systems.AnchorChild()
+    monkeypatch.setattr(child_systems, "_CHILD", [child])
+    try:
+        with pytest.raises(Missing, match="flash-attn-4 not importable"):
+            child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
+        assert child.proc is None  # stopped once it said FA4 is missing
+        with pytest.raises(Missing, match="not importable"):
+            child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("alibi"), None)
+        assert child.starts == 1
+    finally:
+        child.stop()
