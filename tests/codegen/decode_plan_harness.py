@@ -15,6 +15,7 @@ import pytest
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
+from attnc.runtime.planning.mask_ranges import decode_spans
 from attnc.runtime.planning.workspace import ITEM_INTS, MERGE_INTS, WorkspaceLayout, make_layout
 
 SENTINEL = 0xAB
@@ -119,10 +120,10 @@ def bench(n: int = 2000) -> list[tuple[str, float]]:
     for name, lengths in workloads.items():
         kv = lengths.astype(np.int64)
         for window in (None, 1024):
-            spans = None if window is None else (np.maximum(kv - window, 0) // tile * tile, None)
-            if spans is not None:
-                spans = (spans[0], kv - spans[0])
-            p.set_visible(spans)
+            shown = (np.maximum(kv - window, 0), kv) if window else None
+            p.set_visible(
+                None if shown is None else decode_spans(lambda *_, s=shown: s, kv, 1, tile)
+            )
             for _ in range(100):
                 plan_only(p, kv, page_begin)
             times = []
