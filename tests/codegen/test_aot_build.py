@@ -56,3 +56,24 @@ def test_build_for_sm80_then_load_without_nvcc(tmp_path, monkeypatch, capsys):
 
     again = cli.main([*argv, "--kind", "prefill", "-o", str(out_dir)])  # a cache hit
     assert again == 0 and "built in" not in capsys.readouterr().err
+
+
+def test_build_for_sm90a_adds_the_hopper_prefill(tmp_path, capsys):
+    from attnc.runtime.build import modules
+
+    if not modules.sm90_prefill_available():
+        pytest.skip("this install has no Hopper prefill template")
+    out_dir = tmp_path / "deploy90"
+    argv = ["build", "stdlib:causal", "--arch", "90a", "--kind", "prefill", "-o", str(out_dir)]
+    status = cli.main(argv)
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    lines = captured.out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "causal prefill bfloat16 d128",
+        "causal prefill_sm90 bfloat16 d128",
+    ]
+    for line in lines:
+        library = line.split(": ", 1)[1]
+        assert library.startswith(str(out_dir)) and (tmp_path / library).is_file()
+        assert "sm_90a" in (tmp_path / library).with_name("built.ok").read_text()
