@@ -11,6 +11,7 @@
 #include "decode_warp_state.cuh"
 #include "mma.cuh"
 #include "online_softmax.cuh"
+#include "row_store.cuh"
 
 namespace attnc {
 
@@ -21,7 +22,6 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
                                                   int q_len, int group) {
   constexpr int D = Tile::kHeadDim;
   constexpr int MQ = Tile::kMmaQ;
-  constexpr int NO = D / 8;
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int tq = lane % 4;
@@ -52,29 +52,14 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
       const int head = kv_head * group + rr % group;
       if (part >= 0) {
         const int64_t prow = (static_cast<int64_t>(part) * q_len + token) * a.num_qo_heads + head;
-        float* dst = a.part_o + prow * D + 2 * tq;
-#pragma unroll
-        for (int n = 0; n < NO; ++n)
-          *reinterpret_cast<float2*>(dst + n * 8) =
-              make_float2(st.o[mi][n][2 * h] * inv, st.o[mi][n][2 * h + 1] * inv);
+        store_partial_row(a.part_o + prow * D + 2 * tq, st.o[mi], h, inv);
         if (tq == 0) a.part_lse[prow] = lse;
         continue;
       }
       const bool visible = !V::kUseSoftmax || inv > 0.f;
       T* dst = static_cast<T*>(a.o) + (tok_base + token) * a.o_stride_tok +
                static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < NO; ++n) {
-        float y0 = st.o[mi][n][2 * h] * inv;
-        float y1 = st.o[mi][n][2 * h + 1] * inv;
-        if constexpr (V::kHasOutput) {
-          if (visible) {
-            y0 = var.output(st.rows[mi][h], y0);
-            y1 = var.output(st.rows[mi][h], y1);
-          }
-        }
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(y0, y1);
-      }
+      store_output_row<V, T>(dst, var, st.rows[mi][h], st.o[mi], h, inv, visible);
       if (a.lse != nullptr && tq == 0) a.lse[(tok_base + token) * a.num_qo_heads + head] = lse;
     }
   }

@@ -20,6 +20,7 @@
 #include "online_softmax.cuh"
 #include "prefill_args.h"
 #include "prefill_mainloop.cuh"
+#include "row_store.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 
@@ -36,7 +37,6 @@ __device__ __forceinline__ void prefill_store_tile(
     const float (&l)[Tile::kMmaQ][2], int rows_valid, int kv_head, int group, int token0) {
   constexpr int D = Tile::kHeadDim;
   constexpr int MQ = Tile::kMmaQ;
-  constexpr int NO = D / 8;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int g = lane / 4;
@@ -63,30 +63,14 @@ __device__ __forceinline__ void prefill_store_tile(
       if (part_row >= 0) {
         // Split tile: the merge kernel normalises across chunks and applies V::output.
         const int64_t prow = part_row + static_cast<int64_t>(r / group) * args.num_qo_heads + head;
-        float* pdst = args.part_o + prow * D + 2 * tq;
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-          *reinterpret_cast<float2*>(pdst + n * 8) =
-              make_float2(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
-        }
+        store_partial_row(args.part_o + prow * D + 2 * tq, o[mi], h, inv);
         if (tq == 0) args.part_lse[prow] = lse;
         continue;
       }
       const int token = token0 + r / group;
       T* dst = o_ptr + static_cast<int64_t>(token) * args.o_stride_tok +
                static_cast<int64_t>(head) * args.o_stride_head + 2 * tq;
-#pragma unroll
-      for (int n = 0; n < NO; ++n) {
-        float v0 = o[mi][n][2 * h] * inv;
-        float v1 = o[mi][n][2 * h + 1] * inv;
-        if constexpr (V::kHasOutput) {
-          if (visible) {
-            v0 = var.output(rows[mi][h], v0);
-            v1 = var.output(rows[mi][h], v1);
-          }
-        }
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
-      }
+      store_output_row<V, T>(dst, var, rows[mi][h], o[mi], h, inv, visible);
       if (args.lse != nullptr && tq == 0) {
         args.lse[static_cast<int64_t>(token) * args.num_qo_heads + head] = lse;
       }
