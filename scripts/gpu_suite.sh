@@ -77,6 +77,9 @@ if [ ! -d "$FA4_SITE/flash_attn/cute" ] && [ -f /tmp/keep/part_aa ] && [ -f .fa4
       python3 -m pip install -q --no-index --no-deps --no-compile --target "$FA4_SITE" \
           /tmp/keep/*.whl .fa4_b/*.whl; } || echo "FA4 install failed (FA4 anchors show missing)"
 fi
+if [ ! -d "$FA4_SITE/flash_attn/cute" ] && [ -f .fa4_b/part_ab ] && [ ! -f /tmp/keep/part_aa ]; then
+    echo "FA4: .fa4_b carried but /tmp/keep/part_aa is missing (carry .fa4_a in an earlier call)"
+fi
 if [ -d "$FA4_SITE/flash_attn/cute" ]; then
     fa4_path="$FA4_SITE"
     # --target does not run the packages' .pth files: add the folders they name.
