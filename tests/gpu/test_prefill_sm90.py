@@ -187,6 +187,13 @@ def test_ragged_batch_odd_lengths(built, monkeypatch, name):
     _check(built, monkeypatch, name, torch.bfloat16, 128, 4, lens)
 
 
+@pytest.mark.parametrize("d", [128, 256])
+def test_many_tma_tiles_then_a_gathered_tail(built, monkeypatch, d):
+    """More full (TMA) tiles than pipeline stages before a ragged tail (cp.async): the producer
+    threads that do not issue TMA must not run a pipeline round ahead of the barriers."""
+    _check(built, monkeypatch, "causal", torch.bfloat16, d, 4, [(1, 1999), (577, 577)])
+
+
 @pytest.mark.parametrize("name", ["causal", "sliding_window", "sigmoid", "prefix_lm"])
 def test_split_kv_partial_rows_and_merge(built, monkeypatch, name):
     plan = _check(built, monkeypatch, name, torch.bfloat16, 128, 1, [(17, 4099)])

@@ -18,11 +18,15 @@ struct PrefillSm90Shape {
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kRows = 128;                           // packed query rows per item
+#ifdef ATTNC_SM90_KV_TILE
+  static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
+#else
   static constexpr int kKvTile = HEAD_DIM == 256 ? 64 : 128;  // keys per stage (= S tile)
+#endif
 #ifdef ATTNC_SM90_STAGES
   static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
 #else
-  static constexpr int kStages = HEAD_DIM == 64 ? 3 : 2;
+  static constexpr int kStages = HEAD_DIM == 256 ? 2 : 3;
 #endif
   static constexpr int kThreads = 384;
   // Register split of the CTA's pool (384 x 168): the producer gathers paged rows and

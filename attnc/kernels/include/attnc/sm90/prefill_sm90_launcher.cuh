@@ -79,7 +79,11 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   prm.args = a;
   if (!std::is_empty<typename V::Params>::value)
     std::memcpy(&prm.params, a.variant_params, sizeof(prm.params));
+#ifdef ATTNC_SM90_NO_TMA
+  prm.use_tma = 0;  // experiments: every tile by cp.async
+#else
   prm.use_tma = encode_kv_maps<V, T, Shape>(prm) ? 1 : 0;
+#endif
 
   const cudaError_t attr = opt_in_smem<V, T, Shape>();
   if (attr != cudaSuccess) return attr;

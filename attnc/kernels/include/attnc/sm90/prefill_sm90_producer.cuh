@@ -80,28 +80,35 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   const AttncPrefillArgs& a = p.args;
   const int tid = threadIdx.x;  // 0..127
   if (!(info.flags & StageInfo::kCpAsync)) {
-    // TMA (or no data at all): one thread does everything.
-    if (tid != 0) return;
+    // TMA (or no data at all): thread 0 issues; every thread waits for the stage to be free,
+    // so no producer thread runs a pipeline round ahead of the barriers (a parity wait only
+    // tells apart phases one apart: a later cp.async stage would pass its wait on an old
+    // phase), and the warps stay converged for the producer's named barrier.
     const bool load = !(info.flags & StageInfo::kNoTile);
     const uint32_t bytes = load ? Shape::kTileBytes : 0;
     const int token = a.kv_indptr[it.request] + info.kv0;
     mbar_wait(sm.empty_k(stage), phase ^ 1);
-    info.store(sm.info(stage));
-    mbar_arrive_expect_tx(sm.full_k(stage), bytes);
-    if (load) {
+    if (tid == 0) {
+      info.store(sm.info(stage));
+      mbar_arrive_expect_tx(sm.full_k(stage), bytes);
+      if (load) {
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b)
-        tma_load_3d(sm.k(stage) + b * KVT * 128, &p.tmap_k, 64 * b, it.kv_head, token,
-                    sm.full_k(stage));
+        for (int b = 0; b < D / 64; ++b)
+          tma_load_3d(sm.k(stage) + b * KVT * 128, &p.tmap_k, 64 * b, it.kv_head, token,
+                      sm.full_k(stage));
+      }
     }
     mbar_wait(sm.empty_v(stage), phase ^ 1);
-    mbar_arrive_expect_tx(sm.full_v(stage), bytes);
-    if (load) {
+    if (tid == 0) {
+      mbar_arrive_expect_tx(sm.full_v(stage), bytes);
+      if (load) {
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b)
-        tma_load_3d(sm.v(stage) + b * KVT * 128, &p.tmap_v, 64 * b, it.kv_head, token,
-                    sm.full_v(stage));
+        for (int b = 0; b < D / 64; ++b)
+          tma_load_3d(sm.v(stage) + b * KVT * 128, &p.tmap_v, 64 * b, it.kv_head, token,
+                      sm.full_v(stage));
+      }
     }
+    __syncwarp();
     return;
   }
   mbar_wait(sm.empty_k(stage), phase ^ 1);
@@ -110,6 +117,7 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   mbar_arrive_cp_async(sm.full_k(stage));
   mbar_arrive_cp_async(sm.full_v(stage));
   // Every thread's pending-count increment precedes the one real arrival.
+  __syncwarp();
   named_sync(kProducerBarrier, 128);
   if (tid == 0) {
     info.store(sm.info(stage));
