@@ -1,4 +1,5 @@
-"""Benchmarks for attnc against FlexAttention, SDPA and FlashInfer.
+"""Benchmarks for attnc against FlexAttention (Triton and FLASH backends), FA4, SDPA and
+FlashInfer.
 
 Run with ``python -m benchmarks --suite prefill|decode|batch|jit|all [--quick] [--out DIR]``.
 Every module imports torch, triton and the systems under test lazily, so ``--help`` and the
