@@ -233,3 +233,26 @@ def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeyp
         assert child.starts == 1
     finally:
         child.stop()
+
+
+def test_prefill_suite_starts_the_child_early_and_always_stops_it(monkeypatch):
+    from benchmarks import suites
+    from benchmarks.cli import parse_args
+
+    calls = []
+    monkeypatch.setattr(child_systems, "warm_up", lambda: calls.append("up"))
+    monkeypatch.setattr(child_systems, "shut_down", lambda: calls.append("down"))
+
+    def rows(*args, **kwargs):
+        calls.append("rows")
+        raise RuntimeError("a row failed")
+
+    monkeypatch.setattr(suites, "run_rows", rows)
+    with pytest.raises(RuntimeError):
+        suites.run_prefill(parse_args(["--suite", "prefill"]), None, log=lambda _: None)
+    assert calls == ["up", "rows", "down"]
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        args = parse_args(["--suite", "prefill", "--skip", "fa4,flash"])
+        suites.run_prefill(args, None, log=lambda _: None)
+    assert calls == ["rows", "down"]  # both child anchors skipped: no child
