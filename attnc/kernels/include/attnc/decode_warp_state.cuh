@@ -31,22 +31,8 @@ struct DecodeWarpState {
   // Hoists the rows of item `it` and clears O, m, l.
   __device__ __forceinline__ void start(const V& var, const DecodeItem& it, int group,
                                         float sm_scale) {
-    const int g = (threadIdx.x % 32) / 4;
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = it.row0 + min(mi * 16 + g + 8 * h, it.rows_valid - 1);
-        rows[mi][h] = var.row(r / group, it.kv_head * group + r % group);
-        mult[mi][h] = V::kAffineScore ? var.score_scale(rows[mi][h]) * sm_scale * kLog2e : 1.f;
-        m[mi][h] = -CUDART_INF_F;
-        l[mi][h] = 0.f;
-      }
-#pragma unroll
-      for (int n = 0; n < NO; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.f;
-    }
+    hoist_rows(var, rows, mult, it.row0, 0, it.rows_valid, 0, it.kv_head, group, sm_scale);
+    clear_softmax_state(o, m, l);
   }
 
   // Factor from the units of m to log2 units (identity scores keep raw dot products).

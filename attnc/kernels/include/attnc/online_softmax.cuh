@@ -39,6 +39,24 @@ __device__ __forceinline__ float row_lse(float m, float scale, float sum) {
   return sum > 0.f ? (m * scale + __log2f(sum)) * kLn2 : -CUDART_INF_F;
 }
 
+// A warp's running state before its first tile: O 0, reference max -inf, row sums 0.
+template <int MQ, int NO>
+__device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float (&m)[MQ][2],
+                                                    float (&l)[MQ][2]) {
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int n = 0; n < NO; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[mi][h] = -CUDART_INF_F;
+      l[mi][h] = 0.f;
+    }
+  }
+}
+
 // Slack of the running max, in log2 units of the weights: a row keeps its reference max m
 // until a tile's max exceeds it by more than this, so weights exp2(s - m) stay below
 // 2^kRescaleSlack (exact in fp32, and in bf16/fp16 after packing: 2^8 is far from overflow)

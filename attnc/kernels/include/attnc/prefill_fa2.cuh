@@ -21,6 +21,7 @@
 #include "prefill_args.h"
 #include "prefill_mainloop.cuh"
 #include "row_store.cuh"
+#include "score_hooks.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 
@@ -99,9 +100,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int g = lane / 4;
-  const int tq = lane % 4;
 
   const int32_t* item = args.items + static_cast<int64_t>(blockIdx.x) * ATTNC_PI_SIZE;
   const int request = item[ATTNC_PI_REQUEST];
@@ -142,31 +140,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   // of each of its m16 tiles.
   Row rows[MQ][2];
   float mult[MQ][2];  // exp2 multiplier of the raw dot product (affine scores)
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = min(warp * 16 * MQ + mi * 16 + g + 8 * h, rows_valid - 1);
-      rows[mi][h] = var.row(q0 + r / group, kv_head * group + r % group);
-      mult[mi][h] = V::kAffineScore ? var.score_scale(rows[mi][h]) * sm_scale * kLog2e : 1.f;
-    }
-  }
-
+  hoist_rows(var, rows, mult, 0, warp * 16 * MQ, rows_valid, q0, kv_head, group, sm_scale);
   float o[MQ][NO][4];
   float m[MQ][2];
   float l[MQ][2];
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-    for (int n = 0; n < NO; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m[mi][h] = -CUDART_INF_F;
-      l[mi][h] = 0.f;
-    }
-  }
+  clear_softmax_state(o, m, l);
 
   // ---- KV range and main loop (prefill_mainloop.cuh).
   KvRange range{0, 0};

@@ -1,7 +1,9 @@
-// Owns: the per-element score hooks of one tile of mma fragments: the variant's score
-// transform (identity, affine a * s + b folded into the exp2 multiplier, or general), the
-// variant's mask and the ragged-end bound, turning raw dot products into log2-domain logits
-// (softmax) or final weights (normalize = none). Shared by the prefill and decode kernels.
+// Owns: the score hooks of a variant on mma fragments: the row-level hoisting of a lane's
+// packed query rows (V::row and the exp2 multiplier of affine scores), and per element of a
+// tile the score transform (identity, affine a * s + b folded into the exp2 multiplier, or
+// general), the variant's mask and the ragged-end bound, turning raw dot products into
+// log2-domain logits (softmax) or final weights (normalize = none). Shared by the prefill and
+// decode kernels.
 #pragma once
 
 #include <math_constants.h>
@@ -9,6 +11,27 @@
 #include "online_softmax.cuh"
 
 namespace attnc {
+
+// Row-level hoisting for this lane's rows (g and g + 8 of each of its MQ m16 tiles, g = lane
+// / 4): packed row p = row_base + min(first_row + 16 * mi + g + 8 * h, rows_valid - 1) (rows
+// past the tile repeat the last valid one) is query token tok0 + p / group of head kv_head *
+// group + p % group; mult is the exp2 multiplier of its raw dot products (affine scores).
+template <class V, int MQ>
+__device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)[MQ][2],
+                                           float (&mult)[MQ][2], int row_base, int first_row,
+                                           int rows_valid, int tok0, int kv_head, int group,
+                                           float sm_scale) {
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row_base + min(first_row + mi * 16 + g + 8 * h, rows_valid - 1);
+      rows[mi][h] = var.row(tok0 + r / group, kv_head * group + r % group);
+      mult[mi][h] = V::kAffineScore ? var.score_scale(rows[mi][h]) * sm_scale * kLog2e : 1.f;
+    }
+  }
+}
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
 // kMasked: evaluate the bound kv_idx < kv1 and V::mask per element.
