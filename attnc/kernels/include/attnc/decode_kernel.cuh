@@ -131,6 +131,7 @@ __device__ __forceinline__ void decode_cta(const AttncDecodeArgs& a,
   cp_async_wait<0>();
 }
 
+// The decode kernel of tile shape Tile: CTA b runs the work items of the plan's CTA b.
 template <class V, class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     decode_kernel(const AttncDecodeArgs a, const typename V::Params params) {
