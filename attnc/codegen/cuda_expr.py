@@ -10,24 +10,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from attnc.codegen.names import param_field
 from attnc.compiler import ir
-
-CPP_KEYWORDS = frozenset(
-    """alignas alignof and asm auto bool break case catch char class const constexpr
-    const_cast continue decltype default delete do double dynamic_cast else enum explicit
-    export extern false float for friend goto if inline int long mutable namespace new
-    noexcept not nullptr operator or private protected public register reinterpret_cast
-    return short signed sizeof static static_assert static_cast struct switch template this
-    throw true try typedef typeid typename union unsigned using virtual void volatile while
-    xor p r row s o kv_idx q_idx qo_head""".split()
-)
+from attnc.compiler.numeric import I32_MIN, shortest_f32_text
 
 CTYPES = {ir.F32: "float", ir.I32: "int", ir.BOOL: "bool"}
 
 
 def cpp_name(name: str) -> str:
-    """A C++ identifier for a user name (params, variants): keywords get a trailing '_'."""
-    return f"{name}_" if name in CPP_KEYWORDS or name.startswith("__") else name
+    """The C++ member name of the runtime param ``name`` (mangled, see ``names``)."""
+    return param_field(name)
 
 
 @dataclass
@@ -56,12 +48,18 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
     if isinstance(e, ir.TensorLoad):
         return f"p.{cpp_name(e.name)}[{_flat_index(e, ctx)}]"
     if isinstance(e, ir.Unary):
-        op = "!" if e.op == "not" else "-"
-        return f"({op}{render(e.x, ctx)})"
+        if e.op == "not":
+            return f"(!{render(e.x, ctx)})"
+        if e.type == ir.I32:
+            return f"int(0u - unsigned({render(e.x, ctx)}))"
+        return f"(-{render(e.x, ctx)})"
     if isinstance(e, ir.Binary):
         if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
             fn = "idiv_" if e.op == "/" else "imod_"
             return f"attnc::vm::{fn}({render(e.a, ctx)}, {render(e.b, ctx)})"
+        if e.type == ir.I32 and e.op in ("+", "-", "*"):
+            # i32 arithmetic wraps (two's complement): computed in unsigned, cast back.
+            return f"int(unsigned({render(e.a, ctx)}) {e.op} unsigned({render(e.b, ctx)}))"
         return f"({render(e.a, ctx)} {e.op} {render(e.b, ctx)})"
     if isinstance(e, ir.Select):
         return f"({render(e.cond, ctx)} ? {render(e.a, ctx)} : {render(e.b, ctx)})"
@@ -84,13 +82,15 @@ def render_const(e: ir.Const) -> str:
         return "true" if e.value else "false"
     if e.type == ir.I32:
         value = int(e.value)
+        if value == I32_MIN:
+            return "(-2147483647 - 1)"  # 2147483648 alone is not an int literal
         return f"({value})" if value < 0 else str(value)
     x = float(e.value)
     if math.isnan(x):
         return "NAN"
     if math.isinf(x):
         return "INFINITY" if x > 0 else "(-INFINITY)"
-    text = repr(x)
+    text = shortest_f32_text(x)  # the IR holds binary32 values; this text rounds back to x
     if "e" not in text and "." not in text:
         text += ".0"
     return f"({text}f)" if x < 0 else f"{text}f"

@@ -10,13 +10,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from attnc.codegen.cuda_expr import CTYPES, CudaContext, cpp_name, render
+from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
 from attnc.codegen.mask_cuda import render_classify, render_kv_range
+from attnc.codegen.names import comment_text, variant_struct
+from attnc.codegen.params_layout import ParamField, params_layout
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
+from attnc.dsl.limits import deep_recursion
 
 REQUEST_NAMES = {
     "sm_scale": "r.sm_scale",
@@ -51,13 +54,9 @@ DIMS = {
 }
 
 
-@dataclass(frozen=True)
-class Field:
-    """A C++ struct member: type, name and (for params) a comment."""
-
-    ctype: str
-    name: str
-    comment: str = ""
+# A node this many levels above the leaves gets a local name, so no generated line nests
+# parentheses much deeper than twice this (compilers limit nesting).
+NESTING_STEP = 48
 
 
 @dataclass(frozen=True)
@@ -79,22 +78,12 @@ class Body:
 
 def struct_name(variant: ir.VariantIR) -> str:
     """The C++ name of a variant's functor struct."""
-    return f"Variant_{variant.name}"
+    return variant_struct(variant.name)
 
 
-def param_fields(variant: ir.VariantIR) -> list[Field]:
+def param_fields(variant: ir.VariantIR) -> tuple[ParamField, ...]:
     """Members of the Params struct, in the order of the runtime param list."""
-    fields = []
-    for p in variant.params:
-        if p.kind == "tensor":
-            ctype = "const float*" if p.dtype == ir.F32 else "const int*"
-            dims = ", ".join(str(d) for d in p.dims)
-            comment = f"tensor<{p.dtype}>[{dims}], dense row-major"
-        else:
-            ctype = "int" if p.dtype == ir.BOOL else CTYPES[p.dtype]
-            comment = p.dtype + (" (0 or 1)" if p.dtype == ir.BOOL else "")
-        fields.append(Field(ctype, cpp_name(p.name), comment))
-    return fields
+    return params_layout(variant.params)
 
 
 class _Hoister:
@@ -155,65 +144,72 @@ class _Hoister:
 def _safe_hoistable(e: ir.Expr, below: int) -> list[ir.Expr]:
     """Hoistable sub-expressions, leaving guarded ones (under ?: or the right side of
     && / ||) in place when evaluating them early could read out of bounds or divide by 0."""
-    found: list[ir.Expr] = []
-
-    def visit(node: ir.Expr, guarded: bool) -> None:
+    found: dict[ir.Expr, None] = {}
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
+    while stack:
+        node, guarded = stack.pop()
+        if (id(node), guarded) in seen:
+            continue
+        seen.add((id(node), guarded))
         if level(node) < below and not is_leaf(node) and not (guarded and _risky(node)):
-            if node not in found:
-                found.append(node)
-            return
+            found.setdefault(node)
+            continue
         if isinstance(node, ir.Select):
-            visit(node.cond, guarded)
-            visit(node.a, True)
-            visit(node.b, True)
+            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
         elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
-            visit(node.a, guarded)
-            visit(node.b, True)
+            kids = [(node.a, guarded), (node.b, True)]
         else:
-            for c in ir.children(node):
-                visit(c, guarded)
-
-    visit(e, False)
-    return found
+            kids = [(c, guarded) for c in ir.children(node)]
+        stack.extend(reversed(kids))
+    return list(found)
 
 
 def _risky(e: ir.Expr) -> bool:
-    return any(
-        isinstance(n, ir.TensorLoad)
-        or (isinstance(n, ir.Binary) and n.op in ("/", "%") and n.type == ir.I32)
-        for n in ir.walk(e)
+    """Whether evaluating ``e`` could read a tensor or divide an i32 (remembered per node)."""
+    return ir.bottom_up(e, "_risky", _own_risky)
+
+
+def _own_risky(e: ir.Expr) -> bool:
+    own = isinstance(e, ir.TensorLoad) or (
+        isinstance(e, ir.Binary) and e.op in ("/", "%") and e.type == ir.I32
     )
+    return own or any(c.__dict__["_risky"] for c in ir.children(e))
 
 
 def _body(e: ir.Expr, ctx: CudaContext) -> Body:
-    """Element-level body with repeated sub-expressions bound to local constants once."""
-    counts: dict[ir.Expr, int] = {}
-    for node in ir.walk(e):
-        if not is_leaf(node) and node not in ctx.hoisted:
-            counts[node] = counts.get(node, 0) + 1
-    repeated = [n for n in _postorder(e) if counts.get(n, 0) > 1 and not _risky(n)]
+    """Element-level body with shared sub-expressions (two or more uses) bound to local
+    constants once, so a DAG is emitted in its size, not its unfolded tree's."""
+    nodes = ir.postorder(e)
+    uses: dict[int, int] = {}
+    for node in nodes:
+        if node in ctx.hoisted:
+            continue
+        for c in ir.children(node):
+            uses[id(c)] = uses.get(id(c), 0) + 1
     local_ctx = CudaContext(
         ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
     )
     locals_: list[Value] = []
-    for i, node in enumerate(dict.fromkeys(repeated)):
-        text = render(node, local_ctx)
-        name = f"t{i}"
-        locals_.append(Value(CTYPES[node.type], name, text))
+    for node in nodes:
+        deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
+        if (uses.get(id(node), 0) < 2 and not deep) or is_leaf(node) or node in local_ctx.hoisted:
+            continue
+        if _risky(node):
+            continue
+        name = f"t{len(locals_)}"
+        locals_.append(Value(CTYPES[node.type], name, render(node, local_ctx)))
         local_ctx.hoisted[node] = name
     return Body(tuple(locals_), render(e, local_ctx))
 
 
-def _postorder(e: ir.Expr) -> list[ir.Expr]:
-    out: list[ir.Expr] = []
-    for c in ir.children(e):
-        out.extend(_postorder(c))
-    out.append(e)
-    return out
-
-
 def emit_functor(compiled: Compiled) -> str:
     """The C++ text of the functor struct (a self-contained header)."""
+    with deep_recursion():
+        return _emit_functor(compiled)
+
+
+def _emit_functor(compiled: Compiled) -> str:
     v = compiled.variant
     affine: AffineScore | None = compiled.affine
     hoister = _Hoister(v)
@@ -229,8 +225,8 @@ def emit_functor(compiled: Compiled) -> str:
     return render_template(
         "functor.cuh.j2",
         name=struct_name(v),
-        variant=v,
-        source=os.path.basename(v.file) if v.file else "<string>",
+        variant_name=comment_text(v.name),
+        source=comment_text(os.path.basename(v.file) if v.file else "<string>"),
         param_fields=param_fields(v),
         request_values=hoister.request_values(),
         row_values=hoister.row_values(),
@@ -246,5 +242,5 @@ def emit_functor(compiled: Compiled) -> str:
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
         classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),
-        mask_summary=analysis.describe(),
+        mask_summary=comment_text(analysis.describe(), limit=2000),
     )

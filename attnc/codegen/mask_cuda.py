@@ -32,8 +32,31 @@ def _render_union(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     return _render_constraints(flat, render_expr) + f"  const int counts[{n}] = {{{counts}}};\n"
 
 
+def _render_wrap_check(analysis: MaskAnalysis, render_expr: RenderExpr, answer: str) -> str:
+    """``if (<some guard may leave the i32 range>) return <answer>;`` (or nothing): the
+    mask's i32 arithmetic wraps there, so the tile answers are those of an opaque mask."""
+    if not analysis.wrap_guards:
+        return ""
+    q_top = f"static_cast<long long>({render_expr(ir.Builtin('q_len', ir.I32))} - 1)"
+    k_top = f"static_cast<long long>({render_expr(ir.Builtin('kv_len', ir.I32))} - 1)"
+    tests = []
+    for g in analysis.wrap_guards:
+        c = _render_c(g, render_expr)
+        low = f"({c}) + {min(g.cq, 0)}LL * {q_top} + {min(g.ck, 0)}LL * {k_top}"
+        high = f"({c}) + {max(g.cq, 0)}LL * {q_top} + {max(g.ck, 0)}LL * {k_top}"
+        tests.append(f"{low} < -2147483648LL || {high} > 2147483647LL")
+    condition = " ||\n    ".join(tests)
+    return f"if ({condition}) {{\n  {answer}  // the mask's i32 arithmetic may wrap\n}}\n"
+
+
 def render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     """Body of ``KvRange kv_range(int q_idx_begin, int q_idx_end) const``."""
+    kv_len = render_expr(ir.Builtin("kv_len", ir.I32))
+    full = f"return attnc::full_kv_range(q_idx_begin, q_idx_end, {kv_len});"
+    return _render_wrap_check(analysis, render_expr, full) + _render_kv_range(analysis, render_expr)
+
+
+def _render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     kv_len = render_expr(ir.Builtin("kv_len", ir.I32))
     if analysis.kind == "union":
         n = len(analysis.terms)
@@ -53,6 +76,13 @@ def render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
 
 def render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     """Body of ``TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const``."""
+    opaque = "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
+    return _render_wrap_check(analysis, render_expr, opaque) + _render_classify(
+        analysis, render_expr
+    )
+
+
+def _render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     if analysis.kind == "opaque":
         return "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
     if analysis.kind == "union":

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from attnc.codegen.functor import emit_functor, struct_name
+from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
-from attnc.compiler.results import analysed
+from attnc.compiler.analysed import analysed
 
 DTYPES = {"bfloat16": "__nv_bfloat16", "float16": "half"}
 HEAD_DIMS = (64, 128, 256)
@@ -20,7 +21,7 @@ def render_module(template: str, variant: ir.VariantIR, dtype: str, head_dim: in
     functor = emit_functor(analysed(variant)).replace("#pragma once\n", "")
     return render_template(
         template,
-        variant_name=variant.name,
+        variant_name=comment_text(variant.name),
         dtype=dtype,
         head_dim=head_dim,
         functor=functor,

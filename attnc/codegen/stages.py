@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from attnc.codegen.functor import emit_functor, param_fields
+from attnc.codegen.params_layout import ParamField
 from attnc.codegen.torch_ref import emit_reference_source
 from attnc.compiler import ir
 from attnc.compiler.hoist import hoistable, level
@@ -45,12 +46,16 @@ def params_json(v: ir.VariantIR) -> str:
             "shape": list(p.dims),
             "default": p.default,
             "required": p.required,
-            "c_field": f.name,
-            "c_type": f.ctype,
+            "c_field": f.c_name,
+            "c_type": f.c_type,
         }
-        for p, f in zip(v.params, param_fields(v), strict=True)
+        for p, f in zip(v.params, _user_fields(v), strict=True)
     ]
     return json.dumps({"variant": v.name, "params": rows}, indent=2) + "\n"
+
+
+def _user_fields(v: ir.VariantIR) -> list[ParamField]:
+    return [f for f in param_fields(v) if f.param is not None]
 
 
 def _analyses(c: Compiled) -> str:

@@ -1,11 +1,17 @@
 """Render IR expressions as eager PyTorch (Python source text) for the reference back end.
 
 Every leaf is a tensor taken from ``env`` (built-ins and scalar params, broadcastable over
-[heads, queries, keys]) or ``P`` (tensor params); i32 values are int64 tensors and f32 values
-tensors of the reference's float dtype ``env['_F']``. Integer ``/`` and ``%`` truncate like C.
+[heads, queries, keys]) or ``P`` (tensor params); i32 values are int64 tensors holding i32
+values and f32 values tensors of the reference's float dtype, which (with the device) is read
+from the built-in ``sm_scale`` (no param can shadow a built-in, so user names never collide with
+what the generated code reads). User names only appear as quoted dictionary keys. i32 ``+ - *``
+and negation wrap like two's complement i32 (``_wrap``); integer ``/`` and ``%`` truncate like
+C. f32 constants are f32 values (``inf`` and ``nan`` included) spelled as Python floats.
 """
 
 from __future__ import annotations
+
+import math
 
 from attnc.compiler import ir
 
@@ -28,38 +34,76 @@ CALLS = {
 }
 
 
-def render_torch(e: ir.Expr) -> str:
-    """Python expression text computing ``e`` with torch."""
-    if isinstance(e, ir.Const):
-        return f"_const(env, {e.value!r}, {e.type!r})"
-    if isinstance(e, (ir.Builtin, ir.ParamRef)):
-        return f"env[{e.name!r}]"
-    if isinstance(e, ir.TensorLoad):
-        indices = ", ".join(render_torch(i) for i in e.indices)
-        return f"_load(P[{e.name!r}], {indices})"
-    if isinstance(e, ir.Unary):
-        op = "~" if e.op == "not" else "-"
-        return f"({op}{render_torch(e.x)})"
-    if isinstance(e, ir.Binary):
-        return _binary(e)
-    if isinstance(e, ir.Select):
-        return f"torch.where({render_torch(e.cond)}, {render_torch(e.a)}, {render_torch(e.b)})"
-    if isinstance(e, ir.Cast):
-        target = "env['_F']" if e.type == ir.F32 else "torch.int64"
-        return f"{render_torch(e.x)}.to({target})"
-    if isinstance(e, ir.Call):
-        args = ", ".join(render_torch(a) for a in e.args)
-        return f"{CALLS[e.fn]}({args})"
-    raise TypeError(f"cannot render {e!r}")
+def render_float(x: float) -> str:
+    """Python text of a float value, ``inf`` and ``nan`` included."""
+    if math.isnan(x):
+        return "float('nan')"
+    if math.isinf(x):
+        return "float('inf')" if x > 0 else "float('-inf')"
+    return repr(float(x))
 
 
-def _binary(e: ir.Binary) -> str:
-    a, b = render_torch(e.a), render_torch(e.b)
-    if e.op == "/" and e.type == ir.I32:
-        return f"_idiv({a}, {b})"
-    if e.op == "%" and e.type == ir.I32:
-        return f"_imod({a}, {b})"
-    if e.op == "%":
-        return f"torch.fmod({a}, {b})"
-    op = {"&&": "&", "||": "|"}.get(e.op, e.op)
-    return f"({a} {op} {b})"
+def _const(e: ir.Const) -> str:
+    if e.type == ir.F32:
+        return f"_f32(env, {render_float(float(e.value))})"
+    if e.type == ir.I32:
+        return f"_i32(env, {int(e.value)})"
+    return f"_bool(env, {bool(e.value)})"
+
+
+def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None) -> str:
+    """Python expression text computing ``e`` with torch; sub-expressions in ``names`` are
+    spelled as those (local) names."""
+    return _TorchText(names or {}).render(e)
+
+
+class _TorchText:
+    """Renders one expression, with some sub-expressions already bound to local names."""
+
+    def __init__(self, names: dict[ir.Expr, str]) -> None:
+        self.names = names
+
+    def render(self, e: ir.Expr) -> str:
+        found = self.names.get(e)
+        if found is not None:
+            return found
+        if isinstance(e, ir.Const):
+            return _const(e)
+        if isinstance(e, (ir.Builtin, ir.ParamRef)):
+            return f"env[{e.name!r}]"
+        if isinstance(e, ir.TensorLoad):
+            indices = ", ".join(self.render(i) for i in e.indices)
+            return f"_load(P[{e.name!r}], {indices})"
+        if isinstance(e, ir.Unary):
+            if e.op == "not":
+                return f"(~{self.render(e.x)})"
+            if e.type == ir.I32:
+                return f"_wrap(-{self.render(e.x)})"
+            return f"(-{self.render(e.x)})"
+        if isinstance(e, ir.Binary):
+            return self._binary(e)
+        if isinstance(e, ir.Select):
+            parts = ", ".join(self.render(x) for x in (e.cond, e.a, e.b))
+            return f"torch.where({parts})"
+        if isinstance(e, ir.Cast):
+            target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
+            return f"{self.render(e.x)}.to({target})"
+        if isinstance(e, ir.Call):
+            args = ", ".join(self.render(a) for a in e.args)
+            if e.fn == "abs" and e.type == ir.I32:
+                return f"_wrap(torch.abs({args}))"
+            return f"{CALLS[e.fn]}({args})"
+        raise TypeError(f"cannot render {e!r}")
+
+    def _binary(self, e: ir.Binary) -> str:
+        a, b = self.render(e.a), self.render(e.b)
+        if e.op == "/" and e.type == ir.I32:
+            return f"_wrap(_idiv({a}, {b}))"
+        if e.op in ("+", "-", "*") and e.type == ir.I32:
+            return f"_wrap({a} {e.op} {b})"
+        if e.op == "%" and e.type == ir.I32:
+            return f"_imod({a}, {b})"
+        if e.op == "%":
+            return f"torch.fmod({a}, {b})"
+        op = {"&&": "&", "||": "|"}.get(e.op, e.op)
+        return f"({a} {op} {b})"

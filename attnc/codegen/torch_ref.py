@@ -3,24 +3,65 @@
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 
+from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
 from attnc.codegen.torch_expr import render_torch
 from attnc.compiler import ir
+from attnc.dsl.limits import deep_recursion
+
+# Python's parser allows 200 nested parentheses: a node this many levels above the leaves
+# gets a local name, so no generated line nests deeper than about twice this.
+NESTING_STEP = 48
+
+
+@dataclass(frozen=True)
+class PythonBody:
+    """A generated function body: ``(local name, expression)`` lines, then the result."""
+
+    lines: tuple[tuple[str, str], ...]
+    result: str
+
+
+def python_body(e: ir.Expr | None, default: str) -> PythonBody:
+    """The body computing ``e`` (``default`` when None); a sub-expression used twice or more
+    is bound to a local once, so the text grows with the DAG, not its unfolded tree."""
+    if e is None:
+        return PythonBody((), default)
+    nodes = ir.postorder(e)
+    uses: dict[int, int] = {}
+    for node in nodes:
+        for c in ir.children(node):
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    names: dict[ir.Expr, str] = {}
+    lines: list[tuple[str, str]] = []
+    for node in nodes:
+        deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
+        if (uses.get(id(node), 0) > 1 or deep) and ir.children(node) and node not in names:
+            name = f"_t{len(lines)}"
+            lines.append((name, render_torch(node, names)))
+            names[node] = name
+    return PythonBody(tuple(lines), render_torch(e, names))
 
 
 def emit_reference_source(v: ir.VariantIR) -> str:
     """Python source of a module with ``score(env, P)``, ``mask(env, P)``, ``output(env, P)``."""
+    with deep_recursion():
+        return _render_reference(v)
+
+
+def _render_reference(v: ir.VariantIR) -> str:
     return render_template(
         "reference.py.j2",
-        name=v.name,
+        name=comment_text(v.name),
         use_softmax=v.normalize == "softmax",
         has_mask=v.mask is not None,
         has_score=v.score is not None,
         has_output=v.output is not None,
-        score=render_torch(v.score) if v.score is not None else "env['score']",
-        mask=render_torch(v.mask) if v.mask is not None else "None",
-        output=render_torch(v.output) if v.output is not None else "env['out']",
+        score=python_body(v.score, "env['score']"),
+        mask=python_body(v.mask, "None"),
+        output=python_body(v.output, "env['out']"),
     )
 
 
@@ -29,5 +70,5 @@ def load_reference(v: ir.VariantIR) -> types.ModuleType:
     source = emit_reference_source(v)
     module = types.ModuleType(f"attnc_reference_{v.name}")
     module.__dict__["__source__"] = source
-    exec(compile(source, f"<attnc reference of {v.name}>", "exec"), module.__dict__)
+    exec(compile(source, f"<attnc reference of {comment_text(v.name)}>", "exec"), module.__dict__)
     return module

@@ -1,4 +1,6 @@
-"""Evaluate IR expressions on Python scalars (C semantics for i32 division and modulo).
+"""Evaluate IR expressions on Python scalars with the language's number semantics: i32
+arithmetic wraps (two's complement), i32 division and modulo truncate like C, and every f32
+result is rounded to binary32 (IEEE inf and nan included), as the kernels compute it.
 
 Used by tests (random evaluation proves passes preserve meaning) and by mask analysis'
 brute-force checks. ``env`` maps built-in and scalar param names to values; ``tensors`` maps
@@ -9,9 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from attnc.compiler import ir
+from attnc.compiler.numeric import I32_MAX, I32_MIN, round_f32, wrap_i32
+from attnc.dsl.limits import deep_recursion
+
+_BINARY32: ContextVar[bool] = ContextVar("binary32", default=False)
+# id(node) -> (node, value) during one evaluation: a shared sub-expression is computed once.
+_MEMO: ContextVar[dict[int, tuple[ir.Expr, Any]]] = ContextVar("evaluate_memo")
 
 
 class EvalError(ArithmeticError):
@@ -39,6 +48,16 @@ def _float_div(a: float, b: float) -> float:
             return math.nan
         return math.copysign(math.inf, a) * math.copysign(1.0, b)
     return a / b
+
+
+def _c_min(a, b):
+    """``a < b ? a : b`` (the kernels' min, NaN included)."""
+    return a if a < b else b
+
+
+def _c_max(a, b):
+    """``a > b ? a : b`` (the kernels' max, NaN included)."""
+    return a if a > b else b
 
 
 def _sigmoid(x: float) -> float:
@@ -91,49 +110,84 @@ MATH = {
 }
 
 
-def evaluate(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any] | None = None):
-    """Value of ``e``: int for i32, float for f32, bool for bool."""
-    tensors = tensors or {}
+def evaluate(
+    e: ir.Expr,
+    env: Mapping[str, Any],
+    tensors: Mapping[str, Any] | None = None,
+    *,
+    binary32: bool = False,
+):
+    """Value of ``e``: int for i32 (wrapped to 32 bits), float for f32, bool for bool.
+
+    With ``binary32`` every f32 result is rounded to binary32 as the kernels compute it
+    (constant folding); without it f32 is computed in double precision (the exact reference
+    that tests compare passes against).
+    """
+    token = _BINARY32.set(binary32)
+    memo_token = _MEMO.set({})
+    try:
+        with deep_recursion():
+            return _value(e, env, tensors or {})
+    finally:
+        _MEMO.reset(memo_token)
+        _BINARY32.reset(token)
+
+
+def _value(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any]):
+    memo = _MEMO.get()
+    found = memo.get(id(e))
+    if found is not None:
+        return found[1]
+    value = _evaluate(e, env, tensors)
+    if e.type == ir.F32:
+        value = round_f32(value) if _BINARY32.get() else float(value)
+    elif e.type == ir.I32:
+        value = wrap_i32(value)
+    memo[id(e)] = (e, value)
+    return value
+
+
+def _evaluate(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any]):
     if isinstance(e, ir.Const):
         return e.value
     if isinstance(e, (ir.Builtin, ir.ParamRef)):
         return env[e.name]
     if isinstance(e, ir.TensorLoad):
-        idx = tuple(int(evaluate(i, env, tensors)) for i in e.indices)
+        idx = tuple(int(_value(i, env, tensors)) for i in e.indices)
         value = tensors[e.name]
         for i in idx:
             value = value[i]
         return float(value) if e.type == ir.F32 else int(value)
     if isinstance(e, ir.Unary):
-        x = evaluate(e.x, env, tensors)
+        x = _value(e.x, env, tensors)
         return (not x) if e.op == "not" else -x
     if isinstance(e, ir.Binary):
         return _binary(e, env, tensors)
     if isinstance(e, ir.Select):
-        c = evaluate(e.cond, env, tensors)
-        return evaluate(e.a if c else e.b, env, tensors)
+        c = _value(e.cond, env, tensors)
+        return _value(e.a if c else e.b, env, tensors)
     if isinstance(e, ir.Cast):
-        x = evaluate(e.x, env, tensors)
+        x = _value(e.x, env, tensors)
         if e.type == ir.F32:
             return float(x)
         if e.type == ir.BOOL:
             return bool(x)
-        if isinstance(x, float) and not math.isfinite(x):
-            raise EvalError("conversion of a non-finite float to i32")
+        if isinstance(x, float) and not (math.isfinite(x) and I32_MIN <= int(x) <= I32_MAX):
+            raise EvalError("conversion of a float outside the i32 range to i32")
         return int(x)
     if isinstance(e, ir.Call):
-        args = [evaluate(a, env, tensors) for a in e.args]
+        args = [_value(a, env, tensors) for a in e.args]
         return _call(e, args)
     raise TypeError(f"not an IR expression: {e!r}")
 
 
 def _binary(e: ir.Binary, env, tensors):
     if e.op == "&&":
-        return bool(evaluate(e.a, env, tensors)) and bool(evaluate(e.b, env, tensors))
+        return bool(_value(e.a, env, tensors)) and bool(_value(e.b, env, tensors))
     if e.op == "||":
-        return bool(evaluate(e.a, env, tensors)) or bool(evaluate(e.b, env, tensors))
-    a = evaluate(e.a, env, tensors)
-    b = evaluate(e.b, env, tensors)
+        return bool(_value(e.a, env, tensors)) or bool(_value(e.b, env, tensors))
+    a = _value(e.a, env, tensors)
+    b = _value(e.b, env, tensors)
     op = e.op
     if op in ir.COMPARISONS:
         return {
@@ -156,7 +210,9 @@ def _binary(e: ir.Binary, env, tensors):
     if op == "%":
         if is_int:
             return _c_mod(a, b)
-        return math.fmod(a, b) if b != 0 else math.nan
+        if b == 0 or math.isinf(a) or math.isnan(a) or math.isnan(b):
+            return math.nan
+        return math.fmod(a, b)
     raise TypeError(f"unknown operator {op}")
 
 
@@ -165,9 +221,9 @@ def _call(e: ir.Call, args):
     if fn == "abs":
         return abs(args[0])
     if fn == "min":
-        return min(args[0], args[1])
+        return _c_min(args[0], args[1])
     if fn == "max":
-        return max(args[0], args[1])
+        return _c_max(args[0], args[1])
     if fn == "clamp":
-        return min(max(args[0], args[1]), args[2])
+        return _c_min(_c_max(args[0], args[1]), args[2])
     return MATH[fn](float(args[0]))

@@ -6,20 +6,20 @@ compute request-level values once per request, row-level ones once per query row
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from attnc.compiler import ir
 
 
-@lru_cache(maxsize=4096)
 def level(e: ir.Expr) -> int:
-    """Hoisting level of ``e`` (ir.REQUEST .. ir.ELEMENT)."""
+    """Hoisting level of ``e`` (ir.REQUEST .. ir.ELEMENT), remembered on each node."""
+    return ir.bottom_up(e, "_level", _own_level)
+
+
+def _own_level(e: ir.Expr) -> int:
     if isinstance(e, ir.Builtin):
         if e.name == ir.OUTPUT_BUILTIN:
             return ir.ELEMENT
         return ir.BUILTINS[e.name][1]
-    own = ir.REQUEST
-    return max([own] + [level(c) for c in ir.children(e)])
+    return max([ir.REQUEST] + [c.__dict__["_level"] for c in ir.children(e)])
 
 
 def is_leaf(e: ir.Expr) -> bool:
@@ -30,15 +30,17 @@ def is_leaf(e: ir.Expr) -> bool:
 def hoistable(e: ir.Expr, below: int) -> list[ir.Expr]:
     """The largest non-leaf sub-expressions of ``e`` whose level is lower than ``below``,
     in evaluation order (children before parents, no duplicates)."""
-    found: list[ir.Expr] = []
-    _collect(e, below, found)
-    return found
-
-
-def _collect(e: ir.Expr, below: int, found: list[ir.Expr]) -> None:
-    if level(e) < below:
-        if not is_leaf(e) and e not in found:
-            found.append(e)
-        return
-    for c in ir.children(e):
-        _collect(c, below, found)
+    found: dict[ir.Expr, None] = {}
+    seen: set[int] = set()
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if level(node) < below:
+            if not is_leaf(node):
+                found.setdefault(node)
+            continue
+        stack.extend(reversed(ir.children(node)))
+    return list(found)

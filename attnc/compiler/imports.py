@@ -9,8 +9,11 @@ from __future__ import annotations
 import os
 
 from attnc.dsl import ast
-from attnc.dsl.errors import AttnError
+from attnc.dsl.errors import SOURCES, AttnError
 from attnc.dsl.parser import parse_module
+from attnc.dsl.source_text import decode_source
+
+ATTN_SUFFIX = ".attn"
 
 
 def load_modules(root: ast.Module) -> list[ast.Module]:
@@ -44,7 +47,10 @@ def _visit(module: ast.Module, ordered: list[ast.Module], done: set[str], stack:
 def _canonical(path: str) -> str:
     if path.startswith("<"):
         return path
-    return os.path.realpath(path)
+    try:
+        return os.path.realpath(path)
+    except (ValueError, OSError):  # e.g. a NUL character: no such file can exist
+        return path
 
 
 def _resolve(importer: str, item: ast.Import) -> str:
@@ -56,9 +62,20 @@ def _resolve(importer: str, item: ast.Import) -> str:
 
 
 def _parse_file(path: str, item: ast.Import) -> ast.Module:
+    """The parsed module at ``path``. A file that is not UTF-8 `.attn` text is an error at the
+    import statement that names where parsing stopped but never quotes the file's content."""
+    if not path.endswith(ATTN_SUFFIX):
+        raise AttnError(item.loc, f"cannot import '{item.path}': only {ATTN_SUFFIX} files")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AttnError(item.loc, f"cannot read import '{item.path}': {exc}") from None
-    return parse_module(text, path)
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise AttnError(item.loc, f"cannot read import '{item.path}': {exc.strerror}") from None
+    try:
+        return parse_module(decode_source(data, path), path)
+    except AttnError as err:
+        SOURCES.forget(path)
+        where = f"line {err.loc.line}, column {err.loc.col}"
+        raise AttnError(
+            item.loc, f"cannot import '{item.path}': it is not valid .attn text ({where})"
+        ) from None

@@ -1,8 +1,11 @@
-"""The IR: a small tree of frozen, hashable dataclasses with source locations.
+"""The IR: a DAG of frozen, hashable dataclasses with source locations.
 
 Locations are excluded from equality and hashing, so structurally equal sub-trees compare
 equal (which gives CSE and cache keys for free). Every expression carries its type:
-``i32``, ``f32`` or ``bool``.
+``i32``, ``f32`` or ``bool``. Sub-expressions are shared, not copied (a ``let`` or a ``def``
+used twice yields one node with two parents), so every pass works per distinct node: each
+node caches its hash, equality checks identity and hashes first, and :func:`walk` visits a
+node once however many parents it has.
 """
 
 from __future__ import annotations
@@ -20,6 +23,59 @@ TYPES = (I32, F32, BOOL)
 
 def _loc() -> Loc:
     return field(default=NO_LOC, compare=False, repr=False)  # type: ignore[return-value]
+
+
+def _shared(cls):
+    """Give an IR node class a cached hash and an equality that tries identity and the hashes
+    first, so hashing or comparing a DAG costs its distinct nodes, not its unfolded tree.
+    Cached values (``_hash`` and the passes' ``_``-prefixed entries) are not pickled."""
+    structural_hash = cls.__hash__
+    structural_eq = cls.__eq__
+
+    def __hash__(self) -> int:
+        found = self.__dict__.get("_hash")
+        if found is None:
+            found = structural_hash(self)
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__ or hash(self) != hash(other):
+            return False
+        return structural_eq(self, other)
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    cls.__hash__ = __hash__
+    cls.__eq__ = __eq__
+    cls.__getstate__ = __getstate__
+    return cls
+
+
+def bottom_up(e, key: str, own):
+    """A per-node property remembered on every node under ``key``: ``own(node)`` may read its
+    children's values as ``child.__dict__[key]``. Iterative, and nodes that already know the
+    property are not visited again, so the cost is the number of new nodes."""
+    found = e.__dict__.get(key, _MISSING)
+    if found is not _MISSING:
+        return found
+    stack = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if key in node.__dict__:
+            continue
+        if expanded:
+            object.__setattr__(node, key, own(node))
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children(node) if key not in c.__dict__)
+    return e.__dict__[key]
+
+
+_MISSING = object()
 
 
 # Built-in read-only names, their types, and the hoisting level at which they are known.
@@ -67,6 +123,7 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 }
 
 
+@_shared
 @dataclass(frozen=True)
 class Const:
     value: float | int | bool
@@ -74,6 +131,7 @@ class Const:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Builtin:
     name: str
@@ -81,6 +139,7 @@ class Builtin:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class ParamRef:
     """A scalar runtime param."""
@@ -90,6 +149,7 @@ class ParamRef:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class TensorLoad:
     """``name[indices]`` of a tensor param (dense, row-major)."""
@@ -100,6 +160,7 @@ class TensorLoad:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Unary:
     """``op``: ``neg`` or ``not``."""
@@ -110,6 +171,7 @@ class Unary:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Binary:
     """``op``: ``+ - * / % < <= > >= == != && ||``. Operands already share a type
@@ -123,6 +185,7 @@ class Binary:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Select:
     cond: Expr
@@ -132,6 +195,7 @@ class Select:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Call:
     """A built-in math function (see FUNCTIONS); arguments already share a type."""
@@ -142,6 +206,7 @@ class Call:
     loc: Loc = _loc()
 
 
+@_shared
 @dataclass(frozen=True)
 class Cast:
     """Conversion to ``type`` (i32 -> f32 exact; f32 -> i32 truncates like C)."""
@@ -216,9 +281,41 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 def walk(e: Expr):
-    """All nodes of ``e``, parents before children."""
+    """Every distinct node of ``e`` once (a shared sub-expression is visited at its first
+    occurrence), parents before children, left to right."""
     stack = [e]
+    seen: set[int] = set()
     while stack:
         node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         yield node
         stack.extend(reversed(children(node)))
+
+
+def postorder(e: Expr) -> list[Expr]:
+    """Every distinct node of ``e`` once, children before parents (iterative)."""
+    out: list[Expr] = []
+    seen: set[int] = set()
+    stack: list[tuple[Expr, bool]] = [(e, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(children(node)))
+    return out
+
+
+def depth(e: Expr) -> int:
+    """Longest chain of nodes from ``e`` down to a leaf (1 for a leaf), remembered per node."""
+    return bottom_up(e, "_depth", _own_depth)
+
+
+def _own_depth(e: Expr) -> int:
+    return 1 + max((c.__dict__["_depth"] for c in children(e)), default=0)

@@ -13,6 +13,7 @@ from attnc.compiler import ir
 from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, warning
+from attnc.dsl.limits import MAX_IR_DEPTH, too_deep_message
 
 ASSIGNABLE = ("score", "mask", "output")
 NORMALIZE_MODES = ("softmax", "none")
@@ -132,6 +133,12 @@ class _VariantLowering:
         return variant, unused
 
     def _item(self, item: ast.VariantItem) -> None:
+        if isinstance(item, ast.Assign):
+            self._assign(item)
+            for value in (self.score, self.mask, self.output):
+                if value is not None:
+                    _within_depth(value, item.loc)
+            return
         if isinstance(item, ast.Doc):
             self._once("doc", item.loc)
             self.doc = item.text
@@ -139,7 +146,9 @@ class _VariantLowering:
             self._param(item)
         elif isinstance(item, ast.Let):
             self._declare(item.name, item.loc, "let")
-            self.scope.values[item.name] = lower_expr(item.value, self.scope)
+            self.scope.values[item.name] = _within_depth(
+                lower_expr(item.value, self.scope), item.loc
+            )
         elif isinstance(item, ast.Assign):
             self._assign(item)
         elif isinstance(item, ast.Normalize):
@@ -222,6 +231,14 @@ class _VariantLowering:
         if value.type == ir.BOOL:
             raise AttnError(loc, f"{what} must be a number (f32), got bool")
         return cast(value, ir.F32)
+
+
+def _within_depth(value: ir.Expr, loc: Loc) -> ir.Expr:
+    """``value``, unless lets and defs made it deeper than the limit (an error at ``loc``)."""
+    if ir.depth(value) > MAX_IR_DEPTH:
+        what = "expression (after substituting lets and defs)"
+        raise AttnError(loc, too_deep_message(what, MAX_IR_DEPTH))
+    return value
 
 
 def _forbid(value: ir.Expr, names: tuple[str, ...], what: str, loc: Loc) -> None:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attnc.compiler import ir
+from attnc.compiler.numeric import I32_MAX, I32_MIN, is_finite, round_f32
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
 
-INT32_MAX = 2**31 - 1
+INT32_MAX = I32_MAX
 
 
 @dataclass
@@ -28,6 +29,9 @@ class Scope:
     allow_out: bool = False
     used_params: set[str] = field(default_factory=set)
     def_stack: tuple[str, ...] = ()
+    # (def name, argument nodes) -> the inlined body: a def called twice with the same
+    # arguments yields one shared node, so nested defs stay a DAG, not an exponential tree.
+    inlined: dict[tuple[str, tuple[ir.Expr, ...]], ir.Expr] = field(default_factory=dict)
 
     def child_for_def(self, d: ast.Def, args: dict[str, ir.Expr]) -> Scope:
         """Scope of a def body: its arguments plus built-ins (no lets or params of the caller)."""
@@ -38,6 +42,7 @@ class Scope:
             allow_out=False,
             used_params=self.used_params,
             def_stack=self.def_stack + (d.name,),
+            inlined=self.inlined,
         )
 
     def visible_names(self) -> list[str]:
@@ -63,7 +68,10 @@ def lower_expr(e: ast.Expr, scope: Scope) -> ir.Expr:
 
 def _num(e: ast.Num, scope: Scope) -> ir.Expr:
     if e.is_float:
-        return ir.Const(float(e.value), ir.F32, e.loc)
+        value = round_f32(float(e.value))
+        if not is_finite(value):
+            raise AttnError(e.loc, "float literal rounds to infinity in f32 (at most 3.4028235e38)")
+        return ir.Const(value, ir.F32, e.loc)
     if abs(int(e.value)) > INT32_MAX:
         raise AttnError(e.loc, f"integer literal {e.value} does not fit in i32")
     return ir.Const(int(e.value), ir.I32, e.loc)
@@ -200,7 +208,12 @@ def _inline_def(e: ast.Call, scope: Scope) -> ir.Expr:
             e.loc, f"def '{d.name}' takes {len(d.params)} argument(s), got {len(e.args)}"
         )
     args = {name: lower_expr(a, scope) for name, a in zip(d.params, e.args, strict=True)}
-    return lower_expr(d.body, scope.child_for_def(d, args))
+    key = (d.name, tuple(args.values()))
+    found = scope.inlined.get(key)
+    if found is None:
+        found = lower_expr(d.body, scope.child_for_def(d, args))
+        scope.inlined[key] = found
+    return found
 
 
 def promote(*xs: ir.Expr) -> tuple[ir.Expr, ...]:
@@ -214,8 +227,12 @@ def cast(x: ir.Expr, target: str) -> ir.Expr:
     if x.type == target:
         return x
     if isinstance(x, ir.Const) and x.type != ir.BOOL:
-        value = float(x.value) if target == ir.F32 else int(x.value)
-        return ir.Const(value, target, x.loc)
+        if target == ir.F32:
+            return ir.Const(round_f32(float(x.value)), target, x.loc)
+        value = float(x.value)
+        if not (is_finite(value) and I32_MIN <= int(value) <= I32_MAX):
+            raise AttnError(x.loc, f"{value!r} converted to i32 is outside the i32 range")
+        return ir.Const(int(value), target, x.loc)
     return ir.Cast(x, target, x.loc)
 
 

@@ -22,11 +22,13 @@ calls :mod:`attnc.codegen.mask_cuda` emits.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from math import gcd
 
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
+from attnc.compiler.mask_split import split_comparison
 
 Atom = ir.Expr
 Terms = tuple[tuple[int, Atom], ...]
@@ -105,6 +107,10 @@ class MaskAnalysis:
     constraints: Conjunction = ()
     reason: str = ""
     terms: tuple[Conjunction, ...] = ()
+    # Linear forms of the mask's i32 arithmetic that may wrap for some params: where one of
+    # them can leave the i32 range over a request, the tile answers are those of an opaque
+    # mask (the constraints assume exact arithmetic). Each is ``cq*q_idx + ck*kv_idx + c``.
+    wrap_guards: Conjunction = ()
 
     def describe(self) -> str:
         """One line for ``attnc compile --emit opt``."""
@@ -112,10 +118,14 @@ class MaskAnalysis:
             return "none: no mask"
         if self.kind == "opaque":
             return f"opaque: {self.reason}"
+        guards = ""
+        if self.wrap_guards:
+            forms = "; ".join(g.describe().removesuffix(" >= 0") for g in self.wrap_guards)
+            guards = f"; opaque where i32 wraps: [{forms}]"
         if self.kind == "union":
             body = "; ".join(_describe_linear(t) for t in self.terms)
-            return f"union of {len(self.terms)}: {body}"
-        return _describe_linear(self.constraints)
+            return f"union of {len(self.terms)}: {body}{guards}"
+        return _describe_linear(self.constraints) + guards
 
 
 def _describe_linear(cons: Conjunction) -> str:
@@ -135,15 +145,27 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
     """Analyse a bool IR mask (None = no mask); see the module docstring."""
     if mask is None:
         return MaskAnalysis("none")
+    token = _DNF_MEMO.set({})
+    guards_token = _GUARDS.set({})
     try:
         dnf = _dnf(mask, negated=False)
+        guards = tuple(g for g in _GUARDS.get() if not never_wraps(g))
     except _Opaque as err:
         return MaskAnalysis("opaque", reason=str(err))
+    finally:
+        _DNF_MEMO.reset(token)
+        _GUARDS.reset(guards_token)
     if not dnf:
         return MaskAnalysis("linear", (_FALSE,))
     if len(dnf) == 1:
-        return MaskAnalysis("linear", dnf[0])
-    return MaskAnalysis("union", terms=tuple(dnf))
+        return MaskAnalysis("linear", dnf[0], wrap_guards=guards)
+    return MaskAnalysis("union", terms=tuple(dnf), wrap_guards=guards)
+
+
+# (id(node), negated) -> (node, result) during one analysis: shared sub-masks once.
+_DNF_MEMO: ContextVar[dict[tuple[int, bool], tuple[ir.Expr, list[Conjunction]]]] = ContextVar(
+    "dnf_memo"
+)
 
 
 def _dnf(e: ir.Expr, negated: bool) -> list[Conjunction]:
@@ -153,6 +175,15 @@ def _dnf(e: ir.Expr, negated: bool) -> list[Conjunction]:
     conjunction's constraints include another's (that one would be redundant). ``[]`` is
     false, ``[()]`` is true.
     """
+    memo = _DNF_MEMO.get()
+    found = memo.get((id(e), negated))
+    if found is None:
+        found = (e, _dnf_node(e, negated))
+        memo[(id(e), negated)] = found
+    return found[1]
+
+
+def _dnf_node(e: ir.Expr, negated: bool) -> list[Conjunction]:
     if isinstance(e, ir.Const) and e.type == ir.BOOL:
         return [()] if bool(e.value) != negated else []
     if isinstance(e, ir.Unary) and e.op == "not":
@@ -163,6 +194,9 @@ def _dnf(e: ir.Expr, negated: bool) -> list[Conjunction]:
             return _prune([_normalise(list(x + y)) for x in a for y in b])
         return _prune(a + b)
     if isinstance(e, ir.Binary) and e.op in ir.COMPARISONS:
+        split = split_comparison(e, _NEGATE[e.op] if negated else e.op)
+        if split is not None:
+            return _dnf(split, negated=False)
         return _prune([_normalise(f) for f in _comparison(e, negated)])
     raise _Opaque(f"uses {_node_name(e)} as a condition")
 
@@ -216,15 +250,52 @@ def _linear(e: ir.Expr) -> _Lin:
     if isinstance(e, ir.ParamRef):
         return _Lin(0, 0, ((1, e),), 0)
     if isinstance(e, ir.Unary) and e.op == "neg":
-        return _linear(e.x).scaled(-1)
+        return _guarded(_linear(e.x).scaled(-1))
     if isinstance(e, ir.Cast) and e.x.type == ir.I32:
         return _linear(e.x)
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
         b = _linear(e.b)
-        return _linear(e.a).plus(b if e.op == "+" else b.scaled(-1))
+        return _guarded(_linear(e.a).plus(b if e.op == "+" else b.scaled(-1)))
     if isinstance(e, ir.Binary) and e.op == "*":
-        return _product(_linear(e.a), _linear(e.b))
+        return _guarded(_product(_linear(e.a), _linear(e.b)))
     raise _Opaque(f"uses {_node_name(e)}")
+
+
+# The linear forms of the i32 arithmetic met during one analysis (see wrap_guards).
+_GUARDS: ContextVar[dict[LinearConstraint, None]] = ContextVar("wrap_guards")
+I32_LOW, I32_HIGH = -(2**31), 2**31 - 1
+
+
+def _guarded(form: _Lin) -> _Lin:
+    """``form`` (the value of an i32 arithmetic node), remembered as a wrap guard."""
+    _GUARDS.get().setdefault(LinearConstraint(form.cq, form.ck, form.terms, form.offset))
+    return form
+
+
+def never_wraps(g: LinearConstraint) -> bool:
+    """Whether ``g`` stays in the i32 range for every request: true when its only atoms are
+    q_len and kv_len and its extremes over 0 <= q_idx < q_len <= 2**31-1 and
+    0 <= kv_idx < kv_len <= 2**31-1 (the corners of two triangles) fit."""
+    coef = {"q_len": 0, "kv_len": 0}
+    for c, atom in g.terms:
+        if not (isinstance(atom, ir.Builtin) and atom.name in coef):
+            return False
+        coef[atom.name] += c
+    top = I32_HIGH
+    q_corners = [g.cq * i + coef["q_len"] * n for i, n in ((0, 1), (0, top), (top - 1, top))]
+    k_corners = [g.ck * i + coef["kv_len"] * n for i, n in ((0, 1), (0, top), (top - 1, top))]
+    low = g.offset + min(q_corners) + min(k_corners)
+    high = g.offset + max(q_corners) + max(k_corners)
+    return I32_LOW <= low and high <= I32_HIGH
+
+
+def wraps(g: LinearConstraint, env: Mapping[str, int]) -> bool:
+    """Whether ``g`` may leave the i32 range over the request described by ``env``."""
+    c = g.c_value(env)
+    q_top, k_top = max(int(env["q_len"]) - 1, 0), max(int(env["kv_len"]) - 1, 0)
+    low = c + min(0, g.cq * q_top) + min(0, g.ck * k_top)
+    high = c + max(0, g.cq * q_top) + max(0, g.ck * k_top)
+    return low < I32_LOW or high > I32_HIGH
 
 
 def _builtin(e: ir.Builtin) -> _Lin:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
+from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis, wraps
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -39,6 +39,11 @@ def _project(cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi
     return lo, hi
 
 
+def _may_wrap(analysis: MaskAnalysis, env: Mapping[str, int]) -> bool:
+    """Whether the mask's i32 arithmetic may wrap in this request (then it is opaque)."""
+    return any(wraps(g, env) for g in analysis.wrap_guards)
+
+
 def _values(cons: Conjunction, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
     return [(x.cq, x.ck, x.c_value(env)) for x in cons]
 
@@ -49,6 +54,8 @@ def kv_range(
     """Half-open kv range any query of ``[q_begin, q_end)`` may see, clipped to
     ``[0, kv_len)``; ``(0, 0)`` when empty."""
     kv_len = int(env["kv_len"])
+    if _may_wrap(analysis, env):
+        return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
     if analysis.kind == "linear":
         return _linear_kv_range(_values(analysis.constraints, env), q_begin, q_end, kv_len)
     if analysis.kind == "union":
@@ -79,7 +86,7 @@ def classify(
         return "empty"
     if analysis.kind == "none":
         return "full"
-    if analysis.kind == "opaque":
+    if analysis.kind == "opaque" or _may_wrap(analysis, env):
         return "partial"
     if analysis.kind == "union":
         found = [_linear_classify(_values(t, env), q0, q1, k0, k1) for t in analysis.terms]

@@ -16,6 +16,7 @@ from attnc.compiler.sources import STDLIB_DIR, STDLIB_PREFIX, resolve_source, st
 from attnc.compiler.verify import verify_variant
 from attnc.dsl import ast
 from attnc.dsl.errors import Diagnostic
+from attnc.dsl.limits import deep_recursion
 from attnc.dsl.parser import parse_module
 
 __all__ = [
@@ -40,22 +41,26 @@ def parse(text: str, file: str) -> ast.Module:
 
 def lower(root: ast.Module) -> Program:
     """Stage ``ir``: imports resolved, names and types checked."""
-    program = lower_modules(load_modules(root))
-    for v in program.variants:
-        verify_variant(v, "lowering")
+    with deep_recursion():
+        program = lower_modules(load_modules(root))
+        for v in program.variants:
+            verify_variant(v, "lowering")
     return program
 
 
 def optimise(v: ir.VariantIR) -> Compiled:
     """Stage ``opt``: simplified IR plus affine and mask analyses."""
-    simplified = simplify_variant(v)
-    verify_variant(simplified, "simplify")
-    return analyse(simplified, lowered=v)
+    with deep_recursion():
+        simplified = simplify_variant(v)
+        verify_variant(simplified, "simplify")
+        return analyse(simplified, lowered=v)
 
 
 def analyse(v: ir.VariantIR, lowered: ir.VariantIR | None = None) -> Compiled:
     """The analyses of already simplified IR ``v`` (``lowered``: the IR before simplify)."""
-    return remember(Compiled(lowered or v, v, analyse_affine(v.score), analyse_mask(v.mask)))
+    with deep_recursion():
+        affine, mask = analyse_affine(v.score), analyse_mask(v.mask)
+    return remember(Compiled(lowered or v, v, affine, mask))
 
 
 def compile_source(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnostic, ...]]:
@@ -69,8 +74,9 @@ def compile_with_imports(
 ) -> tuple[list[Compiled], tuple[Diagnostic, ...], tuple[str, ...]]:
     """``compile_source`` plus the files the source imported (transitively), in load order."""
     modules = load_modules(parse(text, file))
-    program = lower_modules(modules)
-    for v in program.variants:
-        verify_variant(v, "lowering")
+    with deep_recursion():
+        program = lower_modules(modules)
+        for v in program.variants:
+            verify_variant(v, "lowering")
     imported = tuple(m.file for m in modules[:-1])
     return [optimise(v) for v in program.variants], program.warnings, imported

@@ -1,6 +1,7 @@
 """What the middle end hands to the back ends: one variant's optimised IR with its affine and
 mask analyses (``Compiled``), and a memo of those analyses by IR, so code generation for an
-already compiled variant needs neither SymPy nor the parser (a cached load stays fast)."""
+already compiled variant needs neither SymPy nor the parser (a cached load stays fast).
+Imports nothing of the passes (``analysed`` computes missing analyses)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,6 @@ def remember(c: Compiled) -> Compiled:
     return c
 
 
-def analysed(v: ir.VariantIR) -> Compiled:
-    """The analyses of optimised IR ``v``: remembered ones, else computed now."""
-    found = _KNOWN.get(v)
-    if found is not None:
-        return found
-    from attnc.compiler.pipeline import analyse  # SymPy: only when not known
-
-    return remember(analyse(v))
+def known(v: ir.VariantIR) -> Compiled | None:
+    """The remembered analyses of optimised IR ``v``, if any."""
+    return _KNOWN.get(v)

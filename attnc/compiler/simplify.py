@@ -2,14 +2,18 @@
 
 Arithmetic (+ - * and f32 /) goes through SymPy, which folds constants and puts sums and
 products in a canonical order; everything else (calls, selects, tensor loads, i32 / and %,
-casts to i32) becomes an opaque atom whose children are simplified recursively. Division by
-a request-level value becomes a multiplication by its reciprocal, which hoisting then moves
-out of the inner loop. Integer sub-sums inside f32 arithmetic stay integer and are converted
-once, as in the source.
+casts) becomes an opaque atom whose children are simplified recursively. i32 arithmetic is
+arithmetic modulo 2**32 (a ring, so SymPy's identities hold; folded constants are wrapped);
+an i32 value converted to f32 stays an atom, so wrapping happens where the source says.
+Constants are binary32 values; constant sub-expressions are folded with binary32 rounding,
+and ``inf``/``nan`` results stay IEEE constants that SymPy never sees. Division by a
+request-level value becomes a multiplication by its reciprocal, which hoisting then moves
+out of the inner loop.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import replace
 
 import sympy
@@ -17,6 +21,7 @@ import sympy
 from attnc.compiler import ir
 from attnc.compiler.evaluate import EvalError, evaluate
 from attnc.compiler.hoist import level
+from attnc.compiler.numeric import is_finite, round_f32, wrap_i32
 
 
 def simplify_variant(v: ir.VariantIR) -> ir.VariantIR:
@@ -33,8 +38,45 @@ def _maybe(e: ir.Expr | None) -> ir.Expr | None:
     return None if e is None else simplify_expr(e)
 
 
+# id(node) -> (node, simplified node) while one top-level simplification runs: a shared
+# sub-expression is simplified once and its result stays shared.
+_MEMO: ContextVar[dict[int, tuple[ir.Expr, ir.Expr]] | None] = ContextVar(
+    "simplify_memo", default=None
+)
+
+
 def simplify_expr(e: ir.Expr) -> ir.Expr:
     """An expression equal to ``e`` (up to float rounding) in canonical, folded form."""
+    memo = _MEMO.get()
+    if memo is None:
+        token = _MEMO.set({})
+        shared_token = _SHARED.set(_shared_nodes(e))
+        try:
+            return simplify_expr(e)
+        finally:
+            _SHARED.reset(shared_token)
+            _MEMO.reset(token)
+    found = memo.get(id(e))
+    if found is None:
+        found = (e, _simplify_node(e))
+        memo[id(e)] = found
+    return found[1]
+
+
+# ids of the nodes with two or more parents in the expression being simplified: SymPy sees
+# each as one atom (simplified once on its own), so shared parts are converted once.
+_SHARED: ContextVar[frozenset[int]] = ContextVar("simplify_shared", default=frozenset())
+
+
+def _shared_nodes(e: ir.Expr) -> frozenset[int]:
+    uses: dict[int, int] = {}
+    for node in ir.postorder(e):
+        for c in ir.children(node):
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    return frozenset(i for i, n in uses.items() if n > 1)
+
+
+def _simplify_node(e: ir.Expr) -> ir.Expr:
     folded = _fold_constant(e)
     if folded is not None:
         return folded
@@ -50,20 +92,21 @@ def _fold_constant(e: ir.Expr) -> ir.Const | None:
     if isinstance(e, ir.Const) or level(e) != ir.REQUEST or _has_free_leaf(e):
         return None
     try:
-        value = evaluate(e, {})
+        value = evaluate(e, {}, binary32=True)
     except (EvalError, KeyError, ZeroDivisionError, OverflowError, ValueError):
-        return None
-    if isinstance(value, float) and not _finite(value):
         return None
     return ir.Const(value, e.type, e.loc)
 
 
 def _has_free_leaf(e: ir.Expr) -> bool:
-    return any(isinstance(n, (ir.Builtin, ir.ParamRef, ir.TensorLoad)) for n in ir.walk(e))
+    """Whether ``e`` reads a built-in, param or tensor (remembered per node)."""
+    return ir.bottom_up(e, "_free", _own_free)
 
 
-def _finite(x: float) -> bool:
-    return x == x and x not in (float("inf"), float("-inf"))
+def _own_free(e: ir.Expr) -> bool:
+    if isinstance(e, (ir.Builtin, ir.ParamRef, ir.TensorLoad)):
+        return True
+    return any(c.__dict__["_free"] for c in ir.children(e))
 
 
 def _simplify_children(e: ir.Expr) -> ir.Expr:
@@ -111,24 +154,55 @@ def _simplify_bool(e: ir.Expr) -> ir.Expr:
     return _simplify_children(e)
 
 
+MAX_POWER = 16  # a SymPy power above this is left as the source wrote it
+SYMPY_SPAN = 24  # levels of one expression SymPy rewrites at once
+
+
+class _TooLarge(Exception):
+    """The SymPy form would be much larger than the IR it came from."""
+
+
 class SympyConverter:
     """IR <-> SymPy for one arithmetic tree."""
 
     def __init__(self) -> None:
         self.leaves: dict[sympy.Symbol, ir.Expr] = {}
         self.symbols: dict[ir.Expr, sympy.Symbol] = {}
+        self._to: dict[int, tuple[ir.Expr, sympy.Expr]] = {}
+        self._root: ir.Expr | None = None
+        self._from: dict[tuple[sympy.Expr, str], ir.Expr] = {}
 
     def roundtrip(self, e: ir.Expr) -> ir.Expr | None:
+        self._root = e
         expr = self.to_sympy(e)
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
             return None
-        return self.from_sympy(expr, e.type, e)
+        try:
+            return self.from_sympy(expr, e.type, e)
+        except _TooLarge:
+            return None
 
     # ------------------------------------------------------------------ IR -> SymPy
     def to_sympy(self, e: ir.Expr) -> sympy.Expr:
+        """SymPy form of ``e`` (each distinct node converted once)."""
+        found = self._to.get(id(e))
+        if found is None:
+            found = (e, self._to_sympy(e))
+            self._to[id(e)] = found
+        return found[1]
+
+    def _to_sympy(self, e: ir.Expr) -> sympy.Expr:
+        if not isinstance(e, (ir.Const, ir.Builtin, ir.ParamRef)):
+            folded = _fold_constant(e)
+            if folded is not None:
+                e = folded
+        if e is not self._root and (id(e) in _SHARED.get() or self._far_below_root(e)):
+            return self._atom(e)
         if isinstance(e, ir.Const):
             if e.type == ir.I32:
                 return sympy.Integer(int(e.value))
+            if not is_finite(float(e.value)):
+                return self._atom(e)  # inf and nan stay IEEE values, never SymPy's
             return sympy.Float(float(e.value), 17)
         if isinstance(e, ir.Unary) and e.op == "neg":
             return -self.to_sympy(e.x)
@@ -137,18 +211,35 @@ class SympyConverter:
             return a + b if e.op == "+" else a - b if e.op == "-" else a * b
         if isinstance(e, ir.Binary) and e.op == "/" and e.type == ir.F32:
             return self.to_sympy(e.a) / self.to_sympy(e.b)
-        if isinstance(e, ir.Cast) and e.type == ir.F32 and e.x.type == ir.I32:
-            return self.to_sympy(e.x)
+        # A cast i32 -> f32 stays an atom: its i32 operand wraps before the conversion, so
+        # SymPy must not mix it into f32 arithmetic (its operand is simplified on its own).
         return self._atom(e)
 
+    def _far_below_root(self, e: ir.Expr) -> bool:
+        """Whether ``e`` is more than SYMPY_SPAN levels below the converted root (deeper
+        parts are simplified on their own, so SymPy's work stays linear in the depth)."""
+        root = self._root
+        return root is not None and ir.depth(e) < ir.depth(root) - SYMPY_SPAN
+
     def _atom(self, e: ir.Expr) -> sympy.Expr:
-        inner = e if isinstance(e, (ir.Builtin, ir.ParamRef)) else _simplify_children(e)
-        folded = _fold_constant(inner)
+        inner: ir.Expr
+        if isinstance(e, (ir.Builtin, ir.ParamRef, ir.Const)):
+            inner = e
+        elif e is not self._root and (id(e) in _SHARED.get() or self._far_below_root(e)):
+            inner = simplify_expr(e)  # simplified once on its own, one atom here
+        else:
+            inner = _simplify_children(e)
+        if inner is not e and isinstance(inner, ir.Const):
+            if inner.type != ir.F32 or is_finite(float(inner.value)):
+                return self.to_sympy(inner)
+        folded = None if isinstance(inner, ir.Const) else _fold_constant(inner)
         if folded is not None:
             return self.to_sympy(folded)
         if inner in self.symbols:
             return self.symbols[inner]
         name = inner.name if isinstance(inner, (ir.Builtin, ir.ParamRef)) else "t"
+        if isinstance(inner, ir.Const):
+            name = "c"
         sym = sympy.Symbol(f"{name}_{len(self.leaves)}", integer=inner.type == ir.I32, real=True)
         self.leaves[sym] = inner
         self.symbols[inner] = sym
@@ -156,6 +247,15 @@ class SympyConverter:
 
     # ------------------------------------------------------------------ SymPy -> IR
     def from_sympy(self, expr: sympy.Expr, want: str, origin: ir.Expr) -> ir.Expr:
+        """IR of ``expr`` with type ``want`` (each distinct SymPy node converted once)."""
+        key = (expr, want)
+        found = self._from.get(key)
+        if found is None:
+            found = self._from_sympy(expr, want, origin)
+            self._from[key] = found
+        return found
+
+    def _from_sympy(self, expr: sympy.Expr, want: str, origin: ir.Expr) -> ir.Expr:
         loc = origin.loc
         if want == ir.F32 and expr.is_integer:
             inner = self.from_sympy(expr, ir.I32, origin)
@@ -166,8 +266,8 @@ class SympyConverter:
             return self.leaves[expr]
         if expr.is_Number:
             if want == ir.I32:
-                return ir.Const(int(expr), ir.I32, loc)
-            return ir.Const(float(expr), ir.F32, loc)
+                return ir.Const(wrap_i32(int(expr)), ir.I32, loc)
+            return ir.Const(round_f32(float(expr)), ir.F32, loc)
         if isinstance(expr, sympy.Add):
             return self._add(expr, want, origin)
         if isinstance(expr, sympy.Mul):
@@ -211,6 +311,8 @@ class SympyConverter:
         den: list[sympy.Expr] = []
         for f in factors:
             base, exp = f.as_base_exp()
+            if exp.is_Integer and abs(int(exp)) > MAX_POWER:
+                raise _TooLarge(f"power {exp}")
             if exp.is_Integer and int(exp) < 0:
                 den.extend([base] * -int(exp))
             elif exp.is_Integer and int(exp) > 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from attnc.dsl.source_text import read_source
+
 STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "stdlib_variants")
 STDLIB_PREFIX = "stdlib:"
 
@@ -24,8 +26,7 @@ def resolve_source(spec: str) -> tuple[str, str]:
     shipped = os.path.join(os.path.dirname(STDLIB_DIR), spec)
     if not os.path.exists(spec) and spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
         spec = shipped  # the package's own folder, as the docs spell it
-    with open(spec, encoding="utf-8") as f:
-        return f.read(), spec
+    return read_source(spec), spec
 
 
 def stdlib_names() -> list[str]:

@@ -9,10 +9,8 @@ from lark import Token, Tree
 
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.limits import MAX_EXPR_DEPTH, too_deep_message
 from attnc.dsl.literals import name_value, number_value, string_value, token_loc
-
-# Deeper expressions are rejected: later stages recurse over the tree.
-MAX_EXPR_DEPTH = 200
 
 Node = Tree[Any] | Token
 
@@ -139,7 +137,7 @@ class AstBuilder:
         if not isinstance(node, Tree):
             raise AttnError(self.loc(node), "expected an expression")
         if depth > MAX_EXPR_DEPTH:
-            raise AttnError(self.loc(node), "expression nested too deeply")
+            raise AttnError(self.loc(node), too_deep_message("expression", MAX_EXPR_DEPTH))
         kids, loc = node.children, self.loc(node)
         if node.data in ("number", "true", "false", "name"):
             return self._leaf_expr(node.data, _leaf(kids[0]), loc)

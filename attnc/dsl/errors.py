@@ -57,6 +57,10 @@ class SourceMap:
         """Remember ``text`` under ``file``; lines are split at ``\\n`` only (as the lexer counts)."""
         self._lines[file] = [line.removesuffix("\r") for line in text.split("\n")]
 
+    def forget(self, file: str) -> None:
+        """Drop ``file``'s text (its lines will not be quoted)."""
+        self._lines.pop(file, None)
+
     def line(self, loc: Loc) -> str | None:
         lines = self._lines.get(loc.file)
         if lines is None or not 1 <= loc.line <= len(lines):

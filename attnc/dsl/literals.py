@@ -8,6 +8,8 @@ from attnc.dsl.errors import AttnError, Loc
 
 I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
+# Float literals are rounded to f32 (nearest, ties to even); from here on they round to inf.
+F32_OVERFLOW = 2.0**128 - 2.0**103
 
 # Words with a meaning in the grammar; none of them may name a variant, param, let or def.
 KEYWORDS = frozenset(
@@ -44,7 +46,7 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
     text = str(tok)
     if any(c in text for c in ".eE"):
         value = float(text)
-        if not abs(value) <= F32_MAX:
+        if not abs(value) < F32_OVERFLOW:
             raise AttnError(
                 token_loc(tok, file), f"float literal '{_short(text)}' is out of range for f32"
             )

@@ -16,10 +16,11 @@ from lark.exceptions import LarkError
 from attnc.dsl import ast
 from attnc.dsl.build import AstBuilder, end_of_text
 from attnc.dsl.errors import SOURCES, AttnError
+from attnc.dsl.limits import MAX_EXPR_DEPTH, deep_recursion, too_deep_message
 from attnc.dsl.syntax_errors import translate
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
-NESTED_TOO_DEEPLY = "expression nested too deeply"
+NESTED_TOO_DEEPLY = too_deep_message("expression", MAX_EXPR_DEPTH)
 
 
 @functools.lru_cache(maxsize=2)
@@ -55,7 +56,8 @@ def parse_module(text: str, file: str = "<string>") -> ast.Module:
     """Parse a whole `.attn` file into an :class:`ast.Module`."""
     tree = _parse_tree(text, file, "module")
     try:
-        return AstBuilder(file).module(tree)
+        with deep_recursion():
+            return AstBuilder(file).module(tree)
     except RecursionError:
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
 
@@ -64,6 +66,7 @@ def parse_expr(text: str, file: str = "<string>") -> ast.Expr:
     """Parse one expression (used by tests and tools)."""
     tree = _parse_tree(text, file, "expr_only")
     try:
-        return AstBuilder(file).expr(tree.children[0])
+        with deep_recursion():
+            return AstBuilder(file).expr(tree.children[0])
     except RecursionError:
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from attnc.codegen.params_layout import ctypes_fields, params_layout
 from attnc.compiler.ir import ParamDecl
 
 PREFILL_ABI_VERSION = 2
@@ -100,23 +101,11 @@ def declare_prefill_functions(lib: ctypes.CDLL) -> None:
     lib.attnc_prefill_ctas_per_sm.restype = ctypes.c_int
 
 
-_SCALAR_CTYPES = {"f32": ctypes.c_float, "i32": ctypes.c_int32, "bool": ctypes.c_int32}
-
-
 def params_struct(decls: Sequence[ParamDecl]) -> type[ctypes.Structure]:
-    """A ctypes Structure laid out like the generated C++ ``Params`` struct.
-
-    One field per param in declaration order: f32 -> float, i32 and bool -> int32,
-    tensor -> a device pointer. A variant without params gets the generated struct's one
-    ``int unused_`` member, so the sizes agree.
-    """
-    fields: list[tuple[str, type]] = []
-    for decl in decls:
-        ctype = ctypes.c_void_p if decl.kind == "tensor" else _SCALAR_CTYPES[decl.dtype]
-        fields.append((decl.name, ctype))
-    if not fields:
-        fields.append(("unused_", ctypes.c_int32))
-    return type("VariantParams", (ctypes.Structure,), {"_fields_": fields})
+    """A ctypes Structure laid out like the generated C++ ``Params`` struct: both are made
+    from the one layout description in ``attnc.codegen.params_layout`` (field order, types,
+    mangled names, the ``unused_`` member of a variant without params)."""
+    return type("VariantParams", (ctypes.Structure,), {"_fields_": ctypes_fields(decls)})
 
 
 def fill_params(
@@ -129,15 +118,15 @@ def fill_params(
     The caller must keep the tensors alive while the kernel may read them.
     """
     struct = struct_type()
-    for decl in decls:
+    for decl, field in zip(decls, params_layout(decls), strict=False):
         value = values[decl.name]
         if decl.kind == "tensor":
             assert isinstance(value, torch.Tensor)
-            setattr(struct, decl.name, value.data_ptr())
+            setattr(struct, field.c_name, value.data_ptr())
         elif decl.dtype == "bool":
-            setattr(struct, decl.name, 1 if value else 0)
+            setattr(struct, field.c_name, 1 if value else 0)
         else:
-            setattr(struct, decl.name, value)
+            setattr(struct, field.c_name, value)
     return struct
 
 

@@ -35,4 +35,4 @@ def test_decode_module_builds(cache_dir):
     v = attnc.load("stdlib:alibi")
     module = get_decode_module(v.ir, "float16", 64, arch="80")
     assert module.name == "alibi_decode_fp16_d64"
-    assert module.params_type._fields_[0][0] == "slopes"
+    assert module.params_type._fields_[0][0] == "p_slopes"

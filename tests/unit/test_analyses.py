@@ -129,11 +129,12 @@ def test_alibi_functor_loads_slope_in_row_not_score() -> None:
     src = emit_functor(stdlib("alibi"))
     row = _function_body(src, "Row row(int q_idx, int qo_head) const")
     score = _function_body(src, "float score(const Row& row, float s, int kv_idx) const")
-    loads = re.findall(r"row\.(\w+) = p\.slopes\[qo_head\];", row)
+    loads = re.findall(r"row\.(\w+) = p\.p_slopes\[qo_head\];", row)
     assert len(loads) == 1
     assert "slopes" not in score
     assert score.strip() == (
-        f"return (s + (row.{loads[0]} * static_cast<float>((kv_idx - row.q_pos))));"
+        f"return (s + (row.{loads[0]} * "
+        "static_cast<float>(int(unsigned(kv_idx) - unsigned(row.q_pos)))));"
     )
     assert f"float {loads[0]};" in _function_body(src, "struct Row")
     assert "static constexpr bool kAffineScore = true;" in src
@@ -143,8 +144,8 @@ def test_softcap_functor_hoists_reciprocal_into_constructor() -> None:
     src = emit_functor(stdlib("softcap"))
     ctor = _function_body(src, "Variant_softcap(const Params& params")
     score = _function_body(src, "float score(const Row& row, float s, int kv_idx) const")
-    names = re.findall(r"(\w+) = \(1\.0f / p\.cap\);", ctor)
+    names = re.findall(r"(\w+) = \(1\.0f / p\.p_cap\);", ctor)
     assert len(names) == 1
-    assert score.strip() == f"return (p.cap * attnc::vm::tanh_((s * {names[0]})));"
+    assert score.strip() == f"return (p.p_cap * attnc::vm::tanh_((s * {names[0]})));"
     assert "/" not in score
     assert "static constexpr bool kAffineScore = false;" in src

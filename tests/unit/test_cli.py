@@ -19,8 +19,8 @@ def test_compile_cuda_prints_the_functor(capsys):
     status, out, _ = run(capsys, "compile", "stdlib:softcap", "--emit", "cuda")
     assert status == 0
     assert "struct Variant_softcap {" in out
-    assert "return (p.cap * attnc::vm::tanh_((s * c0)));" in out
-    assert "c0 = (1.0f / p.cap);" in out
+    assert "return (p.p_cap * attnc::vm::tanh_((s * c0)));" in out
+    assert "c0 = (1.0f / p.p_cap);" in out
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_params_json(capsys):
                 "shape": [],
                 "default": None,
                 "required": True,
-                "c_field": "window",
+                "c_field": "p_window",
                 "c_type": "int",
             }
         ],

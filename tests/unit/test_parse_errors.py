@@ -192,11 +192,11 @@ def test_deep_nesting_is_a_located_error() -> None:
     depth = 5000
     with pytest.raises(AttnError) as info:
         parse_expr("-" * depth + "x", "deep.attn")
-    assert info.value.message == "expression nested too deeply"
+    assert info.value.message == "expression nested too deeply (more than 2000 levels, the limit)"
     assert info.value.loc.file == "deep.attn"
     with pytest.raises(AttnError) as info:
         parse_expr("f(" * depth + "x" + ")" * depth)
-    assert info.value.message == "expression nested too deeply"
+    assert info.value.message == "expression nested too deeply (more than 2000 levels, the limit)"
 
 
 def test_many_parentheses_do_not_nest_the_tree() -> None:

@@ -78,13 +78,13 @@ DECLS = (
 def test_params_struct_layout():
     struct = abi.params_struct(DECLS)
     assert [(n, t) for n, t in struct._fields_] == [
-        ("cap", ctypes.c_float),
-        ("window", ctypes.c_int32),
-        ("flag", ctypes.c_int32),
-        ("slopes", ctypes.c_void_p),
+        ("p_cap", ctypes.c_float),
+        ("p_window", ctypes.c_int32),
+        ("p_flag", ctypes.c_int32),
+        ("p_slopes", ctypes.c_void_p),
     ]
     assert ctypes.sizeof(struct) == 4 + 4 + 4 + 4 + 8
-    assert struct.slopes.offset == 16
+    assert struct.p_slopes.offset == 16
 
 
 def test_empty_params_struct_matches_generated_unused_member():
@@ -96,13 +96,13 @@ def test_fill_params():
     slopes = torch.ones(4)
     values = {"cap": 2.5, "window": -3, "flag": True, "slopes": slopes}
     filled = abi.fill_params(abi.params_struct(DECLS), DECLS, values)
-    assert filled.cap == 2.5
-    assert filled.window == -3
-    assert filled.flag == 1
-    assert filled.slopes == slopes.data_ptr()
+    assert filled.p_cap == 2.5
+    assert filled.p_window == -3
+    assert filled.p_flag == 1
+    assert filled.p_slopes == slopes.data_ptr()
 
 
 @pytest.mark.parametrize("flag", [False, True])
 def test_fill_bool(flag):
     decls = (ParamDecl("flag", "scalar", "bool"),)
-    assert abi.fill_params(abi.params_struct(decls), decls, {"flag": flag}).flag == int(flag)
+    assert abi.fill_params(abi.params_struct(decls), decls, {"flag": flag}).p_flag == int(flag)

@@ -9,7 +9,7 @@
 struct Variant_alibi {
   // Runtime params, in the order of the runtime param list.
   struct Params {
-    const float* slopes;  // tensor<f32>[num_qo_heads], dense row-major
+    const float* p_slopes;  // tensor<f32>[num_qo_heads], dense row-major
   };
 
   // Values known per query row and head, computed once by row().
@@ -40,18 +40,18 @@ struct Variant_alibi {
     row.q_pos = q_idx + r.kv_len - r.q_len;
     row.qo_head = qo_head;
     row.kv_head = qo_head / (r.num_qo_heads / r.num_kv_heads);
-    row.h0 = p.slopes[qo_head];
+    row.h0 = p.p_slopes[qo_head];
     return row;
   }
 
   ATTNC_HD float score(const Row& row, float s, int kv_idx) const {
-    return (s + (row.h0 * static_cast<float>((kv_idx - row.q_pos))));
+    return (s + (row.h0 * static_cast<float>(int(unsigned(kv_idx) - unsigned(row.q_pos)))));
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }
 
   ATTNC_HD float score_bias(const Row& row, int kv_idx) const {
-    return (row.h0 * static_cast<float>((kv_idx - row.q_pos)));
+    return (row.h0 * static_cast<float>(int(unsigned(kv_idx) - unsigned(row.q_pos))));
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {

@@ -2,9 +2,26 @@
 import torch
 
 
-def _const(env, value, kind):
-    dtype = {"f32": env["_F"], "i32": torch.int64, "bool": torch.bool}[kind]
-    return torch.tensor(value, dtype=dtype, device=env["_device"])
+def _ftype(env):
+    # The reference's float dtype, read from the built-in sm_scale (no param can shadow it).
+    return env["sm_scale"].dtype
+
+
+def _f32(env, value):
+    return torch.tensor(value, dtype=_ftype(env), device=env["sm_scale"].device)
+
+
+def _i32(env, value):
+    return torch.tensor(value, dtype=torch.int64, device=env["sm_scale"].device)
+
+
+def _bool(env, value):
+    return torch.tensor(value, dtype=torch.bool, device=env["sm_scale"].device)
+
+
+def _wrap(x):
+    # i32 arithmetic wraps like two's complement (values are held in int64 tensors).
+    return torch.remainder(x.long() + 2**31, 2**32) - 2**31
 
 
 def _load(tensor, *indices):
@@ -38,7 +55,7 @@ HAS_OUTPUT = False
 
 
 def score(env, P):
-    return (env['score'] + (_load(P['slopes'], env['qo_head']) * (env['kv_idx'] - env['q_pos']).to(env['_F'])))
+    return (env['score'] + (_load(P['slopes'], env['qo_head']) * _wrap(env['kv_idx'] - env['q_pos']).to(_ftype(env))))
 
 
 def mask(env, P):

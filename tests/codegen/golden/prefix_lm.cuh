@@ -9,7 +9,7 @@
 struct Variant_prefix_lm {
   // Runtime params, in the order of the runtime param list.
   struct Params {
-    int prefix_len;  // i32
+    int p_prefix_len;  // i32
   };
 
   // Values known per query row and head, computed once by row().
@@ -53,7 +53,7 @@ struct Variant_prefix_lm {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx < p.prefix_len) || (kv_idx <= row.q_pos));
+    return ((kv_idx < p.p_prefix_len) || (kv_idx <= row.q_pos));
   }
 
   ATTNC_HD float output(const Row& row, float o) const {
@@ -62,7 +62,7 @@ struct Variant_prefix_lm {
 
   ATTNC_HD attnc::KvRange kv_range(int q_idx_begin, int q_idx_end) const {
     const attnc::LinearConstraint cons[2] = {
-          {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.prefix_len)},
+          {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.p_prefix_len)},
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
       const int counts[2] = {1, 1};
@@ -71,7 +71,7 @@ struct Variant_prefix_lm {
 
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
     const attnc::LinearConstraint cons[2] = {
-          {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.prefix_len)},
+          {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.p_prefix_len)},
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
       const int counts[2] = {1, 1};

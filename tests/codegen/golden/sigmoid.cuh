@@ -9,7 +9,7 @@
 struct Variant_sigmoid {
   // Runtime params, in the order of the runtime param list.
   struct Params {
-    float bias;  // f32
+    float p_bias;  // f32
   };
 
   // Values known per query row and head, computed once by row().
@@ -43,7 +43,7 @@ struct Variant_sigmoid {
   }
 
   ATTNC_HD float score(const Row& row, float s, int kv_idx) const {
-    return attnc::vm::sigmoid_((p.bias + s));
+    return attnc::vm::sigmoid_((p.p_bias + s));
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }

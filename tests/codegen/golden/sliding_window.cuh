@@ -9,7 +9,7 @@
 struct Variant_sliding_window {
   // Runtime params, in the order of the runtime param list.
   struct Params {
-    int window;  // i32
+    int p_window;  // i32
   };
 
   // Values known per query row and head, computed once by row().
@@ -53,7 +53,7 @@ struct Variant_sliding_window {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx <= row.q_pos) && ((row.q_pos - kv_idx) < p.window));
+    return ((kv_idx <= row.q_pos) && (int(unsigned(row.q_pos) - unsigned(kv_idx)) < p.p_window));
   }
 
   ATTNC_HD float output(const Row& row, float o) const {
@@ -63,7 +63,7 @@ struct Variant_sliding_window {
   ATTNC_HD attnc::KvRange kv_range(int q_idx_begin, int q_idx_end) const {
     const attnc::LinearConstraint cons[2] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
-          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.window)},
+          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window)},
       };
       return attnc::linear_kv_range(cons, 2, q_idx_begin, q_idx_end, r.kv_len);
   }
@@ -71,7 +71,7 @@ struct Variant_sliding_window {
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
     const attnc::LinearConstraint cons[2] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
-          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.window)},
+          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window)},
       };
       return attnc::linear_classify(cons, 2, q_idx0, q_idx1, kv0, kv1);
   }

@@ -2,9 +2,26 @@
 import torch
 
 
-def _const(env, value, kind):
-    dtype = {"f32": env["_F"], "i32": torch.int64, "bool": torch.bool}[kind]
-    return torch.tensor(value, dtype=dtype, device=env["_device"])
+def _ftype(env):
+    # The reference's float dtype, read from the built-in sm_scale (no param can shadow it).
+    return env["sm_scale"].dtype
+
+
+def _f32(env, value):
+    return torch.tensor(value, dtype=_ftype(env), device=env["sm_scale"].device)
+
+
+def _i32(env, value):
+    return torch.tensor(value, dtype=torch.int64, device=env["sm_scale"].device)
+
+
+def _bool(env, value):
+    return torch.tensor(value, dtype=torch.bool, device=env["sm_scale"].device)
+
+
+def _wrap(x):
+    # i32 arithmetic wraps like two's complement (values are held in int64 tensors).
+    return torch.remainder(x.long() + 2**31, 2**32) - 2**31
 
 
 def _load(tensor, *indices):
@@ -42,7 +59,7 @@ def score(env, P):
 
 
 def mask(env, P):
-    return ((env['kv_idx'] <= env['q_pos']) & ((env['q_pos'] - env['kv_idx']) < env['window']))
+    return ((env['kv_idx'] <= env['q_pos']) & (_wrap(env['q_pos'] - env['kv_idx']) < env['window']))
 
 
 def output(env, P):

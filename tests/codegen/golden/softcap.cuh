@@ -9,7 +9,7 @@
 struct Variant_softcap {
   // Runtime params, in the order of the runtime param list.
   struct Params {
-    float cap;  // f32
+    float p_cap;  // f32
   };
 
   // Values known per query row and head, computed once by row().
@@ -32,7 +32,7 @@ struct Variant_softcap {
 
   ATTNC_HD Variant_softcap(const Params& params, const attnc::RequestInfo& request)
       : p(params), r(request) {
-    c0 = (1.0f / p.cap);
+    c0 = (1.0f / p.p_cap);
   }
 
   ATTNC_HD Row row(int q_idx, int qo_head) const {
@@ -45,7 +45,7 @@ struct Variant_softcap {
   }
 
   ATTNC_HD float score(const Row& row, float s, int kv_idx) const {
-    return (p.cap * attnc::vm::tanh_((s * c0)));
+    return (p.p_cap * attnc::vm::tanh_((s * c0)));
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }

@@ -1,0 +1,93 @@
+"""Hostile names, file names and numbers compile with nvcc and the host harness agrees with the
+reference: keyword and macro param names, names of the reference's own helpers, a file name
+holding every control character, i32 wrap, folded inf/nan and a deep DAG of defs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import attnc.testing.host_test as host_test
+from attnc.compiler.pipeline import compile_source
+from attnc.testing.host_test import run_host_test
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(
+        shutil.which("nvcc") is None
+        and host_test._cuda_home_nvcc() is None
+        and shutil.which("g++") is None,
+        reason="needs nvcc or g++",
+    ),
+]
+
+POINTS = 600
+
+
+def compiled(text: str, file: str = "h.attn"):
+    found, _ = compile_source(text, file)
+    return found[0]
+
+
+def assert_ok(c, **kwargs) -> None:
+    report = run_host_test(c, points=POINTS, **kwargs)
+    assert report.ok, report.summary()
+    assert report.points > 0 and report.tiles > 0
+
+
+KEYWORDS = "compl bitand not_eq thread_local INFINITY NAN NULL EOF ATTNC_HD p r row s o".split()
+
+
+def test_param_names_that_are_cpp_keywords_and_macros() -> None:
+    decls = "\n".join(f"    param {n}: i32 = {i + 1};" for i, n in enumerate(KEYWORDS))
+    total = " + ".join(KEYWORDS)
+    assert_ok(
+        compiled(
+            f"variant kw {{\n{decls}\n    score = score * float({total}) * 0.01;\n"
+            f"    mask = kv_idx <= q_pos + compl;\n}}"
+        )
+    )
+
+
+def test_param_names_of_the_reference_helpers() -> None:
+    assert_ok(
+        compiled(
+            "variant ref_names { param _F: f32 = 2.0; param _device: i32 = 1; "
+            "param torch: f32 = 0.5; param _wrap: i32 = 3; "
+            "score = score * _F + torch * float(_device + _wrap); }"
+        )
+    )
+
+
+def test_file_name_with_every_control_character(tmp_path) -> None:
+    name = "z" + "".join(chr(c) for c in [*range(1, 32), 127]) + "*/\\"
+    text = "variant ctl { param w: i32 = 9; mask = q_pos - kv_idx < w && kv_idx <= q_pos; }"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert_ok(compiled(text, f"dir/{name}.attn"))
+    finally:
+        os.chdir(cwd)
+    assert not any(p.name.startswith("PWNED") for p in tmp_path.iterdir())
+
+
+def test_i32_wrap_in_score_and_mask_agrees() -> None:
+    c = compiled(
+        "variant wrap { param n: i32 = 0; "
+        "score = score + float(n + kv_idx) * 1e-9; mask = n + kv_idx <= q_pos; }"
+    )
+    for n in (2147483647, 2147483600, -2147483648, 5):
+        assert_ok(c, fixed_params={"n": n})
+
+
+def test_folded_inf_and_nan_agree() -> None:
+    assert_ok(compiled("variant fold { score = max(score, -(3.0e38 * 10.0)) + 0.0 * 1.0; }"))
+    assert_ok(compiled("variant fold_nan { output = out + 0.0 * (0.0 / (1.0 - 1.0)); }"))
+
+
+def test_deep_dag_of_defs() -> None:
+    defs = ["def g0(x) = x;"]
+    defs += [f"def g{i}(x) = tanh(g{i - 1}(x)) * 0.5 + g{i - 1}(x) * 0.25;" for i in range(1, 31)]
+    assert_ok(compiled("\n".join(defs) + "\nvariant deep { score = g30(score); }"))

@@ -1,0 +1,93 @@
+"""Shared sub-expressions stay shared (a DAG, not a tree) through every pass, deep files
+compile without Python recursion errors, and each size limit is a located error naming it."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+
+from attnc.codegen.functor import emit_functor
+from attnc.codegen.torch_ref import emit_reference_source, load_reference
+from attnc.compiler.evaluate import evaluate
+from attnc.compiler.pipeline import compile_source
+from attnc.dsl.errors import AttnError
+from attnc.dsl.parser import grammar_parser
+
+
+def compile_timed(text: str):
+    grammar_parser()  # built once per process; not part of checking a file
+    start = time.perf_counter()
+    compiled, _ = compile_source(text, "deep.attn")
+    c = compiled[0]
+    functor, reference = emit_functor(c), emit_reference_source(c.variant)
+    return c, functor, reference, time.perf_counter() - start
+
+
+def doubling_defs(n: int, step: str) -> str:
+    lines = ["def g0(x) = x;"]
+    lines += [f"def g{i}(x) = {step.format(p=f'g{i - 1}(x)')};" for i in range(1, n + 1)]
+    return "\n".join(lines)
+
+
+def test_forty_nested_doubling_defs_check_quickly() -> None:
+    src = doubling_defs(40, "{p} + {p}") + "\nvariant d { score = g40(score); }"
+    c, functor, reference, seconds = compile_timed(src)
+    assert seconds < 1.0
+    assert evaluate(c.variant.score, {"score": 0.5}) == 0.5 * 2.0**40
+    assert len(functor) < 20_000 and len(reference) < 20_000
+
+
+def test_doubling_defs_sympy_cannot_fold_stay_a_dag() -> None:
+    src = doubling_defs(40, "tanh({p}) * {p}") + "\nvariant d { score = g40(score); }"
+    c, functor, reference, seconds = compile_timed(src)
+    assert seconds < 1.0
+    assert len(functor) < 40_000 and len(reference) < 40_000
+    module = load_reference(c.variant)
+    env = {"score": torch.tensor([0.9, -1.2], dtype=torch.float64)}
+    env["sm_scale"] = torch.tensor(1.0, dtype=torch.float64)
+    got = module.score(env, {})
+    want = [evaluate(c.variant.score, {"score": x}) for x in (0.9, -1.2)]
+    assert got.tolist() == pytest.approx(want, rel=1e-12)
+    assert all(math.isfinite(x) for x in want)
+
+
+def test_six_hundred_chained_lets() -> None:
+    lets = "\n".join(f"    let a{i} = tanh(a{i - 1}) + 0.5;" for i in range(1, 601))
+    src = f"variant l {{\n    let a0 = score;\n{lets}\n    score = a600;\n}}"
+    c, functor, reference, seconds = compile_timed(src)
+    assert seconds < 5.0  # ~2 s on 2 cores: 600 SymPy rewrites of tanh(a) + 0.5
+    x = 0.3
+    for _ in range(600):
+        x = math.tanh(x) + 0.5
+    assert evaluate(c.variant.score, {"score": 0.3}) == pytest.approx(x, rel=1e-12)
+
+
+def test_too_many_chained_lets_is_a_located_error_naming_the_limit() -> None:
+    lets = "\n".join(f"    let a{i} = tanh(a{i - 1}) + 0.5;" for i in range(1, 1101))
+    src = f"variant l {{\n    let a0 = score;\n{lets}\n    score = a1100;\n}}"
+    with pytest.raises(AttnError) as err:
+        compile_source(src, "deep.attn")
+    assert err.value.message == (
+        "expression (after substituting lets and defs) nested too deeply "
+        "(more than 2000 levels, the limit)"
+    )
+    assert err.value.loc.file == "deep.attn" and err.value.loc.line == 1002
+
+
+@pytest.mark.parametrize("terms", [201, 1500])
+def test_long_flat_sums_compile(terms: int) -> None:
+    body = " + ".join(f"float(kv_idx) * {i}.0" for i in range(terms))
+    c, _, _, _ = compile_timed(f"variant s {{ score = score + {body}; }}")
+    want = 1.5 + 2.0 * sum(range(terms))
+    assert evaluate(c.variant.score, {"score": 1.5, "kv_idx": 2}) == pytest.approx(want)
+
+
+def test_too_long_sum_is_a_located_error_naming_the_limit() -> None:
+    body = " + ".join(["kv_idx"] * 2100)
+    with pytest.raises(AttnError) as err:
+        compile_source(f"variant s {{\n mask = {body} > 0;\n}}", "deep.attn")
+    assert err.value.message == "expression nested too deeply (more than 2000 levels, the limit)"
+    assert err.value.loc.line == 2
