@@ -3,7 +3,9 @@
 // mbarriers) and the query tokens per work item that attnc_prefill_tile_q_tokens reports.
 //
 // One CTA = warpgroup 0 (producer: K/V loads) + warpgroups 1 and 2 (consumers: 64 packed
-// query rows each, 128 in all). Tiles live in 128-byte swizzled column blocks
+// query rows each, 128 in all). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
+// EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
+// launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
 // (smem_desc.cuh); every tile starts 1024-byte aligned.
 #pragma once
 

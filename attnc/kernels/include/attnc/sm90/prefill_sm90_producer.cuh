@@ -1,5 +1,5 @@
-// Owns: the producer warpgroup of the Hopper prefill: for every work item of this CTA (the
-// persistent grid's items b, b + gridDim.x, ...), the walk over the item's non-empty KV tiles
+// Owns: the producer warpgroup of the Hopper prefill: for every work item of this CTA (in
+// ItemWalk order), the walk over the item's non-empty KV tiles
 // (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages:
 // one elected thread issues TMA boxes for tiles wholly inside a ragged request; other tiles
 // (paged KV, the ragged tail) are gathered by all 128 threads with zero-filling cp.async that
