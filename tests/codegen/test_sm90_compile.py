@@ -171,3 +171,17 @@ def test_module_template_renders_the_sm90_launcher():
     text = render_prefill_sm90_module(compiled[0].variant, "bfloat16", 128)
     assert '#include "attnc/sm90/prefill_sm90_launcher.cuh"' in text
     assert "ATTNC_DEFINE_PREFILL_SM90_MODULE(Variant_softcap, __nv_bfloat16, 128)" in text
+
+
+def test_module_host_side(tmp_path):
+    """ABI version, tile_q_tokens answers and argument errors of a Hopper module, on the CPU."""
+    cmd = [
+        "nvcc", "-std=c++17", "-O1", ARCH, f"-I{INCLUDE}", f"-I{FIXTURES}",
+        "-DATTNC_FIXTURE=Causal", "-DATTNC_DTYPE=__nv_bfloat16", "-DATTNC_HEAD_DIM=128",
+        str(FIXTURES / "prefill_sm90_module.cu"), str(FIXTURES / "host_checks_sm90.cu"),
+        "-o", str(tmp_path / "host_checks_sm90"),
+    ]  # fmt: skip
+    build = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
+    run = subprocess.run([str(tmp_path / "host_checks_sm90")], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout + run.stderr
