@@ -54,6 +54,7 @@ __device__ __forceinline__ void load_q_rows(const AttncPrefillArgs& a, const Pre
   named_sync(kQBarrier + wg, 128);
 }
 
+// Consumer warpgroup wg (0 or 1): every item of this CTA, from its Q rows to its stores.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
                                                      const PrefillSm90Smem<Shape>& sm, int wg) {

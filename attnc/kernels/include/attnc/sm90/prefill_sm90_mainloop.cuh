@@ -47,6 +47,8 @@ __device__ __forceinline__ void wait_stage(uint32_t bar, int phase, bool tma) {
   if (!tma) fence_proxy_async();
 }
 
+// The weights of an S tile as 16-bit A fragments of the P V wgmma: k-step kk takes the n8
+// blocks 2kk and 2kk + 1 (the mma.sync m16n8k16 A layout of each warp's 16 rows).
 template <class T, int NS>
 __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 2][4], const float (&s)[1][NS][4]) {
 #pragma unroll
@@ -58,6 +60,9 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 2][4], const float (&s
   }
 }
 
+// The KV loop of consumer wg over the stages the producer publishes for one item (at least
+// one; a kNoTile stage leaves o, m, l as they are). cur is the consumer's pipeline position,
+// carried across items.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_kv_loop(
     const PrefillSm90Params<V>& prm, const V& var, const PrefillSm90Smem<Shape>& sm, int wg, StageCursor& cur,

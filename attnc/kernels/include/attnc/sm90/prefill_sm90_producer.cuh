@@ -22,8 +22,8 @@
 namespace attnc {
 namespace sm90 {
 
-// Whether the tile [kv0, kv0 + kKvTile) of an item loads through TMA (the consumers ask the
-// same question to know whether a proxy fence is needed).
+// Whether the tile [kv0, kv0 + kKvTile) of an item loads through TMA (otherwise its StageInfo
+// carries kCpAsync, and the consumers fence the proxies before reading it).
 template <class Shape>
 __device__ __forceinline__ bool tile_uses_tma(int use_tma, const AttncPrefillArgs& a, int kv0,
                                               int range_end) {
