@@ -262,7 +262,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         chosen, args.arch, dtypes, head_dims, args.kind, jobs=args.jobs, progress=progress
     )
     for module, path in built:
-        print(f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {path}")
+        if module.head_dim:
+            print(f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {path}")
+        else:  # a module every variant shares
+            print(f"{module.kind}: {path}")
     progress(f"done: {len(built)} module(s) in {cache.cache_dir()}")
     return 0
 

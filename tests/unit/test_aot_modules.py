@@ -30,13 +30,33 @@ def test_sm80_builds_fa2_prefill_and_decode_per_dtype_and_head_dim(causal):
         ("decode", "causal_decode_bf16_d128"),
         ("decode", "causal_decode_fp16_d64"),
         ("decode", "causal_decode_fp16_d128"),
+        ("decode_planner", "decode_plan"),
+        ("merge_state", "merge_state"),
     ]
-    assert all(m.spec.extra_flags == () for m in mods)
+    assert [m.arch for m in mods[-2:]] == ["80", "80"]
+    assert all(m.spec.extra_flags == () for m in mods if m.kind != "decode_planner")
 
 
-def test_specs_are_what_the_runtime_builds(causal):
-    (mod,) = aot.deployment_modules([causal], "90a", ("bfloat16",), (128,), "decode")
+def test_specs_are_what_the_runtime_builds(causal, monkeypatch):
+    from attnc.runtime.build import jit
+    from attnc.runtime.planning import decode_plan_library
+    from attnc.runtime.wrappers import merge
+
+    mod, planner = aot.deployment_modules([causal], "90a", ("bfloat16",), (128,), "decode")
     assert mod.spec == modules.DECODE_MODULES.spec(causal.variant, "bfloat16", 128, "90a")
+    asked = []
+
+    def record(name, source, *, arch=None, extra_flags=()):
+        asked.append((jit.ModuleSpec(name, source, tuple(extra_flags)), arch))
+        raise RuntimeError("recorded")
+
+    monkeypatch.setattr(jit, "build_module", record)
+    with pytest.raises(RuntimeError, match="recorded"):
+        decode_plan_library._load()
+    with pytest.raises(RuntimeError, match="recorded"):
+        merge._library()
+    merge_state = aot.shared_modules("90a", "all")[-1]
+    assert asked == [(planner.spec, planner.arch), (merge_state.spec, None)]
     (fa2,) = [
         m
         for m in aot.deployment_modules([causal], "90a", ("bfloat16",), (128,))

@@ -7,7 +7,9 @@ the cache directory and the same attnc install finds them. No CUDA device is nee
 
 Per arch: ``80`` (and other non-Hopper archs) builds the FA2 prefill and the decode modules;
 ``90a`` builds those too (the prefill with its sm_90 tile shapes) and, when this install has
-the Hopper prefill template, the sm_90a prefill module (``PREFILL_SM90_MODULES``).
+the Hopper prefill template, the sm_90a prefill module (``PREFILL_SM90_MODULES``). Modules
+shared by every variant come too: the host decode planner (``--kind decode``/``all``) and
+``merge_state`` (``all``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class AotModule:
     dtype: str
     head_dim: int
     spec: jit.ModuleSpec
+    arch: str
 
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
@@ -79,7 +82,24 @@ def deployment_modules(
             for dtype in dtypes:
                 for head_dim in head_dims:
                     spec = registry.spec(c.variant, dtype, head_dim, arch)
-                    out.append(AotModule(c.variant.name, label, dtype, head_dim, spec))
+                    out.append(AotModule(c.variant.name, label, dtype, head_dim, spec, arch))
+    return out + shared_modules(arch, kind)
+
+
+def shared_modules(arch: str, kind: str) -> list[AotModule]:
+    """The modules every variant's runtime uses, as the runtime builds them: the host decode
+    planner (built for its own fixed arch) and ``merge_state``."""
+    # Imported here: build/ is below planning/ and codegen's module text is only needed now.
+    from attnc.codegen.decode_module import MERGE_STATE_SOURCE
+    from attnc.runtime.planning import decode_plan_library as planner
+
+    out = []
+    if kind in ("decode", "all"):
+        spec = jit.ModuleSpec("decode_plan", planner.source(), planner.BUILD_FLAGS)
+        out.append(AotModule("-", "decode_planner", "-", 0, spec, planner.ARCH))
+    if kind == "all":
+        spec = jit.ModuleSpec("merge_state", MERGE_STATE_SOURCE)
+        out.append(AotModule("-", "merge_state", "-", 0, spec, arch))
     return out
 
 
@@ -101,5 +121,10 @@ def build_deployment(
         say("no Hopper prefill template in this install: building the FA2 prefill for sm_90a")
     names = ", ".join(m.spec.name for m in todo)
     say(f"{len(todo)} module(s) for sm_{target}: {names}")
-    paths = jit.build_modules([m.spec for m in todo], arch=target, jobs=jobs, progress=say)
-    return list(zip(todo, paths, strict=True))
+    built: dict[int, Path] = {}
+    for group_arch in dict.fromkeys(m.arch for m in todo):
+        group = [i for i, m in enumerate(todo) if m.arch == group_arch]
+        specs = [todo[i].spec for i in group]
+        paths = jit.build_modules(specs, arch=group_arch, jobs=jobs, progress=say)
+        built.update(zip(group, paths, strict=True))
+    return [(m, built[i]) for i, m in enumerate(todo)]
