@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
@@ -101,13 +99,13 @@ def test_out_permuted_but_dense_is_fine():
     assert tensors.check_out(out, _q()) is out
 
 
-def test_load_takes_an_existing_path_with_braces_as_a_path(tmp_path):
+def test_load_takes_an_existing_path_with_braces_as_a_path(tmp_path, monkeypatch):
     folder = tmp_path / "specs{v1}"
     folder.mkdir()
     path = folder / "w{1}.attn"
     path.write_text("variant braced { mask = kv_idx <= q_pos; }\n")
     assert attnc.load(str(path)).name == "braced"
-    os.chdir(folder)
+    monkeypatch.chdir(folder)
     assert attnc.load("w{1}.attn").name == "braced"
 
 
