@@ -11,13 +11,15 @@ from attnc.compiler import ir
 from attnc.compiler.hoist import hoistable, level
 from attnc.compiler.ir_printer import format_ir, format_variant
 from attnc.compiler.pipeline import Compiled, parse, resolve_source
+from attnc.dsl.limits import deep_recursion
 from attnc.dsl.printer import format_module
 
 
 def emit_ast(spec: str) -> str:
     """The parsed file printed back as canonical source."""
     text, file = resolve_source(spec)
-    return format_module(parse(text, file))
+    with deep_recursion():
+        return format_module(parse(text, file))
 
 
 def emit_stage(c: Compiled, stage: str) -> tuple[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
+from attnc.dsl.limits import deep_recursion
 
 _PREC = {
     "||": 2,
@@ -23,12 +24,47 @@ _PREC = {
 }
 
 
+# Above this many nodes when unfolded, shared sub-expressions are printed once, by name.
+MAX_UNFOLDED = 2000
+
+
 def format_ir(e: ir.Expr) -> str:
-    """Source-like text of an IR expression (casts shown as f32(...) / i32(...))."""
-    return _fmt(e, 0)
+    """Source-like text of an IR expression (casts shown as f32(...) / i32(...)). A DAG
+    whose unfolded tree is large is printed as ``let %0 = ..., %1 = ... in expr``."""
+    with deep_recursion():
+        return _format(e)
 
 
-def _fmt(e: ir.Expr, min_prec: int) -> str:
+def _format(e: ir.Expr) -> str:
+    if _unfolded_size(e) <= MAX_UNFOLDED:
+        return _fmt(e, 0, {})
+    uses: dict[int, int] = {}
+    nodes = ir.postorder(e)
+    for node in nodes:
+        for c in ir.children(node):
+            uses[id(c)] = uses.get(id(c), 0) + 1
+    names: dict[int, str] = {}
+    lets = []
+    for node in nodes:
+        if uses.get(id(node), 0) > 1 and ir.children(node):
+            lets.append(f"%{len(names)} = {_fmt(node, 0, names)}")
+            names[id(node)] = f"%{len(names)}"
+    body = _fmt(e, 0, names)
+    return f"let {', '.join(lets)} in {body}" if lets else body
+
+
+def _unfolded_size(e: ir.Expr) -> int:
+    size: dict[int, int] = {}
+    for node in ir.postorder(e):
+        total = 1 + sum(size[id(c)] for c in ir.children(node))
+        size[id(node)] = min(total, MAX_UNFOLDED + 1)
+    return size[id(e)]
+
+
+def _fmt(e: ir.Expr, min_prec: int, names: dict[int, str]) -> str:
+    named = names.get(id(e))
+    if named is not None:
+        return named
     if isinstance(e, ir.Const):
         if e.type == ir.BOOL:
             return "true" if e.value else "false"
@@ -36,19 +72,19 @@ def _fmt(e: ir.Expr, min_prec: int) -> str:
     if isinstance(e, (ir.Builtin, ir.ParamRef)):
         return e.name
     if isinstance(e, ir.TensorLoad):
-        return f"{e.name}[{', '.join(_fmt(i, 0) for i in e.indices)}]"
+        return f"{e.name}[{', '.join(_fmt(i, 0, names) for i in e.indices)}]"
     if isinstance(e, ir.Unary):
-        return _paren(f"{'!' if e.op == 'not' else '-'}{_fmt(e.x, 8)}", 8, min_prec)
+        return _paren(f"{'!' if e.op == 'not' else '-'}{_fmt(e.x, 8, names)}", 8, min_prec)
     if isinstance(e, ir.Binary):
         p = _PREC[e.op]
-        return _paren(f"{_fmt(e.a, p)} {e.op} {_fmt(e.b, p + 1)}", p, min_prec)
+        return _paren(f"{_fmt(e.a, p, names)} {e.op} {_fmt(e.b, p + 1, names)}", p, min_prec)
     if isinstance(e, ir.Select):
-        text = f"{_fmt(e.cond, 2)} ? {_fmt(e.a, 1)} : {_fmt(e.b, 1)}"
+        text = f"{_fmt(e.cond, 2, names)} ? {_fmt(e.a, 1, names)} : {_fmt(e.b, 1, names)}"
         return _paren(text, 1, min_prec)
     if isinstance(e, ir.Cast):
-        return f"{e.type}({_fmt(e.x, 0)})"
+        return f"{e.type}({_fmt(e.x, 0, names)})"
     if isinstance(e, ir.Call):
-        return f"{e.fn}({', '.join(_fmt(a, 0) for a in e.args)})"
+        return f"{e.fn}({', '.join(_fmt(a, 0, names) for a in e.args)})"
     raise TypeError(f"not an IR expression: {e!r}")
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attnc.codegen.functor import emit_functor
+from attnc.codegen.stages import emit_ast, emit_stage
 from attnc.codegen.torch_ref import emit_reference_source, load_reference
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
@@ -52,6 +53,18 @@ def test_doubling_defs_sympy_cannot_fold_stay_a_dag() -> None:
     want = [evaluate(c.variant.score, {"score": x}) for x in (0.9, -1.2)]
     assert got.tolist() == pytest.approx(want, rel=1e-12)
     assert all(math.isfinite(x) for x in want)
+
+
+def test_printing_a_deep_dag_names_shared_parts(tmp_path) -> None:
+    src = doubling_defs(40, "tanh({p}) * {p}") + "\nvariant d { score = g40(score); }"
+    c, _, _, _ = compile_timed(src)
+    for stage in ("ir", "opt"):
+        _, text = emit_stage(c, stage)
+        assert "score = let %0 = " in text and "%1 = tanh(%0) * %0," in text
+        assert len(text) < 10_000
+    path = tmp_path / "sum.attn"
+    path.write_text("variant s { score = score + " + " + ".join(["1.0"] * 1500) + "; }")
+    assert emit_ast(str(path)).count("1.0") == 1500
 
 
 def test_six_hundred_chained_lets() -> None:

@@ -48,3 +48,12 @@ def test_masks_that_cannot_wrap_have_no_guard() -> None:
         compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
         for c in compiled:
             assert c.mask_analysis.wrap_guards == (), name
+
+
+def test_plan_time_ranges_leave_guarded_masks_to_the_kernel() -> None:
+    from attnc.runtime.planning.mask_ranges import tile_kv_ranges
+
+    guarded = analyse_mask(mask_of("window + kv_idx <= q_pos"))
+    assert tile_kv_ranges(guarded, {"window": I32_MAX}) is None
+    plain = analyse_mask(mask_of("q_pos - kv_idx < window && kv_idx <= q_pos"))
+    assert tile_kv_ranges(plain, {"window": 4}) is not None

@@ -34,6 +34,8 @@ def tile_kv_ranges(
     known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
     if analysis.kind not in ("linear", "union") or not bounds_known(analysis, known):
         return None
+    if analysis.wrap_guards:  # i32 arithmetic that may wrap: see the kernel's
+        return None  # per-tile answers (attnc.compiler.mask_analysis.wraps)
     terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
 
     def ranges(
