@@ -93,6 +93,8 @@ def test_damaged_library_is_rebuilt_and_never_loaded(fake_nvcc, damage, capfd):
         library.write_bytes(b"\0" * len(data))
     else:
         (library.parent / "built.ok").write_text("{}")
+    later = library.stat().st_mtime_ns + 10**9  # damage comes after the build, not in its tick
+    os.utime(library, ns=(later, later))
     with pytest.raises(jit.BuildError, match="refusing to load"):
         jit.load_library(library)
     assert _build() == library

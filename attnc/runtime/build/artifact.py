@@ -84,21 +84,28 @@ def _check(library: Path, stamp: Path | None) -> str | None:
     return None
 
 
+def _identity(library: Path, stamp: Path | None) -> tuple[str, int, int, int]:
+    st = os.stat(library)
+    stamp_mtime = os.stat(stamp).st_mtime_ns if stamp is not None else 0
+    return (f"{library}\0{stamp}\0{stamp_mtime}", st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def mark_sound(library: Path, stamp: Path) -> None:
+    """Remember that ``library`` matches ``stamp`` (both just written by this process), so
+    the first load after a build needs no second hash."""
+    key = _identity(library, stamp)
+    with _VERIFIED_LOCK:
+        _VERIFIED[key] = None
+
+
 def library_problem(library: Path, stamp: Path | None) -> str | None:
     """Why ``library`` must not be loaded (checked against the build record ``stamp`` when
     given), or None when it is sound. The answer is memoised per file identity, so hashing
     happens once per process and file."""
     try:
-        st = os.stat(library)
-        stamp_st = os.stat(stamp) if stamp is not None else None
+        key = _identity(library, stamp)
     except OSError as exc:
         return f"cannot read it ({exc.strerror or exc})"
-    key = (
-        f"{library}\0{stamp}\0{stamp_st.st_mtime_ns if stamp_st else 0}",
-        st.st_size,
-        st.st_mtime_ns,
-        st.st_ino,
-    )
     with _VERIFIED_LOCK:
         if key in _VERIFIED:
             return _VERIFIED[key]

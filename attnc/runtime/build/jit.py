@@ -165,6 +165,7 @@ def _compile(plan: _Plan) -> _Outcome:
     record = artifact.record_text(plan.partial, shlex.join(command))
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
+    artifact.mark_sound(plan.library, plan.stamp)
     return _Outcome(command, proc.stdout, None)
 
 
