@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ def fake_nvcc(tmp_path, monkeypatch):
             if "--version" in sys.argv:
                 sys.exit(0)
             with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
-                log.write(os.getcwd() + "\\n")
+                log.write(os.getcwd() + " " + os.environ.get("TMPDIR", "-") + "\\n")
             out = sys.argv[sys.argv.index("-o") + 1]
             data = open({str(ELF)!r}, "rb").read()
             mode = os.environ.get("FAKE_NVCC_MODE", "ok")
@@ -109,15 +110,31 @@ def test_cache_hit_runs_no_nvcc(fake_nvcc):
     assert fake_nvcc() == 1
 
 
-def test_cache_path_with_shell_characters_builds_in_a_plain_directory(fake_nvcc, tmp_path, monkeypatch):
+def test_cache_path_with_shell_characters_builds_in_a_plain_directory(
+    fake_nvcc, tmp_path, monkeypatch
+):
     root = tmp_path / "c$HOME`touch pwned`d"
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
     library = _build()
     assert library.parent.parent == root and library.read_bytes() == ELF.read_bytes()
-    (cwd,) = Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
+    ((cwd, tmp),) = [
+        line.split(" ") for line in Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
+    ]
     assert cache.shell_safe(cwd) and not Path(cwd).exists()  # a temporary, removed directory
     text = (library.parent / "build.ninja").read_text()
     assert "c$$HOME`touch pwned`d" in text and "$in" not in text and "'" in text
+
+
+def test_tmpdir_a_shell_would_expand_is_replaced_for_nvcc(fake_nvcc, tmp_path, monkeypatch):
+    odd = tmp_path / "t$HOME`x`"
+    odd.mkdir()
+    monkeypatch.setenv("TMPDIR", str(odd))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    _build()
+    ((_, tmp),) = [
+        line.split(" ") for line in Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
+    ]
+    assert cache.shell_safe(tmp) and tmp != str(odd)
 
 
 def test_shell_safe():

@@ -131,6 +131,15 @@ def _staging_root() -> str:
     raise BuildError("attnc: no temporary directory whose path nvcc can use (set TMPDIR)")
 
 
+def _nvcc_env() -> dict[str, str] | None:
+    """The environment for nvcc: unchanged, unless ``TMPDIR`` (where nvcc writes its
+    intermediate files, named on its sub-tools' shell command lines) needs quoting."""
+    tmpdir = os.environ.get("TMPDIR")
+    if tmpdir is None or cache.shell_safe(tmpdir):
+        return None
+    return {**os.environ, "TMPDIR": _staging_root()}
+
+
 def _compile(plan: _Plan) -> _Outcome:
     """Run nvcc (no shell) into the partial file, check it, and rename it into place.
 
@@ -146,7 +155,7 @@ def _compile(plan: _Plan) -> _Outcome:
     try:
         proc = subprocess.run(
             command, cwd=staging or plan.directory, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace", check=False,
+            stderr=subprocess.STDOUT, text=True, errors="replace", check=False, env=_nvcc_env(),
         )  # fmt: skip
         if staging is not None and proc.returncode == 0:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
