@@ -134,15 +134,20 @@ def test_prefill_run_is_one_op(on_cpu, monkeypatch):
     w = BatchPrefillWrapper(variant, torch.empty(1 << 20, dtype=torch.uint8))
     w._plan, w._heads, w._dtype, w._sm_scale = host, (HQ, HKV, DIM), torch.bfloat16, 0.125
     w._total_q, w._total_kv, w._max_page = 8, 30, -1
-    w._module = type("M", (), {"module_id": "m", "ir": variant.ir})()
+    w._module = type(
+        "M",
+        (),
+        {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)},
+    )()
     w._meta = [0] * len(prefill_launch.META_FIELDS)
     seen = []
     monkeypatch.setattr(prefill_launch, "module_by_id", lambda module_id: w._module)
     monkeypatch.setattr(
         prefill_launch,
         "launch",
-        lambda module, meta, q, k, v, o, lse, ws, sc, values: seen.append(values),
+        lambda module, meta, q, k, v, o, lse, ws, sc, params: seen.append(bytes(params)),
     )
     q, k = torch.randn(8, HQ, DIM).bfloat16(), torch.randn(30, HKV, DIM).bfloat16()
     o = _no_breaks(lambda q, k: w.run(q, (k, k), window=5), q, k)
-    assert o.shape == q.shape and seen[-1] == {"window": 5}
+    expect = abi.fill_params(w._module.params_type, variant.params, {"window": 5})
+    assert o.shape == q.shape and seen[-1] == bytes(expect)

@@ -212,8 +212,9 @@ class BatchPrefillWrapper:
             return (o, lse) if return_lse else o
         o = out if out is not None else torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        params = prefill_launch.pack_params(module, values)
         prefill_launch.launch(
-            module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, values
+            module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, params
         )
         return (o, lse) if lse is not None else o
 

@@ -2,8 +2,9 @@
 same launch runs inside one generic custom op, ``attnc::prefill``, keyed by the module id.
 
 ``meta`` is the int list a plan hands to every launch (see ``META_FIELDS``). Param values
-arrive resolved (``checks.params.resolve_params``) and are packed here, once per launch, by
-``abi.fill_params``; through the custom op they travel as ``params_lists`` lists.
+arrive resolved (``checks.params.resolve_params``) and are packed once per launch by
+``pack_params`` (``abi.fill_params``); through the custom op they travel as
+``params_lists`` lists and are packed inside it.
 """
 
 from __future__ import annotations
@@ -114,11 +115,10 @@ def launch(
     lse: torch.Tensor | None,
     workspace: torch.Tensor,
     sm_scale: float,
-    values: Mapping[str, object],
+    params: ctypes.Structure,
 ) -> None:
-    """Run the module on the current CUDA stream, writing ``o`` (and ``lse`` when given)."""
-    decls = module.ir.params  # type: ignore[attr-defined]
-    params = abi.fill_params(module.params_type, decls, values)
+    """Run the module on the current CUDA stream, writing ``o`` (and ``lse`` when given);
+    ``params`` is the packed ``Params`` struct (``pack_params``)."""
     size = ctypes.sizeof(module.params_type)
     args = build_args(meta, q, k, v, o, lse, workspace, sm_scale, params, size)
     if meta[1] > 0:
@@ -126,6 +126,11 @@ def launch(
         module.launch(args, stream)
     if lse is not None and module.ir.normalize != "softmax":  # type: ignore[attr-defined]
         lse.zero_()
+
+
+def pack_params(module: PrefillModule, values: Mapping[str, object]) -> ctypes.Structure:
+    """The one packing of resolved param ``values`` into the module's ``Params`` struct."""
+    return abi.fill_params(module.params_type, module.ir.params, values)  # type: ignore[attr-defined]
 
 
 @torch.library.custom_op("attnc::prefill", mutates_args=())
@@ -146,7 +151,8 @@ def prefill_op(
     module = module_by_id(module_id)
     o, lse = _new_outputs(q, return_lse)
     values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
-    launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, values)
+    params = pack_params(module, values)
+    launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, params)
     return o, lse
 
 

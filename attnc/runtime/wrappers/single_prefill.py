@@ -2,8 +2,8 @@
 reuses per shape, and the ``attnc::single_prefill`` custom op ``torch.compile`` sees.
 
 A param's way to the kernel: ``resolve_params`` checks the keyword arguments once, here;
-the resolved values go straight to ``BatchPrefillWrapper.run_checked`` and are packed once
-by ``abi.fill_params`` in ``prefill_launch.launch``. Under ``torch.compile`` the planning
+the resolved values go straight to ``BatchPrefillWrapper.run_checked``, which packs them
+once (``prefill_launch.pack_params``) for the launch. Under ``torch.compile`` the planning
 (host work on concrete lengths) runs inside the custom op, so the traced graph holds one
 op and no host code.
 """
@@ -28,6 +28,7 @@ _SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
 _PLANS: weakref.WeakKeyDictionary[object, dict[tuple[object, ...], BatchPrefillWrapper]] = (
     weakref.WeakKeyDictionary()
 )
+_MASK_NAMES: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
 def single_prefill(
@@ -64,7 +65,10 @@ def single_prefill(
             handle, q, k, v, sm_scale, ints, floats, tensor_params, return_lse
         )
         return (o, lse) if return_lse else o
-    return run_one(variant, q, k, v, sm_scale, return_lse, values, backend)
+    # Eager: the resolved values go straight to the launch (run_one's body, inlined).
+    mask_values = {name: values[name] for name in _mask_names(variant)}
+    wrapper = _planned(variant, q, k, sm_scale, mask_values, backend)
+    return wrapper.run_checked(q, wrapper.kv_views((k, v)), None, return_lse, values)
 
 
 def run_one(
@@ -77,16 +81,21 @@ def run_one(
     values: Mapping[str, object],
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Plan (or reuse the plan of this shape) and launch, with resolved param ``values``."""
-    wrapper = _planned(variant, q, k, sm_scale, _mask_values(variant, values), backend)
-    views = wrapper.kv_views((k, v))
-    return wrapper.run_checked(q, views, None, return_lse, values)
+    """Plan (or reuse the plan of this shape) and launch, with resolved param ``values``
+    (the body of ``attnc::single_prefill``)."""
+    mask_values = {name: values[name] for name in _mask_names(variant)}
+    wrapper = _planned(variant, q, k, sm_scale, mask_values, backend)
+    return wrapper.run_checked(q, wrapper.kv_views((k, v)), None, return_lse, values)
 
 
-def _mask_values(variant: object, values: Mapping[str, object]) -> dict[str, object]:
-    """The resolved values the mask's bounds read (plan() sizes the tiles' KV ranges)."""
-    names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
-    return {k: v for k, v in values.items() if k in names}
+def _mask_names(variant: object) -> tuple[str, ...]:
+    """The params the mask's bounds read (``plan()`` sizes the tiles' KV ranges with them),
+    remembered per variant."""
+    names = _MASK_NAMES.get(variant)
+    if names is None:
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        names = _MASK_NAMES[variant] = tuple(sorted(mask_bound_params(analysis)))
+    return names
 
 
 def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
@@ -116,7 +125,7 @@ def _planned(
         q.dtype,
         sm_scale,
         backend,
-    ) + tuple(sorted((name, repr(value)) for name, value in mask_values.items()))
+    ) + tuple((name, repr(value)) for name, value in mask_values.items())
     cache = _PLANS.get(variant)
     if cache is None:
         cache = _PLANS[variant] = {}
