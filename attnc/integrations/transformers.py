@@ -69,7 +69,7 @@ def attnc_mask(
         batch_size=batch_size,
         q_length=q_length,
         kv_length=kv_length,
-        q_offset=q_offset,
+        q_offset=int(q_offset),
         kv_offset=kv_offset,
         mask_function=mask_function or causal_mask_function,
         attention_mask=attention_mask,
@@ -78,6 +78,8 @@ def attnc_mask(
         use_vmap=use_vmap,
         device=device,
     )
+    if visible is None:  # only with the skips, which are off
+        raise UnsupportedMaskError("transformers built no mask for this call")
     window = getattr(config, "sliding_window", None)
     candidates = (None, window if isinstance(window, int) else None)
     query_start = int(q_offset) - int(kv_offset)
