@@ -26,8 +26,8 @@ from attnc.runtime.build.modules import (
 )
 
 PREFILL_BACKENDS = ("auto", "fa2", "sm90")
-# KV layouts the Hopper template serves today (the others run on FA2).
-SM90_KV_LAYOUTS = ("ragged",)
+# KV layouts the Hopper template serves (TMA for ragged tiles, a cp.async gather for pages).
+SM90_KV_LAYOUTS = ("ragged", "paged")
 SM90_HEAD_DIMS = (64, 128, 256)
 
 
