@@ -142,11 +142,18 @@ def variant_by_handle(handle: int) -> Variant:
     return _VARIANTS[handle]
 
 
-def _single_prefill() -> Any:
-    # The wrappers load on first use (they register custom ops and need the build tools).
-    from attnc.runtime.wrappers.single_prefill import single_prefill
+_SINGLE_PREFILL: Any = None
 
-    return single_prefill
+
+def _single_prefill() -> Any:
+    # The wrappers load on first use (they register custom ops and need the build tools);
+    # kept after that, so an eager call pays no import statement.
+    global _SINGLE_PREFILL
+    if _SINGLE_PREFILL is None:
+        from attnc.runtime.wrappers.single_prefill import single_prefill
+
+        _SINGLE_PREFILL = single_prefill
+    return _SINGLE_PREFILL
 
 
 def load(
