@@ -46,15 +46,14 @@ def resolve_params(
     sizes = {"num_qo_heads": num_qo_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
     resolved: dict[str, object] = {}
     for decl in decls:
-        where = f"{prefix}: param '{decl.name}' ({describe_decl(decl)})"
         if decl.name not in kwargs:
             if decl.default is None:
                 raise ValueError(f"{prefix}: missing param '{decl.name}' ({describe_decl(decl)})")
-            resolved[decl.name] = _check_scalar(decl, decl.default, where)
+            resolved[decl.name] = _check_scalar(decl, decl.default, prefix)
         elif decl.kind == "tensor":
-            resolved[decl.name] = _check_tensor(decl, kwargs[decl.name], where, sizes, device)
+            resolved[decl.name] = _check_tensor(decl, kwargs[decl.name], prefix, sizes, device)
         else:
-            resolved[decl.name] = _check_scalar(decl, kwargs[decl.name], where)
+            resolved[decl.name] = _check_scalar(decl, kwargs[decl.name], prefix)
     return resolved
 
 
@@ -69,10 +68,11 @@ def check_plan_params(
     for decl in decls:
         if decl.name not in kwargs:
             continue
-        where = f"{prefix}: param '{decl.name}' ({describe_decl(decl)})"
         if decl.kind == "tensor":
-            raise ValueError(f"{where}: plan() takes scalar params only; pass tensors to run()")
-        checked[decl.name] = _check_scalar(decl, kwargs[decl.name], where)
+            raise ValueError(
+                f"{_where(prefix, decl)}: plan() takes scalar params only; pass tensors to run()"
+            )
+        checked[decl.name] = _check_scalar(decl, kwargs[decl.name], prefix)
     return checked
 
 
@@ -98,43 +98,56 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
-def _check_scalar(decl: ParamDecl, value: object, where: str) -> object:
+def _where(prefix: str, decl: ParamDecl) -> str:
+    """How an error names the param (built only when there is an error)."""
+    return f"{prefix}: param '{decl.name}' ({describe_decl(decl)})"
+
+
+def _check_scalar(decl: ParamDecl, value: object, prefix: str) -> object:
     if decl.kind == "tensor":
-        raise ValueError(f"{where}: has a default, but tensor params cannot")
+        raise ValueError(f"{_where(prefix, decl)}: has a default, but tensor params cannot")
     if decl.dtype == "bool":
         if isinstance(value, bool):
             return value
-        raise ValueError(f"{where}: expected a bool, got {_type_name(value)}")
+        raise ValueError(f"{_where(prefix, decl)}: expected a bool, got {_type_name(value)}")
     is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if decl.dtype == "i32":
         if not is_int:
-            raise ValueError(f"{where}: expected an int, got {_type_name(value)}")
+            raise ValueError(f"{_where(prefix, decl)}: expected an int, got {_type_name(value)}")
         ivalue = int(value)  # type: ignore[call-overload]
         if not _I32_MIN <= ivalue <= _I32_MAX:
-            raise ValueError(f"{where}: value {ivalue} does not fit in int32")
+            raise ValueError(f"{_where(prefix, decl)}: value {ivalue} does not fit in int32")
         return ivalue
     if is_int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         return float(value)  # type: ignore[arg-type]
-    raise ValueError(f"{where}: expected a float, got {_type_name(value)}")
+    raise ValueError(f"{_where(prefix, decl)}: expected a float, got {_type_name(value)}")
 
 
 def _check_tensor(
     decl: ParamDecl,
     value: object,
-    where: str,
+    prefix: str,
     sizes: Mapping[str, int],
     device: torch.device | str | None,
 ) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
-        raise ValueError(f"{where}: expected a torch.Tensor, got {_type_name(value)}")
+        raise ValueError(
+            f"{_where(prefix, decl)}: expected a torch.Tensor, got {_type_name(value)}"
+        )
     shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
     if tuple(value.shape) != shape:
-        raise ValueError(f"{where}: expected shape {list(shape)}, got {list(value.shape)}")
+        raise ValueError(
+            f"{_where(prefix, decl)}: expected shape {list(shape)}, got {list(value.shape)}"
+        )
     want = _TORCH_DTYPES[decl.dtype]
     if value.dtype != want:
-        raise ValueError(f"{where}: expected dtype {want}, got {value.dtype} (no implicit casts)")
+        raise ValueError(
+            f"{_where(prefix, decl)}: expected dtype {want}, got {value.dtype} (no implicit casts)"
+        )
     if device is not None and not same_device(value.device, torch.device(device)):
-        raise ValueError(f"{where}: tensor is on {value.device}, expected {torch.device(device)}")
+        raise ValueError(
+            f"{_where(prefix, decl)}: tensor is on {value.device}, expected {torch.device(device)}"
+        )
     return value.contiguous()
 
 
