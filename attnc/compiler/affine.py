@@ -30,6 +30,8 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
         return None
     if not score_symbols:
         return AffineScore(zero, simplify_expr(score), False)
+    if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
+        return None
     s = score_symbols[0]
     a = sympy.diff(expr, s)
     if a.has(s):

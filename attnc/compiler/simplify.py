@@ -210,7 +210,10 @@ class SympyConverter:
             a, b = self.to_sympy(e.a), self.to_sympy(e.b)
             return a + b if e.op == "+" else a - b if e.op == "-" else a * b
         if isinstance(e, ir.Binary) and e.op == "/" and e.type == ir.F32:
-            return self.to_sympy(e.a) / self.to_sympy(e.b)
+            den = self.to_sympy(e.b)
+            if den.is_zero:  # a zero divisor: IEEE division at run time, never SymPy's zoo
+                return self._atom(e)
+            return self.to_sympy(e.a) / den
         # A cast i32 -> f32 stays an atom: its i32 operand wraps before the conversion, so
         # SymPy must not mix it into f32 arithmetic (its operand is simplified on its own).
         return self._atom(e)

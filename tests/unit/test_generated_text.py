@@ -21,6 +21,7 @@ from attnc.codegen.torch_ref import emit_reference_source, load_reference
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
 from attnc.compiler.results import Compiled
+from attnc.dsl.errors import AttnError
 from attnc.runtime.reference import reference_attention
 
 SPEC = """
@@ -246,3 +247,51 @@ def test_f32_literals_are_rounded_to_binary32() -> None:
     ref = load_reference(c.variant).score(_env(c, {}, torch.float64), {})
     assert ref.tolist() == [0.5 + 16777216.0, -2.0 + 16777216.0]
     assert "16777216.0f" in emit_functor(c)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "float(kv_idx) / ceil(0.0)",
+        "(c % float(kv_idx)) / ceil(0.0)",
+        "score / (c - c)",
+        "float(int(abs(3.0e38 * 1.0)))",
+    ],
+)
+def test_division_by_a_folded_zero_compiles(expr: str) -> None:
+    src = f"variant d {{ param c: f32 = 1.5; score = score + {expr}; }}"
+    try:
+        c = compile_one(src)
+    except AttnError:
+        return  # a located error is fine; a traceback is not
+    emit_functor(c)
+    load_reference(c.variant)
+
+
+def test_random_constant_expressions_never_raise_a_traceback() -> None:
+    rng = random.Random(5)
+    leaves = ["0.0", "1.0", "3.0e38", "1e-45", "2147483647", "0", "-1", "16777217.0", "score"]
+    leaves += ["kv_idx", "n", "c"]
+
+    def expr(depth: int) -> str:
+        if depth == 0:
+            return rng.choice(leaves)
+        pick = rng.random()
+        if pick < 0.5:
+            return f"({expr(depth - 1)} {rng.choice('+-*/%')} {expr(depth - 1)})"
+        if pick < 0.8:
+            fn = rng.choice(["tanh", "exp", "log", "sqrt", "abs", "floor", "int", "float"])
+            return f"{fn}({expr(depth - 1)})"
+        return f"{rng.choice(['min', 'max'])}({expr(depth - 1)}, {expr(depth - 1)})"
+
+    for _ in range(60):
+        src = (
+            "variant f { param n: i32 = 3; param c: f32 = 1.5; "
+            f"score = score + float({expr(3)}); mask = int({expr(2)}) <= q_pos + n; }}"
+        )
+        try:
+            c = compile_one(src)
+        except AttnError:
+            continue
+        emit_functor(c)
+        load_reference(c.variant)
