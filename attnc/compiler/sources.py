@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import os
+import re
 
 from attnc.dsl.source_text import read_source
 
 STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "stdlib_variants")
 STDLIB_PREFIX = "stdlib:"
+_SOURCE_WORD = re.compile(r"\bvariant\b")  # not the folder name stdlib_variants/
 
 
 def resolve_source(spec: str) -> tuple[str, str]:
-    """(text, file name) of a path, ``stdlib:NAME`` or inline source text."""
+    """(text, file name) of a path, ``stdlib:NAME`` or inline source text.
+
+    An existing file is read whatever its name holds (``{``, newlines); other text is source
+    only when it contains the word ``variant`` or a newline; anything else is a missing
+    file."""
     if spec.startswith(STDLIB_PREFIX):
         name = spec[len(STDLIB_PREFIX) :]
         path = os.path.join(STDLIB_DIR, f"{name}.attn")
@@ -20,13 +26,15 @@ def resolve_source(spec: str) -> tuple[str, str]:
             raise FileNotFoundError(
                 f"no stdlib variant '{name}'; available: {', '.join(stdlib_names())}"
             )
-        spec = path
-    if "{" in spec or "\n" in spec:
-        return spec, "<string>"
+        return read_source(path), path
+    if os.path.isfile(spec):
+        return read_source(spec), spec
     shipped = os.path.join(os.path.dirname(STDLIB_DIR), spec)
-    if not os.path.exists(spec) and spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
-        spec = shipped  # the package's own folder, as the docs spell it
-    return read_source(spec), spec
+    if spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
+        return read_source(shipped), shipped  # the package's own folder, as the docs spell it
+    if _SOURCE_WORD.search(spec) or "\n" in spec:
+        return spec, "<string>"
+    return read_source(spec), spec  # raises: no such file
 
 
 def stdlib_names() -> list[str]:

@@ -4,7 +4,6 @@ and ``load``, which turns a path, ``stdlib:NAME`` or source text into one."""
 from __future__ import annotations
 
 import itertools
-import os
 import weakref
 from functools import cached_property
 from typing import Any
@@ -162,7 +161,7 @@ def load(
     """Compile a `.attn` file path, ``stdlib:NAME`` or source text and return one variant.
 
     An existing path is always read as a file, whatever characters its name holds; other
-    text is taken as source only when it contains ``variant`` or a newline (else it is a
+    text is taken as source only when it contains the word ``variant`` or a newline (else a
     missing file). ``source=`` passes source text explicitly. ``variant`` picks one when
     the file defines several. Errors in the source raise :class:`attnc.AttnError`
     (``str()`` shows ``file:line:col``, the line and a caret).
@@ -187,7 +186,7 @@ def load(
 
 def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:
     """(source text, file name) of ``load``'s arguments (see ``load``)."""
-    from attnc.compiler.sources import STDLIB_DIR, STDLIB_PREFIX, resolve_source
+    from attnc.compiler.sources import resolve_source
 
     if source is not None:
         if spec is not None:
@@ -197,18 +196,4 @@ def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:
         return source, "<string>"
     if not isinstance(spec, str):
         raise ValueError(f"spec: expected a path, stdlib:NAME or source text, got {spec!r}")
-    path = spec
-    if spec.startswith(STDLIB_PREFIX):
-        path = os.path.join(STDLIB_DIR, f"{spec[len(STDLIB_PREFIX) :]}.attn")
-        if not os.path.isfile(path):
-            return resolve_source(spec)  # raises: no such stdlib variant
-    if os.path.isfile(path):
-        if "{" in path or "\n" in path:  # resolve_source would take the name for text
-            with open(path, encoding="utf-8") as f:
-                return f.read(), path
-        return resolve_source(path)
-    if "variant" in spec or "\n" in spec:
-        return spec, "<string>"
-    if "{" in spec:
-        raise FileNotFoundError(f"no such file: {spec!r} (pass source text as source=...)")
     return resolve_source(spec)
