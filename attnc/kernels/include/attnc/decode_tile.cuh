@@ -68,10 +68,12 @@ template <>
 struct DecodeTileFor<128, 2> {
   using type = DecodeTile<128, 2, 3, 2, false>;
 };
-// d=256: two stages keep the shared memory of one CTA under the 163 KB of sm_80.
+// d=256: two stages keep the shared memory of one CTA under the 163 KB of sm_80; the O
+// accumulators take half of the 255 registers, which leave no room for the loader's own item
+// of the cross-item pipeline (it spills), so the pipeline refills at every item.
 template <>
 struct DecodeTileFor<256, 1> {
-  using type = DecodeTile<256, 1, 2, 1, ATTNC_DECODE_CROSS_ITEM != 0>;
+  using type = DecodeTile<256, 1, 2, 1, false>;
 };
 
 template <int HEAD_DIM>
