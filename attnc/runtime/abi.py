@@ -12,8 +12,8 @@ import torch
 from attnc.codegen.params_layout import ctypes_fields, params_layout
 from attnc.compiler.ir import ParamDecl
 
-PREFILL_ABI_VERSION = 2
-DECODE_ABI_VERSION = 1
+PREFILL_ABI_VERSION = 3
+DECODE_ABI_VERSION = 2
 # AttncDecodeArgs.flags bits
 FLAG_MERGE = 1
 
@@ -81,6 +81,8 @@ class AttncPrefillArgs(ctypes.Structure):
         ("sm_scale", ctypes.c_float),
         ("variant_params", _P),
         ("variant_params_size", _I64),
+        ("page_status", _P),
+        ("num_pages", _I32),
     ]
 
 
@@ -167,4 +169,6 @@ class AttncDecodeArgs(ctypes.Structure):
         ("sm_scale", ctypes.c_float),
         ("variant_params", _P),
         ("variant_params_size", _I64),
+        ("page_status", _P),
+        ("num_pages", _I32),
     ]

@@ -36,7 +36,7 @@ def _header_fields():
 
 def test_prefill_args_mirror_matches_header():
     header = _header_fields()
-    assert len(header) == 32
+    assert len(header) == 34
     assert [(n, t) for n, t in abi.AttncPrefillArgs._fields_] == header
 
 
@@ -63,8 +63,9 @@ def test_kv_layout_values_match_header():
 
 
 def test_prefill_args_layout_is_natural_c_layout():
-    # 13 pointers, 7 int64 strides, 9 int32, sm_scale, the params pointer and its size.
-    assert ctypes.sizeof(abi.AttncPrefillArgs) == 13 * 8 + 7 * 8 + 9 * 4 + 4 + 8 + 8
+    # 13 pointers, 7 int64 strides, 9 int32, sm_scale, the params pointer and its size, the
+    # page-status pointer, num_pages and its tail padding.
+    assert ctypes.sizeof(abi.AttncPrefillArgs) == 13 * 8 + 7 * 8 + 9 * 4 + 4 + 8 + 8 + 8 + 4 + 4
 
 
 DECLS = (

@@ -118,6 +118,8 @@ class BatchDecodeWrapper(DecodePlanning):
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse, struct)
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
+        if self._debug_checks:
+            self._page_status.check_after_run()
         if key is not None:
             hit = remember_call(self._args, q, o, views.num_pages, struct, params, values)
             if hit is not None:
@@ -149,11 +151,23 @@ class BatchDecodeWrapper(DecodePlanning):
         if not return_lse:
             a.lse = None
             module.launch(self._args_ref, decode_launch.raw_stream(self._device))
+            if self._debug_checks:
+                self._page_status.check_after_run()
             return o
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
         a.lse = lse.data_ptr()
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
+        if self._debug_checks:
+            self._page_status.check_after_run()
         return o, lse
+
+    def check(self) -> None:
+        """Synchronise the device and raise the ``ValueError`` (naming ``kv_indices``, the
+        request and the page id) of a page id a kernel found outside ``[0, num_pages)`` since
+        the last check; the word is cleared. Such a page is never read; the rows of its
+        request are NaN. ``plan()`` does the same after runs with device-resident page ids;
+        with ``ATTNC_DEBUG_CHECKS=1`` every ``run()`` does."""
+        self._page_status.raise_if_set()
 
     def _run_compiled(
         self,
@@ -205,6 +219,8 @@ class BatchDecodeWrapper(DecodePlanning):
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse if return_lse else None, struct)
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
+        if self._debug_checks:
+            self._page_status.check_after_run()
         return o, lse
 
     def _check_q(self, q: object, shape: DecodeShape) -> torch.Tensor:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.checks.page_status import pool_size
 
 MAX_CACHED_CALLS = 128
 _SCALAR_TYPES = (int, float, bool)
@@ -78,8 +79,10 @@ def remember_call(
 
 
 def apply_call(args: AttncDecodeArgs, hit: CachedCall) -> None:
-    """Write the cached per-call fields of ``hit`` into ``args`` (all but q/o/lse)."""
+    """Write the cached per-call fields of ``hit`` into ``args`` (all but q/o/lse; with the
+    cache's page count for the device page-id check)."""
     a = args
+    a.num_pages = pool_size(hit.num_pages)
     a.k, a.v = hit.k, hit.v
     a.q_stride_tok, a.q_stride_head = hit.q_stride_tok, hit.q_stride_head
     a.o_stride_tok, a.o_stride_head = hit.o_stride_tok, hit.o_stride_head

@@ -13,6 +13,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.kv import KvViews
+from attnc.runtime.checks.page_status import pool_size
 
 _GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
@@ -32,9 +33,11 @@ def fill_call_fields(
     lse: torch.Tensor | None,
     params: ctypes.Structure,
 ) -> None:
-    """Write the tensors' pointers and strides and the params struct's address into ``args``
-    (the KV strides as (page, token, head) for either paged layout)."""
+    """Write the tensors' pointers and strides, the cache's page count and the params
+    struct's address into ``args`` (the KV strides as (page, token, head) for either paged
+    layout)."""
     a, k = args, views.k
+    a.num_pages = pool_size(views.num_pages)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), views.v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else None
     a.q_stride_tok, a.q_stride_head = q.stride(0), q.stride(1)

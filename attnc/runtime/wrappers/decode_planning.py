@@ -23,6 +23,7 @@ from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
+from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.prefill_schedule import TileRanges
@@ -72,6 +73,8 @@ class DecodePlanning:
     """The plan half of the decode wrapper (see the module docstring); ``BatchDecodeWrapper``
     adds ``run()``."""
 
+    _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
+
     def __init__(
         self,
         variant: object,
@@ -116,6 +119,10 @@ class DecodePlanning:
         self._module: DecodeModule | None = None
         self._args = AttncDecodeArgs()
         self._args_ref = ctypes.byref(self._args)
+        # The device page-id check's status word (fixed address: CUDA graphs replay it).
+        self._page_status = PageStatus(self._device)
+        self._args.page_status = self._page_status.ptr
+        self._debug_checks = debug_checks_enabled()
         self._max_page = -1
         self._batch = 0
         self._last_kv: tuple[tuple[int, ...], object, KvViews] | None = None
@@ -148,7 +155,13 @@ class DecodePlanning:
         may see; ``run()`` must then be given the same values. Such plans recompute the
         mask's ranges each time and skip the fast path (a few hundred microseconds instead
         of tens).
+
+        After runs of a plan whose ``kv_indices`` lived on the device, ``plan()`` first
+        synchronises and raises the ``ValueError`` of a page id the kernels found outside the
+        cache (see ``check()``).
         """
+        if self._page_status.pending:
+            self._page_status.raise_if_set()
         if params or self._planned_mask.values:
             ranges = self._mask_ranges(params or {})
             if ranges is not None:
@@ -330,6 +343,8 @@ class DecodePlanning:
         )  # fmt: skip
         r = native.result
         self._max_page = r.max_page  # -1: none, or ids on the device (not read back)
+        if on_device:  # ids unchecked on the host: the kernels check them, plan() reads
+            self._page_status.pending = True
         self._batch = r.batch
         self._q_rows = r.batch * q_len
         return sched

@@ -17,6 +17,7 @@ from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.limits import check_paged_kv_tokens
+from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import resolve_params
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, make_host_plan
@@ -29,7 +30,11 @@ class BatchPrefillWrapper:
 
     ``plan()`` runs on the CPU once per batch step (checks the index tensors, builds the work
     list and copies it into ``workspace_buffer``); ``run()`` checks the tensors and launches.
+    The paged kernels also check every page id they read against the cache (a corrupted or
+    device-updated copy of the page table): ``check()`` reports one.
     """
+
+    _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
 
     def __init__(
         self,
@@ -45,6 +50,8 @@ class BatchPrefillWrapper:
         self.variant = variant
         self.kv_layout = kv_layout
         self._workspace = workspace_buffer.view(-1).view(torch.uint8)
+        self._page_status = PageStatus(self._workspace.device)
+        self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None
         self._pinned: torch.Tensor | None = None
         self._planned_mask = NO_PLANNED_MASK
@@ -112,7 +119,8 @@ class BatchPrefillWrapper:
         # Plain ints for run(): it reads no host tensor (torch.compile traces it).
         self._total_q, self._total_kv = int(host.qo_indptr[-1]), int(host.kv_indptr[-1])
         self._max_page = host.max_page
-        self._meta = _launch_meta(host, self._heads, self._kv_code(host))
+        status = self._page_status.ptr if host.paged else 0
+        self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
 
     def _kv_code(self, host: HostPlan) -> int:
         if not host.paged:
@@ -216,10 +224,23 @@ class BatchPrefillWrapper:
         prefill_launch.launch(
             module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, params
         )
+        if self._debug_checks:
+            self._page_status.check_after_run()
         return (o, lse) if lse is not None else o
 
+    def check(self) -> None:
+        """Synchronise the device and raise the ``ValueError`` (naming ``kv_indices``, the
+        request and the page id) of a page id a paged kernel found outside ``[0, num_pages)``
+        since the last check; the word is cleared. Such a page is never read; the rows of the
+        work items that met it are NaN. ``plan()`` checks the ids on the host, so only a
+        corrupted or device-updated copy of the table gets here; with
+        ``ATTNC_DEBUG_CHECKS=1`` every ``run()`` checks."""
+        self._page_status.raise_if_set()
 
-def _launch_meta(host: HostPlan, heads: tuple[int, int, int], kv_code: int) -> list[int]:
+
+def _launch_meta(
+    host: HostPlan, heads: tuple[int, int, int], kv_code: int, page_status: int
+) -> list[int]:
     """The ``prefill_launch.META_FIELDS`` of a plan."""
     off = host.layout.offsets
     return [
@@ -238,6 +259,7 @@ def _launch_meta(host: HostPlan, heads: tuple[int, int, int], kv_code: int) -> l
         off["merge_items"],
         host.part_o_offset,
         host.part_lse_offset,
+        page_status,
     ]
 
 

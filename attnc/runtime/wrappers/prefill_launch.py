@@ -16,6 +16,7 @@ import torch
 
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
+from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.wrappers.params_lists import join_params
 
 META_FIELDS = (
@@ -36,6 +37,7 @@ META_FIELDS = (
     "off_merge_items",
     "off_part_o",
     "off_part_lse",
+    "page_status",  # address of the wrapper's page-status word (checks/page_status.py); 0: none
 )
 
 
@@ -102,6 +104,8 @@ def build_args(
         sm_scale=sm_scale,
         variant_params=ctypes.addressof(params),
         variant_params_size=params_size,
+        page_status=m["page_status"] or None,
+        num_pages=pool_size(k.shape[0]) if m["kv_layout"] != abi.KV_RAGGED else 0,
     )
 
 

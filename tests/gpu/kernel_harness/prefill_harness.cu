@@ -291,6 +291,7 @@ void build_problem(Problem& p, const Case& c, const Module& mod, std::mt19937& r
     a.kv_stride_tok = nhd ? int64_t(row) : D;
     a.kv_stride_head = nhd ? D : int64_t(ps) * D;
     a.page_size = ps;
+    a.num_pages = pool;  // page ids are checked against it on the device
     a.kv_layout = nhd ? ATTNC_KV_PAGED_NHD : ATTNC_KV_PAGED_HND;
     p.d_kv_indptr = upload(std::vector<int32_t>(page_indptr.begin(), page_indptr.end()));
     p.d_indices = upload(indices);

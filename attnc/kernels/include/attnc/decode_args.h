@@ -11,7 +11,7 @@
 
 #include "attnc/abi_codes.h"
 
-#define ATTNC_DECODE_ABI_VERSION 1
+#define ATTNC_DECODE_ABI_VERSION 2
 
 // int32 header at args.header.
 enum AttncDecodeHeader {
@@ -81,6 +81,11 @@ typedef struct AttncDecodeArgs {
   float sm_scale;
   const void* variant_params;     // host pointer to the variant's Params struct
   int64_t variant_params_size;    // sizeof(Params) as the caller sees it
+  // Device page-id check (page_check.cuh): a page id outside [0, num_pages) is never
+  // dereferenced, the rows of the work items that read it are written as NaN (O and LSE),
+  // and the id is reported into *page_status (NULL: not reported).
+  uint64_t* page_status;
+  int32_t num_pages;              // pages in the KV cache (k.shape[0])
 } AttncDecodeArgs;
 
 #ifdef __cplusplus

@@ -75,6 +75,9 @@ __device__ __forceinline__ void decode_cta(const AttncDecodeArgs& a,
   DecodeLoader<V, T, Tile> ld{a,     params,    s_q,       s_k,           s_v,          w_end,
                               q_len, group,     page_size, page_shift,    tid % (D / 8),
                               tid / (D / 8)};
+  static_assert(Tile::kQSlots <= kDecodeMaxQSlots, "one bad-page flag per Q slot");
+  if (tid < Tile::kQSlots) decode_bad_page_flag[tid] = 0;
+  __syncthreads();  // the flags are clear before any load can set one
   if constexpr (kCross) {
     ld.open(w_begin);
     ld.prime(ld.item);
@@ -122,11 +125,16 @@ __device__ __forceinline__ void decode_cta(const AttncDecodeArgs& a,
                                    s_v + last * kStageBytes + v_off, tile_kv0 + wkv, kv1,
                                    partial, sm_scale);
     }
+    bool poisoned = false;  // a loaded row of this item had a bad page id (decode_loader.cuh)
     if (has_tiles) {
       constexpr int kStageFloats = kStageBytes / 4;
+      const int slot = (c_qcount - 1) % Tile::kQSlots;
+      poisoned = __syncthreads_or(decode_bad_page_flag[slot]) != 0;
+      // Cleared before the combine's barrier; the slot's next item loads after it.
+      if (tid == 0) decode_bad_page_flag[slot] = 0;
       decode_combine_warps(st, f_k + last * kStageFloats, f_v + last * kStageFloats, s_ml);
     }
-    if (warp == 0) decode_store_item<V, T, Tile>(a, var, st, w, q_len, group);
+    if (warp == 0) decode_store_item<V, T, Tile>(a, var, st, w, q_len, group, poisoned);
   }
   cp_async_wait<0>();
 }

@@ -48,7 +48,8 @@ int check_args(const AttncDecodeArgs& a, int head_dim) {
   if (a.head_dim != head_dim) return ATTNC_E_BAD_HEAD_DIM;
   if (a.num_kv_heads <= 0 || a.num_qo_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0)
     return ATTNC_E_BAD_LAYOUT;
-  if (a.page_size < 1 || a.num_ctas < 0 || a.merge_ctas < 0) return ATTNC_E_BAD_LAYOUT;
+  if (a.page_size < 1 || a.num_pages < 0 || a.num_ctas < 0 || a.merge_ctas < 0)
+    return ATTNC_E_BAD_LAYOUT;
   if (a.header == nullptr || a.cta_indptr == nullptr || a.items == nullptr ||
       a.req_page_begin == nullptr || a.req_kv_len == nullptr || a.page_ids == nullptr ||
       a.merge_items == nullptr || a.part_o == nullptr || a.part_lse == nullptr)

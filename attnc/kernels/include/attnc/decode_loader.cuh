@@ -3,6 +3,10 @@
 // copies into swizzled shared-memory stages (page ids fetched a tile ahead where the tile
 // shape leaves registers for them) and each item's packed Q rows into its Q slot.
 // Every thread of the CTA runs the loader in lock step with the compute side (decode_kernel.cuh).
+// Page ids are range-checked where they are used (page_check.cuh): a row whose id is outside
+// [0, num_pages) is zero-filled instead of read, the id reported, and the shared flag of the
+// item's Q slot set (decode_bad_page_flag); at the item's end the CTA reads and clears it
+// (decode_kernel.cuh) and the item's rows are NaN.
 #pragma once
 
 #include <stdint.h>
@@ -11,9 +15,16 @@
 #include "decode_args.h"
 #include "decode_item.cuh"
 #include "mma.cuh"
+#include "page_check.cuh"
 #include "smem_layout.cuh"
 
 namespace attnc {
+
+// One flag per Q slot (Tile::kQSlots <= kDecodeMaxQSlots): nonzero when a loaded row of the
+// slot's current item had a bad page id. In shared memory so the main loop carries no
+// register for it (the 32-row shapes have none to spare).
+constexpr int kDecodeMaxQSlots = 4;
+static __shared__ uint32_t decode_bad_page_flag[kDecodeMaxQSlots];
 
 // ATTNC_DECODE_L2_HINT: 0, 128 or 256: L2 prefetch size hint on the K/V cp.async copies.
 #ifndef ATTNC_DECODE_L2_HINT
@@ -157,15 +168,21 @@ __device__ __forceinline__ void DecodeLoader<V, T, Tile>::issue(const DecodeItem
   for (int i = 0; i < NIT; ++i) {
     const int r = r_ld + i * kRowStep;
     const int kv = kv0 + r;
-    const bool ok = kv < kv1;
+    const bool in_range = kv < kv1;
     const int page = page_of(kv);
     const int in_page = kv - page * page_size;
     int id = 0;
     if constexpr (Tile::kPrefetchPageIds) {
       id = pid[i];
     } else {
-      id = ok ? __ldg(pages + page) : 0;
+      id = in_range ? __ldg(pages + page) : 0;
     }
+    const bool bad = in_range && page_id_bad(id, a.num_pages);
+    if (bad) {  // never dereferenced: the row is zero-filled
+      decode_bad_page_flag[qslot] = 1;
+      report_bad_page(a.page_status, li.request, id);
+    }
+    const bool ok = in_range && !bad;
     const int64_t off = ok ? head_off + static_cast<int64_t>(id) * a.kv_stride_page +
                                  static_cast<int64_t>(in_page) * a.kv_stride_tok
                            : 0;

@@ -2,6 +2,7 @@
 // normalise each packed row, then either write the fp32 partial state (O, LSE) of a split
 // item for the merge kernel, or apply V::output and write the final O (and LSE). A row without
 // any visible key gets O 0 and LSE -inf (normalize = none: the plain weighted sum, LSE 0).
+// A poisoned item (a page id outside the cache, decode_loader.cuh) writes NaN O and LSE.
 #pragma once
 
 #include <math_constants.h>
@@ -15,11 +16,12 @@
 
 namespace attnc {
 
-// Writes the rows of work item w from the combined state st (T: the output dtype).
+// Writes the rows of work item w from the combined state st (T: the output dtype); NaN rows
+// when `poisoned`.
 template <class V, class T, class Tile>
 __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, const V& var,
                                                   const DecodeWarpState<V, Tile>& st, int w,
-                                                  int q_len, int group) {
+                                                  int q_len, int group, bool poisoned) {
   constexpr int D = Tile::kHeadDim;
   constexpr int MQ = Tile::kMmaQ;
   const int lane = threadIdx.x % 32;
@@ -44,6 +46,10 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
         const float sum = quad_sum(st.l[mi][h]);
         inv = sum > 0.f ? 1.f / sum : 0.f;
         lse = row_lse(st.m[mi][h], st.m_scale(mi, h), sum);
+      }
+      if (poisoned) {
+        inv = CUDART_NAN_F;
+        lse = CUDART_NAN_F;
       }
       const int r = mi * 16 + g + 8 * h;
       if (r >= rows_valid) continue;

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "page_check.cuh"
 #include "prefill_args.h"
 
 namespace attnc {
@@ -108,10 +109,12 @@ struct KvTileCursor {
   }
 
   // Calls f(it, src, valid) for this thread's rows of the tile starting at token kv0, src the K
-  // source address of the row; rows at or past kv_end (only when !kAllValid) get valid = false
-  // and the address of the thread's first row (never read: zero-filled).
+  // source address of the row; rows at or past kv_end (only when !kAllValid) and paged rows
+  // whose page id is outside [0, a.num_pages) get valid = false and the address of the
+  // thread's first row (never read: zero-filled). Returns whether a row had such a page id
+  // (each one is reported into a.page_status, page_check.cuh).
   template <class T, bool kAllValid, class F>
-  __device__ __forceinline__ void for_rows(const AttncPrefillArgs& a, int kv0, int kv_end,
+  __device__ __forceinline__ bool for_rows(const AttncPrefillArgs& a, int kv0, int kv_end,
                                            F&& f) const {
     const int64_t tok_bytes = a.kv_stride_tok * static_cast<int64_t>(sizeof(T));
     if (a.kv_layout == ATTNC_KV_RAGGED) {
@@ -122,12 +125,15 @@ struct KvTileCursor {
         f(it, valid ? p : k_thread, valid);
         p += kRowStep * tok_bytes;
       }
+      return false;
     } else {
       const int32_t* page_ids = a.kv_indices + a.kv_indptr[request];
       const uint32_t div_shift = a.page_size > 1 ? 32 - __clz(a.page_size - 1) : 0;
       const int64_t page_bytes = a.kv_stride_page * static_cast<int64_t>(sizeof(T));
       // At most 8 page lookups in flight at a time (registers).
       constexpr int kUnroll = kIters <= 8 ? kIters : 4;
+      bool bad_tile = false;
+      int bad_id = 0;
 #pragma unroll kUnroll
       for (int it = 0; it < kIters; ++it) {
         const int idx = kv0 + row0 + it * kRowStep;
@@ -136,11 +142,18 @@ struct KvTileCursor {
         const int page =
             static_cast<int>((__umulhi(div_mul, static_cast<uint32_t>(j)) + j) >> div_shift);
         const int in_page = j - page * a.page_size;
+        const int id = page_ids[page];
+        const bool bad = valid && page_id_bad(id, a.num_pages);
+        bad_tile |= bad;
+        bad_id = bad ? id : bad_id;
         f(it,
-          k_thread + static_cast<int64_t>(page_ids[page]) * page_bytes +
-              static_cast<int64_t>(in_page) * tok_bytes,
-          valid);
+          bad ? k_thread
+              : k_thread + static_cast<int64_t>(id) * page_bytes +
+                    static_cast<int64_t>(in_page) * tok_bytes,
+          valid && !bad);
       }
+      if (bad_tile) report_bad_page(a.page_status, request, bad_id);
+      return bad_tile;
     }
   }
 };

@@ -17,6 +17,7 @@ namespace attnc {
 // (normalised O, or the plain weighted sum for normalize = none) and its natural-log LSE at
 // part_lse[row_of(c)]. Writes the finished row to dst (V::output applied when the row saw a
 // visible key) and returns the merged LSE (-inf: no visible key; 0 for normalize = none).
+// A NaN partial LSE (NaN inputs, or a chunk that met a bad page id) makes the row NaN.
 template <class V, class T, int D, class RowOf>
 __device__ __forceinline__ float warp_merge_row(const float* part_o, const float* part_lse,
                                                 int chunks, RowOf row_of, const V& var,
@@ -30,8 +31,11 @@ __device__ __forceinline__ float warp_merge_row(const float* part_o, const float
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
   float mx = -CUDART_INF_F;
-  if constexpr (V::kUseSoftmax) {
-    for (int c = 0; c < chunks; ++c) mx = fmaxf(mx, part_lse[row_of(c)]);
+  bool nan_lse = false;  // a chunk is NaN (NaN inputs, or a bad page id): the row is NaN
+  for (int c = 0; c < chunks; ++c) {
+    const float x = part_lse[row_of(c)];
+    nan_lse |= x != x;
+    if constexpr (V::kUseSoftmax) mx = fmaxf(mx, x);
   }
   float sum = 0.f;
   for (int c = 0; c < chunks; ++c) {
@@ -57,6 +61,10 @@ __device__ __forceinline__ float warp_merge_row(const float* part_o, const float
   if constexpr (V::kUseSoftmax) {
     inv = sum > 0.f ? 1.f / sum : 0.f;
     lse = sum > 0.f ? mx + logf(sum) : -CUDART_INF_F;
+  }
+  if (nan_lse) {
+    inv = CUDART_NAN_F;
+    lse = CUDART_NAN_F;
   }
   const bool visible = !V::kUseSoftmax || sum > 0.f;
 #pragma unroll

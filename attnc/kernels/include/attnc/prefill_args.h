@@ -5,7 +5,7 @@
 
 #include "attnc/abi_codes.h"
 
-#define ATTNC_PREFILL_ABI_VERSION 2
+#define ATTNC_PREFILL_ABI_VERSION 3
 
 enum AttncKvLayout {
   ATTNC_KV_RAGGED = 0,      // k/v: [total_kv, H_kv, D]; kv_indptr holds token offsets
@@ -72,6 +72,11 @@ typedef struct AttncPrefillArgs {
   float sm_scale;
   const void* variant_params;       // host pointer to the variant's Params struct
   int64_t variant_params_size;      // sizeof(Params) as the caller sees it
+  // Paged: device page-id check (page_check.cuh): a page id outside [0, num_pages) is never
+  // dereferenced, the rows of the work items that read it are written as NaN (O and LSE),
+  // and the id is reported into *page_status (NULL: not reported). Ragged: unused.
+  uint64_t* page_status;
+  int32_t num_pages;                // paged: pages in the KV cache (k.shape[0])
 } AttncPrefillArgs;
 
 #ifdef __cplusplus

@@ -29,13 +29,15 @@ namespace attnc {
 
 // Epilogue of a CTA: normalises this lane's rows and stores O (after V::output) and LSE, or
 // the fp32 partial state of a split tile (the merge kernel normalises across chunks and
-// applies V::output). token0: the first query token (packed row 0) of the tile.
+// applies V::output). token0: the first query token (packed row 0) of the tile. poisoned: the
+// CTA met a page id outside the cache; O and LSE (or the partial state) are NaN.
 template <class V, class T, class Tile>
 __device__ __forceinline__ void prefill_store_tile(
     const AttncPrefillArgs& args, const V& var, const int32_t* item,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
     const float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], const float (&m)[Tile::kMmaQ][2],
-    const float (&l)[Tile::kMmaQ][2], int rows_valid, int kv_head, int group, int token0) {
+    const float (&l)[Tile::kMmaQ][2], int rows_valid, int kv_head, int group, int token0,
+    bool poisoned) {
   constexpr int D = Tile::kHeadDim;
   constexpr int MQ = Tile::kMmaQ;
   const int lane = threadIdx.x % 32;
@@ -58,6 +60,11 @@ __device__ __forceinline__ void prefill_store_tile(
         visible = sum > 0.f;
         inv = visible ? 1.f / sum : 0.f;
         lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
+      }
+      if (poisoned) {
+        inv = CUDART_NAN_F;
+        lse = CUDART_NAN_F;
+        visible = false;
       }
       if (r >= rows_valid) continue;
       const int head = kv_head * group + r % group;
@@ -151,12 +158,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   if (kv.kv_len > 0) range = var.kv_range(q0, q1);
   range.begin = max(range.begin, max(chunk_begin, 0));
   range.end = min(range.end, min(chunk_end, kv.kv_len));
-  prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, s_q, s_k, s_v, rows, mult,
-                              sm_scale, o, m, l);
+  const bool saw_bad = prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, s_q,
+                                                   s_k, s_v, rows, mult, sm_scale, o, m, l);
+  // One item per CTA: a bad page id anywhere in it makes all its rows NaN.
+  const bool poisoned = __syncthreads_or(saw_bad) != 0;
 
   // ---- Epilogue: normalise, transform, store O and LSE (or the fp32 partial state).
   prefill_store_tile<V, T, Tile>(args, var, item, rows, mult, o, m, l, rows_valid, kv_head, group,
-                                 q_start + q0);
+                                 q_start + q0, poisoned);
 }
 
 }  // namespace attnc

@@ -71,7 +71,8 @@ int check_prefill_args(const AttncPrefillArgs& a, int head_dim) {
   if (a.kv_layout == ATTNC_KV_RAGGED) {
     // nothing extra
   } else if (a.kv_layout == ATTNC_KV_PAGED_NHD || a.kv_layout == ATTNC_KV_PAGED_HND) {
-    if (a.page_size < 1 || a.kv_indices == nullptr || a.kv_last_page_len == nullptr)
+    if (a.page_size < 1 || a.num_pages < 0 || a.kv_indices == nullptr ||
+        a.kv_last_page_len == nullptr)
       return ATTNC_E_BAD_LAYOUT;
   } else {
     return ATTNC_E_BAD_LAYOUT;

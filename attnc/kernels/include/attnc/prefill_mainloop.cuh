@@ -7,7 +7,8 @@
 // PARTIAL sub-tiles or the ragged end), online softmax and O += P V, with the warp math the
 // decode kernel shares (warp_qk_pv.cuh, score_hooks.cuh, online_softmax.cuh).
 // The caller has committed the cp.async group of the Q tile (rows at s_q) and initialised
-// o, m, l; on return every cp.async group has completed.
+// o, m, l; on return every cp.async group has completed. Returns whether this thread met a
+// page id outside the cache (its rows were zero-filled; the caller writes NaN rows).
 #pragma once
 
 #include <stdint.h>
@@ -27,9 +28,10 @@ namespace attnc {
 
 // Issues this thread's cp.async copies (chunk `chunk` of rows row0 + it * kRowStep) of the K
 // and V rows of the tile starting at key kv0 into the stage whose K tile is at shared address
-// dk (its V tile Tile::kStages tiles further); keys at or past kv_end are zero-filled.
+// dk (its V tile Tile::kStages tiles further); keys at or past kv_end, and rows whose page id
+// is outside the cache, are zero-filled. Returns whether a row had such a page id.
 template <class T, class Tile, class Cursor>
-__device__ __forceinline__ void prefill_issue_kv_tile(const AttncPrefillArgs& args,
+__device__ __forceinline__ bool prefill_issue_kv_tile(const AttncPrefillArgs& args,
                                                       const Cursor& cursor, int kv0, int kv_end,
                                                       uint32_t dk, int row0, int chunk) {
   constexpr int KVT = Tile::kKvTile;
@@ -47,19 +49,17 @@ __device__ __forceinline__ void prefill_issue_kv_tile(const AttncPrefillArgs& ar
   auto issue = [&](auto all_valid) {
     constexpr bool kAll = decltype(all_valid)::value;
     const int64_t v_minus_k = Cursor::template v_minus_k<T>(args);
-    cursor.template for_rows<T, kAll>(args, kv0, kv_end,
-                                      [&](int it, const char* src, bool ok) {
-                                        const uint32_t d = dk + smem_row(it);
-                                        cp_async_16(d, src, kAll || ok);
-                                        cp_async_16(d + Tile::kStages * kTileBytes,
-                                                    src + v_minus_k, kAll || ok);
-                                      });
+    // ok is a compile-time true for ragged rows of a whole tile; paged rows pass the check.
+    return cursor.template for_rows<T, kAll>(args, kv0, kv_end,
+                                             [&](int it, const char* src, bool ok) {
+                                               const uint32_t d = dk + smem_row(it);
+                                               cp_async_16(d, src, ok);
+                                               cp_async_16(d + Tile::kStages * kTileBytes,
+                                                           src + v_minus_k, ok);
+                                             });
   };
-  if (kv0 + KVT <= kv_end) {
-    issue(std::true_type{});
-  } else {
-    issue(std::false_type{});
-  }
+  if (kv0 + KVT <= kv_end) return issue(std::true_type{});
+  return issue(std::false_type{});
 }
 
 // The S tiles of one pipeline stage, keys [kv0, kv1) at k_base / v_base (this lane's ldmatrix
@@ -124,7 +124,7 @@ __device__ __forceinline__ void prefill_q_to_regs(uint32_t (&q_frag)[MQ][KD][4],
 }
 
 template <class V, class T, class Tile>
-__device__ __forceinline__ void prefill_kv_loop(
+__device__ __forceinline__ bool prefill_kv_loop(
     const AttncPrefillArgs& args, const V& var, const KvRows& kv, int request,
     const KvRange range, int q0, int q1, uint32_t s_q, uint32_t s_k, uint32_t s_v,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
@@ -156,9 +156,10 @@ __device__ __forceinline__ void prefill_kv_loop(
   const int row0 = tid / CH;
   using Cursor = KvTileCursor<kIters, kRowStep>;
   const Cursor cursor = Cursor::template make<T>(args, kv, request, row0, chunk);
+  bool saw_bad = false;  // a page id outside the cache (page_check.cuh)
   auto load_tile = [&](int t, int stage) {
-    prefill_issue_kv_tile<T, Tile>(args, cursor, range.begin + t * KVT, range.end,
-                                   s_k + stage * kTileBytes, row0, chunk);
+    saw_bad |= prefill_issue_kv_tile<T, Tile>(args, cursor, range.begin + t * KVT, range.end,
+                                              s_k + stage * kTileBytes, row0, chunk);
   };
 
   // ---- Tile walk: the next non-empty tile at or after t and its class.
@@ -236,6 +237,7 @@ __device__ __forceinline__ void prefill_kv_loop(
     stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();
+  return saw_bad;
 }
 
 }  // namespace attnc

@@ -10,6 +10,7 @@
 
 #include "../cp_async.cuh"
 #include "../kv_gather.cuh"
+#include "../page_check.cuh"
 #include "../prefill_args.h"
 #include "mbarrier.cuh"
 #include "prefill_sm90_config.cuh"
@@ -33,11 +34,12 @@ __device__ __forceinline__ bool tile_uses_tma(int use_tma, const AttncPrefillArg
 // K and V of the tile at kv0 by cp.async: thread tid copies 16-byte chunk tid % (D / 8) of
 // rows tid / (D / 8) + i * kRowStep into the swizzled stage; rows at or past kv_end are zeroed.
 // Paged rows find their page with one multiply-high (FastDiv). Two rows in flight per step
-// keep the producer within its small register budget.
+// keep the producer within its small register budget. A page id outside [0, num_pages) is
+// never read: its row is zeroed and the id reported for `request` (page_check.cuh).
 template <class T, class Shape>
 __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const KvRows& kv,
                                                const FastDiv& page_div, int kv0, int kv_end,
-                                               uint32_t dk, uint32_t dv) {
+                                               uint32_t dk, uint32_t dv, int request) {
   constexpr int CH = Shape::kHeadDim / 8;
   constexpr int kRowStep = 128 / CH;
   constexpr int kIters = Shape::kKvTile / kRowStep;
@@ -53,14 +55,19 @@ __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const 
   for (int i = 0; i < kIters; ++i) {
     const int r = row0 + i * kRowStep;
     const int idx = kv0 + r;
-    const bool ok = idx < kv_end;
+    bool ok = idx < kv_end;
     const int j = ok ? idx : 0;
     int64_t off;
     if (kv.page_ids == nullptr) {
       off = j * tok_bytes;
     } else {
       const int page = page_div.div(j);
-      off = kv.page_ids[page] * page_bytes + (j - page * kv.page_size) * tok_bytes;
+      const int id = kv.page_ids[page];
+      if (ok && page_id_bad(id, a.num_pages)) {
+        report_bad_page(a.page_status, request, id);
+        ok = false;
+      }
+      off = ok ? id * page_bytes + (j - page * kv.page_size) * tok_bytes : 0;
     }
     const uint32_t dst = swizzled_offset(Shape::kKvTile, r, chunk);
     cp_async_16(dk + dst, base + off, ok);
@@ -113,7 +120,8 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
   mbar_wait(sm.empty_k(stage), phase ^ 1);
   mbar_wait(sm.empty_v(stage), phase ^ 1);
-  gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end, sm.k(stage), sm.v(stage));
+  gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end, sm.k(stage), sm.v(stage),
+                           it.request);
   mbar_arrive_cp_async(sm.full_k(stage));
   mbar_arrive_cp_async(sm.full_v(stage));
   // Every thread's pending-count increment precedes the one real arrival.
