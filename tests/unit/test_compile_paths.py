@@ -108,6 +108,7 @@ def _decode_wrapper(variant):
     w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
     w._planned_mask = NO_PLANNED_MASK
     w.handle = register_wrapper(w)
+    w._debug_checks, w._page_status = False, None  # no device page check here
     return w
 
 

@@ -65,6 +65,7 @@ def cpu_decode(monkeypatch):
         w._packer = decode_launch.ParamsPacker(variant.params)
         w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
         w._planned_mask = NO_PLANNED_MASK
+        w._debug_checks, w._page_status = False, None  # no device page check here
         return w
 
     return make
