@@ -38,3 +38,13 @@ def test_merge_state_fake_shapes():
         meta(5, 4, dtype=torch.float32),
     )  # fmt: skip
     assert (o.shape, lse.shape, lse.dtype) == ((5, 4, 128), (5, 4), torch.float32)
+
+
+def test_single_prefill_fake_shapes():
+    import attnc.runtime.wrappers.single_prefill  # noqa: F401  (registers attnc::single_prefill)
+
+    q, k = meta(9, 8, 64), meta(20, 2, 64)
+    o, lse = torch.ops.attnc.single_prefill(1, q, k, k, None, [], [2.0], [], True)
+    assert (o.shape, lse.shape, lse.dtype) == ((9, 8, 64), (9, 8), torch.float32)
+    _, no_lse = torch.ops.attnc.single_prefill(1, q, k, k, 0.5, [3], [], [], False)
+    assert no_lse.shape == (0,)
