@@ -121,7 +121,7 @@ class BatchDecodeWrapper(DecodePlanning):
         if self._debug_checks:
             self._page_status.check_after_run()
         if key is not None:
-            hit = remember_call(self._args, q, o, views.num_pages, struct, params, values)
+            hit = remember_call(self._args, q, out, views.num_pages, struct, params, values)
             if hit is not None:
                 if len(self._calls) >= MAX_CACHED_CALLS:
                     self._calls.clear()

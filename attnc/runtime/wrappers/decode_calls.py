@@ -48,6 +48,8 @@ class CachedCall:
 
 def byte_span(t: torch.Tensor) -> int:
     """Bytes from ``t.data_ptr()`` to one past the last element ``t`` can address."""
+    if t.is_contiguous():
+        return t.numel() * t.element_size()
     if t.numel() == 0:
         return 0
     last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
@@ -57,7 +59,7 @@ def byte_span(t: torch.Tensor) -> int:
 def remember_call(
     args: AttncDecodeArgs,
     q: torch.Tensor,
-    o: torch.Tensor,
+    out: torch.Tensor | None,
     num_pages: int,
     struct: ctypes.Structure,
     params: Mapping[str, object],
@@ -65,7 +67,8 @@ def remember_call(
 ) -> CachedCall | None:
     """The cache entry of the checked call whose fields are in ``args``, or None when it may
     not be cached: a tensor param was replaced by a copy (a later in-place update of the
-    caller's tensor would not be seen through the copy)."""
+    caller's tensor would not be seen through the copy). The byte spans of q and ``out``
+    are kept only when the call had an ``out`` (later calls check it does not overlap q)."""
     for name, given in params.items():
         if isinstance(given, torch.Tensor) and values.get(name) is not given:
             return None
@@ -74,7 +77,8 @@ def remember_call(
     return CachedCall(
         q.shape[0], num_pages, a.k, a.v, a.q_stride_tok, a.q_stride_head, a.o_stride_tok,
         a.o_stride_head, a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head,
-        a.variant_params, struct, dict(params), byte_span(q), byte_span(o),
+        a.variant_params, struct, dict(params),
+        0 if out is None else byte_span(q), 0 if out is None else byte_span(out),
     )  # fmt: skip
 
 
