@@ -16,6 +16,7 @@ import torch
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
+from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.workspace import CapacityError, make_layout
@@ -97,6 +98,7 @@ def make_wrapper(max_batch=64, ws_bytes=64 << 20, graph=False, max_pages=None, n
     w._all_defaults = all(d.kind != "tensor" and d.default is not None for d in variant.params)
     w._calls = {}
     w._planned_mask = NO_PLANNED_MASK
+    w._page_status = PageStatus(torch.device("cpu"))  # the device page-id check's word
     w.last_schedule = None
     w.handle = 0
     return w
