@@ -56,7 +56,7 @@ def test_raise_if_set_raises_once_and_clears():
     status.pending = True
     with pytest.raises(ValueError, match=r"kv_indices: request 6 uses page id 77\b"):
         status.raise_if_set()
-    assert int(status.word.item()) == CLEAR and not status.pending
+    assert int(status.word.item()) == CLEAR and status.pending  # the plan still is unchecked
     status.raise_if_set()  # clear: nothing to report
 
 
@@ -92,7 +92,8 @@ def test_decode_plan_reports_before_planning():
     w._page_status.pending = True
     with pytest.raises(ValueError, match=r"kv_indices: request 2 uses page id 4096\b"):
         w.plan(None, None, None, 8, 8, 128, 16)  # type: ignore[arg-type]
-    assert not w._page_status.pending and int(w._page_status.word.item()) == CLEAR
+    # The old plan stays in force (and unchecked): the next plan() reads again.
+    assert w._page_status.pending and int(w._page_status.word.item()) == CLEAR
     w._page_status.word.fill_(_packed(0, 9))
     with pytest.raises(ValueError, match=r"request 0 uses page id 9\b"):
         w.check()

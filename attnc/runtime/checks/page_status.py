@@ -57,8 +57,8 @@ def pool_size(num_pages: int) -> int:
 
 class PageStatus:
     """One wrapper's status word: ``ptr`` goes into the launch arguments; ``pending`` marks
-    that runs since the last read used page ids the host did not check (read at the next
-    ``plan()``)."""
+    that the current plan's page ids were not checked on the host, so the next ``plan()``
+    reads the word before replacing it."""
 
     def __init__(self, device: torch.device) -> None:
         self.word = torch.full((1,), CLEAR, dtype=torch.int64, device=device)
@@ -75,7 +75,6 @@ class PageStatus:
     def raise_if_set(self) -> None:
         """Synchronise, and when a kernel reported a bad page id, clear the word and raise
         the ``ValueError`` naming ``kv_indices``, the request and the id."""
-        self.pending = False
         found = decode_status(self.read())
         if found is not None:
             self.word.fill_(CLEAR)

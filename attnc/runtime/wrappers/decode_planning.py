@@ -343,8 +343,8 @@ class DecodePlanning:
         )  # fmt: skip
         r = native.result
         self._max_page = r.max_page  # -1: none, or ids on the device (not read back)
-        if on_device:  # ids unchecked on the host: the kernels check them, plan() reads
-            self._page_status.pending = True
+        # Ids unchecked on the host: the kernels check them and the next plan() reads.
+        self._page_status.pending = on_device
         self._batch = r.batch
         self._q_rows = r.batch * q_len
         return sched
