@@ -145,3 +145,36 @@ def test_status_clear_value_matches_header():
     text = (INCLUDE_DIR / "attnc" / "page_check.cuh").read_text()
     m = re.search(r"#define ATTNC_PAGE_STATUS_CLEAR (0x[0-9a-f]+)ull", text)
     assert m is not None and int(m.group(1), 16) == CLEAR & (2**64 - 1)
+
+
+def test_launch_args_carry_pool_size_and_status_word():
+    """Prefill: num_pages from the cache's page count and the wrapper's word from the plan's
+    meta (ragged: neither); decode: num_pages per call, also on the cached-call path."""
+    from attnc.runtime.checks.kv import KvViews
+    from attnc.runtime.wrappers import decode_calls, decode_launch, prefill_launch
+
+    params = abi.params_struct(())()
+    q = torch.zeros(4, 8, 64, dtype=torch.bfloat16)
+    cache = torch.zeros(7, 2, 16, 2, 64, dtype=torch.bfloat16)
+    k, v = cache[:, 0], cache[:, 1]
+    meta = dict.fromkeys(prefill_launch.META_FIELDS, 0)
+    meta.update(kv_layout=abi.KV_PAGED_NHD, page_status=4096)
+    ws = torch.zeros(64, dtype=torch.uint8)
+    args = prefill_launch.build_args(list(meta.values()), q, k, v, q, None, ws, 0.1, params, 4)
+    assert (args.num_pages, args.page_status) == (7, 4096)
+    meta.update(kv_layout=abi.KV_RAGGED, page_status=0)
+    flat = torch.zeros(30, 2, 64, dtype=torch.bfloat16)
+    args = prefill_launch.build_args(
+        list(meta.values()), q, flat, flat, q, None, ws, 0.1, params, 4
+    )
+    assert (args.num_pages, args.page_status) == (0, None)
+
+    d_args = abi.AttncDecodeArgs()
+    views = KvViews(k, v, abi.KV_PAGED_NHD, 7, 16)
+    decode_launch.fill_call_fields(d_args, q, views, q, None, params)
+    assert d_args.num_pages == 7
+    hit = decode_calls.remember_call(d_args, q, q, 7, params, {}, {})
+    assert hit is not None
+    d_args.num_pages = 99
+    decode_calls.apply_call(d_args, hit)
+    assert d_args.num_pages == 7
