@@ -129,15 +129,19 @@ def test_decode_bad_device_page_id(kind, split, q_len, monkeypatch):
 
 
 def test_decode_lowest_bad_request_is_named_and_all_bad_rows_are_nan():
+    """Requests 2 and 3 have bad ids in pages the window shows: both NaN, 2 is named. Request
+    1's bad id sits in a page the window hides: never read, so its rows are right."""
     variant = attnc.load("stdlib:sliding_window")
     batch = PagedBatch(LENGTHS, 1, seed=5)
-    ids = batch.bad_indices(3, batch.num_pages)  # exactly one past the pool
-    ids[int(batch.kv_indptr[1])] = -1
+    ids = batch.kv_indices.clone()
+    ids[int(batch.kv_indptr[1])] = -1  # request 1's first page: outside the window
+    ids[int(batch.kv_indptr[3]) - 1] = batch.num_pages  # request 2's last page: one past
+    ids[int(batch.kv_indptr[4]) - 1] = -5  # request 3's last page
     w = _decode_wrapper(variant)
     _plan_decode(w, batch, ids.cuda())
     o, lse = w.run(batch.q, batch.cache, return_lse=True, window=700)
-    batch.check_rows(variant, o, lse, {1, 3}, _decode_rows(batch), window=700)
-    with pytest.raises(ValueError, match=r"request 1 uses page id -1\b"):
+    batch.check_rows(variant, o, lse, {2, 3}, _decode_rows(batch), window=700)
+    with pytest.raises(ValueError, match=rf"request 2 uses page id {batch.num_pages}\b"):
         w.check()
 
 
