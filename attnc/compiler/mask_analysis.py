@@ -264,6 +264,9 @@ def _linear(e: ir.Expr) -> _Lin:
 # The linear forms of the i32 arithmetic met during one analysis (see wrap_guards).
 _GUARDS: ContextVar[dict[LinearConstraint, None]] = ContextVar("wrap_guards")
 I32_LOW, I32_HIGH = -(2**31), 2**31 - 1
+# Longest q_len / kv_len the static no-wrap proof assumes (a request's lengths are i32 and
+# far below this in practice; forms with params are checked at run time whatever the length).
+MAX_LEN = 2**30
 
 
 def _guarded(form: _Lin) -> _Lin:
@@ -274,14 +277,14 @@ def _guarded(form: _Lin) -> _Lin:
 
 def never_wraps(g: LinearConstraint) -> bool:
     """Whether ``g`` stays in the i32 range for every request: true when its only atoms are
-    q_len and kv_len and its extremes over 0 <= q_idx < q_len <= 2**31-1 and
-    0 <= kv_idx < kv_len <= 2**31-1 (the corners of two triangles) fit."""
+    q_len and kv_len and its extremes over 0 <= q_idx < q_len <= MAX_LEN and
+    0 <= kv_idx < kv_len <= MAX_LEN (the corners of two triangles) fit."""
     coef = {"q_len": 0, "kv_len": 0}
     for c, atom in g.terms:
         if not (isinstance(atom, ir.Builtin) and atom.name in coef):
             return False
         coef[atom.name] += c
-    top = I32_HIGH
+    top = MAX_LEN
     q_corners = [g.cq * i + coef["q_len"] * n for i, n in ((0, 1), (0, top), (top - 1, top))]
     k_corners = [g.ck * i + coef["kv_len"] * n for i, n in ((0, 1), (0, top), (top - 1, top))]
     low = g.offset + min(q_corners) + min(k_corners)

@@ -80,7 +80,9 @@ def test_stdlib_variant(name: str) -> None:
     assert report.mask_mismatches == 0 and report.tile_violations == []
 
 
-@pytest.mark.parametrize("text", [ALL_PARAM_TYPES, BLOCKS, GATED], ids=["all_params", "blocks", "gated"])
+@pytest.mark.parametrize(
+    "text", [ALL_PARAM_TYPES, BLOCKS, GATED], ids=["all_params", "blocks", "gated"]
+)
 def test_hand_written_variant(text: str) -> None:
     report = run_host_test(compiled_of(text), points=POINTS, seed=1)
     assert report.ok, report.summary()
@@ -106,7 +108,7 @@ def test_wrong_functor_is_caught(monkeypatch) -> None:
     "original, broken, what",
     [
         ("return (2.0f * o);", "return (2.5f * o);", "output"),
-        ("p.table[(row.qo_head * 4 + ", "p.table[(row.qo_head * 3 + ", "score"),
+        ("p.p_table[(row.qo_head * 4 + ", "p.p_table[(row.qo_head * 3 + ", "score"),
     ],
     ids=["output", "tensor-row-stride"],
 )

@@ -50,10 +50,16 @@ def test_masks_that_cannot_wrap_have_no_guard() -> None:
             assert c.mask_analysis.wrap_guards == (), name
 
 
-def test_plan_time_ranges_leave_guarded_masks_to_the_kernel() -> None:
+def test_plan_time_ranges_of_a_wrapping_request_cover_its_whole_kv() -> None:
+    import numpy as np
+
     from attnc.runtime.planning.mask_ranges import tile_kv_ranges
 
     guarded = analyse_mask(mask_of("window + kv_idx <= q_pos"))
-    assert tile_kv_ranges(guarded, {"window": I32_MAX}) is None
-    plain = analyse_mask(mask_of("q_pos - kv_idx < window && kv_idx <= q_pos"))
-    assert tile_kv_ranges(plain, {"window": 4}) is not None
+    req, q0, q1 = np.array([0, 1]), np.array([0, 0]), np.array([4, 4])
+    q_lens, kv_lens = np.array([4, 4]), np.array([10, 10])
+    for window, want in ((I32_MAX, [(0, 10), (0, 10)]), (3, [(0, 7), (0, 7)])):
+        ranges = tile_kv_ranges(guarded, {"window": window})
+        assert ranges is not None
+        begin, end = ranges(req, q0, q1, q_lens, kv_lens)
+        assert list(zip(begin.tolist(), end.tolist(), strict=True)) == want, window

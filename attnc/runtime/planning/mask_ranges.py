@@ -34,8 +34,6 @@ def tile_kv_ranges(
     known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
     if analysis.kind not in ("linear", "union") or not bounds_known(analysis, known):
         return None
-    if analysis.wrap_guards:  # i32 arithmetic that may wrap: see the kernel's
-        return None  # per-tile answers (attnc.compiler.mask_analysis.wraps)
     terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
 
     def ranges(
@@ -52,7 +50,8 @@ def tile_kv_ranges(
             live = live | now
         begin = np.where(live & (kv > 0), begin, 0)
         end = np.where(live & (kv > 0), end, 0)
-        return begin, end
+        wrapping = _may_wrap(analysis, q_lens, kv_lens, known)[req]  # as the kernel's checks
+        return np.where(wrapping, 0, begin), np.where(wrapping, kv, end)
 
     return ranges
 
@@ -143,6 +142,22 @@ def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
     except KeyError:
         return False
     return True
+
+
+def _may_wrap(
+    analysis: MaskAnalysis, q_lens: np.ndarray, kv_lens: np.ndarray, params: Mapping[str, int]
+) -> np.ndarray:
+    """bool [batch]: whether a wrap guard of the mask may leave the i32 range in a request
+    (``attnc.compiler.mask_analysis.wraps`` for every request at once)."""
+    out = np.zeros(np.shape(kv_lens), dtype=bool)
+    q_top = np.maximum(np.asarray(q_lens, dtype=np.int64) - 1, 0)
+    k_top = np.maximum(np.asarray(kv_lens, dtype=np.int64) - 1, 0)
+    for g in analysis.wrap_guards:
+        c = _c_per_request(g, q_lens, kv_lens, params)
+        low = c + min(g.cq, 0) * q_top + min(g.ck, 0) * k_top
+        high = c + max(g.cq, 0) * q_top + max(g.ck, 0) * k_top
+        out |= (low < -(2**31)) | (high > 2**31 - 1)
+    return out
 
 
 def _conjunction_range(
