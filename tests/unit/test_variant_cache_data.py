@@ -185,3 +185,17 @@ def test_random_corruptions_are_misses_never_crashes_or_changes(cache, tmp_path)
     assert attnc.load(SOURCE).ir == want.ir
     assert len(calls) == 2
     assert entry.read_bytes() == raw  # rewritten
+
+
+def test_a_deep_dag_loads_again_in_the_same_process_at_once(cache):
+    import time
+
+    _, calls = cache
+    lines = ["def g0(x) = x;"]
+    lines += [f"def g{i}(x) = tanh(g{i - 1}(x)) * g{i - 1}(x);" for i in range(1, 25)]
+    src = "\n".join(lines) + "\nvariant deep { score = g24(score); }"
+    first = attnc.load(src)
+    start = time.perf_counter()
+    again = attnc.load(src)  # a hit; equal DAGs are never compared node by unfolded node
+    assert time.perf_counter() - start < 1.0
+    assert again.ir is first.ir and len(calls) == 1

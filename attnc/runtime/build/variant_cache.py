@@ -114,6 +114,13 @@ def _decode_entry(
     return imports, compiled, warnings
 
 
+# Entries this process decoded or wrote, by the sha256 of their bytes: loading one again
+# returns the same objects, so the shared nodes of two equal IR DAGs are never compared
+# structurally (which costs their unfolded trees).
+_Decoded = tuple[tuple[tuple[str, str], ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]
+_SEEN: dict[tuple[str, str], _Decoded] = {}
+
+
 def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
     """The compiled variants and warnings of the entry at ``path``, or None when it is
     missing, not a valid entry of ``key``, or an import it recorded has changed."""
@@ -122,11 +129,14 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
             raw = f.read(MAX_ENTRY_BYTES + 1)
         if len(raw) > MAX_ENTRY_BYTES:
             return None
-        imports, compiled, warnings = _decode_entry(json.loads(raw), key)
+        seen = (key, hashlib.sha256(raw).hexdigest())
+        decoded = _SEEN.get(seen) or _decode_entry(json.loads(raw), key)
     except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
+    imports, compiled, warnings = decoded
     if any(_file_digest(p) != digest for p, digest in imports):
         return None
+    _SEEN[seen] = decoded
     return compiled, warnings
 
 
@@ -143,6 +153,7 @@ def write_entry(
         payload = {"key": key, "body": ir_json.encode((imports, compiled, warnings))}
         entry = {"magic": MAGIC, "format": FORMAT, "digest": _digest(payload), "payload": payload}
         text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
+        _SEEN[(key, hashlib.sha256(text.encode()).hexdigest())] = (imports, compiled, warnings)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         try:
