@@ -12,6 +12,7 @@ import weakref
 
 import torch
 
+from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
 
 _WRAPPERS: weakref.WeakValueDictionary[int, object] = weakref.WeakValueDictionary()
@@ -42,16 +43,4 @@ def decode_op(
     return wrapper.launch_functional(q, k, v, values, return_lse)  # type: ignore[attr-defined,no-any-return]
 
 
-@decode_op.register_fake
-def _decode_fake(
-    handle: int,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    int_params: list[int],
-    float_params: list[float],
-    tensor_params: list[torch.Tensor],
-    return_lse: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
-    return torch.empty_like(q), lse
+register_attention_fake(decode_op, q_index=1)

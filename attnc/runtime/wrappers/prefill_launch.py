@@ -17,6 +17,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
 
 META_FIELDS = (
@@ -153,31 +154,11 @@ def prefill_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Functional prefill: returns (O, LSE); LSE is empty unless ``return_lse``."""
     module = module_by_id(module_id)
-    o, lse = _new_outputs(q, return_lse)
+    o, lse = attention_outputs(q, return_lse, contiguous_o=True)
     values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     params = pack_params(module, values)
     launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, params)
     return o, lse
 
 
-def _new_outputs(q: torch.Tensor, return_lse: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
-    return o, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-
-
-@prefill_op.register_fake
-def _prefill_fake(
-    module_id: str,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    workspace: torch.Tensor,
-    meta: list[int],
-    sm_scale: float,
-    int_params: list[int],
-    float_params: list[float],
-    tensor_params: list[torch.Tensor],
-    return_lse: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _new_outputs(q, return_lse)
+register_attention_fake(prefill_op, q_index=1, contiguous_o=True)

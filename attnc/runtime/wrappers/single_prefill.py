@@ -20,6 +20,7 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.params import resolve_params
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.variant import variant_by_handle
+from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
@@ -168,17 +169,4 @@ def single_prefill_op(
     return result, torch.empty((0,), dtype=torch.float32, device=q.device)
 
 
-@single_prefill_op.register_fake
-def _single_prefill_fake(
-    variant_handle: int,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    sm_scale: float | None,
-    int_params: list[int],
-    float_params: list[float],
-    tensor_params: list[torch.Tensor],
-    return_lse: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
-    return torch.empty_like(q), torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+register_attention_fake(single_prefill_op, q_index=1)

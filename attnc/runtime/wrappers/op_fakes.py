@@ -1,0 +1,37 @@
+"""Owns: the fake (shape-only) implementation shared by the attention custom ops
+(``attnc::prefill``, ``attnc::single_prefill``, ``attnc::decode``), which ``torch.compile``
+traces instead of launching: each returns O shaped like ``q`` and an fp32 LSE of shape
+``[tokens, heads]`` (or an empty one when its last argument ``return_lse`` is false)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def attention_outputs(
+    q: torch.Tensor, return_lse: bool, contiguous_o: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh (O, LSE) for queries ``q`` ``[tokens, heads, head_dim]``: O laid out like ``q``
+    (row-major when ``contiguous_o``); LSE is empty unless ``return_lse``."""
+    if contiguous_o:
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    else:
+        o = torch.empty_like(q)
+    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
+    return o, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+def register_attention_fake(
+    op: object, q_index: int, contiguous_o: bool = False
+) -> Callable[..., object]:
+    """Registers on custom op ``op`` the fake that reads ``q`` at position ``q_index`` and
+    ``return_lse`` last (O as :func:`attention_outputs` makes it); returns the fake."""
+
+    def fake(*args: object) -> tuple[torch.Tensor, torch.Tensor]:
+        q, return_lse = args[q_index], args[-1]
+        assert isinstance(q, torch.Tensor)
+        return attention_outputs(q, bool(return_lse), contiguous_o)
+
+    return op.register_fake(fake)  # type: ignore[attr-defined,no-any-return]
