@@ -22,8 +22,11 @@ _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 M = TypeVar("M")
 
 
-class PrefillModule:
-    """A loaded prefill library: the launcher plus the variant it was generated for."""
+class LoadedModule:
+    """A loaded kernel library (prefill or decode): the launcher plus the variant it was
+    generated for, and the ctypes ``Params`` struct of that variant."""
+
+    kind = "kernel"  # the word error messages use for the module
 
     def __init__(self, module_id: str, lib: ctypes.CDLL, ir: object, name: str) -> None:
         self.module_id = module_id
@@ -31,6 +34,19 @@ class PrefillModule:
         self.ir = ir
         self.name = name
         self.params_type = abi.params_struct(ir.params)  # type: ignore[attr-defined]
+
+    def raise_on_error(self, rc: int, what: str = "failed") -> None:
+        """A non-zero return code ``rc`` of the library becomes a RuntimeError naming it."""
+        if rc != 0:
+            raise RuntimeError(
+                f"attnc: {self.kind} module {self.name} {what} with code {rc} ({abi.error_name(rc)})"
+            )
+
+
+class PrefillModule(LoadedModule):
+    """A loaded prefill library: the launcher plus the variant it was generated for."""
+
+    kind = "prefill"
 
     def tile_q_tokens(self, head_dim: int, group_size: int, max_q_len: int) -> int:
         """Query tokens per work item the launcher uses for this shape."""
@@ -42,11 +58,7 @@ class PrefillModule:
 
     def launch(self, args: abi.AttncPrefillArgs, stream: int) -> None:
         """Call ``attnc_prefill``; a non-zero return code becomes a RuntimeError."""
-        rc = self.lib.attnc_prefill(ctypes.byref(args), ctypes.c_void_p(stream))
-        if rc != 0:
-            raise RuntimeError(
-                f"attnc: prefill module {self.name} failed with code {rc} ({abi.error_name(rc)})"
-            )
+        self.raise_on_error(self.lib.attnc_prefill(ctypes.byref(args), ctypes.c_void_p(stream)))
 
 
 def dtype_name(dtype: torch.dtype | str) -> str:
@@ -193,34 +205,26 @@ PREFILL_SM90_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
 get_prefill_sm90_module = PREFILL_SM90_MODULES.get
 
 
-class DecodeModule:
+class DecodeModule(LoadedModule):
     """A loaded decode library: the launcher plus the variant it was generated for."""
 
+    kind = "decode"
+
     def __init__(self, module_id: str, lib: ctypes.CDLL, ir: object, name: str) -> None:
-        self.module_id = module_id
-        self.lib = lib
-        self.ir = ir
-        self.name = name
-        self.params_type = abi.params_struct(ir.params)  # type: ignore[attr-defined]
+        super().__init__(module_id, lib, ir, name)
         self._launch = lib.attnc_decode
 
     def shape(self, head_dim: int, rows_needed: int) -> tuple[int, int, int]:
         """(rows per work item, KV tokens per CTA tile, CTAs per SM) on the current device."""
         out = (ctypes.c_int32 * 3)()
-        rc = self.lib.attnc_decode_shape(head_dim, rows_needed, out)
-        if rc != 0:
-            raise RuntimeError(
-                f"attnc: decode module {self.name}: shape query failed ({abi.error_name(rc)})"
-            )
+        self.raise_on_error(
+            self.lib.attnc_decode_shape(head_dim, rows_needed, out), "shape query failed"
+        )
         return int(out[0]), int(out[1]), int(out[2])
 
     def launch(self, args_ref: object, stream: int) -> None:
         """Call ``attnc_decode``; a non-zero return code becomes a RuntimeError."""
-        rc = self._launch(args_ref, stream)
-        if rc != 0:
-            raise RuntimeError(
-                f"attnc: decode module {self.name} failed with code {rc} ({abi.error_name(rc)})"
-            )
+        self.raise_on_error(self._launch(args_ref, stream))
 
 
 def _declare(lib: ctypes.CDLL) -> None:
