@@ -44,45 +44,59 @@ _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 _I32 = ctypes.c_int32
 
+# Field groups both argument structs hold, in this order (each struct's own fields sit between).
+_QKV_OUT_FIELDS = [
+    ("q", _P),
+    ("k", _P),
+    ("v", _P),
+    ("o", _P),
+    ("lse", _P),
+]
+_SPLIT_KV_AND_STRIDE_FIELDS = [
+    ("merge_items", _P),
+    ("part_o", _P),
+    ("part_lse", _P),
+    ("q_stride_tok", _I64),
+    ("q_stride_head", _I64),
+    ("o_stride_tok", _I64),
+    ("o_stride_head", _I64),
+    ("kv_stride_page", _I64),
+    ("kv_stride_tok", _I64),
+    ("kv_stride_head", _I64),
+]
+_HEAD_AND_KV_SHAPE_FIELDS = [
+    ("num_qo_heads", _I32),
+    ("num_kv_heads", _I32),
+    ("head_dim", _I32),
+    ("page_size", _I32),
+    ("kv_layout", _I32),
+]
+_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS = [
+    ("sm_scale", ctypes.c_float),
+    ("variant_params", _P),
+    ("variant_params_size", _I64),
+    ("page_status", _P),
+    ("num_pages", _I32),
+]
+
 
 class AttncPrefillArgs(ctypes.Structure):
     """Field-for-field mirror of ``struct AttncPrefillArgs``; pointers are plain addresses."""
 
     _fields_ = [
-        ("q", _P),
-        ("k", _P),
-        ("v", _P),
-        ("o", _P),
-        ("lse", _P),
+        *_QKV_OUT_FIELDS,
         ("qo_indptr", _P),
         ("kv_indptr", _P),
         ("kv_indices", _P),
         ("kv_last_page_len", _P),
         ("items", _P),
-        ("merge_items", _P),
-        ("part_o", _P),
-        ("part_lse", _P),
-        ("q_stride_tok", _I64),
-        ("q_stride_head", _I64),
-        ("o_stride_tok", _I64),
-        ("o_stride_head", _I64),
-        ("kv_stride_page", _I64),
-        ("kv_stride_tok", _I64),
-        ("kv_stride_head", _I64),
+        *_SPLIT_KV_AND_STRIDE_FIELDS,
         ("batch_size", _I32),
         ("num_work", _I32),
         ("num_merge", _I32),
-        ("num_qo_heads", _I32),
-        ("num_kv_heads", _I32),
-        ("head_dim", _I32),
-        ("page_size", _I32),
-        ("kv_layout", _I32),
+        *_HEAD_AND_KV_SHAPE_FIELDS,
         ("tile_q_tokens", _I32),
-        ("sm_scale", ctypes.c_float),
-        ("variant_params", _P),
-        ("variant_params_size", _I64),
-        ("page_status", _P),
-        ("num_pages", _I32),
+        *_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS,
     ]
 
 
@@ -136,39 +150,18 @@ class AttncDecodeArgs(ctypes.Structure):
     """Field-for-field mirror of ``struct AttncDecodeArgs``; pointers are plain addresses."""
 
     _fields_ = [
-        ("q", _P),
-        ("k", _P),
-        ("v", _P),
-        ("o", _P),
-        ("lse", _P),
+        *_QKV_OUT_FIELDS,
         ("header", _P),
         ("cta_indptr", _P),
         ("items", _P),
         ("req_page_begin", _P),
         ("req_kv_len", _P),
         ("page_ids", _P),
-        ("merge_items", _P),
-        ("part_o", _P),
-        ("part_lse", _P),
-        ("q_stride_tok", _I64),
-        ("q_stride_head", _I64),
-        ("o_stride_tok", _I64),
-        ("o_stride_head", _I64),
-        ("kv_stride_page", _I64),
-        ("kv_stride_tok", _I64),
-        ("kv_stride_head", _I64),
-        ("num_qo_heads", _I32),
-        ("num_kv_heads", _I32),
-        ("head_dim", _I32),
-        ("page_size", _I32),
-        ("kv_layout", _I32),
+        *_SPLIT_KV_AND_STRIDE_FIELDS,
+        *_HEAD_AND_KV_SHAPE_FIELDS,
         ("rows_per_item", _I32),
         ("num_ctas", _I32),
         ("merge_ctas", _I32),
         ("flags", _I32),
-        ("sm_scale", ctypes.c_float),
-        ("variant_params", _P),
-        ("variant_params_size", _I64),
-        ("page_status", _P),
-        ("num_pages", _I32),
+        *_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS,
     ]
