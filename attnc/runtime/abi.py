@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -45,14 +46,14 @@ _I64 = ctypes.c_int64
 _I32 = ctypes.c_int32
 
 # Field groups both argument structs hold, in this order (each struct's own fields sit between).
-_QKV_OUT_FIELDS = [
+_QKV_OUT_FIELDS: list[tuple[str, Any]] = [
     ("q", _P),
     ("k", _P),
     ("v", _P),
     ("o", _P),
     ("lse", _P),
 ]
-_SPLIT_KV_AND_STRIDE_FIELDS = [
+_SPLIT_KV_AND_STRIDE_FIELDS: list[tuple[str, Any]] = [
     ("merge_items", _P),
     ("part_o", _P),
     ("part_lse", _P),
@@ -64,14 +65,14 @@ _SPLIT_KV_AND_STRIDE_FIELDS = [
     ("kv_stride_tok", _I64),
     ("kv_stride_head", _I64),
 ]
-_HEAD_AND_KV_SHAPE_FIELDS = [
+_HEAD_AND_KV_SHAPE_FIELDS: list[tuple[str, Any]] = [
     ("num_qo_heads", _I32),
     ("num_kv_heads", _I32),
     ("head_dim", _I32),
     ("page_size", _I32),
     ("kv_layout", _I32),
 ]
-_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS = [
+_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS: list[tuple[str, Any]] = [
     ("sm_scale", ctypes.c_float),
     ("variant_params", _P),
     ("variant_params_size", _I64),
