@@ -54,21 +54,9 @@ class BatchDecodeWrapper(DecodePlanning):
     q_len_per_request and sm_scale.
     """
 
-    def __init__(
-        self,
-        variant: object,
-        workspace_buffer: torch.Tensor,
-        kv_layout: str = "NHD",
-        use_cuda_graph: bool = False,
-        max_batch_size: int | None = None,
-        *,
-        max_work_items: int | None = None,
-        max_num_pages: int | None = None,
-    ) -> None:
-        super().__init__(
-            variant, workspace_buffer, kv_layout, use_cuda_graph, max_batch_size,
-            max_work_items=max_work_items, max_num_pages=max_num_pages,
-        )  # fmt: skip
+    def _init_run_side(self) -> None:
+        """The packed-params cache and the custom-op handle of this wrapper."""
+        variant = self.variant
         self._packer = ParamsPacker(variant.params)  # type: ignore[attr-defined]
         self._all_defaults = all(
             d.kind != "tensor" and d.default is not None

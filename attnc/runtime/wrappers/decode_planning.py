@@ -131,6 +131,10 @@ class DecodePlanning:
         self._q_rows = 0
         self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
         self.last_schedule: StepPlan | None = None
+        self._init_run_side()
+
+    def _init_run_side(self) -> None:
+        """The run side's own state, set up last in ``__init__`` (``BatchDecodeWrapper``)."""
 
     # ---- plan ------------------------------------------------------------------------
     def plan(
