@@ -44,7 +44,15 @@ def _shared(cls):
             return True
         if other.__class__ is not self.__class__ or hash(self) != hash(other):
             return False
-        return structural_eq(self, other)
+        mine, theirs = _representative(self), _representative(other)
+        if mine is theirs:
+            return True
+        if not structural_eq(self, other):
+            return False
+        # Equal: remember it, so comparing two separately built copies of a DAG visits each
+        # pair of shared nodes once (union-find over representatives), not every path.
+        object.__setattr__(theirs, "_same_as", mine)
+        return True
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -53,6 +61,18 @@ def _shared(cls):
     cls.__eq__ = __eq__
     cls.__getstate__ = __getstate__
     return cls
+
+
+def _representative(node: object) -> object:
+    """The node that stands for every node found equal to ``node`` so far (path-halving)."""
+    while True:
+        parent = node.__dict__.get("_same_as")
+        if parent is None:
+            return node
+        grand = parent.__dict__.get("_same_as")
+        if grand is not None:
+            object.__setattr__(node, "_same_as", grand)
+        node = parent
 
 
 def bottom_up(e, key: str, own):
