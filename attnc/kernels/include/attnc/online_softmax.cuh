@@ -71,6 +71,40 @@ __device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float
 #endif
 #endif
 
+// One row half h (row g or g + 8 of the fragment) of one mma row block s of log2-domain
+// logits through the online-softmax step: the reference max m moves to the tile's max only
+// when that exceeds it by more than ATTNC_RESCALE_SLACK (always from -inf to a finite max;
+// never while both are -inf: the NaN compares false); the logits become the weights p, whose
+// sum (this lane's columns) is added to l after l is rescaled by alpha = exp2((m_old - m_new)
+// * c), the factor O needs too (1 when m stays). Returns whether m moved.
+template <class V, int NS>
+__device__ __forceinline__ bool softmax_row_step(float (&s)[NS][4], int h, float& m, float& l,
+                                                 float mult, float& alpha) {
+  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
+#pragma unroll
+  for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+  mx = quad_max(mx);
+  const float c = V::kScoreIsIdentity ? mult : 1.f;
+  const bool move = (mx - m) * c > kSlack;
+  const float m_ref = move ? mx : m;
+  alpha = move ? fast_exp2((m - mx) * c) : 1.f;
+  m = m_ref;
+  const float shift = -safe_max(m_ref) * c;
+  float sum = 0.f;
+#pragma unroll
+  for (int n = 0; n < NS; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float p = fast_exp2(fmaf(s[n][2 * h + e], c, shift));
+      s[n][2 * h + e] = p;
+      sum += p;
+    }
+  }
+  l = fmaf(l, alpha, sum);
+  return move;
+}
+
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
 // running reference row max m (in the units of s; see ATTNC_RESCALE_SLACK), running
 // partial row sum l (this lane's columns only; summed over the 4 lanes of a row at the end), O
@@ -79,37 +113,15 @@ template <class V, int MQ, int NS, int NO>
 __device__ __forceinline__ void warp_softmax_step(float (&s)[MQ][NS][4], float (&m)[MQ][2],
                                                   float (&l)[MQ][2], float (&o)[MQ][NO][4],
                                                   const float (&mult)[MQ][2]) {
-  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
   float alpha[MQ][2];
   bool rescale = false;
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float mx = fmaxf(s[mi][0][2 * h], s[mi][0][2 * h + 1]);
-#pragma unroll
-      for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
-      mx = quad_max(mx);
-      const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-      // Move the reference max only when the tile's max exceeds it by more than the slack
-      // (always from -inf to a finite max; never while both are -inf: the NaN compares false).
-      const bool move = (mx - m[mi][h]) * c > kSlack;
-      const float m_ref = move ? mx : m[mi][h];
-      alpha[mi][h] = move ? fast_exp2((m[mi][h] - mx) * c) : 1.f;
-      rescale = rescale || move;
-      m[mi][h] = m_ref;
-      const float shift = -safe_max(m_ref) * c;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < NS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = fast_exp2(fmaf(s[mi][n][2 * h + e], c, shift));
-          s[mi][n][2 * h + e] = p;
-          sum += p;
-        }
-      }
-      l[mi][h] = fmaf(l[mi][h], alpha[mi][h], sum);
+      const bool moved =
+          softmax_row_step<V, NS>(s[mi], h, m[mi][h], l[mi][h], mult[mi][h], alpha[mi][h]);
+      rescale = rescale || moved;
     }
   }
   // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.
