@@ -56,6 +56,18 @@ def check_kv_layout(kv_layout: str) -> None:
         raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {kv_layout!r}")
 
 
+def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> torch.Tensor:
+    """A wrapper's ``workspace_buffer`` checked (a contiguous tensor; on a CUDA device when
+    ``require_cuda``) and viewed as flat bytes."""
+    if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
+        raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
+    if require_cuda and workspace_buffer.device.type != "cuda":
+        raise ValueError(
+            f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
+        )
+    return workspace_buffer.view(-1).view(torch.uint8)
+
+
 def check_dtype_arg(dtype: torch.dtype) -> None:
     """The activation dtype named in ``plan()``."""
     if dtype not in KV_DTYPES:

@@ -87,16 +87,10 @@ class DecodePlanning:
         max_num_pages: int | None = None,
     ) -> None:
         tensors.check_kv_layout(kv_layout)
-        if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
-            raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
-        if workspace_buffer.device.type != "cuda":
-            raise ValueError(
-                f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
-            )
+        self._ws = tensors.workspace_bytes(workspace_buffer, require_cuda=True)
         self.variant = variant
         self.kv_layout = kv_layout
         self.use_cuda_graph = bool(use_cuda_graph)
-        self._ws = workspace_buffer.view(-1).view(torch.uint8)
         self._device = self._ws.device
         self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         max_batch = (

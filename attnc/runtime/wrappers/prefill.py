@@ -45,11 +45,9 @@ class BatchPrefillWrapper:
     ):
         tensors.check_kv_layout(kv_layout)
         self.backend = check_backend(backend)
-        if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
-            raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
         self.variant = variant
         self.kv_layout = kv_layout
-        self._workspace = workspace_buffer.view(-1).view(torch.uint8)
+        self._workspace = tensors.workspace_bytes(workspace_buffer)
         self._page_status = PageStatus(self._workspace.device)
         self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None
