@@ -29,6 +29,7 @@
 
 #include "decode_args.h"
 #include "decode_kernel.cuh"
+#include "launch_checks.h"
 #include "mask_math.cuh"
 #include "variant_contract.cuh"
 
@@ -36,32 +37,19 @@ namespace attnc {
 
 namespace decode_detail {
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 template <class V>
 int check_args(const AttncDecodeArgs& a, int head_dim) {
-  using P = typename V::Params;
-  const bool size_ok = a.variant_params_size == static_cast<int64_t>(sizeof(P)) ||
-                       (std::is_empty<P>::value && a.variant_params_size == 0);
-  if (!size_ok) return ATTNC_E_BAD_PARAMS_SIZE;
-  if (!std::is_empty<P>::value && a.variant_params == nullptr) return ATTNC_E_BAD_PARAMS_SIZE;
-  if (a.head_dim != head_dim) return ATTNC_E_BAD_HEAD_DIM;
-  if (a.num_kv_heads <= 0 || a.num_qo_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0)
-    return ATTNC_E_BAD_LAYOUT;
+  const int status = launch_checks::check_params_and_heads<V>(a, head_dim);
+  if (status != 0) return status;
   if (a.page_size < 1 || a.num_pages < 0 || a.num_ctas < 0 || a.merge_ctas < 0)
     return ATTNC_E_BAD_LAYOUT;
   if (a.header == nullptr || a.cta_indptr == nullptr || a.items == nullptr ||
       a.req_page_begin == nullptr || a.req_kv_len == nullptr || a.page_ids == nullptr ||
       a.merge_items == nullptr || a.part_o == nullptr || a.part_lse == nullptr)
     return ATTNC_E_BAD_LAYOUT;
-  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o) ||
-      !aligned16(a.items) || !aligned16(a.part_o))
+  if (!launch_checks::aligned16(a.items) || !launch_checks::aligned16(a.part_o))
     return ATTNC_E_BAD_LAYOUT;
-  if (a.q_stride_tok % 8 || a.q_stride_head % 8 || a.kv_stride_tok % 8 ||
-      a.kv_stride_head % 8 || a.kv_stride_page % 8 || a.o_stride_tok % 4 ||
-      a.o_stride_head % 4)
-    return ATTNC_E_BAD_LAYOUT;
-  return 0;
+  return launch_checks::check_qkvo_layout(a, 4);
 }
 
 template <class V, class T, class Tile>

@@ -38,6 +38,7 @@
 
 #include "prefill_args.h"
 #include "prefill_config.cuh"
+#include "launch_checks.h"
 #include "prefill_fa2.cuh"
 #include "partial_merge.cuh"
 #include "variant_contract.cuh"
@@ -49,18 +50,11 @@ namespace attnc {
 
 namespace detail {
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 template <class V>
 int check_prefill_args(const AttncPrefillArgs& a, int head_dim) {
-  using P = typename V::Params;
-  const bool size_ok = a.variant_params_size == static_cast<int64_t>(sizeof(P)) ||
-                       (std::is_empty<P>::value && a.variant_params_size == 0);
-  if (!size_ok) return ATTNC_E_BAD_PARAMS_SIZE;
-  if (!std::is_empty<P>::value && a.variant_params == nullptr) return ATTNC_E_BAD_PARAMS_SIZE;
-  if (a.head_dim != head_dim) return ATTNC_E_BAD_HEAD_DIM;
-  if (a.num_kv_heads <= 0 || a.num_qo_heads <= 0 || a.num_qo_heads % a.num_kv_heads != 0)
-    return ATTNC_E_BAD_LAYOUT;
+  using launch_checks::aligned16;
+  const int status = launch_checks::check_params_and_heads<V>(a, head_dim);
+  if (status != 0) return status;
   if (a.num_work < 0 || a.batch_size < 0 || a.num_merge < 0) return ATTNC_E_BAD_LAYOUT;
   if (a.num_work > 0 && (a.items == nullptr || !aligned16(a.items))) return ATTNC_E_BAD_LAYOUT;
   if (a.num_merge > 0) {
@@ -77,13 +71,7 @@ int check_prefill_args(const AttncPrefillArgs& a, int head_dim) {
   } else {
     return ATTNC_E_BAD_LAYOUT;
   }
-  if (!aligned16(a.q) || !aligned16(a.k) || !aligned16(a.v) || !aligned16(a.o))
-    return ATTNC_E_BAD_LAYOUT;
-  if (a.q_stride_tok % 8 || a.q_stride_head % 8 || a.kv_stride_tok % 8 ||
-      a.kv_stride_head % 8 || a.kv_stride_page % 8 || a.o_stride_tok % 2 ||
-      a.o_stride_head % 2)
-    return ATTNC_E_BAD_LAYOUT;
-  return 0;
+  return launch_checks::check_qkvo_layout(a, 2);
 }
 
 template <class V, class T, class Tile>
