@@ -75,6 +75,18 @@ __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const 
   }
 }
 
+// One thread's TMA issue of a K or V tile: arm barrier `full` with the tile's `bytes`, then
+// (when `load`) the D / 64 boxes of 64 columns into `dst`.
+template <int D, int KVT>
+__device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, uint32_t full,
+                                         int kv_head, int token, uint32_t bytes, bool load) {
+  mbar_arrive_expect_tx(full, bytes);
+  if (load) {
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b) tma_load_3d(dst + b * KVT * 128, map, 64 * b, kv_head, token, full);
+  }
+}
+
 // One stage: K and V of the tile described by `info` (nothing for kNoTile), then the
 // arrivals that publish it.
 template <class V, class T, class Shape>
@@ -97,24 +109,11 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
     mbar_wait(sm.empty_k(stage), phase ^ 1);
     if (tid == 0) {
       info.store(sm.info(stage));
-      mbar_arrive_expect_tx(sm.full_k(stage), bytes);
-      if (load) {
-#pragma unroll
-        for (int b = 0; b < D / 64; ++b)
-          tma_load_3d(sm.k(stage) + b * KVT * 128, &p.tmap_k, 64 * b, it.kv_head, token,
-                      sm.full_k(stage));
-      }
+      tma_tile<D, KVT>(sm.k(stage), &p.tmap_k, sm.full_k(stage), it.kv_head, token, bytes, load);
     }
     mbar_wait(sm.empty_v(stage), phase ^ 1);
-    if (tid == 0) {
-      mbar_arrive_expect_tx(sm.full_v(stage), bytes);
-      if (load) {
-#pragma unroll
-        for (int b = 0; b < D / 64; ++b)
-          tma_load_3d(sm.v(stage) + b * KVT * 128, &p.tmap_v, 64 * b, it.kv_head, token,
-                      sm.full_v(stage));
-      }
-    }
+    if (tid == 0)
+      tma_tile<D, KVT>(sm.v(stage), &p.tmap_v, sm.full_v(stage), it.kv_head, token, bytes, load);
     __syncwarp();
     return;
   }
