@@ -107,16 +107,10 @@ int decode_shape(int32_t head_dim, int32_t rows_needed, int32_t* out) {
 
 template <class V, class T, int HEAD_DIM>
 int launch_decode(const AttncDecodeArgs& a, cudaStream_t stream) {
-  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
-                "attnc decode: T must be __nv_bfloat16 or half");
-  static_assert(check_variant_contract<V>(), "");
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
-                "attnc decode: head_dim must be 64, 128 or 256");
+  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
   const int status = decode_detail::check_args<V>(a, HEAD_DIM);
   if (status != 0) return status;
-  typename V::Params params;
-  if (!std::is_empty<typename V::Params>::value)
-    std::memcpy(&params, a.variant_params, sizeof(params));
+  const typename V::Params params = launch_checks::read_params<V>(a);
   int rc;
   if (a.rows_per_item == 16) {
     rc = decode_detail::launch_tile<V, T, typename DecodeTileFor<HEAD_DIM, 1>::type>(a, params,

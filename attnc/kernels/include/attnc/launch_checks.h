@@ -1,17 +1,42 @@
 // Owns: the launch-argument checks the prefill and decode launchers share (host code): the
-// variant's Params size, head_dim, the head counts, and the 16-byte alignment and element
-// strides of q/k/v/o that the kernels' vector loads need. They return the ATTNC_E_* codes of
-// abi_codes.h (0 when the arguments pass).
+// instantiations they accept, the variant's Params (size, copy), head_dim, the head counts,
+// and the 16-byte alignment and element strides of q/k/v/o that the kernels' vector loads
+// need. The runtime checks return the ATTNC_E_* codes of abi_codes.h (0 when they pass).
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdint.h>
 
+#include <cstring>
 #include <type_traits>
 
 #include "abi_codes.h"
+#include "variant_contract.cuh"
 
 namespace attnc {
 namespace launch_checks {
+
+// Compile-time checks of a launcher instantiation: T is __nv_bfloat16 or half, V meets the
+// variant contract, head_dim is 64, 128 or 256. Use: static_assert(Instantiation<...>::kOk, "").
+template <class V, class T, int HEAD_DIM>
+struct Instantiation {
+  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
+                "attnc: T must be __nv_bfloat16 or half");
+  static_assert(check_variant_contract<V>(), "");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
+                "attnc: head_dim must be 64, 128 or 256");
+  static constexpr bool kOk = true;
+};
+
+// The variant's Params from the args (size checked by check_params_and_heads).
+template <class V, class Args>
+typename V::Params read_params(const Args& a) {
+  typename V::Params params;
+  if (!std::is_empty<typename V::Params>::value)
+    std::memcpy(&params, a.variant_params, sizeof(params));
+  return params;
+}
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 

@@ -110,11 +110,7 @@ int tile_ctas_per_sm() {
 // Launches the prefill for one batch; returns 0, a cudaError_t value or an ATTNC_E* code.
 template <class V, class T, int HEAD_DIM>
 int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
-  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
-                "attnc prefill: T must be __nv_bfloat16 or half");
-  static_assert(check_variant_contract<V>(), "");
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
-                "attnc prefill: head_dim must be 64, 128 or 256");
+  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
   const int status = detail::check_prefill_args<V>(a, HEAD_DIM);
   if (status != 0) return status;
   const int group = a.num_qo_heads / a.num_kv_heads;
@@ -122,9 +118,7 @@ int launch_prefill(const AttncPrefillArgs& a, cudaStream_t stream) {
   if (a.tile_q_tokens <= 0 || rows > prefill_max_rows<HEAD_DIM>()) return ATTNC_E_BAD_TILE;
   if (a.num_work == 0) return 0;
 
-  typename V::Params params;
-  if (!std::is_empty<typename V::Params>::value)
-    std::memcpy(&params, a.variant_params, sizeof(params));
+  const typename V::Params params = launch_checks::read_params<V>(a);
 
   using Shapes = PrefillShapes<HEAD_DIM>;
   int launched;

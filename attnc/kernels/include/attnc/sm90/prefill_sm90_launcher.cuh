@@ -63,9 +63,7 @@ cudaError_t opt_in_smem() {
 
 template <class V, class T, int HEAD_DIM>
 int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
-  static_assert(std::is_same<T, __nv_bfloat16>::value || std::is_same<T, half>::value,
-                "attnc sm90 prefill: T must be __nv_bfloat16 or half");
-  static_assert(check_variant_contract<V>(), "");
+  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
   using Shape = PrefillSm90Shape<HEAD_DIM>;
   const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
   if (status != 0) return status;
@@ -77,8 +75,7 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   PrefillSm90Params<V> prm;
   std::memset(static_cast<void*>(&prm), 0, sizeof(prm));
   prm.args = a;
-  if (!std::is_empty<typename V::Params>::value)
-    std::memcpy(&prm.params, a.variant_params, sizeof(prm.params));
+  prm.params = launch_checks::read_params<V>(a);
 #ifdef ATTNC_SM90_NO_TMA
   prm.use_tma = 0;  // experiments: every tile by cp.async
 #else
