@@ -5,7 +5,8 @@ see and the class of a tile. The generated C++ (``attnc/mask_math.cuh``, emitted
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis, wraps
 
@@ -23,20 +24,39 @@ def _bound(a: int, c: int, lo: int, hi: int) -> tuple[int, int]:
     return (lo, hi) if c >= 0 else (max(lo, 1), min(hi, 0))
 
 
-def _project(cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi: int):
-    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows."""
-    if q_lo > q_hi:
-        return 1, 0
+def project_kv(
+    cons: Sequence[tuple[int, int, Any]],
+    q_lo: Any,
+    q_hi: Any,
+    lo: Any,
+    hi: Any,
+    bound: Callable[[int, Any, Any, Any], tuple[Any, Any]] = _bound,
+) -> tuple[Any, Any]:
+    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows: every lower
+    bound on q (``cq > 0``, and ``q >= q_lo``) against every upper bound (``cq < 0``, and
+    ``q <= q_hi``) eliminates q; constraints without q bound kv alone. Scalars with the
+    default ``bound``; the runtime passes arrays (one entry per request) and a vectorised one.
+    """
     lower = [(1, 0, -q_lo)] + [x for x in cons if x[0] > 0]
     upper = [(-1, 0, q_hi)] + [x for x in cons if x[0] < 0]
     for cq_l, ck_l, c_l in lower:
         for cq_u, ck_u, c_u in upper:
             a, b = cq_l, -cq_u
-            lo, hi = _bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
+            lo, hi = bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
     for cq, ck, c in cons:
         if cq == 0:
-            lo, hi = _bound(ck, c, lo, hi)
+            lo, hi = bound(ck, c, lo, hi)
     return lo, hi
+
+
+def _project(
+    cons: list[tuple[int, int, int]], q_lo: int, q_hi: int, lo: int, hi: int
+) -> tuple[int, int]:
+    """:func:`project_kv` of one query range; an empty one allows no kv."""
+    if q_lo > q_hi:
+        return 1, 0
+    lo, hi = project_kv(cons, q_lo, q_hi, lo, hi)
+    return int(lo), int(hi)
 
 
 def _may_wrap(analysis: MaskAnalysis, env: Mapping[str, int]) -> bool:

@@ -9,7 +9,7 @@ thousands of tiles per step), by the same elimination of ``q_idx``. Tests check 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,7 +172,9 @@ def _conjunction_range(
     """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
     per_req = [_c_per_request(x, q_lens, kv_lens, params) for x in cons]
     values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, per_req, strict=True)]
-    lo, hi = _project(values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1)
+    lo, hi = mask_tiles.project_kv(
+        values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1, bound=_bound
+    )
     ok = lo <= hi
     return np.where(ok, lo, 0), np.where(ok, hi + 1, 0)
 
@@ -201,22 +203,6 @@ def _c_per_request(
                 dtype=np.int64,
             )
     return c
-
-
-def _project(
-    cons: Sequence[_Cons], q_lo: np.ndarray, q_hi: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Narrow ``[lo, hi]`` to kv values some real q in ``[q_lo, q_hi]`` allows."""
-    lower: list[_Cons] = [(1, 0, -q_lo)] + [x for x in cons if x[0] > 0]
-    upper: list[_Cons] = [(-1, 0, q_hi)] + [x for x in cons if x[0] < 0]
-    for cq_l, ck_l, c_l in lower:
-        for cq_u, ck_u, c_u in upper:
-            a, b = cq_l, -cq_u
-            lo, hi = _bound(a * ck_u + b * ck_l, a * c_u + b * c_l, lo, hi)
-    for cq, ck, c in cons:
-        if cq == 0:
-            lo, hi = _bound(ck, c, lo, hi)
-    return lo, hi
 
 
 def _bound(a: int, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
