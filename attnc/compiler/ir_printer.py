@@ -6,22 +6,9 @@ from __future__ import annotations
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
 from attnc.dsl.limits import deep_recursion
+from attnc.dsl.printer import BINARY_PREC
 
-_PREC = {
-    "||": 2,
-    "&&": 3,
-    "==": 4,
-    "!=": 4,
-    "<": 5,
-    "<=": 5,
-    ">": 5,
-    ">=": 5,
-    "+": 6,
-    "-": 6,
-    "*": 7,
-    "/": 7,
-    "%": 7,
-}
+_PREC = BINARY_PREC  # the source syntax binds as the .attn printer does
 
 
 # Above this many nodes when unfolded, shared sub-expressions are printed once, by name.
