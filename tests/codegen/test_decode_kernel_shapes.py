@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,8 +41,10 @@ def cuobjdump() -> str | None:
     if found:
         return found
     nvcc = shutil.which("nvcc")
-    beside = Path(nvcc).parent / "cuobjdump" if nvcc else None
-    return str(beside) if beside and beside.exists() else None
+    candidates = [Path(nvcc).resolve().parent / "cuobjdump"] if nvcc else []
+    for entry in sys.path:  # the nvidia-cuda-cuobjdump wheel of the dev extras
+        candidates += list(Path(entry).glob("nvidia/cu*/bin/cuobjdump"))
+    return next((str(c) for c in candidates if c.is_file()), None)
 
 
 def decode_resources(log: str) -> list[tuple[str, str, int, int, int]]:
