@@ -152,3 +152,14 @@ def test_prefill_run_is_one_op(on_cpu, monkeypatch):
     o = _no_breaks(lambda q, k: w.run(q, (k, k), window=5), q, k)
     expect = abi.fill_params(w._module.params_type, variant.params, {"window": 5})
     assert o.shape == q.shape and seen[-1] == bytes(expect)
+
+
+def test_module_by_id_finds_hopper_modules(monkeypatch):
+    """The compiled path looks a module up by id in both prefill registries (FA2 and Hopper)."""
+    from attnc.runtime.build import modules
+
+    fake = object()
+    monkeypatch.setitem(modules.PREFILL_SM90_MODULES._by_id, "/x/causal_sm90.so", fake)
+    assert modules.module_by_id("/x/causal_sm90.so") is fake
+    with pytest.raises(KeyError, match="no prefill module"):
+        modules.module_by_id("/x/missing.so")

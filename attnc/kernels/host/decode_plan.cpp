@@ -9,13 +9,13 @@
 extern "C" {
 
 // Plan one step into params->buf (decode_plan.h: plan). An ATTNC_PLAN_* code.
-int attnc_decode_plan(const AttncPlanParams* params, AttncPlanSummary* summary) {
+ATTNC_PLAN_EXPORT int attnc_decode_plan(const AttncPlanParams* params, AttncPlanSummary* summary) {
   static thread_local attnc::decode_plan::Scratch scratch;
   return attnc::decode_plan::plan(*params, summary, scratch);
 }
 
 // sizeof of the four structs, checked against the ctypes mirrors at load time.
-void attnc_decode_plan_sizes(int64_t* out) {
+ATTNC_PLAN_EXPORT void attnc_decode_plan_sizes(int64_t* out) {
   out[0] = static_cast<int64_t>(sizeof(AttncPlanParams));
   out[1] = static_cast<int64_t>(sizeof(AttncPlanSummary));
   out[2] = static_cast<int64_t>(sizeof(AttncStepParams));
@@ -24,23 +24,23 @@ void attnc_decode_plan_sizes(int64_t* out) {
 
 // The page-table checks alone (decode_step.h: check_page_table): the KV lengths and page
 // begins land in params->kv_out and params->page_begin_out.
-int attnc_decode_check(const AttncStepParams* params, AttncStepResult* result) {
+ATTNC_PLAN_EXPORT int attnc_decode_check(const AttncStepParams* params, AttncStepResult* result) {
   return attnc::decode_plan::check_page_table(*params, result);
 }
 
 // BatchDecodeWrapper.plan after its scalar checks (decode_step.h: step).
-int attnc_decode_step(AttncStepParams* params, AttncStepResult* result) {
+ATTNC_PLAN_EXPORT int attnc_decode_step(AttncStepParams* params, AttncStepResult* result) {
   static thread_local attnc::decode_plan::Scratch scratch;
   return attnc::decode_plan::step(*params, result, scratch);
 }
 
 // Wait for the copies of the last step (a cudaError_t).
-int attnc_decode_wait(AttncStepParams* params) {
+ATTNC_PLAN_EXPORT int attnc_decode_wait(AttncStepParams* params) {
   return static_cast<int>(attnc::decode_plan::cuda().wait(*params));
 }
 
 // Wait for and destroy the event of ``params`` (a cudaError_t).
-int attnc_decode_release(AttncStepParams* params) {
+ATTNC_PLAN_EXPORT int attnc_decode_release(AttncStepParams* params) {
   return static_cast<int>(attnc::decode_plan::cuda().release(*params));
 }
 
@@ -50,7 +50,7 @@ const char* attnc_decode_cuda_error(int code) {
 
 // Test only: ``fake`` >= 0 switches host memcpys in for the CUDA calls (1) or back (0);
 // out[0..3] = copies, event records, waits, event creations so far.
-void attnc_decode_fake_cuda(int fake, int64_t* out) {
+ATTNC_PLAN_EXPORT void attnc_decode_fake_cuda(int fake, int64_t* out) {
   attnc::decode_plan::Cuda& c = attnc::decode_plan::cuda();
   if (fake >= 0) c.fake = fake != 0;
   out[0] = c.copies;

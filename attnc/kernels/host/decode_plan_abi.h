@@ -8,6 +8,9 @@
 
 #define ATTNC_PLAN_MAX_SPLIT_FACTORS 4
 
+// The planner library is built with hidden visibility; its entry points are exported.
+#define ATTNC_PLAN_EXPORT __attribute__((visibility("default")))
+
 extern "C" {
 
 // Inputs of attnc_decode_plan. Mirrored by ctypes in attnc/runtime/planning/decode_plan.py

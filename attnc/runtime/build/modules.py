@@ -122,6 +122,10 @@ class ModuleRegistry(Generic[M]):
         """The loaded module with this id."""
         return self._by_id[module_id]
 
+    def find(self, module_id: str) -> M | None:
+        """The loaded module with this id, or None."""
+        return self._by_id.get(module_id)
+
     def get(
         self, ir: object, dtype: torch.dtype | str, head_dim: int, arch: str | None = None
     ) -> M:
@@ -174,7 +178,6 @@ PREFILL_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
     arch_flags=prefill_arch_flags,
 )
 load_prefill_module = PREFILL_MODULES.load
-module_by_id = PREFILL_MODULES.by_id
 get_prefill_module = PREFILL_MODULES.get
 
 
@@ -203,6 +206,15 @@ PREFILL_SM90_MODULES: ModuleRegistry[PrefillModule] = ModuleRegistry(
     name_infix="_sm90",
 )
 get_prefill_sm90_module = PREFILL_SM90_MODULES.get
+
+
+def module_by_id(module_id: str) -> PrefillModule:
+    """The loaded prefill module (FA2 or Hopper) with this id (its resolved library path)."""
+    for registry in (PREFILL_MODULES, PREFILL_SM90_MODULES):
+        module = registry.find(module_id)
+        if module is not None:
+            return module
+    raise KeyError(f"attnc: no prefill module with id {module_id!r} is loaded")
 
 
 class DecodeModule(LoadedModule):

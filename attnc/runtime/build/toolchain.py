@@ -15,6 +15,12 @@ BASE_FLAGS = (
     "-shared",
     "-Xcompiler",
     "-fPIC",
+    # Every symbol but the extern "C" entry points (marked visibility("default")) stays inside
+    # its library: two modules of variants with one name (or one variant's FA2 and Hopper
+    # modules) must not share a template's function-local statics, which the dynamic linker
+    # otherwise unifies process-wide (STB_GNU_UNIQUE) even for libraries opened RTLD_LOCAL.
+    "-Xcompiler=-fvisibility=hidden",
+    "-Xcompiler=-fno-gnu-unique",
     "--expt-relaxed-constexpr",
     "-lineinfo",
 )
