@@ -121,6 +121,16 @@ BUILTINS: dict[str, tuple[str, int]] = {
 # `out` is readable only in `output = ...` (the finished output element).
 OUTPUT_BUILTIN = "out"
 
+# Tensor dims that grow with the batch (language v2): a tensor whose first dim is one of these
+# holds one value per KV token, per query token or per request, flattened over the requests
+# of a batch in request order. Its first index must be one of the listed built-ins (the
+# checker can then prove the read stays inside the request's slice).
+TOKEN_DIMS: dict[str, tuple[str, ...]] = {
+    "kv_len": ("kv_idx", "q_pos"),
+    "q_len": ("q_idx",),
+    "batch_size": ("batch",),
+}
+
 # Built-in functions: name -> (arity, result rule). "float" -> f32, "same" -> promoted type.
 FUNCTIONS: dict[str, tuple[int, str]] = {
     "tanh": (1, "float"),
@@ -246,7 +256,8 @@ ARITHMETIC = ("+", "-", "*", "/", "%")
 @dataclass(frozen=True)
 class ParamDecl:
     """A runtime param. ``kind`` is ``scalar`` or ``tensor``; ``dims`` hold ints or the
-    names ``num_qo_heads``/``num_kv_heads``/``head_dim``; ``default`` is a Python value."""
+    names ``num_qo_heads``/``num_kv_heads``/``head_dim``, and as the first dim only one of
+    :data:`TOKEN_DIMS` (``kv_len``, ``q_len``, ``batch_size``); ``default`` is a Python value."""
 
     name: str
     kind: str
@@ -259,11 +270,20 @@ class ParamDecl:
     def required(self) -> bool:
         return self.default is None
 
+    @property
+    def token_dim(self) -> str | None:
+        """``kv_len``, ``q_len`` or ``batch_size`` when the tensor is flattened over the
+        batch (its first dim), else None."""
+        if self.kind == "tensor" and self.dims and self.dims[0] in TOKEN_DIMS:
+            return str(self.dims[0])
+        return None
+
 
 @dataclass(frozen=True)
 class VariantIR:
-    """One lowered variant. ``score``/``mask``/``output`` are None when not given
-    (identity score, no mask, identity output)."""
+    """One lowered variant. ``score``/``mask``/``output``/``sink`` are None when not given
+    (identity score, no mask, identity output, no sink). ``sink`` is a row-level f32 logit
+    added to every row's softmax denominator (language v2)."""
 
     name: str
     doc: str
@@ -274,6 +294,7 @@ class VariantIR:
     normalize: str = "softmax"
     kv_layouts: tuple[str, ...] = ("paged", "ragged", "dense")
     file: str = ""
+    sink: Expr | None = None
     loc: Loc = _loc()
 
     def param(self, name: str) -> ParamDecl:
@@ -281,6 +302,15 @@ class VariantIR:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def slots(self) -> tuple[tuple[str, Expr | None], ...]:
+        """``(slot name, expression)`` of every expression slot, in a fixed order."""
+        return (
+            ("score", self.score),
+            ("mask", self.mask),
+            ("output", self.output),
+            ("sink", self.sink),
+        )
 
 
 def children(e: Expr) -> tuple[Expr, ...]:

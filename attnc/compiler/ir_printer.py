@@ -102,4 +102,7 @@ def format_variant(v: ir.VariantIR) -> str:
             else (f"{format_ir(e)}  : {e.type} @ {ir.LEVEL_NAMES[level(e)]}")
         )
         lines.append(f"  {name} = {text}")
+    if v.sink is not None:
+        where = ir.LEVEL_NAMES[level(v.sink)]
+        lines.append(f"  sink = {format_ir(v.sink)}  : {v.sink.type} @ {where}")
     return "\n".join(lines) + "\n"

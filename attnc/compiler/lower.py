@@ -15,10 +15,11 @@ from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, warning
 from attnc.dsl.limits import MAX_IR_DEPTH, too_deep_message
 
-ASSIGNABLE = ("score", "mask", "output")
+ASSIGNABLE = ("score", "mask", "output", "sink")
 NORMALIZE_MODES = ("softmax", "none")
 KV_LAYOUTS = ("paged", "ragged", "dense")
 TENSOR_DIM_NAMES = ("num_qo_heads", "num_kv_heads", "head_dim")
+ALL_DIM_NAMES = TENSOR_DIM_NAMES + tuple(ir.TOKEN_DIMS)
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class _VariantLowering:
         self.score: ir.Expr | None = None
         self.mask: ir.Expr | None = None
         self.output: ir.Expr | None = None
+        self.sink: ir.Expr | None = None
         self.normalize: str | None = None
         self.layouts: tuple[str, ...] | None = None
         self.assigned: dict[str, Loc] = {}
@@ -123,8 +125,15 @@ class _VariantLowering:
             normalize=self.normalize or "softmax",
             kv_layouts=self.layouts or KV_LAYOUTS,
             file=self.file,
+            sink=self.sink,
             loc=self.node.loc,
         )
+        if self.sink is not None and variant.normalize == "none":
+            raise AttnError(
+                self.assigned["sink"],
+                "a sink is an extra logit of the softmax: it needs normalize = softmax "
+                f"(normalize = none is given at {self.assigned['normalize']})",
+            )
         unused = [
             warning(p.loc, f"param '{p.name}' is never used")
             for p in self.params
@@ -135,7 +144,7 @@ class _VariantLowering:
     def _item(self, item: ast.VariantItem) -> None:
         if isinstance(item, ast.Assign):
             self._assign(item)
-            for value in (self.score, self.mask, self.output):
+            for value in (self.score, self.mask, self.output, self.sink):
                 if value is not None:
                     _within_depth(value, item.loc)
             return
@@ -193,8 +202,8 @@ class _VariantLowering:
             if target in ir.BUILTINS:
                 raise AttnError(
                     item.loc,
-                    f"cannot assign to built-in '{target}': only score, mask and output "
-                    "can be assigned",
+                    f"cannot assign to built-in '{target}': only score, mask, output and "
+                    "sink can be assigned",
                 )
             raise AttnError(
                 item.loc,
@@ -203,6 +212,8 @@ class _VariantLowering:
             )
         if target == "score":
             self._assign_score(item)
+        elif target == "sink":
+            self._assign_sink(item)
         elif target == "mask":
             self._once("mask", item.loc)
             value = lower_expr(item.value, self.scope)
@@ -225,6 +236,18 @@ class _VariantLowering:
         # Later uses of `score` (in lets or further assignments) see the new value.
         self.scope.values["score"] = value
         self.score = value
+
+    def _assign_sink(self, item: ast.Assign) -> None:
+        self._once("sink", item.loc)
+        # `score` in a sink is always the forbidden built-in, even after `score = ...`.
+        assigned_score = self.scope.values.pop("score", None)
+        try:
+            value = lower_expr(item.value, self.scope)
+        finally:
+            if assigned_score is not None:
+                self.scope.values["score"] = assigned_score
+        _forbid(value, ("score", "kv_idx"), "sink (one value per query row)", item.value.loc)
+        self.sink = self._numeric(value, item.value.loc, "sink")
 
     @staticmethod
     def _numeric(value: ir.Expr, loc: Loc, what: str) -> ir.Expr:
@@ -279,6 +302,7 @@ def _param_decl(item: ast.Param) -> ir.ParamDecl:
                 item.type.loc, f"tensor elements must be f32 or i32, got '{item.type.elem}'"
             )
         dims = tuple(_tensor_dim(d) for d in item.type.dims)
+        _check_token_dims(item.type.dims, dims)
         return ir.ParamDecl(item.name, "tensor", item.type.elem, dims, None, item.loc)
     dtype = item.type.name
     if dtype not in ir.TYPES:
@@ -295,14 +319,25 @@ def _tensor_dim(d: ast.Expr) -> int | str:
             raise AttnError(d.loc, "tensor dimension must be positive")
         return int(d.value)
     if isinstance(d, ast.Name):
-        if d.id not in TENSOR_DIM_NAMES:
+        if d.id not in ALL_DIM_NAMES:
             raise AttnError(
                 d.loc,
-                f"tensor dimension must be an integer or one of {', '.join(TENSOR_DIM_NAMES)}, "
-                f"got '{d.id}'{suggest(d.id, list(TENSOR_DIM_NAMES))}",
+                f"tensor dimension must be an integer or one of {', '.join(ALL_DIM_NAMES)}, "
+                f"got '{d.id}'{suggest(d.id, list(ALL_DIM_NAMES))}",
             )
         return d.id
     raise AttnError(d.loc, "tensor dimension must be an integer literal or a head-count name")
+
+
+def _check_token_dims(written: tuple[ast.Expr, ...], dims: tuple[int | str, ...]) -> None:
+    """A batch-flattened dim (kv_len, q_len, batch_size) may only be the first dim."""
+    for i, (node, dim) in enumerate(zip(written, dims, strict=True)):
+        if i > 0 and dim in ir.TOKEN_DIMS:
+            raise AttnError(
+                node.loc,
+                f"'{dim}' can only be the first dimension of a tensor (the tensor is "
+                "flattened over the requests of a batch along it)",
+            )
 
 
 def _default_value(e: ast.Expr, dtype: str) -> float | int | bool:

@@ -13,6 +13,7 @@ from typing import Any
 
 from attnc.compiler import ir
 from attnc.compiler.numeric import I32_MAX, I32_MIN, is_finite, round_f32
+from attnc.compiler.token_index import first_index_error
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
 
@@ -170,6 +171,9 @@ def _index(e: ast.Index, scope: Scope) -> ir.Expr:
             hint = " (use int(...) to convert)" if value.type == ir.F32 else ""
             raise AttnError(index.loc, f"tensor index must be i32, got {value.type}{hint}")
         indices.append(value)
+    wrong = first_index_error(decl, indices[0])
+    if wrong is not None:
+        raise AttnError(e.indices[0].loc, wrong)
     scope.used_params.add(e.name)
     return ir.TensorLoad(e.name, tuple(indices), decl.dtype, e.loc)
 

@@ -25,12 +25,13 @@ from attnc.compiler.numeric import is_finite, round_f32, wrap_i32
 
 
 def simplify_variant(v: ir.VariantIR) -> ir.VariantIR:
-    """``v`` with score, mask and output simplified."""
+    """``v`` with score, mask, output and sink simplified."""
     return replace(
         v,
         score=_maybe(v.score),
         mask=_maybe(v.mask),
         output=_maybe(v.output),
+        sink=_maybe(v.sink),
     )
 
 

@@ -7,6 +7,7 @@ loudly at the pass, not as wrong CUDA later.
 from __future__ import annotations
 
 from attnc.compiler import ir
+from attnc.compiler.token_index import first_index_error
 
 
 class IRVerifyError(AssertionError):
@@ -16,11 +17,9 @@ class IRVerifyError(AssertionError):
 def verify_variant(v: ir.VariantIR, stage: str = "") -> None:
     """Raise IRVerifyError if ``v`` is malformed."""
     where = f" after {stage}" if stage else ""
-    for name, e, want in (
-        ("score", v.score, ir.F32),
-        ("mask", v.mask, ir.BOOL),
-        ("output", v.output, ir.F32),
-    ):
+    wants = {"score": ir.F32, "mask": ir.BOOL, "output": ir.F32, "sink": ir.F32}
+    for name, e in v.slots():
+        want = wants[name]
         if e is None:
             continue
         if e.type != want:
@@ -31,6 +30,11 @@ def verify_variant(v: ir.VariantIR, stage: str = "") -> None:
             isinstance(n, ir.Builtin) and n.name == ir.OUTPUT_BUILTIN for n in ir.walk(e)
         ):
             raise IRVerifyError(f"{v.name}.{name}{where}: 'out' outside output")
+    if v.sink is not None:
+        if v.normalize != "softmax":
+            raise IRVerifyError(f"{v.name}.sink{where}: a sink without softmax")
+        if any(isinstance(n, ir.Builtin) and n.name in ("score", "kv_idx") for n in ir.walk(v.sink)):
+            raise IRVerifyError(f"{v.name}.sink{where}: reads an element-level built-in")
     if v.normalize not in ("softmax", "none"):
         raise IRVerifyError(f"{v.name}{where}: bad normalize {v.normalize!r}")
 
@@ -61,6 +65,8 @@ def _check_node(e: ir.Expr, v: ir.VariantIR, where: str) -> None:
             raise IRVerifyError(f"{where}: bad load of {e.name}")
         if any(i.type != ir.I32 for i in e.indices):
             raise IRVerifyError(f"{where}: non-i32 index of {e.name}")
+        if first_index_error(decl, e.indices[0]) is not None:
+            raise IRVerifyError(f"{where}: {e.name} read outside its request's slice")
     elif isinstance(e, ir.ParamRef):
         decl = v.param(e.name)
         if decl.kind != "scalar" or decl.dtype != e.type:

@@ -12,12 +12,13 @@ F32_MAX = 3.4028234663852886e38
 F32_OVERFLOW = 2.0**128 - 2.0**103
 
 # Words with a meaning in the grammar; none of them may name a variant, param, let or def.
+# `doc` is not among them: it only starts a variant item (`doc "...";`), so the contextual
+# lexer reads it as a name everywhere else (`param doc: tensor<i32>[kv_len];`, `doc[kv_idx]`).
 KEYWORDS = frozenset(
     {
         "import",
         "def",
         "variant",
-        "doc",
         "param",
         "let",
         "normalize",

@@ -32,7 +32,7 @@ CASES = [
     (
         "assign built-in",
         "variant v {\n    q_idx = 1;\n}\n",
-        "cannot assign to built-in 'q_idx': only score, mask and output can be assigned",
+        "cannot assign to built-in 'q_idx': only score, mask, output and sink can be assigned",
         "2:5",
     ),
     (

@@ -32,7 +32,7 @@ from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
 from attnc.version import PACKAGE_DIR
 
-FORMAT = 2  # bump when the entry layout changes
+FORMAT = 3  # bump when the entry layout changes (3: VariantIR.sink, token tensor dims)
 MAGIC = "attnc-compiled-variants"
 MAX_ENTRY_BYTES = 64 << 20
 
