@@ -1,0 +1,228 @@
+// Owns: the tile map of a variant whose mask reads per-token tensors (V::kMaskReadsTokens):
+// the exact class (EMPTY / FULL / PARTIAL) of every (query tile, KV block) pair of a batch,
+// computed from the tensor values by evaluating V::row / V::mask on every (query, key, head)
+// of the pair, and ATTNC_DEFINE_TILE_MAP_BUILDER, which exports the extern "C" builder a
+// prefill module offers the planner (`attnc_build_tile_map`).
+//
+// Map layout (the one prefill_args.h describes): request b's map starts at
+// tile_map[tile_map_start[b]] and is row-major [ceil(q_len_b / tile_q_tokens)]
+// [ceil(kv_len_b / kv_block)] of uint8 TileClass. A map entry is EMPTY only when no pair of
+// the box is visible and FULL only when every pair is (any/all over all pairs: exact).
+//
+// The per-box functions are __host__ __device__: a CPU build runs the same scan
+// (`build_tile_map_host`) that the kernel runs, so tests check it against brute force.
+#pragma once
+
+#include <stdint.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "abi_codes.h"
+#include "variant_contract.cuh"
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#endif
+
+#define ATTNC_TILE_MAP_ABI_VERSION 1
+
+// Arguments of attnc_build_tile_map (mirrored by attnc/runtime/planning/tile_map.py).
+typedef struct AttncTileMapArgs {
+  uint8_t* tile_map;               // [num_entries] out
+  const int32_t* tile_map_start;   // [batch + 1] offset of request b's map
+  const int32_t* qo_indptr;        // [batch + 1] flattened query offsets
+  const int32_t* kv_token_start;   // [batch + 1] flattened KV token offsets
+  const void* variant_params;      // host pointer to the variant's Params struct
+  int64_t variant_params_size;     // sizeof(Params) as the caller sees it
+  int32_t batch_size;
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t tile_q_tokens;           // query tokens per map row
+  int32_t kv_block;                // keys per map column
+  int32_t mask_heads;              // query heads evaluated: 1 when the mask reads no head
+  int32_t num_entries;             // tile_map_start[batch]
+  float sm_scale;
+} AttncTileMapArgs;
+
+namespace attnc {
+
+// One (query tile, KV block) pair of one request: queries [q0, q1) x keys [k0, k1) over
+// query heads [0, heads).
+struct TileBox {
+  int q0, q1, k0, k1, heads;
+  ATTNC_HD long long pairs() const {
+    return static_cast<long long>(heads) * (q1 - q0) * (k1 - k0);
+  }
+};
+
+// The request of map entry `entry` (largest b with start[b] <= entry) and its box.
+struct TileMapEntry {
+  int request;
+  TileBox box;
+};
+
+ATTNC_HD int tile_map_min(int x, int y) { return x < y ? x : y; }
+
+ATTNC_HD RequestInfo tile_map_request_info(const AttncTileMapArgs& a, int b) {
+  RequestInfo r;
+  r.batch = b;
+  r.q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
+  r.kv_len = a.kv_token_start[b + 1] - a.kv_token_start[b];
+  r.num_qo_heads = a.num_qo_heads;
+  r.num_kv_heads = a.num_kv_heads;
+  r.head_dim = a.head_dim;
+  r.sm_scale = a.sm_scale;
+  r.q_start = a.qo_indptr[b];
+  r.kv_start = a.kv_token_start[b];
+  return r;
+}
+
+ATTNC_HD TileMapEntry locate_map_entry(const AttncTileMapArgs& a, int entry) {
+  int lo = 0, hi = a.batch_size - 1;  // requests with no entries share their start
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (a.tile_map_start[mid] <= entry) lo = mid; else hi = mid - 1;
+  }
+  const int b = lo;
+  const int q_len = a.qo_indptr[b + 1] - a.qo_indptr[b];
+  const int kv_len = a.kv_token_start[b + 1] - a.kv_token_start[b];
+  const int cols = (kv_len + a.kv_block - 1) / a.kv_block;
+  const int local = entry - a.tile_map_start[b];
+  const int qt = local / cols, col = local - qt * cols;
+  TileMapEntry e;
+  e.request = b;
+  e.box.q0 = qt * a.tile_q_tokens;
+  e.box.q1 = tile_map_min(e.box.q0 + a.tile_q_tokens, q_len);
+  e.box.k0 = col * a.kv_block;
+  e.box.k1 = tile_map_min(e.box.k0 + a.kv_block, kv_len);
+  e.box.heads = a.mask_heads;
+  return e;
+}
+
+// What the closed forms already decide: kEmpty when the box lies outside kv_range or
+// V::classify says so, kFull when V::classify says so (or there is no mask); kPartial: the
+// pairs must be scanned.
+template <class V>
+ATTNC_HD TileClass classify_box_closed_form(const V& v, const TileBox& box) {
+  if (box.q0 >= box.q1 || box.k0 >= box.k1) return TileClass::kEmpty;
+  if (!V::kHasMask) return TileClass::kFull;
+  const KvRange range = v.kv_range(box.q0, box.q1);
+  if (range.begin >= range.end || box.k1 <= range.begin || box.k0 >= range.end)
+    return TileClass::kEmpty;
+  return v.classify(box.q0, box.q1, box.k0, box.k1);
+}
+
+// Scan pairs first, first + stride, ... (< last) of the box in (head, query, key) order, keys
+// fastest: `any` becomes true on a visible pair, `all` false on a hidden one.
+template <class V>
+ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, long long last,
+                             long long stride, bool& any, bool& all) {
+  const long long width = box.k1 - box.k0;
+  const long long rows = box.q1 - box.q0;
+  for (long long i = first; i < last; i += stride) {
+    const long long row_index = i / width;
+    const int kv = box.k0 + static_cast<int>(i - row_index * width);
+    const int head = static_cast<int>(row_index / rows);
+    const int q = box.q0 + static_cast<int>(row_index - head * rows);
+    const bool visible = v.mask(v.row(q, head), kv);
+    any = any || visible;
+    all = all && visible;
+  }
+}
+
+ATTNC_HD TileClass class_of(bool any, bool all) {
+  return !any ? TileClass::kEmpty : (all ? TileClass::kFull : TileClass::kPartial);
+}
+
+// The exact class of one box, on one thread (the CPU reference and tests).
+template <class V>
+ATTNC_HD TileClass classify_box_exact(const V& v, const TileBox& box) {
+  const TileClass closed = classify_box_closed_form(v, box);
+  if (closed != TileClass::kPartial) return closed;
+  bool any = false, all = true;
+  scan_box_pairs(v, box, 0, box.pairs(), 1, any, all);
+  return class_of(any, all);
+}
+
+// The whole map on the CPU (same boxes, same scan as the kernel).
+template <class V>
+inline void build_tile_map_host(const AttncTileMapArgs& a, const typename V::Params& params) {
+  for (int e = 0; e < a.num_entries; ++e) {
+    const TileMapEntry t = locate_map_entry(a, e);
+    const V v(params, tile_map_request_info(a, t.request));
+    a.tile_map[e] = static_cast<uint8_t>(classify_box_exact(v, t.box));
+  }
+}
+
+#ifdef __CUDACC__
+constexpr int kTileMapThreads = 128;
+constexpr int kTileMapPairsPerRound = 8;  // pairs per thread between block votes
+constexpr int kTileMapMaxBlocks = 1 << 16;
+
+// One CTA per map entry (grid-stride): the closed forms first, then rounds of pairs with a
+// block vote after each, stopping as soon as the box is known to be PARTIAL.
+template <class V>
+__global__ void __launch_bounds__(kTileMapThreads)
+    tile_map_kernel(const AttncTileMapArgs a, const typename V::Params params) {
+  for (int e = blockIdx.x; e < a.num_entries; e += gridDim.x) {
+    const TileMapEntry t = locate_map_entry(a, e);
+    const V v(params, tile_map_request_info(a, t.request));
+    TileClass c = classify_box_closed_form(v, t.box);
+    if (c == TileClass::kPartial) {
+      const long long n = t.box.pairs();
+      const long long round = static_cast<long long>(kTileMapThreads) * kTileMapPairsPerRound;
+      bool any = false, all = true;
+      for (long long base = 0; base < n; base += round) {
+        const long long last = base + round < n ? base + round : n;
+        scan_box_pairs(v, t.box, base + threadIdx.x, last, kTileMapThreads, any, all);
+        any = __syncthreads_or(any) != 0;
+        all = __syncthreads_and(all) != 0;
+        if (any && !all) break;  // uniform: every thread saw the same votes
+      }
+      c = class_of(any, all);
+    }
+    if (threadIdx.x == 0) a.tile_map[e] = static_cast<uint8_t>(c);
+  }
+}
+
+// Checks the arguments and launches tile_map_kernel<V> on `stream`; 0 or an error code.
+template <class V>
+int launch_tile_map(const AttncTileMapArgs& a, cudaStream_t stream) {
+  using P = typename V::Params;
+  const bool size_ok = a.variant_params_size == static_cast<int64_t>(sizeof(P)) ||
+                       (std::is_empty<P>::value && a.variant_params_size == 0);
+  if (!size_ok || (!std::is_empty<P>::value && a.variant_params == nullptr))
+    return ATTNC_E_BAD_PARAMS_SIZE;
+  if (a.num_entries < 0 || a.batch_size < 0) return ATTNC_E_BAD_LAYOUT;
+  if (a.num_entries == 0) return 0;
+  if (a.tile_map == nullptr || a.tile_map_start == nullptr || a.qo_indptr == nullptr ||
+      a.kv_token_start == nullptr || a.batch_size == 0)
+    return ATTNC_E_BAD_LAYOUT;
+  if (a.tile_q_tokens <= 0 || a.kv_block <= 0 || a.mask_heads < 1 ||
+      a.mask_heads > a.num_qo_heads || a.num_kv_heads <= 0 ||
+      a.num_qo_heads % a.num_kv_heads != 0)
+    return ATTNC_E_BAD_LAYOUT;
+  P params;
+  if (!std::is_empty<P>::value) std::memcpy(&params, a.variant_params, sizeof(params));
+  const int blocks = a.num_entries < kTileMapMaxBlocks ? a.num_entries : kTileMapMaxBlocks;
+  tile_map_kernel<V><<<blocks, kTileMapThreads, 0, stream>>>(a, params);
+  return static_cast<int>(cudaGetLastError());
+}
+#endif  // __CUDACC__
+
+}  // namespace attnc
+
+#ifdef __CUDACC__
+// Defines attnc_build_tile_map (0 or an error code) and attnc_tile_map_abi_version for V.
+#define ATTNC_DEFINE_TILE_MAP_BUILDER(V)                                                    \
+  extern "C" __attribute__((visibility("default"))) int attnc_build_tile_map(              \
+      const AttncTileMapArgs* args, void* cuda_stream) {                                    \
+    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
+    return ::attnc::launch_tile_map<V>(*args, static_cast<cudaStream_t>(cuda_stream));     \
+  }                                                                                         \
+  extern "C" __attribute__((visibility("default"))) int attnc_tile_map_abi_version(void) { \
+    return ATTNC_TILE_MAP_ABI_VERSION;                                                      \
+  }
+#endif
