@@ -10,7 +10,9 @@ Importing this module registers two functions under the name ``"attnc"``:
   (:mod:`attnc.integrations.hf_variants`), packs the rows' valid queries and keys into ragged
   tensors and runs them: on CUDA (bf16/fp16, head_dim 64/128/256) through
   ``attnc.BatchPrefillWrapper``, planned once per step and mask kind; otherwise through the
-  variant's generated PyTorch reference, with a one-time warning.
+  variant's generated PyTorch reference, with a one-time warning. Decode steps (every row
+  one request of 1..8 valid queries) read the cache tensors in place through
+  ``attnc.BatchDecodeWrapper`` instead (:mod:`attnc.integrations.hf_decode`).
 
 Then ``AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc")`` or
 ``model.set_attn_implementation("attnc")`` runs every attention layer through attnc.
@@ -23,6 +25,13 @@ from typing import Any
 
 import torch
 
+from attnc.integrations.hf_decode import (
+    decode_queries,
+    is_decode_call,
+    run_decode_kernels,
+    run_decode_reference,
+    token_pages,
+)
 from attnc.integrations.hf_masks import (
     BatchSegments,
     RowSegment,
@@ -116,6 +125,10 @@ def attnc_attention_forward(
     segments.require_window(choice.window, layer_name(module))
     if not segments.segments:
         return query.new_zeros(batch, q_len, hq, head_dim), None
+    if is_decode_call(segments, q_len):
+        o_decode = _run_decode(choice, segments, query, key, value, scaling)
+        if o_decode is not None:
+            return o_decode.reshape(batch, q_len, hq, head_dim), None
     q_packed = _pack(query, segments, queries=True)
     k_packed = _pack(key, segments, queries=False)
     v_packed = _pack(value, segments, queries=False)
@@ -131,6 +144,27 @@ def attnc_attention_forward(
     out = query.new_zeros(batch, q_len, hq, head_dim)
     _unpack_into(out, o_packed, segments)
     return out, None
+
+
+def _run_decode(
+    choice: LayerVariant,
+    segments: BatchSegments,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float | None,
+) -> torch.Tensor | None:
+    """A decode-shaped call over the cache tensors in place: ``[B * Q, H_qo, D]``, or None
+    when their strides or a wrapper's capacity rule it out (the caller packs instead)."""
+    pages = token_pages(key, value, segments, choice.window)
+    if pages is None:
+        return None
+    q = decode_queries(query)
+    reason = _kernel_blocker(query, query.shape[3])
+    if reason is None:
+        return run_decode_kernels(choice, segments, pages, q, scaling)
+    _warn_once(reason)
+    return run_decode_reference(choice, pages, q, scaling)
 
 
 def _kernel_blocker(query: torch.Tensor, head_dim: int) -> str | None:

@@ -202,11 +202,13 @@ class _RaggedWrapperStandIn:
 
 
 def test_kernel_path_plans_once_per_step_and_mask_kind(hf, monkeypatch):
-    """The CUDA path's packing, indptrs and plan reuse, with the wrapper stood in for."""
+    """The CUDA path's packing, indptrs and plan reuse, with the wrapper stood in for
+    (decode steps packed too, as when the cache's strides rule out reading it in place)."""
     import attnc
     import attnc.integrations.transformers as backend
 
     monkeypatch.setattr(backend, "_kernel_blocker", lambda query, head_dim: None)
+    monkeypatch.setattr(backend, "is_decode_call", lambda segments, q_len: False)
     monkeypatch.setattr(attnc, "BatchPrefillWrapper", _RaggedWrapperStandIn, raising=False)
     _RaggedWrapperStandIn.plans = []
     model = tiny_model(hf, "gemma2", "eager")
