@@ -75,11 +75,18 @@ def _render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
 
 
 def render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    """Body of ``TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const``."""
+    """Body of ``TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const``. A mask
+    that reads data is never FULL: the closed form's FULL becomes PARTIAL."""
     opaque = "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
-    return _render_wrap_check(analysis, render_expr, opaque) + _render_classify(
-        analysis, render_expr
-    )
+    body = _render_classify(analysis, render_expr)
+    if analysis.reads_data:
+        if analysis.kind == "linear" and not analysis.constraints:
+            body = opaque
+        else:
+            body = body.replace("return ", "const attnc::TileClass found = ", 1) + (
+                "\n  return found == attnc::TileClass::kFull ? attnc::TileClass::kPartial : found;"
+            )
+    return _render_wrap_check(analysis, render_expr, opaque) + body
 
 
 def _render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:

@@ -14,7 +14,15 @@ Tile queries eliminate ``q_idx`` from the constraints (Fourier-Motzkin over the 
 integer rounding), which gives the exact real projection onto ``kv_idx``; a tile is FULL when
 every constraint holds at its worst corner. A union's KV range is the hull of its terms'
 ranges; a union tile is FULL when some term calls it FULL, EMPTY when every term calls it
-EMPTY, else PARTIAL. The tile questions are answered in Python by
+EMPTY, else PARTIAL.
+
+A comparison that reads a tensor per row or per element (``doc[kv_idx] == doc[q_pos]``, a
+``kv_len``/``q_len`` tensor of language v2) cannot be decided in closed form: it becomes a
+data literal, replaced by true in the normalised form. The conjunctions around it still bound
+the KV range and EMPTY tiles (true over-approximates the mask, ``!`` having been pushed down
+to the literals), and ``reads_data`` is set, so no tile is called FULL. A request-level i32
+tensor read (``window[batch]`` of a ``batch_size`` tensor) is a per-request constant atom,
+like an i32 param. The tile questions are answered in Python by
 :mod:`attnc.compiler.mask_tiles` and in the generated C++ by ``attnc/mask_math.cuh``, whose
 calls :mod:`attnc.codegen.mask_cuda` emits.
 """
@@ -28,6 +36,7 @@ from math import gcd
 
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
+from attnc.compiler.hoist import level
 from attnc.compiler.mask_split import split_comparison
 
 Atom = ir.Expr
@@ -84,9 +93,10 @@ class LinearConstraint:
         """The constant part as a request-level i32 IR expression."""
         return _terms_expr(self.terms, self.offset)
 
-    def c_value(self, env: Mapping[str, int]) -> int:
-        """The constant part evaluated with ``env`` (q_len, kv_len, i32 params)."""
-        return self.offset + sum(c * int(evaluate(a, env)) for c, a in self.terms)
+    def c_value(self, env: Mapping[str, int], tensors: Mapping[str, object] | None = None) -> int:
+        """The constant part evaluated with ``env`` (q_len, kv_len, i32 params; ``batch``
+        too when an atom reads a per-request tensor, whose values ``tensors`` holds)."""
+        return self.offset + sum(c * int(evaluate(a, env, tensors)) for c, a in self.terms)
 
     def describe(self) -> str:
         parts = [f"{self.cq}*q_idx", f"{self.ck}*kv_idx"]
@@ -111,6 +121,9 @@ class MaskAnalysis:
     # them can leave the i32 range over a request, the tile answers are those of an opaque
     # mask (the constraints assume exact arithmetic). Each is ``cq*q_idx + ck*kv_idx + c``.
     wrap_guards: Conjunction = ()
+    # True when comparisons reading per-row or per-element tensor values were replaced by
+    # true: the constraints over-approximate the mask, so no tile may be called FULL.
+    reads_data: bool = False
 
     def describe(self) -> str:
         """One line for ``attnc compile --emit opt``."""
@@ -118,10 +131,10 @@ class MaskAnalysis:
             return "none: no mask"
         if self.kind == "opaque":
             return f"opaque: {self.reason}"
-        guards = ""
+        guards = "; reads data: no tile is FULL" if self.reads_data else ""
         if self.wrap_guards:
             forms = "; ".join(g.describe().removesuffix(" >= 0") for g in self.wrap_guards)
-            guards = f"; opaque where i32 wraps: [{forms}]"
+            guards += f"; opaque where i32 wraps: [{forms}]"
         if self.kind == "union":
             body = "; ".join(_describe_linear(t) for t in self.terms)
             return f"union of {len(self.terms)}: {body}{guards}"
@@ -147,20 +160,26 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
         return MaskAnalysis("none")
     token = _DNF_MEMO.set({})
     guards_token = _GUARDS.set({})
+    data_token = _DATA.set([])
     try:
         dnf = _dnf(mask, negated=False)
         guards = tuple(g for g in _GUARDS.get() if not never_wraps(g))
+        data = bool(_DATA.get())
     except _Opaque as err:
         return MaskAnalysis("opaque", reason=str(err))
     finally:
         _DNF_MEMO.reset(token)
         _GUARDS.reset(guards_token)
+        _DATA.reset(data_token)
     if not dnf:
-        return MaskAnalysis("linear", (_FALSE,))
+        return MaskAnalysis("linear", (_FALSE,), reads_data=data)
     if len(dnf) == 1:
-        return MaskAnalysis("linear", dnf[0], wrap_guards=guards)
-    return MaskAnalysis("union", terms=tuple(dnf), wrap_guards=guards)
+        return MaskAnalysis("linear", dnf[0], wrap_guards=guards, reads_data=data)
+    return MaskAnalysis("union", terms=tuple(dnf), wrap_guards=guards, reads_data=data)
 
+
+# The data literals met during one analysis (comparisons replaced by true).
+_DATA: ContextVar[list[ir.Expr]] = ContextVar("data_literals")
 
 # (id(node), negated) -> (node, result) during one analysis: shared sub-masks once.
 _DNF_MEMO: ContextVar[dict[tuple[int, bool], tuple[ir.Expr, list[Conjunction]]]] = ContextVar(
@@ -194,6 +213,9 @@ def _dnf_node(e: ir.Expr, negated: bool) -> list[Conjunction]:
             return _prune([_normalise(list(x + y)) for x in a for y in b])
         return _prune(a + b)
     if isinstance(e, ir.Binary) and e.op in ir.COMPARISONS:
+        if reads_row_data(e):
+            _DATA.get().append(e)
+            return [()]  # unknown in closed form: true over-approximates either polarity
         split = split_comparison(e, _NEGATE[e.op] if negated else e.op)
         if split is not None:
             return _dnf(split, negated=False)
@@ -249,6 +271,8 @@ def _linear(e: ir.Expr) -> _Lin:
         return _builtin(e)
     if isinstance(e, ir.ParamRef):
         return _Lin(0, 0, ((1, e),), 0)
+    if isinstance(e, ir.TensorLoad) and level(e) == ir.REQUEST:
+        return _Lin(0, 0, ((1, e),), 0)  # e.g. window[batch]: one value per request
     if isinstance(e, ir.Unary) and e.op == "neg":
         return _guarded(_linear(e.x).scaled(-1))
     if isinstance(e, ir.Cast) and e.x.type == ir.I32:
@@ -292,9 +316,21 @@ def never_wraps(g: LinearConstraint) -> bool:
     return I32_LOW <= low and high <= I32_HIGH
 
 
-def wraps(g: LinearConstraint, env: Mapping[str, int]) -> bool:
+def reads_row_data(e: ir.Expr) -> bool:
+    """Whether ``e`` reads a tensor at a row- or element-level index (remembered per node)."""
+    return ir.bottom_up(e, "_row_data", _own_row_data)
+
+
+def _own_row_data(e: ir.Expr) -> bool:
+    own = isinstance(e, ir.TensorLoad) and level(e) > ir.REQUEST
+    return own or any(c.__dict__["_row_data"] for c in ir.children(e))
+
+
+def wraps(
+    g: LinearConstraint, env: Mapping[str, int], tensors: Mapping[str, object] | None = None
+) -> bool:
     """Whether ``g`` may leave the i32 range over the request described by ``env``."""
-    c = g.c_value(env)
+    c = g.c_value(env, tensors)
     q_top, k_top = max(int(env["q_len"]) - 1, 0), max(int(env["kv_len"]) - 1, 0)
     low = c + min(0, g.cq * q_top) + min(0, g.ck * k_top)
     high = c + max(0, g.cq * q_top) + max(0, g.ck * k_top)
@@ -384,6 +420,8 @@ def _node_name(e: ir.Expr) -> str:
 def _atom_text(a: Atom) -> str:
     if isinstance(a, (ir.Builtin, ir.ParamRef)):
         return a.name
+    if isinstance(a, ir.TensorLoad):
+        return f"{a.name}[{', '.join(_atom_text(i) for i in a.indices)}]"
     if isinstance(a, ir.Const):
         return str(a.value)
     if isinstance(a, ir.Binary):

@@ -1,5 +1,6 @@
 """Tile questions on an analysed mask, evaluated in Python: the KV range a query range may
-see and the class of a tile. The generated C++ (``attnc/mask_math.cuh``, emitted by
+see and the class of a tile. ``env`` holds the request's lengths and i32 params (and
+``batch`` when a bound reads a per-request tensor, whose values ``tensors`` holds). The generated C++ (``attnc/mask_math.cuh``, emitted by
 ``attnc.codegen.mask_cuda``) computes the same; tests compare both with brute force.
 """
 
@@ -59,27 +60,40 @@ def _project(
     return int(lo), int(hi)
 
 
-def _may_wrap(analysis: MaskAnalysis, env: Mapping[str, int]) -> bool:
+Tensors = Mapping[str, Any] | None
+
+
+def _may_wrap(analysis: MaskAnalysis, env: Mapping[str, int], tensors: Tensors = None) -> bool:
     """Whether the mask's i32 arithmetic may wrap in this request (then it is opaque)."""
-    return any(wraps(g, env) for g in analysis.wrap_guards)
+    return any(wraps(g, env, tensors) for g in analysis.wrap_guards)
 
 
-def _values(cons: Conjunction, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
-    return [(x.cq, x.ck, x.c_value(env)) for x in cons]
+def _values(
+    cons: Conjunction, env: Mapping[str, int], tensors: Tensors = None
+) -> list[tuple[int, int, int]]:
+    return [(x.cq, x.ck, x.c_value(env, tensors)) for x in cons]
 
 
 def kv_range(
-    analysis: MaskAnalysis, q_begin: int, q_end: int, env: Mapping[str, int]
+    analysis: MaskAnalysis,
+    q_begin: int,
+    q_end: int,
+    env: Mapping[str, int],
+    tensors: Tensors = None,
 ) -> tuple[int, int]:
     """Half-open kv range any query of ``[q_begin, q_end)`` may see, clipped to
     ``[0, kv_len)``; ``(0, 0)`` when empty."""
     kv_len = int(env["kv_len"])
-    if _may_wrap(analysis, env):
+    if _may_wrap(analysis, env, tensors):
         return (0, kv_len) if q_begin < q_end and kv_len > 0 else (0, 0)
     if analysis.kind == "linear":
-        return _linear_kv_range(_values(analysis.constraints, env), q_begin, q_end, kv_len)
+        cons = _values(analysis.constraints, env, tensors)
+        return _linear_kv_range(cons, q_begin, q_end, kv_len)
     if analysis.kind == "union":
-        ranges = [_linear_kv_range(_values(t, env), q_begin, q_end, kv_len) for t in analysis.terms]
+        ranges = [
+            _linear_kv_range(_values(t, env, tensors), q_begin, q_end, kv_len)
+            for t in analysis.terms
+        ]
         live = [r for r in ranges if r[0] < r[1]]
         if not live:
             return (0, 0)
@@ -95,25 +109,39 @@ def _linear_kv_range(
 
 
 def classify(
-    analysis: MaskAnalysis, q0: int, q1: int, k0: int, k1: int, env: Mapping[str, int]
+    analysis: MaskAnalysis,
+    q0: int,
+    q1: int,
+    k0: int,
+    k1: int,
+    env: Mapping[str, int],
+    tensors: Tensors = None,
 ) -> str:
     """Class of the tile ``[q0, q1) x [k0, k1)``: ``empty``, ``full`` or ``partial``.
 
     The tile must lie inside the valid range: ``0 <= q0 < q1 <= q_len`` and
-    ``0 <= k0 < k1 <= kv_len`` (the kernels clip tiles before asking).
+    ``0 <= k0 < k1 <= kv_len`` (the kernels clip tiles before asking). A mask that reads
+    data (``analysis.reads_data``) is never ``full``.
     """
+    found = _classify(analysis, q0, q1, k0, k1, env, tensors)
+    return "partial" if found == "full" and analysis.reads_data else found
+
+
+def _classify(analysis, q0, q1, k0, k1, env, tensors) -> str:
     if q0 >= q1 or k0 >= k1:
         return "empty"
     if analysis.kind == "none":
         return "full"
-    if analysis.kind == "opaque" or _may_wrap(analysis, env):
+    if analysis.kind == "opaque" or _may_wrap(analysis, env, tensors):
         return "partial"
     if analysis.kind == "union":
-        found = [_linear_classify(_values(t, env), q0, q1, k0, k1) for t in analysis.terms]
+        found = [
+            _linear_classify(_values(t, env, tensors), q0, q1, k0, k1) for t in analysis.terms
+        ]
         if "full" in found:
             return "full"
         return "empty" if all(x == "empty" for x in found) else "partial"
-    return _linear_classify(_values(analysis.constraints, env), q0, q1, k0, k1)
+    return _linear_classify(_values(analysis.constraints, env, tensors), q0, q1, k0, k1)
 
 
 def _linear_classify(cons: list[tuple[int, int, int]], q0: int, q1: int, k0: int, k1: int) -> str:

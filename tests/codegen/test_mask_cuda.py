@@ -122,7 +122,7 @@ int main() {{
   int id, q_len, kv_len, w, pl, st, q0, q1, k0, k1;
   while (std::scanf("%d %d %d %d %d %d %d %d %d %d", &id, &q_len, &kv_len, &w, &pl, &st,
                     &q0, &q1, &k0, &k1) == 10) {{
-    attnc::RequestInfo r{{0, q_len, kv_len, 4, 2, 64, 0.125f}};
+    attnc::RequestInfo r{{0, q_len, kv_len, 4, 2, 64, 0.125f, 0, 0}};
     switch (id) {{
 {cases}      default: return 2;
     }}

@@ -229,10 +229,6 @@ OPAQUE_MASKS = {
     "bool_param": (op("&&", p("on", BOOL), CAUSAL), "uses bool on as a condition"),
     "variable_coefficient": (op("<=", op("*", W, K), QP), "has a non-constant coefficient"),
     "quadratic": (op("<=", op("*", K, K), QP), "has a non-constant coefficient"),
-    "tensor": (
-        op("<=", K, ir.TensorLoad("lens", (b("qo_head"),), I32)),
-        "uses tensor lens",
-    ),
     "or_with_head_term": (op("||", CAUSAL, op("<", K, b("qo_head"))), "uses qo_head"),
     "or_with_bool_param": (op("||", p("on", BOOL), CAUSAL), "uses bool on as a condition"),
     "three_not_equals": (
