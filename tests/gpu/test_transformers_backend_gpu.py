@@ -112,3 +112,69 @@ def test_greedy_generate_follows_the_float32_model(hf, family):
     chosen = logits.gather(-1, tokens[:, 48:, None]).squeeze(-1)
     margin = logits.max(dim=-1).values - chosen
     assert margin.max().item() <= tol, (margin.max().item(), tol)
+
+
+def step_logits(model, ids: torch.Tensor, mask: torch.Tensor, prompt: int) -> torch.Tensor:
+    """Float32 logits of the tokens after ``prompt``, run as one call over the prompt's cache."""
+    first = model(ids[:, :prompt], attention_mask=mask[:, :prompt], use_cache=True)
+    return model(
+        ids[:, prompt:], attention_mask=mask, past_key_values=first.past_key_values, use_cache=True
+    ).logits.float()
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("family", ["llama", "gemma2"])
+@pytest.mark.parametrize("step", [1, 3])
+def test_decode_steps_over_the_cache_in_place(hf, family, step, monkeypatch):
+    """Calls of ``step`` new tokens over a left-padded cache run the decode wrapper (in place,
+    not packed) with logits within the bf16 eager error of float32 eager."""
+    import attnc.integrations.transformers as backend
+
+    calls = []
+    real = backend.run_decode_kernels
+
+    def counted(*args, **kwargs):
+        out = real(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(backend, "run_decode_kernels", counted)
+    ids, mask = padded_batch([64, 41, 7], 64 + step)
+    mask[:, 64:] = 1
+    results = {}
+    for name, impl, dtype in (("exact", "eager", torch.float32),
+                              ("eager16", "eager", torch.bfloat16),
+                              ("attnc16", "attnc", torch.bfloat16)):  # fmt: skip
+        model = build(hf, family, impl, dtype)
+        run = lambda m=model: step_logits(m, ids, mask, 64)  # noqa: E731
+        results[name] = kernels_only(run) if impl == "attnc" else run()
+    eager_err = (results["eager16"] - results["exact"]).abs().max().item()
+    err = (results["attnc16"] - results["exact"]).abs().max().item()
+    assert calls and all(calls), calls  # every layer of the step ran the decode wrapper
+    assert err <= 4 * eager_err + 1e-3, (err, eager_err)
+
+
+@torch.no_grad()
+def test_gemma2_shaped_decode_at_head_dim_256(hf):
+    """Gemma-2's own head_dim (256) with a window shorter than the cache, one decode step."""
+    common = dict(hidden_size=512, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=VOCAB,
+                  max_position_embeddings=1024, sliding_window=100,
+                  attn_logit_softcapping=50.0)  # fmt: skip
+    ids, mask = padded_batch([300, 170], 301)
+    mask[:, 300:] = 1
+    logits = {}
+    for impl, dtype in (("eager", torch.float32), ("eager", torch.bfloat16),
+                        ("attnc", torch.bfloat16)):  # fmt: skip
+        torch.manual_seed(0)
+        model = (
+            hf.AutoModelForCausalLM.from_config(hf.Gemma2Config(**common), attn_implementation=impl)
+            .to(device="cuda", dtype=dtype)
+            .eval()
+        )
+        run = lambda m=model: step_logits(m, ids, mask, 300)  # noqa: E731
+        logits[(impl, dtype)] = kernels_only(run) if impl == "attnc" else run()
+    exact = logits[("eager", torch.float32)]
+    eager_err = (logits[("eager", torch.bfloat16)] - exact).abs().max().item()
+    err = (logits[("attnc", torch.bfloat16)] - exact).abs().max().item()
+    assert err <= 4 * eager_err + 1e-3, (err, eager_err)
