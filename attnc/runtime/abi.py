@@ -13,12 +13,16 @@ import torch
 from attnc.codegen.params_layout import ctypes_fields, params_layout
 from attnc.compiler.ir import ParamDecl
 
-PREFILL_ABI_VERSION = 3
-DECODE_ABI_VERSION = 2
+PREFILL_ABI_VERSION = 4
+DECODE_ABI_VERSION = 3
 # AttncDecodeArgs.flags bits
 FLAG_MERGE = 1
 
 KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
+# AttncPrefillArgs.tile_map byte values (attnc/prefill_args.h AttncTileMapClass)
+TILE_EMPTY, TILE_FULL, TILE_PARTIAL = 0, 1, 2
+# Keys per tile-map column the kernels expect (AttncPrefillArgs.tile_map_kv_block)
+TILE_MAP_KV_BLOCK = 64
 
 # The one mirror of attnc/abi_codes.h (tests/codegen/test_abi_codes.py compares them).
 # Launcher return codes beyond cudaError_t values.
@@ -98,6 +102,10 @@ class AttncPrefillArgs(ctypes.Structure):
         *_HEAD_AND_KV_SHAPE_FIELDS,
         ("tile_q_tokens", _I32),
         *_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS,
+        ("kv_token_start", _P),
+        ("tile_map", _P),
+        ("tile_map_start", _P),
+        ("tile_map_kv_block", _I32),
     ]
 
 
@@ -165,4 +173,5 @@ class AttncDecodeArgs(ctypes.Structure):
         ("merge_ctas", _I32),
         ("flags", _I32),
         *_SCALE_PARAMS_AND_PAGE_CHECK_FIELDS,
+        ("kv_token_start", _P),
     ]

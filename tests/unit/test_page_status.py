@@ -129,7 +129,8 @@ def _header_fields(header: str, struct: str) -> list[tuple[str, type]]:
 
 def test_decode_args_mirror_matches_header():
     fields = _header_fields("decode_args.h", "AttncDecodeArgs")
-    assert fields[-2:] == [("page_status", ctypes.c_void_p), ("num_pages", ctypes.c_int32)]
+    assert fields[-3:-1] == [("page_status", ctypes.c_void_p), ("num_pages", ctypes.c_int32)]
+    assert fields[-1] == ("kv_token_start", ctypes.c_void_p)
     assert [(n, t) for n, t in abi.AttncDecodeArgs._fields_] == fields
     text = (INCLUDE_DIR / "attnc" / "decode_args.h").read_text()
     version = re.search(r"#define ATTNC_DECODE_ABI_VERSION (\d+)", text)
@@ -138,7 +139,7 @@ def test_decode_args_mirror_matches_header():
 
 def test_prefill_args_carry_the_page_check_fields():
     fields = _header_fields("prefill_args.h", "AttncPrefillArgs")
-    assert fields[-2:] == [("page_status", ctypes.c_void_p), ("num_pages", ctypes.c_int32)]
+    assert fields[-6:-4] == [("page_status", ctypes.c_void_p), ("num_pages", ctypes.c_int32)]
 
 
 def test_status_clear_value_matches_header():

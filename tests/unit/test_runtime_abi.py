@@ -36,7 +36,7 @@ def _header_fields():
 
 def test_prefill_args_mirror_matches_header():
     header = _header_fields()
-    assert len(header) == 34
+    assert len(header) == 38
     assert [(n, t) for n, t in abi.AttncPrefillArgs._fields_] == header
 
 
@@ -64,8 +64,19 @@ def test_kv_layout_values_match_header():
 
 def test_prefill_args_layout_is_natural_c_layout():
     # 13 pointers, 7 int64 strides, 9 int32, sm_scale, the params pointer and its size, the
-    # page-status pointer, num_pages and its tail padding.
-    assert ctypes.sizeof(abi.AttncPrefillArgs) == 13 * 8 + 7 * 8 + 9 * 4 + 4 + 8 + 8 + 8 + 4 + 4
+    # page-status pointer, num_pages and its padding, the three language-v2 pointers
+    # (kv_token_start, tile_map, tile_map_start), tile_map_kv_block and its tail padding.
+    base = 13 * 8 + 7 * 8 + 9 * 4 + 4 + 8 + 8 + 8 + 4 + 4
+    assert ctypes.sizeof(abi.AttncPrefillArgs) == base + 3 * 8 + 4 + 4
+
+
+def test_tile_map_class_values_match_header():
+    found = dict(re.findall(r"(ATTNC_TILE_\w+) = (\d+)", HEADER.read_text()))
+    assert found == {
+        "ATTNC_TILE_EMPTY": str(abi.TILE_EMPTY),
+        "ATTNC_TILE_FULL": str(abi.TILE_FULL),
+        "ATTNC_TILE_PARTIAL": str(abi.TILE_PARTIAL),
+    }
 
 
 DECLS = (

@@ -11,7 +11,7 @@
 
 #include "attnc/abi_codes.h"
 
-#define ATTNC_DECODE_ABI_VERSION 2
+#define ATTNC_DECODE_ABI_VERSION 3
 
 // int32 header at args.header.
 enum AttncDecodeHeader {
@@ -86,6 +86,9 @@ typedef struct AttncDecodeArgs {
   // and the id is reported into *page_status (NULL: not reported).
   uint64_t* page_status;
   int32_t num_pages;              // pages in the KV cache (k.shape[0])
+  // [batch + 1]: flattened index of request b's first KV token (prefix sums of kv_len);
+  // RequestInfo::kv_start. NULL: 0 for every request.
+  const int32_t* kv_token_start;
 } AttncDecodeArgs;
 
 #ifdef __cplusplus

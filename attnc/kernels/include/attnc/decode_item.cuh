@@ -29,7 +29,8 @@ template <int D>
 __device__ __forceinline__ RequestInfo decode_request_info(const AttncDecodeArgs& a,
                                                            const DecodeItem& it, int q_len) {
   return RequestInfo{it.request, q_len, it.kv_len, a.num_qo_heads, a.num_kv_heads, D,
-                     a.sm_scale};
+                     a.sm_scale, it.request * q_len,
+                     kv_token_start_of(a.kv_token_start, it.request)};
 }
 
 // Reads work item w; ROWS packed rows per item, KVT keys per tile, head_dim D.

@@ -172,7 +172,8 @@ __global__ void __launch_bounds__(128)
       return (static_cast<int64_t>(base + c) * q_len + token) * a.num_qo_heads + head;
     };
     const V var(params, RequestInfo{request, q_len, a.req_kv_len[request], a.num_qo_heads,
-                                    a.num_kv_heads, HEAD_DIM, a.sm_scale});
+                                    a.num_kv_heads, HEAD_DIM, a.sm_scale, request * q_len,
+                                    kv_token_start_of(a.kv_token_start, request)});
     const int64_t orow = static_cast<int64_t>(request) * q_len + token;
     T* dst = static_cast<T*>(a.o) + orow * a.o_stride_tok +
              static_cast<int64_t>(head) * a.o_stride_head;

@@ -114,7 +114,8 @@ __global__ void __launch_bounds__(128)
       kv_len = pages > 0 ? (pages - 1) * a.page_size + a.kv_last_page_len[request] : 0;
     }
     const V var(params, RequestInfo{request, q_len, kv_len, a.num_qo_heads, a.num_kv_heads,
-                                    HEAD_DIM, a.sm_scale});
+                                    HEAD_DIM, a.sm_scale, q_start,
+                                    kv_token_start_of(a.kv_token_start, request)});
     for (int r = warp; r < rows; r += kWarps) {
       const int t = r / a.num_qo_heads;
       const int head = r - t * a.num_qo_heads;

@@ -5,7 +5,7 @@
 
 #include "attnc/abi_codes.h"
 
-#define ATTNC_PREFILL_ABI_VERSION 3
+#define ATTNC_PREFILL_ABI_VERSION 4
 
 enum AttncKvLayout {
   ATTNC_KV_RAGGED = 0,      // k/v: [total_kv, H_kv, D]; kv_indptr holds token offsets
@@ -77,7 +77,25 @@ typedef struct AttncPrefillArgs {
   // and the id is reported into *page_status (NULL: not reported). Ragged: unused.
   uint64_t* page_status;
   int32_t num_pages;                // paged: pages in the KV cache (k.shape[0])
+  // [batch + 1]: flattened index of request b's first KV token (prefix sums of kv_len over
+  // requests, whatever the KV layout); RequestInfo::kv_start. NULL: 0 for every request.
+  const int32_t* kv_token_start;
+  // Tile map (NULL: tile classes from V::classify). Request b's map starts at
+  // tile_map[tile_map_start[b]] and is row-major [num_q_tiles_b][ceil(kv_len_b / kv_block)]
+  // of uint8 AttncTileMapClass, one row per query tile of tile_q_tokens tokens, one column
+  // per tile_map_kv_block keys. A kernel KV tile over several columns is EMPTY if all are
+  // EMPTY, FULL if all are FULL, else PARTIAL.
+  const uint8_t* tile_map;
+  const int32_t* tile_map_start;    // [batch + 1]
+  int32_t tile_map_kv_block;        // keys per map column (64)
 } AttncPrefillArgs;
+
+// Values of the bytes of AttncPrefillArgs.tile_map (same as attnc::TileClass).
+enum AttncTileMapClass {
+  ATTNC_TILE_EMPTY = 0,
+  ATTNC_TILE_FULL = 1,
+  ATTNC_TILE_PARTIAL = 2,
+};
 
 #ifdef __cplusplus
 extern "C" {

@@ -125,7 +125,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const KvRows kv = KvRows::make(args, request, kv_head);
   const float sm_scale = args.sm_scale;
   const V var(params, RequestInfo{request, q_len, kv.kv_len, args.num_qo_heads,
-                                  args.num_kv_heads, D, sm_scale});
+                                  args.num_kv_heads, D, sm_scale, q_start,
+                                  kv_token_start_of(args.kv_token_start, request)});
 
   // ---- Q tile -> shared memory (rows past the tile are zero-filled).
   {

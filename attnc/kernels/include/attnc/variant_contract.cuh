@@ -27,6 +27,14 @@
 //   TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const;
 //             class of the tile [q_idx0, q_idx1) x [kv0, kv1) (half-open) over all heads:
 //             kEmpty (no visible pair), kFull (all visible), kPartial (evaluate mask()).
+// Optional members (a functor without them compiles as if they were false / absent; read them
+// through the traits below, never directly):
+//   static constexpr bool kHasSink;         true: sink(row) is an extra logit of every row
+//   float sink(const Row&) const;           natural-log units, like score(); -INFINITY when
+//                                           kHasSink is false (kernels skip it at compile time)
+//   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
+//                                           classify() answers kPartial for every non-empty tile
+//                                           (tile maps give the exact classes)
 // All member functions are __host__ __device__ so host harnesses can test them.
 #pragma once
 
@@ -49,7 +57,14 @@ struct RequestInfo {
   int num_kv_heads;
   int head_dim;
   float sm_scale;
+  int q_start;       // flattened index of the request's first query token (qo_indptr[batch])
+  int kv_start;      // flattened index of the request's first KV token (kv_token_start[batch])
 };
+
+// First flattened KV token of request `batch` from a kv_token_start array (NULL: 0).
+ATTNC_HD int kv_token_start_of(const int* kv_token_start, int batch) {
+  return kv_token_start != nullptr ? kv_token_start[batch] : 0;
+}
 
 struct KvRange {
   int begin;  // first visible kv_idx
@@ -57,6 +72,48 @@ struct KvRange {
 };
 
 enum class TileClass : int { kEmpty = 0, kFull = 1, kPartial = 2 };
+
+// variant_has_sink<V>::value: V declares `kHasSink` and it is true.
+template <typename V, typename = void>
+struct variant_has_sink : std::false_type {};
+template <typename V>
+struct variant_has_sink<V, std::void_t<decltype(V::kHasSink)>>
+    : std::integral_constant<bool, V::kHasSink> {};
+
+// variant_mask_reads_tokens<V>::value: V declares `kMaskReadsTokens` and it is true.
+template <typename V, typename = void>
+struct variant_mask_reads_tokens : std::false_type {};
+template <typename V>
+struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
+    : std::integral_constant<bool, V::kMaskReadsTokens> {};
+
+// The sink logit of a row in natural-log units; -INFINITY for a variant without a sink (the
+// member is only instantiated when variant_has_sink<V> holds).
+template <typename V>
+ATTNC_HD float variant_sink(const V& var, const typename V::Row& row) {
+  if constexpr (variant_has_sink<V>::value) {
+    return var.sink(row);
+  } else {
+    (void)var;
+    (void)row;
+    return -__builtin_huge_valf();
+  }
+}
+
+// The optional sink members, checked only when the variant declares kHasSink = true.
+template <typename V, bool kOn = variant_has_sink<V>::value>
+struct SinkContract {
+  static constexpr bool ok = true;
+};
+template <typename V>
+struct SinkContract<V, true> {
+  static_assert(std::is_same<decltype(std::declval<const V&>().sink(
+                                 std::declval<const typename V::Row&>())),
+                             float>::value,
+                "attnc variant: kHasSink needs `float sink(const Row&) const`");
+  static_assert(V::kUseSoftmax, "attnc variant: a sink needs softmax normalisation");
+  static constexpr bool ok = true;
+};
 
 template <typename V>
 struct VariantContract {
@@ -93,7 +150,7 @@ struct VariantContract {
   static_assert(std::is_same<decltype(std::declval<const V&>().classify(0, 0, 0, 0)),
                              TileClass>::value,
                 "attnc variant: needs `TileClass classify(int q0, int q1, int kv0, int kv1) const`");
-  static constexpr bool ok = true;
+  static constexpr bool ok = SinkContract<V>::ok;
 };
 
 // Call in every kernel template: `static_assert(check_variant_contract<V>(), "");` (usable in

@@ -70,8 +70,9 @@ struct PrefillSm90Item {
   }
 
   __device__ __forceinline__ RequestInfo request_info(const AttncPrefillArgs& a) const {
-    return RequestInfo{request, q_len, kv.kv_len, a.num_qo_heads, a.num_kv_heads, a.head_dim,
-                       a.sm_scale};
+    return RequestInfo{request, q_len, kv.kv_len, a.num_qo_heads, a.num_kv_heads,
+                       a.head_dim, a.sm_scale, q_start,
+                       kv_token_start_of(a.kv_token_start, request)};
   }
 
   // The KV range: the variant's kv_range of the tile intersected with the item's chunk.
