@@ -46,7 +46,14 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
         field_ = f"p.{cpp_name(e.name)}"
         return f"({field_} != 0)" if e.name in ctx.bool_params else field_
     if isinstance(e, ir.TensorLoad):
-        return f"p.{cpp_name(e.name)}[{_flat_index(e, ctx)}]"
+        load = f"p.{cpp_name(e.name)}[{_flat_index(e, ctx)}]"
+        first = e.indices[0]
+        if isinstance(first, ir.Builtin) and first.name == "q_pos":
+            # q_pos < 0 (a row of a request with q_len > kv_len) is before the tensor (or the
+            # request's slice of a kv_len tensor): such a read gives 0.
+            zero = "0.0f" if e.type == ir.F32 else "0"
+            return f"({render(first, ctx)} >= 0 ? {load} : {zero})"
+        return load
     if isinstance(e, ir.Unary):
         if e.op == "not":
             return f"(!{render(e.x, ctx)})"
@@ -96,9 +103,16 @@ def render_const(e: ir.Const) -> str:
     return f"({text}f)" if x < 0 else f"{text}f"
 
 
+# Where a batch-flattened tensor's slice of the current request starts (RequestInfo fields).
+TOKEN_STARTS = {"kv_len": "r.kv_start", "q_len": "r.q_start"}
+
+
 def _flat_index(e: ir.TensorLoad, ctx: CudaContext) -> str:
     dims = ctx.tensor_dims[e.name]
     text = render(e.indices[0], ctx)
+    start = TOKEN_STARTS.get(str(dims[0]))
+    if start is not None:  # flattened over the batch: the request's slice starts at start
+        text = f"{start} + {text}" if len(dims) == 1 else f"({start} + {text})"
     for index, dim in zip(e.indices[1:], dims[1:], strict=True):
         size = str(dim) if isinstance(dim, int) else ctx.dims[dim]
         text = f"({text} * {size} + {render(index, ctx)})"

@@ -19,6 +19,7 @@ from attnc.compiler import ir
 from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
+from attnc.compiler.token_index import reads_token_tensor
 from attnc.dsl.limits import deep_recursion
 
 REQUEST_NAMES = {
@@ -239,6 +240,9 @@ def _emit_functor(compiled: Compiled) -> str:
         score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
+        has_sink=v.sink is not None,
+        sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
+        mask_reads_tokens=v.mask is not None and reads_token_tensor(v.mask, v.params),
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
         classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),

@@ -73,6 +73,9 @@ class _TorchText:
             return f"env[{e.name!r}]"
         if isinstance(e, ir.TensorLoad):
             indices = ", ".join(self.render(i) for i in e.indices)
+            first = e.indices[0]
+            if isinstance(first, ir.Builtin) and first.name == "q_pos":
+                return f"_load_at_pos(P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
             return f"_load(P[{e.name!r}], {indices})"
         if isinstance(e, ir.Unary):
             if e.op == "not":

@@ -46,7 +46,8 @@ def python_body(e: ir.Expr | None, default: str) -> PythonBody:
 
 
 def emit_reference_source(v: ir.VariantIR) -> str:
-    """Python source of a module with ``score(env, P)``, ``mask(env, P)``, ``output(env, P)``."""
+    """Python source of a module with ``score(env, P)``, ``mask(env, P)``, ``output(env, P)``
+    and ``sink(env, P)``."""
     with deep_recursion():
         return _render_reference(v)
 
@@ -59,6 +60,8 @@ def _render_reference(v: ir.VariantIR) -> str:
         has_mask=v.mask is not None,
         has_score=v.score is not None,
         has_output=v.output is not None,
+        has_sink=v.sink is not None,
+        sink=python_body(v.sink, "None"),
         score=python_body(v.score, "env['score']"),
         mask=python_body(v.mask, "None"),
         output=python_body(v.output, "env['out']"),

@@ -6,6 +6,15 @@ the KV (``q_pos = q_idx + kv_len - q_len``). Fully masked rows give output 0 and
 LSE is the natural log of the softmax denominator, including the max; it is 0 for
 ``normalize = none`` variants.
 
+Sinks (``sink = expr;``): the row's sink logit ``s0`` joins the denominator only,
+``o = sum_j e^{s_j} v_j / (e^{s0} + sum_j e^{s_j})``, and the LSE includes it; a row that sees
+no key gives output 0 and LSE ``s0`` (the output transform is not applied to it).
+
+Batch-flattened tensor params (language v2) are given for this one request: a ``kv_len``
+tensor as the request's slice (``kv_len`` entries), a ``q_len`` tensor as its ``q_len``
+entries, and a ``batch_size`` tensor whole, read at ``batch`` (the request's index, the
+``batch`` argument). :func:`request_params` cuts those slices from batched params.
+
 Numerics as the kernels compute them: 16-bit inputs are widened to float32 before Q·Kᵀ
 (products and sums in float32, like the tensor cores' fp32 accumulators), and everything
 after runs in float32 (float64 inputs stay float64). A NaN score that the mask keeps (NaN in
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import math
 import types
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -48,6 +58,26 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"num_qo_heads ({hq}) must be a multiple of num_kv_heads ({hk})")
 
 
+def request_params(
+    decls: Sequence[Any],
+    params: Mapping[str, Any],
+    b: int,
+    q_starts: Sequence[int],
+    kv_starts: Sequence[int],
+) -> dict[str, Any]:
+    """The params of request ``b`` from batched ones: a ``kv_len`` tensor (flattened over the
+    requests) is cut to ``[kv_starts[b], kv_starts[b+1])``, a ``q_len`` tensor to
+    ``[q_starts[b], q_starts[b+1])``; other values stay whole. ``decls`` are the variant's
+    param declarations (``Variant.params``); the starts are cumulative lengths (batch + 1)."""
+    cuts = {"kv_len": kv_starts, "q_len": q_starts}
+    out = dict(params)
+    for decl in decls:
+        starts = cuts.get(decl.token_dim or "")
+        if starts is not None and decl.name in out:
+            out[decl.name] = out[decl.name][int(starts[b]) : int(starts[b + 1])]
+    return out
+
+
 def reference_attention(
     module: types.ModuleType,
     q: torch.Tensor,
@@ -76,17 +106,15 @@ def reference_attention(
     visible = module.mask(env, tensors) if module.HAS_MASK else None
     if visible is not None:
         visible = visible.expand(hq, q_len, kv_len)
-    o, lse = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype))
+    sink = None
+    if getattr(module, "HAS_SINK", False):
+        sink = module.sink(env, tensors).to(ftype).expand(hq, q_len, 1)
+    o, lse, seen = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype), sink)
     if module.HAS_OUTPUT:
         env["out"] = o
         transformed = module.output(env, tensors).to(ftype).expand_as(o)
         # Rows without a visible key keep output 0 (softmax variants); NaN rows stay NaN.
-        seen = (
-            (lse != float("-inf")).unsqueeze(-1)
-            if module.USE_SOFTMAX
-            else torch.ones_like(o, dtype=torch.bool)
-        )
-        o = torch.where(seen, transformed, torch.zeros_like(o))
+        o = torch.where(seen.unsqueeze(-1), transformed, torch.zeros_like(o))
     out = o.permute(1, 0, 2).to(q.dtype).contiguous()
     if not return_lse:
         return out
@@ -134,23 +162,37 @@ def _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d) ->
     return env
 
 
-def _normalise(use_softmax: bool, t: torch.Tensor, visible: torch.Tensor | None, v: torch.Tensor):
-    """(output [H, q, D], lse [H, q]) from transformed scores ``t`` [H, q, k]."""
+def _normalise(
+    use_softmax: bool,
+    t: torch.Tensor,
+    visible: torch.Tensor | None,
+    v: torch.Tensor,
+    sink: torch.Tensor | None = None,
+):
+    """(output [H, q, D], lse [H, q], seen [H, q]) from transformed scores ``t`` [H, q, k];
+    ``sink`` [H, q, 1] is the rows' sink logit (None: no sink); ``seen`` is false for the
+    softmax rows without a visible key."""
+    shape = t.shape[:2]
     if not use_softmax:
         w = t if visible is None else torch.where(visible, t, torch.zeros_like(t))
         o = torch.einsum("hqk,hkd->hqd", w, v.permute(1, 0, 2))
-        return o, torch.zeros(t.shape[:2], dtype=t.dtype, device=t.device)
+        zeros = torch.zeros(shape, dtype=t.dtype, device=t.device)
+        return o, zeros, torch.ones(shape, dtype=torch.bool, device=t.device)
     if visible is not None:
         t = t.masked_fill(~visible, float("-inf"))
+    if sink is None:
+        sink = torch.full((*shape, 1), float("-inf"), dtype=t.dtype, device=t.device)
     if t.shape[-1] == 0:
-        lse = torch.full(t.shape[:2], float("-inf"), dtype=t.dtype, device=t.device)
-        return torch.zeros(*t.shape[:2], v.shape[-1], dtype=t.dtype, device=t.device), lse
-    m = t.amax(dim=-1, keepdim=True)
+        o = torch.zeros(*shape, v.shape[-1], dtype=t.dtype, device=t.device)
+        return o, sink.squeeze(-1).clone(), torch.zeros(shape, dtype=torch.bool, device=t.device)
+    m_keys = t.amax(dim=-1, keepdim=True)
+    m = torch.maximum(m_keys, sink)  # NaN in either stays NaN
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
     p = torch.exp(t - m_safe)
-    denom = p.sum(dim=-1, keepdim=True)
+    keys = p.sum(dim=-1, keepdim=True)
+    denom = keys + torch.exp(sink - m_safe)
     o = torch.einsum("hqk,hkd->hqd", p, v.permute(1, 0, 2))
-    # denom is 0 only for rows without a visible key; a NaN denom (a NaN score) stays NaN.
-    o = torch.where(denom == 0, torch.zeros_like(o), o / denom.clamp_min(torch.finfo(t.dtype).tiny))
+    # keys is 0 only for rows without a visible key; a NaN (a NaN score) stays NaN.
+    o = torch.where(keys == 0, torch.zeros_like(o), o / denom.clamp_min(torch.finfo(t.dtype).tiny))
     lse = (m_safe + torch.log(denom)).squeeze(-1)
-    return o, lse
+    return o, lse, (keys != 0).squeeze(-1)
