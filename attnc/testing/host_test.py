@@ -38,12 +38,13 @@ class HostTestReport:
     score_error: float = 0.0
     output_error: float = 0.0
     affine_error: float = 0.0
+    sink_error: float = 0.0
     mask_mismatches: int = 0
     tile_violations: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        errors = (self.score_error, self.output_error, self.affine_error)
+        errors = (self.score_error, self.output_error, self.affine_error, self.sink_error)
         return (
             all(e <= TOLERANCE for e in errors)
             and not self.mask_mismatches
@@ -55,7 +56,7 @@ class HostTestReport:
         text = (
             f"{self.name}: host harness {status}: {self.points} points, {self.tiles} tiles; "
             f"relative error score {self.score_error:.2e}, output {self.output_error:.2e}, "
-            f"affine form {self.affine_error:.2e}; mask mismatches {self.mask_mismatches}; "
+            f"affine form {self.affine_error:.2e}, sink {self.sink_error:.2e}; mask mismatches {self.mask_mismatches}; "
             f"tile violations {len(self.tile_violations)}"
         )
         if self.tile_violations:
@@ -133,8 +134,14 @@ def build_harness(c: Compiled, workdir: str) -> str:
 
 @dataclass
 class _Case:
+    """One request: ``params`` as the functor gets them (batch-flattened tensors whole, the
+    request's slice at ``starts`` = (q_start, kv_start)), ``request_params`` as the
+    reference gets them (that slice only)."""
+
     request: tuple[int, int, int, int, int, int, float]
+    starts: tuple[int, int]
     params: dict[str, Any]
+    request_params: dict[str, Any]
     points: list[tuple[int, int, int, float, float]]
     tiles: list[tuple[int, int, int, int]]
 
@@ -148,9 +155,18 @@ def _draw_case(
     h_qo = h_kv * rng.choice([1, 2, 4])
     head_dim = rng.choice([64, 128, 256])
     request = (rng.randint(0, 7), q_len, kv_len, h_qo, h_kv, head_dim, 1.0 / head_dim**0.5)
-    params = {
-        p.name: _draw_param(p, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim) for p in v.params
-    }
+    # Earlier requests' tokens come first in a batch-flattened tensor, later ones after.
+    starts = (rng.choice([0, rng.randint(1, 40)]), rng.choice([0, rng.randint(1, 40)]))
+    sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": head_dim}
+    sizes.update(q_len=starts[0] + q_len + 3, kv_len=starts[1] + kv_len + 3)
+    sizes.update(batch_size=request[0] + 1 + rng.randint(0, 2))
+    params = {p.name: _draw_param(p, rng, fixed, sizes, q_len, kv_len) for p in v.params}
+    cuts = {"q_len": (starts[0], q_len), "kv_len": (starts[1], kv_len)}
+    request_params = dict(params)
+    for p in v.params:
+        if p.token_dim in cuts:
+            begin, n = cuts[p.token_dim]
+            request_params[p.name] = params[p.name][begin : begin + n]
     pts = [
         (
             rng.randrange(q_len),
@@ -162,7 +178,7 @@ def _draw_case(
         for _ in range(points)
     ]
     tiles = [_draw_tile(rng, q_len, kv_len) for _ in range(max(8, points // 50))]
-    return _Case(request, params, pts, tiles)
+    return _Case(request, starts, params, request_params, pts, tiles)
 
 
 def _draw_tile(rng: random.Random, q_len: int, kv_len: int) -> tuple[int, int, int, int]:
@@ -171,12 +187,16 @@ def _draw_tile(rng: random.Random, q_len: int, kv_len: int) -> tuple[int, int, i
     return q0, min(q_len, q0 + rng.randint(1, 64)), k0, min(kv_len, k0 + rng.randint(1, 64))
 
 
-def _draw_param(p: ir.ParamDecl, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim):
-    sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": head_dim}
+def _draw_param(p: ir.ParamDecl, rng, fixed, sizes, q_len, kv_len):
     if p.kind == "tensor":
         shape = [d if isinstance(d, int) else sizes[d] for d in p.dims]
         if p.dtype == ir.F32:
             return torch.rand(shape, dtype=torch.float64) * 2 - 1
+        if p.token_dim in ("kv_len", "q_len"):  # document ids: runs of equal values
+            ids = torch.randint(0, 4, shape, dtype=torch.int64)
+            return torch.sort(ids, dim=0).values if rng.random() < 0.7 else ids
+        if p.token_dim == "batch_size":  # per-request lengths, windows, prefixes
+            return torch.randint(0, 2 * max(q_len, kv_len) + 2, shape, dtype=torch.int64)
         return torch.randint(0, 16, shape, dtype=torch.int64)
     if p.name in fixed:
         return fixed[p.name]
@@ -192,7 +212,7 @@ def _draw_param(p: ir.ParamDecl, rng, fixed, q_len, kv_len, h_qo, h_kv, head_dim
 def _stdin(cases: list[_Case], v: ir.VariantIR) -> str:
     out = [str(len(cases))]
     for case in cases:
-        out.append(" ".join(map(str, case.request)))
+        out.append(" ".join(map(str, case.request + case.starts)))
         for p in v.params:
             value = case.params[p.name]
             if p.kind == "tensor":
@@ -275,7 +295,7 @@ def _env(case: _Case, dtype: torch.dtype, q_idx, qo_head, kv_idx, score, out) ->
         "num_qo_heads": s(h_qo, torch.int64),
         "num_kv_heads": s(h_kv, torch.int64),
     }
-    for name, value in case.params.items():
+    for name, value in case.request_params.items():
         if isinstance(value, torch.Tensor):
             continue
         t = (
@@ -292,7 +312,7 @@ def _env(case: _Case, dtype: torch.dtype, q_idx, qo_head, kv_idx, score, out) ->
 def _tensors(case: _Case, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     return {
         n: (t.to(dtype) if t.is_floating_point() else t)
-        for n, t in case.params.items()
+        for n, t in case.request_params.items()
         if isinstance(t, torch.Tensor)
     }
 
@@ -322,6 +342,9 @@ def _compare_points(module, c: Compiled, case: _Case, got, report: HostTestRepor
             if c.affine is not None:
                 affine = vals[:, 3] * score + vals[:, 4]
                 report.affine_error = max(report.affine_error, _rel(affine, ref_score))
+            if getattr(module, "HAS_SINK", False):
+                ref_sink = module.sink(env, tensors).expand(len(got)).to(torch.float64)
+                report.sink_error = max(report.sink_error, _rel(vals[:, 5], ref_sink))
         elif module.HAS_MASK:
             ref_mask = module.mask(env, tensors).expand(len(got))
             report.mask_mismatches += int((vals[:, 1].bool() != ref_mask).sum())
