@@ -9,10 +9,14 @@ The mapping (also in ``docs/clients.md``):
 | ``sliding_window`` (Mistral, Qwen2 windowed)    | ``stdlib:sliding_window``| ``window``      |
 | ``softcap`` + ``sliding_window`` (Gemma-2 local) | ``softcap_window`` below | ``cap, window`` |
 | ``alibi_slopes`` on the module (``[H_qo]``)     | ``stdlib:alibi``         | ``slopes``      |
+| ``sinks`` / ``s_aux`` (gpt-oss full layers)     | ``sink_causal``          | ``sinks``       |
+| ``sinks`` + ``sliding_window`` (gpt-oss local)  | ``sink_window``          | ``sinks, window`` |
 
-Settings without a variant (attention sinks, dropout while training, bidirectional layers,
-ALiBi combined with a window or soft-cap, ...) raise :class:`UnsupportedMaskError` naming the
-setting and what attnc lacks.
+Sinks need the language's ``sink = ...;``; without it (or with a reference that ignores it)
+the first layer with sinks raises :class:`UnsupportedMaskError` saying what is missing
+(:mod:`attnc.integrations.hf_sinks`). Settings without a variant (dropout while training,
+bidirectional layers, chunked attention, sinks or ALiBi combined with soft-cap, ALiBi with
+a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what attnc lacks.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 
 from attnc.integrations.hf_masks import UnsupportedMaskError
+from attnc.integrations.hf_sinks import SINK_SOURCES, sink_spec, sink_support_gap
 
 # Gemma-2's local layers: soft-capped logits over a causal sliding window. The standard
 # library has each half; this combines them.
@@ -39,7 +44,6 @@ variant softcap_window {
 
 # Keyword arguments transformers passes that change the result and that no variant expresses.
 _UNSUPPORTED_KWARGS = {
-    "s_aux": "attention sinks (the sink term in the softmax denominator, gpt-oss)",
     "position_bias": "an additive position bias (T5-style relative attention)",
     "head_mask": "a per-head mask",
 }
@@ -78,9 +82,8 @@ class LayerVariant:
 def _load(spec: str) -> Any:
     import attnc
 
-    if spec == "softcap_window":
-        return attnc.load(SOFTCAP_WINDOW_SOURCE)
-    return attnc.load(spec)
+    sources = {"softcap_window": SOFTCAP_WINDOW_SOURCE, **SINK_SOURCES}
+    return attnc.load(sources.get(spec, spec))
 
 
 def layer_name(module: torch.nn.Module) -> str:
@@ -104,6 +107,11 @@ def variant_for_layer(
     if window is not None and window < 1:
         raise UnsupportedMaskError(f"{name}: sliding_window must be >= 1, got {window}")
     slopes = getattr(module, "alibi_slopes", None)
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = getattr(module, "sinks", None)
+    if sinks is not None:
+        return _sink_variant(name, sinks, window, softcap is not None or slopes is not None)
     if slopes is not None:
         if window is not None or softcap is not None:
             raise UnsupportedMaskError(
@@ -119,14 +127,27 @@ def variant_for_layer(
     return LayerVariant("stdlib:causal", (), None)
 
 
+def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bool) -> LayerVariant:
+    """gpt-oss's layers: a per-head sink logit, causal or over a sliding window."""
+    if biased:
+        raise UnsupportedMaskError(
+            f"{name}: attention sinks combined with softcap or ALiBi have no attnc variant"
+        )
+    gap = sink_support_gap()
+    if gap is not None:
+        raise UnsupportedMaskError(
+            f"{name}: attention sinks (`sinks`, gpt-oss) need the sink term in the softmax "
+            f"denominator (the language's `sink = ...;`): {gap}"
+        )
+    params: tuple[tuple[str, Any], ...] = (("sinks", sinks.detach().float().reshape(-1)),)
+    if window is not None:
+        params += (("window", window),)
+    return LayerVariant(sink_spec(window), params, window)
+
+
 def _reject_unsupported(
     module: torch.nn.Module, name: str, dropout: float, kwargs: dict[str, Any]
 ) -> None:
-    if getattr(module, "sinks", None) is not None or kwargs.get("s_aux") is not None:
-        raise UnsupportedMaskError(
-            f"{name}: attention sinks (`sinks`, gpt-oss) need the sink term in the softmax "
-            "denominator, which attnc variants cannot express yet"
-        )
     for key, what in _UNSUPPORTED_KWARGS.items():
         if kwargs.get(key) is not None:
             raise UnsupportedMaskError(f"{name}: `{key}` ({what}) has no attnc variant")

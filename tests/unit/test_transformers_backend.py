@@ -127,9 +127,8 @@ def test_a_cpu_run_warns_once(hf):
     assert len(notes) == 1
 
 
-def test_gpt_oss_sinks_name_what_is_missing(hf):
-    from attnc.integrations.transformers import UnsupportedMaskError
-
+def tiny_gpt_oss(hf, impl: str):
+    """A 2-layer gpt-oss (layer 0 sliding window of 6, layer 1 full; sinks on both)."""
     torch.manual_seed(0)
     cfg = hf.GptOssConfig(
         hidden_size=64,
@@ -143,9 +142,51 @@ def test_gpt_oss_sinks_name_what_is_missing(hf):
         num_experts_per_tok=1,
         sliding_window=6,
     )
-    model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc").eval()
-    with pytest.raises(UnsupportedMaskError, match="sink term"), torch.no_grad():
+    model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation=impl).eval()
+    with torch.no_grad():  # sinks big enough to matter (they start near 0)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+    return model
+
+
+def test_gpt_oss_sinks_match_eager_or_name_what_is_missing(hf):
+    """With the language's sinks: logits and greedy tokens of eager; without: a clear error."""
+    from attnc.integrations.hf_sinks import sink_support_gap
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    model = tiny_gpt_oss(hf, "eager")
+    ids, mask = padded_batch([14, 9], 14)
+    if sink_support_gap() is not None:
+        model.set_attn_implementation("attnc")
+        with pytest.raises(UnsupportedMaskError, match="sink = ...;"), torch.no_grad():
+            model(ids, attention_mask=mask)
+        return
+    kwargs = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = model(ids, attention_mask=mask).logits
+        expected_tokens = model.generate(ids, **kwargs)
+        model.set_attn_implementation("attnc")
+        got = model(ids, attention_mask=mask).logits
+        got_tokens = model.generate(ids, **kwargs)
+    valid = mask.bool()
+    err = (got[valid] - expected[valid]).abs().max().item()
+    assert err < 2e-5 * expected[valid].abs().max().item() + 1e-6, err
+    assert torch.equal(got_tokens, expected_tokens)
+
+
+def test_a_missing_sink_feature_is_named(hf, monkeypatch):
+    """An attnc whose language lacks `sink` raises naming the layer and the missing feature."""
+    import attnc.integrations.hf_variants as variants
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    monkeypatch.setattr(variants, "sink_support_gap", lambda: "this attnc does not compile it")
+    model = tiny_gpt_oss(hf, "attnc")
+    with pytest.raises(UnsupportedMaskError) as caught, torch.no_grad():
         model(torch.randint(0, VOCAB, (1, 8)))
+    message = str(caught.value)
+    assert "GptOssAttention (layer 0)" in message and "sink = ...;" in message
+    assert "this attnc does not compile it" in message
 
 
 def test_packed_sequences_are_refused_clearly(hf):
