@@ -156,7 +156,7 @@ def _draw_case(
     head_dim = rng.choice([64, 128, 256])
     request = (rng.randint(0, 7), q_len, kv_len, h_qo, h_kv, head_dim, 1.0 / head_dim**0.5)
     # Earlier requests' tokens come first in a batch-flattened tensor, later ones after.
-    starts = (rng.choice([0, rng.randint(1, 40)]), rng.choice([0, rng.randint(1, 40)]))
+    starts = (rng.randint(0, 40), rng.randint(0, 40))
     sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": head_dim}
     sizes.update(q_len=starts[0] + q_len + 3, kv_len=starts[1] + kv_len + 3)
     sizes.update(batch_size=request[0] + 1 + rng.randint(0, 2))
