@@ -62,3 +62,40 @@ def sink_support_gap() -> str | None:
 def sink_spec(window: int | None) -> str:
     """The variant of a layer with sinks: over a sliding window or causal."""
     return "sink_causal" if window is None else "sink_window"
+
+
+_kernel_gaps: dict[tuple[str, torch.dtype, int], str | None] = {}
+
+
+def sink_kernel_gap(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """What this attnc's CUDA kernels lack for sinks on ``device`` (None: nothing). Probes
+    the prefill and the decode kernel once per device, dtype and head_dim: one key of score
+    0 next to a sink of 0 must weigh 1/2."""
+    key = (str(device), dtype, head_dim)
+    if key not in _kernel_gaps:
+        try:
+            _kernel_gaps[key] = _probe_kernels(device, dtype, head_dim)
+        except Exception as exc:  # a kernel build or launch that refuses sinks
+            _kernel_gaps[key] = f"its kernels fail on a sink ({type(exc).__name__}: {exc})"
+    return _kernel_gaps[key]
+
+
+def _probe_kernels(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    import attnc
+
+    variant = attnc.load(SINK_CAUSAL_SOURCE)
+    q = torch.zeros(1, 1, head_dim, dtype=dtype, device=device)
+    v = torch.ones(1, 1, head_dim, dtype=dtype, device=device)
+    sinks = torch.zeros(1, dtype=torch.float32, device=device)
+    prefill = variant.prefill(q, q, v, sinks=sinks)
+    workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
+    wrapper = attnc.BatchDecodeWrapper(variant, workspace, "HND")
+    one = torch.ones(1, dtype=torch.int32)
+    wrapper.plan(torch.tensor([0, 1], dtype=torch.int32), torch.zeros(1, dtype=torch.int32), one,
+                 1, 1, head_dim, 1, dtype=dtype)  # fmt: skip
+    cache = torch.stack([q, v], dim=1).view(1, 2, 1, 1, head_dim)
+    decode = wrapper.run(q, cache, sinks=sinks)
+    for name, out in (("prefill", prefill), ("decode", decode)):
+        if not torch.allclose(out.float(), 0.5 * v.float(), atol=1e-2):
+            return f"its {name} kernel does not apply the sink yet"
+    return None

@@ -39,6 +39,7 @@ from attnc.integrations.hf_masks import (
     segments_for_call,
     segments_from_visibility,
 )
+from attnc.integrations.hf_sinks import SINK_SOURCES, sink_kernel_gap
 from attnc.integrations.hf_variants import LayerVariant, layer_name, variant_for_layer
 
 __all__ = [
@@ -121,6 +122,10 @@ def attnc_attention_forward(
         raise UnsupportedMaskError(
             f"{layer_name(module)}: {hq} query heads are not {groups} groups of {hkv} KV heads"
         )
+    if choice.spec in SINK_SOURCES and _kernel_blocker(query, head_dim) is None:
+        gap = sink_kernel_gap(query.device, query.dtype, head_dim)
+        if gap is not None:
+            raise UnsupportedMaskError(f"{layer_name(module)}: attention sinks on CUDA: {gap}")
     segments = segments_for_call(attention_mask, q_len, kv_len, batch, choice.window)
     segments.require_window(choice.window, layer_name(module))
     if not segments.segments:

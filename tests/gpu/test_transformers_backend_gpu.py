@@ -178,3 +178,35 @@ def test_gemma2_shaped_decode_at_head_dim_256(hf):
     eager_err = (logits[("eager", torch.bfloat16)] - exact).abs().max().item()
     err = (logits[("attnc", torch.bfloat16)] - exact).abs().max().item()
     assert err <= 4 * eager_err + 1e-3, (err, eager_err)
+
+
+@torch.no_grad()
+def test_gpt_oss_sinks_within_the_bf16_eager_error(hf):
+    """gpt-oss (sinks on full and sliding layers) through the kernels: a decode step after a
+    prompt run by the prefill kernel. Fails naming the gap when a kernel ignores sinks."""
+    from attnc.integrations.hf_sinks import sink_kernel_gap, sink_support_gap
+
+    if sink_support_gap() is not None:
+        pytest.skip(f"attnc without sinks: {sink_support_gap()}")
+    gap = sink_kernel_gap(torch.device("cuda"), torch.bfloat16, 64)
+    assert gap is None, gap
+    cfg = hf.GptOssConfig(hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                          vocab_size=VOCAB, num_local_experts=2, num_experts_per_tok=1,
+                          sliding_window=24, max_position_embeddings=256)  # fmt: skip
+    ids, mask = padded_batch([64, 41, 7], 65)
+    mask[:, 64:] = 1
+    logits = {}
+    for impl, dtype in (("eager", torch.float32), ("eager", torch.bfloat16),
+                        ("attnc", torch.bfloat16)):  # fmt: skip
+        torch.manual_seed(0)
+        model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation=impl)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0)
+        model = model.to(device="cuda", dtype=dtype).eval()
+        run = lambda m=model: step_logits(m, ids, mask, 64)  # noqa: E731
+        logits[(impl, dtype)] = kernels_only(run) if impl == "attnc" else run()
+    exact = logits[("eager", torch.float32)]
+    eager_err = (logits[("eager", torch.bfloat16)] - exact).abs().max().item()
+    err = (logits[("attnc", torch.bfloat16)] - exact).abs().max().item()
+    assert err <= 4 * eager_err + 1e-3, (err, eager_err)
