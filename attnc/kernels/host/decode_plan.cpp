@@ -44,7 +44,7 @@ ATTNC_PLAN_EXPORT int attnc_decode_release(AttncStepParams* params) {
   return static_cast<int>(attnc::decode_plan::cuda().release(*params));
 }
 
-const char* attnc_decode_cuda_error(int code) {
+ATTNC_PLAN_EXPORT const char* attnc_decode_cuda_error(int code) {
   return cudaGetErrorString(static_cast<cudaError_t>(code));
 }
 
