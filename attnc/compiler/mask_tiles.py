@@ -135,9 +135,7 @@ def _classify(analysis, q0, q1, k0, k1, env, tensors) -> str:
     if analysis.kind == "opaque" or _may_wrap(analysis, env, tensors):
         return "partial"
     if analysis.kind == "union":
-        found = [
-            _linear_classify(_values(t, env, tensors), q0, q1, k0, k1) for t in analysis.terms
-        ]
+        found = [_linear_classify(_values(t, env, tensors), q0, q1, k0, k1) for t in analysis.terms]
         if "full" in found:
             return "full"
         return "empty" if all(x == "empty" for x in found) else "partial"

@@ -43,6 +43,4 @@ def first_index_error(decl: ir.ParamDecl, index: ir.Expr) -> str | None:
 def reads_token_tensor(e: ir.Expr, params: tuple[ir.ParamDecl, ...]) -> bool:
     """Whether ``e`` reads a ``kv_len`` or ``q_len`` tensor (a per-token value)."""
     token = {p.name for p in params if p.token_dim in ("kv_len", "q_len")}
-    return bool(token) and any(
-        isinstance(n, ir.TensorLoad) and n.name in token for n in ir.walk(e)
-    )
+    return bool(token) and any(isinstance(n, ir.TensorLoad) and n.name in token for n in ir.walk(e))

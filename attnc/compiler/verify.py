@@ -33,7 +33,9 @@ def verify_variant(v: ir.VariantIR, stage: str = "") -> None:
     if v.sink is not None:
         if v.normalize != "softmax":
             raise IRVerifyError(f"{v.name}.sink{where}: a sink without softmax")
-        if any(isinstance(n, ir.Builtin) and n.name in ("score", "kv_idx") for n in ir.walk(v.sink)):
+        if any(
+            isinstance(n, ir.Builtin) and n.name in ("score", "kv_idx") for n in ir.walk(v.sink)
+        ):
             raise IRVerifyError(f"{v.name}.sink{where}: reads an element-level built-in")
     if v.normalize not in ("softmax", "none"):
         raise IRVerifyError(f"{v.name}{where}: bad normalize {v.normalize!r}")

@@ -196,3 +196,59 @@ def _normalise(
     o = torch.where(keys == 0, torch.zeros_like(o), o / denom.clamp_min(torch.finfo(t.dtype).tiny))
     lse = (m_safe + torch.log(denom)).squeeze(-1)
     return o, lse, (keys != 0).squeeze(-1)
+
+
+def request_reference(
+    variant: Any,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    batch: int = 0,
+    sm_scale: float | None = None,
+    return_lse: bool = False,
+    **params: Any,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The reference of request ``batch`` of a batch, for a loaded ``variant``: q
+    ``[q_len, H_qo, D]`` and k/v ``[kv_len, H_kv, D]`` of that request, a ``kv_len`` tensor
+    param as its ``kv_len`` entries, a ``q_len`` one as its ``q_len`` entries (see
+    :func:`request_params`), a ``batch_size`` one whole (read at ``batch``). Scalar params
+    missing from ``params`` take their defaults; a ValueError names a param that is unknown,
+    missing or of the wrong length."""
+    check_qkv(q, k, v)
+    lengths = {"q_len": q.shape[0], "kv_len": k.shape[0]}
+    known = {p.name for p in variant.params}
+    for name in params:
+        if name not in known:
+            raise ValueError(f"variant '{variant.name}': unknown param '{name}'")
+    resolved: dict[str, Any] = {}
+    for p in variant.params:
+        value = params.get(p.name, p.default)
+        if value is None:
+            raise ValueError(f"variant '{variant.name}': param '{p.name}' is required")
+        if p.kind == "tensor":
+            value = torch.as_tensor(value, device=q.device)
+            dim = p.token_dim
+            want = lengths.get(dim or "")
+            if want is not None and value.shape[0] != want:
+                raise ValueError(
+                    f"variant '{variant.name}': param '{p.name}' has one value per "
+                    f"{'KV' if dim == 'kv_len' else 'query'} token: give this request's "
+                    f"{want} entries, got {value.shape[0]}"
+                )
+            if dim == "batch_size" and not 0 <= batch < value.shape[0]:
+                raise ValueError(
+                    f"variant '{variant.name}': param '{p.name}' has one value per request "
+                    f"({value.shape[0]} given), but the request is batch {batch}"
+                )
+        resolved[p.name] = value
+    return reference_attention(
+        variant._reference_module,
+        q,
+        k,
+        v,
+        sm_scale=sm_scale,
+        return_lse=return_lse,
+        params=resolved,
+        batch=batch,
+    )

@@ -132,6 +132,10 @@ def random_env(rng: random.Random) -> tuple[dict, dict]:
     tensors = {
         "t": [rng.uniform(-2.0, 2.0) for _ in range(NUM_HEADS)],
         "slopes": [2.0 ** -(i + 1) for i in range(NUM_HEADS)],
+        # language v2 stdlib tensors: per KV token, per request, per head
+        "doc": sorted(rng.randint(0, 3) for _ in range(kv_len)),
+        "window": [rng.randint(0, 300) for _ in range(8)],
+        "sinks": [rng.uniform(-2.0, 2.0) for _ in range(NUM_HEADS)],
     }
     return env, tensors
 
@@ -181,7 +185,7 @@ def test_stdlib_simplify_preserves_meaning(v: ir.VariantIR) -> None:
     s = simplify_variant(v)
     verify_variant(s, "simplify")
     rng = random.Random(hash(v.name) % 1000)
-    for slot in ("score", "mask", "output"):
+    for slot in ("score", "mask", "output", "sink"):
         before, after = getattr(v, slot), getattr(s, slot)
         assert (before is None) == (after is None)
         if before is not None:

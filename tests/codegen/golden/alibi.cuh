@@ -26,6 +26,8 @@ struct Variant_alibi {
   static constexpr bool kScoreIsIdentity = false;
   static constexpr bool kAffineScore = true;
   static constexpr bool kHasOutput = false;
+  static constexpr bool kHasSink = false;
+  static constexpr bool kMaskReadsTokens = false;
 
   Params p;
   attnc::RequestInfo r;
@@ -56,6 +58,11 @@ struct Variant_alibi {
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
     return (kv_idx <= row.q_pos);
+  }
+
+  // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.
+  ATTNC_HD float sink(const Row& row) const {
+    return -INFINITY;
   }
 
   ATTNC_HD float output(const Row& row, float o) const {

@@ -28,6 +28,12 @@ def _load(tensor, *indices):
     return tensor[tuple(i.long() for i in indices)]
 
 
+def _load_at_pos(tensor, pos, *indices):
+    # A read at q_pos < 0 (a row of a request with q_len > kv_len) gives 0, as in the kernels.
+    found = _load(tensor, pos.clamp_min(0), *indices)
+    return torch.where(pos >= 0, found, torch.zeros_like(found))
+
+
 def _idiv(a, b):
     # i32 division: truncation toward zero, x / 0 == 0.
     safe = torch.where(b == 0, torch.ones_like(b), b)
@@ -52,6 +58,7 @@ USE_SOFTMAX = True
 HAS_MASK = True
 HAS_SCORE = False
 HAS_OUTPUT = False
+HAS_SINK = False
 
 
 def score(env, P):
@@ -60,6 +67,11 @@ def score(env, P):
 
 def mask(env, P):
     return ((env['kv_idx'] < env['prefix_len']) | (env['kv_idx'] <= env['q_pos']))
+
+
+def sink(env, P):
+    # The row's extra softmax logit (natural-log units); None: no sink.
+    return None
 
 
 def output(env, P):

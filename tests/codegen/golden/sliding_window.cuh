@@ -25,6 +25,8 @@ struct Variant_sliding_window {
   static constexpr bool kScoreIsIdentity = true;
   static constexpr bool kAffineScore = true;
   static constexpr bool kHasOutput = false;
+  static constexpr bool kHasSink = false;
+  static constexpr bool kMaskReadsTokens = false;
 
   Params p;
   attnc::RequestInfo r;
@@ -54,6 +56,11 @@ struct Variant_sliding_window {
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
     return ((kv_idx <= row.q_pos) && (int(unsigned(row.q_pos) - unsigned(kv_idx)) < p.p_window));
+  }
+
+  // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.
+  ATTNC_HD float sink(const Row& row) const {
+    return -INFINITY;
   }
 
   ATTNC_HD float output(const Row& row, float o) const {
