@@ -77,6 +77,19 @@ def token_pages(
         v_pages = value.as_strided(size, stride, value.storage_offset())
     except RuntimeError:  # the view would reach past the storage
         return None
+    indptr, indices, last = _page_table(segments, row_pages, window)
+    return TokenPages(k_pages, v_pages, indptr, indices, last, segments.q_len, row_pages)
+
+
+def _page_table(
+    segments: BatchSegments, row_pages: int, window: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``kv_indptr``, ``kv_indices``, ``kv_last_page_len`` (host int32) of the step's rows,
+    built once per step, row stride and window (the layers of a kind share them)."""
+    key = ("token page table", row_pages, window)
+    table = segments.plans.get(key)
+    if table is not None:
+        return table  # type: ignore[no-any-return]
     q_len = segments.q_len
     starts, lengths = [], []
     for s in segments.segments:
@@ -91,15 +104,13 @@ def token_pages(
     total = int(indptr[-1])
     offsets = torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(indptr[:-1], lens)
     indices = torch.repeat_interleave(torch.tensor(starts, dtype=torch.int64), lens) + offsets
-    return TokenPages(
-        k_pages,
-        v_pages,
+    table = (
         indptr.to(torch.int32),
         indices.to(torch.int32),
         torch.ones(len(lengths), dtype=torch.int32),
-        q_len,
-        row_pages,
     )
+    segments.plans[key] = table
+    return table
 
 
 def decode_queries(query: torch.Tensor) -> torch.Tensor:
