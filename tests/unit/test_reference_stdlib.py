@@ -134,7 +134,9 @@ CASES: dict[str, list[tuple[dict, Callable]]] = {
 
 
 def test_every_stdlib_variant_has_a_hand_written_reference() -> None:
-    assert sorted(CASES) == sorted(stdlib_names())
+    from tests.unit.test_reference_v2 import V2_STDLIB  # checked by brute force there
+
+    assert sorted(CASES) == sorted(n for n in stdlib_names() if n not in V2_STDLIB)
 
 
 def inputs(shape, dtype=torch.float64, seed=0):
@@ -263,8 +265,7 @@ PARAM_ERRORS = [
     (
         "alibi",
         {"slopes": torch.ones(3)},
-        "variant 'alibi': param 'slopes' (tensor<f32>[num_qo_heads]): expected shape [2], "
-        "got [3]",
+        "variant 'alibi': param 'slopes' (tensor<f32>[num_qo_heads]): expected shape [2], got [3]",
     ),
 ]
 

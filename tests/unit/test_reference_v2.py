@@ -1,0 +1,197 @@
+"""The fp64 reference for the language-v2 variants against attention written out by hand:
+sinks (o = sum_j e^{s_j} v_j / (e^{sink} + sum_j e^{s_j}), LSE with the sink, empty rows give
+0 and LSE = sink), per-token document masks and per-request windows, and the slicing of
+batch-flattened params for one request."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.reference import request_params, request_reference
+
+V2_STDLIB = ("doc_causal", "per_request_window", "gpt_oss_local")
+
+
+def inputs(q_len, kv_len, h, hk, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(q_len, h, d, generator=g, dtype=torch.float64)
+    k = torch.randn(kv_len, hk, d, generator=g, dtype=torch.float64)
+    v = torch.randn(kv_len, hk, d, generator=g, dtype=torch.float64)
+    return q, k, v
+
+
+def brute_force(q, k, v, keep, sink=None, sm_scale=None):
+    """Row by row with Python floats: output [q_len, H, D] and LSE [q_len, H]."""
+    q_len, h, d = q.shape
+    kv_len, hk, _ = k.shape
+    scale = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    out = torch.zeros(q_len, h, d, dtype=torch.float64)
+    lse = torch.zeros(q_len, h, dtype=torch.float64)
+    for i in range(q_len):
+        for head in range(h):
+            kvh = head // (h // hk)
+            logits = [
+                float(q[i, head] @ k[j, kvh]) * scale for j in range(kv_len) if keep(i, j, head)
+            ]
+            rows = [j for j in range(kv_len) if keep(i, j, head)]
+            s0 = -math.inf if sink is None else sink(i, head)
+            m = max(logits + [s0])
+            if m == -math.inf:
+                lse[i, head] = -math.inf
+                continue
+            weights = [math.exp(x - m) for x in logits]
+            denom = sum(weights) + math.exp(s0 - m)
+            lse[i, head] = m + math.log(denom)
+            if weights:
+                acc = sum(w * v[j, kvh] for w, j in zip(weights, rows, strict=True))
+                out[i, head] = acc / denom
+    return out, lse
+
+
+def close(a, b, tol=1e-10):
+    assert a.shape == b.shape
+    assert torch.equal(torch.isinf(a), torch.isinf(b))
+    finite = torch.isfinite(b)
+    assert (a[finite] - b[finite]).abs().max().item() < tol if finite.any() else True
+
+
+SHAPES = [(5, 9, 4, 2, 16), (7, 7, 4, 4, 8), (1, 11, 8, 2, 32), (9, 5, 2, 1, 8)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("window", [128, 3, 0])
+def test_gpt_oss_local_sinks_match_brute_force(shape, window) -> None:
+    q, k, v = inputs(*shape)
+    h = shape[2]
+    sinks = torch.linspace(-1.5, 2.0, h, dtype=torch.float32)
+    variant = attnc.load("stdlib:gpt_oss_local")
+    out, lse = request_reference(variant, q, k, v, sinks=sinks, window=window, return_lse=True)
+    q_len, kv_len = shape[0], shape[1]
+
+    def keep(i, j, head):
+        pos = i + kv_len - q_len
+        return j <= pos and pos - j < window
+
+    want_out, want_lse = brute_force(q, k, v, keep, sink=lambda i, head: float(sinks[head]))
+    close(out, want_out)
+    close(lse, want_lse)
+
+
+def test_a_row_without_keys_gives_zero_and_lse_sink() -> None:
+    q, k, v = inputs(4, 6, 2, 1, 8)
+    sinks = torch.tensor([0.25, -3.0])
+    variant = attnc.load("stdlib:gpt_oss_local")
+    out, lse = request_reference(variant, q, k, v, sinks=sinks, window=0, return_lse=True)
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.equal(lse, sinks.double().expand(4, 2))
+
+
+def test_a_sink_of_minus_infinity_is_no_sink() -> None:
+    q, k, v = inputs(5, 9, 4, 2, 16)
+    with_sink = attnc.load("stdlib:gpt_oss_local")
+    minus_inf = torch.full((4,), -math.inf)
+    out, lse = request_reference(with_sink, q, k, v, sinks=minus_inf, return_lse=True)
+    plain = attnc.load("stdlib:sliding_window")
+    want_out, want_lse = plain.reference(q, k, v, window=128, return_lse=True)
+    close(out, want_out)
+    close(lse, want_lse)
+
+
+def test_sink_reads_row_values_and_params() -> None:
+    text = (
+        "variant v {\n    param base: f32 = 0.5;\n"
+        "    sink = base + 0.125 * float(q_idx) - 0.25 * float(qo_head);\n}\n"
+    )
+    variant = attnc.load(text)
+    q, k, v = inputs(6, 8, 4, 2, 16, seed=3)
+    out, lse = request_reference(variant, q, k, v, base=-1.0, return_lse=True, sm_scale=0.3)
+    want = brute_force(
+        q, k, v, lambda i, j, h: True, sink=lambda i, h: -1.0 + 0.125 * i - 0.25 * h, sm_scale=0.3
+    )
+    close(out, want[0])
+    close(lse, want[1])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_doc_causal_matches_brute_force(shape) -> None:
+    q, k, v = inputs(*shape, seed=1)
+    q_len, kv_len = shape[0], shape[1]
+    doc = torch.tensor(sorted((j * 7 + 3) % 3 for j in range(kv_len)), dtype=torch.int32)
+    out, lse = request_reference(attnc.load("stdlib:doc_causal"), q, k, v, doc=doc, return_lse=True)
+
+    def keep(i, j, head):
+        pos = i + kv_len - q_len
+        # a row before the KV (pos < 0) sees no key: the causal part is false there
+        return j <= pos and int(doc[j]) == int(doc[pos])
+
+    want_out, want_lse = brute_force(q, k, v, keep)
+    close(out, want_out)
+    close(lse, want_lse)
+
+
+def test_q_pos_read_before_the_kv_is_zero() -> None:
+    variant = attnc.load(
+        "variant v {\n    param d: tensor<i32>[kv_len];\n    mask = d[q_pos] == 0;\n}\n"
+    )
+    q, k, v = inputs(6, 3, 2, 1, 8)
+    d = torch.tensor([5, 0, 5], dtype=torch.int32)
+    out, lse = request_reference(variant, q, k, v, d=d, return_lse=True)
+    # q_pos = q_idx - 3: rows 0..2 read 0 (every key visible), row 4 reads d[1] = 0
+    visible_rows = [0, 1, 2, 4]
+    want_out, want_lse = brute_force(q, k, v, lambda i, j, h: i in visible_rows)
+    close(out, want_out)
+    close(lse, want_lse)
+
+
+@pytest.mark.parametrize("batch", [0, 2])
+def test_per_request_window_reads_the_requests_window(batch) -> None:
+    q, k, v = inputs(5, 12, 4, 2, 16, seed=2)
+    windows = torch.tensor([2, 100, 4], dtype=torch.int32)
+    variant = attnc.load("stdlib:per_request_window")
+    out, lse = request_reference(variant, q, k, v, window=windows, batch=batch, return_lse=True)
+    w = int(windows[batch])
+    want_out, want_lse = brute_force(q, k, v, lambda i, j, h: j <= i + 7 and i + 7 - j < w)
+    close(out, want_out)
+    close(lse, want_lse)
+
+
+def test_request_params_cut_batch_flattened_tensors() -> None:
+    variant = attnc.load(
+        "variant v {\n    param d: tensor<i32>[kv_len];\n    param b: tensor<f32>[q_len];\n"
+        "    param w: tensor<i32>[batch_size];\n    param s: f32 = 1.0;\n"
+        "    score = score * s + b[q_idx];\n    mask = d[kv_idx] == d[q_pos] && kv_idx < w[batch];\n}\n"
+    )
+    d, b, w = torch.arange(10), torch.arange(6.0), torch.tensor([3, 4])
+    got = request_params(
+        variant.params, {"d": d, "b": b, "w": w, "s": 2.0}, 1, [0, 2, 6], [0, 3, 10]
+    )
+    assert torch.equal(got["d"], d[3:10]) and torch.equal(got["b"], b[2:6])
+    assert got["w"] is w and got["s"] == 2.0
+
+
+def test_request_reference_names_a_wrongly_sized_param() -> None:
+    q, k, v = inputs(5, 9, 4, 2, 16)
+    variant = attnc.load("stdlib:doc_causal")
+    with pytest.raises(
+        ValueError,
+        match="param 'doc' has one value per KV token: give this request's 9 entries, got 12",
+    ):
+        request_reference(variant, q, k, v, doc=torch.zeros(12, dtype=torch.int32))
+    windows = attnc.load("stdlib:per_request_window")
+    with pytest.raises(ValueError, match="param 'window' has one value per request"):
+        request_reference(windows, q, k, v, window=torch.ones(2, dtype=torch.int32), batch=2)
+
+
+def test_batched_reference_equals_one_request_at_a_time_in_one_flat_tensor() -> None:
+    """Two documents packed in one request equal two separate causal requests."""
+    q, k, v = inputs(10, 10, 2, 1, 8, seed=5)
+    doc = torch.tensor([0] * 4 + [1] * 6, dtype=torch.int32)
+    packed = request_reference(attnc.load("stdlib:doc_causal"), q, k, v, doc=doc)
+    causal = attnc.load("stdlib:causal")
+    first = causal.reference(q[:4], k[:4], v[:4])
+    second = causal.reference(q[4:], k[4:], v[4:])
+    close(packed, torch.cat([first, second]))
