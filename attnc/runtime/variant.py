@@ -13,7 +13,7 @@ import torch
 from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic
-from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.reference import check_qkv, reference_attention
 
 
@@ -72,7 +72,9 @@ class Variant:
         return self._reference_module.__source__
 
     def resolve(self, q: torch.Tensor, k: torch.Tensor, params: dict[str, Any]) -> dict[str, Any]:
-        """Validated runtime params for inputs shaped like ``q`` and ``k``."""
+        """Validated runtime params for inputs shaped like ``q`` and ``k`` (one request: a
+        ``kv_len`` tensor has k.shape[0] entries, a ``q_len`` one q.shape[0], a
+        ``batch_size`` one 1)."""
         return resolve_params(
             self.params,
             params,
@@ -81,6 +83,7 @@ class Variant:
             num_kv_heads=k.shape[1],
             head_dim=q.shape[2],
             device=q.device,
+            batch_sizes=token_sizes(q.shape[0], k.shape[0], 1),
         )
 
     def reference(

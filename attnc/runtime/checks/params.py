@@ -15,6 +15,20 @@ import torch
 from attnc.compiler.ir import ParamDecl
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+# What the batch-sized dims of language v2 count, for error messages.
+_TOKEN_DIM_MEANING = {
+    "kv_len": "sum of kv_len over the batch",
+    "q_len": "sum of q_len over the batch",
+    "batch_size": "requests in the batch",
+}
+
+
+def token_sizes(total_q: int, total_kv: int, batch: int) -> dict[str, int]:
+    """Sizes of the batch-sized tensor dims: ``q_len`` = total query tokens, ``kv_len`` =
+    total KV tokens (both flattened over requests), ``batch_size`` = requests."""
+    return {"q_len": int(total_q), "kv_len": int(total_kv), "batch_size": int(batch)}
+
+
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 
@@ -35,15 +49,19 @@ def resolve_params(
     num_kv_heads: int,
     head_dim: int,
     device: torch.device | str | None = None,
+    batch_sizes: Mapping[str, int] | None = None,
 ) -> dict[str, object]:
     """Check ``kwargs`` against ``decls`` and return one value per param, in declaration order.
 
     Defaults fill missing optional params. Scalars come back as ``float``/``int``/``bool``;
     tensors come back contiguous. ``device``, when given, is the device tensors must be on.
+    ``batch_sizes`` (``token_sizes``) gives the sizes of the ``kv_len``/``q_len``/
+    ``batch_size`` dims; a tensor with such a dim is refused without it.
     """
     prefix = f"variant '{variant_name}'"
     _reject_unknown(decls, kwargs, prefix)
     sizes = {"num_qo_heads": num_qo_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    sizes.update(batch_sizes or {})
     resolved: dict[str, object] = {}
     for decl in decls:
         if decl.name not in kwargs:
@@ -134,10 +152,18 @@ def _check_tensor(
         raise ValueError(
             f"{_where(prefix, decl)}: expected a torch.Tensor, got {_type_name(value)}"
         )
+    unknown = [d for d in decl.dims if not isinstance(d, int) and d not in sizes]
+    if unknown:
+        raise ValueError(
+            f"{_where(prefix, decl)}: its size ({unknown[0]}) comes from the batch, which is "
+            "not known here"
+        )
     shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
     if tuple(value.shape) != shape:
+        meaning = [f"{d} = {_TOKEN_DIM_MEANING[d]}" for d in decl.dims if d in _TOKEN_DIM_MEANING]
+        why = f" ({', '.join(meaning)})" if meaning else ""
         raise ValueError(
-            f"{_where(prefix, decl)}: expected shape {list(shape)}, got {list(value.shape)}"
+            f"{_where(prefix, decl)}: expected shape {list(shape)}{why}, got {list(value.shape)}"
         )
     want = _TORCH_DTYPES[decl.dtype]
     if value.dtype != want:

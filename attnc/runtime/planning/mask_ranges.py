@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
+from attnc.runtime.planning.plan_params import TensorStamp, check_planned_tensors, mask_reads
 from attnc.runtime.planning.prefill_schedule import TileRanges
 
 # One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
@@ -25,14 +27,23 @@ _Cons = tuple[int, int, np.ndarray]
 
 
 def tile_kv_ranges(
-    analysis: MaskAnalysis, params: Mapping[str, object] | None = None
+    analysis: MaskAnalysis,
+    params: Mapping[str, object] | None = None,
+    batch_tensors: Mapping[str, np.ndarray] | None = None,
 ) -> TileRanges | None:
     """A ``TileRanges`` for the scheduler's cost model, or None when every tile may see the
     whole KV (no mask, an opaque mask, or one whose bounds read a param not in ``params``).
 
-    ``params`` holds i32 param values known at plan time (others are ignored)."""
+    ``params`` holds i32 param values known at plan time (others are ignored);
+    ``batch_tensors`` host int64 arrays ``[batch]`` of the ``batch_size`` tensors the bounds
+    read as ``t[batch]`` (one value per request, like a scalar per request)."""
     known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
-    if analysis.kind not in ("linear", "union") or not bounds_known(analysis, known):
+    per_req = dict(batch_tensors or {})
+    if analysis.kind not in ("linear", "union"):
+        return None
+    if not (
+        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
+    ):
         return None
     terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
 
@@ -40,7 +51,7 @@ def tile_kv_ranges(
         req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         kv = kv_lens[req]
-        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens, known) for t in terms]
+        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens, known, per_req) for t in terms]
         begin, end = found[0]
         live = begin < end
         for b, e in found[1:]:
@@ -50,7 +61,7 @@ def tile_kv_ranges(
             live = live | now
         begin = np.where(live & (kv > 0), begin, 0)
         end = np.where(live & (kv > 0), end, 0)
-        wrapping = _may_wrap(analysis, q_lens, kv_lens, known)[req]  # as the kernel's checks
+        wrapping = _may_wrap(analysis, q_lens, kv_lens, known, per_req)[req]  # as the kernel
         return np.where(wrapping, 0, begin), np.where(wrapping, kv, end)
 
     return ranges
@@ -76,10 +87,32 @@ _PLANNED_MASKS = 16  # plan-time param values remembered per variant
 @dataclass(frozen=True)
 class PlannedMask:
     """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown) and the
-    param values they were computed with, which ``run()`` must be given again."""
+    param values they were computed with, which ``run()`` must be given again (scalars: equal
+    values; tensors the mask reads: the same tensor, unchanged)."""
 
     ranges: TileRanges | None
     values: Mapping[str, object]
+    tensors: Mapping[str, TensorStamp] = field(default_factory=dict)
+
+    @staticmethod
+    def from_values(
+        variant: object, scalars: Mapping[str, object], tensors: Mapping[str, torch.Tensor]
+    ) -> PlannedMask:
+        """From checked plan values with tensors (``plan_params.split_plan_params``): the
+        ``batch_size`` tensors the bounds read feed the KV ranges per request; every tensor
+        the mask reads is stamped for ``run()``. Not remembered (tensor values change)."""
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        names = mask_bound_params(analysis)
+        bound = {k: v for k, v in scalars.items() if k in names}
+        per_req = {
+            k: t.detach().to("cpu", torch.int64).numpy()
+            for k, t in tensors.items()
+            if k in names and t.dim() == 1
+        }
+        ranges = tile_kv_ranges(analysis, bound, per_req)
+        read = mask_reads(variant.ir).params  # type: ignore[attr-defined]
+        stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in read}
+        return PlannedMask(ranges, bound if ranges is not None else {}, stamps)
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
@@ -111,7 +144,8 @@ class PlannedMask:
 
     def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
         """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for
-        (the work list was cut for them)."""
+        (the work list was cut for them) or another tensor than a planned one."""
+        check_planned_tensors(variant_name, self.tensors, values)
         for name, planned in self.values.items():
             if values[name] != planned:
                 raise ValueError(
@@ -131,7 +165,9 @@ def mask_bound_params(analysis: MaskAnalysis) -> frozenset[str]:
     for cons in terms:
         for x in cons:
             for _, atom in x.terms:
-                names.update(n.name for n in ir.walk(atom) if isinstance(n, ir.ParamRef))
+                names.update(
+                    n.name for n in ir.walk(atom) if isinstance(n, ir.ParamRef | ir.TensorLoad)
+                )
     return frozenset(names)
 
 
@@ -145,7 +181,11 @@ def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
 
 
 def _may_wrap(
-    analysis: MaskAnalysis, q_lens: np.ndarray, kv_lens: np.ndarray, params: Mapping[str, int]
+    analysis: MaskAnalysis,
+    q_lens: np.ndarray,
+    kv_lens: np.ndarray,
+    params: Mapping[str, int],
+    per_req: Mapping[str, np.ndarray],
 ) -> np.ndarray:
     """bool [batch]: whether a wrap guard of the mask may leave the i32 range in a request
     (``attnc.compiler.mask_analysis.wraps`` for every request at once)."""
@@ -153,7 +193,7 @@ def _may_wrap(
     q_top = np.maximum(np.asarray(q_lens, dtype=np.int64) - 1, 0)
     k_top = np.maximum(np.asarray(kv_lens, dtype=np.int64) - 1, 0)
     for g in analysis.wrap_guards:
-        c = _c_per_request(g, q_lens, kv_lens, params)
+        c = _c_per_request(g, q_lens, kv_lens, params, per_req)
         low = c + min(g.cq, 0) * q_top + min(g.ck, 0) * k_top
         high = c + max(g.cq, 0) * q_top + max(g.ck, 0) * k_top
         out |= (low < -(2**31)) | (high > 2**31 - 1)
@@ -168,10 +208,11 @@ def _conjunction_range(
     q_lens: np.ndarray,
     kv_lens: np.ndarray,
     params: Mapping[str, int],
+    per_req: Mapping[str, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
-    per_req = [_c_per_request(x, q_lens, kv_lens, params) for x in cons]
-    values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, per_req, strict=True)]
+    cs = [_c_per_request(x, q_lens, kv_lens, params, per_req) for x in cons]
+    values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, cs, strict=True)]
     lo, hi = mask_tiles.project_kv(
         values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1, bound=_bound
     )
@@ -180,10 +221,16 @@ def _conjunction_range(
 
 
 def _c_per_request(
-    x: LinearConstraint, q_lens: np.ndarray, kv_lens: np.ndarray, params: Mapping[str, int]
+    x: LinearConstraint,
+    q_lens: np.ndarray,
+    kv_lens: np.ndarray,
+    params: Mapping[str, int],
+    per_req: Mapping[str, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``x.c_value`` for every request (int64 [batch]). Atoms that are q_len, kv_len or a param
-    are evaluated on whole arrays; any other atom per request, with ``evaluate``."""
+    """``x.c_value`` for every request (int64 [batch]). Atoms that are q_len, kv_len, a param
+    or a ``batch_size`` tensor read ``t[batch]`` are evaluated on whole arrays; any other atom
+    per request, with ``evaluate``."""
+    per_req = per_req or {}
     columns = {
         "q_len": np.asarray(q_lens, dtype=np.int64),
         "kv_len": np.asarray(kv_lens, dtype=np.int64),
@@ -194,15 +241,52 @@ def _c_per_request(
             c += coef * columns[atom.name]
         elif isinstance(atom, ir.ParamRef) and atom.name in params:
             c += coef * int(params[atom.name])
+        elif isinstance(atom, ir.TensorLoad) and _is_batch_read(atom) and atom.name in per_req:
+            c += coef * per_req[atom.name].astype(np.int64)
         else:
             c += coef * np.array(
                 [
-                    int(evaluate(atom, {**params, "q_len": int(q), "kv_len": int(k)}))
-                    for q, k in zip(q_lens, kv_lens, strict=True)
+                    int(
+                        evaluate(
+                            atom,
+                            {**params, "q_len": int(q), "kv_len": int(k), "batch": b},
+                            per_req,
+                        )
+                    )
+                    for b, (q, k) in enumerate(zip(q_lens, kv_lens, strict=True))
                 ],
                 dtype=np.int64,
             )
     return c
+
+
+def _is_batch_read(atom: ir.Expr) -> bool:
+    """``t[batch]``: a read of a per-request tensor at the request's index."""
+    return (
+        isinstance(atom, ir.TensorLoad)
+        and len(atom.indices) == 1
+        and isinstance(atom.indices[0], ir.Builtin)
+        and atom.indices[0].name == "batch"
+    )
+
+
+def _atoms_known(
+    analysis: MaskAnalysis, params: Mapping[str, int], per_req: Mapping[str, np.ndarray]
+) -> bool:
+    """True when every atom of the bounds reads only q_len, kv_len, batch, ``params`` and the
+    per-request tensors ``per_req``."""
+    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    guards = tuple(analysis.wrap_guards)
+    for x in [x for cons in terms for x in cons] + list(guards):
+        for _, atom in x.terms:
+            for n in ir.walk(atom):
+                if isinstance(n, ir.ParamRef) and n.name not in params:
+                    return False
+                if isinstance(n, ir.TensorLoad) and n.name not in per_req:
+                    return False
+                if isinstance(n, ir.Builtin) and n.name not in ("q_len", "kv_len", "batch"):
+                    return False
+    return True
 
 
 def _bound(a: int, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

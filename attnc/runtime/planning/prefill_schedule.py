@@ -3,7 +3,8 @@ list and the merge list of split tiles.
 
 A work item is (request, query tile, KV head, KV chunk ``[begin, end)``) with cost
 ``alpha * l_q + beta * l_kv`` (``l_q`` query tokens of the tile, ``l_kv`` KV tokens it may
-see: the mask's ``kv_range`` when it is known at plan time, else the request's KV length).
+see: the mask's ``kv_range`` when it is known at plan time, else the request's KV length;
+with a tile map, only the KV of its non-empty blocks: ``KvCost``).
 Work runs one item per CTA in list order, so the list is sorted heaviest first (stable: the
 same lengths always give the same plan). A tile whose KV range is longer than the fair share
 of one CTA (total cost / (CTAs per SM x SMs)) is cut into tile-aligned chunks; its chunks
@@ -30,6 +31,9 @@ MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
 TileRanges = Callable[
     [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
 ]
+# (tile index in query_tiles order, kv_begin, kv_end) -> KV tokens the kernel loads there
+# (a tile map's non-empty blocks); None: every token of the range.
+KvCost = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -67,9 +71,12 @@ def query_tiles(
     return req, j, q0, q1
 
 
-def _chunking(length: np.ndarray, chunk: int, kv_align: int) -> tuple[np.ndarray, np.ndarray]:
-    """Chunks per tile and the (aligned) chunk size of each tile."""
-    n = np.clip(-(-length // chunk), 1, MAX_CHUNKS)
+def _chunking(
+    length: np.ndarray, chunk: int, kv_align: int, work: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Chunks per tile (by its ``work``: the KV it loads, default its length) and the
+    (aligned) chunk size of each tile."""
+    n = np.clip(-(-(length if work is None else work) // chunk), 1, MAX_CHUNKS)
     size = -(-length // n)
     size = np.maximum(kv_align, -(-size // kv_align) * kv_align)
     return np.maximum(1, -(-length // size)), size
@@ -85,6 +92,7 @@ def schedule_prefill(
     kv_align: int,
     max_part_rows: int,
     tile_ranges: TileRanges | None = None,
+    kv_cost: KvCost | None = None,
     *,
     alpha: float = ALPHA,
     beta: float = BETA,
@@ -102,16 +110,18 @@ def schedule_prefill(
     length = kv_e - kv_b
     tokens = q1 - q0
     rows = tokens * num_qo_heads
+    every = np.arange(req.shape[0], dtype=np.int64)
+    loaded = length if kv_cost is None else kv_cost(every, kv_b, kv_e)
 
-    chunk = _chunk_size(length, tokens, num_kv_heads, num_ctas, kv_align, alpha, beta, min_chunk)
-    n, size = _chunking(length, chunk, kv_align)
+    chunk = _chunk_size(loaded, tokens, num_kv_heads, num_ctas, kv_align, alpha, beta, min_chunk)
+    n, size = _chunking(length, chunk, kv_align, loaded)
     while True:
         split = n > 1
         part_rows = int((n[split] * rows[split]).sum())
         if part_rows <= max_part_rows or not split.any():
             break
         chunk *= 2
-        n, size = _chunking(length, chunk, kv_align)
+        n, size = _chunking(length, chunk, kv_align, loaded)
     if not split.any():
         chunk = 0
 
@@ -125,7 +135,8 @@ def schedule_prefill(
     part_base = np.cumsum(split_rows) - split_rows
     part = np.where(split[t_of], part_base[t_of] + c * rows[t_of], -1)
 
-    cost = alpha * tokens[t_of] + beta * (end - begin)
+    loads = (end - begin) if kv_cost is None else kv_cost(t_of, begin, end)
+    cost = alpha * tokens[t_of] + beta * loads
     order = np.argsort(-cost, kind="stable")
     items3 = np.zeros((order.shape[0], num_kv_heads, ITEM_INTS), dtype=np.int32)
     items3[:, :, 0] = req[t_of[order], None]

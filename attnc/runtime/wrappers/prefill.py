@@ -18,10 +18,17 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, make_host_plan
-from attnc.runtime.wrappers import prefill_launch
+from attnc.runtime.planning.plan_params import mask_reads, split_plan_params
+from attnc.runtime.planning.prefill_plan import (
+    HostPlan,
+    PlanShape,
+    make_host_plan,
+    plan_kv_lengths,
+)
+from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary
+from attnc.runtime.wrappers import prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.params_lists import split_params
 
 
@@ -32,7 +39,13 @@ class BatchPrefillWrapper:
     list and copies it into ``workspace_buffer``); ``run()`` checks the tensors and launches.
     The paged kernels also check every page id they read against the cache (a corrupted or
     device-updated copy of the page table): ``check()`` reports one.
+
+    A mask that reads per-token tensors (``tensor<...>[kv_len]`` / ``[q_len]``) gets a tile
+    map when ``plan(params=...)`` is given them: it lives in the last ``max_tile_map_bytes``
+    of the workspace (default: an eighth, at most 64 MiB), a place fixed for the wrapper.
     """
+
+    _map_builder: prefill_tile_map.HostMapBuilder | None = None  # tests: a CPU-built map
 
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
 
@@ -42,6 +55,7 @@ class BatchPrefillWrapper:
         workspace_buffer: torch.Tensor,
         kv_layout: str = "NHD",
         backend: str | None = None,
+        max_tile_map_bytes: int | None = None,
     ):
         tensors.check_kv_layout(kv_layout)
         self.backend = check_backend(backend)
@@ -53,6 +67,14 @@ class BatchPrefillWrapper:
         self._plan: HostPlan | None = None
         self._pinned: torch.Tensor | None = None
         self._planned_mask = NO_PLANNED_MASK
+        self._reads = mask_reads(variant.ir)  # type: ignore[attr-defined]
+        if max_tile_map_bytes is None:
+            reserve = prefill_tile_map.default_map_reserve(self._workspace.numel(), self._reads)
+        else:
+            reserve = tensors.check_int("max_tile_map_bytes", max_tile_map_bytes, minimum=0)
+        self._map_reserve = reserve
+        self.tile_map: TileMapSummary | None = None  # the current plan's map summary
+        self._batch_sizes: dict[str, int] = {}  # token_sizes of the plan
 
     def plan(
         self,
@@ -71,18 +93,37 @@ class BatchPrefillWrapper:
     ) -> None:
         """Check the batch description and prepare the work list (paged if ``kv_indices``).
 
-        ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
-        sliding window's width, a prefix length) let the scheduler size each query tile's KV
-        range, so the heaviest tiles start first and long ones are split; without them it
-        assumes every tile sees the whole KV. ``run()`` must then be given the same values.
+        ``params`` optionally gives param values now. Scalars and per-request tensors
+        (``tensor<i32>[batch_size]``) the mask's bounds read (a sliding window's width, a
+        prefix length, ``window[batch]``) let the scheduler size each query tile's KV range,
+        so the heaviest tiles start first and long ones are split; without them it assumes
+        every tile sees the whole KV. Per-token tensors the mask reads (``doc[kv_idx]``)
+        build the tile map: EMPTY blocks are neither loaded nor costed, FULL ones run
+        unmasked. ``run()`` must then be given the same values (tensors: the same tensor,
+        unchanged). Tensors are checked against the batch: a ``kv_len`` tensor has
+        sum(kv_len) entries, a ``q_len`` one sum(q_len), a ``batch_size`` one batch.
         """
         tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
         num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
-        planned_mask = PlannedMask.from_plan_params(self.variant, params or {})
         tensors.check_dtype_arg(dtype)
         qo_host, kv_host, idx_host, last_host, page = _check_indices(
             qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
+        kv_lens = plan_kv_lengths(kv_host, last_host, page)
+        batch = qo_host.numel() - 1
+        sizes = {
+            "num_qo_heads": num_qo_heads,
+            "num_kv_heads": num_kv_heads,
+            "head_dim": head_dim,
+            **token_sizes(int(qo_host[-1]), int(kv_lens.sum()), batch),
+        }
+        scalars, plan_tensors = split_plan_params(
+            self.variant, params or {}, sizes=sizes, device=self._workspace.device
+        )
+        if plan_tensors:
+            planned_mask = PlannedMask.from_values(self.variant, scalars, plan_tensors)
+        else:
+            planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         group = num_qo_heads // num_kv_heads
         max_q = max(int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0, 1)
         choice = choose_prefill_module(
@@ -97,6 +138,12 @@ class BatchPrefillWrapper:
         )
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
+        sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        heads = (num_qo_heads, num_kv_heads, head_dim)
+        summary = self._build_map(
+            module, scalars, plan_tensors, sizes,
+            prefill_tile_map.MapInputs(qo_host, kv_host, kv_lens, tile, heads, sm),
+        )  # fmt: skip
         shape = PlanShape(
             num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads,
@@ -106,19 +153,44 @@ class BatchPrefillWrapper:
             workspace_bytes=self._workspace.numel(),
         )
         host = make_host_plan(
-            qo_host, kv_host, idx_host, last_host, page, shape, planned_mask.ranges
-        )
+            qo_host, kv_host, idx_host, last_host, page, shape, planned_mask.ranges,
+            summary, self._map_reserve,
+        )  # fmt: skip
         self._planned_mask = planned_mask
+        self.tile_map = summary
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
-        self._heads = (num_qo_heads, num_kv_heads, head_dim)
+        self._heads = heads
+        self._batch_sizes = token_sizes(int(qo_host[-1]), int(kv_lens.sum()), batch)
         self._dtype = dtype
-        self._sm_scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
+        self._sm_scale = sm
         # Plain ints for run(): it reads no host tensor (torch.compile traces it).
         self._total_q, self._total_kv = int(host.qo_indptr[-1]), int(host.kv_indptr[-1])
         self._max_page = host.max_page
         status = self._page_status.ptr if host.paged else 0
         self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
+
+    def _build_map(
+        self,
+        module: PrefillModule,
+        scalars: Mapping[str, object],
+        plan_tensors: Mapping[str, torch.Tensor],
+        sizes: Mapping[str, int],
+        inputs: prefill_tile_map.MapInputs,
+    ) -> TileMapSummary | None:
+        """The tile map of this plan (None: the mask needs none, or plan() was not given
+        every param the mask reads: tiles keep their closed-form classes)."""
+        if not self._reads.needs_tile_map:
+            return None
+        values = prefill_tile_map.map_values(
+            self.variant, self._reads, scalars, plan_tensors, sizes, self._workspace.device
+        )
+        if values is None:
+            return None
+        return prefill_tile_map.build_tile_map(
+            module, self._workspace, inputs, values, self._reads, self._map_reserve,
+            self._map_builder,
+        )  # fmt: skip
 
     def _kv_code(self, host: HostPlan) -> int:
         if not host.paged:
@@ -160,6 +232,7 @@ class BatchPrefillWrapper:
             num_kv_heads=hkv,
             head_dim=d,
             device=q.device,
+            batch_sizes=self._batch_sizes,
         )
         self.check_planned_values(values)
         if out is not None and not torch.compiler.is_compiling():
@@ -258,6 +331,10 @@ def _launch_meta(
         host.part_o_offset,
         host.part_lse_offset,
         page_status,
+        off["kv_token_start"],
+        host.tile_map_offset,
+        off["tile_map_start"] if host.tile_map_offset >= 0 else -1,
+        KV_BLOCK,
     ]
 
 

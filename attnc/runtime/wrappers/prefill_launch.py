@@ -39,6 +39,10 @@ META_FIELDS = (
     "off_part_o",
     "off_part_lse",
     "page_status",  # address of the wrapper's page-status word (checks/page_status.py); 0: none
+    "off_kv_token_start",
+    "off_tile_map",  # -1: no tile map (tile classes from V::classify)
+    "off_tile_map_start",  # -1: no tile map
+    "tile_map_kv_block",
 )
 
 
@@ -107,6 +111,10 @@ def build_args(
         variant_params_size=params_size,
         page_status=m["page_status"] or None,
         num_pages=pool_size(k.shape[0]) if m["kv_layout"] != abi.KV_RAGGED else 0,
+        kv_token_start=_ptr(workspace, m["off_kv_token_start"]),
+        tile_map=_ptr(workspace, m["off_tile_map"]),
+        tile_map_start=_ptr(workspace, m["off_tile_map_start"]),
+        tile_map_kv_block=m["tile_map_kv_block"],
     )
 
 

@@ -17,8 +17,9 @@ import torch
 
 from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.params import resolve_params
+from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning.mask_ranges import mask_bound_params
+from attnc.runtime.planning.plan_params import mask_reads
 from attnc.runtime.variant import variant_by_handle
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
@@ -58,6 +59,7 @@ def single_prefill(
         num_kv_heads=k.shape[1],
         head_dim=q.shape[2],
         device=q.device,
+        batch_sizes=token_sizes(q.shape[0], k.shape[0], 1),
     )
     if torch.compiler.is_compiling():
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
@@ -90,20 +92,27 @@ def run_one(
 
 
 def _mask_names(variant: object) -> tuple[str, ...]:
-    """The params the mask's bounds read (``plan()`` sizes the tiles' KV ranges with them),
-    remembered per variant."""
+    """The params ``plan()`` is given: those the mask's bounds read (it sizes the tiles' KV
+    ranges with them) and, for a mask that reads per-token tensors, every param the mask
+    reads (they build the tile map, per call). Remembered per variant."""
     names = _MASK_NAMES.get(variant)
     if names is None:
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
-        names = _MASK_NAMES[variant] = tuple(sorted(mask_bound_params(analysis)))
+        found = set(mask_bound_params(analysis))
+        reads = mask_reads(variant.ir)  # type: ignore[attr-defined]
+        if reads.needs_tile_map:
+            found |= reads.params
+        names = _MASK_NAMES[variant] = tuple(sorted(found))
     return names
 
 
-def _workspace_for(q_len: int, device: torch.device) -> torch.Tensor:
+def _workspace_for(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
     """A workspace for one request of ``q_len`` tokens: lists for 1-token tiles of up to 16
-    KV heads, plus room for split-KV partial states."""
-    lists = 4 * 256 + 16 * 32 * max(q_len, 1) + 1024
-    return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device)
+    KV heads, plus room for split-KV partial states and for a tile map of 16-token tiles
+    (its default share is an eighth of the workspace)."""
+    lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
+    tile_map = 8 * (-(-max(q_len, 1) // 16)) * (-(-max(kv_len, 1) // 64)) + 8 * 256
+    return torch.empty(lists + SINGLE_PARTIAL_BYTES + tile_map, dtype=torch.uint8, device=device)
 
 
 def _planned(
@@ -115,7 +124,8 @@ def _planned(
     backend: str = "auto",
 ) -> BatchPrefillWrapper:
     """A wrapper planned for one request of this shape and these mask params, reused while they
-    repeat (a new plan allocates a workspace and copies the work list to the device)."""
+    repeat (a new plan allocates a workspace and copies the work list to the device). Tensor
+    params (a tile map's, per-request bounds) are planned again on every call."""
     key = (
         q.device,
         q.shape[0],
@@ -126,18 +136,24 @@ def _planned(
         q.dtype,
         sm_scale,
         backend,
-    ) + tuple((name, repr(value)) for name, value in mask_values.items())
+    ) + tuple(
+        (name, repr(value))
+        for name, value in mask_values.items()
+        if not isinstance(value, torch.Tensor)
+    )
+    with_tensors = any(isinstance(value, torch.Tensor) for value in mask_values.values())
     cache = _PLANS.get(variant)
     if cache is None:
         cache = _PLANS[variant] = {}
     wrapper = cache.pop(key, None)
-    if wrapper is None:
+    if wrapper is None or with_tensors:
         indptr = torch.zeros(2, dtype=torch.int32)
         qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
         qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
-        wrapper = BatchPrefillWrapper(
-            variant, _workspace_for(q.shape[0], q.device), backend=backend
-        )
+        if wrapper is None:
+            wrapper = BatchPrefillWrapper(
+                variant, _workspace_for(q.shape[0], k.shape[0], q.device), backend=backend
+            )
         wrapper.plan(
             qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
             dtype=q.dtype, params=mask_values,

@@ -1,0 +1,129 @@
+"""Owns: the params given to ``plan(params=...)``: their checks (scalars as at run time,
+tensors against the heads and the batch's lengths), what the mask reads of them, and the
+record of the planned tensors that ``run()`` must be given again (same object, storage and
+version: the plan's KV ranges and tile map were computed from their values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from attnc.compiler import ir
+from attnc.runtime.checks.params import check_plan_params, resolve_params
+
+
+@dataclass(frozen=True)
+class MaskReads:
+    """What a variant's mask reads: every param, the per-token tensors (dims ``kv_len`` or
+    ``q_len``: the mask cannot be classified in closed form, a tile map is built), and
+    whether it reads a head index."""
+
+    params: frozenset[str]
+    token_tensors: tuple[str, ...]
+    reads_heads: bool
+
+    @property
+    def needs_tile_map(self) -> bool:
+        """True when the mask reads a per-token tensor (``kMaskReadsTokens``)."""
+        return bool(self.token_tensors)
+
+
+def mask_reads(variant_ir: ir.VariantIR) -> MaskReads:
+    """The ``MaskReads`` of a variant's IR."""
+    if variant_ir.mask is None:
+        return MaskReads(frozenset(), (), False)
+    names: set[str] = set()
+    tokens: list[str] = []
+    heads = False
+    for n in ir.walk(variant_ir.mask):
+        if isinstance(n, ir.ParamRef):
+            names.add(n.name)
+        elif isinstance(n, ir.TensorLoad):
+            names.add(n.name)
+            dim = variant_ir.param(n.name).dims[:1]
+            if dim and dim[0] in ("kv_len", "q_len") and n.name not in tokens:
+                tokens.append(n.name)
+        elif isinstance(n, ir.Builtin) and n.name in ("qo_head", "kv_head"):
+            heads = True
+    return MaskReads(frozenset(names), tuple(sorted(tokens)), heads)
+
+
+def split_plan_params(
+    variant: object,
+    params: Mapping[str, object],
+    *,
+    sizes: Mapping[str, int],
+    device: torch.device,
+) -> tuple[dict[str, object], dict[str, torch.Tensor]]:
+    """Check ``params`` given to ``plan()``: (scalars, tensors). Scalars as ``run()`` checks
+    them; tensors for their dtype, device and shape, with ``sizes`` holding the head counts,
+    head_dim and the batch sizes (``checks.params.token_sizes``)."""
+    name = variant.name  # type: ignore[attr-defined]
+    decls = variant.params  # type: ignore[attr-defined]
+    tensor_names = {d.name for d in decls if d.kind == "tensor"}
+    scalars = {k: v for k, v in params.items() if k not in tensor_names}
+    checked = check_plan_params(decls, scalars, variant_name=name)
+    given = {k: v for k, v in params.items() if k in tensor_names}
+    if not given:
+        return checked, {}
+    tensor_decls = tuple(d for d in decls if d.name in given)
+    heads = {k: sizes[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim")}
+    batch = {k: v for k, v in sizes.items() if k not in heads}
+    resolved = resolve_params(
+        tensor_decls, given, variant_name=name, device=device, batch_sizes=batch, **heads
+    )
+    for key, value in given.items():
+        if resolved[key] is not value:
+            raise ValueError(
+                f"variant '{name}': param '{key}': plan() needs a contiguous tensor (run() "
+                "must be given the same tensor)"
+            )
+    return checked, {k: v for k, v in resolved.items() if isinstance(v, torch.Tensor)}
+
+
+@dataclass(frozen=True)
+class TensorStamp:
+    """A planned tensor as ``run()`` must see it again: the object, its storage and version."""
+
+    tensor: torch.Tensor
+    data_ptr: int
+    version: int
+
+    @staticmethod
+    def of(t: torch.Tensor) -> TensorStamp:
+        """The stamp of ``t`` now."""
+        return TensorStamp(t, t.data_ptr(), t._version)
+
+    def matches(self, value: object) -> bool:
+        """True when ``value`` is the planned tensor, unchanged since ``plan()``."""
+        return (
+            value is self.tensor
+            and isinstance(value, torch.Tensor)
+            and value.data_ptr() == self.data_ptr
+            and value._version == self.version
+        )
+
+
+def check_planned_tensors(
+    variant_name: str, stamps: Mapping[str, TensorStamp], values: Mapping[str, object]
+) -> None:
+    """Raise a ``ValueError`` naming the param when ``run()``'s tensor is not the planned one
+    (another object, other storage, or written since ``plan()``)."""
+    for name, stamp in stamps.items():
+        value = values.get(name)
+        if stamp.matches(value):
+            continue
+        if value is not stamp.tensor:
+            why = "another tensor object"
+        elif isinstance(value, torch.Tensor) and value.data_ptr() != stamp.data_ptr:
+            why = "the same object with other storage"
+        else:
+            why = "the same tensor, written since plan()"
+        raise ValueError(
+            f"variant '{variant_name}': param '{name}': run() was given {why} than plan(), "
+            "which built the work list (and tile map) from its values; call plan() again "
+            "with the new tensor"
+        )

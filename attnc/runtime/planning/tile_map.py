@@ -1,0 +1,150 @@
+"""Owns: the plan-time tile map of a mask that reads per-token tensors: its layout (request
+b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the launch of the
+module's generated classifier (``attnc_build_tile_map``, attnc/tile_map.cuh) on the
+workspace, and the per-query-tile summaries the scheduler ranges and costs tiles by (EMPTY
+blocks are neither loaded nor costed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnc.runtime.planning.prefill_schedule import TileRanges
+
+TILE_MAP_ABI_VERSION = 1  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
+KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
+EMPTY, FULL, PARTIAL = 0, 1, 2
+
+_P = ctypes.c_void_p
+_I32 = ctypes.c_int32
+
+
+class AttncTileMapArgs(ctypes.Structure):
+    """Field-for-field mirror of ``AttncTileMapArgs`` (attnc/tile_map.cuh)."""
+
+    _fields_ = [
+        ("tile_map", _P),
+        ("tile_map_start", _P),
+        ("qo_indptr", _P),
+        ("kv_token_start", _P),
+        ("variant_params", _P),
+        ("variant_params_size", ctypes.c_int64),
+        ("batch_size", _I32),
+        ("num_qo_heads", _I32),
+        ("num_kv_heads", _I32),
+        ("head_dim", _I32),
+        ("tile_q_tokens", _I32),
+        ("kv_block", _I32),
+        ("mask_heads", _I32),
+        ("num_entries", _I32),
+        ("sm_scale", ctypes.c_float),
+    ]
+
+
+def map_starts(
+    q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = KV_BLOCK
+) -> np.ndarray:
+    """int64 ``[batch + 1]``: where each request's map starts (the last value: map bytes)."""
+    rows = -(-np.asarray(q_lens, dtype=np.int64) // tile_q_tokens)
+    cols = -(-np.asarray(kv_lens, dtype=np.int64) // kv_block)
+    return np.concatenate([[0], np.cumsum(rows * cols)]).astype(np.int64)
+
+
+def build_on_device(
+    module: object,
+    workspace_ptr: int,
+    offsets: dict[str, int],
+    args: AttncTileMapArgs,
+    stream: int,
+) -> None:
+    """Launch the module's classifier on ``stream``; ``offsets`` name the workspace regions
+    ``tile_map``, ``tile_map_start``, ``qo_indptr`` and ``kv_token_start``."""
+    lib = module.lib  # type: ignore[attr-defined]
+    fn = lib.attnc_build_tile_map
+    if fn.argtypes is None:
+        fn.argtypes = [ctypes.POINTER(AttncTileMapArgs), ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        lib.attnc_tile_map_abi_version.restype = ctypes.c_int
+        found = int(lib.attnc_tile_map_abi_version())
+        if found != TILE_MAP_ABI_VERSION:
+            raise RuntimeError(
+                f"tile map: module ABI {found}, this runtime expects {TILE_MAP_ABI_VERSION}"
+            )
+    args.tile_map = workspace_ptr + offsets["tile_map"]
+    args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
+    args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
+    args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
+    module.raise_on_error(fn(ctypes.byref(args), ctypes.c_void_p(stream)))  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class TileMapSummary:
+    """Per query tile (in ``prefill_schedule.query_tiles`` order): the flat index of its map
+    row, its first and one-past-last non-empty column (both 0 when all EMPTY), and the
+    cumulative count of non-empty entries over the whole map (for chunk costs)."""
+
+    row_start: np.ndarray  # int64 [tiles]
+    first: np.ndarray  # int64 [tiles]
+    end: np.ndarray  # int64 [tiles]
+    cumulative: np.ndarray  # int64 [entries + 1]
+    kv_block: int
+
+    def visible_tokens(self, tile: np.ndarray, begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """KV tokens of non-empty blocks that overlap ``[begin, end)`` for each tile (blocks
+        counted whole: the kernel loads a block whole)."""
+        b = self.kv_block
+        c0 = np.asarray(begin, dtype=np.int64) // b
+        c1 = np.maximum(-(-np.asarray(end, dtype=np.int64) // b), c0)
+        base = self.row_start[tile]
+        return (self.cumulative[base + c1] - self.cumulative[base + c0]) * b
+
+
+def summarize(
+    tile_map: np.ndarray,
+    q_lens: np.ndarray,
+    kv_lens: np.ndarray,
+    tile_q_tokens: int,
+    kv_block: int = KV_BLOCK,
+) -> TileMapSummary:
+    """The ``TileMapSummary`` of a host copy of the map (uint8 ``[entries]``)."""
+    q = np.asarray(q_lens, dtype=np.int64)
+    cols = -(-np.asarray(kv_lens, dtype=np.int64) // kv_block)
+    rows = -(-q // tile_q_tokens)
+    starts = map_starts(q_lens, kv_lens, tile_q_tokens, kv_block)
+    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), rows)
+    j = np.arange(req.shape[0], dtype=np.int64) - (np.cumsum(rows) - rows)[req]
+    row_start = starts[req] + j * cols[req]
+    nonempty = np.asarray(tile_map, dtype=np.uint8)[: int(starts[-1])] != EMPTY
+    cumulative = np.concatenate([[0], np.cumsum(nonempty, dtype=np.int64)])
+    first = np.zeros(req.shape[0], dtype=np.int64)
+    end = np.zeros(req.shape[0], dtype=np.int64)
+    hits = np.flatnonzero(nonempty)
+    if hits.size:
+        row_of = np.searchsorted(row_start, hits, side="right") - 1
+        rows_hit, first_at = np.unique(row_of, return_index=True)
+        last_at = hits.size - 1 - np.unique(row_of[::-1], return_index=True)[1]
+        first[rows_hit] = hits[first_at] - row_start[rows_hit]
+        end[rows_hit] = hits[last_at] - row_start[rows_hit] + 1
+    return TileMapSummary(row_start, first, end, cumulative, kv_block)
+
+
+def ranges_with_map(summary: TileMapSummary, inner: TileRanges | None) -> TileRanges:
+    """``TileRanges`` narrowed to each tile's non-empty map columns (and to ``inner``'s
+    closed-form range when given). Tiles are asked for in ``query_tiles`` order."""
+
+    def ranges(
+        req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        kv = kv_lens[req]
+        begin = np.minimum(summary.first * summary.kv_block, kv)
+        end = np.minimum(summary.end * summary.kv_block, kv)
+        if inner is not None:
+            b, e = inner(req, q0, q1, q_lens, kv_lens)
+            begin, end = np.maximum(begin, b), np.minimum(end, e)
+        live = begin < end
+        return np.where(live, begin, 0), np.where(live, end, 0)
+
+    return ranges

@@ -1,0 +1,163 @@
+"""Owns: the tile map step of ``BatchPrefillWrapper.plan()`` for a mask that reads per-token
+tensors: the param values the classifier needs, the map's place in the workspace, its build
+(the module's ``attnc_build_tile_map`` on the device, or a host builder for a CPU workspace)
+and the host copy the scheduler summarises (``planning.tile_map``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning.plan_params import MaskReads
+from attnc.runtime.planning.tile_map import (
+    KV_BLOCK,
+    AttncTileMapArgs,
+    TileMapSummary,
+    build_on_device,
+    map_starts,
+    summarize,
+)
+from attnc.runtime.planning.workspace import ALIGN, pack_int32
+from attnc.runtime.wrappers import prefill_launch
+
+_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+DEFAULT_MAP_SHARE = 8  # the map may take 1/8 of the workspace by default
+DEFAULT_MAP_MAX = 64 << 20
+
+# (values, q_lens, kv_lens, tile_q_tokens, kv_block) -> uint8 map: builds the map on the CPU
+# (tests; a CPU workspace cannot launch the classifier).
+HostMapBuilder = Callable[[Mapping[str, object], np.ndarray, np.ndarray, int, int], np.ndarray]
+
+
+def default_map_reserve(workspace_bytes: int, reads: MaskReads) -> int:
+    """Workspace bytes kept for the tile map at its end (0 when the mask needs no map)."""
+    if not reads.needs_tile_map:
+        return 0
+    return min(workspace_bytes // DEFAULT_MAP_SHARE, DEFAULT_MAP_MAX) // ALIGN * ALIGN
+
+
+def map_values(
+    variant: object,
+    reads: MaskReads,
+    scalars: Mapping[str, object],
+    tensors: Mapping[str, torch.Tensor],
+    sizes: Mapping[str, int],
+    device: torch.device,
+) -> dict[str, object] | None:
+    """One value per param for the classifier's ``Params`` struct, or None when the mask
+    reads a param ``plan()`` was not given (then no map: tiles keep their closed-form
+    classes). Params the mask does not read get placeholders: zeros (a zero tensor of the
+    declared shape, so any read the functor's hoisting does stays in bounds)."""
+    values: dict[str, object] = {}
+    for decl in variant.params:  # type: ignore[attr-defined]
+        given = tensors.get(decl.name, scalars.get(decl.name))
+        if given is None and decl.default is not None:
+            given = decl.default
+        if given is None:
+            if decl.name in reads.params:
+                return None
+            if decl.kind == "tensor":
+                shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
+                given = torch.zeros(shape, dtype=_TORCH_DTYPES[decl.dtype], device=device)
+            else:
+                given = {"f32": 0.0, "i32": 0, "bool": False}[decl.dtype]
+        values[decl.name] = given
+    return values
+
+
+@dataclass(frozen=True)
+class MapInputs:
+    """What the map step needs from ``plan()``: the checked host index arrays and shape."""
+
+    qo_indptr: torch.Tensor  # CPU int64 [batch + 1]
+    kv_indptr: torch.Tensor  # CPU int64 [batch + 1]
+    kv_lens: torch.Tensor  # CPU int64 [batch]
+    tile_q_tokens: int
+    heads: tuple[int, int, int]  # num_qo_heads, num_kv_heads, head_dim
+    sm_scale: float
+
+
+def build_tile_map(
+    module: object,
+    workspace: torch.Tensor,
+    inputs: MapInputs,
+    values: Mapping[str, object],
+    reads: MaskReads,
+    map_reserve: int,
+    host_builder: HostMapBuilder | None = None,
+) -> TileMapSummary:
+    """Build the map into the workspace's map region and summarise its host copy."""
+    q_np = (inputs.qo_indptr[1:] - inputs.qo_indptr[:-1]).numpy()
+    kv_np = inputs.kv_lens.numpy()
+    starts = map_starts(q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
+    entries = int(starts[-1])
+    if entries > map_reserve:
+        raise ValueError(
+            f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "
+            f"{map_reserve} (max_tile_map_bytes)"
+        )
+    offset = prefill_plan.map_region_offset(workspace.numel(), map_reserve)
+    if host_builder is not None or not workspace.is_cuda:
+        if host_builder is None:
+            raise ValueError("tile map: a CPU workspace needs a host map builder")
+        host = np.asarray(
+            host_builder(values, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
+        )
+        workspace[offset : offset + entries].copy_(torch.from_numpy(host[:entries]))
+        return summarize(host, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
+    host_map = _launch(module, workspace, inputs, starts, values, reads, offset)
+    return summarize(host_map, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
+
+
+def _launch(
+    module: object,
+    workspace: torch.Tensor,
+    inputs: MapInputs,
+    starts: np.ndarray,
+    values: Mapping[str, object],
+    reads: MaskReads,
+    offset: int,
+) -> np.ndarray:
+    """Copy the head lists, launch the classifier, copy the map back (one sync)."""
+    batch = inputs.qo_indptr.numel() - 1
+    head = prefill_plan.head_layout(batch)
+    packed = pack_int32(
+        head,
+        {
+            "qo_indptr": inputs.qo_indptr,
+            "kv_indptr": inputs.kv_indptr,
+            "kv_token_start": prefill_plan.kv_token_starts(inputs.kv_lens),
+            "tile_map_start": torch.from_numpy(starts),
+        },
+    ).pin_memory()
+    workspace[: packed.numel()].copy_(packed, non_blocking=True)
+    params = prefill_launch.pack_params(module, values)  # type: ignore[arg-type]
+    hq, hkv, d = inputs.heads
+    entries = int(starts[-1])
+    args = AttncTileMapArgs(
+        variant_params=ctypes.addressof(params),
+        variant_params_size=ctypes.sizeof(params),
+        batch_size=batch,
+        num_qo_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=d,
+        tile_q_tokens=inputs.tile_q_tokens,
+        kv_block=KV_BLOCK,
+        mask_heads=hq if reads.reads_heads else 1,
+        num_entries=entries,
+        sm_scale=inputs.sm_scale,
+    )
+    offsets = {**{k: head.offsets[k] for k in head.offsets}, "tile_map": offset}
+    stream = torch.cuda.current_stream(workspace.device)
+    build_on_device(module, workspace.data_ptr(), offsets, args, stream.cuda_stream)
+    host = torch.empty(entries, dtype=torch.uint8, pin_memory=True)
+    host.copy_(workspace[offset : offset + entries], non_blocking=True)
+    stream.synchronize()
+    del packed  # the copies above have completed
+    return host.numpy()
