@@ -2,8 +2,8 @@
 
 Two layouts, both of 256-byte aligned regions: ``WorkspaceLayout``, the decode workspace fixed
 for a wrapper's lifetime (the work region the planner writes -- header, per-CTA index,
-per-request arrays, merge list, items last -- then the page ids and the fp32 partial states of
-split requests), and ``Int32Regions``, the int32 lists of one prefill plan, placed one after
+per-request arrays, merge list, items last -- then the page ids, the requests' first flattened
+KV tokens and the fp32 partial states of split requests), and ``Int32Regions``, the int32 lists of one prefill plan, placed one after
 another (``place_int32``) and packed into one host buffer (``pack_int32``). The decode
 work-region constants mirror ``decode_args.h`` (``AttncDecodeHeader``, item and merge rows).
 """
@@ -47,6 +47,7 @@ class WorkspaceLayout:
     merge_items: int
     items: int
     page_ids: int
+    kv_token_start: int  # int32 [max_batch + 1]: first flattened KV token per request
     partials: int
     total_bytes: int
 
@@ -90,7 +91,8 @@ def make_layout(
         )
     if max_pages is None:
         max_pages = rest // 4 // 4
-    partials = page_ids + aligned(max_pages * 4)
+    kv_token_start = page_ids + aligned(max_pages * 4)
+    partials = kv_token_start + aligned((max_batch + 1) * 4)
     if partials + ALIGN > workspace_bytes:
         raise CapacityError(
             f"workspace_buffer: {workspace_bytes} bytes cannot hold {max_pages} page ids"
@@ -107,6 +109,7 @@ def make_layout(
         merge_items=merge_items,
         items=items,
         page_ids=page_ids,
+        kv_token_start=kv_token_start,
         partials=partials,
         total_bytes=workspace_bytes,
     )

@@ -93,7 +93,7 @@ class BatchDecodeWrapper(DecodePlanning):
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape)
-        if self._planned_mask.values:
+        if self._planned_mask.values or self._planned_mask.tensors:
             self._planned_mask.check_run(
                 self.variant.name,  # type: ignore[attr-defined]
                 values or self._resolve(params, shape, full=True),
@@ -262,6 +262,7 @@ class BatchDecodeWrapper(DecodePlanning):
             num_kv_heads=shape.num_kv_heads,
             head_dim=shape.head_dim,
             device=self._device,
+            batch_sizes=self._token_sizes,
         )
 
 

@@ -24,8 +24,10 @@ from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
+from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
+from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.prefill_schedule import TileRanges
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
@@ -124,6 +126,11 @@ class DecodePlanning:
         self._calls: dict[tuple[object, ...], CachedCall] = {}
         self._q_rows = 0
         self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
+        # Variants that read a kv_len tensor get kv_token_start (else the args' pointer is
+        # null and kernels use 0); their run() checks tensor shapes against the batch.
+        decls = variant.params  # type: ignore[attr-defined]
+        self._reads_kv_tokens = any(d.kind == "tensor" and d.dims[:1] == ("kv_len",) for d in decls)
+        self._token_sizes: dict[str, int] = {}
         self.last_schedule: StepPlan | None = None
         self._init_run_side()
 
@@ -160,8 +167,9 @@ class DecodePlanning:
         """
         if self._page_status.pending:
             self._page_status.raise_if_set()
-        if params or self._planned_mask.values:
-            ranges = self._mask_ranges(params or {})
+        if params or self._planned_mask.values or self._planned_mask.tensors:
+            sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
+            ranges = self._mask_ranges(params or {}, sizes)
             if ranges is not None:
                 self._plan_checked(
                     kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
@@ -210,6 +218,7 @@ class DecodePlanning:
                 sched = self._native_step(
                     fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
                 )
+                self._set_token_starts(kv_indptr, kv_last_page_len, page_size, fast.q_len)
                 self._a_flags(sched)
                 self.last_schedule = sched
                 self._last_kv = None
@@ -219,14 +228,30 @@ class DecodePlanning:
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
 
-    def _mask_ranges(self, params: Mapping[str, object]) -> TileRanges | None:
-        """The mask's KV ranges with the params given to ``plan()``; None when the mask reads
-        none of them (the C++ planner then plans whole requests). Sets the values ``run()``
-        must match, and drops cached calls when they change so the next ``run()`` checks."""
-        planned = PlannedMask.from_plan_params(self.variant, params)
-        if not planned.values:
+    def _mask_ranges(
+        self, params: Mapping[str, object], sizes: tuple[object, ...]
+    ) -> TileRanges | None:
+        """The mask's KV ranges with the params given to ``plan()`` (scalars, and per-request
+        ``batch_size`` tensors: one value per request); None when the mask reads none of
+        them (the C++ planner then plans whole requests). Sets the values ``run()`` must
+        match, and drops cached calls when they change (or tensors were planned) so the next
+        ``run()`` checks."""
+        tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
+        if any(name in tensor_names for name in params):
+            indptr, hq, hkv, d, q_len = sizes
+            tensors.check_heads(hq, hkv, d)  # type: ignore[arg-type]
+            batch = int(tensors.host_int32("kv_indptr", indptr).numel()) - 1  # type: ignore[arg-type]
+            counts = {"num_qo_heads": int(hq), "num_kv_heads": int(hkv), "head_dim": int(d)}  # type: ignore[call-overload]
+            counts.update(batch_size=batch, q_len=batch * int(q_len))  # type: ignore[call-overload]
+            scalars, given = split_plan_params(
+                self.variant, params, sizes=counts, device=self._device
+            )
+            planned = PlannedMask.from_values(self.variant, scalars, given)
+        else:
+            planned = PlannedMask.from_plan_params(self.variant, params)
+        if not planned.values and not planned.tensors:
             planned = NO_PLANNED_MASK
-        if planned.values != self._planned_mask.values:
+        if planned.values != self._planned_mask.values or planned.tensors:
             self._calls.clear()
         self._planned_mask = planned
         return planned.ranges
@@ -289,6 +314,7 @@ class DecodePlanning:
             spans = decode_spans(mask_ranges, kv_lens, q_len, kv_tile)
         native.set_visible(spans)
         sched = self._native_step(q_len, indptr, ids, last, pages_dev)
+        self._set_token_starts(indptr, last, page_size, q_len)
         # Plans with mask ranges recompute them each time (never the fast path). The key
         # holds checked ints; the fast path takes only plain ints equal to them.
         if spans is None and (sm_scale is None or type(sm_scale) is float):
@@ -347,6 +373,25 @@ class DecodePlanning:
         self._q_rows = r.batch * q_len
         return sched
 
+    def _set_token_starts(
+        self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int, q_len: int
+    ) -> None:
+        """The batch sizes run() checks tensor params with, and, for a variant that reads a
+        ``kv_len`` tensor, ``kv_token_start`` (prefix sums of the planned KV lengths) copied
+        into its fixed workspace region."""
+        batch = self._batch
+        if not self._reads_kv_tokens:
+            self._token_sizes = token_sizes(batch * q_len, 0, batch)
+            return
+        pages = kv_indptr[1 : batch + 1].long() - kv_indptr[:batch].long()
+        lens = (pages - 1) * page_size + kv_last_page_len[:batch].long()
+        starts = torch.zeros(batch + 1, dtype=torch.int32)
+        torch.cumsum(torch.where(pages > 0, lens, 0), 0, out=starts[1:])
+        self._token_sizes = token_sizes(batch * q_len, int(starts[-1]), batch)
+        begin = self.layout.kv_token_start
+        region = self._ws[begin : begin + 4 * (batch + 1)]
+        region.copy_(starts.view(torch.uint8).pin_memory(), non_blocking=True)
+
     def _a_flags(self, sched: StepPlan) -> None:
         self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
 
@@ -389,6 +434,7 @@ class DecodePlanning:
         a.req_page_begin = base + lay.req_page_begin
         a.req_kv_len = base + lay.req_kv_len
         a.page_ids = base + lay.page_ids
+        a.kv_token_start = base + lay.kv_token_start if self._reads_kv_tokens else None
         a.merge_items = base + lay.merge_items
         a.part_o = base + lay.partials
         a.part_lse = base + lay.part_lse_offset(shape.head_dim)
