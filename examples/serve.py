@@ -3,6 +3,7 @@
 
     python examples/serve.py                         # 256 requests, prompts 128-4096, 256 new tokens
     python examples/serve.py --backend attnc --requests 64 --new-tokens 128
+    python examples/serve.py --quick                 # a smoke run of both backends (32 requests)
     python examples/serve.py --tiny                  # seconds; checks attnc against torch attention
 
 Each step: admit arriving requests while their pages fit (a free-page allocator over a paged
@@ -10,13 +11,17 @@ KV cache, pages reserved for prompt + new tokens), run one decode token for ever
 its prompt (a CUDA graph per batch-size bucket, the decode wrapper planned once per step and
 run by every layer inside the graph), then up to ``--chunk-tokens`` prompt tokens of the
 requests still in prefill (chunked prefill, planned once per step). Prints generated tokens/s
-and per-step latency percentiles, and plots the step latencies when matplotlib is installed.
+and per-step latency percentiles, one JSON line per backend (``{"backend": ..., ...}``), and
+plots the step latencies when matplotlib is installed. ``--budget`` seconds cap the whole
+run: each backend gets an equal share of what is left (set-up included); a loop that reaches
+its share stops at the end of a step and its JSON line says ``"truncated": true``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -75,6 +80,7 @@ class Engine:
         self.device = cache.layers[0].device
         self.buckets = buckets_up_to(max_batch)
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
+        self.truncated = False  # the last run() stopped at its deadline
 
     # ---- page tables -------------------------------------------------------------------
     def _table(self, reqs: list[Request], kv_lens: list[int], q_lens: list[int],
@@ -181,11 +187,17 @@ class Engine:
         return [reqs[i] for i in done], logits
 
     # ---- the loop ----------------------------------------------------------------------
-    def run(self, requests: list[Request], forced: dict[int, list[int]] | None = None):
-        """Serve every request; per-step latencies (s) and whether each step had prefill."""
+    def run(self, requests: list[Request], forced: dict[int, list[int]] | None = None,
+            deadline: float | None = None):  # fmt: skip
+        """Serve every request (until ``deadline``, a ``time.perf_counter()`` value, passes:
+        then ``truncated`` is set); per-step latencies (s) and whether each step had prefill."""
         waiting, running = deque(sorted(requests, key=lambda r: r.arrival)), []
         latencies, had_prefill, step = [], [], 0
+        self.truncated = False
         while waiting or running:
+            if deadline is not None and time.perf_counter() >= deadline:
+                self.truncated = True
+                break
             while waiting and waiting[0].arrival <= step and len(running) < self.max_batch:
                 need = self.cache.pages_for(waiting[0].prompt.numel() + waiting[0].new_tokens)
                 if need > self.cache.free_pages:
@@ -239,12 +251,21 @@ def _indptr(counts: list[int]) -> torch.Tensor:
     return out
 
 
-def serve(args, backend_name: str, model: TinyLlama, record: bool = False, forced=None):
-    """Run the loop on fresh requests and a fresh cache; (requests, latencies, prefill flags)."""
+def serve(args, backend_name: str, model: TinyLlama, record: bool = False, forced=None,
+          deadline: float | None = None):  # fmt: skip
+    """Run the loop on fresh requests and a fresh cache (until ``deadline``); (requests,
+    latencies, the JSON summary)."""
     s = model.shape
     requests = make_requests(args.requests, args.min_prompt, args.max_prompt, args.new_tokens,
                              s.vocab, args.arrivals_per_step, args.seed)  # fmt: skip
-    pages = 1 + sum(-(-(r.prompt.numel() + r.new_tokens) // args.page_size) for r in requests)
+    # Warm-up requests build the prefill kernels: short prompts, and chunks as long as the run's.
+    longest = min(args.max_prompt, args.chunk_tokens)
+    warm = make_requests(2, 16, 48, 2, s.vocab, 2, args.seed + 1)
+    warm += make_requests(2, max(longest // 2, 1), longest, 2, s.vocab, 2, args.seed + 2)
+    pages = 1 + max(
+        sum(-(-(r.prompt.numel() + r.new_tokens) // args.page_size) for r in batch)
+        for batch in (requests, warm)
+    )
     cache = PagedKVCache(s, pages, args.page_size, model.cos.device, torch.bfloat16)
     heads = Heads(s.heads, s.kv_heads, s.head_dim, args.page_size, pages)
     backend = make_backend(backend_name, heads, model.cos.device)
@@ -252,32 +273,48 @@ def serve(args, backend_name: str, model: TinyLlama, record: bool = False, force
                     chunk_tokens=args.chunk_tokens, record=record)  # fmt: skip
     t = time.perf_counter()
     engine.capture()
-    warm = make_requests(2, 16, 48, 2, s.vocab, 2, args.seed + 1)  # builds prefill kernels
     engine.run(warm)
-    print(f"[{backend_name}] set-up (graphs, JIT, warm-up): {time.perf_counter() - t:.1f} s")
     torch.cuda.synchronize()
+    setup = time.perf_counter() - t
+    print(f"[{backend_name}] set-up (graphs, JIT, warm-up): {setup:.1f} s")
     t = time.perf_counter()
-    latencies, had_prefill = engine.run(requests, forced)
+    latencies, had_prefill = engine.run(requests, forced, deadline)
     wall = time.perf_counter() - t
-    report(backend_name, requests, latencies, had_prefill, wall)
-    return requests, latencies
+    summary = report(backend_name, requests, latencies, had_prefill, wall)
+    summary.update(setup_s=round(setup, 2), truncated=engine.truncated)
+    print(json.dumps(summary))
+    return requests, latencies, summary
 
 
 def report(name: str, requests: list[Request], lat: np.ndarray, had_prefill: np.ndarray,
-           wall: float) -> None:  # fmt: skip
-    """Print throughput and step-latency percentiles."""
+           wall: float) -> dict:  # fmt: skip
+    """Print throughput and step-latency percentiles; the same numbers as a dict."""
     generated = sum(len(r.out) for r in requests)
-    prompt = sum(r.prompt.numel() for r in requests)
-    ms = lat * 1e3
-    decode_only = ms[~had_prefill] if (~had_prefill).any() else ms
+    prompt = sum(min(r.length, r.prompt.numel()) for r in requests)  # prompt tokens prefilled
+    wall = max(wall, 1e-9)
+    ms = lat * 1e3 if len(lat) else np.zeros(1)
+    decode_steps = ~np.asarray(had_prefill, dtype=bool)
+    decode_only = ms[decode_steps] if decode_steps.any() else ms
+    summary = {
+        "backend": name, "requests": len(requests),
+        "finished": sum(len(r.out) >= r.new_tokens for r in requests),
+        "prompt_tokens": prompt, "generated_tokens": generated, "wall_s": round(wall, 3),
+        "generated_tokens_per_s": round(generated / wall, 1),
+        "tokens_per_s": round((prompt + generated) / wall, 1), "steps": len(lat),
+        "step_p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "step_p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "decode_step_p50_ms": round(float(np.percentile(decode_only, 50)), 3),
+        "decode_step_p99_ms": round(float(np.percentile(decode_only, 99)), 3),
+    }  # fmt: skip
     print(
         f"[{name}] {len(requests)} requests, {prompt} prompt + {generated} generated tokens in "
         f"{wall:.2f} s: {generated / wall:.0f} generated tokens/s, "
-        f"{(prompt + generated) / wall:.0f} tokens/s in all; {len(ms)} steps, "
+        f"{(prompt + generated) / wall:.0f} tokens/s in all; {len(lat)} steps, "
         f"step p50 {np.percentile(ms, 50):.2f} ms p99 {np.percentile(ms, 99):.2f} ms; "
         f"decode-only steps p50 {np.percentile(decode_only, 50):.2f} ms "
         f"p99 {np.percentile(decode_only, 99):.2f} ms"
     )
+    return summary
 
 
 def plot(results: dict[str, np.ndarray], path: str) -> None:
@@ -309,9 +346,9 @@ def tiny_check(args, model: TinyLlama) -> bool:
     sampled position (a wrong mask, page or position gives differences of the order of the
     logits themselves). Reports how many attnc tokens are the torch run's best token; the
     others are near-ties, within twice the largest logit difference."""
-    ours, _ = serve(args, "attnc", model, record=True)
+    ours, _, _ = serve(args, "attnc", model, record=True)
     forced = {r.rid: r.out for r in ours}
-    ref, _ = serve(args, "torch", model, record=True, forced=forced)
+    ref, _, _ = serve(args, "torch", model, record=True, forced=forced)
     diff = max((a - b).abs().max().item() for r, q in zip(ours, ref, strict=True)
                for a, b in zip(r.logits, q.logits, strict=True))  # fmt: skip
     scale = max(b.abs().max().item() for q in ref for b in q.logits)
@@ -343,31 +380,55 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", default="serve_steps.png")
     p.add_argument("--tiny", action="store_true", help="a quick run that checks attnc's tokens")
-    args = p.parse_args()
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 32 requests, prompts 128-1024, 32 new tokens",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=480.0,
+        help="seconds for the whole run (each backend an equal share of what is left)",
+    )
+    p.add_argument("--json", default=None, help="also write the JSON lines to this file")
+    args = p.parse_args()  # fmt: skip
     if not torch.cuda.is_available():
         raise SystemExit("serve.py needs a CUDA GPU")
+    if args.quick:
+        args.requests, args.new_tokens, args.max_prompt, args.arrivals_per_step = 32, 32, 1024, 8
     if args.tiny:
         args.requests, args.new_tokens, args.min_prompt, args.max_prompt = 6, 8, 20, 300
         args.arrivals_per_step, args.max_batch, args.chunk_tokens = 2, 8, 256
+    start = time.perf_counter()
     torch.manual_seed(args.seed)
     model = TinyLlama(ModelShape(layers=args.layers), torch.device("cuda"), seed=args.seed)
     if args.tiny:
         raise SystemExit(0 if tiny_check(args, model) else 1)
     names = ["attnc", "flashinfer"] if args.backend == "both" else [args.backend]
-    results = {}
-    for name in names:
+    results, lines, end = {}, [], start + args.budget
+    for i, name in enumerate(names):
         if name == "flashinfer":
             try:
                 import flashinfer  # noqa: F401
             except ImportError:
                 print("flashinfer does not import: no side-by-side run")
                 continue
+        now = time.perf_counter()
+        if now >= end:
+            print(f"[{name}] skipped: the --budget ran out")
+            continue
         try:
-            _, results[name] = serve(args, name, model)
+            deadline = now + (end - now) / (len(names) - i)
+            _, results[name], summary = serve(args, name, model, deadline=deadline)
+            lines.append(summary)
         except Exception as exc:  # one backend failing still reports the other
             print(f"[{name}] failed: {type(exc).__name__}: {exc}")
         gc.collect()  # the run's cache, graphs and workspaces
         torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines)
     plot(results, args.plot)
 
 

@@ -71,3 +71,26 @@ def test_free_page_allocator():
     cache.release(a[:2])
     assert sorted(cache.allocate(4)) == [1, 2, 4, 5]
     assert np.array_equal(cache.pages_for(np.array([1, 4, 5])), [1, 1, 2])
+
+
+def test_a_deadline_stops_the_loop_and_the_report_says_so(one_thread):
+    import time
+
+    from serve import report
+
+    torch.manual_seed(0)
+    model = TinyLlama(SHAPE, torch.device("cpu"), dtype=torch.float32)
+    requests = make_requests(4, 5, 30, 3, SHAPE.vocab, 2, seed=0)
+    pages = 1 + sum(-(-(r.prompt.numel() + r.new_tokens) // PAGE) for r in requests)
+    cache = PagedKVCache(SHAPE, pages, PAGE, torch.device("cpu"), torch.float32)
+    backend = make_backend("torch", Heads(4, 2, 32, PAGE, pages), torch.device("cpu"))
+    engine = Engine(model, cache, backend, max_batch=3, chunk_tokens=17)
+    latencies, had_prefill = engine.run(requests, deadline=time.perf_counter())
+    assert engine.truncated and len(latencies) == 0
+    summary = report("torch", requests, latencies, had_prefill, 1.0)
+    assert summary["finished"] == 0 and summary["generated_tokens"] == 0
+    latencies, had_prefill = engine.run(requests[:2], deadline=time.perf_counter() + 600)
+    assert not engine.truncated
+    summary = report("torch", requests[:2], latencies, had_prefill, 2.0)
+    assert summary["finished"] == 2 and summary["generated_tokens"] == 6
+    assert summary["steps"] == len(latencies) and summary["step_p99_ms"] >= summary["step_p50_ms"]
