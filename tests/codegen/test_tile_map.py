@@ -28,12 +28,52 @@ def host_map_binary(tmp_path_factory) -> Path:
     src = out / "main.cpp"
     src.write_text(
         '#include "token_mask_functor.h"\n#define FUNCTOR TokenMaskFunctor\n'
+        "TokenMaskFunctor::Params make_params(const int* doc, int window, int by_head) {\n"
+        "  return TokenMaskFunctor::Params{doc, window, by_head};\n}\n"
         '#include "tile_map_host_main.cpp"\n'
     )
-    exe = out / "tile_map_host"
+    return _build_host(src, out / "tile_map_host")
+
+
+def _build_host(src: Path, exe: Path) -> Path:
     cmd = ["g++", "-O2", "-std=c++17", f"-I{INCLUDE}", f"-I{FIXTURES}", str(src), "-o", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
     return exe
+
+
+DOC_CAUSAL = """variant doc_causal {
+    param doc: tensor<i32>[kv_len];
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+}"""
+
+
+@pytest.fixture(scope="module")
+def generated_map_binary(tmp_path_factory) -> Path:
+    """The host map over the functor generated for ``doc_causal``."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    variant = attnc.load(source=DOC_CAUSAL)
+    out = tmp_path_factory.mktemp("tile_map_generated")
+    (out / "doc_causal.cuh").write_text(variant.cuda_source)
+    name = variant.cuda_source.split("struct ", 1)[1].split(" ", 1)[0]
+    src = out / "main.cpp"
+    src.write_text(
+        f'#include "doc_causal.cuh"\n#define FUNCTOR {name}\n'
+        f"{name}::Params make_params(const int* doc, int, int) {{ return {name}::Params{{doc}}; }}\n"
+        f'#include "{FIXTURES}/tile_map_host_main.cpp"\n'
+    )
+    return _build_host(src, out / "tile_map_host")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_generated_functor_map_matches_brute_force(generated_map_binary: Path, seed: int) -> None:
+    """The classifier over the generated doc_causal functor (the one the module exports)."""
+    rng = np.random.default_rng(100 + seed)
+    q_lens, kv_lens, doc = random_case(rng)
+    tile = int(rng.choice([16, 64, 128, 37]))
+    got = host_map(generated_map_binary, q_lens, kv_lens, doc, tile, 64, 4, 1, 1, 0, 0)
+    assert got == brute_force_map(q_lens, kv_lens, doc, tile, 64, 1, 0, 0)
 
 
 def brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head) -> str:

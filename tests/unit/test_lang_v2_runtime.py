@@ -1,0 +1,198 @@
+"""The runtime side of language v2 on the CPU: batch-sized tensor params checked against the
+batch, per-request bounds (``window[batch]``) in the plan-time KV ranges, the tile-map
+summaries the scheduler ranges and costs tiles by, and the planned-tensor check of run()."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.compiler import mask_tiles
+from attnc.runtime.checks.params import resolve_params, token_sizes
+from attnc.runtime.planning import tile_map
+from attnc.runtime.planning.mask_ranges import PlannedMask, tile_kv_ranges
+from attnc.runtime.planning.plan_params import (
+    TensorStamp,
+    check_planned_tensors,
+    mask_reads,
+    split_plan_params,
+)
+from attnc.runtime.planning.prefill_plan import PlanShape, kv_token_starts, make_host_plan
+from attnc.runtime.planning.prefill_schedule import query_tiles, schedule_prefill
+
+DOC_CAUSAL = """variant doc_causal {
+    param doc: tensor<i32>[kv_len];
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+}"""
+PER_REQUEST_WINDOW = """variant per_request_window {
+    param window: tensor<i32>[batch_size];
+    mask = kv_idx <= q_pos && q_pos - kv_idx < window[batch];
+}"""
+Q_TOKENS = """variant q_token_bias {
+    param bias: tensor<f32>[q_len];
+    score = score + bias[q_idx];
+}"""
+
+HEADS = {"num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 64}
+
+
+def _resolve(variant, params, sizes):
+    return resolve_params(
+        variant.params, params, variant_name=variant.name, batch_sizes=sizes, **HEADS
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "good", "bad", "why"),
+    [
+        (DOC_CAUSAL, "doc", (30,), (29,), "kv_len = sum of kv_len over the batch"),
+        (Q_TOKENS, "bias", (8,), (30,), "q_len = sum of q_len over the batch"),
+        (PER_REQUEST_WINDOW, "window", (3,), (1,), "batch_size = requests in the batch"),
+    ],
+)
+def test_batch_sized_tensors_are_checked_against_the_batch(source, name, good, bad, why):
+    variant = attnc.load(source=source)
+    sizes = token_sizes(total_q=8, total_kv=30, batch=3)
+    dtype = torch.float32 if name == "bias" else torch.int32
+    assert _resolve(variant, {name: torch.zeros(good, dtype=dtype)}, sizes)[name].shape == good
+    with pytest.raises(ValueError) as err:
+        _resolve(variant, {name: torch.zeros(bad, dtype=dtype)}, sizes)
+    dims = {"doc": "kv_len", "bias": "q_len", "window": "batch_size"}[name]
+    decl = f"tensor<{'f32' if name == 'bias' else 'i32'}>[{dims}]"
+    assert str(err.value) == (
+        f"variant '{variant.name}': param '{name}' ({decl}): expected shape {list(good)} "
+        f"({why}), got {list(bad)}"
+    )
+
+
+def test_batch_sized_tensor_without_the_batch_is_refused():
+    variant = attnc.load(source=DOC_CAUSAL)
+    with pytest.raises(ValueError, match="param 'doc'.*comes from the batch"):
+        _resolve(variant, {"doc": torch.zeros(3, dtype=torch.int32)}, None)
+
+
+def test_split_plan_params_checks_tensors_and_keeps_scalars():
+    variant = attnc.load(source=PER_REQUEST_WINDOW)
+    sizes = {**HEADS, **token_sizes(5, 9, 2)}
+    window = torch.tensor([3, 4], dtype=torch.int32)
+    scalars, tensors = split_plan_params(
+        variant, {"window": window}, sizes=sizes, device=torch.device("cpu")
+    )
+    assert scalars == {} and tensors["window"] is window
+    with pytest.raises(ValueError, match=r"param 'window'.*expected shape \[2\]"):
+        split_plan_params(
+            variant, {"window": torch.zeros(3, dtype=torch.int32)}, sizes=sizes,
+            device=torch.device("cpu"),
+        )  # fmt: skip
+
+
+def test_mask_reads():
+    assert mask_reads(attnc.load(source=DOC_CAUSAL).ir).token_tensors == ("doc",)
+    window = mask_reads(attnc.load(source=PER_REQUEST_WINDOW).ir)
+    assert not window.needs_tile_map and window.params == {"window"}
+    assert not mask_reads(attnc.load("stdlib:causal").ir).needs_tile_map
+
+
+def test_per_request_window_ranges_match_scalar_windows():
+    """``window[batch]`` in the bounds: every tile's range equals the range with request b's
+    window as a scalar (the compiler's one-tile answer)."""
+    variant = attnc.load(source=PER_REQUEST_WINDOW)
+    scalar = attnc.load("stdlib:sliding_window")
+    rng = np.random.default_rng(0)
+    q_lens = rng.integers(1, 300, 5)
+    kv_lens = q_lens + rng.integers(0, 300, 5)
+    windows = rng.integers(1, 200, 5)
+    ranges = tile_kv_ranges(variant.compiled.mask_analysis, {}, {"window": windows})
+    assert ranges is not None
+    req, _, q0, q1 = query_tiles(q_lens, 64)
+    begin, end = ranges(req, q0, q1, q_lens, kv_lens)
+    for t in range(req.shape[0]):
+        b = int(req[t])
+        env = {"window": int(windows[b]), "q_len": int(q_lens[b]), "kv_len": int(kv_lens[b])}
+        want = mask_tiles.kv_range(scalar.compiled.mask_analysis, int(q0[t]), int(q1[t]), env)
+        assert (begin[t], end[t]) == tuple(want)
+
+
+def test_planned_mask_from_values_stamps_the_tensors_the_mask_reads():
+    variant = attnc.load(source=PER_REQUEST_WINDOW)
+    window = torch.tensor([3, 4], dtype=torch.int32)
+    planned = PlannedMask.from_values(variant, {}, {"window": window})
+    assert planned.ranges is not None and set(planned.tensors) == {"window"}
+    planned.check_run(variant.name, {"window": window})
+    with pytest.raises(ValueError, match="param 'window': run\\(\\) was given another tensor"):
+        planned.check_run(variant.name, {"window": window.clone()})
+    window.add_(1)
+    with pytest.raises(ValueError, match="param 'window': run\\(\\) was given the same tensor, "):
+        planned.check_run(variant.name, {"window": window})
+
+
+def test_planned_tensor_with_other_storage_is_refused():
+    t = torch.zeros(4, dtype=torch.int32)
+    stamps = {"doc": TensorStamp.of(t)}
+    t.set_(torch.zeros(4, dtype=torch.int32).untyped_storage())
+    with pytest.raises(ValueError, match="param 'doc'.*other storage"):
+        check_planned_tensors("v", stamps, {"doc": t})
+
+
+def _random_map(rng, q_lens, kv_lens, tile):
+    starts = tile_map.map_starts(q_lens, kv_lens, tile)
+    return rng.choice([0, 0, 1, 2], size=int(starts[-1])).astype(np.uint8), starts
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_summary_matches_the_map(seed):
+    rng = np.random.default_rng(seed)
+    q_lens, kv_lens, tile = rng.integers(0, 400, 4), rng.integers(0, 700, 4), 64
+    m, starts = _random_map(rng, q_lens, kv_lens, tile)
+    s = tile_map.summarize(m, q_lens, kv_lens, tile)
+    req, j, _, _ = query_tiles(q_lens, tile)
+    for t in range(req.shape[0]):
+        cols = -(-int(kv_lens[req[t]]) // 64)
+        row = m[starts[req[t]] + j[t] * cols : starts[req[t]] + (j[t] + 1) * cols]
+        hit = np.flatnonzero(row)
+        assert (s.first[t], s.end[t]) == ((hit[0], hit[-1] + 1) if hit.size else (0, 0))
+        b, e = sorted(rng.integers(0, int(kv_lens[req[t]]) + 1, 2))
+        in_range = [c for c in hit if c * 64 < e and (c + 1) * 64 > b] if e > b else []
+        assert s.visible_tokens(np.array([t]), np.array([b]), np.array([e]))[0] == 64 * len(
+            in_range
+        )
+
+
+def test_scheduler_skips_empty_blocks():
+    """One request, three tiles: tile 0 sees blocks 0-1, tile 1 nothing, tile 2 block 5 and
+    7. Ranges shrink to the non-empty blocks; costs count only non-empty ones."""
+    q_lens, kv_lens, tile = np.array([192]), np.array([512]), 64
+    m = np.zeros(3 * 8, dtype=np.uint8)
+    m[[0, 1]] = 2
+    m[16 + 5], m[16 + 7] = 1, 2
+    s = tile_map.summarize(m, q_lens, kv_lens, tile)
+    ranges = tile_map.ranges_with_map(s, None)
+    sched = schedule_prefill(q_lens, kv_lens, tile, 2, 1, 1, 64, 1 << 20, ranges,
+                             s.visible_tokens)  # fmt: skip
+    by_tile = {int(it[1]): (int(it[3]), int(it[4])) for it in sched.items}
+    assert by_tile == {0: (0, 128), 1: (0, 0), 2: (320, 512)}
+    cost = {int(it[1]): c for it, c in zip(sched.items, sched.cost, strict=True)}
+    assert cost == {0: 64 + 128, 1: 64, 2: 64 + 128}
+
+
+def test_host_plan_places_map_and_token_starts():
+    """kv_token_start (prefix sums, paged from the page counts) and the map's fixed place."""
+    shape = PlanShape(2, 1, 64, tile_q_tokens=64, num_ctas=4, workspace_bytes=1 << 20)
+    qo = torch.tensor([0, 100, 164])
+    kv_indptr, last = torch.tensor([0, 3, 5]), torch.tensor([4, 16])
+    idx = torch.arange(5)
+    q_lens, kv_lens = np.array([100, 64]), np.array([2 * 16 + 4, 16 + 16])
+    m = np.full(int(tile_map.map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
+    summary = tile_map.summarize(m, q_lens, kv_lens, 64)
+    host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, summary, 4096)
+    assert host.kv_token_start.tolist() == [0, 36, 68]
+    assert host.tile_map_offset == (1 << 20) - 4096
+    assert host.tile_map_start is not None and host.tile_map_start.tolist() == [0, 2, 3]
+    buf = host.packed()
+    off = host.layout.offsets["kv_token_start"]
+    assert buf[off : off + 12].view(torch.int32).tolist() == [0, 36, 68]
+    assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
+    again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, summary, 4096)
+    assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]
