@@ -49,12 +49,22 @@ class TokenPages:
 
 def is_decode_call(segments: BatchSegments, q_len: int) -> bool:
     """Every batch row one request whose ``q_len`` (1..8) queries are all valid."""
-    if not 1 <= q_len <= MAX_DECODE_Q_LEN or len(segments.segments) != segments.batch_size:
-        return False
-    return all(
-        s.row == b and s.q_begin == 0 and s.q_end == q_len and s.kv_end - s.kv_begin >= q_len
-        for b, s in enumerate(segments.segments)
-    )
+    key = ("decode-shaped", q_len)
+    known = segments.plans.get(key)
+    if known is None:
+        known = (
+            1 <= q_len <= MAX_DECODE_Q_LEN
+            and len(segments.segments) == segments.batch_size
+            and all(
+                s.row == b
+                and s.q_begin == 0
+                and s.q_end == q_len
+                and s.kv_end - s.kv_begin >= q_len
+                for b, s in enumerate(segments.segments)
+            )
+        )
+        segments.plans[key] = known
+    return bool(known)
 
 
 def token_pages(
