@@ -84,7 +84,9 @@ def brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head) -
         d = doc[kv_start[b] : kv_start[b] + kl]
         q_pos = np.arange(ql) + kl - ql
         kv = np.arange(kl)
-        visible = (kv[None, :] <= q_pos[:, None]) & (d[None, :] == d[np.clip(q_pos, 0, None)][:, None])
+        visible = (kv[None, :] <= q_pos[:, None]) & (
+            d[None, :] == d[np.clip(q_pos, 0, None)][:, None]
+        )
         if window > 0:
             visible &= q_pos[:, None] - kv[None, :] < window
         per_head = np.stack(
@@ -131,7 +133,9 @@ def test_host_map_matches_brute_force(host_map_binary: Path, seed: int) -> None:
     by_head = int(seed % 3 == 0)
     hq, hkv = 4, 2
     heads = hq if by_head else 1
-    got = host_map(host_map_binary, q_lens, kv_lens, doc, tile, block, hq, hkv, heads, window, by_head)
+    got = host_map(
+        host_map_binary, q_lens, kv_lens, doc, tile, block, hq, hkv, heads, window, by_head
+    )
     want = brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head)
     assert got == want
 

@@ -1,0 +1,297 @@
+"""Language v2 on the GPU: per-token and per-request tensors and sinks through
+``BatchPrefillWrapper`` (ragged and paged, both templates), ``Variant.prefill`` (a tile map per
+call), ``BatchDecodeWrapper``, the device-built tile map against brute force, and CUDA-graph
+replay after a re-plan with a new map, all against the float64 reference.
+
+Accuracy rule as in test_prefill.py: ||o - ref64|| / ||ref64|| <= 3 * eager + 2e-4, where
+``eager`` is the same error of the reference run in the kernel's dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.wrappers import prefill_launch
+from attnc.runtime.wrappers.decode import BatchDecodeWrapper
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+SOURCES = {
+    "doc_causal": """variant doc_causal {
+        doc "packed documents: causal inside each document";
+        param doc: tensor<i32>[kv_len];
+        mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+    }""",
+    "per_request_window": """variant per_request_window {
+        param window: tensor<i32>[batch_size];
+        mask = kv_idx <= q_pos && q_pos - kv_idx < window[batch];
+    }""",
+    "gpt_oss_local": """variant gpt_oss_local {
+        param sinks: tensor<f32>[num_qo_heads];
+        param window: i32 = 128;
+        sink = sinks[qo_head];
+        mask = kv_idx <= q_pos && q_pos - kv_idx < window;
+    }""",
+}
+HQ, HKV, D = 8, 2, 128
+ERR_FACTOR, ERR_FLOOR = 3.0, 2e-4
+Q_LENS, KV_LENS = [17, 1, 577, 300, 64], [17, 300, 1200, 300, 2049]
+WORKSPACE = 64 << 20
+
+
+def _variant(name):
+    return attnc.load(source=SOURCES[name])
+
+
+def _documents(kv_lens, gen):
+    """Random document ids per request (a few cuts each), flattened over the batch."""
+    parts = []
+    for n in kv_lens:
+        cuts = torch.randint(0, max(n, 1), (3,), generator=gen)
+        ids = torch.zeros(n, dtype=torch.int32)
+        for c in cuts.tolist():
+            ids[c:] += 1
+        parts.append(ids)
+    return torch.cat(parts).cuda()
+
+
+def _params(name, kv_lens, gen):
+    """(batch params, params of request i) for a variant."""
+    starts = [0, *itertools.accumulate(kv_lens)]
+    if name == "doc_causal":
+        doc = _documents(kv_lens, gen)
+        return {"doc": doc}, lambda i: {"doc": doc[starts[i] : starts[i + 1]]}
+    if name == "per_request_window":
+        window = torch.randint(1, 400, (len(kv_lens),), generator=gen, dtype=torch.int32).cuda()
+        return {"window": window}, lambda i: {"window": window[i : i + 1]}
+    sinks = torch.randn(HQ, generator=gen).cuda()
+    return {"sinks": sinks}, lambda i: {"sinks": sinks, "window": 128}
+
+
+def _rel(x, ref):
+    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _check(variant, q, k, v, o, lse, params):
+    """One request against the float64 reference (and the eager error bound)."""
+    ref, ref_lse = variant.reference(q.double(), k.double(), v.double(), return_lse=True, **params)
+    eager = variant.reference(q, k, v, **params)
+    assert not torch.isnan(o).any()
+    assert _rel(o, ref) <= ERR_FACTOR * _rel(eager, ref) + ERR_FLOOR
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    if finite.any():
+        torch.testing.assert_close(lse[finite].double(), ref_lse[finite], atol=2e-2, rtol=1e-3)
+
+
+def _inputs(gen, q_lens, kv_lens, dtype=torch.bfloat16):
+    q = torch.randn(sum(q_lens), HQ, D, generator=gen).to("cuda", dtype)
+    k = torch.randn(sum(kv_lens), HKV, D, generator=gen).to("cuda", dtype)
+    v = torch.randn(sum(kv_lens), HKV, D, generator=gen).to("cuda", dtype)
+    return q, k, v
+
+
+def _paged(k, v, kv_lens, page_size, gen):
+    """Scatter per-request K/V into a shuffled NHD page cache."""
+    pages = [-(-n // page_size) for n in kv_lens]
+    total = sum(pages) + 2
+    perm = torch.randperm(total, generator=gen)
+    cache = torch.zeros(total, 2, page_size, HKV, D, dtype=k.dtype, device="cuda")
+    indptr, start, tok = [0], 0, 0
+    for n, p in zip(kv_lens, pages, strict=True):
+        ids = perm[start : start + p].cuda()
+        kp = torch.zeros(p * page_size, HKV, D, dtype=k.dtype, device="cuda")
+        vp = torch.zeros_like(kp)
+        kp[:n], vp[:n] = k[tok : tok + n], v[tok : tok + n]
+        cache[ids, 0] = kp.view(p, page_size, HKV, D)
+        cache[ids, 1] = vp.view(p, page_size, HKV, D)
+        start, tok = start + p, tok + n
+        indptr.append(start)
+    last = [n - (p - 1) * page_size for n, p in zip(kv_lens, pages, strict=True)]
+    i32 = dict(dtype=torch.int32)
+    return (
+        cache,
+        torch.tensor(indptr, **i32),
+        perm[:start].to(torch.int32),
+        torch.tensor(last, **i32),
+    )
+
+
+def _backend_or_skip(backend, layout):
+    if backend == "sm90" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper template needs sm_90")
+
+
+@pytest.mark.parametrize("backend", ["fa2", "sm90"])
+@pytest.mark.parametrize("layout", ["ragged", "paged16"])
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_batch_prefill(name, layout, backend):
+    _backend_or_skip(backend, layout)
+    variant = _variant(name)
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = _inputs(gen, Q_LENS, KV_LENS)
+    batch_params, one = _params(name, KV_LENS, gen)
+    i32 = dict(dtype=torch.int32)
+    qo = torch.tensor([0, *itertools.accumulate(Q_LENS)], **i32)
+    w = BatchPrefillWrapper(
+        variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"), backend=backend
+    )
+    try:
+        if layout == "ragged":
+            kv = torch.tensor([0, *itertools.accumulate(KV_LENS)], **i32)
+            w.plan(qo, kv, HQ, HKV, D, params=batch_params)
+            o, lse = w.run(q, (k, v), return_lse=True, **batch_params)
+        else:
+            cache, indptr, idx, last = _paged(k, v, KV_LENS, 16, gen)
+            w.plan(qo, indptr, HQ, HKV, D, kv_indices=idx, kv_last_page_len=last,
+                   page_size=16, params=batch_params)  # fmt: skip
+            o, lse = w.run(q, cache, return_lse=True, **batch_params)
+    except ValueError as err:
+        if backend == "sm90" and "cannot serve" in str(err):
+            pytest.skip(str(err))
+        raise
+    assert (w.tile_map is not None) == (name == "doc_causal")
+    qs, ks = [0, *itertools.accumulate(Q_LENS)], [0, *itertools.accumulate(KV_LENS)]
+    for i in range(len(Q_LENS)):
+        a, b, c, e = qs[i], qs[i + 1], ks[i], ks[i + 1]
+        _check(variant, q[a:b], k[c:e], v[c:e], o[a:b], lse[a:b], one(i))
+
+
+def _brute_force_map(doc, q_lens, kv_lens, tile, block=64):
+    out, start = [], 0
+    for ql, kl in zip(q_lens, kv_lens, strict=True):
+        d = doc[start : start + kl]
+        q_pos = np.arange(ql) + kl - ql
+        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & (d[None, :] == d[q_pos][:, None])
+        for q0 in range(0, ql, tile):
+            for k0 in range(0, kl, block):
+                box = vis[q0 : q0 + tile, k0 : k0 + block]
+                out.append(0 if not box.any() else (1 if box.all() else 2))
+        start += kl
+    return np.array(out, dtype=np.uint8)
+
+
+@pytest.mark.parametrize("backend", ["fa2", "sm90"])
+@pytest.mark.parametrize("seed", range(3))
+def test_device_tile_map_is_exact(backend, seed):
+    """The classifier the module exports, on the device: every entry equals brute force."""
+    _backend_or_skip(backend, "ragged")
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(seed)
+    q_lens = [int(x) for x in torch.randint(1, 700, (4,), generator=gen)]
+    kv_lens = [
+        n + int(x) for n, x in zip(q_lens, torch.randint(0, 500, (4,), generator=gen), strict=True)
+    ]
+    doc = _documents(kv_lens, gen)
+    i32 = dict(dtype=torch.int32)
+    w = BatchPrefillWrapper(
+        variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"), backend=backend
+    )
+    w.plan(torch.tensor([0, *itertools.accumulate(q_lens)], **i32),
+           torch.tensor([0, *itertools.accumulate(kv_lens)], **i32), HQ, HKV, D,
+           params={"doc": doc})  # fmt: skip
+    meta = dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))
+    want = _brute_force_map(doc.cpu().numpy(), q_lens, kv_lens, meta["tile_q_tokens"])
+    off = meta["off_tile_map"]
+    got = w._workspace[off : off + want.size].cpu().numpy()
+    assert (got == want).all()
+
+
+def test_variant_prefill_builds_the_map_per_call():
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = _inputs(gen, [900], [900])
+    for _ in range(2):  # same shape, new documents: a new map each call
+        doc = _documents([900], gen)
+        o, lse = variant.prefill(q, k, v, return_lse=True, doc=doc)
+        _check(variant, q, k, v, o, lse, {"doc": doc})
+
+
+@pytest.mark.parametrize("backend", ["fa2", "sm90"])
+def test_variant_prefill_sinks(backend):
+    _backend_or_skip(backend, "ragged")
+    variant = _variant("gpt_oss_local")
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = _inputs(gen, [700], [1000])
+    sinks = torch.randn(HQ, generator=gen).cuda()
+    o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, sinks=sinks, window=128)
+    _check(variant, q, k, v, o, lse, {"sinks": sinks, "window": 128})
+
+
+@pytest.mark.parametrize("q_len", [1, 4])
+@pytest.mark.parametrize("name", list(SOURCES))
+def test_batch_decode(name, q_len):
+    variant = _variant(name)
+    gen = torch.Generator().manual_seed(3)
+    kv_lens = [300, 17, 2049, 129]
+    _, k, v = _inputs(gen, [1], kv_lens)
+    q = torch.randn(len(kv_lens) * q_len, HQ, D, generator=gen).to("cuda", torch.bfloat16)
+    batch_params, one = _params(name, kv_lens, gen)
+    cache, indptr, idx, last = _paged(k, v, kv_lens, 16, gen)
+    w = BatchDecodeWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    plan_params = batch_params if name == "per_request_window" else None
+    w.plan(indptr, idx, last, HQ, HKV, D, 16, q_len_per_request=q_len, params=plan_params)
+    o, lse = w.run(q, cache, return_lse=True, **batch_params)
+    ks = [0, *itertools.accumulate(kv_lens)]
+    for i in range(len(kv_lens)):
+        rows = slice(i * q_len, (i + 1) * q_len)
+        c, e = ks[i], ks[i + 1]
+        _check(variant, q[rows], k[c:e], v[c:e], o[rows], lse[rows], one(i))
+
+
+def test_run_refuses_another_tensor():
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = _inputs(gen, [100], [100])
+    doc = _documents([100], gen)
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    i = torch.tensor([0, 100], dtype=torch.int32)
+    w.plan(i, i, HQ, HKV, D, params={"doc": doc})
+    with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given another tensor"):
+        w.run(q, (k, v), doc=doc.clone())
+    doc.add_(1)
+    with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given the same tensor, "):
+        w.run(q, (k, v), doc=doc)
+
+
+@pytest.mark.parametrize("backend", ["fa2", "sm90"])
+def test_cuda_graph_replay_after_replan_with_a_new_map(backend):
+    """Captured run(), re-planned with other documents (same lengths: the work list keeps its
+    shape), replayed: the output follows the new map (fixed map place in the workspace)."""
+    _backend_or_skip(backend, "ragged")
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(5)
+    n = 256
+    q, k, v = _inputs(gen, [n], [n])
+    doc_a = torch.tensor([0] * 100 + [1] * 156, dtype=torch.int32, device="cuda")
+    doc_b = torch.tensor([0] * 200 + [1] * 56, dtype=torch.int32, device="cuda")
+    doc = doc_a.clone()  # the tensor the graph reads; re-planned in place below
+    i = torch.tensor([0, n], dtype=torch.int32)
+    w = BatchPrefillWrapper(
+        variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"), backend=backend
+    )
+    w.plan(i, i, HQ, HKV, D, params={"doc": doc})
+    out = torch.empty_like(q)
+    w.run(q, (k, v), out=out, doc=doc)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        w.run(q, (k, v), out=out, doc=doc)
+    torch.cuda.current_stream().wait_stream(stream)
+    meta = list(w._meta)
+    doc.copy_(doc_b)
+    w.plan(i, i, HQ, HKV, D, params={"doc": doc})
+    assert w._meta == meta, "the re-plan changed the launch: the graph would replay stale args"
+    graph.replay()
+    torch.cuda.synchronize()
+    _, lse = w.run(q, (k, v), return_lse=True, doc=doc)
+    _check(variant, q, k, v, out, lse, {"doc": doc_b})

@@ -1,0 +1,152 @@
+"""``BatchPrefillWrapper.plan()`` of language-v2 variants on a CPU workspace (a stand-in
+module with a 64-token tile; the tile map comes from a host builder, as the device classifier
+is checked against brute force in tests/codegen/test_tile_map.py): the map lands at its fixed
+place, the work list skips EMPTY tiles, run()'s values must be the planned tensors, shapes
+are checked against the batch."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime import abi
+from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.wrappers import prefill, prefill_launch
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+DOC_CAUSAL = """variant doc_causal {
+    param doc: tensor<i32>[kv_len];
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+}"""
+
+
+def brute_force_builder(values, q_lens, kv_lens, tile, block):
+    """The doc_causal map from the doc ids (numpy, every pair)."""
+    doc = values["doc"].numpy()
+    out, start = [], 0
+    for ql, kl in zip(q_lens, kv_lens, strict=True):
+        d = doc[start : start + kl]
+        q_pos = np.arange(ql) + kl - ql
+        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & (d[None, :] == d[q_pos][:, None])
+        for q0 in range(0, ql, tile):
+            for k0 in range(0, kl, block):
+                box = vis[q0 : q0 + tile, k0 : k0 + block]
+                out.append(0 if not box.any() else (1 if box.all() else 2))
+        start += kl
+    return np.array(out, dtype=np.uint8)
+
+
+def documents(lengths: list[int]) -> torch.Tensor:
+    return torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lengths)])
+
+
+@pytest.fixture
+def variant(monkeypatch):
+    v = attnc.load(source=DOC_CAUSAL)
+    module = type(
+        "StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)}
+    )()
+    monkeypatch.setattr(
+        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
+    )
+    return v
+
+
+def _wrapper(variant, nbytes=4 << 20):
+    w = BatchPrefillWrapper(variant, torch.empty(nbytes, dtype=torch.uint8), backend="fa2")
+    w._map_builder = brute_force_builder
+    return w
+
+
+def test_plan_builds_the_map_at_its_fixed_place(variant):
+    w = _wrapper(variant)
+    lens = [300, 700]
+    qo = torch.tensor([0, 300, 1000], dtype=torch.int32)
+    doc = torch.cat([documents([100, 200]), documents([50, 400, 250])])
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
+    meta = dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))
+    reserve = w._map_reserve
+    assert reserve > 0 and meta["off_tile_map"] == (4 << 20) - reserve
+    tile = meta["tile_q_tokens"]
+    want = brute_force_builder({"doc": doc}, lens, lens, tile, 64)
+    ws = w._workspace
+    got = ws[meta["off_tile_map"] : meta["off_tile_map"] + want.size].numpy()
+    assert (got == want).all()
+    start = ws[meta["off_kv_token_start"] : meta["off_kv_token_start"] + 12].view(torch.int32)
+    assert start.tolist() == [0, 300, 1000]
+    # Every item's KV range covers only non-empty blocks of its tile's map row.
+    summary = w.tile_map
+    assert summary is not None
+    for item in w._plan.schedule.items:
+        b, j, begin, end = int(item[0]), int(item[1]), int(item[3]), int(item[4])
+        row_at = {0: 0, 1: -(-300 // tile) * -(-300 // 64)}[b] + j * -(-lens[b] // 64)
+        row = want[row_at : row_at + -(-lens[b] // 64)]
+        hit = np.flatnonzero(row)
+        assert (begin, end) == (
+            (hit[0] * 64, min((hit[-1] + 1) * 64, lens[b])) if hit.size else (0, 0)
+        )
+    # run() must be given the planned tensor, unchanged.
+    w.check_planned_values({"doc": doc})
+    with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given another tensor"):
+        w.check_planned_values({"doc": doc.clone()})
+
+
+def test_plan_without_the_tensor_has_no_map(variant):
+    w = _wrapper(variant)
+    qo = torch.tensor([0, 300], dtype=torch.int32)
+    w.plan(qo, qo.clone(), 4, 2, 64)
+    meta = dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))
+    assert meta["off_tile_map"] == -1 and meta["off_tile_map_start"] == -1 and w.tile_map is None
+
+
+def test_plan_checks_the_tensor_shape(variant):
+    w = _wrapper(variant)
+    qo = torch.tensor([0, 300, 400], dtype=torch.int32)
+    kv = torch.tensor([0, 300, 500], dtype=torch.int32)
+    with pytest.raises(ValueError) as err:
+        w.plan(qo, kv, 4, 2, 64, params={"doc": torch.zeros(400, dtype=torch.int32)})
+    assert str(err.value) == (
+        "variant 'doc_causal': param 'doc' (tensor<i32>[kv_len]): expected shape [500] "
+        "(kv_len = sum of kv_len over the batch), got [400]"
+    )
+
+
+def test_map_too_big_for_the_reserve(variant):
+    w = BatchPrefillWrapper(
+        variant, torch.empty(1 << 20, dtype=torch.uint8), backend="fa2", max_tile_map_bytes=256
+    )
+    w._map_builder = brute_force_builder
+    qo = torch.tensor([0, 4096], dtype=torch.int32)
+    with pytest.raises(ValueError, match="workspace_buffer: the tile map needs .* keeps 256"):
+        w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": documents([4096])})
+
+
+def test_host_side_plan_time_8k_documents(variant):
+    """The anchors' document workload (8K tokens, 8 documents): plan() on the host around a
+    precomputed map (the device builds it on the GPU). Printed, bounded loosely."""
+    cuts = sorted(torch.randperm(8191, generator=torch.Generator().manual_seed(0))[:7] + 1)
+    bounds = [0, *[int(c) for c in cuts], 8192]
+    doc = documents([b - a for a, b in zip(bounds, bounds[1:], strict=False)])
+    w = _wrapper(variant, 64 << 20)
+    cached = {}
+
+    def builder(values, q_lens, kv_lens, tile, block):
+        key = (tile, block)
+        if key not in cached:
+            cached[key] = brute_force_builder(values, q_lens, kv_lens, tile, block)
+        return cached[key]
+
+    w._map_builder = builder
+    qo = torch.tensor([0, 8192], dtype=torch.int32)
+    w.plan(qo, qo.clone(), 32, 8, 128, params={"doc": doc})
+    times = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        w.plan(qo, qo.clone(), 32, 8, 128, params={"doc": doc})
+        times.append(time.perf_counter() - t0)
+    print(f"plan() host time, 8K documents: median {1e6 * sorted(times)[10]:.0f} us")
+    assert sorted(times)[10] < 0.05
