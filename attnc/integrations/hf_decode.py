@@ -27,6 +27,7 @@ import torch
 
 from attnc.integrations.hf_masks import BatchSegments
 from attnc.integrations.hf_variants import LayerVariant
+from attnc.runtime.planning.workspace import CapacityError
 
 MAX_DECODE_Q_LEN = 8
 DECODE_WORKSPACE_BYTES = 128 << 20
@@ -153,28 +154,36 @@ def run_decode_kernels(
     scaling: float | None,
 ) -> torch.Tensor | None:
     """The call through ``attnc.BatchDecodeWrapper`` (planned once per step and plan key);
-    None when the page table exceeds a wrapper's capacity (the caller packs instead)."""
+    None when the step exceeds a wrapper's capacity (page ids or work items: the caller
+    packs instead)."""
     hq, hkv, head_dim = q.shape[1], pages.k_pages.shape[1], q.shape[2]
     pool_key = (choice.spec, hq, hkv, head_dim, q.dtype, scaling, q.device)
     plan_key = (*pool_key, "decode", choice.window, pages.row_pages, pages.k_pages.shape[0])
     wrapper = segments.plans.get(plan_key)
+    if wrapper is False:  # this step's plan did not fit
+        return None
     if wrapper is None:
         batch = pages.kv_last_page_len.shape[0]
         wrapper = _pooled_wrapper(choice, pool_key, segments, batch)
         if pages.kv_indices.shape[0] > wrapper.layout.max_pages:
+            segments.plans[plan_key] = False
             return None
-        wrapper.plan(
-            pages.kv_indptr,
-            pages.kv_indices,
-            pages.kv_last_page_len,
-            hq,
-            hkv,
-            head_dim,
-            1,
-            q_len_per_request=pages.q_len,
-            sm_scale=scaling,
-            dtype=q.dtype,
-        )
+        try:
+            wrapper.plan(
+                pages.kv_indptr,
+                pages.kv_indices,
+                pages.kv_last_page_len,
+                hq,
+                hkv,
+                head_dim,
+                1,
+                q_len_per_request=pages.q_len,
+                sm_scale=scaling,
+                dtype=q.dtype,
+            )
+        except CapacityError:  # more work items than the wrapper holds: pack instead
+            segments.plans[plan_key] = False
+            return None
         segments.plans[plan_key] = wrapper
     out: torch.Tensor = wrapper.run(q, (pages.k_pages, pages.v_pages), **choice.run_params())
     return out

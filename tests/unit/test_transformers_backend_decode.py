@@ -175,3 +175,27 @@ def test_a_cpu_decode_step_runs_the_reference_over_the_pages(hf):
         warnings.simplefilter("ignore", RuntimeWarning)
         got = model.generate(ids, **kwargs)
     assert torch.equal(got, expected)
+
+
+def test_a_step_beyond_the_wrappers_capacity_is_packed(hf, stand_ins, monkeypatch):
+    """A plan that raises CapacityError: the step falls back to the packed prefill path once
+    per kind (not once per layer) and the tokens stay eager's."""
+    from attnc.runtime.planning.workspace import CapacityError
+
+    attempts = []
+
+    def refuse(self, *args, **kwargs):
+        attempts.append(1)
+        raise CapacityError("decode plan: needs more work items")
+
+    monkeypatch.setattr(DecodeWrapperStandIn, "plan", refuse)
+    model = tiny_model(hf, "gemma2", "eager")
+    ids, mask = padded_batch([8, 5], 8)
+    kwargs = dict(attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    expected = model.generate(ids, **kwargs)
+    model.set_attn_implementation("attnc")
+    with torch.no_grad():
+        got = model.generate(ids, **kwargs)
+    assert torch.equal(got, expected)
+    assert len(attempts) == 2 * 2  # 2 decode steps x 2 kinds
+    assert len(_RaggedWrapperStandIn.plans) == 3 * 2  # the prompt and both steps, packed
