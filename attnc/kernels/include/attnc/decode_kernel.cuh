@@ -97,6 +97,13 @@ __device__ __forceinline__ void decode_cta(const AttncDecodeArgs& a,
     const V var(params, decode_request_info<D>(a, it, q_len));
     DecodeWarpState<V, Tile> st;
     st.start(var, it, group, sm_scale);
+    if constexpr (variant_has_sink<V>::value) {
+      // An unsplit item owns the sink (the merge kernel adds it to split requests).
+      // One lane per row over the four warps (their states are combined) holds its weight.
+      if (it.part < 0) {
+        start_rows_at_sink(var, st.rows, st.mult, st.m, st.l, warp == 0 && lane % 4 == 0);
+      }
+    }
 
     int t = decode_next_tile<V, KVT>(var, it, 0);
     const bool has_tiles = t < it.num_tiles;

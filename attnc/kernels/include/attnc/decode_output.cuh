@@ -1,7 +1,8 @@
 // Owns: the epilogue of a decode work item, run by the warp that holds the combined state:
 // normalise each packed row, then either write the fp32 partial state (O, LSE) of a split
 // item for the merge kernel, or apply V::output and write the final O (and LSE). A row without
-// any visible key gets O 0 and LSE -inf (normalize = none: the plain weighted sum, LSE 0).
+// any visible key gets O 0 and LSE -inf (LSE = sink when the variant has one; normalize = none:
+// the plain weighted sum, LSE 0); a row whose sum is NaN (a NaN score) gets NaN O and LSE.
 // A poisoned item (a page id outside the cache, decode_loader.cuh) writes NaN O and LSE.
 #pragma once
 
@@ -42,14 +43,23 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
     for (int h = 0; h < 2; ++h) {
       float inv = 1.f;
       float lse = 0.f;
+      bool visible = true;
       if constexpr (V::kUseSoftmax) {
-        const float sum = quad_sum(st.l[mi][h]);
-        inv = sum > 0.f ? 1.f / sum : 0.f;
-        lse = row_lse(st.m[mi][h], st.m_scale(mi, h), sum);
+        constexpr bool kSink = kSinkAtEnd<V>;
+        const float c = st.m_scale(mi, h);
+        // Only unsplit items own the sink; the merge kernel adds it to split requests.
+        const float m_sink =
+            kSink && part < 0 ? sink_in_m_units(var, st.rows[mi][h], c) : -CUDART_INF_F;
+        const SoftmaxRowEnd end =
+            finish_softmax_row<kSink>(st.m[mi][h], c, quad_sum(st.l[mi][h]), m_sink);
+        visible = end.seen;
+        inv = end.inv;
+        lse = end.lse;
       }
       if (poisoned) {
         inv = CUDART_NAN_F;
         lse = CUDART_NAN_F;
+        visible = false;
       }
       const int r = mi * 16 + g + 8 * h;
       if (r >= rows_valid) continue;
@@ -62,7 +72,6 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
         if (tq == 0) a.part_lse[prow] = lse;
         continue;
       }
-      const bool visible = !V::kUseSoftmax || inv > 0.f;
       T* dst = static_cast<T*>(a.o) + (tok_base + token) * a.o_stride_tok +
                static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
       store_output_row<V, T>(dst, var, st.rows[mi][h], st.o[mi], h, inv, visible);

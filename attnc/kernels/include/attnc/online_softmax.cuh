@@ -1,16 +1,22 @@
 // Owns: the online softmax in the exp2 domain on a warp's mma fragments: fast exp2,
 // reductions over the 4 lanes that hold one mma row, the -inf guards (a row that has seen only
 // masked keys keeps max -inf, contributes nothing and never produces NaN), the per-tile step
-// (running max with rescale slack, row sums, O rescale) and the LSE of a finished row. Shared
-// by the prefill and decode kernels.
+// (running max with rescale slack, row sums, O rescale), the sink of a row (its start and its
+// term in the denominator) and the end of a finished row (1 / sum, LSE, whether it saw a key;
+// NaN sums stay NaN). Shared by the prefill and decode kernels.
 #pragma once
 
 #include <math_constants.h>
+
+#include <cmath>
+
+#include "variant_contract.cuh"
 
 namespace attnc {
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -__builtin_huge_valf();  // -INFINITY in host and device code
 
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -33,10 +39,92 @@ __device__ __forceinline__ float quad_sum(float x) {
 // exp2(-inf - 0) = 0 instead of exp2(-inf + inf) = NaN.
 __device__ __forceinline__ float safe_max(float m) { return m == -CUDART_INF_F ? 0.f : m; }
 
-// Natural-log LSE of a finished row from its max m (in units that `scale` maps to log2) and
-// its sum of exp2 terms; -inf for a row that saw no visible key.
-__device__ __forceinline__ float row_lse(float m, float scale, float sum) {
-  return sum > 0.f ? (m * scale + __log2f(sum)) * kLn2 : -CUDART_INF_F;
+// exp2 and log2 of the row ends: the hardware approximations on the device, the precise
+// functions on the host (host tests run the same code).
+ATTNC_HD float row_exp2(float x) {
+#ifdef __CUDA_ARCH__
+  return fast_exp2(x);
+#else
+  return exp2f(x);
+#endif
+}
+
+ATTNC_HD float row_log2(float x) {
+#ifdef __CUDA_ARCH__
+  return __log2f(x);
+#else
+  return log2f(x);
+#endif
+}
+
+// Sinks. A row that owns its variant's sink (the rows of an unsplit item; the merge kernel
+// adds the sink to split ones) starts its online softmax with the reference max m at the sink
+// (m never falls below it, O stays 0, no rescale), and the sink's weight joins the sum:
+// - at the start (l = 1 on one lane of the row, rescaled with l like any weight) when V has
+//   no output transform: nothing is left to do at the end;
+// - at the end (finish_softmax_row: + exp2((m_sink - m) * c) <= 1) when V has one, so that l
+//   still tells whether the row saw a key (V::output is not applied to a row that saw none).
+template <class V>
+constexpr bool kSinkAtEnd = variant_has_sink<V>::value && V::kHasOutput;
+
+// The sink logit of a row in the units of its running max m (c maps those units to log2:
+// the exp2 multiplier for identity scores, 1 otherwise); -inf for a variant without a sink.
+template <class V>
+ATTNC_HD float sink_in_m_units(const V& var, const typename V::Row& row, float c) {
+  if constexpr (variant_has_sink<V>::value) {
+    return variant_sink(var, row) * kLog2e / c;
+  } else {
+    (void)var;
+    (void)row;
+    (void)c;
+    return kNegInf;
+  }
+}
+
+// Rows of an item that owns the sink start at it (see kSinkAtEnd): m = the sink in m units,
+// and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one lane of
+// the row over all lanes and warps whose states are later combined); O stays 0.
+template <class V, int MQ>
+ATTNC_HD void start_rows_at_sink(const V& var, const typename V::Row (&rows)[MQ][2],
+                                 const float (&mult)[MQ][2], float (&m)[MQ][2],
+                                 float (&l)[MQ][2], bool owner) {
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m[mi][h] = sink_in_m_units(var, rows[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f);
+      if constexpr (!kSinkAtEnd<V>) l[mi][h] = owner && m[mi][h] != kNegInf ? 1.f : 0.f;
+    }
+}
+
+// The end of a finished softmax row: the factor 1 / denominator for O, the natural-log LSE and
+// whether the row saw a key (V::output applies only then).
+struct SoftmaxRowEnd {
+  float inv;
+  float lse;
+  bool seen;
+};
+
+// Row with reference max m (units that c maps to log2), sum of its weights `sum` (all lanes;
+// with the sink's unless kSinkAtEnd) and, when kSink (= kSinkAtEnd<V>), the sink m_sink (same
+// units as m, m >= m_sink; -inf: this row does not own a sink) to add now. Only a zero total
+// means "no key seen": O 0 and LSE -inf (a row with a sink and no key: O 0, LSE = sink). A NaN
+// sum (a NaN score the mask kept) gives NaN O and NaN LSE, like the reference. `seen` (the
+// sum without the sink is not 0) is meaningful when the sink is added here or there is none.
+template <bool kSink>
+ATTNC_HD SoftmaxRowEnd finish_softmax_row(float m, float c, float sum, float m_sink) {
+  SoftmaxRowEnd e;
+  e.seen = sum != 0.f;
+  float total = sum;
+  if constexpr (kSink) {
+    total += m_sink == kNegInf ? 0.f : row_exp2((m_sink - m) * c);
+  } else {
+    (void)m_sink;
+  }
+  const bool empty = total == 0.f;
+  e.inv = empty ? 0.f : 1.f / total;
+  e.lse = empty ? kNegInf : (m * c + row_log2(total)) * kLn2;
+  return e;
 }
 
 // A warp's running state before its first tile: O 0, reference max -inf, row sums 0.
@@ -51,7 +139,7 @@ __device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float
       for (int e = 0; e < 4; ++e) o[mi][n][e] = 0.f;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      m[mi][h] = -CUDART_INF_F;
+      m[mi][h] = kNegInf;
       l[mi][h] = 0.f;
     }
   }

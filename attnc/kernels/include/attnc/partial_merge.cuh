@@ -18,6 +18,8 @@ namespace attnc {
 // part_lse[row_of(c)]. Writes the finished row to dst (V::output applied when the row saw a
 // visible key) and returns the merged LSE (-inf: no visible key; 0 for normalize = none).
 // A NaN partial LSE (NaN inputs, or a chunk that met a bad page id) makes the row NaN.
+// Partial states never hold the sink: a variant's sink logit joins the denominator here
+// (LSE = sink and O = 0 for a row no chunk saw a key in).
 template <class V, class T, int D, class RowOf>
 __device__ __forceinline__ float warp_merge_row(const float* part_o, const float* part_lse,
                                                 int chunks, RowOf row_of, const V& var,
@@ -36,6 +38,14 @@ __device__ __forceinline__ float warp_merge_row(const float* part_o, const float
     const float x = part_lse[row_of(c)];
     nan_lse |= x != x;
     if constexpr (V::kUseSoftmax) mx = fmaxf(mx, x);
+  }
+  // Some chunk saw a key (a NaN chunk counts: its row is NaN, as in the reference).
+  const bool seen = !V::kUseSoftmax || mx != -CUDART_INF_F || nan_lse;
+  float sink = -CUDART_INF_F;
+  if constexpr (variant_has_sink<V>::value) {
+    sink = variant_sink(var, vrow);
+    nan_lse |= sink != sink;
+    mx = fmaxf(mx, sink);
   }
   float sum = 0.f;
   for (int c = 0; c < chunks; ++c) {
@@ -56,6 +66,9 @@ __device__ __forceinline__ float warp_merge_row(const float* part_o, const float
       }
     }
   }
+  if constexpr (variant_has_sink<V>::value) {
+    sum += sink == -CUDART_INF_F ? 0.f : expf(sink - mx);
+  }
   float inv = 1.f;
   float lse = 0.f;
   if constexpr (V::kUseSoftmax) {
@@ -66,7 +79,7 @@ __device__ __forceinline__ float warp_merge_row(const float* part_o, const float
     inv = CUDART_NAN_F;
     lse = CUDART_NAN_F;
   }
-  const bool visible = !V::kUseSoftmax || sum > 0.f;
+  const bool visible = seen;
 #pragma unroll
   for (int j = 0; j < PER_LANE; ++j) {
     const int c4 = lane + 32 * j;

@@ -7,8 +7,10 @@
 // stages stream through a multi-stage cp.async pipeline (prefill_mainloop.cuh), S = Q K^T and
 // O += P V run on mma.sync m16n8k16 with P kept in registers, softmax is online in the exp2
 // domain.
-// The KV loop covers only V::kv_range of the tile; EMPTY tiles (V::classify) are never
-// loaded; FULL tiles skip V::mask; PARTIAL tiles evaluate it per element.
+// The KV loop covers only V::kv_range of the tile; EMPTY tiles (V::classify, or the plan's
+// tile map for masks that read per-token tensors) are never loaded; FULL tiles skip V::mask;
+// PARTIAL tiles evaluate it per element. Rows of an unsplit item start at the variant's sink
+// (online_softmax.cuh); the merge kernel adds it to split tiles.
 #pragma once
 
 #include <math_constants.h>
@@ -56,10 +58,16 @@ __device__ __forceinline__ void prefill_store_tile(
       float lse = 0.f;
       bool visible = true;
       if constexpr (V::kUseSoftmax) {
-        const float sum = quad_sum(l[mi][h]);
-        visible = sum > 0.f;
-        inv = visible ? 1.f / sum : 0.f;
-        lse = row_lse(m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, sum);
+        constexpr bool kSink = kSinkAtEnd<V>;
+        const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+        // Only unsplit items own the sink; the merge kernel adds it to split tiles.
+        const float m_sink =
+            kSink && part_row < 0 ? sink_in_m_units(var, rows[mi][h], c) : -CUDART_INF_F;
+        const SoftmaxRowEnd end =
+            finish_softmax_row<kSink>(m[mi][h], c, quad_sum(l[mi][h]), m_sink);
+        visible = end.seen;
+        inv = end.inv;
+        lse = end.lse;
       }
       if (poisoned) {
         inv = CUDART_NAN_F;
@@ -153,14 +161,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   float m[MQ][2];
   float l[MQ][2];
   clear_softmax_state(o, m, l);
+  if constexpr (variant_has_sink<V>::value) {
+    // An unsplit item owns the sink (split tiles get it in the merge kernel).
+    if (item[ATTNC_PI_PART_ROW] < 0) start_rows_at_sink(var, rows, mult, m, l, tid % 4 == 0);
+  }
 
   // ---- KV range and main loop (prefill_mainloop.cuh).
   KvRange range{0, 0};
   if (kv.kv_len > 0) range = var.kv_range(q0, q1);
   range.begin = max(range.begin, max(chunk_begin, 0));
   range.end = min(range.end, min(chunk_end, kv.kv_len));
-  const bool saw_bad = prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, s_q,
-                                                   s_k, s_v, rows, mult, sm_scale, o, m, l);
+  const TileMapRow map = item_tile_map<V>(args, request, q_tile, kv.kv_len);
+  const bool saw_bad = prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, map,
+                                                   s_q, s_k, s_v, rows, mult, sm_scale, o, m, l);
   // One item per CTA: a bad page id anywhere in it makes all its rows NaN.
   const bool poisoned = __syncthreads_or(saw_bad) != 0;
 

@@ -1,5 +1,6 @@
 // Owns: the KV main loop of the FA2 prefill CTA: the walk over the non-empty KV tiles of a
-// range (V::classify once per stage, the class carried through the pipeline with the tile),
+// range (V::classify, or the plan's tile map for masks that read per-token tensors
+// (tile_map_view.cuh), once per stage, the class carried through the pipeline with the tile),
 // the cp.async pipeline that streams K/V stages into swizzled shared memory (per-thread source
 // cursors: one multiply-add per stage for ragged KV, one page lookup per row for paged; strides
 // read from the kernel arguments where used, to keep registers for the accumulators), and
@@ -21,6 +22,7 @@
 #include "online_softmax.cuh"
 #include "score_hooks.cuh"
 #include "smem_layout.cuh"
+#include "tile_map_view.cuh"
 #include "variant_contract.cuh"
 #include "warp_qk_pv.cuh"
 
@@ -68,7 +70,7 @@ __device__ __forceinline__ bool prefill_issue_kv_tile(const AttncPrefillArgs& ar
 template <class V, class T, class Tile, class QFrag>
 __device__ __forceinline__ void prefill_stage_math(
     const V& var, const QFrag& q_frag, uint32_t q_base, uint32_t k_base, uint32_t v_base,
-    int kv0, int kv1, bool partial, int q0, int q1,
+    int kv0, int kv1, bool partial, int q0, int q1, const TileMapRow& map,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
     float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
     float (&l)[Tile::kMmaQ][2]) {
@@ -99,7 +101,7 @@ __device__ __forceinline__ void prefill_stage_math(
       const int ks1 = min(ks0 + KSUB, kv1);
       bool masked = ks1 - ks0 < KSUB;
       if (partial) {
-        const TileClass sc = var.classify(q0, q1, ks0, ks1);
+        const TileClass sc = item_tile_class(var, map, q0, q1, ks0, ks1);
         if (sc == TileClass::kEmpty) continue;
         masked = masked || sc == TileClass::kPartial;
       }
@@ -126,7 +128,8 @@ __device__ __forceinline__ void prefill_q_to_regs(uint32_t (&q_frag)[MQ][KD][4],
 template <class V, class T, class Tile>
 __device__ __forceinline__ bool prefill_kv_loop(
     const AttncPrefillArgs& args, const V& var, const KvRows& kv, int request,
-    const KvRange range, int q0, int q1, uint32_t s_q, uint32_t s_k, uint32_t s_v,
+    const KvRange range, int q0, int q1, const TileMapRow& map, uint32_t s_q, uint32_t s_k,
+    uint32_t s_v,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
     float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
     float (&l)[Tile::kMmaQ][2]) {
@@ -168,7 +171,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
     if constexpr (V::kHasMask) {
       for (; t < num_tiles; ++t) {
         const int kv0 = range.begin + t * KVT;
-        cls = var.classify(q0, q1, kv0, min(kv0 + KVT, range.end));
+        cls = item_tile_class(var, map, q0, q1, kv0, min(kv0 + KVT, range.end));
         if (cls != TileClass::kEmpty) break;
       }
     }
@@ -233,7 +236,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
     const int kv1 = min(kv0 + KVT, range.end);
     const bool partial = V::kHasMask && cls == TileClass::kPartial;
     prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base, kv0, kv1, partial, q0,
-                                   q1, rows, mult, sm_scale, o, m, l);
+                                   q1, map, rows, mult, sm_scale, o, m, l);
     stage = stage + 1 == STAGES ? 0 : stage + 1;
   }
   cp_async_wait<0>();

@@ -88,6 +88,8 @@ struct StageInfo {
   static constexpr int kLast = 1;     // the item's last stage
   static constexpr int kNoTile = 2;   // the item has no non-empty tile: nothing was loaded
   static constexpr int kCpAsync = 4;  // filled by cp.async (consumers fence the proxies)
+  static constexpr int kBadPage = 8;  // a row's page id was outside the cache (zero-filled):
+                                      // the item's rows are written as NaN
   int kv0;
   int kv1;
   int cls;    // TileClass

@@ -37,10 +37,16 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
     float lse = 0.f;
     bool visible = true;
     if constexpr (V::kUseSoftmax) {
-      const float sum = quad_sum(l[0][h]);
-      visible = sum > 0.f;
-      inv = visible ? 1.f / sum : 0.f;
-      lse = row_lse(m[0][h], V::kScoreIsIdentity ? mult[0][h] : 1.f, sum);
+      constexpr bool kSink = kSinkAtEnd<V>;
+      const float c = V::kScoreIsIdentity ? mult[0][h] : 1.f;
+      // Only unsplit items own the sink; the merge kernel adds it to split tiles.
+      const float m_sink =
+          kSink && part_row < 0 ? sink_in_m_units(var, rows[0][h], c) : -CUDART_INF_F;
+      const SoftmaxRowEnd end =
+          finish_softmax_row<kSink>(m[0][h], c, quad_sum(l[0][h]), m_sink);
+      visible = end.seen;
+      inv = end.inv;
+      lse = end.lse;
     }
     if (r >= it.rows_valid) continue;
     const int head = it.kv_head * it.group + r % it.group;

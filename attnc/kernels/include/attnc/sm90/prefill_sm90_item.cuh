@@ -9,6 +9,7 @@
 
 #include "../kv_gather.cuh"
 #include "../prefill_args.h"
+#include "../tile_map_view.cuh"
 #include "../variant_contract.cuh"
 
 namespace attnc {
@@ -48,6 +49,8 @@ struct PrefillSm90Item {
   int num_tiles;   // KV tiles of kKvTile keys covering range
 
   int chunk_begin, chunk_end;  // the item's KV chunk
+  int q_tile;
+  TileMapRow map;  // the item's tile-map row (set_range; cols null: classes from V::classify)
 
   // Decodes item w (range and num_tiles are set by set_range); valid() is false for a tile
   // past the request's queries.
@@ -55,14 +58,14 @@ struct PrefillSm90Item {
     PrefillSm90Item it;
     const int32_t* item = a.items + static_cast<int64_t>(w) * ATTNC_PI_SIZE;
     it.request = item[ATTNC_PI_REQUEST];
-    const int q_tile = item[ATTNC_PI_Q_TILE];
+    it.q_tile = item[ATTNC_PI_Q_TILE];
     it.kv_head = item[ATTNC_PI_KV_HEAD];
     it.chunk_begin = item[ATTNC_PI_KV_BEGIN];
     it.chunk_end = item[ATTNC_PI_KV_END];
     it.group = a.num_qo_heads / a.num_kv_heads;
     it.q_start = a.qo_indptr[it.request];
     it.q_len = a.qo_indptr[it.request + 1] - it.q_start;
-    it.q0 = q_tile * a.tile_q_tokens;
+    it.q0 = it.q_tile * a.tile_q_tokens;
     it.q1 = min(it.q0 + a.tile_q_tokens, it.q_len);
     it.rows_valid = (it.q1 - it.q0) * it.group;
     it.kv = KvRows::make(a, it.request, it.kv_head);
@@ -75,9 +78,11 @@ struct PrefillSm90Item {
                        kv_token_start_of(a.kv_token_start, request)};
   }
 
-  // The KV range: the variant's kv_range of the tile intersected with the item's chunk.
+  // The KV range: the variant's kv_range of the tile intersected with the item's chunk; and
+  // the item's tile-map row.
   template <class V, int KV_TILE>
-  __device__ __forceinline__ void set_range(const V& var) {
+  __device__ __forceinline__ void set_range(const V& var, const AttncPrefillArgs& a) {
+    map = item_tile_map<V>(a, request, q_tile, kv.kv_len);
     range = KvRange{0, 0};
     if (valid() && kv.kv_len > 0) range = var.kv_range(q0, q1);
     range.begin = max(range.begin, max(chunk_begin, 0));
@@ -98,7 +103,7 @@ struct PrefillSm90Item {
     if constexpr (V::kHasMask) {
       for (; t < num_tiles; ++t) {
         const int kv0 = range.begin + t * KV_TILE;
-        cls = var.classify(q0, q1, kv0, min(kv0 + KV_TILE, range.end));
+        cls = item_tile_class(var, map, q0, q1, kv0, min(kv0 + KV_TILE, range.end));
         if (cls != TileClass::kEmpty) break;
       }
     }

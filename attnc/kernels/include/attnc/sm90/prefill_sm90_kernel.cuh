@@ -95,6 +95,11 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       m[0][h] = -CUDART_INF_F;
       l[0][h] = 0.f;
     }
+    if constexpr (variant_has_sink<V>::value) {
+      // An unsplit item owns the sink (split tiles get it in the merge kernel).
+      if (a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW] < 0)
+        start_rows_at_sink(var, rows, mult, m, l, threadIdx.x % 4 == 0);
+    }
     prefill_sm90_kv_loop<V, T, Shape>(prm, var, sm, wg, cur, rows, mult, o, m, l);
     prefill_sm90_store<V, T, D>(a, var, it, w, wg, rows, mult, o, m, l);
   }

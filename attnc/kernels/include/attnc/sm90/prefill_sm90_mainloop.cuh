@@ -102,6 +102,20 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     } else {
       transform_scores<false>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
+    // A tile with a bad page id (zero-filled rows) makes every row of the item NaN in O and
+    // LSE, as the FA2 and decode kernels write them: a NaN reference max stays NaN and turns
+    // every later weight (and so l and O) into NaN; without softmax the weights themselves.
+    if (info.flags & StageInfo::kBadPage) {
+      if constexpr (V::kUseSoftmax) {
+        m[0][0] = CUDART_NAN_F;
+        m[0][1] = CUDART_NAN_F;
+      } else {
+#pragma unroll
+        for (int n = 0; n < NS; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[0][n][e] = CUDART_NAN_F;
+      }
+    }
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, m, l, mult, alpha);
     return false;
   };

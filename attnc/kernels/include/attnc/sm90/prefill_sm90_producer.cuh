@@ -35,9 +35,10 @@ __device__ __forceinline__ bool tile_uses_tma(int use_tma, const AttncPrefillArg
 // rows tid / (D / 8) + i * kRowStep into the swizzled stage; rows at or past kv_end are zeroed.
 // Paged rows find their page with one multiply-high (FastDiv). Two rows in flight per step
 // keep the producer within its small register budget. A page id outside [0, num_pages) is
-// never read: its row is zeroed and the id reported for `request` (page_check.cuh).
+// never read: its row is zeroed, the id reported for `request` (page_check.cuh) and true
+// returned.
 template <class T, class Shape>
-__device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const KvRows& kv,
+__device__ __forceinline__ bool gather_kv_tile(const AttncPrefillArgs& a, const KvRows& kv,
                                                const FastDiv& page_div, int kv0, int kv_end,
                                                uint32_t dk, uint32_t dv, int request) {
   constexpr int CH = Shape::kHeadDim / 8;
@@ -51,6 +52,7 @@ __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const 
   const int64_t v_minus_k = reinterpret_cast<const char*>(a.v) - reinterpret_cast<const char*>(a.k);
   const char* base = reinterpret_cast<const char*>(a.k) +
                      (kv.base + chunk * 8) * static_cast<int64_t>(sizeof(T));
+  bool bad = false;
 #pragma unroll 2
   for (int i = 0; i < kIters; ++i) {
     const int r = row0 + i * kRowStep;
@@ -66,6 +68,7 @@ __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const 
       if (ok && page_id_bad(id, a.num_pages)) {
         report_bad_page(a.page_status, request, id);
         ok = false;
+        bad = true;
       }
       off = ok ? id * page_bytes + (j - page * kv.page_size) * tok_bytes : 0;
     }
@@ -73,6 +76,7 @@ __device__ __forceinline__ void gather_kv_tile(const AttncPrefillArgs& a, const 
     cp_async_16(dk + dst, base + off, ok);
     cp_async_16(dv + dst, base + off + v_minus_k, ok);
   }
+  return bad;
 }
 
 // One thread's TMA issue of a K or V tile: arm barrier `full` with the tile's `bytes`, then
@@ -93,7 +97,7 @@ template <class V, class T, class Shape>
 __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
                                               const PrefillSm90Smem<Shape>& sm,
                                               const PrefillSm90Item& it, const FastDiv& page_div,
-                                              const StageInfo& info, int stage, int phase) {
+                                              StageInfo info, int stage, int phase) {
   constexpr int D = Shape::kHeadDim;
   constexpr int KVT = Shape::kKvTile;
   const AttncPrefillArgs& a = p.args;
@@ -119,13 +123,13 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
   mbar_wait(sm.empty_k(stage), phase ^ 1);
   mbar_wait(sm.empty_v(stage), phase ^ 1);
-  gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end, sm.k(stage), sm.v(stage),
-                           it.request);
+  const bool bad = gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end,
+                                            sm.k(stage), sm.v(stage), it.request);
   mbar_arrive_cp_async(sm.full_k(stage));
   mbar_arrive_cp_async(sm.full_v(stage));
   // Every thread's pending-count increment precedes the one real arrival.
   __syncwarp();
-  named_sync(kProducerBarrier, 128);
+  if (named_sync_or(kProducerBarrier, 128, bad)) info.flags |= StageInfo::kBadPage;
   if (tid == 0) {
     info.store(sm.info(stage));
     mbar_arrive(sm.full_k(stage));
@@ -150,7 +154,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
     PrefillSm90Item it = PrefillSm90Item::load(a, w);
     if (!it.valid()) continue;
     const V var(p.params, it.request_info(a));
-    it.set_range<V, KVT>(var);
+    it.set_range<V, KVT>(var, a);
     TileClass cls;
     int t = it.next_tile<V, KVT>(var, 0, cls);
     const bool none = t >= it.num_tiles;

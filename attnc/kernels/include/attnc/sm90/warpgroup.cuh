@@ -24,6 +24,19 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// named_sync that also ORs `pred` over the arriving threads (bar.red.or.pred): every thread
+// returns whether any of them passed true.
+__device__ __forceinline__ bool named_sync_or(int id, int threads, bool pred) {
+  int any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.s32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n"
+      " selp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<int>(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
+
 // Counts this warp's arrival at named barrier `id` without waiting.
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

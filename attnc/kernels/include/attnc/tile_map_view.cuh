@@ -1,0 +1,76 @@
+// Owns: how the prefill kernels read a plan's tile map (AttncPrefillArgs.tile_map,
+// prefill_args.h): the map row of a work item's query tile, the class of a KV tile [kv0, kv1)
+// from the map columns it covers (EMPTY if all are EMPTY, FULL if all are FULL, else PARTIAL),
+// and the choice between the map and V::classify.
+//
+// Only variants whose mask reads per-token tensors (variant_mask_reads_tokens<V>) consult the
+// map; for every other variant the map path compiles away (classify() is exact in closed
+// form there) and a map passed to them is ignored.
+#pragma once
+
+#include <stdint.h>
+
+#include "prefill_args.h"
+#include "variant_contract.cuh"
+
+namespace attnc {
+
+// The map row of one query tile of one request; cols == nullptr: no map.
+struct TileMapRow {
+  const uint8_t* cols;  // class of keys [c * kv_block, (c + 1) * kv_block) at cols[c]
+  int kv_block;         // keys per column
+
+  // Row q_tile (query tokens [q_tile * tile_q_tokens, ...)) of request `request`, whose KV
+  // holds kv_len tokens.
+  ATTNC_HD static TileMapRow make(const AttncPrefillArgs& a, int request, int q_tile,
+                                  int kv_len) {
+    if (a.tile_map == nullptr || a.tile_map_kv_block <= 0) return TileMapRow{nullptr, 1};
+    const int block = a.tile_map_kv_block;
+    const int64_t num_cols = (kv_len + block - 1) / block;
+    return TileMapRow{a.tile_map + a.tile_map_start[request] + q_tile * num_cols, block};
+  }
+
+  // Class of the keys [kv0, kv1) (kv0 < kv1 <= kv_len): the columns it touches combined.
+  ATTNC_HD TileClass classify(int kv0, int kv1) const {
+    unsigned any = 0u;    // OR of the column classes: 0 only if every column is EMPTY
+    unsigned every = 3u;  // AND of them: 1 with any == 1 only if every column is FULL
+    for (int c = kv0 / kv_block; c <= (kv1 - 1) / kv_block; ++c) {
+      const unsigned v = cols[c];
+      any |= v;
+      every &= v;
+    }
+    if (any == 0u) return TileClass::kEmpty;
+    return any == 1u && every == 1u ? TileClass::kFull : TileClass::kPartial;
+  }
+};
+
+// Class of the tile [q0, q1) x [kv0, kv1) of one work item: from the map when the variant's
+// mask reads per-token tensors and the plan gave one, else from V::classify.
+template <class V>
+ATTNC_HD TileClass item_tile_class(const V& var, const TileMapRow& map, int q0, int q1, int kv0,
+                                   int kv1) {
+  if constexpr (variant_mask_reads_tokens<V>::value) {
+    if (map.cols != nullptr) return map.classify(kv0, kv1);
+  } else {
+    (void)map;
+  }
+  return var.classify(q0, q1, kv0, kv1);
+}
+
+// The map row of a work item for variant V: {nullptr} without a map or when V's mask does not
+// read per-token tensors (no loads then).
+template <class V>
+ATTNC_HD TileMapRow item_tile_map(const AttncPrefillArgs& a, int request, int q_tile,
+                                  int kv_len) {
+  if constexpr (variant_mask_reads_tokens<V>::value) {
+    return TileMapRow::make(a, request, q_tile, kv_len);
+  } else {
+    (void)a;
+    (void)request;
+    (void)q_tile;
+    (void)kv_len;
+    return TileMapRow{nullptr, 1};
+  }
+}
+
+}  // namespace attnc
