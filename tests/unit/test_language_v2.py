@@ -242,3 +242,19 @@ def test_variant_cache_round_trips_v2_ir() -> None:
         back = ir_json.decode(ir_json.encode(c))
         assert back.variant == c.variant and back.variant.sink == c.variant.sink
         assert back.mask_analysis == c.mask_analysis
+
+
+def test_v2_examples_in_the_language_doc_compile() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "language.md").read_text("utf-8")
+    blocks = [b for b in re.findall(r"```\n(.*?)```", text, re.S) if "variant " in b]
+    v2 = [b for b in blocks if "sink =" in b or "[kv_len]" in b or "[batch_size]" in b]
+    assert len(v2) >= 2
+    for block in v2:
+        if "import " in block or "..." in block:
+            continue
+        found, _ = compile_source(block, "language.md")
+        assert found
+    assert ISSUE_SPEC.split("variant per_request_window")[0].strip() in text
