@@ -276,3 +276,26 @@ def test_layer_settings_without_a_variant_are_named(hf):
     layer.config = hf.LlamaConfig(attention_chunk_size=8)
     with pytest.raises(UnsupportedMaskError, match="attention_chunk_size"):
         attnc_attention_forward(layer, q, k, k, None)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [("use_bidirectional_attention", "use_bidirectional_attention"),
+     ("attention_dropout", "attention dropout 0.1")],
+)  # fmt: skip
+def test_a_model_whose_settings_have_no_variant_names_them(hf, setting, message):
+    """Whole models (not single layers): Gemma-2 with bidirectional attention, and Llama with
+    attention dropout in training mode, raise naming the setting."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    torch.manual_seed(0)
+    if setting == "use_bidirectional_attention":
+        cfg = tiny_config(hf, "gemma2")
+        cfg.use_bidirectional_attention = True
+    else:
+        cfg = tiny_config(hf, "llama")
+        cfg.attention_dropout = 0.1
+    model = hf.AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc")
+    model.train(setting == "attention_dropout")
+    with pytest.raises(UnsupportedMaskError, match=message):
+        model(torch.randint(0, VOCAB, (1, 8)))
