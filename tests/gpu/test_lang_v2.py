@@ -295,3 +295,31 @@ def test_cuda_graph_replay_after_replan_with_a_new_map(backend):
     torch.cuda.synchronize()
     _, lse = w.run(q, (k, v), return_lse=True, doc=doc)
     _check(variant, q, k, v, out, lse, {"doc": doc_b})
+
+
+def test_plan_time_with_the_map_8k_documents():
+    """The anchors' document workload (8K tokens from 8 documents, 32/8 heads, d=128): plan()
+    including the device map, its copy back and the schedule. Printed (target <= 100 us);
+    asserted loosely so a regression shows."""
+    import time
+
+    variant = _variant("doc_causal")
+    cuts = sorted(torch.randperm(8191, generator=torch.Generator().manual_seed(0))[:7] + 1)
+    bounds = [0, *[int(c) for c in cuts], 8192]
+    doc = torch.cat(
+        [
+            torch.full((b - a,), i, dtype=torch.int32)
+            for i, (a, b) in enumerate(itertools.pairwise(bounds))
+        ]
+    ).cuda()
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    i = torch.tensor([0, 8192], dtype=torch.int32)
+    times = []
+    for _ in range(30):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        w.plan(i, i, 32, 8, 128, params={"doc": doc})
+        times.append(time.perf_counter() - t0)
+    median = sorted(times)[15] * 1e6
+    print(f"plan() with the tile map, 8K documents: median {median:.0f} us (target <= 100)")
+    assert w.tile_map is not None and median < 2000

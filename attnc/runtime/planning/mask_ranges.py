@@ -19,7 +19,11 @@ from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
-from attnc.runtime.planning.plan_params import TensorStamp, check_planned_tensors, mask_reads
+from attnc.runtime.planning.plan_params import (
+    TensorStamp,
+    check_planned_tensors,
+    variant_mask_reads,
+)
 from attnc.runtime.planning.prefill_schedule import TileRanges
 
 # One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
@@ -110,7 +114,7 @@ class PlannedMask:
             if k in names and t.dim() == 1
         }
         ranges = tile_kv_ranges(analysis, bound, per_req)
-        read = mask_reads(variant.ir).params  # type: ignore[attr-defined]
+        read = variant_mask_reads(variant).params
         stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in read}
         return PlannedMask(ranges, bound if ranges is not None else {}, stamps)
 

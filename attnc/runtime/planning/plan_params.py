@@ -51,6 +51,14 @@ def mask_reads(variant_ir: ir.VariantIR) -> MaskReads:
     return MaskReads(frozenset(names), tuple(sorted(tokens)), heads)
 
 
+def variant_mask_reads(variant: object) -> MaskReads:
+    """``mask_reads`` of a variant's IR, remembered on the variant."""
+    found = variant.__dict__.get("_mask_reads")
+    if found is None:
+        found = variant.__dict__["_mask_reads"] = mask_reads(variant.ir)  # type: ignore[attr-defined]
+    return found
+
+
 def split_plan_params(
     variant: object,
     params: Mapping[str, object],

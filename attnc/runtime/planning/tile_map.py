@@ -121,13 +121,17 @@ def summarize(
     cumulative = np.concatenate([[0], np.cumsum(nonempty, dtype=np.int64)])
     first = np.zeros(req.shape[0], dtype=np.int64)
     end = np.zeros(req.shape[0], dtype=np.int64)
-    hits = np.flatnonzero(nonempty)
-    if hits.size:
-        row_of = np.searchsorted(row_start, hits, side="right") - 1
-        rows_hit, first_at = np.unique(row_of, return_index=True)
-        last_at = hits.size - 1 - np.unique(row_of[::-1], return_index=True)[1]
-        first[rows_hit] = hits[first_at] - row_start[rows_hit]
-        end[rows_hit] = hits[last_at] - row_start[rows_hit] + 1
+    width = cols[req]
+    rows_with_cols = np.flatnonzero(width > 0)  # their rows tile the map, in order
+    if rows_with_cols.size:
+        at = np.arange(nonempty.shape[0], dtype=np.int64)
+        begins = row_start[rows_with_cols]
+        lo = np.minimum.reduceat(np.where(nonempty, at, np.iinfo(np.int64).max), begins)
+        hi = np.maximum.reduceat(np.where(nonempty, at, -1), begins)
+        hit = hi >= 0
+        tiles = rows_with_cols[hit]
+        first[tiles] = lo[hit] - begins[hit]
+        end[tiles] = hi[hit] - begins[hit] + 1
     return TileMapSummary(row_start, first, end, cumulative, kv_block)
 
 

@@ -20,7 +20,7 @@ from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.planning.plan_params import mask_reads, split_plan_params
+from attnc.runtime.planning.plan_params import split_plan_params, variant_mask_reads
 from attnc.runtime.planning.prefill_plan import (
     HostPlan,
     PlanShape,
@@ -67,7 +67,7 @@ class BatchPrefillWrapper:
         self._plan: HostPlan | None = None
         self._pinned: torch.Tensor | None = None
         self._planned_mask = NO_PLANNED_MASK
-        self._reads = mask_reads(variant.ir)  # type: ignore[attr-defined]
+        self._reads = variant_mask_reads(variant)
         if max_tile_map_bytes is None:
             reserve = prefill_tile_map.default_map_reserve(self._workspace.numel(), self._reads)
         else:

@@ -19,7 +19,7 @@ from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning.mask_ranges import mask_bound_params
-from attnc.runtime.planning.plan_params import mask_reads
+from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.variant import variant_by_handle
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
@@ -99,7 +99,7 @@ def _mask_names(variant: object) -> tuple[str, ...]:
     if names is None:
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
         found = set(mask_bound_params(analysis))
-        reads = mask_reads(variant.ir)  # type: ignore[attr-defined]
+        reads = variant_mask_reads(variant)
         if reads.needs_tile_map:
             found |= reads.params
         names = _MASK_NAMES[variant] = tuple(sorted(found))
