@@ -196,3 +196,20 @@ def test_host_plan_places_map_and_token_starts():
     assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
     again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, summary, 4096)
     assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]
+
+
+def test_a_head_tensor_given_to_plan_is_not_a_per_request_bound():
+    """Only ``tensor[batch_size]`` reads ``t[batch]`` feed per-request ranges; a head-shaped
+    tensor in the mask leaves the closed-form (causal) range and is stamped for run()."""
+    variant = attnc.load(
+        source="""variant head_window {
+            param w: tensor<i32>[num_qo_heads];
+            mask = kv_idx <= q_pos && q_pos - kv_idx < w[qo_head];
+        }"""
+    )
+    w = torch.ones(4, dtype=torch.int32)
+    planned = PlannedMask.from_values(variant, {}, {"w": w})
+    assert list(planned.tensors) == ["w"] and planned.ranges is not None
+    req, _, q0, q1 = query_tiles(np.array([100]), 64)
+    begin, end = planned.ranges(req, q0, q1, np.array([100]), np.array([100]))
+    assert begin.tolist() == [0, 0] and end.tolist() == [64, 100]

@@ -108,10 +108,15 @@ class PlannedMask:
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in scalars.items() if k in names}
+        per_request = {
+            d.name
+            for d in variant.params  # type: ignore[attr-defined]
+            if d.kind == "tensor" and d.dims == ("batch_size",)
+        }
         per_req = {
             k: t.detach().to("cpu", torch.int64).numpy()
             for k, t in tensors.items()
-            if k in names and t.dim() == 1
+            if k in names and k in per_request
         }
         ranges = tile_kv_ranges(analysis, bound, per_req)
         read = variant_mask_reads(variant).params
@@ -286,7 +291,7 @@ def _atoms_known(
             for n in ir.walk(atom):
                 if isinstance(n, ir.ParamRef) and n.name not in params:
                     return False
-                if isinstance(n, ir.TensorLoad) and n.name not in per_req:
+                if isinstance(n, ir.TensorLoad) and not (_is_batch_read(n) and n.name in per_req):
                     return False
                 if isinstance(n, ir.Builtin) and n.name not in ("q_len", "kv_len", "batch"):
                     return False
