@@ -17,11 +17,19 @@ PARAMS = """    param a: f32 = 1.5;
     param w: i32 = 3;
     param flag: bool = true;
     param t: tensor<f32>[num_qo_heads];
+    param doc: tensor<i32>[kv_len];
+    param bonus: tensor<f32>[q_len];
+    param win: tensor<i32>[batch_size];
 """
 
 # Integer leaves stay small so products of a few of them fit in i32 (overflow is undefined).
 INT_LEAVES = ["q_idx", "kv_idx", "q_pos", "qo_head", "kv_head", "q_len", "kv_len", "w", "3", "7"]
+INT_LEAVES += ["doc[kv_idx]", "doc[q_pos]", "win[batch]"]  # language v2 tensors
 FLOAT_LEAVES = ["score", "sm_scale", "a", "t[qo_head]", "0.5", "2.0", "float(kv_idx)"]
+FLOAT_LEAVES += ["bonus[q_idx]"]
+# Row-level values a sink may read (no kv_idx, no score).
+SINK_TERMS = ["t[qo_head]", "a * 0.5", "bonus[q_idx] - 1.0", "float(doc[q_pos])"]
+SINK_TERMS += ["float(win[batch]) * 0.25", "float(q_pos) * 0.125", "2.0"]
 
 
 def ints(depth: int) -> st.SearchStrategy[str]:
@@ -86,6 +94,9 @@ def programs(draw) -> str:
         lines.append("    output = out * (1.0 + float(qo_head)) - a;")
     if draw(st.booleans()):
         lines.append("    normalize = none;")
+    elif draw(st.booleans()):
+        terms = draw(st.lists(st.sampled_from(SINK_TERMS), min_size=1, max_size=3))
+        lines.append(f"    sink = {' + '.join(terms)};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

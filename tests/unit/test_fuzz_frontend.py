@@ -27,6 +27,7 @@ LANGUAGE_TOKENS = [
     *"|| && == != <= >=".split(),
     "score", "mask", "kv_idx", "q_pos", "tanh", "x", "1", "0.5", "1e-3", "2147483648",
     '"doc text"', '"a\\"b"', "# comment\n", "\n", "none", "softmax", "paged",
+    "doc", "sink", "kv_len", "q_len", "batch_size", "batch", "q_idx",
 ]  # fmt: skip
 JUNK = ["$", "@", "`", "\\", "'", '"', "\x00", "\t", "\r", "\x0c", "é", "\u2028", ".", "1.2.3"]
 
