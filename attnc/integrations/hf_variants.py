@@ -21,6 +21,7 @@ a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -100,7 +101,62 @@ def variant_for_layer(
     softcap: float | None,
     kwargs: dict[str, Any],
 ) -> LayerVariant:
-    """The variant for ``module`` given the keyword arguments of its attention call."""
+    """The variant for ``module`` given the keyword arguments of its attention call.
+
+    Decided once per layer and call settings (every decode step asks again): a layer whose
+    call carries tensors (sinks, ALiBi slopes, biases) is decided afresh each time."""
+    key = _settings_key(module, dropout, sliding_window, softcap, kwargs)
+    if key is not None:
+        hit = _chosen.get(module)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+    choice = _choose(module, dropout, sliding_window, softcap, kwargs)
+    if key is not None:
+        _chosen[module] = (key, choice)
+    return choice
+
+
+_chosen: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], LayerVariant]] = (
+    weakref.WeakKeyDictionary()
+)
+_TENSOR_KWARGS = ("s_aux", "position_bias", "head_mask")
+
+
+def _settings_key(
+    module: torch.nn.Module,
+    dropout: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    kwargs: dict[str, Any],
+) -> tuple[Any, ...] | None:
+    """What the choice depends on, or None when it depends on tensors."""
+    if any(kwargs.get(k) is not None for k in _TENSOR_KWARGS):
+        return None
+    attrs = module.__dict__
+    params = module._parameters
+    buffers = module._buffers
+    for name in ("sinks", "alibi_slopes"):
+        if attrs.get(name) is not None or params.get(name) is not None:
+            return None
+        if buffers.get(name) is not None:
+            return None
+    return (
+        dropout,
+        sliding_window,
+        softcap,
+        kwargs.get("is_causal"),
+        attrs.get("is_causal", True),
+        id(attrs.get("config")),
+    )
+
+
+def _choose(
+    module: torch.nn.Module,
+    dropout: float,
+    sliding_window: int | None,
+    softcap: float | None,
+    kwargs: dict[str, Any],
+) -> LayerVariant:
     name = layer_name(module)
     _reject_unsupported(module, name, dropout, kwargs)
     window = None if sliding_window is None else int(sliding_window)

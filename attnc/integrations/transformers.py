@@ -127,7 +127,8 @@ def attnc_attention_forward(
         if gap is not None:
             raise UnsupportedMaskError(f"{layer_name(module)}: attention sinks on CUDA: {gap}")
     segments = segments_for_call(attention_mask, q_len, kv_len, batch, choice.window)
-    segments.require_window(choice.window, layer_name(module))
+    if segments.windows is not None and choice.window not in segments.windows:
+        segments.require_window(choice.window, layer_name(module))  # raises, naming the layer
     if not segments.segments:
         return query.new_zeros(batch, q_len, hq, head_dim), None
     if is_decode_call(segments, q_len):

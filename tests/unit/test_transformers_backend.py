@@ -299,3 +299,17 @@ def test_a_model_whose_settings_have_no_variant_names_them(hf, setting, message)
     model.train(setting == "attention_dropout")
     with pytest.raises(UnsupportedMaskError, match=message):
         model(torch.randint(0, VOCAB, (1, 8)))
+
+
+def test_a_layers_variant_is_reused_only_for_the_same_settings():
+    from attnc.integrations.hf_variants import variant_for_layer
+
+    layer = torch.nn.Module()
+    plain = variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
+    again = variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
+    assert again is plain and plain.spec == "stdlib:causal"
+    windowed = variant_for_layer(layer, dropout=0.0, sliding_window=5, softcap=None, kwargs={})
+    assert windowed.spec == "stdlib:sliding_window" and windowed.window == 5
+    layer.alibi_slopes = torch.ones(2)  # a tensor setting: decided afresh, never cached
+    alibi = variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
+    assert alibi.spec == "stdlib:alibi" and alibi.run_params()["slopes"] is layer.alibi_slopes
