@@ -138,9 +138,12 @@ def segments_from_visibility(
     key = torch.arange(kv_len, device=visible.device).view(1, 1, kv_len)
     pos = (torch.arange(q_len, device=visible.device) + query_start).view(1, q_len, 1)
     in_run = (key >= first.view(-1, 1, 1)) & (key < last.view(-1, 1, 1)) & (key <= pos)
-    matched = frozenset(
-        w for w in dict.fromkeys(windows) if bool((_windowed(in_run, pos, key, w) == visible).all())
-    )
+    candidates = list(dict.fromkeys(windows))
+    equal = [(_windowed(in_run, pos, key, w) == visible).all().view(1) for w in candidates]
+    # One read-back for the runs and the pattern checks (each is a device synchronisation).
+    host = torch.cat([first, last, *equal]).tolist()
+    firsts, lasts, flags = host[:batch], host[batch : 2 * batch], host[2 * batch :]
+    matched = frozenset(w for w, ok in zip(candidates, flags, strict=True) if ok)
     if not matched:
         names = ", ".join(_pattern_name(w) for w in dict.fromkeys(windows))
         raise UnsupportedMaskError(
@@ -149,7 +152,7 @@ def segments_from_visibility(
             "(packed sequences, chunked attention and custom mask overlays are not supported)"
         )
     rows = []
-    for b, (lo, hi) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+    for b, (lo, hi) in enumerate(zip(firsts, lasts, strict=True)):
         q_begin = min(max(lo - query_start, 0), q_len)
         q_end = min(max(hi - query_start, 0), q_len)
         if q_end > q_begin:
