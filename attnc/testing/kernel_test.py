@@ -42,16 +42,20 @@ class KernelTestReport:
         return f"{self.name}: kernels {status}: {cells}"
 
 
-def _params(
-    v: ir.VariantIR, h_qo: int, h_kv: int, d: int, fixed: Mapping[str, object], rng
-) -> dict:
-    sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": d}
+def _params(v: ir.VariantIR, sizes: Mapping[str, int], fixed: Mapping[str, object], rng) -> dict:
+    """Random values of ``v``'s params; ``sizes`` holds the head counts, head_dim and the
+    batch sizes (q_len, kv_len, batch_size) of a one-request batch."""
     out: dict[str, Any] = {}
     for p in v.params:
         if p.kind == "tensor":
             shape = [x if isinstance(x, int) else sizes[x] for x in p.dims]
             if p.dtype == ir.F32:
                 out[p.name] = torch.rand(shape, device="cuda") * 0.5
+            elif p.token_dim in ("kv_len", "q_len"):  # document ids: sorted runs
+                ids = torch.randint(0, 4, shape, device="cuda", dtype=torch.int32)
+                out[p.name] = torch.sort(ids, dim=0).values.contiguous()
+            elif p.token_dim == "batch_size":  # per-request windows, prefixes
+                out[p.name] = torch.randint(1, 257, shape, device="cuda", dtype=torch.int32)
             else:
                 out[p.name] = torch.randint(0, 8, shape, device="cuda", dtype=torch.int32)
         elif p.name in fixed:
@@ -82,7 +86,9 @@ def run_kernel_test(
     dtype: torch.dtype = torch.bfloat16,
     head_dim: int = 128,
 ) -> KernelTestReport:
-    """Run the prefill kernels of ``c`` on a few shapes and layouts against the reference."""
+    """Run the prefill kernels of ``c`` on a few shapes and layouts against the reference.
+    Params are given to ``plan()`` too (per-token tensors the mask reads build its tile map)."""
+    from attnc.runtime.reference import request_reference
     from attnc.runtime.variant import Variant
     from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
@@ -93,12 +99,15 @@ def run_kernel_test(
     h_qo, h_kv = 8, 2
     workspace = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     for q_len, kv_len, layout, page in SHAPES:
-        params = _params(c.variant, h_qo, h_kv, head_dim, fixed_params or {}, rng)
+        sizes = {"num_qo_heads": h_qo, "num_kv_heads": h_kv, "head_dim": head_dim}
+        sizes.update(q_len=q_len, kv_len=kv_len, batch_size=1)
+        params = _params(c.variant, sizes, fixed_params or {}, rng)
         q = torch.randn(q_len, h_qo, head_dim, device="cuda", dtype=dtype)
         k = torch.randn(kv_len, h_kv, head_dim, device="cuda", dtype=dtype)
         v = torch.randn(kv_len, h_kv, head_dim, device="cuda", dtype=dtype)
-        ref = variant.reference(q.double(), k.double(), v.double(), **params)
-        same = variant.reference(q, k, v, **params)
+        ref = request_reference(variant, q.double(), k.double(), v.double(), **params)
+        same = request_reference(variant, q, k, v, **params)
+        assert isinstance(ref, torch.Tensor) and isinstance(same, torch.Tensor)
         out = torch.full_like(q, float("nan"))
         wrapper = BatchPrefillWrapper(variant, workspace)
         qo_indptr = torch.tensor([0, q_len], dtype=torch.int32)
@@ -110,6 +119,7 @@ def run_kernel_test(
                 h_kv,
                 head_dim,
                 dtype=dtype,
+                params=params,
             )
             got = wrapper.run(q, (k, v), out=out, **params)
         else:
@@ -130,6 +140,7 @@ def run_kernel_test(
                 kv_last_page_len=last,
                 page_size=page,
                 dtype=dtype,
+                params=params,
             )
             got = wrapper.run(q, cache, out=out, **params)
         got = got[0] if isinstance(got, tuple) else got
