@@ -84,4 +84,4 @@ def test_modules_compile_without_spills(spec: str, tmp_path: Path) -> None:
         assert proc.returncode == 0, f"{kind} module of {variant.name} failed:\n{out[-4000:]}"
         spills = [m.groups() for m in SPILL.finditer(out)]
         assert spills, f"{kind}: no ptxas resource lines"
-        assert all(int(s) == 0 and int(l) == 0 for _, s, l in spills), f"{kind} spills:\n{out}"
+        assert all(int(st) == 0 and int(ld) == 0 for _, st, ld in spills), f"{kind} spills:\n{out}"
