@@ -30,6 +30,7 @@ from attnc.integrations.hf_variants import LayerVariant
 from attnc.runtime.planning.workspace import CapacityError
 
 MAX_DECODE_Q_LEN = 8
+MAX_PAGE_IDS = 2**31 - 1
 DECODE_WORKSPACE_BYTES = 128 << 20
 _pools: dict[tuple[Any, ...], list[Any]] = {}
 
@@ -71,17 +72,22 @@ def is_decode_call(segments: BatchSegments, q_len: int) -> bool:
 def token_pages(
     key: torch.Tensor, value: torch.Tensor, segments: BatchSegments, window: int | None
 ) -> TokenPages | None:
-    """The page view and table of a decode-shaped call (None when the strides of ``key`` and
-    ``value`` do not allow one: they must match, with a contiguous last dim, a batch stride
-    that is a multiple of the token stride and 16-byte aligned token and head strides)."""
+    """The page view and table of a decode-shaped call (None when ``key`` and ``value`` do not
+    allow one: equal strides, a contiguous last dim, a batch stride that is a multiple of the
+    token stride, token and head strides of whole 16-byte chunks, 16-byte aligned starts and
+    fewer than 2**31 pages)."""
     if key.stride() != value.stride() or key.dim() != 4 or key.stride(3) != 1:
         return None
     batch, hkv, kv_len, head_dim = key.shape
     s_batch, s_head, s_tok, _ = key.stride()
     if s_tok <= 0 or s_batch % s_tok or s_tok % 8 or s_head % 8:
         return None
+    if key.data_ptr() % 16 or value.data_ptr() % 16:
+        return None
     row_pages = s_batch // s_tok
     num_pages = (batch - 1) * row_pages + kv_len
+    if num_pages > MAX_PAGE_IDS:  # page ids are int32
+        return None
     size, stride = (num_pages, hkv, 1, head_dim), (s_tok, s_head, s_tok, 1)
     try:
         k_pages = key.as_strided(size, stride, key.storage_offset())

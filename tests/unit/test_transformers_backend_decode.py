@@ -199,3 +199,23 @@ def test_a_step_beyond_the_wrappers_capacity_is_packed(hf, stand_ins, monkeypatc
     assert torch.equal(got, expected)
     assert len(attempts) == 2 * 2  # 2 decode steps x 2 kinds
     assert len(_RaggedWrapperStandIn.plans) == 3 * 2  # the prompt and both steps, packed
+
+
+def test_token_pages_refuse_what_the_kernels_cannot_read():
+    """Misaligned starts, token strides that are not whole 16-byte chunks, and batch strides
+    that are not a whole number of tokens give None (the call is packed instead)."""
+    from attnc.integrations.hf_decode import token_pages
+    from attnc.integrations.hf_masks import segments_without_mask
+
+    segs = segments_without_mask(2, 1, 6)
+    buf = torch.randn(2 * 3 * 6 * 8 + 1, dtype=torch.float16)
+    shifted = buf[1:].view(2, 3, 6, 8)  # starts 2 bytes past an aligned address
+    assert token_pages(shifted, shifted, segs, None) is None
+    narrow = torch.randn(2, 3, 6, 4, dtype=torch.float16)  # 8-byte tokens
+    assert token_pages(narrow, narrow, segs, None) is None
+    base = torch.randn(1000, dtype=torch.float16)
+    odd = base.as_strided((2, 3, 6, 8), (3 * 6 * 16 + 8, 6 * 16, 16, 1))  # 296 % 16 != 0
+    assert token_pages(odd, odd, segs, None) is None
+    fine = torch.randn(2, 3, 6, 8, dtype=torch.float16)
+    pages = token_pages(fine, fine, segs, None)
+    assert pages is not None and pages.kv_indices.tolist() == [*range(6), *range(18, 24)]
