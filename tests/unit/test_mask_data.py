@@ -123,3 +123,39 @@ def test_tiles_and_ranges_against_brute_force(name: str) -> None:
             assert all(begin <= j < end for j in seen), (name, env, q0, q1, begin, end)
             checked += 1
     assert checked == 480
+
+
+def test_project_kv_takes_per_request_constants_from_a_batch_size_tensor() -> None:
+    """The plan-time projection gets one constant per request (arrays, a vectorised bound):
+    it equals the scalar kv_range of each request with its own window[batch]."""
+    import numpy as np
+
+    from attnc.compiler.mask_tiles import project_kv
+
+    def bound(a, c, lo, hi):
+        if a > 0:
+            return np.maximum(lo, -(c // a)), hi
+        if a < 0:
+            return lo, np.minimum(hi, c // -a)
+        ok = c >= 0
+        return np.where(ok, lo, np.maximum(lo, 1)), np.where(ok, hi, np.minimum(hi, 0))
+
+    a = analysed("per_request_window").mask_analysis
+    rng = random.Random(7)
+    windows = [rng.randint(0, 50) for _ in range(6)]
+    q_lens = np.array([rng.randint(1, 40) for _ in range(6)])
+    kv_lens = q_lens + np.array([rng.randint(0, 60) for _ in range(6)])
+    envs = [
+        {"q_len": int(q), "kv_len": int(k), "batch": b}
+        for b, (q, k) in enumerate(zip(q_lens, kv_lens, strict=True))
+    ]
+    tensors = {"window": windows}
+    cons = [
+        (x.cq, x.ck, np.array([x.c_value(env, tensors) for env in envs])) for x in a.constraints
+    ]
+    q0 = np.zeros(6, dtype=np.int64)
+    lo, hi = project_kv(cons, q0, q_lens - 1, np.zeros(6, dtype=np.int64), kv_lens - 1, bound)
+    for b, env in enumerate(envs):
+        want = kv_range(a, 0, int(q_lens[b]), env, tensors)
+        got = (int(lo[b]), int(hi[b]) + 1) if lo[b] <= hi[b] else (0, 0)
+        assert got == want, (b, env, windows[b])
