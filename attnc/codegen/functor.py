@@ -93,6 +93,11 @@ class _Hoister:
     def __init__(self, variant: ir.VariantIR) -> None:
         self.request: list[tuple[ir.Expr, str]] = []
         self.row: list[tuple[ir.Expr, str]] = []
+        # 1-D per-token / per-request tensors: their reads (kv_idx, q_pos guarded, q_idx,
+        # batch) never leave the request's slice, so hoisting one out of a guard is safe.
+        self.safe_loads = frozenset(
+            p.name for p in variant.params if p.token_dim is not None and len(p.dims) == 1
+        )
         self.base = CudaContext(
             builtins=REQUEST_NAMES,
             dims=DIMS,
@@ -101,11 +106,11 @@ class _Hoister:
         )
 
     def add_element_expr(self, e: ir.Expr) -> None:
-        for sub in _safe_hoistable(e, ir.ELEMENT):
+        for sub in _safe_hoistable(e, ir.ELEMENT, self.safe_loads):
             if level(sub) == ir.REQUEST:
                 self._add_request(sub)
             else:
-                for inner in _safe_hoistable(sub, ir.HEAD):
+                for inner in _safe_hoistable(sub, ir.HEAD, self.safe_loads):
                     self._add_request(inner)
                 if all(sub != known for known, _ in self.row):
                     self.row.append((sub, f"h{len(self.row)}"))
@@ -142,9 +147,12 @@ class _Hoister:
         return values
 
 
-def _safe_hoistable(e: ir.Expr, below: int) -> list[ir.Expr]:
+def _safe_hoistable(
+    e: ir.Expr, below: int, safe_loads: frozenset[str] = frozenset()
+) -> list[ir.Expr]:
     """Hoistable sub-expressions, leaving guarded ones (under ?: or the right side of
-    && / ||) in place when evaluating them early could read out of bounds or divide by 0."""
+    && / ||) in place when evaluating them early could read out of bounds or divide by 0
+    (a read of a tensor in ``safe_loads`` at a built-in index is always in bounds)."""
     found: dict[ir.Expr, None] = {}
     seen: set[tuple[int, bool]] = set()
     stack: list[tuple[ir.Expr, bool]] = [(e, False)]
@@ -153,7 +161,8 @@ def _safe_hoistable(e: ir.Expr, below: int) -> list[ir.Expr]:
         if (id(node), guarded) in seen:
             continue
         seen.add((id(node), guarded))
-        if level(node) < below and not is_leaf(node) and not (guarded and _risky(node)):
+        risky = _risky(node) and not _safe_load(node, safe_loads)
+        if level(node) < below and not is_leaf(node) and not (guarded and risky):
             found.setdefault(node)
             continue
         if isinstance(node, ir.Select):
@@ -164,6 +173,15 @@ def _safe_hoistable(e: ir.Expr, below: int) -> list[ir.Expr]:
             kids = [(c, guarded) for c in ir.children(node)]
         stack.extend(reversed(kids))
     return list(found)
+
+
+def _safe_load(e: ir.Expr, safe_loads: frozenset[str]) -> bool:
+    """A read of a batch-flattened tensor at a built-in index (always inside the slice)."""
+    return (
+        isinstance(e, ir.TensorLoad)
+        and e.name in safe_loads
+        and all(isinstance(i, ir.Builtin) for i in e.indices)
+    )
 
 
 def _risky(e: ir.Expr) -> bool:

@@ -50,7 +50,8 @@ def test_functor_spells_the_contract() -> None:
     assert "found == attnc::TileClass::kFull ? attnc::TileClass::kPartial : found" in doc
     window = functor("stdlib:per_request_window")
     assert "static constexpr bool kMaskReadsTokens = false;" in window
-    assert "p.p_window[r.batch]" in window
+    assert "c0 = p.p_window[r.batch];" in window  # read once per request, not per element
+    assert "row.h0 = (row.q_pos >= 0 ? p.p_doc[r.kv_start + row.q_pos] : 0);" in doc
     local = functor("stdlib:gpt_oss_local")
     assert "static constexpr bool kHasSink = true;" in local
     assert re.search(r"float sink\(const Row& row\) const \{\n\s+return p\.p_sinks\[", local)

@@ -18,6 +18,7 @@ struct Variant_doc_causal {
     int q_pos;
     int qo_head;
     int kv_head;
+    int h0;
   };
 
   static constexpr bool kUseSoftmax = true;
@@ -41,6 +42,7 @@ struct Variant_doc_causal {
     row.q_pos = q_idx + r.kv_len - r.q_len;
     row.qo_head = qo_head;
     row.kv_head = qo_head / (r.num_qo_heads / r.num_kv_heads);
+    row.h0 = (row.q_pos >= 0 ? p.p_doc[r.kv_start + row.q_pos] : 0);
     return row;
   }
 
@@ -55,7 +57,7 @@ struct Variant_doc_causal {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx <= row.q_pos) && (p.p_doc[r.kv_start + kv_idx] == (row.q_pos >= 0 ? p.p_doc[r.kv_start + row.q_pos] : 0)));
+    return ((kv_idx <= row.q_pos) && (p.p_doc[r.kv_start + kv_idx] == row.h0));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.

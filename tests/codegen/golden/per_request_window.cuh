@@ -30,9 +30,11 @@ struct Variant_per_request_window {
 
   Params p;
   attnc::RequestInfo r;
+  int c0;
 
   ATTNC_HD Variant_per_request_window(const Params& params, const attnc::RequestInfo& request)
       : p(params), r(request) {
+    c0 = p.p_window[r.batch];
   }
 
   ATTNC_HD Row row(int q_idx, int qo_head) const {
@@ -55,7 +57,7 @@ struct Variant_per_request_window {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx <= row.q_pos) && (int(unsigned(row.q_pos) - unsigned(kv_idx)) < p.p_window[r.batch]));
+    return ((kv_idx <= row.q_pos) && (int(unsigned(row.q_pos) - unsigned(kv_idx)) < c0));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.
@@ -70,7 +72,7 @@ struct Variant_per_request_window {
   ATTNC_HD attnc::KvRange kv_range(int q_idx_begin, int q_idx_end) const {
     const attnc::LinearConstraint cons[2] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
-          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window[r.batch])},
+          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(c0)},
       };
       return attnc::linear_kv_range(cons, 2, q_idx_begin, q_idx_end, r.kv_len);
   }
@@ -78,7 +80,7 @@ struct Variant_per_request_window {
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
     const attnc::LinearConstraint cons[2] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
-          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window[r.batch])},
+          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(c0)},
       };
       return attnc::linear_classify(cons, 2, q_idx0, q_idx1, kv0, kv1);
   }
