@@ -76,6 +76,8 @@ class DecodePlanning:
     adds ``run()``."""
 
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
+    _reads_kv_tokens = False  # the variant reads a kv_len tensor (set in __init__)
+    _token_sizes: dict[str, int] | None = None  # token_sizes of the last plan
 
     def __init__(
         self,
@@ -130,7 +132,6 @@ class DecodePlanning:
         # null and kernels use 0); their run() checks tensor shapes against the batch.
         decls = variant.params  # type: ignore[attr-defined]
         self._reads_kv_tokens = any(d.kind == "tensor" and d.dims[:1] == ("kv_len",) for d in decls)
-        self._token_sizes: dict[str, int] = {}
         self.last_schedule: StepPlan | None = None
         self._init_run_side()
 
@@ -167,7 +168,8 @@ class DecodePlanning:
         """
         if self._page_status.pending:
             self._page_status.raise_if_set()
-        if params or self._planned_mask.values or self._planned_mask.tensors:
+        planned = self._planned_mask
+        if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
             ranges = self._mask_ranges(params or {}, sizes)
             if ranges is not None:
@@ -229,7 +231,7 @@ class DecodePlanning:
         )  # fmt: skip
 
     def _mask_ranges(
-        self, params: Mapping[str, object], sizes: tuple[object, ...]
+        self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
     ) -> TileRanges | None:
         """The mask's KV ranges with the params given to ``plan()`` (scalars, and per-request
         ``batch_size`` tensors: one value per request); None when the mask reads none of
@@ -237,7 +239,7 @@ class DecodePlanning:
         match, and drops cached calls when they change (or tensors were planned) so the next
         ``run()`` checks."""
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
-        if any(name in tensor_names for name in params):
+        if sizes and any(name in tensor_names for name in params):
             indptr, hq, hkv, d, q_len = sizes
             tensors.check_heads(hq, hkv, d)  # type: ignore[arg-type]
             batch = int(tensors.host_int32("kv_indptr", indptr).numel()) - 1  # type: ignore[arg-type]
