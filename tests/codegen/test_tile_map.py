@@ -5,6 +5,7 @@ kernel compiles for sm_80 and sm_90a without local-memory spills."""
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 from pathlib import Path
@@ -178,3 +179,20 @@ def test_kernel_compiles_without_spills(tmp_path: Path, arch: list[str]) -> None
     ).stdout
     assert "tile_map_kernel" in sass
     assert "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.nvcc
+def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
+    """The JIT-built FA2 module of stdlib doc_causal exports attnc_build_tile_map (default
+    visibility under -fvisibility=hidden) with the ABI version the runtime expects."""
+    if not Path(NVCC).exists():
+        pytest.skip("needs nvcc")
+    from attnc.runtime.build.modules import get_prefill_module
+    from attnc.runtime.planning.tile_map import TILE_MAP_ABI_VERSION
+
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    module = get_prefill_module(attnc.load("stdlib:doc_causal").ir, "bfloat16", 64, arch="80")
+    lib = module.lib  # type: ignore[attr-defined]
+    assert hasattr(lib, "attnc_build_tile_map")
+    lib.attnc_tile_map_abi_version.restype = ctypes.c_int
+    assert lib.attnc_tile_map_abi_version() == TILE_MAP_ABI_VERSION
