@@ -213,3 +213,26 @@ def test_a_head_tensor_given_to_plan_is_not_a_per_request_bound():
     req, _, q0, q1 = query_tiles(np.array([100]), 64)
     begin, end = planned.ranges(req, q0, q1, np.array([100]), np.array([100]))
     assert begin.tolist() == [0, 0] and end.tolist() == [64, 100]
+
+
+def test_map_values_fill_placeholders_and_need_what_the_mask_reads():
+    from attnc.runtime.wrappers.prefill_tile_map import default_map_reserve, map_values
+
+    variant = attnc.load(
+        source="""variant doc_bias {
+            param doc: tensor<i32>[kv_len];
+            param bias: tensor<f32>[q_len];
+            param scale: f32;
+            score = score * scale + bias[q_idx];
+            mask = doc[kv_idx] == doc[q_pos];
+        }"""
+    )
+    reads = mask_reads(variant.ir)
+    sizes = {**HEADS, **token_sizes(5, 9, 1)}
+    doc = torch.zeros(9, dtype=torch.int32)
+    values = map_values(variant, reads, {}, {"doc": doc}, sizes, torch.device("cpu"))
+    assert values is not None and values["doc"] is doc and values["scale"] == 0.0
+    assert values["bias"].shape == (5,) and not values["bias"].any()
+    assert map_values(variant, reads, {}, {}, sizes, torch.device("cpu")) is None
+    assert default_map_reserve(1 << 20, reads) == (1 << 20) // 8
+    assert default_map_reserve(1 << 20, mask_reads(attnc.load("stdlib:causal").ir)) == 0
