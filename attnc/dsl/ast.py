@@ -1,4 +1,4 @@
-"""AST of the `.attn` language (v1): frozen dataclasses, each with its source location.
+"""AST of the `.attn` language (v2): frozen dataclasses, each with its source location.
 
 The parser produces a :class:`Module`; the compiler's lowering pass consumes it. Names and
 literals are kept as written; all checking happens in ``attnc.compiler``.
@@ -129,7 +129,8 @@ class Let:
 
 @dataclass(frozen=True)
 class Assign:
-    """``target = value;`` for score, mask, output (any other target is a lowering error)."""
+    """``target = value;`` for score, mask, output, sink (any other target is a lowering
+    error)."""
 
     target: str
     value: Expr
