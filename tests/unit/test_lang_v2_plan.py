@@ -150,3 +150,10 @@ def test_host_side_plan_time_8k_documents(variant):
         times.append(time.perf_counter() - t0)
     print(f"plan() host time, 8K documents: median {1e6 * sorted(times)[10]:.0f} us")
     assert sorted(times)[10] < 0.05
+
+
+def test_map_reserve_must_fit_the_workspace(variant):
+    with pytest.raises(ValueError, match=r"max_tile_map_bytes: must be in \[0, 524288\]"):
+        BatchPrefillWrapper(
+            variant, torch.empty(1 << 20, dtype=torch.uint8), max_tile_map_bytes=1 << 20
+        )

@@ -71,7 +71,9 @@ class BatchPrefillWrapper:
         if max_tile_map_bytes is None:
             reserve = prefill_tile_map.default_map_reserve(self._workspace.numel(), self._reads)
         else:
-            reserve = tensors.check_int("max_tile_map_bytes", max_tile_map_bytes, minimum=0)
+            reserve = tensors.check_int(
+                "max_tile_map_bytes", max_tile_map_bytes, 0, self._workspace.numel() // 2
+            )
         self._map_reserve = reserve
         self.tile_map: TileMapSummary | None = None  # the current plan's map summary
         self._batch_sizes: dict[str, int] = {}  # token_sizes of the plan
