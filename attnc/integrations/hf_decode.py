@@ -217,3 +217,8 @@ def _pooled_wrapper(
     else:
         pool.append(wrapper)
     return wrapper
+
+
+def release_decode_wrappers() -> None:
+    """Drop the pooled decode wrappers (and their workspaces) of every device."""
+    _pools.clear()

@@ -28,6 +28,7 @@ import torch
 from attnc.integrations.hf_decode import (
     decode_queries,
     is_decode_call,
+    release_decode_wrappers,
     run_decode_kernels,
     run_decode_reference,
     token_pages,
@@ -48,6 +49,7 @@ __all__ = [
     "attnc_attention_forward",
     "attnc_mask",
     "register",
+    "release_decode_wrappers",
 ]
 
 ATTN_IMPLEMENTATION = "attnc"
