@@ -18,8 +18,9 @@ Owns: this benchmark. Implementations (``--impl``):
 Every implementation gets one warm-up ``generate()`` (full prompt, 4 new tokens: JIT builds
 and allocator growth), then the timed one. A stopping criterion stamps each step, so the
 report splits prefill (prompt to first token) from decode (tokens/s over the later steps).
-``--budget`` seconds cap the whole run: each implementation gets an equal share of what is
-left, and a timed run that reaches its share stops early (its row says ``truncated``).
+``--budget`` seconds cap the whole run: after its warm-up, each implementation's timed run
+gets an equal share of what is left and stops early when it reaches it (its row says
+``truncated``).
 Prints one line per implementation and writes JSON (``--out``) with tokens/s and the ratios
 of attnc to each other implementation.
 """
@@ -153,9 +154,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if left <= 0:
             results[impl] = {"skipped": "the --budget ran out"}
             continue
-        share_end = time.perf_counter() + left / (len(args.impl) - i)
         use_impl(model, impl)
-        warm = timed_generate(model, ids, mask, 4, share_end)
+        warm = timed_generate(model, ids, mask, 4, deadline)  # JIT builds land here
+        share_end = time.perf_counter() + (deadline - time.perf_counter()) / (len(args.impl) - i)
         row = timed_generate(model, ids, mask, args.new_tokens, share_end)
         row["warmup_s"] = warm["seconds"]
         results[impl] = row
