@@ -13,8 +13,9 @@ run by every layer inside the graph), then up to ``--chunk-tokens`` prompt token
 requests still in prefill (chunked prefill, planned once per step). Prints generated tokens/s
 and per-step latency percentiles, one JSON line per backend (``{"backend": ..., ...}``), and
 plots the step latencies when matplotlib is installed. ``--budget`` seconds cap the whole
-run: each backend gets an equal share of what is left (set-up included); a loop that reaches
-its share stops at the end of a step and its JSON line says ``"truncated": true``.
+run: after its set-up (graphs, JIT builds, warm-up), each backend's loop gets an equal share
+of what is left; a loop that reaches its share stops at the end of a step and its JSON line
+says ``"truncated": true``.
 """
 
 from __future__ import annotations
@@ -252,9 +253,10 @@ def _indptr(counts: list[int]) -> torch.Tensor:
 
 
 def serve(args, backend_name: str, model: TinyLlama, record: bool = False, forced=None,
-          deadline: float | None = None):  # fmt: skip
-    """Run the loop on fresh requests and a fresh cache (until ``deadline``); (requests,
-    latencies, the JSON summary)."""
+          budget_end: float | None = None, sharing: int = 1):  # fmt: skip
+    """Run the loop on fresh requests and a fresh cache; (requests, latencies, the JSON
+    summary). With ``budget_end`` the loop gets, after set-up, a ``1 / sharing`` share of the
+    time left until then."""
     s = model.shape
     requests = make_requests(args.requests, args.min_prompt, args.max_prompt, args.new_tokens,
                              s.vocab, args.arrivals_per_step, args.seed)  # fmt: skip
@@ -278,6 +280,7 @@ def serve(args, backend_name: str, model: TinyLlama, record: bool = False, force
     setup = time.perf_counter() - t
     print(f"[{backend_name}] set-up (graphs, JIT, warm-up): {setup:.1f} s")
     t = time.perf_counter()
+    deadline = None if budget_end is None else t + (budget_end - t) / sharing
     latencies, had_prefill = engine.run(requests, forced, deadline)
     wall = time.perf_counter() - t
     summary = report(backend_name, requests, latencies, had_prefill, wall)
@@ -419,8 +422,9 @@ def main() -> None:
             print(f"[{name}] skipped: the --budget ran out")
             continue
         try:
-            deadline = now + (end - now) / (len(names) - i)
-            _, results[name], summary = serve(args, name, model, deadline=deadline)
+            _, results[name], summary = serve(
+                args, name, model, budget_end=end, sharing=len(names) - i
+            )
             lines.append(summary)
         except Exception as exc:  # one backend failing still reports the other
             print(f"[{name}] failed: {type(exc).__name__}: {exc}")
