@@ -392,7 +392,8 @@ class DecodePlanning:
         self._token_sizes = token_sizes(batch * q_len, int(starts[-1]), batch)
         begin = self.layout.kv_token_start
         region = self._ws[begin : begin + 4 * (batch + 1)]
-        region.copy_(starts.view(torch.uint8).pin_memory(), non_blocking=True)
+        data = starts.view(torch.uint8)
+        region.copy_(data.pin_memory() if region.is_cuda else data, non_blocking=True)
 
     def _a_flags(self, sched: StepPlan) -> None:
         self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
