@@ -187,9 +187,10 @@ __global__ void __launch_bounds__(kTileMapThreads)
   }
 }
 
-// Checks the arguments and launches tile_map_kernel<V> on `stream`; 0 or an error code.
+// The checks and the launch of tile_map_kernel<V> (launch_tile_map's body for variants
+// whose mask reads per-token tensors).
 template <class V>
-int launch_tile_map(const AttncTileMapArgs& a, cudaStream_t stream) {
+int launch_tile_map_kernel(const AttncTileMapArgs& a, cudaStream_t stream) {
   using P = typename V::Params;
   const bool size_ok = a.variant_params_size == static_cast<int64_t>(sizeof(P)) ||
                        (std::is_empty<P>::value && a.variant_params_size == 0);
@@ -209,6 +210,20 @@ int launch_tile_map(const AttncTileMapArgs& a, cudaStream_t stream) {
   const int blocks = a.num_entries < kTileMapMaxBlocks ? a.num_entries : kTileMapMaxBlocks;
   tile_map_kernel<V><<<blocks, kTileMapThreads, 0, stream>>>(a, params);
   return static_cast<int>(cudaGetLastError());
+}
+
+// Checks the arguments and launches tile_map_kernel<V> on `stream`; 0 or an error code.
+// Only variants whose mask reads per-token tensors instantiate the kernel (for the others
+// V::classify is exact and the kernels ignore a map): ATTNC_E_BAD_LAYOUT for them.
+template <class V>
+int launch_tile_map(const AttncTileMapArgs& a, cudaStream_t stream) {
+  if constexpr (!variant_mask_reads_tokens<V>::value) {
+    (void)a;
+    (void)stream;
+    return ATTNC_E_BAD_LAYOUT;
+  } else {
+    return launch_tile_map_kernel<V>(a, stream);
+  }
 }
 #endif  // __CUDACC__
 
