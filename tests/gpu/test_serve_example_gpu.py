@@ -15,8 +15,14 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _env() -> dict[str, str]:
+    """The environment with the repository first on PYTHONPATH (wheels carried there stay)."""
+    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
 def test_serve_tiny_checks_attnc_tokens(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = _env()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "serve.py"), "--tiny", "--plot",
          str(tmp_path / "steps.png")],
@@ -32,7 +38,7 @@ def test_serve_quick_prints_a_json_line_per_backend(tmp_path):
     """The smoke configuration of both backends (FlashInfer when it imports) inside its budget."""
     import json
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = _env()
     lines = tmp_path / "lines.jsonl"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "serve.py"), "--quick", "--budget", "400",
