@@ -3,6 +3,7 @@ prefill) gives the tokens of the same loop with float32 torch attention."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def test_serve_quick_prints_a_json_line_per_backend(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = {row["backend"]: row for row in map(json.loads, lines.read_text().splitlines())}
     assert "attnc" in rows
+    if importlib.util.find_spec("flashinfer") is not None:
+        assert "flashinfer" in rows, proc.stdout[-2000:]
     for row in rows.values():
         assert not row["truncated"] and row["finished"] == row["requests"] == 32
         assert row["generated_tokens"] == 32 * 32 and row["generated_tokens_per_s"] > 0
