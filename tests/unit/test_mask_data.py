@@ -159,3 +159,19 @@ def test_project_kv_takes_per_request_constants_from_a_batch_size_tensor() -> No
         want = kv_range(a, 0, int(q_lens[b]), env, tensors)
         got = (int(lo[b]), int(hi[b]) + 1) if lo[b] <= hi[b] else (0, 0)
         assert got == want, (b, env, windows[b])
+
+
+def test_a_head_tensor_comparison_is_a_data_literal_too() -> None:
+    """Any comparison reading a tensor per head, row or element (not only v2 tensors) is a
+    data literal: never FULL, the KV range is that of the rest of the mask."""
+    text = (
+        "variant v {\n    param lens: tensor<i32>[num_qo_heads];\n"
+        "    mask = kv_idx <= lens[qo_head] && kv_idx <= q_pos;\n}\n"
+    )
+    (c,), _ = compile_source(text, "x.attn")
+    a = c.mask_analysis
+    assert a.kind == "linear" and a.reads_data and len(a.constraints) == 1
+    env = {"q_len": 8, "kv_len": 8}
+    assert kv_range(a, 0, 4, env) == (0, 4)
+    assert classify(a, 4, 8, 0, 4, env) == "partial"
+    assert classify(a, 0, 4, 4, 8, env) == "empty"
