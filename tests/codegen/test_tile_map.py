@@ -196,3 +196,24 @@ def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
     assert hasattr(lib, "attnc_build_tile_map")
     lib.attnc_tile_map_abi_version.restype = ctypes.c_int
     assert lib.attnc_tile_map_abi_version() == TILE_MAP_ABI_VERSION
+
+
+def test_args_struct_matches_the_ctypes_mirror(tmp_path: Path) -> None:
+    """AttncTileMapArgs: size and every field offset equal the runtime's ctypes mirror."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++")
+    from attnc.runtime.planning.tile_map import AttncTileMapArgs
+
+    names = [name for name, _ in AttncTileMapArgs._fields_]
+    lines = "\n".join(f'  std::printf("%zu\\n", offsetof(AttncTileMapArgs, {n}));' for n in names)
+    src = tmp_path / "layout.cpp"
+    src.write_text(
+        '#include <cstddef>\n#include <cstdio>\n#include "attnc/tile_map.cuh"\nint main() {\n'
+        f'{lines}\n  std::printf("%zu\\n", sizeof(AttncTileMapArgs));\n  return 0;\n}}\n'
+    )
+    exe = _build_host(src, tmp_path / "layout")
+    out = [
+        int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True).stdout.split()
+    ]
+    want = [getattr(AttncTileMapArgs, n).offset for n in names] + [ctypes.sizeof(AttncTileMapArgs)]
+    assert out == want
