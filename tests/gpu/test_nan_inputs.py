@@ -1,6 +1,8 @@
 """NaN in, NaN out, in the kernels as in the reference: a NaN in q, in a key a row can see, or
 a NaN param gives that row NaN output and NaN LSE; rows that cannot see the NaN stay exact,
-and a row that sees no key keeps output 0 and LSE -inf (``docs/runtime.md``, bad inputs)."""
+and a row that sees no key keeps output 0 and LSE -inf (``docs/runtime.md``, bad inputs).
+Both prefill templates (FA2, and the Hopper one on sm_90), unsplit and split-KV (merge path),
+and decode (unsplit and split requests)."""
 
 import math
 
@@ -16,20 +18,21 @@ if not torch.cuda.is_available():
 
 HQ, HKV, D = 4, 2, 128
 I32 = dict(dtype=torch.int32)
+BACKENDS = ["fa2"] + (["sm90"] if torch.cuda.get_device_capability() == (9, 0) else [])
 
 
-def _qkv(q_len, kv_len, seed=0):
+def _qkv(q_len, kv_len, seed=0, hq=HQ, hkv=HKV):
     g = torch.Generator().manual_seed(seed)
-    q = torch.randn(q_len, HQ, D, generator=g).to("cuda", torch.bfloat16)
-    k = torch.randn(kv_len, HKV, D, generator=g).to("cuda", torch.bfloat16)
-    v = torch.randn(kv_len, HKV, D, generator=g).to("cuda", torch.bfloat16)
+    q = torch.randn(q_len, hq, D, generator=g).to("cuda", torch.bfloat16)
+    k = torch.randn(kv_len, hkv, D, generator=g).to("cuda", torch.bfloat16)
+    v = torch.randn(kv_len, hkv, D, generator=g).to("cuda", torch.bfloat16)
     return q, k, v
 
 
-def _same_nan_rows(variant, q, k, v, **params):
+def _same_nan_rows(variant, q, k, v, backend, **params):
     """The kernel's NaN pattern equals the reference's, per (token, head) row, in O and LSE."""
     ref_o, ref_lse = variant.reference(q.float(), k.float(), v.float(), return_lse=True, **params)
-    o, lse = variant.prefill(q, k, v, return_lse=True, **params)
+    o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, **params)
     assert torch.equal(torch.isnan(lse), torch.isnan(ref_lse))
     assert torch.equal(torch.isnan(o).all(-1), torch.isnan(ref_o).all(-1))
     assert torch.equal(torch.isnan(o).any(-1), torch.isnan(ref_o).any(-1))
@@ -38,31 +41,56 @@ def _same_nan_rows(variant, q, k, v, **params):
     return torch.isnan(ref_lse)
 
 
-def test_prefill_nan_in_q_is_one_nan_row():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_nan_in_q_is_one_nan_row(backend):
     variant = attnc.load("stdlib:causal")
     q, k, v = _qkv(70, 200)
     q[33, 1, 7] = math.nan
-    nan_rows = _same_nan_rows(variant, q, k, v)
+    nan_rows = _same_nan_rows(variant, q, k, v, backend)
     assert nan_rows.sum() == 1 and nan_rows[33, 1]
 
 
-def test_prefill_nan_in_k_reaches_rows_that_see_it():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_nan_in_k_reaches_rows_that_see_it(backend):
     variant = attnc.load("stdlib:causal")
     q, k, v = _qkv(70, 200)
     k[150, 0, 3] = math.nan  # KV head 0 feeds query heads 0 and 1; q_pos >= 150 see it
-    nan_rows = _same_nan_rows(variant, q, k, v)
+    nan_rows = _same_nan_rows(variant, q, k, v, backend)
     assert nan_rows[:, :2].sum() == 2 * (70 - 20) and not nan_rows[:, 2:].any()  # q_idx >= 20
 
 
-def test_prefill_nan_param():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_nan_param(backend):
     variant = attnc.load("stdlib:softcap")
     q, k, v = _qkv(20, 64)
-    assert _same_nan_rows(variant, q, k, v, cap=math.nan).all()
+    assert _same_nan_rows(variant, q, k, v, backend, cap=math.nan).all()
 
 
-def test_decode_nan_in_q_and_k():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_nan_in_k_through_the_split_kv_merge(backend):
+    """One query head per KV head and a long KV: the tile is split over several chunks; the
+    chunk holding the NaN key gives NaN partial rows and the merge keeps them NaN."""
     variant = attnc.load("stdlib:vanilla")
-    page, lens = 16, [40, 70, 5]
+    q, k, v = _qkv(17, 4099, seed=2, hq=2, hkv=2)
+    k[3000, 1, 0] = math.nan  # KV head 1 = query head 1, seen by every query
+    nan_rows = _same_nan_rows(variant, q, k, v, backend)
+    assert nan_rows[:, 1].all() and not nan_rows[:, 0].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_rows_without_keys_stay_empty_next_to_nan_rows(backend):
+    variant = attnc.load("stdlib:causal")
+    q, k, v = _qkv(40, 20, seed=4)  # q_pos = q_idx - 20: the first 20 queries see no key
+    k[5, 0, 0] = math.nan
+    nan_rows = _same_nan_rows(variant, q, k, v, backend)
+    assert not nan_rows[:20].any() and nan_rows[25:, :2].all()
+
+
+@pytest.mark.parametrize("lens", [[40, 70, 5], [40, 9000, 5]])
+def test_decode_nan_in_q_and_k(lens):
+    """[40, 9000, 5]: the long request is split (merge kernel path)."""
+    variant = attnc.load("stdlib:vanilla")
+    page = 16
     pages = [-(-n // page) for n in lens]
     indptr = torch.tensor([0, *torch.tensor(pages).cumsum(0).tolist()], **I32)
     ids = torch.arange(int(indptr[-1]), **I32)

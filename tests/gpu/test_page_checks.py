@@ -28,6 +28,9 @@ PAGE = 16
 ERR_FACTOR, ERR_FLOOR = 3.0, 2e-4
 LENGTHS = [300, 16000, 17, 2049, 64]  # request 1 (the bad one) is long enough to split
 BAD_REQUEST = 1
+# Both prefill templates: FA2, and the Hopper one on sm_90 (it zero-filled the rows of a bad
+# page id and wrote finite rows before its items were poisoned like FA2's).
+PREFILL_BACKENDS = ["fa2"] + (["sm90"] if torch.cuda.get_device_capability() == (9, 0) else [])
 
 
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -196,16 +199,18 @@ def _corrupt_prefill_page(w: BatchPrefillWrapper, batch: PagedBatch, request: in
     w._workspace[off : off + 4].copy_(torch.tensor([bad], dtype=torch.int32).view(torch.uint8))
 
 
+@pytest.mark.parametrize("backend", PREFILL_BACKENDS)
 @pytest.mark.parametrize("kind", ["past_the_pool", "negative"])
 @pytest.mark.parametrize("q_len", [1, 37, 300])
-def test_prefill_bad_page_id(kind, q_len, monkeypatch):
+def test_prefill_bad_page_id(kind, q_len, backend, monkeypatch):
     """q_len 1 and 37 split the long requests' KV (merge kernel path); 300 mostly does not."""
     variant = attnc.load("stdlib:causal")
     kv_lens = [max(n, q_len) for n in LENGTHS]
     batch = PagedBatch(kv_lens, q_len, seed=q_len)
     q_lens = [q_len] * len(kv_lens)
     bad_id = batch.num_pages if kind == "past_the_pool" else -(2**31)
-    w = BatchPrefillWrapper(variant, torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, ws, backend=backend)
     qo = _plan_prefill(w, batch, q_lens)
     _corrupt_prefill_page(w, batch, BAD_REQUEST, bad_id)
     o, lse = w.run(batch.q, batch.cache, return_lse=True)

@@ -83,17 +83,20 @@ ATTNC_HD float sink_in_m_units(const V& var, const typename V::Row& row, float c
 
 // Rows of an item that owns the sink start at it (see kSinkAtEnd): m = the sink in m units,
 // and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one lane of
-// the row over all lanes and warps whose states are later combined); O stays 0.
+// the row over all lanes and warps whose states are later combined); O stays 0. A sink of
+// -inf needs no special case: the first finite key rescales that 1 by exp2(-inf) = 0, and a
+// row without keys ends with O 0 and LSE -inf.
 template <class V, int MQ>
 ATTNC_HD void start_rows_at_sink(const V& var, const typename V::Row (&rows)[MQ][2],
                                  const float (&mult)[MQ][2], float (&m)[MQ][2],
                                  float (&l)[MQ][2], bool owner) {
+  if constexpr (!variant_has_sink<V>::value) return;  // m, l stay as they are
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       m[mi][h] = sink_in_m_units(var, rows[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f);
-      if constexpr (!kSinkAtEnd<V>) l[mi][h] = owner && m[mi][h] != kNegInf ? 1.f : 0.f;
+      if constexpr (!kSinkAtEnd<V>) l[mi][h] = owner ? 1.f : 0.f;
     }
 }
 

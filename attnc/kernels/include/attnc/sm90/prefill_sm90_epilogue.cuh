@@ -47,6 +47,8 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       visible = end.seen;
       inv = end.inv;
       lse = end.lse;
+    } else {
+      lse = l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
     }
     if (r >= it.rows_valid) continue;
     const int head = it.kv_head * it.group + r % it.group;

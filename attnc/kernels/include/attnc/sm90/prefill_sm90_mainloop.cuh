@@ -104,12 +104,15 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     }
     // A tile with a bad page id (zero-filled rows) makes every row of the item NaN in O and
     // LSE, as the FA2 and decode kernels write them: a NaN reference max stays NaN and turns
-    // every later weight (and so l and O) into NaN; without softmax the weights themselves.
+    // every later weight (and so l and O) into NaN; without softmax the weights themselves,
+    // and l (unused there) marks the LSE.
     if (info.flags & StageInfo::kBadPage) {
       if constexpr (V::kUseSoftmax) {
         m[0][0] = CUDART_NAN_F;
         m[0][1] = CUDART_NAN_F;
       } else {
+        l[0][0] = CUDART_NAN_F;
+        l[0][1] = CUDART_NAN_F;
 #pragma unroll
         for (int n = 0; n < NS; ++n)
 #pragma unroll
