@@ -26,7 +26,8 @@ enum AttncDecodeHeader {
 // One work item = ATTNC_WI_SIZE int32 at args.items: KV chunk [kv_begin, kv_end) of one
 // request and KV head, for the packed (token, head) rows [row_block * rows_per_item, ...).
 // part >= 0: the request is split; write the fp32 partial state to slot `part` of the
-// partial buffers. part < 0: write the final output.
+// partial buffers (without the variant's sink: the merge kernel adds it). part < 0: write the
+// final output.
 enum AttncDecodeItem {
   ATTNC_WI_REQUEST = 0,
   ATTNC_WI_KV_HEAD = 1,

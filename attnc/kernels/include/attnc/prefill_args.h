@@ -18,6 +18,9 @@ enum AttncKvLayout {
 // [kv_begin, kv_end) (intersected with the variant's kv_range). part_row < 0: write the final
 // O (and LSE). part_row >= 0: the tile is split over several chunks; write fp32 partial
 // states to rows part_row + token_in_tile * num_qo_heads + head of part_o / part_lse.
+// A variant's sink (V::kHasSink) is part of an unsplit item's rows from their start; partial
+// states never include it and the merge kernel adds it once per row, so the planner needs no
+// notion of which chunk owns it.
 enum AttncPrefillItem {
   ATTNC_PI_REQUEST = 0,
   ATTNC_PI_Q_TILE = 1,
