@@ -77,6 +77,8 @@ def test_nvcc_flags():
         "-shared",
         "-Xcompiler",
         "-fPIC",
+        "-Xcompiler=-fvisibility=hidden",
+        "-Xcompiler=-fno-gnu-unique",
         "--expt-relaxed-constexpr",
         "-lineinfo",
         "-gencode=arch=compute_90a,code=sm_90a",
