@@ -93,6 +93,17 @@ def layer_name(module: torch.nn.Module) -> str:
     return type(module).__name__ + ("" if idx is None else f" (layer {idx})")
 
 
+@dataclass(frozen=True)
+class LayerCall:
+    """One attention call of a layer: the module and the settings its call carries."""
+
+    module: torch.nn.Module
+    dropout: float
+    sliding_window: int | None
+    softcap: float | None
+    kwargs: dict[str, Any]
+
+
 def variant_for_layer(
     module: torch.nn.Module,
     *,
@@ -105,12 +116,13 @@ def variant_for_layer(
 
     Decided once per layer and call settings (every decode step asks again): a layer whose
     call carries tensors (sinks, ALiBi slopes, biases) is decided afresh each time."""
-    key = _settings_key(module, dropout, sliding_window, softcap, kwargs)
+    call = LayerCall(module, dropout, sliding_window, softcap, kwargs)
+    key = _settings_key(call)
     if key is not None:
         hit = _chosen.get(module)
         if hit is not None and hit[0] == key:
             return hit[1]
-    choice = _choose(module, dropout, sliding_window, softcap, kwargs)
+    choice = _choose(call)
     if key is not None:
         _chosen[module] = (key, choice)
     return choice
@@ -122,44 +134,33 @@ _chosen: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], Layer
 _TENSOR_KWARGS = ("s_aux", "position_bias", "head_mask")
 
 
-def _settings_key(
-    module: torch.nn.Module,
-    dropout: float,
-    sliding_window: int | None,
-    softcap: float | None,
-    kwargs: dict[str, Any],
-) -> tuple[Any, ...] | None:
+def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
     """What the choice depends on, or None when it depends on tensors."""
-    if any(kwargs.get(k) is not None for k in _TENSOR_KWARGS):
+    if any(call.kwargs.get(k) is not None for k in _TENSOR_KWARGS):
         return None
-    attrs = module.__dict__
-    params = module._parameters
-    buffers = module._buffers
+    attrs = call.module.__dict__
+    params = call.module._parameters
+    buffers = call.module._buffers
     for name in ("sinks", "alibi_slopes"):
         if attrs.get(name) is not None or params.get(name) is not None:
             return None
         if buffers.get(name) is not None:
             return None
     return (
-        dropout,
-        sliding_window,
-        softcap,
-        kwargs.get("is_causal"),
+        call.dropout,
+        call.sliding_window,
+        call.softcap,
+        call.kwargs.get("is_causal"),
         attrs.get("is_causal", True),
         id(attrs.get("config")),
     )
 
 
-def _choose(
-    module: torch.nn.Module,
-    dropout: float,
-    sliding_window: int | None,
-    softcap: float | None,
-    kwargs: dict[str, Any],
-) -> LayerVariant:
+def _choose(call: LayerCall) -> LayerVariant:
+    module, softcap, kwargs = call.module, call.softcap, call.kwargs
     name = layer_name(module)
-    _reject_unsupported(module, name, dropout, kwargs)
-    window = None if sliding_window is None else int(sliding_window)
+    _reject_unsupported(module, name, call.dropout, kwargs)
+    window = None if call.sliding_window is None else int(call.sliding_window)
     if window is not None and window < 1:
         raise UnsupportedMaskError(f"{name}: sliding_window must be >= 1, got {window}")
     slopes = getattr(module, "alibi_slopes", None)

@@ -21,6 +21,7 @@ Then ``AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc")`` or
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -140,12 +141,13 @@ def attnc_attention_forward(
     q_packed = _pack(query, segments, queries=True)
     k_packed = _pack(key, segments, queries=False)
     v_packed = _pack(value, segments, queries=False)
+    packed = PackedCall(choice, segments, q_packed, k_packed, v_packed, scaling)
     reason = _kernel_blocker(query, head_dim)
     if reason is None:
-        o_packed = _run_kernels(choice, segments, q_packed, k_packed, v_packed, scaling)
+        o_packed = _run_kernels(packed)
     else:
         _warn_once(reason)
-        o_packed = _run_reference(choice, segments, q_packed, k_packed, v_packed, scaling)
+        o_packed = _run_reference(packed)
     first = segments.segments[0]
     if segments.is_uniform and (first.q_begin, first.q_end) == (0, q_len):
         return o_packed.view(batch, q_len, hq, head_dim), None  # no padding: no scatter
@@ -219,38 +221,43 @@ def _unpack_into(out: torch.Tensor, packed: torch.Tensor, segments: BatchSegment
         start += n
 
 
-def _run_reference(
-    choice: LayerVariant,
-    segments: BatchSegments,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scaling: float | None,
-) -> torch.Tensor:
+@dataclass(frozen=True)
+class PackedCall:
+    """One call's tokens packed segment after segment (q ``[total_q, H_qo, D]``, k/v
+    ``[total_kv, H_kv, D]``) with the layer's variant and the softmax scale."""
+
+    choice: LayerVariant
+    segments: BatchSegments
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    scaling: float | None
+
+
+def _run_reference(call: PackedCall) -> torch.Tensor:
     """Each segment through the variant's generated PyTorch reference."""
-    variant, params = choice.variant, choice.run_params()
+    variant, params = call.choice.variant, call.choice.run_params()
     outs, q0, k0 = [], 0, 0
-    for s in segments.segments:
+    for s in call.segments.segments:
         nq, nk = s.q_end - s.q_begin, s.kv_end - s.kv_begin
         outs.append(
             variant.reference(
-                q[q0 : q0 + nq], k[k0 : k0 + nk], v[k0 : k0 + nk], sm_scale=scaling, **params
+                call.q[q0 : q0 + nq],
+                call.k[k0 : k0 + nk],
+                call.v[k0 : k0 + nk],
+                sm_scale=call.scaling,
+                **params,
             )
         )
         q0, k0 = q0 + nq, k0 + nk
     return torch.cat(outs, dim=0)
 
 
-def _run_kernels(
-    choice: LayerVariant,
-    segments: BatchSegments,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    scaling: float | None,
-) -> torch.Tensor:
+def _run_kernels(call: PackedCall) -> torch.Tensor:
     """The segments as one ragged batch through ``attnc.BatchPrefillWrapper``; the plan is
     kept on ``segments`` so the layers that share the step's mask plan once."""
+    choice, segments, scaling = call.choice, call.segments, call.scaling
+    q, k, v = call.q, call.k, call.v
     hq, hkv, head_dim = q.shape[1], k.shape[1], q.shape[2]
     plan_key = (choice.spec, choice.window, hq, hkv, head_dim, q.dtype, scaling, q.device)
     wrapper = segments.plans.get(plan_key)
