@@ -195,3 +195,18 @@ def test_batched_reference_equals_one_request_at_a_time_in_one_flat_tensor() -> 
     first = causal.reference(q[:4], k[:4], v[:4])
     second = causal.reference(q[4:], k[4:], v[4:])
     close(packed, torch.cat([first, second]))
+
+
+def test_output_transform_is_not_applied_to_rows_without_keys() -> None:
+    variant = attnc.load(
+        "variant v {\n    param s0: f32 = 0.5;\n    sink = s0;\n    mask = kv_idx <= q_pos;\n"
+        "    output = out + 1.0;\n}\n"
+    )
+    q, k, v = inputs(6, 3, 2, 1, 8, seed=4)
+    out, lse = request_reference(variant, q, k, v, return_lse=True)
+    # q_pos = q_idx - 3: rows 0..2 see no key: output 0 (not 1), LSE = the sink
+    assert torch.equal(out[:3], torch.zeros_like(out[:3]))
+    assert torch.equal(lse[:3], torch.full((3, 2), 0.5, dtype=torch.float64))
+    want, want_lse = brute_force(q, k, v, lambda i, j, h: j <= i - 3, sink=lambda i, h: 0.5)
+    close(out[3:], want[3:] + 1.0)
+    close(lse, want_lse)
