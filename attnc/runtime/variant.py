@@ -39,14 +39,17 @@ class Variant:
 
     @property
     def name(self) -> str:
+        """The variant's name as the source declares it."""
         return self.ir.name
 
     @property
     def doc(self) -> str:
+        """The variant's ``doc`` string (empty when the source gives none)."""
         return self.ir.doc
 
     @property
     def params(self) -> tuple[ir_nodes.ParamDecl, ...]:
+        """The runtime params, in the order kernels expect them."""
         return self.ir.params
 
     def __repr__(self) -> str:

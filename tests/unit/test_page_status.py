@@ -161,13 +161,13 @@ def test_launch_args_carry_pool_size_and_status_word():
     meta = dict.fromkeys(prefill_launch.META_FIELDS, 0)
     meta.update(kv_layout=abi.KV_PAGED_NHD, page_status=4096)
     ws = torch.zeros(64, dtype=torch.uint8)
-    args = prefill_launch.build_args(list(meta.values()), q, k, v, q, None, ws, 0.1, params, 4)
+    paged = prefill_launch.PrefillTensors(q, k, v, q, None, ws)
+    args = prefill_launch.build_args(list(meta.values()), paged, 0.1, params, 4)
     assert (args.num_pages, args.page_status) == (7, 4096)
     meta.update(kv_layout=abi.KV_RAGGED, page_status=0)
     flat = torch.zeros(30, 2, 64, dtype=torch.bfloat16)
-    args = prefill_launch.build_args(
-        list(meta.values()), q, flat, flat, q, None, ws, 0.1, params, 4
-    )
+    ragged = prefill_launch.PrefillTensors(q, flat, flat, q, None, ws)
+    args = prefill_launch.build_args(list(meta.values()), ragged, 0.1, params, 4)
     assert (args.num_pages, args.page_status) == (0, None)
 
     d_args = abi.AttncDecodeArgs()

@@ -294,9 +294,8 @@ class BatchPrefillWrapper:
         o = out if out is not None else torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
         params = prefill_launch.pack_params(module, values)
-        prefill_launch.launch(
-            module, meta, q, views.k, views.v, o, lse, self._workspace, self._sm_scale, params
-        )
+        launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
+        prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
         if self._debug_checks:
             self._page_status.check_after_run()
         return (o, lse) if lse is not None else o

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -46,6 +47,18 @@ META_FIELDS = (
 )
 
 
+class PrefillTensors(NamedTuple):
+    """The tensors of one launch: inputs, outputs (``lse`` None: not written) and the
+    workspace that holds the plan's lists and split-KV partial states."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    lse: torch.Tensor | None
+    workspace: torch.Tensor
+
+
 def _kv_strides(k: torch.Tensor, kv_layout: int) -> tuple[int, int, int]:
     """(page, token, head) strides of one K/V half."""
     if kv_layout == abi.KV_RAGGED:
@@ -63,17 +76,13 @@ def _ptr(t: torch.Tensor | None, byte_offset: int = 0) -> int | None:
 
 def build_args(
     meta: Sequence[int],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    o: torch.Tensor,
-    lse: torch.Tensor | None,
-    workspace: torch.Tensor,
+    tensors: PrefillTensors,
     sm_scale: float,
     params: ctypes.Structure,
     params_size: int,
 ) -> abi.AttncPrefillArgs:
     """Fill ``AttncPrefillArgs`` from tensors, the plan's ``meta`` and a params struct."""
+    q, k, v, o, lse, workspace = tensors
     m = dict(zip(META_FIELDS, meta, strict=True))
     page, tok, head = _kv_strides(k, m["kv_layout"])
     return abi.AttncPrefillArgs(
@@ -121,22 +130,18 @@ def build_args(
 def launch(
     module: PrefillModule,
     meta: Sequence[int],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    o: torch.Tensor,
-    lse: torch.Tensor | None,
-    workspace: torch.Tensor,
+    tensors: PrefillTensors,
     sm_scale: float,
     params: ctypes.Structure,
 ) -> None:
-    """Run the module on the current CUDA stream, writing ``o`` (and ``lse`` when given);
-    ``params`` is the packed ``Params`` struct (``pack_params``)."""
+    """Run the module on the current CUDA stream, writing ``tensors.o`` (and ``tensors.lse``
+    when given); ``params`` is the packed ``Params`` struct (``pack_params``)."""
     size = ctypes.sizeof(module.params_type)
-    args = build_args(meta, q, k, v, o, lse, workspace, sm_scale, params, size)
+    args = build_args(meta, tensors, sm_scale, params, size)
     if meta[1] > 0:
-        stream = torch.cuda.current_stream(q.device).cuda_stream
+        stream = torch.cuda.current_stream(tensors.q.device).cuda_stream
         module.launch(args, stream)
+    lse = tensors.lse
     if lse is not None and module.ir.normalize != "softmax":  # type: ignore[attr-defined]
         lse.zero_()
 
@@ -165,7 +170,8 @@ def prefill_op(
     o, lse = attention_outputs(q, return_lse, contiguous_o=True)
     values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     params = pack_params(module, values)
-    launch(module, meta, q, k, v, o, lse if return_lse else None, workspace, sm_scale, params)
+    outputs = PrefillTensors(q, k, v, o, lse if return_lse else None, workspace)
+    launch(module, meta, outputs, sm_scale, params)
     return o, lse
 
 
