@@ -15,6 +15,7 @@ import ctypes
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -39,6 +40,21 @@ MAX_CTAS_PER_SM = 8
 _GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _Tensor = torch.Tensor
 _I32 = torch.int32
+
+
+class PlanInputs(NamedTuple):
+    """``plan()``'s arguments as the caller gave them (not yet checked)."""
+
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_last_page_len: torch.Tensor
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    q_len: int
+    sm_scale: float | None
+    dtype: torch.dtype
 
 
 class _Fast:
@@ -169,21 +185,17 @@ class DecodePlanning:
         if self._page_status.pending:
             self._page_status.raise_if_set()
         planned = self._planned_mask
+        ranges = None
         if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
             ranges = self._mask_ranges(params or {}, sizes)
-            if ranges is not None:
-                self._plan_checked(
-                    kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
-                    head_dim, page_size, q_len_per_request, sm_scale, dtype, ranges,
-                )  # fmt: skip
-                return
         fast = self._fast
         # Fast path: the scalars of the last plan (same types, so their checks pass again),
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
         # the workspace's device or the CPU. Everything else is checked in C++.
         if (
-            fast is not None
+            ranges is None
+            and fast is not None
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
@@ -225,10 +237,11 @@ class DecodePlanning:
                 self.last_schedule = sched
                 self._last_kv = None
                 return
-        self._plan_checked(
+        inputs = PlanInputs(
             kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
+        self._plan_checked(inputs, ranges)
 
     def _mask_ranges(
         self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
@@ -258,24 +271,13 @@ class DecodePlanning:
         self._planned_mask = planned
         return planned.ranges
 
-    def _plan_checked(
-        self,
-        kv_indptr: torch.Tensor,
-        kv_indices: torch.Tensor,
-        kv_last_page_len: torch.Tensor,
-        num_qo_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        page_size: int,
-        q_len: int,
-        sm_scale: float | None,
-        dtype: torch.dtype,
-        mask_ranges: TileRanges | None = None,
-    ) -> None:
+    def _plan_checked(self, inputs: PlanInputs, mask_ranges: TileRanges | None = None) -> None:
         """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs
         the fast path does not take, or mask ranges from plan-time params); the page table's
         values are checked by the planner."""
         self._fast = None
+        kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads = inputs[:5]
+        head_dim, page_size, q_len, sm_scale, dtype = inputs[5:]
         # The one check of the scalars (the fast path only recognises checked ones).
         tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
         num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
