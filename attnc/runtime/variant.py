@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
@@ -74,19 +75,35 @@ class Variant:
         """The generated PyTorch reference (Python source)."""
         return self._reference_module.__source__
 
-    def resolve(self, q: torch.Tensor, k: torch.Tensor, params: dict[str, Any]) -> dict[str, Any]:
+    def resolve(
+        self, q: torch.Tensor, k: torch.Tensor, params: Mapping[str, object]
+    ) -> dict[str, Any]:
         """Validated runtime params for inputs shaped like ``q`` and ``k`` (one request: a
         ``kv_len`` tensor has k.shape[0] entries, a ``q_len`` one q.shape[0], a
         ``batch_size`` one 1)."""
+        heads = (q.shape[1], k.shape[1], q.shape[2])
+        return self.resolve_for(params, heads, q.device, token_sizes(q.shape[0], k.shape[0], 1))
+
+    def resolve_for(
+        self,
+        params: Mapping[str, object],
+        heads: tuple[int, int, int],
+        device: torch.device | str | None,
+        batch_sizes: Mapping[str, int],
+    ) -> dict[str, Any]:
+        """Validated runtime params (``resolve_params``) for ``heads`` = (num_qo_heads,
+        num_kv_heads, head_dim) and the batch's token counts ``batch_sizes``
+        (``token_sizes``); tensors must be on ``device``."""
+        num_qo_heads, num_kv_heads, head_dim = heads
         return resolve_params(
             self.params,
             params,
             variant_name=self.name,
-            num_qo_heads=q.shape[1],
-            num_kv_heads=k.shape[1],
-            head_dim=q.shape[2],
-            device=q.device,
-            batch_sizes=token_sizes(q.shape[0], k.shape[0], 1),
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            device=device,
+            batch_sizes=batch_sizes,
         )
 
     def reference(

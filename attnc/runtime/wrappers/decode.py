@@ -24,7 +24,6 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
-from attnc.runtime.checks.params import resolve_params
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
@@ -251,19 +250,10 @@ class BatchDecodeWrapper(DecodePlanning):
         """The checked param values (``resolve_params``); ``{}`` when none are given and every
         param has a scalar default (the packer then uses its struct of the defaults), unless
         ``full``."""
-        decls = self.variant.params  # type: ignore[attr-defined]
         if not full and not params and self._all_defaults:
             return {}
-        return resolve_params(
-            decls,
-            params,
-            variant_name=self.variant.name,  # type: ignore[attr-defined]
-            num_qo_heads=shape.num_qo_heads,
-            num_kv_heads=shape.num_kv_heads,
-            head_dim=shape.head_dim,
-            device=self._device,
-            batch_sizes=self._token_sizes,
-        )
+        heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
+        return self.variant.resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined,no-any-return]
 
 
 def _not_planned() -> RuntimeError:

@@ -18,7 +18,7 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import resolve_params, token_sizes
+from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import split_plan_params, variant_mask_reads
 from attnc.runtime.planning.prefill_plan import (
@@ -226,16 +226,7 @@ class BatchPrefillWrapper:
         tensors.check_same_kind("k", views.k, "q", q)
         if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
-        values = resolve_params(
-            self.variant.params,  # type: ignore[attr-defined]
-            params,
-            variant_name=self.variant.name,  # type: ignore[attr-defined]
-            num_qo_heads=hq,
-            num_kv_heads=hkv,
-            head_dim=d,
-            device=q.device,
-            batch_sizes=self._batch_sizes,
-        )
+        values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
         if out is not None and not torch.compiler.is_compiling():
             out = tensors.check_out(out, q)

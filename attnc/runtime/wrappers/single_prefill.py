@@ -17,7 +17,6 @@ import torch
 
 from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.variant import variant_by_handle
@@ -51,16 +50,7 @@ def single_prefill(
     q = tensors.check_data_tensor("q", q, (None, None, None))
     k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
     tensors.check_same_kind("k", k, "q", q)
-    values = resolve_params(
-        variant.params,  # type: ignore[attr-defined]
-        params or {},
-        variant_name=variant.name,  # type: ignore[attr-defined]
-        num_qo_heads=q.shape[1],
-        num_kv_heads=k.shape[1],
-        head_dim=q.shape[2],
-        device=q.device,
-        batch_sizes=token_sizes(q.shape[0], k.shape[0], 1),
-    )
+    values = variant.resolve(q, k, params or {})  # type: ignore[attr-defined]
     if torch.compiler.is_compiling():
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
