@@ -43,6 +43,7 @@ from attnc.integrations.hf_masks import (
 )
 from attnc.integrations.hf_sinks import SINK_SOURCES, sink_kernel_gap
 from attnc.integrations.hf_variants import LayerVariant, layer_name, variant_for_layer
+from attnc.runtime.checks.tensors import HEAD_DIMS, KV_DTYPES
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
@@ -54,8 +55,6 @@ __all__ = [
 ]
 
 ATTN_IMPLEMENTATION = "attnc"
-KERNEL_DTYPES = (torch.bfloat16, torch.float16)
-KERNEL_HEAD_DIMS = (64, 128, 256)
 WORKSPACE_BYTES = 64 << 20
 _warned: set[str] = set()
 
@@ -181,9 +180,9 @@ def _kernel_blocker(query: torch.Tensor, head_dim: int) -> str | None:
     """Why the CUDA kernels cannot run this call (None when they can)."""
     if not query.is_cuda:
         return "attnc: tensors on the CPU run the generated PyTorch reference (slow)"
-    if query.dtype not in KERNEL_DTYPES:
+    if query.dtype not in KV_DTYPES:
         return f"attnc: {query.dtype} runs the generated PyTorch reference (kernels: bf16/fp16)"
-    if head_dim not in KERNEL_HEAD_DIMS:
+    if head_dim not in HEAD_DIMS:
         return f"attnc: head_dim {head_dim} runs the generated PyTorch reference"
     return None
 

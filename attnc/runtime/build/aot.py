@@ -20,10 +20,10 @@ from pathlib import Path
 
 from attnc.compiler.results import Compiled
 from attnc.runtime.build import jit, modules, toolchain
+from attnc.runtime.checks.tensors import HEAD_DIMS
 
 KINDS = ("prefill", "decode", "all")
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
-HEAD_DIMS = (64, 128, 256)
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,12 @@ from attnc.runtime.build.modules import (
     get_prefill_sm90_module,
     sm90_prefill_available,
 )
+from attnc.runtime.checks.tensors import HEAD_DIMS
 
 PREFILL_BACKENDS = ("auto", "fa2", "sm90")
 # KV layouts the Hopper template serves (TMA for ragged tiles, a cp.async gather for pages).
 SM90_KV_LAYOUTS = ("ragged", "paged")
-SM90_HEAD_DIMS = (64, 128, 256)
+SM90_HEAD_DIMS = HEAD_DIMS  # every head dim the runtime takes
 
 
 @dataclass(frozen=True)
