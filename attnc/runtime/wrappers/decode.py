@@ -37,6 +37,7 @@ from attnc.runtime.wrappers.decode_calls import (
 from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
 from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
+from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 
 
@@ -178,12 +179,7 @@ class BatchDecodeWrapper(DecodePlanning):
         o, lse = decode_op(
             self.handle, q, views.k, views.v, ints, floats, tensor_params, return_lse
         )
-        if out is not None:
-            tensors.check_data_tensor("out", out, tuple(q.shape))
-            tensors.check_same_kind("out", out, "q", q)
-            out.copy_(o)  # o is a new tensor: out may even alias q here
-            o = out
-        return (o, lse) if return_lse else o
+        return traced_result(o, lse, q, out, return_lse)
 
     def launch_functional(
         self,

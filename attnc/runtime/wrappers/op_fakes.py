@@ -1,13 +1,16 @@
 """Owns: the fake (shape-only) implementation shared by the attention custom ops
 (``attnc::prefill``, ``attnc::single_prefill``, ``attnc::decode``), which ``torch.compile``
 traces instead of launching: each returns O shaped like ``q`` and an fp32 LSE of shape
-``[tokens, heads]`` (or an empty one when its last argument ``return_lse`` is false)."""
+``[tokens, heads]`` (or an empty one when its last argument ``return_lse`` is false);
+and ``traced_result``, which turns the (O, LSE) of such an op into what ``run()`` returns."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+
+from attnc.runtime.checks import tensors
 
 
 def attention_outputs(
@@ -35,3 +38,20 @@ def register_attention_fake(
         return attention_outputs(q, bool(return_lse), contiguous_o)
 
     return op.register_fake(fake)  # type: ignore[attr-defined,no-any-return]
+
+
+def traced_result(
+    o: torch.Tensor,
+    lse: torch.Tensor,
+    q: torch.Tensor,
+    out: torch.Tensor | None,
+    return_lse: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """What a traced ``run()`` returns from its op's fresh (O, LSE): O copied into ``out``
+    when given (checked against ``q``), and LSE only when ``return_lse``."""
+    if out is not None:
+        tensors.check_data_tensor("out", out, tuple(q.shape))
+        tensors.check_same_kind("out", out, "q", q)
+        out.copy_(o)  # o is a new tensor: out may even alias q here
+        o = out
+    return (o, lse) if return_lse else o

@@ -29,6 +29,7 @@ from attnc.runtime.planning.prefill_plan import (
 )
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary
 from attnc.runtime.wrappers import prefill_launch, prefill_tile_map
+from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 
 
@@ -276,12 +277,7 @@ class BatchPrefillWrapper:
                 module.module_id, q, views.k, views.v, self._workspace, meta,
                 self._sm_scale, ints, floats, tensor_params, return_lse,
             )  # fmt: skip
-            if out is not None:
-                tensors.check_data_tensor("out", out, tuple(q.shape))
-                tensors.check_same_kind("out", out, "q", q)
-                out.copy_(o)  # o is a new tensor: out may even alias q here
-                o = out
-            return (o, lse) if return_lse else o
+            return traced_result(o, lse, q, out, return_lse)
         o = out if out is not None else torch.empty_like(q)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
         params = prefill_launch.pack_params(module, values)
