@@ -29,6 +29,13 @@ class Variant:
     def __init__(self, compiled: Compiled, warnings: tuple[Diagnostic, ...] = ()) -> None:
         self.compiled = compiled
         self.warnings = warnings
+        ir = compiled.variant  # frozen: the names below never go stale
+        self.name: str = ir.name
+        """The variant's name as the source declares it."""
+        self.doc: str = ir.doc
+        """The variant's ``doc`` string (empty when the source gives none)."""
+        self.params: tuple[ir_nodes.ParamDecl, ...] = ir.params
+        """The runtime params, in the order kernels expect them."""
         # How custom ops (which take no Python objects) name this variant.
         self.handle = next(_HANDLES)
         _VARIANTS[self.handle] = self
@@ -37,21 +44,6 @@ class Variant:
     def ir(self) -> ir_nodes.VariantIR:
         """The optimised IR (what kernels and the reference are generated from)."""
         return self.compiled.variant
-
-    @property
-    def name(self) -> str:
-        """The variant's name as the source declares it."""
-        return self.ir.name
-
-    @property
-    def doc(self) -> str:
-        """The variant's ``doc`` string (empty when the source gives none)."""
-        return self.ir.doc
-
-    @property
-    def params(self) -> tuple[ir_nodes.ParamDecl, ...]:
-        """The runtime params, in the order kernels expect them."""
-        return self.ir.params
 
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)
