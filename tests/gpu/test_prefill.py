@@ -274,7 +274,7 @@ def test_split_kv_matches_reference_and_is_deterministic(name):
         qo_indptr, kv_indptr, hq, hkv, d, kv_indices=torch.cat(indices),
         kv_last_page_len=torch.tensor(lasts, **i32), page_size=page, dtype=dtype,
     )  # fmt: skip
-    assert w._plan is not None and w._plan.num_merge > 0  # the KV really is split
+    assert w._plan is not None and w._plan.schedule.num_merge > 0  # the KV really is split
     params = _params(name, hq, min(kv_lens))
     q, cache = torch.cat(qs), torch.cat(caches)
     o1, lse1 = w.run(q, cache, return_lse=True, **params)
@@ -305,7 +305,7 @@ def test_small_workspace_plans_without_split():
     i32 = dict(dtype=torch.int32)
     w = BatchPrefillWrapper(variant, torch.empty(8 << 10, dtype=torch.uint8, device="cuda"))
     w.plan(torch.tensor([0, 4], **i32), torch.tensor([0, 6000], **i32), 8, 2, 128)
-    assert w._plan is not None and w._plan.num_merge == 0
+    assert w._plan is not None and w._plan.schedule.num_merge == 0
     o = w.run(q, (k, v))
     ref = variant.reference(q.double(), k.double(), v.double())
     assert _rel_err(o, ref) <= _bound(_rel_err(variant.reference(q, k, v), ref))

@@ -37,8 +37,9 @@ def test_make_host_plan_paged():
     # (request, q tile, kv head) heaviest first: request 1's two tiles cost 16+1 and 1+1.
     items = host.schedule.items[:, :3].tolist()
     assert items == [[1, 0, 0], [1, 0, 1], [0, 0, 0], [0, 0, 1], [1, 1, 0], [1, 1, 1]]
-    assert host.max_page == 7 and host.paged and host.batch_size == 2 and host.num_work == 6
-    assert host.num_merge == 0
+    assert host.max_page == 7 and host.paged and host.qo_indptr.numel() == 3
+    assert host.schedule.num_items == 6
+    assert host.schedule.num_merge == 0
     buf = host.packed()
     off = host.layout.offsets
     assert buf[off["kv_indices"] : off["kv_indices"] + 12].view(torch.int32).tolist() == [4, 1, 7]

@@ -83,21 +83,6 @@ class HostPlan:
     part_lse_offset: int
 
     @property
-    def batch_size(self) -> int:
-        """Requests in the plan."""
-        return self.qo_indptr.numel() - 1
-
-    @property
-    def num_work(self) -> int:
-        """Work items the prefill kernel runs."""
-        return self.schedule.num_items
-
-    @property
-    def num_merge(self) -> int:
-        """Split-KV merge items (0 when no request is split)."""
-        return self.schedule.num_merge
-
-    @property
     def total_bytes(self) -> int:
         """Workspace bytes the plan uses."""
         return self.part_lse_offset + 4 * self.schedule.part_rows

@@ -303,9 +303,9 @@ def _launch_meta(
     """The ``prefill_launch.META_FIELDS`` of a plan."""
     off = host.layout.offsets
     return [
-        host.batch_size,
-        host.num_work,
-        host.num_merge,
+        host.qo_indptr.numel() - 1,  # requests
+        host.schedule.num_items,
+        host.schedule.num_merge,
         host.tile_q_tokens,
         host.page_size,
         kv_code,
