@@ -10,19 +10,17 @@ node once however many parents it has.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Union
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar, Union
 
-from attnc.dsl.errors import NO_LOC, Loc
+from attnc.dsl.located import Located
 
 I32 = "i32"
 F32 = "f32"
 BOOL = "bool"
 TYPES = (I32, F32, BOOL)
-
-
-def _loc() -> Loc:
-    return field(default=NO_LOC, compare=False, repr=False)  # type: ignore[return-value]
+NodeT = TypeVar("NodeT")
 
 
 def _shared(cls):
@@ -155,55 +153,50 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 
 @_shared
 @dataclass(frozen=True)
-class Const:
+class Const(Located):
     value: float | int | bool
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Builtin:
+class Builtin(Located):
     name: str
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class ParamRef:
+class ParamRef(Located):
     """A scalar runtime param."""
 
     name: str
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class TensorLoad:
+class TensorLoad(Located):
     """``name[indices]`` of a tensor param (dense, row-major)."""
 
     name: str
     indices: tuple[Expr, ...]
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Unary:
+class Unary(Located):
     """``op``: ``neg`` or ``not``."""
 
     op: str
     x: Expr
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Binary:
+class Binary(Located):
     """``op``: ``+ - * / % < <= > >= == != && ||``. Operands already share a type
     (casts are explicit); ``/`` and ``%`` on i32 truncate toward zero like C, with
     ``x / 0 == 0`` and ``x % 0 == x``."""
@@ -212,38 +205,34 @@ class Binary:
     a: Expr
     b: Expr
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Select:
+class Select(Located):
     cond: Expr
     a: Expr
     b: Expr
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Call:
+class Call(Located):
     """A built-in math function (see FUNCTIONS); arguments already share a type."""
 
     fn: str
     args: tuple[Expr, ...]
     type: str
-    loc: Loc = _loc()
 
 
 @_shared
 @dataclass(frozen=True)
-class Cast:
+class Cast(Located):
     """Conversion to ``type`` (i32 -> f32 exact; f32 -> i32 truncates like C)."""
 
     x: Expr
     type: str
-    loc: Loc = _loc()
 
 
 Expr = Union[Const, Builtin, ParamRef, TensorLoad, Unary, Binary, Select, Call, Cast]
@@ -254,7 +243,7 @@ ARITHMETIC = ("+", "-", "*", "/", "%")
 
 
 @dataclass(frozen=True)
-class ParamDecl:
+class ParamDecl(Located):
     """A runtime param. ``kind`` is ``scalar`` or ``tensor``; ``dims`` hold ints or the
     names ``num_qo_heads``/``num_kv_heads``/``head_dim``, and as the first dim only one of
     :data:`TOKEN_DIMS` (``kv_len``, ``q_len``, ``batch_size``); ``default`` is a Python value."""
@@ -264,7 +253,6 @@ class ParamDecl:
     dtype: str
     dims: tuple[int | str, ...] = ()
     default: float | int | bool | None = None
-    loc: Loc = _loc()
 
     @property
     def required(self) -> bool:
@@ -280,7 +268,7 @@ class ParamDecl:
 
 
 @dataclass(frozen=True)
-class VariantIR:
+class VariantIR(Located):
     """One lowered variant. ``score``/``mask``/``output``/``sink`` are None when not given
     (identity score, no mask, identity output, no sink). ``sink`` is a row-level f32 logit
     added to every row's softmax denominator (language v2)."""
@@ -295,7 +283,6 @@ class VariantIR:
     kv_layouts: tuple[str, ...] = ("paged", "ragged", "dense")
     file: str = ""
     sink: Expr | None = None
-    loc: Loc = _loc()
 
     def param(self, name: str) -> ParamDecl:
         for p in self.params:
@@ -346,9 +333,17 @@ def walk(e: Expr):
 
 def postorder(e: Expr) -> list[Expr]:
     """Every distinct node of ``e`` once, children before parents (iterative)."""
-    out: list[Expr] = []
+    return postorder_of((e,), children)
+
+
+def postorder_of(
+    roots: Sequence[NodeT], children_of: Callable[[NodeT], Sequence[NodeT]]
+) -> list[NodeT]:
+    """Every distinct object reachable from ``roots`` (by identity) once, children before
+    parents, left to right; iterative, so deep graphs need no recursion."""
+    out: list[NodeT] = []
     seen: set[int] = set()
-    stack: list[tuple[Expr, bool]] = [(e, False)]
+    stack: list[tuple[NodeT, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -358,7 +353,7 @@ def postorder(e: Expr) -> list[Expr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((c, False) for c in reversed(children(node)))
+        stack.extend((c, False) for c in reversed(children_of(node)) if id(c) not in seen)
     return out
 
 

@@ -8,6 +8,7 @@ Expressions are lowered by :mod:`attnc.compiler.lower_expr`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from attnc.compiler import ir
 from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
@@ -20,6 +21,7 @@ NORMALIZE_MODES = ("softmax", "none")
 KV_LAYOUTS = ("paged", "ragged", "dense")
 TENSOR_DIM_NAMES = ("num_qo_heads", "num_kv_heads", "head_dim")
 ALL_DIM_NAMES = TENSOR_DIM_NAMES + tuple(ir.TOKEN_DIMS)
+TopItemT = TypeVar("TopItemT", ast.Variant, ast.Def)
 
 
 @dataclass(frozen=True)
@@ -53,20 +55,14 @@ def lower_modules(modules: list[ast.Module]) -> Program:
     variants: list[ir.VariantIR] = []
     warnings: list[Diagnostic] = []
     root = modules[-1]
-    for module in modules:
-        for item in module.items:
-            if not isinstance(item, ast.Variant):
-                continue
-            if item.name in seen:
-                raise AttnError(
-                    item.loc,
-                    f"duplicate variant '{item.name}' (first defined at {seen[item.name]})",
-                )
-            seen[item.name] = item.loc
-            if module is root:
-                variant, found = _lower_variant(item, defs, module.file)
-                variants.append(variant)
-                warnings.extend(found)
+    for module, item in _top_items(modules, ast.Variant):
+        if item.name in seen:
+            raise _duplicate(item, "variant", seen[item.name])
+        seen[item.name] = item.loc
+        if module is root:
+            variant, found = _lower_variant(item, defs, module.file)
+            variants.append(variant)
+            warnings.extend(found)
     return Program(tuple(variants), tuple(warnings))
 
 
@@ -77,21 +73,27 @@ def lower_module(module: ast.Module) -> Program:
 
 def _collect_defs(modules: list[ast.Module]) -> dict[str, ast.Def]:
     defs: dict[str, ast.Def] = {}
-    for module in modules:
-        for item in module.items:
-            if not isinstance(item, ast.Def):
-                continue
-            if item.name in defs:
-                raise AttnError(
-                    item.loc,
-                    f"duplicate def '{item.name}' (first defined at {defs[item.name].loc})",
-                )
-            if item.name in ir.FUNCTIONS or item.name in ir.BUILTINS:
-                raise AttnError(item.loc, f"def '{item.name}' shadows a built-in")
-            if len(set(item.params)) != len(item.params):
-                raise AttnError(item.loc, f"def '{item.name}' repeats an argument name")
-            defs[item.name] = item
+    for _, item in _top_items(modules, ast.Def):
+        if item.name in defs:
+            raise _duplicate(item, "def", defs[item.name].loc)
+        if item.name in ir.FUNCTIONS or item.name in ir.BUILTINS:
+            raise AttnError(item.loc, f"def '{item.name}' shadows a built-in")
+        if len(set(item.params)) != len(item.params):
+            raise AttnError(item.loc, f"def '{item.name}' repeats an argument name")
+        defs[item.name] = item
     return defs
+
+
+def _top_items(
+    modules: list[ast.Module], kind: type[TopItemT]
+) -> list[tuple[ast.Module, TopItemT]]:
+    """``(module, item)`` for every top-level item of type ``kind``, in file order."""
+    return [(m, item) for m in modules for item in m.items if isinstance(item, kind)]
+
+
+def _duplicate(item: ast.Variant | ast.Def, what: str, first: Loc) -> AttnError:
+    """The error for a second top-level ``what`` named like one defined at ``first``."""
+    return AttnError(item.loc, f"duplicate {what} '{item.name}' (first defined at {first})")
 
 
 class _VariantLowering:
@@ -194,7 +196,7 @@ class _VariantLowering:
         if decl.kind == "tensor":
             self.scope.tensors[item.name] = decl
         else:
-            self.scope.values[item.name] = ir.ParamRef(item.name, decl.dtype, item.loc)
+            self.scope.values[item.name] = ir.ParamRef(item.name, decl.dtype, loc=item.loc)
 
     def _assign(self, item: ast.Assign) -> None:
         target = item.target
@@ -303,14 +305,14 @@ def _param_decl(item: ast.Param) -> ir.ParamDecl:
             )
         dims = tuple(_tensor_dim(d) for d in item.type.dims)
         _check_token_dims(item.type.dims, dims)
-        return ir.ParamDecl(item.name, "tensor", item.type.elem, dims, None, item.loc)
+        return ir.ParamDecl(item.name, "tensor", item.type.elem, dims, None, loc=item.loc)
     dtype = item.type.name
     if dtype not in ir.TYPES:
         raise AttnError(
             item.type.loc, f"unknown type '{dtype}'; expected f32, i32, bool or tensor<...>"
         )
     default = None if item.default is None else _default_value(item.default, dtype)
-    return ir.ParamDecl(item.name, "scalar", dtype, (), default, item.loc)
+    return ir.ParamDecl(item.name, "scalar", dtype, (), default, loc=item.loc)
 
 
 def _tensor_dim(d: ast.Expr) -> int | str:

@@ -72,14 +72,14 @@ def _num(e: ast.Num, scope: Scope) -> ir.Expr:
         value = round_f32(float(e.value))
         if not is_finite(value):
             raise AttnError(e.loc, "float literal rounds to infinity in f32 (at most 3.4028235e38)")
-        return ir.Const(value, ir.F32, e.loc)
+        return ir.Const(value, ir.F32, loc=e.loc)
     if abs(int(e.value)) > INT32_MAX:
         raise AttnError(e.loc, f"integer literal {e.value} does not fit in i32")
-    return ir.Const(int(e.value), ir.I32, e.loc)
+    return ir.Const(int(e.value), ir.I32, loc=e.loc)
 
 
 def _bool(e: ast.BoolLit, scope: Scope) -> ir.Expr:
-    return ir.Const(bool(e.value), ir.BOOL, e.loc)
+    return ir.Const(bool(e.value), ir.BOOL, loc=e.loc)
 
 
 def _name(e: ast.Name, scope: Scope) -> ir.Expr:
@@ -89,9 +89,9 @@ def _name(e: ast.Name, scope: Scope) -> ir.Expr:
             scope.used_params.add(value.name)
         return _relocate(value, e.loc)
     if e.id in ir.BUILTINS:
-        return ir.Builtin(e.id, ir.BUILTINS[e.id][0], e.loc)
+        return ir.Builtin(e.id, ir.BUILTINS[e.id][0], loc=e.loc)
     if e.id == ir.OUTPUT_BUILTIN and scope.allow_out:
-        return ir.Builtin(ir.OUTPUT_BUILTIN, ir.F32, e.loc)
+        return ir.Builtin(ir.OUTPUT_BUILTIN, ir.F32, loc=e.loc)
     if e.id == ir.OUTPUT_BUILTIN:
         raise AttnError(e.loc, "'out' can only be used in 'output = ...'")
     if e.id in scope.tensors:
@@ -104,7 +104,7 @@ def _name(e: ast.Name, scope: Scope) -> ir.Expr:
 def _relocate(value: ir.Expr, loc: Loc) -> ir.Expr:
     # A bare param reference takes the location of its use, for messages about it.
     if isinstance(value, ir.ParamRef):
-        return ir.ParamRef(value.name, value.type, loc)
+        return ir.ParamRef(value.name, value.type, loc=loc)
     return value
 
 
@@ -112,11 +112,11 @@ def _unary(e: ast.Unary, scope: Scope) -> ir.Expr:
     x = lower_expr(e.operand, scope)
     if e.op == "!":
         _expect(x, ir.BOOL, e.loc, "operand of '!'")
-        return ir.Unary("not", x, ir.BOOL, e.loc)
+        return ir.Unary("not", x, ir.BOOL, loc=e.loc)
     _expect_numeric(x, e.loc, f"operand of unary '{e.op}'")
     if e.op == "+":
         return x
-    return ir.Unary("neg", x, x.type, e.loc)
+    return ir.Unary("neg", x, x.type, loc=e.loc)
 
 
 def _binary(e: ast.Binary, scope: Scope) -> ir.Expr:
@@ -126,9 +126,9 @@ def _binary(e: ast.Binary, scope: Scope) -> ir.Expr:
     if op in ir.LOGICAL:
         _expect(a, ir.BOOL, e.left.loc, f"left operand of '{op}'")
         _expect(b, ir.BOOL, e.right.loc, f"right operand of '{op}'")
-        return ir.Binary(op, a, b, ir.BOOL, e.loc)
+        return ir.Binary(op, a, b, ir.BOOL, loc=e.loc)
     if op in ("==", "!=") and a.type == ir.BOOL and b.type == ir.BOOL:
-        return ir.Binary(op, a, b, ir.BOOL, e.loc)
+        return ir.Binary(op, a, b, ir.BOOL, loc=e.loc)
     _expect_numeric(a, e.left.loc, f"left operand of '{op}'")
     _expect_numeric(b, e.right.loc, f"right operand of '{op}'")
     if op in ("/", "%") and isinstance(b, ir.Const) and b.value == 0:
@@ -136,7 +136,7 @@ def _binary(e: ast.Binary, scope: Scope) -> ir.Expr:
         raise AttnError(e.right.loc, f"{what} by zero")
     a, b = promote(a, b)
     result = ir.BOOL if op in ir.COMPARISONS else a.type
-    return ir.Binary(op, a, b, result, e.loc)
+    return ir.Binary(op, a, b, result, loc=e.loc)
 
 
 def _ternary(e: ast.Ternary, scope: Scope) -> ir.Expr:
@@ -148,7 +148,7 @@ def _ternary(e: ast.Ternary, scope: Scope) -> ir.Expr:
         raise AttnError(e.loc, f"branches of '?:' have incompatible types {a.type} and {b.type}")
     if a.type != ir.BOOL:
         a, b = promote(a, b)
-    return ir.Select(cond, a, b, a.type, e.loc)
+    return ir.Select(cond, a, b, a.type, loc=e.loc)
 
 
 def _index(e: ast.Index, scope: Scope) -> ir.Expr:
@@ -175,7 +175,7 @@ def _index(e: ast.Index, scope: Scope) -> ir.Expr:
     if wrong is not None:
         raise AttnError(e.indices[0].loc, wrong)
     scope.used_params.add(e.name)
-    return ir.TensorLoad(e.name, tuple(indices), decl.dtype, e.loc)
+    return ir.TensorLoad(e.name, tuple(indices), decl.dtype, loc=e.loc)
 
 
 def _call(e: ast.Call, scope: Scope) -> ir.Expr:
@@ -199,7 +199,7 @@ def _call(e: ast.Call, scope: Scope) -> ir.Expr:
         args = [cast(a, ir.F32) for a in args]
     else:
         args = list(promote(*args))
-    return ir.Call(e.func, tuple(args), args[0].type, e.loc)
+    return ir.Call(e.func, tuple(args), args[0].type, loc=e.loc)
 
 
 def _inline_def(e: ast.Call, scope: Scope) -> ir.Expr:
@@ -232,12 +232,12 @@ def cast(x: ir.Expr, target: str) -> ir.Expr:
         return x
     if isinstance(x, ir.Const) and x.type != ir.BOOL:
         if target == ir.F32:
-            return ir.Const(round_f32(float(x.value)), target, x.loc)
+            return ir.Const(round_f32(float(x.value)), target, loc=x.loc)
         value = float(x.value)
         if not (is_finite(value) and I32_MIN <= int(value) <= I32_MAX):
             raise AttnError(x.loc, f"{value!r} converted to i32 is outside the i32 range")
-        return ir.Const(int(value), target, x.loc)
-    return ir.Cast(x, target, x.loc)
+        return ir.Const(int(value), target, loc=x.loc)
+    return ir.Cast(x, target, loc=x.loc)
 
 
 def _expect(x: ir.Expr, type_: str, loc: Loc, what: str) -> None:

@@ -24,10 +24,10 @@ def _minmax(call: ir.Call) -> tuple[str, ir.Expr, ir.Expr]:
     min(max(x, lo), hi)."""
     if call.fn == "abs":
         x = call.args[0]
-        return "max", x, ir.Unary("neg", x, x.type, call.loc)
+        return "max", x, ir.Unary("neg", x, x.type, loc=call.loc)
     if call.fn == "clamp":
         x, lo, hi = call.args
-        return "min", ir.Call("max", (x, lo), x.type, call.loc), hi
+        return "min", ir.Call("max", (x, lo), x.type, loc=call.loc), hi
     return call.fn, call.args[0], call.args[1]
 
 
@@ -36,11 +36,11 @@ def _is_split_call(e: ir.Expr) -> bool:
 
 
 def _compare(op: str, a: ir.Expr, b: ir.Expr, loc) -> ir.Expr:
-    return ir.Binary(op, a, b, ir.BOOL, loc)
+    return ir.Binary(op, a, b, ir.BOOL, loc=loc)
 
 
 def _join(op: str, a: ir.Expr, b: ir.Expr, loc) -> ir.Expr:
-    return ir.Binary(op, a, b, ir.BOOL, loc)
+    return ir.Binary(op, a, b, ir.BOOL, loc=loc)
 
 
 def split_comparison(e: ir.Binary, op: str) -> ir.Expr | None:

@@ -96,7 +96,7 @@ def _fold_constant(e: ir.Expr) -> ir.Const | None:
         value = evaluate(e, {}, binary32=True)
     except (EvalError, KeyError, ZeroDivisionError, OverflowError, ValueError):
         return None
-    return ir.Const(value, e.type, e.loc)
+    return ir.Const(value, e.type, loc=e.loc)
 
 
 def _has_free_leaf(e: ir.Expr) -> bool:
@@ -140,7 +140,7 @@ def _simplify_bool(e: ir.Expr) -> ir.Expr:
             if isinstance(x, ir.Const):
                 absorbing = e.op == "||"
                 if bool(x.value) == absorbing:
-                    return ir.Const(absorbing, ir.BOOL, e.loc)
+                    return ir.Const(absorbing, ir.BOOL, loc=e.loc)
                 return y
         if a == b:
             return a
@@ -150,7 +150,7 @@ def _simplify_bool(e: ir.Expr) -> ir.Expr:
         if isinstance(x, ir.Unary) and x.op == "not":
             return x.x
         if isinstance(x, ir.Const):
-            return ir.Const(not x.value, ir.BOOL, e.loc)
+            return ir.Const(not x.value, ir.BOOL, loc=e.loc)
         return replace(e, x=x)
     return _simplify_children(e)
 
@@ -264,14 +264,14 @@ class SympyConverter:
         if want == ir.F32 and expr.is_integer:
             inner = self.from_sympy(expr, ir.I32, origin)
             if isinstance(inner, ir.Const):
-                return ir.Const(float(inner.value), ir.F32, loc)
-            return ir.Cast(inner, ir.F32, loc)
+                return ir.Const(float(inner.value), ir.F32, loc=loc)
+            return ir.Cast(inner, ir.F32, loc=loc)
         if isinstance(expr, sympy.Symbol):
             return self.leaves[expr]
         if expr.is_Number:
             if want == ir.I32:
-                return ir.Const(wrap_i32(int(expr)), ir.I32, loc)
-            return ir.Const(round_f32(float(expr)), ir.F32, loc)
+                return ir.Const(wrap_i32(int(expr)), ir.I32, loc=loc)
+            return ir.Const(round_f32(float(expr)), ir.F32, loc=loc)
         if isinstance(expr, sympy.Add):
             return self._add(expr, want, origin)
         if isinstance(expr, sympy.Mul):
@@ -292,14 +292,14 @@ class SympyConverter:
         loc = origin.loc
         if not positive:
             result: ir.Expr = ir.Unary(
-                "neg", self.from_sympy(negative.pop(0), want, origin), want, loc
+                "neg", self.from_sympy(negative.pop(0), want, origin), want, loc=loc
             )
         else:
             result = self.from_sympy(positive[0], want, origin)
             for t in positive[1:]:
-                result = ir.Binary("+", result, self.from_sympy(t, want, origin), want, loc)
+                result = ir.Binary("+", result, self.from_sympy(t, want, origin), want, loc=loc)
         for t in negative:
-            result = ir.Binary("-", result, self.from_sympy(t, want, origin), want, loc)
+            result = ir.Binary("-", result, self.from_sympy(t, want, origin), want, loc=loc)
         return result
 
     def _mul(self, expr: sympy.Expr, want: str, origin: ir.Expr) -> ir.Expr:
@@ -310,7 +310,7 @@ class SympyConverter:
                 coeff = coeff * f
         factors = tuple(f for f in factors if not f.is_Number)
         if coeff < 0:
-            return ir.Unary("neg", self.from_sympy(-expr, want, origin), want, loc)
+            return ir.Unary("neg", self.from_sympy(-expr, want, origin), want, loc=loc)
         num: list[sympy.Expr] = [] if float(coeff) == 1.0 else [coeff]
         den: list[sympy.Expr] = []
         for f in factors:
@@ -332,19 +332,19 @@ class SympyConverter:
             return numerator
         denominator = self._product(den, want, origin)
         if level(denominator) == ir.REQUEST and level(numerator) > ir.REQUEST:
-            one = ir.Const(1.0, ir.F32, loc)
-            reciprocal = ir.Binary("/", one, denominator, ir.F32, loc)
+            one = ir.Const(1.0, ir.F32, loc=loc)
+            reciprocal = ir.Binary("/", one, denominator, ir.F32, loc=loc)
             if isinstance(numerator, ir.Const) and numerator.value == 1.0:
                 return reciprocal
-            return ir.Binary("*", numerator, reciprocal, ir.F32, loc)
-        return ir.Binary("/", numerator, denominator, ir.F32, loc)
+            return ir.Binary("*", numerator, reciprocal, ir.F32, loc=loc)
+        return ir.Binary("/", numerator, denominator, ir.F32, loc=loc)
 
     def _product(self, factors: list[sympy.Expr], want: str, origin: ir.Expr) -> ir.Expr:
         if not factors:
-            return ir.Const(1 if want == ir.I32 else 1.0, want, origin.loc)
+            return ir.Const(1 if want == ir.I32 else 1.0, want, loc=origin.loc)
         result = self.from_sympy(factors[0], want, origin)
         for f in factors[1:]:
-            result = ir.Binary("*", result, self.from_sympy(f, want, origin), want, origin.loc)
+            result = ir.Binary("*", result, self.from_sympy(f, want, origin), want, loc=origin.loc)
         return result
 
 

@@ -9,80 +9,69 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Union
 
-from attnc.dsl.errors import NO_LOC, Loc
-
-
-def _loc() -> Loc:
-    return field(default=NO_LOC, compare=False, repr=False)  # type: ignore[return-value]
+from attnc.dsl.errors import Loc
+from attnc.dsl.located import Located
 
 
 # ----------------------------------------------------------------------------- expressions
 @dataclass(frozen=True)
-class Num:
+class Num(Located):
     """A numeric literal; ``is_float`` is true when written with a '.' or exponent."""
 
     value: float | int
     is_float: bool
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class BoolLit:
+class BoolLit(Located):
     value: bool
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Name:
+class Name(Located):
     """A reference to a built-in, param, let, or def argument."""
 
     id: str
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Unary:
+class Unary(Located):
     """``op`` is one of ``-``, ``!``, ``+``."""
 
     op: str
     operand: Expr
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Binary:
+class Binary(Located):
     """``op`` is one of ``+ - * / % < <= > >= == != && ||``."""
 
     op: str
     left: Expr
     right: Expr
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Ternary:
+class Ternary(Located):
     cond: Expr
     then: Expr
     otherwise: Expr
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Call:
+class Call(Located):
     """A call of a built-in function or a top-level ``def``."""
 
     func: str
     args: tuple[Expr, ...]
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Index:
+class Index(Located):
     """``name[i, j, ...]`` on a tensor param."""
 
     name: str
     indices: tuple[Expr, ...]
-    loc: Loc = _loc()
 
 
 Expr = Union[Num, BoolLit, Name, Unary, Binary, Ternary, Call, Index]
@@ -90,105 +79,93 @@ Expr = Union[Num, BoolLit, Name, Unary, Binary, Ternary, Call, Index]
 
 # ----------------------------------------------------------------------------- declarations
 @dataclass(frozen=True)
-class ScalarType:
+class ScalarType(Located):
     """``f32``, ``i32`` or ``bool``."""
 
     name: str
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class TensorType:
+class TensorType(Located):
     """``tensor<f32|i32>[dim, ...]``; a dim is a Num or a Name (``num_qo_heads`` ...)."""
 
     elem: str
     dims: tuple[Expr, ...]
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Doc:
+class Doc(Located):
     text: str
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Param:
+class Param(Located):
     name: str
     type: ScalarType | TensorType
     default: Expr | None
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Let:
+class Let(Located):
     name: str
     value: Expr
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Assign:
+class Assign(Located):
     """``target = value;`` for score, mask, output, sink (any other target is a lowering
     error)."""
 
     target: str
     value: Expr
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Normalize:
+class Normalize(Located):
     """``normalize = softmax | none;`` (``mode`` as written; checked in lowering)."""
 
     mode: str
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class KvLayout:
+class KvLayout(Located):
     """``kv_layout = paged | ragged | dense;`` (names as written; checked in lowering)."""
 
     layouts: tuple[str, ...]
-    loc: Loc = _loc()
 
 
 VariantItem = Union[Doc, Param, Let, Assign, Normalize, KvLayout]
 
 
 @dataclass(frozen=True)
-class Variant:
+class Variant(Located):
     name: str
     items: tuple[VariantItem, ...]
-    loc: Loc = _loc()
 
 
 @dataclass(frozen=True)
-class Def:
+class Def(Located):
     """Top-level helper ``def name(a, b) = expr;``."""
 
     name: str
     params: tuple[str, ...]
     body: Expr
-    loc: Loc = _loc()
     param_locs: tuple[Loc, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
-class Import:
+class Import(Located):
     """``import "path.attn";`` (path relative to the importing file)."""
 
     path: str
-    loc: Loc = _loc()
 
 
 TopItem = Union[Import, Def, Variant]
 
 
 @dataclass(frozen=True)
-class Module:
+class Module(Located):
     """One parsed file."""
 
     file: str
     items: tuple[TopItem, ...]
-    loc: Loc = _loc()

@@ -70,11 +70,11 @@ class AstBuilder:
     def module(self, tree: Tree[Any]) -> ast.Module:
         """The whole file."""
         items = tuple(self._items[t.data](t) for t in _trees(tree.children))
-        return ast.Module(self.file, items, Loc(self.file, 1, 1))
+        return ast.Module(self.file, items, loc=Loc(self.file, 1, 1))
 
     def _import(self, tree: Tree[Any]) -> ast.Import:
         (path,) = _tokens(tree.children, "STRING")
-        return ast.Import(string_value(path, self.file), self.loc(tree))
+        return ast.Import(string_value(path, self.file), loc=self.loc(tree))
 
     def _def(self, tree: Tree[Any]) -> ast.Def:
         name, *params = _tokens(tree.children, "NAME")
@@ -83,53 +83,57 @@ class AstBuilder:
             self._name(name),
             tuple(self._name(p) for p in params),
             body,
-            self.loc(tree),
-            tuple(self.loc(p) for p in params),
+            loc=self.loc(tree),
+            param_locs=tuple(self.loc(p) for p in params),
         )
 
     def _variant(self, tree: Tree[Any]) -> ast.Variant:
         name = _tokens(tree.children, "NAME")[0]
         items = tuple(self._items[t.data](t) for t in _trees(tree.children))
-        return ast.Variant(self._name(name), items, self.loc(tree))
+        return ast.Variant(self._name(name), items, loc=self.loc(tree))
 
     def _doc(self, tree: Tree[Any]) -> ast.Doc:
         (text,) = _tokens(tree.children, "STRING")
-        return ast.Doc(string_value(text, self.file), self.loc(tree))
+        return ast.Doc(string_value(text, self.file), loc=self.loc(tree))
 
     def _param(self, tree: Tree[Any]) -> ast.Param:
         _, name, type_tree, *rest = tree.children
         default = self.expr(rest[0]) if rest and rest[0] is not None else None
-        return ast.Param(self._name(_leaf(name)), self._type(type_tree), default, self.loc(tree))
+        return ast.Param(
+            self._name(_leaf(name)), self._type(type_tree), default, loc=self.loc(tree)
+        )
 
     def _type(self, tree: Tree[Any]) -> ast.ScalarType | ast.TensorType:
         if tree.data == "scalar_type":
-            return ast.ScalarType(str(tree.children[0]), self.loc(tree))
+            return ast.ScalarType(str(tree.children[0]), loc=self.loc(tree))
         _, elem, *dims = tree.children
-        return ast.TensorType(str(elem), tuple(self._dim(_leaf(d)) for d in dims), self.loc(tree))
+        return ast.TensorType(
+            str(elem), tuple(self._dim(_leaf(d)) for d in dims), loc=self.loc(tree)
+        )
 
     def _dim(self, tok: Token) -> ast.Expr:
         if tok.type == "NAME":
-            return ast.Name(self._name(tok), self.loc(tok))
+            return ast.Name(self._name(tok), loc=self.loc(tok))
         value, is_float = number_value(tok, self.file)
         if is_float:
             raise AttnError(self.loc(tok), "a tensor dimension must be an integer or a name")
-        return ast.Num(value, False, self.loc(tok))
+        return ast.Num(value, False, loc=self.loc(tok))
 
     def _let(self, tree: Tree[Any]) -> ast.Let:
         _, name, value = tree.children
-        return ast.Let(self._name(_leaf(name)), self.expr(value), self.loc(tree))
+        return ast.Let(self._name(_leaf(name)), self.expr(value), loc=self.loc(tree))
 
     def _assign(self, tree: Tree[Any]) -> ast.Assign:
         target, value = tree.children
-        return ast.Assign(self._name(_leaf(target)), self.expr(value), self.loc(tree))
+        return ast.Assign(self._name(_leaf(target)), self.expr(value), loc=self.loc(tree))
 
     def _normalize(self, tree: Tree[Any]) -> ast.Normalize:
         (mode,) = _tokens(tree.children, "NAME")
-        return ast.Normalize(self._name(mode), self.loc(tree))
+        return ast.Normalize(self._name(mode), loc=self.loc(tree))
 
     def _kv_layout(self, tree: Tree[Any]) -> ast.KvLayout:
         names = _tokens(tree.children, "NAME")
-        return ast.KvLayout(tuple(self._name(n) for n in names), self.loc(tree))
+        return ast.KvLayout(tuple(self._name(n) for n in names), loc=self.loc(tree))
 
     # ------------------------------------------------------------------ expressions
     def expr(self, node: Node, depth: int = 0) -> ast.Expr:
@@ -145,25 +149,25 @@ class AstBuilder:
             None if k is None or isinstance(k, Token) else self.expr(k, depth + 1) for k in kids
         ]
         if node.data == "unary":
-            return ast.Unary(str(kids[0]), _present(subs)[0], loc)
+            return ast.Unary(str(kids[0]), _present(subs)[0], loc=loc)
         if node.data == "binary":
             left, right = _present(subs)
-            return ast.Binary(str(kids[1]), left, right, loc)
+            return ast.Binary(str(kids[1]), left, right, loc=loc)
         if node.data == "ternary":
             cond, then, other = _present(subs)
-            return ast.Ternary(cond, then, other, loc)
+            return ast.Ternary(cond, then, other, loc=loc)
         name = self._name(_leaf(kids[0]))
         if node.data == "call":
-            return ast.Call(name, tuple(_present(subs)), loc)
-        return ast.Index(name, tuple(_present(subs)), loc)
+            return ast.Call(name, tuple(_present(subs)), loc=loc)
+        return ast.Index(name, tuple(_present(subs)), loc=loc)
 
     def _leaf_expr(self, kind: str, tok: Token, loc: Loc) -> ast.Expr:
         if kind == "number":
             value, is_float = number_value(tok, self.file)
-            return ast.Num(value, is_float, loc)
+            return ast.Num(value, is_float, loc=loc)
         if kind == "name":
-            return ast.Name(self._name(tok), loc)
-        return ast.BoolLit(kind == "true", loc)
+            return ast.Name(self._name(tok), loc=loc)
+        return ast.BoolLit(kind == "true", loc=loc)
 
 
 def _present(exprs: list[ast.Expr | None]) -> list[ast.Expr]:

@@ -7,8 +7,9 @@ its cause, leaves as an :class:`~attnc.dsl.errors.AttnError` with a location in 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lark import Lark, Tree
 from lark.exceptions import LarkError
@@ -21,6 +22,7 @@ from attnc.dsl.syntax_errors import translate
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 NESTED_TOO_DEEPLY = too_deep_message("expression", MAX_EXPR_DEPTH)
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=2)
@@ -42,31 +44,28 @@ def grammar_parser(strict: bool = False) -> Lark:
     )
 
 
-def _parse_tree(text: str, file: str, start: str) -> Tree[Any]:
+def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[Any]], T]) -> T:
+    """``build(builder, tree)`` on the parse tree of ``text`` from the rule ``start``; syntax
+    errors and nesting too deep for Python's stack leave as :class:`AttnError`."""
     SOURCES.add(file, text)
     try:
-        return grammar_parser().parse(text, start=start)
+        tree = grammar_parser().parse(text, start=start)
     except LarkError as err:
         raise translate(err, text, file) from None
+    except RecursionError:
+        raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
+    try:
+        with deep_recursion():
+            return build(AstBuilder(file), tree)
     except RecursionError:
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
 
 
 def parse_module(text: str, file: str = "<string>") -> ast.Module:
     """Parse a whole `.attn` file into an :class:`ast.Module`."""
-    tree = _parse_tree(text, file, "module")
-    try:
-        with deep_recursion():
-            return AstBuilder(file).module(tree)
-    except RecursionError:
-        raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
+    return _parse(text, file, "module", lambda builder, tree: builder.module(tree))
 
 
 def parse_expr(text: str, file: str = "<string>") -> ast.Expr:
     """Parse one expression (used by tests and tools)."""
-    tree = _parse_tree(text, file, "expr_only")
-    try:
-        with deep_recursion():
-            return AstBuilder(file).expr(tree.children[0])
-    except RecursionError:
-        raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
+    return _parse(text, file, "expr_only", lambda builder, tree: builder.expr(tree.children[0]))

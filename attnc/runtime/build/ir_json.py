@@ -20,6 +20,8 @@ import importlib
 import math
 from typing import Any
 
+from attnc.compiler.ir import postorder_of
+
 ALLOWED_MODULES = ("attnc.compiler.", "attnc.dsl.")
 _MAX_NODES = 1_000_000
 
@@ -59,20 +61,7 @@ def _node_children(node: object) -> list[object]:
 def _post_order(root: object) -> list[object]:
     """Every dataclass instance reachable from ``root``, each once, children first
     (iterative: deep expression trees need no recursion)."""
-    order: list[object] = []
-    seen: set[int] = set()
-    stack: list[tuple[object, bool]] = [(c, False) for c in reversed(_children(root))]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            order.append(node)
-            continue
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((c, False) for c in reversed(_node_children(node)) if id(c) not in seen)
-    return order
+    return postorder_of(_children(root), _node_children)
 
 
 def _encode_value(value: object, index: dict[int, int]) -> Any:
