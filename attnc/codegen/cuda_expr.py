@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from attnc.codegen.expr_text import ExprText
 from attnc.codegen.names import param_field
 from attnc.compiler import ir
 from attnc.compiler.numeric import I32_MIN, shortest_f32_text
@@ -35,47 +36,82 @@ class CudaContext:
 
 def render(e: ir.Expr, ctx: CudaContext) -> str:
     """C++ text of ``e``."""
-    name = ctx.hoisted.get(e)
-    if name is not None:
-        return name
-    if isinstance(e, ir.Const):
+    return _CudaText(ctx).render(e)
+
+
+class _CudaText(ExprText):
+    """C++ spelling of IR expressions at one place of the functor (see :class:`CudaContext`)."""
+
+    def __init__(self, ctx: CudaContext) -> None:
+        super().__init__(ctx.hoisted)
+        self.ctx = ctx
+
+    def const(self, e: ir.Const) -> str:
+        """A C++ literal."""
         return render_const(e)
-    if isinstance(e, ir.Builtin):
-        return ctx.builtins[e.name]
-    if isinstance(e, ir.ParamRef):
+
+    def builtin(self, e: ir.Builtin) -> str:
+        """The built-in's spelling at this place."""
+        return self.ctx.builtins[e.name]
+
+    def param_ref(self, e: ir.ParamRef) -> str:
+        """The param's field of ``p`` (a bool param is stored as a number)."""
         field_ = f"p.{cpp_name(e.name)}"
-        return f"({field_} != 0)" if e.name in ctx.bool_params else field_
-    if isinstance(e, ir.TensorLoad):
-        load = f"p.{cpp_name(e.name)}[{_flat_index(e, ctx)}]"
+        return f"({field_} != 0)" if e.name in self.ctx.bool_params else field_
+
+    def tensor_load(self, e: ir.TensorLoad) -> str:
+        """An element of the tensor param's array."""
+        load = f"p.{cpp_name(e.name)}[{self._flat_index(e)}]"
         first = e.indices[0]
         if isinstance(first, ir.Builtin) and first.name == "q_pos":
             # q_pos < 0 (a row of a request with q_len > kv_len) is before the tensor (or the
             # request's slice of a kv_len tensor): such a read gives 0.
             zero = "0.0f" if e.type == ir.F32 else "0"
-            return f"({render(first, ctx)} >= 0 ? {load} : {zero})"
+            return f"({self.render(first)} >= 0 ? {load} : {zero})"
         return load
-    if isinstance(e, ir.Unary):
-        if e.op == "not":
-            return f"(!{render(e.x, ctx)})"
-        if e.type == ir.I32:
-            return f"int(0u - unsigned({render(e.x, ctx)}))"
-        return f"(-{render(e.x, ctx)})"
-    if isinstance(e, ir.Binary):
+
+    def logical_not(self, x: str) -> str:
+        """``!x``."""
+        return f"(!{x})"
+
+    def wrapping_neg(self, x: str) -> str:
+        """Negation computed in unsigned and cast back."""
+        return f"int(0u - unsigned({x}))"
+
+    def binary(self, e: ir.Binary) -> str:
+        """C++ operators; i32 division by a possible 0 or -1 goes through the guarded
+        helpers, and i32 ``+ - *`` wrap."""
+        a, b = self.render(e.a), self.render(e.b)
         if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
             fn = "idiv_" if e.op == "/" else "imod_"
-            return f"attnc::vm::{fn}({render(e.a, ctx)}, {render(e.b, ctx)})"
+            return f"attnc::vm::{fn}({a}, {b})"
         if e.type == ir.I32 and e.op in ("+", "-", "*"):
             # i32 arithmetic wraps (two's complement): computed in unsigned, cast back.
-            return f"int(unsigned({render(e.a, ctx)}) {e.op} unsigned({render(e.b, ctx)}))"
-        return f"({render(e.a, ctx)} {e.op} {render(e.b, ctx)})"
-    if isinstance(e, ir.Select):
-        return f"({render(e.cond, ctx)} ? {render(e.a, ctx)} : {render(e.b, ctx)})"
-    if isinstance(e, ir.Cast):
-        return f"static_cast<{CTYPES[e.type]}>({render(e.x, ctx)})"
-    if isinstance(e, ir.Call):
-        args = ", ".join(render(a, ctx) for a in e.args)
-        return f"attnc::vm::{e.fn}_({args})"
-    raise TypeError(f"cannot render {e!r}")
+            return f"int(unsigned({a}) {e.op} unsigned({b}))"
+        return f"({a} {e.op} {b})"
+
+    def select(self, e: ir.Select) -> str:
+        """The conditional operator."""
+        return f"({self.render(e.cond)} ? {self.render(e.a)} : {self.render(e.b)})"
+
+    def cast(self, e: ir.Cast) -> str:
+        """A ``static_cast``."""
+        return f"static_cast<{CTYPES[e.type]}>({self.render(e.x)})"
+
+    def call(self, e: ir.Call) -> str:
+        """The function's ``attnc::vm`` helper."""
+        return f"attnc::vm::{e.fn}_({self.args(e.args)})"
+
+    def _flat_index(self, e: ir.TensorLoad) -> str:
+        dims = self.ctx.tensor_dims[e.name]
+        text = self.render(e.indices[0])
+        start = TOKEN_STARTS.get(str(dims[0]))
+        if start is not None:  # flattened over the batch: the request's slice starts at start
+            text = f"{start} + {text}" if len(dims) == 1 else f"({start} + {text})"
+        for index, dim in zip(e.indices[1:], dims[1:], strict=True):
+            size = str(dim) if isinstance(dim, int) else self.ctx.dims[dim]
+            text = f"({text} * {size} + {self.render(index)})"
+        return text
 
 
 def _plain_divisor(b: ir.Expr) -> bool:
@@ -105,15 +141,3 @@ def render_const(e: ir.Const) -> str:
 
 # Where a batch-flattened tensor's slice of the current request starts (RequestInfo fields).
 TOKEN_STARTS = {"kv_len": "r.kv_start", "q_len": "r.q_start"}
-
-
-def _flat_index(e: ir.TensorLoad, ctx: CudaContext) -> str:
-    dims = ctx.tensor_dims[e.name]
-    text = render(e.indices[0], ctx)
-    start = TOKEN_STARTS.get(str(dims[0]))
-    if start is not None:  # flattened over the batch: the request's slice starts at start
-        text = f"{start} + {text}" if len(dims) == 1 else f"({start} + {text})"
-    for index, dim in zip(e.indices[1:], dims[1:], strict=True):
-        size = str(dim) if isinstance(dim, int) else ctx.dims[dim]
-        text = f"({text} * {size} + {render(index, ctx)})"
-    return text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from attnc.codegen.expr_text import ExprText
 from attnc.compiler import ir
 
 CALLS = {
@@ -57,48 +58,55 @@ def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None) -> str:
     return _TorchText(names or {}).render(e)
 
 
-class _TorchText:
+class _TorchText(ExprText):
     """Renders one expression, with some sub-expressions already bound to local names."""
 
-    def __init__(self, names: dict[ir.Expr, str]) -> None:
-        self.names = names
+    def const(self, e: ir.Const) -> str:
+        """A constant tensor of the reference's type."""
+        return _const(e)
 
-    def render(self, e: ir.Expr) -> str:
-        found = self.names.get(e)
-        if found is not None:
-            return found
-        if isinstance(e, ir.Const):
-            return _const(e)
-        if isinstance(e, (ir.Builtin, ir.ParamRef)):
-            return f"env[{e.name!r}]"
-        if isinstance(e, ir.TensorLoad):
-            indices = ", ".join(self.render(i) for i in e.indices)
-            first = e.indices[0]
-            if isinstance(first, ir.Builtin) and first.name == "q_pos":
-                return f"_load_at_pos(P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
-            return f"_load(P[{e.name!r}], {indices})"
-        if isinstance(e, ir.Unary):
-            if e.op == "not":
-                return f"(~{self.render(e.x)})"
-            if e.type == ir.I32:
-                return f"_wrap(-{self.render(e.x)})"
-            return f"(-{self.render(e.x)})"
-        if isinstance(e, ir.Binary):
-            return self._binary(e)
-        if isinstance(e, ir.Select):
-            parts = ", ".join(self.render(x) for x in (e.cond, e.a, e.b))
-            return f"torch.where({parts})"
-        if isinstance(e, ir.Cast):
-            target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
-            return f"{self.render(e.x)}.to({target})"
-        if isinstance(e, ir.Call):
-            args = ", ".join(self.render(a) for a in e.args)
-            if e.fn == "abs" and e.type == ir.I32:
-                return f"_wrap(torch.abs({args}))"
-            return f"{CALLS[e.fn]}({args})"
-        raise TypeError(f"cannot render {e!r}")
+    def builtin(self, e: ir.Builtin) -> str:
+        """The built-in's tensor in ``env``."""
+        return f"env[{e.name!r}]"
 
-    def _binary(self, e: ir.Binary) -> str:
+    def param_ref(self, e: ir.ParamRef) -> str:
+        """The scalar param's tensor in ``env``."""
+        return f"env[{e.name!r}]"
+
+    def tensor_load(self, e: ir.TensorLoad) -> str:
+        """A gather from the tensor param ``P[name]``."""
+        indices = self.args(e.indices)
+        first = e.indices[0]
+        if isinstance(first, ir.Builtin) and first.name == "q_pos":
+            return f"_load_at_pos(P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
+        return f"_load(P[{e.name!r}], {indices})"
+
+    def logical_not(self, x: str) -> str:
+        """Elementwise ``~`` of a bool tensor."""
+        return f"(~{x})"
+
+    def wrapping_neg(self, x: str) -> str:
+        """Negation wrapped to i32."""
+        return f"_wrap(-{x})"
+
+    def select(self, e: ir.Select) -> str:
+        """``torch.where``."""
+        return f"torch.where({self.args((e.cond, e.a, e.b))})"
+
+    def cast(self, e: ir.Cast) -> str:
+        """``.to`` the reference's float type or int64."""
+        target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
+        return f"{self.render(e.x)}.to({target})"
+
+    def call(self, e: ir.Call) -> str:
+        """The torch function (i32 ``abs`` wraps like C's)."""
+        args = self.args(e.args)
+        if e.fn == "abs" and e.type == ir.I32:
+            return f"_wrap(torch.abs({args}))"
+        return f"{CALLS[e.fn]}({args})"
+
+    def binary(self, e: ir.Binary) -> str:
+        """Torch operators; i32 ``+ - * /`` wrap and ``/ %`` truncate like C."""
         a, b = self.render(e.a), self.render(e.b)
         if e.op == "/" and e.type == ir.I32:
             return f"_wrap(_idiv({a}, {b}))"
