@@ -42,6 +42,9 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
 class _CudaText(ExprText):
     """C++ spelling of IR expressions at one place of the functor (see :class:`CudaContext`)."""
 
+    not_template = "(!{x})"
+    wrapping_neg_template = "int(0u - unsigned({x}))"  # computed in unsigned, cast back
+
     def __init__(self, ctx: CudaContext) -> None:
         super().__init__(ctx.hoisted)
         self.ctx = ctx
@@ -69,14 +72,6 @@ class _CudaText(ExprText):
             zero = "0.0f" if e.type == ir.F32 else "0"
             return f"({self.render(first)} >= 0 ? {load} : {zero})"
         return load
-
-    def logical_not(self, x: str) -> str:
-        """``!x``."""
-        return f"(!{x})"
-
-    def wrapping_neg(self, x: str) -> str:
-        """Negation computed in unsigned and cast back."""
-        return f"int(0u - unsigned({x}))"
 
     def binary(self, e: ir.Binary) -> str:
         """C++ operators; i32 division by a possible 0 or -1 goes through the guarded

@@ -8,12 +8,24 @@ the reference) says only how each kind and each operator is spelled.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from attnc.compiler import ir
 
 
 class ExprText:
-    """Text of IR expressions in one target language; subclasses spell each node kind."""
+    """Text of IR expressions in one target language.
+
+    A subclass spells each node kind with a method named in :data:`_KIND_METHODS` (``const``,
+    ``builtin``, ``param_ref``, ``tensor_load``, ``binary``, ``select``, ``cast``, ``call``,
+    each taking the node), and the unary operators with two templates of the operand's text
+    ``{x}``; :meth:`unary` is shared.
+    """
+
+    not_template: ClassVar[str]
+    """Boolean negation of ``{x}``."""
+    wrapping_neg_template: ClassVar[str]
+    """i32 negation of ``{x}`` that wraps like two's complement."""
 
     def __init__(self, names: Mapping[ir.Expr, str]) -> None:
         self.names = names
@@ -29,54 +41,14 @@ class ExprText:
         spell: Callable[[ir.Expr], str] = getattr(self, kind)
         return spell(e)
 
-    def const(self, e: ir.Const) -> str:
-        """A literal."""
-        raise NotImplementedError
-
-    def builtin(self, e: ir.Builtin) -> str:
-        """A built-in read-only name."""
-        raise NotImplementedError
-
-    def param_ref(self, e: ir.ParamRef) -> str:
-        """A scalar runtime param."""
-        raise NotImplementedError
-
-    def tensor_load(self, e: ir.TensorLoad) -> str:
-        """A read of a tensor param."""
-        raise NotImplementedError
-
     def unary(self, e: ir.Unary) -> str:
         """``!x``, wrapping i32 negation, or f32 negation."""
         x = self.render(e.x)
         if e.op == "not":
-            return self.logical_not(x)
+            return self.not_template.format(x=x)
         if e.type == ir.I32:
-            return self.wrapping_neg(x)
+            return self.wrapping_neg_template.format(x=x)
         return f"(-{x})"
-
-    def logical_not(self, x: str) -> str:
-        """Boolean negation of the text ``x``."""
-        raise NotImplementedError
-
-    def wrapping_neg(self, x: str) -> str:
-        """i32 negation of the text ``x`` that wraps like two's complement."""
-        raise NotImplementedError
-
-    def binary(self, e: ir.Binary) -> str:
-        """A binary operator."""
-        raise NotImplementedError
-
-    def select(self, e: ir.Select) -> str:
-        """``cond ? a : b``."""
-        raise NotImplementedError
-
-    def cast(self, e: ir.Cast) -> str:
-        """A conversion to ``e.type``."""
-        raise NotImplementedError
-
-    def call(self, e: ir.Call) -> str:
-        """A built-in math function."""
-        raise NotImplementedError
 
     def args(self, exprs: tuple[ir.Expr, ...]) -> str:
         """The texts of ``exprs``, comma separated."""

@@ -61,6 +61,9 @@ def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None) -> str:
 class _TorchText(ExprText):
     """Renders one expression, with some sub-expressions already bound to local names."""
 
+    not_template = "(~{x})"  # elementwise on a bool tensor
+    wrapping_neg_template = "_wrap(-{x})"
+
     def const(self, e: ir.Const) -> str:
         """A constant tensor of the reference's type."""
         return _const(e)
@@ -80,14 +83,6 @@ class _TorchText(ExprText):
         if isinstance(first, ir.Builtin) and first.name == "q_pos":
             return f"_load_at_pos(P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
         return f"_load(P[{e.name!r}], {indices})"
-
-    def logical_not(self, x: str) -> str:
-        """Elementwise ``~`` of a bool tensor."""
-        return f"(~{x})"
-
-    def wrapping_neg(self, x: str) -> str:
-        """Negation wrapped to i32."""
-        return f"_wrap(-{x})"
 
     def select(self, e: ir.Select) -> str:
         """``torch.where``."""
