@@ -60,6 +60,26 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[NS / 2][4], const float (&s
   }
 }
 
+// A tile with a bad page id (zero-filled rows) makes every row of the item NaN in O and LSE,
+// as the FA2 and decode kernels write them: a NaN reference max stays NaN and turns every later
+// weight (and so l and O) into NaN; without softmax the weights themselves, and l (unused
+// there) marks the LSE for the epilogue.
+template <class V, int NS>
+__device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m)[1][2],
+                                                 float (&l)[1][2]) {
+  if constexpr (V::kUseSoftmax) {
+    m[0][0] = CUDART_NAN_F;
+    m[0][1] = CUDART_NAN_F;
+  } else {
+    l[0][0] = CUDART_NAN_F;
+    l[0][1] = CUDART_NAN_F;
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][n][e] = CUDART_NAN_F;
+  }
+}
+
 // The KV loop of consumer wg over the stages the producer publishes for one item (at least
 // one; a kNoTile stage leaves o, m, l as they are). cur is the consumer's pipeline position,
 // carried across items.
@@ -102,23 +122,7 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     } else {
       transform_scores<false>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
-    // A tile with a bad page id (zero-filled rows) makes every row of the item NaN in O and
-    // LSE, as the FA2 and decode kernels write them: a NaN reference max stays NaN and turns
-    // every later weight (and so l and O) into NaN; without softmax the weights themselves,
-    // and l (unused there) marks the LSE.
-    if (info.flags & StageInfo::kBadPage) {
-      if constexpr (V::kUseSoftmax) {
-        m[0][0] = CUDART_NAN_F;
-        m[0][1] = CUDART_NAN_F;
-      } else {
-        l[0][0] = CUDART_NAN_F;
-        l[0][1] = CUDART_NAN_F;
-#pragma unroll
-        for (int n = 0; n < NS; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[0][n][e] = CUDART_NAN_F;
-      }
-    }
+    if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, m, l);
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, m, l, mult, alpha);
     return false;
   };
