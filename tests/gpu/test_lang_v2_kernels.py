@@ -140,7 +140,7 @@ def test_decode_sinks(split, q_len):
     q = torch.randn(len(lens) * q_len, hq, d, generator=g).to("cuda", torch.bfloat16)
     params = {"sinks": _sinks(hq), "window": 100000}
     w = BatchDecodeWrapper(variant, torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
-    w.plan(indptr.cuda(), ids.cuda(), last.cuda(), hq, hkv, d, page, q_len_per_request=q_len)
+    w.plan(indptr, ids, last, hq, hkv, d, page, q_len_per_request=q_len)
     o, lse = w.run(q, cache, return_lse=True, **params)
     refs = []
     for b, n in enumerate(lens):
