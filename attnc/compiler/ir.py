@@ -11,8 +11,7 @@ node once however many parents it has.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TypeVar, Union
+from typing import Any, TypeVar, Union
 
 from attnc.dsl.located import Located
 
@@ -59,6 +58,15 @@ def _shared(cls):
     cls.__eq__ = __eq__
     cls.__getstate__ = __getstate__
     return cls
+
+
+class ExprNode(Located):
+    """Base of the expression nodes: each subclass is a frozen dataclass (see
+    :class:`Located`) with the cached hash and shortcut equality of :func:`_shared`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _shared(cls)
 
 
 def _representative(node: object) -> object:
@@ -151,32 +159,24 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 }
 
 
-@_shared
-@dataclass(frozen=True)
-class Const(Located):
+class Const(ExprNode):
     value: float | int | bool
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Builtin(Located):
+class Builtin(ExprNode):
     name: str
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class ParamRef(Located):
+class ParamRef(ExprNode):
     """A scalar runtime param."""
 
     name: str
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class TensorLoad(Located):
+class TensorLoad(ExprNode):
     """``name[indices]`` of a tensor param (dense, row-major)."""
 
     name: str
@@ -184,9 +184,7 @@ class TensorLoad(Located):
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Unary(Located):
+class Unary(ExprNode):
     """``op``: ``neg`` or ``not``."""
 
     op: str
@@ -194,9 +192,7 @@ class Unary(Located):
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Binary(Located):
+class Binary(ExprNode):
     """``op``: ``+ - * / % < <= > >= == != && ||``. Operands already share a type
     (casts are explicit); ``/`` and ``%`` on i32 truncate toward zero like C, with
     ``x / 0 == 0`` and ``x % 0 == x``."""
@@ -207,18 +203,14 @@ class Binary(Located):
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Select(Located):
+class Select(ExprNode):
     cond: Expr
     a: Expr
     b: Expr
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Call(Located):
+class Call(ExprNode):
     """A built-in math function (see FUNCTIONS); arguments already share a type."""
 
     fn: str
@@ -226,9 +218,7 @@ class Call(Located):
     type: str
 
 
-@_shared
-@dataclass(frozen=True)
-class Cast(Located):
+class Cast(ExprNode):
     """Conversion to ``type`` (i32 -> f32 exact; f32 -> i32 truncates like C)."""
 
     x: Expr
@@ -242,7 +232,6 @@ LOGICAL = ("&&", "||")
 ARITHMETIC = ("+", "-", "*", "/", "%")
 
 
-@dataclass(frozen=True)
 class ParamDecl(Located):
     """A runtime param. ``kind`` is ``scalar`` or ``tensor``; ``dims`` hold ints or the
     names ``num_qo_heads``/``num_kv_heads``/``head_dim``, and as the first dim only one of
@@ -267,7 +256,6 @@ class ParamDecl(Located):
         return None
 
 
-@dataclass(frozen=True)
 class VariantIR(Located):
     """One lowered variant. ``score``/``mask``/``output``/``sink`` are None when not given
     (identity score, no mask, identity output, no sink). ``sink`` is a row-level f32 logit

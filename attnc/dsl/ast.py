@@ -1,4 +1,5 @@
-"""AST of the `.attn` language (v2): frozen dataclasses, each with its source location.
+"""AST of the `.attn` language (v2): frozen dataclasses (:class:`Located`), each with its
+source location.
 
 The parser produces a :class:`Module`; the compiler's lowering pass consumes it. Names and
 literals are kept as written; all checking happens in ``attnc.compiler``.
@@ -6,7 +7,7 @@ literals are kept as written; all checking happens in ``attnc.compiler``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Union
 
 from attnc.dsl.errors import Loc
@@ -14,7 +15,6 @@ from attnc.dsl.located import Located
 
 
 # ----------------------------------------------------------------------------- expressions
-@dataclass(frozen=True)
 class Num(Located):
     """A numeric literal; ``is_float`` is true when written with a '.' or exponent."""
 
@@ -22,19 +22,16 @@ class Num(Located):
     is_float: bool
 
 
-@dataclass(frozen=True)
 class BoolLit(Located):
     value: bool
 
 
-@dataclass(frozen=True)
 class Name(Located):
     """A reference to a built-in, param, let, or def argument."""
 
     id: str
 
 
-@dataclass(frozen=True)
 class Unary(Located):
     """``op`` is one of ``-``, ``!``, ``+``."""
 
@@ -42,7 +39,6 @@ class Unary(Located):
     operand: Expr
 
 
-@dataclass(frozen=True)
 class Binary(Located):
     """``op`` is one of ``+ - * / % < <= > >= == != && ||``."""
 
@@ -51,14 +47,12 @@ class Binary(Located):
     right: Expr
 
 
-@dataclass(frozen=True)
 class Ternary(Located):
     cond: Expr
     then: Expr
     otherwise: Expr
 
 
-@dataclass(frozen=True)
 class Call(Located):
     """A call of a built-in function or a top-level ``def``."""
 
@@ -66,7 +60,6 @@ class Call(Located):
     args: tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
 class Index(Located):
     """``name[i, j, ...]`` on a tensor param."""
 
@@ -78,14 +71,12 @@ Expr = Union[Num, BoolLit, Name, Unary, Binary, Ternary, Call, Index]
 
 
 # ----------------------------------------------------------------------------- declarations
-@dataclass(frozen=True)
 class ScalarType(Located):
     """``f32``, ``i32`` or ``bool``."""
 
     name: str
 
 
-@dataclass(frozen=True)
 class TensorType(Located):
     """``tensor<f32|i32>[dim, ...]``; a dim is a Num or a Name (``num_qo_heads`` ...)."""
 
@@ -93,25 +84,21 @@ class TensorType(Located):
     dims: tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
 class Doc(Located):
     text: str
 
 
-@dataclass(frozen=True)
 class Param(Located):
     name: str
     type: ScalarType | TensorType
     default: Expr | None
 
 
-@dataclass(frozen=True)
 class Let(Located):
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
 class Assign(Located):
     """``target = value;`` for score, mask, output, sink (any other target is a lowering
     error)."""
@@ -120,14 +107,12 @@ class Assign(Located):
     value: Expr
 
 
-@dataclass(frozen=True)
 class Normalize(Located):
     """``normalize = softmax | none;`` (``mode`` as written; checked in lowering)."""
 
     mode: str
 
 
-@dataclass(frozen=True)
 class KvLayout(Located):
     """``kv_layout = paged | ragged | dense;`` (names as written; checked in lowering)."""
 
@@ -137,13 +122,11 @@ class KvLayout(Located):
 VariantItem = Union[Doc, Param, Let, Assign, Normalize, KvLayout]
 
 
-@dataclass(frozen=True)
 class Variant(Located):
     name: str
     items: tuple[VariantItem, ...]
 
 
-@dataclass(frozen=True)
 class Def(Located):
     """Top-level helper ``def name(a, b) = expr;``."""
 
@@ -153,7 +136,6 @@ class Def(Located):
     param_locs: tuple[Loc, ...] = field(default=(), compare=False, repr=False)
 
 
-@dataclass(frozen=True)
 class Import(Located):
     """``import "path.attn";`` (path relative to the importing file)."""
 
@@ -163,7 +145,6 @@ class Import(Located):
 TopItem = Union[Import, Def, Variant]
 
 
-@dataclass(frozen=True)
 class Module(Located):
     """One parsed file."""
 
