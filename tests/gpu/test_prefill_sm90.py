@@ -4,7 +4,8 @@ ABI, same plan code): ragged batches with odd lengths, GQA, split-KV partial row
 merge, paged KV (NHD/HND, page sizes 1 and 16), head_dim 64/128/256, bf16 and fp16.
 
 Accuracy rule as in test_prefill.py: ||o - ref64|| / ||ref64|| <= 3 * (same error of the
-eager reference in the kernel's dtype) + 1e-3.
+eager reference in the kernel's dtype) + 2e-4 (the floor test_prefill.py re-derived after the
+reference began to accumulate 16-bit inputs in float32).
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def _check(built, monkeypatch, name, dtype, d, group, lens, layout="ragged", pag
         ref, ref_lse = variant.reference(q.double(), k.double(), v.double(), return_lse=True,
                                          **params)  # fmt: skip
         eager = variant.reference(q, k, v, **params)
-        bound = 3 * _rel_err(eager, ref) + 1e-3
+        bound = 3 * _rel_err(eager, ref) + 2e-4
         got = o[start:end]
         assert not torch.isnan(got).any(), "NaN in the Hopper output"
         assert _rel_err(got, ref) <= bound, (_rel_err(got, ref), bound)
