@@ -31,6 +31,7 @@
 #include "decode_kernel.cuh"
 #include "launch_checks.h"
 #include "mask_math.cuh"
+#include "module_exports.h"
 #include "variant_contract.cuh"
 
 namespace attnc {
@@ -132,18 +133,12 @@ int launch_decode(const AttncDecodeArgs& a, cudaStream_t stream) {
 
 }  // namespace attnc
 
-#define ATTNC_DECODE_EXPORT extern "C" __attribute__((visibility("default")))
-
 // Defines attnc_decode, attnc_decode_abi_version and attnc_decode_shape for one variant
 // type, one dtype and one head_dim.
-#define ATTNC_DEFINE_DECODE_MODULE(V, T, HEAD_DIM)                                          \
-  ATTNC_DECODE_EXPORT int attnc_decode(const AttncDecodeArgs* args, void* cuda_stream) {    \
-    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
-    return ::attnc::launch_decode<V, T, HEAD_DIM>(*args,                                    \
-                                                  static_cast<cudaStream_t>(cuda_stream));  \
-  }                                                                                         \
-  ATTNC_DECODE_EXPORT int attnc_decode_abi_version(void) { return ATTNC_DECODE_ABI_VERSION; } \
-  ATTNC_DECODE_EXPORT int attnc_decode_shape(int32_t head_dim, int32_t rows_needed,          \
-                                             int32_t* out) {                                \
-    return ::attnc::decode_shape<V, T, HEAD_DIM>(head_dim, rows_needed, out);               \
+#define ATTNC_DEFINE_DECODE_MODULE(V, T, HEAD_DIM)                                         \
+  ATTNC_DEFINE_LAUNCH_ENTRY(attnc_decode, AttncDecodeArgs,                                 \
+                            (::attnc::launch_decode<V, T, HEAD_DIM>),                      \
+                            ATTNC_DECODE_ABI_VERSION)                                      \
+  ATTNC_EXPORT int attnc_decode_shape(int32_t head_dim, int32_t rows_needed, int32_t* out) { \
+    return ::attnc::decode_shape<V, T, HEAD_DIM>(head_dim, rows_needed, out);              \
   }

@@ -41,26 +41,8 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float inv = 1.f;
-      float lse = 0.f;
-      bool visible = true;
-      if constexpr (V::kUseSoftmax) {
-        constexpr bool kSink = kSinkAtEnd<V>;
-        const float c = st.m_scale(mi, h);
-        // Only unsplit items own the sink; the merge kernel adds it to split requests.
-        const float m_sink =
-            kSink && part < 0 ? sink_in_m_units(var, st.rows[mi][h], c) : -CUDART_INF_F;
-        const SoftmaxRowEnd end =
-            finish_softmax_row<kSink>(st.m[mi][h], c, quad_sum(st.l[mi][h]), m_sink);
-        visible = end.seen;
-        inv = end.inv;
-        lse = end.lse;
-      }
-      if (poisoned) {
-        inv = CUDART_NAN_F;
-        lse = CUDART_NAN_F;
-        visible = false;
-      }
+      const SoftmaxRowEnd end = output_row_end(var, st.rows[mi][h], st.m[mi][h], st.l[mi][h],
+                                               st.m_scale(mi, h), part < 0, poisoned);
       const int r = mi * 16 + g + 8 * h;
       if (r >= rows_valid) continue;
       const int rr = row0 + r;
@@ -68,14 +50,14 @@ __device__ __forceinline__ void decode_store_item(const AttncDecodeArgs& a, cons
       const int head = kv_head * group + rr % group;
       if (part >= 0) {
         const int64_t prow = (static_cast<int64_t>(part) * q_len + token) * a.num_qo_heads + head;
-        store_partial_row(a.part_o + prow * D + 2 * tq, st.o[mi], h, inv);
-        if (tq == 0) a.part_lse[prow] = lse;
+        store_partial_row(a.part_o + prow * D + 2 * tq, st.o[mi], h, end.inv);
+        if (tq == 0) a.part_lse[prow] = end.lse;
         continue;
       }
       T* dst = static_cast<T*>(a.o) + (tok_base + token) * a.o_stride_tok +
                static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
-      store_output_row<V, T>(dst, var, st.rows[mi][h], st.o[mi], h, inv, visible);
-      if (a.lse != nullptr && tq == 0) a.lse[(tok_base + token) * a.num_qo_heads + head] = lse;
+      store_output_row<V, T>(dst, var, st.rows[mi][h], st.o[mi], h, end.inv, end.seen);
+      if (a.lse != nullptr && tq == 0) a.lse[(tok_base + token) * a.num_qo_heads + head] = end.lse;
     }
   }
 }

@@ -10,6 +10,8 @@
 #include <math_constants.h>
 #include <stdint.h>
 
+#include "module_exports.h"
+
 namespace attnc {
 
 template <class T>
@@ -75,19 +77,17 @@ __global__ void merge_state_kernel(const T* o_a, const float* lse_a, const T* o_
 
 }  // namespace attnc
 
-#define ATTNC_MERGE_EXPORT extern "C" __attribute__((visibility("default")))
-
 // dtype: 0 float32, 1 bfloat16, 2 float16. Returns 0 or a cudaError_t value.
 #define ATTNC_DEFINE_MERGE_STATE_MODULE()                                                     \
-  ATTNC_MERGE_EXPORT int attnc_merge_state(const void* o_a, const float* lse_a,               \
-                                           const void* o_b, const float* lse_b, void* o,      \
-                                           float* lse, int64_t rows, int32_t head_dim,        \
-                                           int32_t dtype, void* stream) {                     \
+  ATTNC_EXPORT int attnc_merge_state(const void* o_a, const float* lse_a,                     \
+                                     const void* o_b, const float* lse_b, void* o,            \
+                                     float* lse, int64_t rows, int32_t head_dim,              \
+                                     int32_t dtype, void* stream) {                           \
     if (rows <= 0 || head_dim <= 0) return 0;                                                 \
     const int64_t total = rows * head_dim;                                                    \
     const int threads = 256;                                                                  \
     const int64_t want = (total + threads - 1) / threads;                                     \
-    const unsigned blocks = static_cast<unsigned>(want < 65535 ? want : 65535);              \
+    const unsigned blocks = static_cast<unsigned>(want < 65535 ? want : 65535);               \
     cudaStream_t s = static_cast<cudaStream_t>(stream);                                       \
     if (dtype == 0)                                                                           \
       attnc::merge_state_kernel<float><<<blocks, threads, 0, s>>>(                            \

@@ -41,21 +41,9 @@ __device__ __forceinline__ float safe_max(float m) { return m == -CUDART_INF_F ?
 
 // exp2 and log2 of the row ends: the hardware approximations on the device, the precise
 // functions on the host (host tests run the same code).
-ATTNC_HD float row_exp2(float x) {
-#ifdef __CUDA_ARCH__
-  return fast_exp2(x);
-#else
-  return exp2f(x);
-#endif
-}
+ATTNC_HD float row_exp2(float x) { return ATTNC_DEVICE_OR_HOST(fast_exp2(x), exp2f(x)); }
 
-ATTNC_HD float row_log2(float x) {
-#ifdef __CUDA_ARCH__
-  return __log2f(x);
-#else
-  return log2f(x);
-#endif
-}
+ATTNC_HD float row_log2(float x) { return ATTNC_DEVICE_OR_HOST(__log2f(x), log2f(x)); }
 
 // Sinks. A row that owns its variant's sink (the rows of an unsplit item; the merge kernel
 // adds the sink to split ones) starts its online softmax with the reference max m at the sink
@@ -128,6 +116,33 @@ ATTNC_HD SoftmaxRowEnd finish_softmax_row(float m, float c, float sum, float m_s
   e.inv = empty ? 0.f : 1.f / total;
   e.lse = empty ? kNegInf : (m * c + row_log2(total)) * kLn2;
   return e;
+}
+
+// The end of one output row of V, shared by the epilogues: {1, 0, seen} without softmax;
+// else the row's reference max m, this lane's part l_lane of its sum and c (units of m to
+// log2) finished with finish_softmax_row, the sink included when owns_sink (rows of unsplit
+// items: the merge kernel adds it to split ones). NaN, NaN, unseen when `poisoned`.
+template <class V>
+__device__ __forceinline__ SoftmaxRowEnd output_row_end(const V& var, const typename V::Row& row,
+                                                        float m, float l_lane, float c,
+                                                        bool owns_sink, bool poisoned) {
+  float inv = 1.f;
+  float lse = 0.f;
+  bool seen = true;
+  if constexpr (V::kUseSoftmax) {
+    constexpr bool kSink = kSinkAtEnd<V>;
+    const float m_sink = kSink && owns_sink ? sink_in_m_units(var, row, c) : -CUDART_INF_F;
+    const SoftmaxRowEnd end = finish_softmax_row<kSink>(m, c, quad_sum(l_lane), m_sink);
+    seen = end.seen;
+    inv = end.inv;
+    lse = end.lse;
+  }
+  if (poisoned) {
+    inv = CUDART_NAN_F;
+    lse = CUDART_NAN_F;
+    seen = false;
+  }
+  return SoftmaxRowEnd{inv, lse, seen};
 }
 
 // A warp's running state before its first tile: O 0, reference max -inf, row sums 0.

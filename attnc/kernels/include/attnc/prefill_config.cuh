@@ -42,27 +42,25 @@ struct PrefillTile {
 template <int HEAD_DIM>
 struct PrefillShapes;
 
-template <>
-struct PrefillShapes<64> {
-  using Small = PrefillTile<64, 1, 1, 64, 2, true, 8>;
-  using Medium = PrefillTile<64, 4, 1, 64, 2, true, 3>;
+// The family of d=64 and d=128: a one-warp Small and a four-warp Medium that keep Q in
+// registers over 64-key stages, and a Large of four warps x 2 m16 tiles over LARGE_KV-key
+// stages (ATTNC_PREFILL_TUNE 1: TUNED_KV-key stages of TUNED_SUB-key S tiles).
+template <int HEAD_DIM, int MEDIUM_BLOCKS, int LARGE_KV, int TUNED_KV, int TUNED_SUB>
+struct RegisterQShapes {
+  using Small = PrefillTile<HEAD_DIM, 1, 1, 64, 2, true, 8>;
+  using Medium = PrefillTile<HEAD_DIM, 4, 1, 64, 2, true, MEDIUM_BLOCKS>;
 #if ATTNC_PREFILL_TUNE == 1
-  using Large = PrefillTile<64, 4, 2, 128, 2, false, 2, 64>;
+  using Large = PrefillTile<HEAD_DIM, 4, 2, TUNED_KV, 2, false, 2, TUNED_SUB>;
 #else
-  using Large = PrefillTile<64, 4, 2, 64, 2, false, 2>;
+  using Large = PrefillTile<HEAD_DIM, 4, 2, LARGE_KV, 2, false, 2>;
 #endif
 };
 
 template <>
-struct PrefillShapes<128> {
-  using Small = PrefillTile<128, 1, 1, 64, 2, true, 8>;
-  using Medium = PrefillTile<128, 4, 1, 64, 2, true, 2>;
-#if ATTNC_PREFILL_TUNE == 1
-  using Large = PrefillTile<128, 4, 2, 64, 2, false, 2, 32>;
-#else
-  using Large = PrefillTile<128, 4, 2, 32, 2, false, 2>;
-#endif
-};
+struct PrefillShapes<64> : RegisterQShapes<64, 3, 64, 128, 64> {};
+
+template <>
+struct PrefillShapes<128> : RegisterQShapes<128, 2, 32, 64, 32> {};
 
 template <>
 struct PrefillShapes<256> {

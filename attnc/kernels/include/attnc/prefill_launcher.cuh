@@ -44,6 +44,7 @@
 #include "variant_contract.cuh"
 #if __has_include("mask_math.cuh")
 #include "mask_math.cuh"
+#include "module_exports.h"
 #endif
 
 namespace attnc {
@@ -148,22 +149,23 @@ int prefill_ctas_per_sm(int head_dim, int group, int max_q_len) {
 
 }  // namespace attnc
 
-#define ATTNC_PREFILL_EXPORT extern "C" __attribute__((visibility("default")))
-
-// Defines attnc_prefill, attnc_prefill_abi_version and attnc_prefill_tile_q_tokens for one
-// variant type, one dtype and one head_dim.
-#define ATTNC_DEFINE_PREFILL_MODULE(V, T, HEAD_DIM)                                        \
-  ATTNC_PREFILL_EXPORT int attnc_prefill(const AttncPrefillArgs* args, void* cuda_stream) { \
-    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
-    return ::attnc::launch_prefill<V, T, HEAD_DIM>(*args,                                   \
-                                                   static_cast<cudaStream_t>(cuda_stream)); \
-  }                                                                                         \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_abi_version(void) { return ATTNC_PREFILL_ABI_VERSION; } \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,  \
-                                                       int32_t max_q_len) {                 \
-    return ::attnc::prefill_tile_q_tokens<HEAD_DIM>(head_dim, group_size, max_q_len);       \
-  }                                                                                         \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size,    \
-                                                     int32_t max_q_len) {                   \
-    return ::attnc::prefill_ctas_per_sm<V, T, HEAD_DIM>(head_dim, group_size, max_q_len);   \
+// Defines the extern "C" functions of prefill_args.h over a launcher's three templates (the
+// FA2 and the Hopper module export the same ones): attnc_prefill and its ABI version from
+// LAUNCH, attnc_prefill_tile_q_tokens from TILE_Q_TOKENS and attnc_prefill_ctas_per_sm from
+// CTAS_PER_SM. Arguments with commas go in parentheses.
+#define ATTNC_DEFINE_PREFILL_ENTRIES(LAUNCH, TILE_Q_TOKENS, CTAS_PER_SM)                        \
+  ATTNC_DEFINE_LAUNCH_ENTRY(attnc_prefill, AttncPrefillArgs, LAUNCH, ATTNC_PREFILL_ABI_VERSION) \
+  ATTNC_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,            \
+                                               int32_t max_q_len) {                             \
+    return TILE_Q_TOKENS(head_dim, group_size, max_q_len);                                      \
+  }                                                                                             \
+  ATTNC_EXPORT int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size,              \
+                                             int32_t max_q_len) {                               \
+    return CTAS_PER_SM(head_dim, group_size, max_q_len);                                        \
   }
+
+// Defines the functions of prefill_args.h for one variant type, one dtype and one head_dim.
+#define ATTNC_DEFINE_PREFILL_MODULE(V, T, HEAD_DIM)                       \
+  ATTNC_DEFINE_PREFILL_ENTRIES((::attnc::launch_prefill<V, T, HEAD_DIM>), \
+                               ::attnc::prefill_tile_q_tokens<HEAD_DIM>,  \
+                               (::attnc::prefill_ctas_per_sm<V, T, HEAD_DIM>))

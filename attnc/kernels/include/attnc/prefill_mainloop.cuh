@@ -167,15 +167,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
 
   // ---- Tile walk: the next non-empty tile at or after t and its class.
   auto next_tile = [&](int t, TileClass& cls) -> int {
-    cls = TileClass::kFull;
-    if constexpr (V::kHasMask) {
-      for (; t < num_tiles; ++t) {
-        const int kv0 = range.begin + t * KVT;
-        cls = item_tile_class(var, map, q0, q1, kv0, min(kv0 + KVT, range.end));
-        if (cls != TileClass::kEmpty) break;
-      }
-    }
-    return t;
+    return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, t, cls);
   };
 
   // Tiles loaded and not yet computed, oldest first (num_tiles: none), with their classes.

@@ -1,7 +1,7 @@
 // Owns: how the prefill kernels read a plan's tile map (AttncPrefillArgs.tile_map,
 // prefill_args.h): the map row of a work item's query tile, the class of a KV tile [kv0, kv1)
 // from the map columns it covers (EMPTY if all are EMPTY, FULL if all are FULL, else PARTIAL),
-// and the choice between the map and V::classify.
+// the choice between the map and V::classify, and the walk to an item's next non-empty KV tile.
 //
 // Only variants whose mask reads per-token tensors (variant_mask_reads_tokens<V>) consult the
 // map; for every other variant the map path compiles away (classify() is exact in closed
@@ -55,6 +55,24 @@ ATTNC_HD TileClass item_tile_class(const V& var, const TileMapRow& map, int q0, 
     (void)map;
   }
   return var.classify(q0, q1, kv0, kv1);
+}
+
+// The first of an item's KV tiles t, t + 1, ... (num_tiles KV_TILE-key tiles from range.begin,
+// the last cut at range.end) that is not EMPTY for the query tokens [q0, q1), with its class
+// in cls; num_tiles when none is. Every tile is FULL for a variant without a mask.
+template <int KV_TILE, class V>
+ATTNC_HD int next_nonempty_tile(const V& var, const TileMapRow& map, int q0, int q1,
+                                KvRange range, int num_tiles, int t, TileClass& cls) {
+  cls = TileClass::kFull;
+  if constexpr (V::kHasMask) {
+    for (; t < num_tiles; ++t) {
+      const int kv0 = range.begin + t * KV_TILE;
+      const int kv1 = kv0 + KV_TILE < range.end ? kv0 + KV_TILE : range.end;
+      cls = item_tile_class(var, map, q0, q1, kv0, kv1);
+      if (cls != TileClass::kEmpty) break;
+    }
+  }
+  return t;
 }
 
 // The map row of a work item for variant V: {nullptr} without a map or when V's mask does not

@@ -44,6 +44,14 @@
 #define ATTNC_HD inline
 #endif
 
+// In an ATTNC_HD function: DEVICE_EXPR in device code (hardware approximations), HOST_EXPR in
+// host code (the precise functions the host harness computes with).
+#ifdef __CUDA_ARCH__
+#define ATTNC_DEVICE_OR_HOST(DEVICE_EXPR, HOST_EXPR) (DEVICE_EXPR)
+#else
+#define ATTNC_DEVICE_OR_HOST(DEVICE_EXPR, HOST_EXPR) (HOST_EXPR)
+#endif
+
 #include <type_traits>
 
 namespace attnc {

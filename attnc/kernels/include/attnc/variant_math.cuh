@@ -22,13 +22,7 @@ ATTNC_HD float tanh_(float x) {
 #endif
 }
 
-ATTNC_HD float exp_(float x) {
-#if defined(__CUDA_ARCH__)
-  return __expf(x);
-#else
-  return expf(x);
-#endif
-}
+ATTNC_HD float exp_(float x) { return ATTNC_DEVICE_OR_HOST(__expf(x), expf(x)); }
 ATTNC_HD float exp2_(float x) { return exp2f(x); }
 ATTNC_HD float log_(float x) { return logf(x); }
 ATTNC_HD float log2_(float x) { return log2f(x); }

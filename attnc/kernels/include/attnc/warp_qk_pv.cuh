@@ -10,6 +10,24 @@
 
 namespace attnc {
 
+// acc[mi][2n] and acc[mi][2n + 1] += a[mi] x the two n8 halves of the 16x16 B tile at b_addr,
+// for every m16 row tile mi (kTrans: B read transposed, as V is).
+template <class T, bool kTrans, int MQ, int N>
+__device__ __forceinline__ void mma_row_tiles(float (&acc)[MQ][N][4], const uint32_t (&a)[MQ][4],
+                                              int n, uint32_t b_addr) {
+  uint32_t b[4];
+  if constexpr (kTrans) {
+    mma::ldmatrix_x4_trans(b, b_addr);
+  } else {
+    mma::ldmatrix_x4(b, b_addr);
+  }
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi) {
+    mma::mma_16816<T>(acc[mi][2 * n], a[mi], b[0], b[1]);
+    mma::mma_16816<T>(acc[mi][2 * n + 1], a[mi], b[2], b[3]);
+  }
+}
+
 // S = Q K^T for MQ m16 row tiles x NS n8 key blocks. Q fragments come from q_frag when
 // kQInRegs (dimensions [MQ][D/16][4]) or from the swizzled Q tile at q_base; K from k_base.
 template <class T, class Layout, bool kQInRegs, int MQ, int NS, int QM, int QK>
@@ -35,15 +53,8 @@ __device__ __forceinline__ void warp_qk(float (&s)[MQ][NS][4], const uint32_t (&
       }
     }
 #pragma unroll
-    for (int nn = 0; nn < NS / 2; ++nn) {
-      uint32_t b[4];
-      mma::ldmatrix_x4(b, Layout::walk(k_base, 2 * nn, 2 * kk));
-#pragma unroll
-      for (int mi = 0; mi < MQ; ++mi) {
-        mma::mma_16816<T>(s[mi][2 * nn], a[mi], b[0], b[1]);
-        mma::mma_16816<T>(s[mi][2 * nn + 1], a[mi], b[2], b[3]);
-      }
-    }
+    for (int nn = 0; nn < NS / 2; ++nn)
+      mma_row_tiles<T, false>(s, a, nn, Layout::walk(k_base, 2 * nn, 2 * kk));
   }
 }
 
@@ -63,15 +74,8 @@ __device__ __forceinline__ void warp_pv(float (&o)[MQ][NO][4], const float (&p)[
       a[mi][3] = mma::Dtype<T>::pack(p[mi][2 * kk + 1][2], p[mi][2 * kk + 1][3]);
     }
 #pragma unroll
-    for (int dn = 0; dn < NO / 2; ++dn) {
-      uint32_t b[4];
-      mma::ldmatrix_x4_trans(b, Layout::walk(v_base, 2 * kk, 2 * dn));
-#pragma unroll
-      for (int mi = 0; mi < MQ; ++mi) {
-        mma::mma_16816<T>(o[mi][2 * dn], a[mi], b[0], b[1]);
-        mma::mma_16816<T>(o[mi][2 * dn + 1], a[mi], b[2], b[3]);
-      }
-    }
+    for (int dn = 0; dn < NO / 2; ++dn)
+      mma_row_tiles<T, true>(o, a, dn, Layout::walk(v_base, 2 * kk, 2 * dn));
   }
 }
 

@@ -33,22 +33,11 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = 64 * wg + 16 * warp + g + 8 * h;
-    float inv = 1.f;
-    float lse = 0.f;
-    bool visible = true;
-    if constexpr (V::kUseSoftmax) {
-      constexpr bool kSink = kSinkAtEnd<V>;
-      const float c = V::kScoreIsIdentity ? mult[0][h] : 1.f;
-      // Only unsplit items own the sink; the merge kernel adds it to split tiles.
-      const float m_sink =
-          kSink && part_row < 0 ? sink_in_m_units(var, rows[0][h], c) : -CUDART_INF_F;
-      const SoftmaxRowEnd end =
-          finish_softmax_row<kSink>(m[0][h], c, quad_sum(l[0][h]), m_sink);
-      visible = end.seen;
-      inv = end.inv;
-      lse = end.lse;
-    } else {
-      lse = l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
+    const float c = V::kScoreIsIdentity ? mult[0][h] : 1.f;
+    SoftmaxRowEnd end =
+        output_row_end(var, rows[0][h], m[0][h], l[0][h], c, part_row < 0, /*poisoned=*/false);
+    if constexpr (!V::kUseSoftmax) {
+      end.lse = l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
     }
     if (r >= it.rows_valid) continue;
     const int head = it.kv_head * it.group + r % it.group;
@@ -58,8 +47,8 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
 #pragma unroll
       for (int n = 0; n < NO; ++n)
         *reinterpret_cast<float2*>(pdst + n * 8) =
-            make_float2(o[0][n][2 * h] * inv, o[0][n][2 * h + 1] * inv);
-      if (tq == 0) a.part_lse[prow] = lse;
+            make_float2(o[0][n][2 * h] * end.inv, o[0][n][2 * h + 1] * end.inv);
+      if (tq == 0) a.part_lse[prow] = end.lse;
       continue;
     }
     const int token = it.q_start + it.q0 + r / it.group;
@@ -67,10 +56,10 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
              static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
 #pragma unroll
     for (int n = 0; n < NO; ++n) {
-      float v0 = o[0][n][2 * h] * inv;
-      float v1 = o[0][n][2 * h + 1] * inv;
+      float v0 = o[0][n][2 * h] * end.inv;
+      float v1 = o[0][n][2 * h + 1] * end.inv;
       if constexpr (V::kHasOutput) {
-        if (visible) {
+        if (end.seen) {
           v0 = var.output(rows[0][h], v0);
           v1 = var.output(rows[0][h], v1);
         }
@@ -78,7 +67,7 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);
     }
     if (a.lse != nullptr && tq == 0)
-      a.lse[static_cast<int64_t>(token) * a.num_qo_heads + head] = lse;
+      a.lse[static_cast<int64_t>(token) * a.num_qo_heads + head] = end.lse;
   }
 }
 

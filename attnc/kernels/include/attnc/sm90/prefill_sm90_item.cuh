@@ -99,15 +99,7 @@ struct PrefillSm90Item {
   // The first non-empty tile at or after t (num_tiles: none) and its class.
   template <class V, int KV_TILE>
   __device__ __forceinline__ int next_tile(const V& var, int t, TileClass& cls) const {
-    cls = TileClass::kFull;
-    if constexpr (V::kHasMask) {
-      for (; t < num_tiles; ++t) {
-        const int kv0 = range.begin + t * KV_TILE;
-        cls = item_tile_class(var, map, q0, q1, kv0, min(kv0 + KV_TILE, range.end));
-        if (cls != TileClass::kEmpty) break;
-      }
-    }
-    return t;
+    return next_nonempty_tile<KV_TILE>(var, map, q0, q1, range, num_tiles, t, cls);
   }
 };
 

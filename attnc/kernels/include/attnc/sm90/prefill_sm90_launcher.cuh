@@ -116,20 +116,8 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
 
 // Defines attnc_prefill, attnc_prefill_abi_version, attnc_prefill_tile_q_tokens and
 // attnc_prefill_ctas_per_sm (prefill_args.h) for one variant type, dtype and head_dim.
-#define ATTNC_DEFINE_PREFILL_SM90_MODULE(V, T, HEAD_DIM)                                      \
-  ATTNC_PREFILL_EXPORT int attnc_prefill(const AttncPrefillArgs* args, void* cuda_stream) {  \
-    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                          \
-    return ::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>(                               \
-        *args, static_cast<cudaStream_t>(cuda_stream));                                      \
-  }                                                                                          \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_abi_version(void) { return ATTNC_PREFILL_ABI_VERSION; } \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_tile_q_tokens(int32_t head_dim, int32_t group_size,   \
-                                                       int32_t max_q_len) {                  \
-    return ::attnc::sm90::prefill_sm90_tile_q_tokens<HEAD_DIM>(head_dim, group_size,          \
-                                                               max_q_len);                   \
-  }                                                                                          \
-  ATTNC_PREFILL_EXPORT int attnc_prefill_ctas_per_sm(int32_t head_dim, int32_t group_size,     \
-                                                     int32_t max_q_len) {                    \
-    return ::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>(head_dim, group_size,      \
-                                                                   max_q_len);               \
-  }
+#define ATTNC_DEFINE_PREFILL_SM90_MODULE(V, T, HEAD_DIM)    \
+  ATTNC_DEFINE_PREFILL_ENTRIES(                             \
+      (::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>), \
+      ::attnc::sm90::prefill_sm90_tile_q_tokens<HEAD_DIM>,  \
+      (::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>))

@@ -64,20 +64,15 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // Compiler-only fences: the registers count as read and rewritten here, so no access to them
 // moves across an asynchronous wgmma's issue or wait.
-template <int R, int C>
-__device__ __forceinline__ void pin(float (&x)[R][C]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-#pragma unroll
-    for (int j = 0; j < C; ++j) asm volatile("" : "+f"(x[i][j])::"memory");
-}
+__device__ __forceinline__ void pin_register(float& x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void pin_register(uint32_t& x) { asm volatile("" : "+r"(x)::"memory"); }
 
-template <int R, int C>
-__device__ __forceinline__ void pin(uint32_t (&x)[R][C]) {
+template <class E, int R, int C>
+__device__ __forceinline__ void pin(E (&x)[R][C]) {
 #pragma unroll
   for (int i = 0; i < R; ++i)
 #pragma unroll
-    for (int j = 0; j < C; ++j) asm volatile("" : "+r"(x[i][j])::"memory");
+    for (int j = 0; j < C; ++j) pin_register(x[i][j]);
 }
 
 }  // namespace sm90
