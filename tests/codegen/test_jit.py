@@ -13,7 +13,7 @@ pytestmark = pytest.mark.nvcc
 ARCH = "80"
 
 ADD_SOURCE = """
-extern "C" int attnc_test_add(int a, int b) { return a + b + OFFSET; }
+extern "C" __attribute__((visibility("default"))) int attnc_test_add(int a, int b) { return a + b + OFFSET; }
 """
 
 
