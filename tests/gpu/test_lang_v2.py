@@ -297,12 +297,10 @@ def test_cuda_graph_replay_after_replan_with_a_new_map(backend):
     _check(variant, q, k, v, out, lse, {"doc": doc_b})
 
 
-def test_plan_time_with_the_map_8k_documents():
-    """The anchors' document workload (8K tokens from 8 documents, 32/8 heads, d=128): plan()
-    including the device map, its copy back and the schedule. Printed (target <= 100 us);
-    asserted loosely so a regression shows."""
-    import time
-
+def test_map_skips_other_documents_8k():
+    """The benchmark's document workload (8K tokens from 8 documents, 32/8 heads, d=128): the
+    plan built on the device map loads well under half of causal's KV (visible pairs are 22%).
+    Its plan time is measured in benchmarks/lang_v2_bench.py, not here."""
     variant = _variant("doc_causal")
     cuts = sorted(torch.randperm(8191, generator=torch.Generator().manual_seed(0))[:7] + 1)
     bounds = [0, *[int(c) for c in cuts], 8192]
@@ -314,12 +312,10 @@ def test_plan_time_with_the_map_8k_documents():
     ).cuda()
     w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
     i = torch.tensor([0, 8192], dtype=torch.int32)
-    times = []
-    for _ in range(30):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        w.plan(i, i, 32, 8, 128, params={"doc": doc})
-        times.append(time.perf_counter() - t0)
-    median = sorted(times)[15] * 1e6
-    print(f"plan() with the tile map, 8K documents: median {median:.0f} us (target <= 100)")
-    assert w.tile_map is not None and median < 2000
+    w.plan(i, i, 32, 8, 128, params={"doc": doc})
+    items = w._plan.schedule.items
+    loaded = int((items[:, 4].astype("int64") - items[:, 3]).sum())
+    tile = dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))["tile_q_tokens"]
+    tiles = -(-8192 // tile)
+    causal = 8 * sum(min(8192, (t + 1) * tile) for t in range(tiles))
+    assert w.tile_map is not None and 0 < loaded <= causal // 2, (loaded, causal)
