@@ -5,21 +5,13 @@ brute force; a variant without a mask takes every tile as FULL."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
-import pytest
+from host_fixture import NVCC_MARKS, build_host_fixture
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
-]
+pytestmark = NVCC_MARKS
 
-ROOT = Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "attnc" / "kernels" / "include"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "next_tile_host.cu"
 BLOCK = 64
 EMPTY, FULL, PARTIAL = 0, 1, 2
 
@@ -47,9 +39,7 @@ def expected_walk(cols: np.ndarray, kv_tile: int, begin: int, end: int, t: int) 
 
 def test_next_nonempty_tile_matches_brute_force(tmp_path):
     binary = tmp_path / "next_tile_host"
-    cmd = ["nvcc", "-std=c++17", "-O1", f"-I{INCLUDE}", str(FIXTURE), "-o", str(binary)]
-    build = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
+    build_host_fixture("next_tile_host.cu", binary)
 
     rng = np.random.default_rng(1)
     kv_len = 1500

@@ -7,30 +7,22 @@ sum e^s), LSE with the sink; no key: O 0, LSE sink)."""
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from host_fixture import NVCC_MARKS, build_host_fixture
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
-]
+pytestmark = NVCC_MARKS
 
-ROOT = Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "attnc" / "kernels" / "include"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "softmax_rows_host.cu"
 D = 4
 
 
 @pytest.fixture(scope="module")
 def host_binary(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("softmax_rows") / "softmax_rows_host"
-    cmd = ["nvcc", "-std=c++17", "-O1", f"-I{INCLUDE}", str(FIXTURE), "-o", str(out)]
-    build = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
+    build_host_fixture("softmax_rows_host.cu", out)
     return out
 
 

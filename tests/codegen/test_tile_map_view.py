@@ -5,29 +5,19 @@ no map (or a closed-form variant) falls back to classify()."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
-import pytest
+from host_fixture import NVCC_MARKS, build_host_fixture
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
-]
+pytestmark = NVCC_MARKS
 
-ROOT = Path(__file__).resolve().parents[2]
-INCLUDE = ROOT / "attnc" / "kernels" / "include"
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "tile_map_host.cu"
 BLOCK = 64
 
 
 def test_tile_classes_from_the_map_match_brute_force(tmp_path):
     binary = tmp_path / "tile_map_host"
-    cmd = ["nvcc", "-std=c++17", "-O1", f"-I{INCLUDE}", str(FIXTURE), "-o", str(binary)]
-    build = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
+    build_host_fixture("tile_map_host.cu", binary)
 
     rng = np.random.default_rng(0)
     kv_lens = [1, 63, 64, 65, 700, 1000]
