@@ -68,6 +68,14 @@ class _Fast:
         self.q_len = q_len
 
 
+def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:
+    """Where the fast path takes page ids from: True on the workspace's device, False on the
+    host, None elsewhere (the checked path then says why)."""
+    if kv_indices.is_cuda:
+        return True if kv_indices.get_device() == device_index else None
+    return False if kv_indices.is_cpu else None
+
+
 def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
@@ -227,8 +235,8 @@ class DecodePlanning:
             and kv_last_page_len.is_contiguous()
             and kv_indices.is_contiguous()
         ):
-            on_device = kv_indices.is_cuda
-            if (on_device and kv_indices.get_device() == self._device_index) or kv_indices.is_cpu:
+            on_device = ids_placement(kv_indices, self._device_index)
+            if on_device is not None:
                 sched = self._native_step(
                     fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
                 )
