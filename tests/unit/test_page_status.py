@@ -90,6 +90,7 @@ def test_decode_plan_reports_before_planning():
     w = object.__new__(BatchDecodeWrapper)
     w._page_status = _fake_status(2, 4096)
     w._page_status.pending = True
+    w._launched = True  # a run() since the plan
     with pytest.raises(ValueError, match=r"kv_indices: request 2 uses page id 4096\b"):
         w.plan(None, None, None, 8, 8, 128, 16)  # type: ignore[arg-type]
     # The old plan stays in force (and unchecked): the next plan() reads again.

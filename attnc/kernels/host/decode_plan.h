@@ -134,14 +134,9 @@ inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
     return ATTNC_PLAN_OUT_OF_RANGE;
 
   // Nothing can fail from here on.
-  double* cost = p.out_cost;
-  if (cost == nullptr) {
-    s.cost.resize(static_cast<size_t>(c.num_items));
-    cost = s.cost.data();
-  }
   order_chunks(p, num_chunks, c, s);
   s.cta.swap(s.best_cta);
-  write_work_region(p, num_chunks, c, merge_rows, cost, s);
+  write_work_region(p, num_chunks, c, merge_rows, p.out_cost, s);
   copy_test_outputs(p, c);
 
   out->num_items = c.num_items;

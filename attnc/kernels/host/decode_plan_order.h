@@ -57,7 +57,7 @@ inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>
 
 struct Scratch {
   std::vector<int64_t> num_chunks, best_chunks, size, first, part_base, cta, best_cta, count;
-  std::vector<double> cost, load;
+  std::vector<double> load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
   std::vector<int32_t> heap_ids;
 };
@@ -137,10 +137,10 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
   if (c.total_chunks > 0 &&
       chunk_length(p, s, 0) == chunk_length(p, s, c.total_chunks - 1)) {
     const double cost = base + p.beta * static_cast<double>(chunk_length(p, s, 0));
-    for (int64_t i = 0; i < c.num_items; ++i) {
-      const int64_t b = i % m;
+    for (int64_t i = 0, b = 0; i < c.num_items; ++i) {
       s.cta[i] = b;
       load[b] = load[b] + cost;
+      b = b + 1 == m ? 0 : b + 1;  // i % m
     }
     double mx = 0.0;
     for (int64_t b = 0; b < m; ++b) mx = std::max(mx, load[b]);

@@ -13,7 +13,7 @@ namespace decode_plan {
 
 
 // Second pass: items [num_items, kItemInts] grouped by CTA (each CTA's items heaviest
-// first), cost [num_items] in the same order, cta_indptr [num_ctas + 1], merge [num_split,
+// first), cost [num_items] in the same order (tests only; null: not written), cta_indptr [num_ctas + 1], merge [num_split,
 // kMergeInts] (all 4-byte aligned), from plan_counts', order_chunks' and assign_lpt's results.
 inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const Counts& c,
                       int32_t* items, double* cost, int32_t* cta_indptr, int32_t* merge,
@@ -53,7 +53,7 @@ inline void plan_fill(const AttncPlanParams& p, const int64_t* num_chunks, const
         it[5] = slot;
         it[6] = 0;
         it[7] = 0;
-        cost[dst] = item_cost;
+        if (cost != nullptr) cost[dst] = item_cost;
       }
     }
   }

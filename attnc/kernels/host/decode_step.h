@@ -1,6 +1,7 @@
 // Owns: the host side of one BatchDecodeWrapper.plan() after its scalar checks: the
 // page-table checks on the raw int32 host arrays, the wait for the previous copies out of the
-// pinned buffers (a CUDA event), the plan (decode_plan.h), and the two stream-ordered copies
+// pinned buffers (a CUDA event), host page ids checked and staged in one pass
+// (decode_plan_ids.h), the plan (decode_plan.h), and the two stream-ordered copies
 // (pinned work region -> workspace, page ids -> workspace) followed by the event record. The
 // CUDA calls go through ``Cuda`` so a test switch can replace them by synchronous host
 // memcpys (the "device" memory then is host memory).
@@ -13,6 +14,7 @@
 #include <algorithm>
 
 #include "decode_plan.h"
+#include "decode_plan_ids.h"
 
 namespace attnc {
 namespace decode_plan {
@@ -86,11 +88,12 @@ inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t val
 
 // The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
 // kv_indptr (entries, start, non-decreasing), kv_last_page_len (count, range), batch and page
-// capacity, kv_indices (entries, non-negative host ids). A failure is ATTNC_PLAN_INVALID
-// with an ATTNC_PT_* code and the offending index and values in ``r`` (Python words them:
-// attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
-// batch, nnz and max_page. Writes nothing else.
-inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
+// capacity, kv_indices (entries, non-negative host ids; ``scan_ids`` false leaves host ids
+// to stage_host_ids). A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_* code and the
+// offending index and values in ``r`` (Python words them: attnc/runtime/checks/page_table.py).
+// On success: kv_out / page_begin_out and the result's batch, nnz and max_page (-1 for ids
+// not scanned). Writes nothing else.
+inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool scan_ids = true) {
   const int32_t* ip = s.kv_indptr;
   const int64_t n = s.indptr_len;
   if (n <= 0 || ip == nullptr) return invalid(r, ATTNC_PT_INDPTR_EMPTY, 0, 0, 0);
@@ -108,15 +111,10 @@ inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
   if (nnz > s.max_pages) return invalid(r, ATTNC_PT_PAGE_CAPACITY, 0, nnz, 0);
   if (s.indices_len < nnz) return invalid(r, ATTNC_PT_INDICES_SHORT, 0, s.indices_len, nnz);
   int64_t max_page = -1;
-  if (!s.indices_on_device && nnz > 0) {
-    const int32_t* ids = s.kv_indices;
-    int32_t lo = ids[0], hi = ids[0];
-    for (int64_t i = 1; i < nnz; ++i) {
-      lo = std::min(lo, ids[i]);
-      hi = std::max(hi, ids[i]);
-    }
-    if (lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, lo, 0);
-    max_page = hi;
+  if (scan_ids && !s.indices_on_device && nnz > 0) {
+    const IdRange ids = id_range(s.kv_indices, nullptr, nnz);
+    if (ids.lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
+    max_page = ids.hi;
   }
   // (pages - 1) * page_size + last, 0 without pages, in int64 (wrapping).
   const uint64_t ps = static_cast<uint64_t>(s.page_size);
@@ -138,9 +136,22 @@ inline int cuda_failed(AttncStepResult* r, cudaError_t e) {
   return ATTNC_PLAN_CUDA;
 }
 
+// Host page ids (after the wait for the copies out of page_stage): the negative-id check of
+// check_page_table, the largest id into r->max_page, and the ids into page_stage, in one pass.
+inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
+  if (s.indices_on_device || r->nnz <= 0) return ATTNC_PLAN_OK;
+  if (s.page_stage == nullptr || s.page_stage_bytes < r->nnz * 4)
+    return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
+  const IdRange ids =
+      id_range(s.kv_indices, reinterpret_cast<int32_t*>(s.page_stage), r->nnz);
+  if (ids.lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
+  r->max_page = ids.hi;
+  return ATTNC_PLAN_OK;
+}
+
 // The copies of the work region (``work_bytes`` bytes, already in plan.buf) and of the
-// ``nnz`` page ids (host ids through page_stage), then the event record. The caller has
-// waited for the previous copies.
+// ``nnz`` page ids (host ids from page_stage, filled by stage_host_ids), then the event
+// record. The caller has waited for the previous copies.
 inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
                   AttncStepResult* r) {
   Cuda& c = cuda();
@@ -154,9 +165,6 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
     if (s.indices_on_device) {
       e = c.copy(s.dev_page_ids, s.kv_indices, bytes, cudaMemcpyDeviceToDevice, s.stream);
     } else {
-      if (s.page_stage == nullptr || s.page_stage_bytes < static_cast<int64_t>(bytes))
-        return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
-      memcpy(s.page_stage, s.kv_indices, bytes);
       e = c.copy(s.dev_page_ids, s.page_stage, bytes, cudaMemcpyHostToDevice, s.stream);
     }
     if (e != cudaSuccess) return cuda_failed(r, e);
@@ -166,16 +174,19 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
 }
 
 // BatchDecodeWrapper.plan after its scalar checks. ATTNC_PLAN_OK: planned, copies queued and
-// the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written or
-// waited for. ATTNC_PLAN_CAPACITY (r->summary.num_items) / ATTNC_PLAN_OUT_OF_RANGE: the checks
+// the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written (a
+// negative host page id is found after the wait, in the pass that stages the ids; the
+// stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) / ATTNC_PLAN_OUT_OF_RANGE: the checks
 // passed (batch, nnz, max_page, kv_out, page_begin_out set) and the previous copies are
 // done, nothing written: the caller raises. ATTNC_PLAN_CUDA: a CUDA call failed
 // (r->cuda_error).
 inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
-  int rc = check_page_table(s, r);
+  int rc = check_page_table(s, r, /*scan_ids=*/false);
   if (rc != ATTNC_PLAN_OK) return rc;
   cudaError_t e = cuda().wait(s);
   if (e != cudaSuccess) return cuda_failed(r, e);
+  rc = stage_host_ids(s, r);
+  if (rc != ATTNC_PLAN_OK) return rc;
   AttncPlanParams p = s.plan;
   p.batch = r->batch;
   p.kv_lens = s.kv_out;

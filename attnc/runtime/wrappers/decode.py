@@ -105,6 +105,7 @@ class BatchDecodeWrapper(DecodePlanning):
         struct = self._packer.pack(module.params_type, values)
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse, struct)
+        self._launched = True
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         if self._debug_checks:
             self._page_status.check_after_run()
@@ -134,6 +135,7 @@ class BatchDecodeWrapper(DecodePlanning):
                 tensors.check_out(out, q)  # raises: out overlaps q
         a.q = qp
         a.o = op
+        self._launched = True
         module = self._module
         assert module is not None
         if not return_lse:
@@ -201,6 +203,7 @@ class BatchDecodeWrapper(DecodePlanning):
         struct = self._packer.pack(module.params_type, values)
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse if return_lse else None, struct)
+        self._launched = True
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         if self._debug_checks:
             self._page_status.check_after_run()

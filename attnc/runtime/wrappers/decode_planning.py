@@ -102,6 +102,9 @@ class DecodePlanning:
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
     _reads_kv_tokens = False  # the variant reads a kv_len tensor (set in __init__)
     _token_sizes: dict[str, int] | None = None  # token_sizes of the last plan
+    # A kernel was launched since plan() last read the page status (sticky under CUDA
+    # graphs: replays of a captured run() launch without passing through Python).
+    _launched = False
 
     def __init__(
         self,
@@ -188,10 +191,12 @@ class DecodePlanning:
 
         After runs of a plan whose ``kv_indices`` lived on the device, ``plan()`` first
         synchronises and raises the ``ValueError`` of a page id the kernels found outside the
-        cache (see ``check()``).
+        cache (see ``check()``); without a run since the last read (of a wrapper without
+        ``use_cuda_graph``) there is nothing new to read and it does not synchronise.
         """
-        if self._page_status.pending:
+        if self._page_status.pending and self._launched:
             self._page_status.raise_if_set()
+            self._launched = self.use_cuda_graph
         planned = self._planned_mask
         ranges = None
         if params or planned.values or getattr(planned, "tensors", None):
