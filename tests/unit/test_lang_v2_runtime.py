@@ -185,8 +185,7 @@ def test_host_plan_places_map_and_token_starts():
     idx = torch.arange(5)
     q_lens, kv_lens = np.array([100, 64]), np.array([2 * 16 + 4, 16 + 16])
     m = np.full(int(tile_map.map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
-    summary = tile_map.summarize(m, q_lens, kv_lens, 64)
-    host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, summary, 4096)
+    host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
     assert host.kv_token_start.tolist() == [0, 36, 68]
     assert host.tile_map_offset == (1 << 20) - 4096
     assert host.tile_map_start is not None and host.tile_map_start.tolist() == [0, 2, 3]
@@ -194,7 +193,7 @@ def test_host_plan_places_map_and_token_starts():
     off = host.layout.offsets["kv_token_start"]
     assert buf[off : off + 12].view(torch.int32).tolist() == [0, 36, 68]
     assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
-    again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, summary, 4096)
+    again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
     assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]
 
 

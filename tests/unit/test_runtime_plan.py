@@ -37,7 +37,7 @@ def test_make_host_plan_paged():
     # (request, q tile, kv head) heaviest first: request 1's two tiles cost 16+1 and 1+1.
     items = host.schedule.items[:, :3].tolist()
     assert items == [[1, 0, 0], [1, 0, 1], [0, 0, 0], [0, 0, 1], [1, 1, 0], [1, 1, 1]]
-    assert host.max_page == 7 and host.paged and host.qo_indptr.numel() == 3
+    assert host.max_page == 7 and host.paged and host.qo_indptr.size == 3
     assert host.schedule.num_items == 6
     assert host.schedule.num_merge == 0
     buf = host.packed()

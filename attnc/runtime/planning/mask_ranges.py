@@ -71,6 +71,78 @@ def tile_kv_ranges(
     return ranges
 
 
+@dataclass(frozen=True)
+class RangeProgram:
+    """``tile_kv_ranges`` as rows for the host planner (``prefill_plan_abi.h``
+    ``range_rows``): per constraint (conjunction index, -1 for a wrap guard) ``cq``, ``ck``
+    and its constant ``c0 + a_q * q_len + a_kv * kv_len``; a constraint whose constant reads
+    anything else (a per-request tensor, an atom evaluated per request) takes it from a
+    column of ``extra(q_lens, kv_lens)`` instead."""
+
+    rows: np.ndarray  # int64 [n, PR_COLUMNS]
+    num_terms: int
+    by_request: tuple[LinearConstraint, ...]  # the constraints of the extra columns
+    params: Mapping[str, int]
+    per_req: Mapping[str, np.ndarray]
+
+    def extra(self, q_lens: np.ndarray, kv_lens: np.ndarray) -> np.ndarray | None:
+        """int64 ``[columns, batch]``: the constants of ``by_request`` per request."""
+        if not self.by_request:
+            return None
+        return np.stack(
+            [_c_per_request(x, q_lens, kv_lens, self.params, self.per_req) for x in self.by_request]
+        )
+
+
+def tile_range_program(
+    analysis: MaskAnalysis,
+    params: Mapping[str, object] | None = None,
+    batch_tensors: Mapping[str, np.ndarray] | None = None,
+) -> RangeProgram | None:
+    """The ``RangeProgram`` of ``tile_kv_ranges(analysis, params, batch_tensors)`` (None
+    exactly when that is None)."""
+    known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
+    per_req = dict(batch_tensors or {})
+    if analysis.kind not in ("linear", "union"):
+        return None
+    if not (
+        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
+    ):
+        return None
+    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    tagged = [(i, x) for i, cons in enumerate(terms) for x in cons]
+    tagged += [(-1, g) for g in analysis.wrap_guards]
+    rows: list[list[int]] = []
+    by_request: list[LinearConstraint] = []
+    for term, x in tagged:
+        form = _static_constant(x, known)
+        if form is None:
+            rows.append([term, x.cq, x.ck, 0, 0, 0, len(by_request)])
+            by_request.append(x)
+        else:
+            rows.append([term, x.cq, x.ck, *form, -1])
+    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    return RangeProgram(table, len(terms), tuple(by_request), known, per_req)
+
+
+def _static_constant(x: LinearConstraint, params: Mapping[str, int]) -> tuple[int, int, int] | None:
+    """``(c0, a_q, a_kv)`` with ``x``'s constant ``c0 + a_q*q_len + a_kv*kv_len``, or None when
+    it reads anything but q_len, kv_len and ``params``."""
+    c0, a_q, a_kv = x.offset, 0, 0
+    for coef, atom in x.terms:
+        if isinstance(atom, ir.Builtin) and atom.name == "q_len":
+            a_q += coef
+        elif isinstance(atom, ir.Builtin) and atom.name == "kv_len":
+            a_kv += coef
+        elif isinstance(atom, ir.ParamRef) and atom.name in params:
+            c0 += coef * int(params[atom.name])
+        else:
+            return None
+    if any(not -(2**63) <= v < 2**63 for v in (c0, a_q, a_kv)):
+        return None
+    return c0, a_q, a_kv
+
+
 def decode_spans(
     ranges: TileRanges, kv_lens: np.ndarray, q_len: int, kv_tile: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -90,13 +162,15 @@ _PLANNED_MASKS = 16  # plan-time param values remembered per variant
 
 @dataclass(frozen=True)
 class PlannedMask:
-    """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown) and the
-    param values they were computed with, which ``run()`` must be given again (scalars: equal
-    values; tensors the mask reads: the same tensor, unchanged)."""
+    """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown; as
+    numpy ``ranges`` and as the host planner's ``program``) and the param values they were
+    computed with, which ``run()`` must be given again (scalars: equal values; tensors the mask
+    reads: the same tensor, unchanged)."""
 
     ranges: TileRanges | None
     values: Mapping[str, object]
     tensors: Mapping[str, TensorStamp] = field(default_factory=dict)
+    program: RangeProgram | None = None
 
     @staticmethod
     def from_values(
@@ -105,23 +179,22 @@ class PlannedMask:
         """From checked plan values with tensors (``plan_params.split_plan_params``): the
         ``batch_size`` tensors the bounds read feed the KV ranges per request; every tensor
         the mask reads is stamped for ``run()``. Not remembered (tensor values change)."""
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
-        names = mask_bound_params(analysis)
+        names, per_request = _bound_names(variant)
         bound = {k: v for k, v in scalars.items() if k in names}
-        per_request = {
-            d.name
-            for d in variant.params  # type: ignore[attr-defined]
-            if d.kind == "tensor" and d.dims == ("batch_size",)
-        }
         per_req = {
             k: t.detach().to("cpu", torch.int64).numpy()
             for k, t in tensors.items()
-            if k in names and k in per_request
+            if k in per_request
         }
-        ranges = tile_kv_ranges(analysis, bound, per_req)
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        if per_req:
+            ranges = tile_kv_ranges(analysis, bound, per_req)
+            program = tile_range_program(analysis, bound, per_req)
+        else:
+            ranges, program = _closed_form(variant, bound)
         read = variant_mask_reads(variant).params
         stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in read}
-        return PlannedMask(ranges, bound if ranges is not None else {}, stamps)
+        return PlannedMask(ranges, bound if ranges is not None else {}, stamps, program)
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
@@ -149,7 +222,8 @@ class PlannedMask:
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in given.items() if k in names}
         ranges = tile_kv_ranges(analysis, bound)
-        return PlannedMask(ranges, bound if ranges is not None else {})
+        program = tile_range_program(analysis, bound)
+        return PlannedMask(ranges, bound if ranges is not None else {}, program=program)
 
     def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
         """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for
@@ -162,6 +236,38 @@ class PlannedMask:
                     f"but plan() was given {planned!r} and sized the work list for it; call "
                     "plan() again with the new value"
                 )
+
+
+def _bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
+    """(params the mask's bounds read, those of them that are ``batch_size`` tensors),
+    remembered on the variant."""
+    found = variant.__dict__.get("_mask_bound_names")
+    if found is None:
+        names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+        per_request = frozenset(
+            d.name
+            for d in variant.params  # type: ignore[attr-defined]
+            if d.kind == "tensor" and d.dims == ("batch_size",) and d.name in names
+        )
+        found = variant.__dict__["_mask_bound_names"] = (names, per_request)
+    return found
+
+
+def _closed_form(
+    variant: object, bound: Mapping[str, object]
+) -> tuple[TileRanges | None, RangeProgram | None]:
+    """``tile_kv_ranges`` and ``tile_range_program`` of checked scalar ``bound`` values,
+    remembered per variant and values."""
+    key = tuple(sorted((k, type(v), v) for k, v in bound.items()))
+    memo: dict = variant.__dict__.setdefault("_closed_form_ranges", {})
+    found = memo.get(key)
+    if found is None:
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        found = (tile_kv_ranges(analysis, bound), tile_range_program(analysis, bound))
+        if len(memo) >= _PLANNED_MASKS:
+            memo.pop(next(iter(memo)))
+        memo[key] = found
+    return found
 
 
 NO_PLANNED_MASK = PlannedMask(None, {})

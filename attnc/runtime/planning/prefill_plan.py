@@ -1,21 +1,24 @@
-"""The prefill plan: request lengths, the schedule (``prefill_schedule``) and the workspace
-layout ``plan()`` copies to the device.
+"""Owns: the prefill plan as the runtime holds it: request lengths, the schedule and the
+workspace layout ``plan()`` copies to the device (computed by the host planner,
+``prefill_planner.py``), and the fixed places of the head lists and the tile map.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from attnc.runtime.planning.prefill_schedule import (
+from attnc.runtime.planning.mask_ranges import RangeProgram
+from attnc.runtime.planning.prefill_planner import (
     ITEM_INTS,
-    PrefillSchedule,
-    TileRanges,
-    schedule_prefill,
+    MERGE_INTS,
+    PlannerShape,
+    PrefillPlanner,
 )
-from attnc.runtime.planning.tile_map import TileMapSummary, map_starts, ranges_with_map
-from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, pack_int32, place_int32
+from attnc.runtime.planning.tile_map import KV_BLOCK
+from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, place_int32
 
 # The first int32 lists of every plan, each [batch + 1]: their offsets depend on the batch
 # size only, so the tile map (built before the schedule) reads them where the kernels do.
@@ -55,26 +58,49 @@ def map_region_offset(workspace_bytes: int, map_reserve: int) -> int:
     return (workspace_bytes - map_reserve) // ALIGN * ALIGN
 
 
-PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 per chunk)
+@dataclass(frozen=True)
+class PrefillSchedule:
+    """Items (heaviest first) and merge entries; ``part_rows`` partial rows are used.
+    The arrays are views of the planner's buffer (valid until its next plan)."""
+
+    items: np.ndarray  # int32 [num_items, ITEM_INTS]
+    merge_items: np.ndarray  # int32 [num_merge, MERGE_INTS]
+    part_rows: int
+    chunk_size: int  # KV tokens per chunk of split tiles; 0 when nothing is split
+    chunk_cost: np.ndarray  # float64 [num_items / num_kv_heads], in item order
+
+    @property
+    def num_items(self) -> int:
+        return int(self.items.shape[0])
+
+    @property
+    def num_merge(self) -> int:
+        return int(self.merge_items.shape[0])
+
+    @property
+    def cost(self) -> np.ndarray:
+        """float64 [num_items]: each item's cost (its chunk's, for every KV head)."""
+        heads = self.num_items // max(self.chunk_cost.shape[0], 1)
+        return np.repeat(self.chunk_cost, heads)
 
 
 @dataclass(frozen=True)
 class HostPlan:
     """Everything ``plan()`` decides on the CPU, before copying to the device.
 
-    The workspace holds the int32 lists at ``layout`` offsets, then the fp32 partial O rows
-    (``[part_rows, head_dim]`` at ``part_o_offset``) and their LSE (at ``part_lse_offset``).
+    The workspace holds the int32 lists at ``layout`` offsets (``buffer``, packed), then the
+    fp32 partial O rows (``[part_rows, head_dim]`` at ``part_o_offset``) and their LSE (at
+    ``part_lse_offset``).
     """
 
-    qo_indptr: torch.Tensor  # CPU int64 [batch + 1]
-    kv_indptr: torch.Tensor  # CPU int64 [batch + 1]
-    q_lens: torch.Tensor
-    kv_lens: torch.Tensor
-    kv_token_start: torch.Tensor  # CPU int64 [batch + 1]
-    tile_map_start: torch.Tensor | None  # CPU int64 [batch + 1] when the plan has a map
+    buffer: np.ndarray  # uint8 [layout.total_bytes]: the packed lists
+    q_lens: np.ndarray  # int64 [batch]
+    kv_lens: np.ndarray  # int64 [batch]
+    total_q: int  # qo_indptr[-1]
+    nnz: int  # kv_indptr[-1]: KV tokens (ragged) or pages (paged)
+    max_page: int  # the largest page id used, -1 when none
+    paged: bool
     tile_map_offset: int  # byte offset of the map in the workspace; -1: no map
-    kv_indices: torch.Tensor | None  # CPU int64 [nnz pages], paged only
-    kv_last_page_len: torch.Tensor | None  # CPU int64 [batch], paged only
     page_size: int
     tile_q_tokens: int
     schedule: PrefillSchedule
@@ -83,36 +109,47 @@ class HostPlan:
     part_lse_offset: int
 
     @property
+    def batch(self) -> int:
+        """Requests of the plan."""
+        return int(self.q_lens.shape[0])
+
+    @property
     def total_bytes(self) -> int:
         """Workspace bytes the plan uses."""
         return self.part_lse_offset + 4 * self.schedule.part_rows
 
-    @property
-    def paged(self) -> bool:
-        return self.kv_indices is not None
+    def region(self, name: str) -> np.ndarray | None:
+        """The int32 list ``name`` of the packed buffer (None when the plan has none)."""
+        if name == "tile_map_start" and self.tile_map_offset < 0:
+            return None
+        if name not in self.layout.offsets:
+            return None
+        at, n = self.layout.offsets[name], self.layout.counts[name]
+        return self.buffer[at : at + 4 * n].view(np.int32)
 
     @property
-    def max_page(self) -> int:
-        """The largest page id used, -1 when none."""
-        if self.kv_indices is None or self.kv_indices.numel() == 0:
-            return -1
-        return int(self.kv_indices.max())
+    def qo_indptr(self) -> np.ndarray:
+        """int32 ``[batch + 1]``: the planned qo_indptr."""
+        return self.region("qo_indptr")  # type: ignore[return-value]
+
+    @property
+    def kv_indptr(self) -> np.ndarray:
+        """int32 ``[batch + 1]``: the planned kv_indptr (pages when paged)."""
+        return self.region("kv_indptr")  # type: ignore[return-value]
+
+    @property
+    def kv_token_start(self) -> np.ndarray:
+        """int32 ``[batch + 1]``: request b's first flattened KV token."""
+        return self.region("kv_token_start")  # type: ignore[return-value]
+
+    @property
+    def tile_map_start(self) -> np.ndarray | None:
+        """int32 ``[batch + 1]``: where each request's map starts (None without a map)."""
+        return self.region("tile_map_start")
 
     def packed(self) -> torch.Tensor:
         """The CPU byte buffer of the lists, to copy to the start of the workspace."""
-        arrays = {
-            "qo_indptr": self.qo_indptr,
-            "kv_indptr": self.kv_indptr,
-            "kv_token_start": self.kv_token_start,
-            "items": torch.from_numpy(self.schedule.items),
-            "merge_items": torch.from_numpy(self.schedule.merge_items),
-        }
-        if self.tile_map_start is not None:
-            arrays["tile_map_start"] = self.tile_map_start
-        if self.kv_indices is not None and self.kv_last_page_len is not None:
-            arrays["kv_indices"] = self.kv_indices
-            arrays["kv_last_page_len"] = self.kv_last_page_len
-        return pack_int32(self.layout, arrays)
+        return torch.from_numpy(self.buffer)
 
 
 def plan_kv_lengths(
@@ -138,6 +175,74 @@ class PlanShape:
     kv_align: int = 128
 
 
+def host_plan(
+    planner: PrefillPlanner,
+    shape: PlanShape,
+    tile_ranges: RangeProgram | None = None,
+    tile_map: np.ndarray | None = None,
+    map_reserve: int = 0,
+    lens: tuple[np.ndarray, np.ndarray] | None = None,
+) -> HostPlan:
+    """The plan of the batch ``planner`` last checked (its buffers hold the lists; ``lens``:
+    copies of its q_lens and kv_lens the plan may keep).
+
+    With ``tile_map`` (the uint8 host copy of the map ``plan()`` built) tiles are ranged and
+    costed by their non-empty map blocks; the map itself sits in the last ``map_reserve``
+    bytes. Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
+    """
+    pshape = PlannerShape(
+        num_qo_heads=shape.num_qo_heads,
+        num_kv_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        tile_q_tokens=shape.tile_q_tokens,
+        num_ctas=shape.num_ctas,
+        workspace_bytes=shape.workspace_bytes,
+        map_reserve=map_reserve,
+        kv_align=shape.kv_align,
+        kv_block=KV_BLOCK,
+    )
+    lists = planner.plan(pshape, tile_ranges, tile_map)
+    buf, lay = lists.buffer, lists.layout
+    items = buf[lay.offsets["items"] : lay.offsets["items"] + 4 * lay.counts["items"]]
+    merge = buf[
+        lay.offsets["merge_items"] : lay.offsets["merge_items"] + 4 * lay.counts["merge_items"]
+    ]
+    sched = PrefillSchedule(
+        items=items.view(np.int32).reshape(-1, ITEM_INTS),
+        merge_items=merge.view(np.int32).reshape(-1, MERGE_INTS),
+        part_rows=lists.part_rows,
+        chunk_size=lists.chunk_size,
+        chunk_cost=lists.chunk_cost,
+    )
+    part_o = lay.total_bytes
+    r = planner.result
+    q_lens, kv_lens = lens if lens is not None else (planner.q_lens.copy(), planner.kv_lens.copy())
+    return HostPlan(
+        buffer=buf,
+        q_lens=q_lens,
+        kv_lens=kv_lens,
+        total_q=int(r.total_q),
+        nnz=int(r.nnz),
+        max_page=int(r.max_page),
+        paged="kv_indices" in lay.offsets,
+        tile_map_offset=(
+            -1 if tile_map is None else map_region_offset(shape.workspace_bytes, map_reserve)
+        ),
+        page_size=planner.page_size,
+        tile_q_tokens=shape.tile_q_tokens,
+        schedule=sched,
+        layout=lay,
+        part_o_offset=part_o,
+        part_lse_offset=part_o + aligned(4 * shape.head_dim * lists.part_rows),
+    )
+
+
+def host_int32_array(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A contiguous int32 numpy copy of a CPU index tensor or array of checked values."""
+    data = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    return np.ascontiguousarray(data, dtype=np.int32)
+
+
 def make_host_plan(
     qo_indptr: torch.Tensor,
     kv_indptr: torch.Tensor,
@@ -145,65 +250,17 @@ def make_host_plan(
     kv_last_page_len: torch.Tensor | None,
     page_size: int,
     shape: PlanShape,
-    tile_ranges: TileRanges | None = None,
-    tile_map: TileMapSummary | None = None,
+    tile_ranges: RangeProgram | None = None,
+    tile_map: np.ndarray | None = None,
     map_reserve: int = 0,
 ) -> HostPlan:
-    """Schedule and workspace layout from checked host index tensors (int64, CPU).
-
-    With ``tile_map`` (the summary of the map ``plan()`` built) tiles are ranged and costed
-    by their non-empty map blocks; the map itself sits in the last ``map_reserve`` bytes.
-    Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
-    """
-    q_lens = lengths(qo_indptr)
+    """Schedule and workspace layout from checked host index tensors (CPU), with a planner
+    of its own (the plan owns its buffers); see ``host_plan``."""
+    planner = PrefillPlanner()
     paged = kv_indices is not None and kv_last_page_len is not None
-    kv_lens = plan_kv_lengths(kv_indptr, kv_last_page_len if paged else None, page_size)
-    base = {name: qo_indptr.numel() for name in HEAD_ARRAYS}
-    if paged:
-        base["kv_indices"] = kv_indices.numel()  # type: ignore[union-attr]
-        base["kv_last_page_len"] = kv_last_page_len.numel()  # type: ignore[union-attr]
-    q_np, kv_np = q_lens.numpy(), kv_lens.numpy()
-    tiles = int((-(-q_np // shape.tile_q_tokens)).sum())
-    unsplit = place_int32(
-        {**base, "items": tiles * shape.num_kv_heads * ITEM_INTS, "merge_items": 0}
-    )
-    free = shape.workspace_bytes - unsplit.total_bytes - 4 * ALIGN - map_reserve
-    if free < 0:
-        raise ValueError(
-            f"workspace_buffer: has {shape.workspace_bytes} bytes, the work lists need "
-            f"{unsplit.total_bytes + 4 * ALIGN}"
-        )
-    max_part_rows = free // (4 * (shape.head_dim + 1) + PART_ROW_RESERVE)
-    cost = None
-    if tile_map is not None:
-        tile_ranges, cost = ranges_with_map(tile_map, tile_ranges), tile_map.visible_tokens
-    sched = schedule_prefill(
-        q_np, kv_np, shape.tile_q_tokens, shape.num_qo_heads, shape.num_kv_heads,
-        shape.num_ctas, shape.kv_align, max_part_rows, tile_ranges, cost,
-    )  # fmt: skip
-    layout = place_int32({**base, "items": sched.items.size, "merge_items": sched.merge_items.size})
-    part_o = layout.total_bytes
-    part_lse = part_o + aligned(4 * shape.head_dim * sched.part_rows)
-    return HostPlan(
-        qo_indptr=qo_indptr,
-        kv_indptr=kv_indptr,
-        q_lens=q_lens,
-        kv_lens=kv_lens,
-        kv_token_start=kv_token_starts(kv_lens),
-        tile_map_start=(
-            None
-            if tile_map is None
-            else torch.from_numpy(map_starts(q_np, kv_np, shape.tile_q_tokens, tile_map.kv_block))
-        ),
-        tile_map_offset=(
-            -1 if tile_map is None else map_region_offset(shape.workspace_bytes, map_reserve)
-        ),
-        kv_indices=kv_indices,
-        kv_last_page_len=kv_last_page_len,
-        page_size=page_size,
-        tile_q_tokens=shape.tile_q_tokens,
-        schedule=sched,
-        layout=layout,
-        part_o_offset=part_o,
-        part_lse_offset=part_lse,
-    )
+    arrays = [host_int32_array(t) for t in (qo_indptr, kv_indptr)]
+    pages = [host_int32_array(t) for t in (kv_indices, kv_last_page_len)] if paged else [None] * 2
+    if not planner.check(arrays[0], arrays[1], pages[0], pages[1], page_size):
+        raise ValueError("make_host_plan: the index tensors do not pass the plan() checks")
+    host_map = None if tile_map is None else np.ascontiguousarray(tile_map, dtype=np.uint8)
+    return host_plan(planner, shape, tile_ranges, host_map, map_reserve)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from attnc.runtime import abi
@@ -21,13 +22,9 @@ from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import split_plan_params, variant_mask_reads
-from attnc.runtime.planning.prefill_plan import (
-    HostPlan,
-    PlanShape,
-    make_host_plan,
-    plan_kv_lengths,
-)
-from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary
+from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, host_plan
+from attnc.runtime.planning.prefill_planner import PrefillPlanner
+from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
 from attnc.runtime.wrappers import prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
@@ -66,7 +63,11 @@ class BatchPrefillWrapper:
         self._page_status = PageStatus(self._workspace.device)
         self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None
-        self._pinned: torch.Tensor | None = None
+        self._planner: PrefillPlanner | None = None  # made at the first plan()
+        self._copied: torch.cuda.Event | None = None  # after the last copy of the lists
+        self._map_staging = prefill_tile_map.PinnedStaging()
+        self._map_host: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
+        self._map_summary: TileMapSummary | None = None
         self._planned_mask = NO_PLANNED_MASK
         self._reads = variant_mask_reads(variant)
         if max_tile_map_bytes is None:
@@ -76,7 +77,6 @@ class BatchPrefillWrapper:
                 "max_tile_map_bytes", max_tile_map_bytes, 0, self._workspace.numel() // 2
             )
         self._map_reserve = reserve
-        self.tile_map: TileMapSummary | None = None  # the current plan's map summary
         self._batch_sizes: dict[str, int] = {}  # token_sizes of the plan
 
     def plan(
@@ -109,16 +109,18 @@ class BatchPrefillWrapper:
         tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
         num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
         tensors.check_dtype_arg(dtype)
-        qo_host, kv_host, idx_host, last_host, page = _check_indices(
-            qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
+        planner = self._host_planner()
+        qo_np, kv_np, paged = _checked_batch(
+            planner, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
-        kv_lens = plan_kv_lengths(kv_host, last_host, page)
-        batch = qo_host.numel() - 1
+        checked = planner.result
+        batch, total_q, total_kv = planner.batch, int(checked.total_q), int(checked.total_kv)
+        batch_sizes = token_sizes(total_q, total_kv, batch)
         sizes = {
             "num_qo_heads": num_qo_heads,
             "num_kv_heads": num_kv_heads,
             "head_dim": head_dim,
-            **token_sizes(int(qo_host[-1]), int(kv_lens.sum()), batch),
+            **batch_sizes,
         }
         scalars, plan_tensors = split_plan_params(
             self.variant, params or {}, sizes=sizes, device=self._workspace.device
@@ -128,7 +130,7 @@ class BatchPrefillWrapper:
         else:
             planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         group = num_qo_heads // num_kv_heads
-        max_q = max(int((qo_host[1:] - qo_host[:-1]).max()) if qo_host.numel() > 1 else 0, 1)
+        max_q = max(int(checked.max_q), 1)
         choice = choose_prefill_module(
             self.variant.ir,  # type: ignore[attr-defined]
             self.backend,
@@ -136,16 +138,17 @@ class BatchPrefillWrapper:
             head_dim=head_dim,
             group=group,
             max_q_len=max_q,
-            kv_layout="ragged" if idx_host is None else "paged",
+            kv_layout="paged" if paged else "ragged",
             device=self._workspace.device,
         )
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
         sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
         heads = (num_qo_heads, num_kv_heads, head_dim)
-        summary = self._build_map(
+        lens = (planner.q_lens.copy(), planner.kv_lens.copy())
+        host_map = self._build_map(
             module, scalars, plan_tensors, sizes,
-            prefill_tile_map.MapInputs(qo_host, kv_host, kv_lens, tile, heads, sm),
+            prefill_tile_map.MapInputs(qo_np, kv_np, *lens, tile, heads, sm),
         )  # fmt: skip
         shape = PlanShape(
             num_qo_heads=num_qo_heads,
@@ -155,23 +158,42 @@ class BatchPrefillWrapper:
             num_ctas=_device_ctas(module, self._workspace.device, head_dim, group, max_q),
             workspace_bytes=self._workspace.numel(),
         )
-        host = make_host_plan(
-            qo_host, kv_host, idx_host, last_host, page, shape, planned_mask.ranges,
-            summary, self._map_reserve,
-        )  # fmt: skip
+        self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
+        host = host_plan(planner, shape, planned_mask.program, host_map, self._map_reserve, lens)
         self._planned_mask = planned_mask
-        self.tile_map = summary
+        self._map_host = None if host_map is None else (host_map, *lens, tile)
+        self._map_summary = None
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = heads
-        self._batch_sizes = token_sizes(int(qo_host[-1]), int(kv_lens.sum()), batch)
+        self._batch_sizes = batch_sizes
         self._dtype = dtype
         self._sm_scale = sm
         # Plain ints for run(): it reads no host tensor (torch.compile traces it).
-        self._total_q, self._total_kv = int(host.qo_indptr[-1]), int(host.kv_indptr[-1])
+        self._total_q, self._total_kv = host.total_q, host.nnz
         self._max_page = host.max_page
         status = self._page_status.ptr if host.paged else 0
         self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
+
+    @property
+    def tile_map(self) -> TileMapSummary | None:
+        """The current plan's map summary (None: the plan has no tile map)."""
+        if self._map_host is None:
+            return None
+        if self._map_summary is None:
+            host_map, q_lens, kv_lens, tile = self._map_host
+            self._map_summary = summarize(host_map, q_lens, kv_lens, tile, KV_BLOCK)
+        return self._map_summary
+
+    def _host_planner(self) -> PrefillPlanner:
+        if self._planner is None:
+            self._planner = PrefillPlanner(pinned=self._workspace.is_cuda)
+        return self._planner
+
+    def _wait_for_copy(self) -> None:
+        if self._copied is not None:
+            self._copied.synchronize()
+            self._copied = None
 
     def _build_map(
         self,
@@ -180,9 +202,9 @@ class BatchPrefillWrapper:
         plan_tensors: Mapping[str, torch.Tensor],
         sizes: Mapping[str, int],
         inputs: prefill_tile_map.MapInputs,
-    ) -> TileMapSummary | None:
-        """The tile map of this plan (None: the mask needs none, or plan() was not given
-        every param the mask reads: tiles keep their closed-form classes)."""
+    ) -> np.ndarray | None:
+        """The uint8 host copy of this plan's tile map (None: the mask needs none, or plan()
+        was not given every param the mask reads: tiles keep their closed-form classes)."""
         if not self._reads.needs_tile_map:
             return None
         values = prefill_tile_map.map_values(
@@ -192,7 +214,7 @@ class BatchPrefillWrapper:
             return None
         return prefill_tile_map.build_tile_map(
             module, self._workspace, inputs, values, self._reads, self._map_reserve,
-            self._map_builder,
+            self._map_builder, self._map_staging,
         )  # fmt: skip
 
     def _kv_code(self, host: HostPlan) -> int:
@@ -201,11 +223,14 @@ class BatchPrefillWrapper:
         return abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
 
     def _copy_to_workspace(self, host: HostPlan) -> None:
-        packed = host.packed()
+        """Copy the packed lists (the planner's buffer, pinned for a CUDA workspace) to the
+        workspace; an event marks when the buffer may be written again."""
+        n = host.buffer.shape[0]
+        source = self._planner.out_tensor[:n]  # type: ignore[union-attr]
+        self._workspace[:n].copy_(source, non_blocking=True)
         if self._workspace.is_cuda:
-            packed = packed.pin_memory()
-        self._workspace[: packed.numel()].copy_(packed, non_blocking=True)
-        self._pinned = packed
+            self._copied = torch.cuda.Event()
+            self._copied.record(torch.cuda.current_stream(self._workspace.device))
 
     def run(
         self,
@@ -303,7 +328,7 @@ def _launch_meta(
     """The ``prefill_launch.META_FIELDS`` of a plan."""
     off = host.layout.offsets
     return [
-        host.qo_indptr.numel() - 1,  # requests
+        host.batch,  # requests
         host.schedule.num_items,
         host.schedule.num_merge,
         host.tile_q_tokens,
@@ -324,6 +349,57 @@ def _launch_meta(
         off["tile_map_start"] if host.tile_map_offset >= 0 else -1,
         KV_BLOCK,
     ]
+
+
+def _checked_batch(
+    planner: PrefillPlanner,
+    qo_indptr: object,
+    kv_indptr: object,
+    kv_indices: object,
+    kv_last_page_len: object,
+    page_size: object,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Check the index tensors in the host planner (which keeps the lengths): the int32
+    host arrays of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
+    raised by the Python checks (``_check_indices``), with their words."""
+    arrays = _index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    if arrays is None or not planner.check(*arrays):
+        _check_indices(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)  # type: ignore[arg-type]
+        raise RuntimeError("attnc: prefill plan: the host planner refused a batch the checks pass")
+    return arrays[0], arrays[1], arrays[2] is not None
+
+
+def _index_arrays(
+    qo_indptr: object,
+    kv_indptr: object,
+    kv_indices: object,
+    kv_last_page_len: object,
+    page_size: object,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, int] | None:
+    """Contiguous int32 host arrays of the index tensors and the page size (1: ragged), or
+    None when an argument is not what ``_check_indices`` accepts (it then says why)."""
+    qo, kv = _int32_array(qo_indptr), _int32_array(kv_indptr)
+    if qo is None or kv is None:
+        return None
+    if kv_indices is None:
+        if kv_last_page_len is not None or page_size is not None:
+            return None
+        return qo, kv, None, None, 1
+    idx, last = _int32_array(kv_indices), _int32_array(kv_last_page_len)
+    if idx is None or last is None or page_size is None:
+        return None
+    try:
+        page = tensors.check_int("page_size", page_size)
+    except ValueError:
+        return None
+    return qo, kv, idx, last, page
+
+
+def _int32_array(t: object) -> np.ndarray | None:
+    """A 1-D int32 tensor's values as a contiguous host array (None: not such a tensor)."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+        return None
+    return t.detach().to("cpu").contiguous().numpy()
 
 
 def _check_indices(

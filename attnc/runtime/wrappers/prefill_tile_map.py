@@ -1,7 +1,8 @@
 """Owns: the tile map step of ``BatchPrefillWrapper.plan()`` for a mask that reads per-token
 tensors: the param values the classifier needs, the map's place in the workspace, its build
 (the module's ``attnc_build_tile_map`` on the device, or a host builder for a CPU workspace)
-and the host copy the scheduler summarises (``planning.tile_map``).
+and the host copy the planner ranges and costs tiles by, through a pinned staging buffer the
+wrapper keeps (``PinnedStaging``).
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from attnc.runtime.planning.plan_params import MaskReads
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncTileMapArgs,
-    TileMapSummary,
     build_on_device,
     map_starts,
-    summarize,
 )
-from attnc.runtime.planning.workspace import ALIGN, pack_int32
+from attnc.runtime.planning.workspace import ALIGN
 from attnc.runtime.wrappers import prefill_launch
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
@@ -75,12 +74,28 @@ def map_values(
 class MapInputs:
     """What the map step needs from ``plan()``: the checked host index arrays and shape."""
 
-    qo_indptr: torch.Tensor  # CPU int64 [batch + 1]
-    kv_indptr: torch.Tensor  # CPU int64 [batch + 1]
-    kv_lens: torch.Tensor  # CPU int64 [batch]
+    qo_indptr: np.ndarray  # int32 [batch + 1]
+    kv_indptr: np.ndarray  # int32 [batch + 1]
+    q_lens: np.ndarray  # int64 [batch]
+    kv_lens: np.ndarray  # int64 [batch]
     tile_q_tokens: int
     heads: tuple[int, int, int]  # num_qo_heads, num_kv_heads, head_dim
     sm_scale: float
+
+
+class PinnedStaging:
+    """A wrapper's page-locked host buffer for the map step's copies (the head lists up, the
+    map down), grown when a plan needs more; reused after the step's synchronisation."""
+
+    def __init__(self) -> None:
+        self.tensor = torch.empty(0, dtype=torch.uint8)
+
+    def get(self, nbytes: int) -> torch.Tensor:
+        """At least ``nbytes`` pinned bytes (the contents are undefined)."""
+        if self.tensor.numel() < nbytes:
+            size = max(nbytes, 2 * self.tensor.numel())
+            self.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+        return self.tensor
 
 
 def build_tile_map(
@@ -91,11 +106,10 @@ def build_tile_map(
     reads: MaskReads,
     map_reserve: int,
     host_builder: HostMapBuilder | None = None,
-) -> TileMapSummary:
-    """Build the map into the workspace's map region and summarise its host copy."""
-    q_np = (inputs.qo_indptr[1:] - inputs.qo_indptr[:-1]).numpy()
-    kv_np = inputs.kv_lens.numpy()
-    starts = map_starts(q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
+    staging: PinnedStaging | None = None,
+) -> np.ndarray:
+    """Build the map into the workspace's map region; return its uint8 host copy."""
+    starts = map_starts(inputs.q_lens, inputs.kv_lens, inputs.tile_q_tokens, KV_BLOCK)
     entries = int(starts[-1])
     if entries > map_reserve:
         raise ValueError(
@@ -107,12 +121,13 @@ def build_tile_map(
         if host_builder is None:
             raise ValueError("tile map: a CPU workspace needs a host map builder")
         host = np.asarray(
-            host_builder(values, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
+            host_builder(values, inputs.q_lens, inputs.kv_lens, inputs.tile_q_tokens, KV_BLOCK),
+            dtype=np.uint8,
         )
         workspace[offset : offset + entries].copy_(torch.from_numpy(host[:entries]))
-        return summarize(host, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
-    host_map = _launch(module, workspace, inputs, starts, values, reads, offset)
-    return summarize(host_map, q_np, kv_np, inputs.tile_q_tokens, KV_BLOCK)
+        return np.ascontiguousarray(host[:entries])
+    staging = staging if staging is not None else PinnedStaging()
+    return _launch(module, workspace, inputs, starts, values, reads, offset, staging)
 
 
 def _launch(
@@ -123,23 +138,29 @@ def _launch(
     values: Mapping[str, object],
     reads: MaskReads,
     offset: int,
+    staging: PinnedStaging,
 ) -> np.ndarray:
-    """Copy the head lists, launch the classifier, copy the map back (one sync)."""
-    batch = inputs.qo_indptr.numel() - 1
+    """Copy the head lists, launch the classifier, copy the map back (one sync), through
+    ``staging``: the head lists at its start, the map after them."""
+    batch = inputs.qo_indptr.shape[0] - 1
     head = prefill_plan.head_layout(batch)
-    packed = pack_int32(
-        head,
-        {
-            "qo_indptr": inputs.qo_indptr,
-            "kv_indptr": inputs.kv_indptr,
-            "kv_token_start": prefill_plan.kv_token_starts(inputs.kv_lens),
-            "tile_map_start": torch.from_numpy(starts),
-        },
-    ).pin_memory()
-    workspace[: packed.numel()].copy_(packed, non_blocking=True)
+    entries = int(starts[-1])
+    pinned = staging.get(head.total_bytes + entries)
+    words = pinned.numpy()[: head.total_bytes].view(np.int32)
+    words[:] = 0
+    kv_start = np.zeros(batch + 1, np.int64)
+    np.cumsum(inputs.kv_lens, out=kv_start[1:])
+    for name, data in (
+        ("qo_indptr", inputs.qo_indptr),
+        ("kv_indptr", inputs.kv_indptr),
+        ("kv_token_start", kv_start),
+        ("tile_map_start", starts),
+    ):
+        at = head.offsets[name] // 4
+        words[at : at + batch + 1] = data
+    workspace[: head.total_bytes].copy_(pinned[: head.total_bytes], non_blocking=True)
     params = prefill_launch.pack_params(module, values)  # type: ignore[arg-type]
     hq, hkv, d = inputs.heads
-    entries = int(starts[-1])
     args = AttncTileMapArgs(
         variant_params=ctypes.addressof(params),
         variant_params_size=ctypes.sizeof(params),
@@ -156,8 +177,7 @@ def _launch(
     offsets = {**{k: head.offsets[k] for k in head.offsets}, "tile_map": offset}
     stream = torch.cuda.current_stream(workspace.device)
     build_on_device(module, workspace.data_ptr(), offsets, args, stream.cuda_stream)
-    host = torch.empty(entries, dtype=torch.uint8, pin_memory=True)
+    host = pinned[head.total_bytes : head.total_bytes + entries]
     host.copy_(workspace[offset : offset + entries], non_blocking=True)
-    stream.synchronize()
-    del packed  # the copies above have completed
+    stream.synchronize()  # the one synchronisation of a plan with a map
     return host.numpy()

@@ -1,0 +1,97 @@
+// Owns: the plain C entry points of the host prefill planner library (built by the JIT from
+// this file: attnc/runtime/planning/prefill_plan_library.py loads it with ctypes) and the
+// order of one plan: the batch checks, the workspace check, the tiles' KV ranges, the chunks,
+// the heaviest-first order and the packed lists. Only pointers and integers cross; the structs
+// are those of prefill_plan_abi.h, the codes those of attnc/abi_codes.h.
+#include <stdint.h>
+
+#include <cmath>
+
+#include "prefill_plan_check.h"
+#include "prefill_plan_write.h"
+
+namespace attnc {
+namespace prefill_plan {
+
+constexpr int64_t kPartRowReserve = 32;  // list bytes a partial row may add (prefill_plan.py)
+
+// Scalars the planner's integer arithmetic relies on.
+inline bool shape_ok(const AttncPrefillParams& p) {
+  const bool counts = p.num_qo_heads >= 1 && p.num_kv_heads >= 1 && p.head_dim >= 1 &&
+                      p.tile_q_tokens >= 1 && p.kv_align >= 1 && p.min_chunk >= 1 &&
+                      p.max_chunks >= 1 && p.num_ctas >= 0 && p.batch >= 0;
+  const bool costs = std::isfinite(p.alpha) && std::isfinite(p.beta) && p.beta > 0;
+  const bool ranges = p.range_rows == nullptr || (p.num_terms >= 1 && p.num_range_rows >= 0);
+  const bool map = p.tile_map == nullptr || p.kv_block >= 1;
+  return counts && costs && ranges && map && p.num_qo_heads < (INT64_C(1) << 30) &&
+         p.num_kv_heads < (INT64_C(1) << 30) && p.tile_q_tokens < (INT64_C(1) << 30);
+}
+
+// The plan of a checked batch (q_lens / kv_lens filled by check_batch) into p.out.
+inline int plan(const AttncPrefillParams& p, AttncPrefillResult* r, Scratch& s) {
+  r->error = 0, r->needed_bytes = 0;
+  if (!shape_ok(p)) return ATTNC_PLAN_OUT_OF_RANGE;
+  query_tiles(p, s);
+  const int64_t tiles = static_cast<int64_t>(s.req.size());
+  const Layout unsplit = place_lists(p, tiles * p.num_kv_heads * kItemInts, 0);
+  const int64_t free = p.workspace_bytes - unsplit.total - 4 * kAlign - p.map_reserve;
+  if (free < 0) {
+    r->error = ATTNC_PP_WORKSPACE, r->needed_bytes = unsplit.total + 4 * kAlign;
+    return ATTNC_PLAN_CAPACITY;
+  }
+  const int64_t max_part_rows = free / (4 * (p.head_dim + 1) + kPartRowReserve);
+  if (!tile_ranges(p, s)) return ATTNC_PLAN_OUT_OF_RANGE;
+  int64_t chunk = 0;
+  const int64_t part_rows = choose_chunks(p, s, max_part_rows, &chunk);
+  const int64_t n = order_chunks(p, s);
+  std::vector<int64_t>& split = s.split;  // the split tiles, in tile order
+  split.clear();
+  for (int64_t t = 0; t < tiles; ++t)
+    if (s.count[t] > 1) split.push_back(t);
+  const int64_t n_merge = static_cast<int64_t>(split.size());
+  const Layout l = place_lists(p, n * p.num_kv_heads * kItemInts, n_merge * kMergeInts);
+  if (l.total > p.out_bytes) {
+    r->error = ATTNC_PP_OUT_BUFFER, r->needed_bytes = l.total;
+    return ATTNC_PLAN_CAPACITY;
+  }
+  if (p.out_cost != nullptr && n > p.out_cost_cap) {
+    r->error = ATTNC_PP_COST_BUFFER, r->needed_bytes = n;
+    return ATTNC_PLAN_CAPACITY;
+  }
+  write_lists(p, s, l, n, split);
+  if (p.out_cost != nullptr)
+    for (int64_t i = 0; i < n; ++i) p.out_cost[i] = s.chunk_cost[s.order[i]];
+  r->num_items = n * p.num_kv_heads, r->num_merge = n_merge, r->num_chunks = n;
+  r->part_rows = part_rows, r->chunk_size = chunk, r->total_bytes = l.total;
+  r->off_qo_indptr = l.qo_indptr, r->off_kv_indptr = l.kv_indptr;
+  r->off_kv_token_start = l.kv_token_start, r->off_tile_map_start = l.tile_map_start;
+  r->off_kv_indices = l.kv_indices, r->off_kv_last_page_len = l.kv_last_page_len;
+  r->off_items = l.items, r->off_merge_items = l.merge_items;
+  return ATTNC_PLAN_OK;
+}
+
+}  // namespace prefill_plan
+}  // namespace attnc
+
+extern "C" {
+
+// Check the batch description and write each request's lengths (prefill_plan_check.h).
+ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_check(AttncPrefillParams* params,
+                                                  AttncPrefillResult* result) {
+  return attnc::prefill_plan::check_batch(*params, result);
+}
+
+// Plan a checked batch into params->out (the check's fields of ``result`` are kept).
+ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_plan(const AttncPrefillParams* params,
+                                                 AttncPrefillResult* result) {
+  static thread_local attnc::prefill_plan::Scratch scratch;
+  return attnc::prefill_plan::plan(*params, result, scratch);
+}
+
+// sizeof of the two structs, checked against the ctypes mirrors at load time.
+ATTNC_PREFILL_PLAN_EXPORT void attnc_prefill_plan_sizes(int64_t* out) {
+  out[0] = static_cast<int64_t>(sizeof(AttncPrefillParams));
+  out[1] = static_cast<int64_t>(sizeof(AttncPrefillResult));
+}
+
+}  // extern "C"

@@ -1,0 +1,126 @@
+"""Owns: the host prefill planner library as Python sees it: building it from
+``attnc/kernels/host/prefill_plan.cpp`` through the JIT cache (nvcc on host-only C++,
+``-ffp-contract=off`` so float costs match the numpy oracle of the tests bit for bit), loading
+it with its function signatures, and the ctypes mirrors of its structs
+(``prefill_plan_abi.h``), field for field, whose sizes are compared with the library's
+``sizeof`` on load. A build or load failure is remembered and raised as
+``PlannerUnavailable`` on every call (no second build attempt, no fallback)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from attnc.runtime.build import cache, jit
+from attnc.version import PACKAGE_DIR
+
+HOST_DIR = PACKAGE_DIR / "kernels" / "host"
+ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
+BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
+
+# AttncPrefillResult.error after PLAN_CAPACITY (prefill_plan_abi.h).
+PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER = 1, 2, 3
+# Columns of one row of AttncPrefillParams.range_rows (ATTNC_PR_*).
+PR_TERM, PR_CQ, PR_CK, PR_C0, PR_Q_LEN, PR_KV_LEN, PR_EXTRA = range(7)
+PR_COLUMNS = 7
+
+_I64 = ctypes.c_int64
+_P = ctypes.c_void_p
+
+
+class PrefillParams(ctypes.Structure):
+    """Mirror of ``AttncPrefillParams``."""
+
+    _fields_ = [
+        ("batch", _I64),
+        ("qo_indptr", _P), ("qo_len", _I64),
+        ("kv_indptr", _P), ("kv_len", _I64),
+        ("kv_indices", _P), ("num_indices", _I64),
+        ("kv_last_page_len", _P), ("num_last", _I64),
+        ("page_size", _I64),
+        ("q_lens", _P), ("kv_lens", _P), ("lens_cap", _I64),
+        *((name, _I64) for name in (
+            "num_qo_heads", "num_kv_heads", "head_dim", "tile_q_tokens", "num_ctas", "kv_align",
+            "workspace_bytes", "map_reserve", "min_chunk", "max_chunks",
+        )),
+        ("alpha", ctypes.c_double), ("beta", ctypes.c_double),
+        ("range_rows", _P), ("num_range_rows", _I64), ("num_terms", _I64),
+        ("range_extra", _P), ("num_extra", _I64),
+        ("tile_map", _P), ("tile_map_len", _I64), ("kv_block", _I64),
+        ("out", _P), ("out_bytes", _I64),
+        ("out_cost", _P), ("out_cost_cap", _I64),
+    ]  # fmt: skip
+
+
+class PrefillResult(ctypes.Structure):
+    """Mirror of ``AttncPrefillResult``."""
+
+    _fields_ = [
+        (name, _I64)
+        for name in (
+            "error", "needed_bytes", "total_q", "total_kv", "max_q", "max_page", "nnz",
+            "num_items", "num_merge", "num_chunks", "part_rows", "chunk_size", "total_bytes",
+            "off_qo_indptr", "off_kv_indptr", "off_kv_token_start", "off_tile_map_start",
+            "off_kv_indices", "off_kv_last_page_len", "off_items", "off_merge_items",
+        )
+    ]  # fmt: skip
+
+
+STRUCTS = (PrefillParams, PrefillResult)  # attnc_prefill_plan_sizes order
+
+
+class PlannerUnavailable(RuntimeError):
+    """The planner library could not be built or loaded (the message says why)."""
+
+
+_LOCK = threading.Lock()
+_LIB: ctypes.CDLL | None = None
+_FAILURE: str | None = None
+_PARAMS_P, _RESULT_P = ctypes.POINTER(PrefillParams), ctypes.POINTER(PrefillResult)
+_SIGNATURES = {
+    "attnc_prefill_check": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
+    "attnc_prefill_plan": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
+    "attnc_prefill_plan_sizes": ([ctypes.c_void_p], None),
+}
+
+
+def source() -> str:
+    """The text the JIT compiles: ``prefill_plan.cpp`` under a digest of the host headers
+    (so any header change rebuilds it)."""
+    digest = cache.header_digest(HOST_DIR)
+    text = (HOST_DIR / "prefill_plan.cpp").read_text()
+    return f"// attnc/kernels/host headers: {digest}\n{text}"
+
+
+def library() -> ctypes.CDLL:
+    """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
+    global _LIB, _FAILURE
+    with _LOCK:
+        if _LIB is None and _FAILURE is None:
+            try:
+                _LIB = _load()
+            except Exception as exc:  # no compiler, a build or load failure
+                _FAILURE = f"{type(exc).__name__}: {exc}"
+        if _LIB is None:
+            raise PlannerUnavailable(
+                "attnc: the prefill planner library (attnc/kernels/host/prefill_plan.cpp) "
+                f"could not be built or loaded, so BatchPrefillWrapper.plan() cannot run:\n"
+                f"{_FAILURE}"
+            )
+        return _LIB
+
+
+def _load() -> ctypes.CDLL:
+    path = jit.build_module("prefill_plan", source(), arch=ARCH, extra_flags=BUILD_FLAGS)
+    lib = jit.load_library(path)
+    for name, (argtypes, restype) in _SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, restype
+    sizes = np.zeros(len(STRUCTS), np.int64)
+    lib.attnc_prefill_plan_sizes(sizes.ctypes.data)
+    want = [ctypes.sizeof(s) for s in STRUCTS]
+    if sizes.tolist() != want:
+        raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
+    return lib
