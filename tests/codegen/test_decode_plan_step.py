@@ -193,23 +193,35 @@ def test_plan_matches_the_oracle(cpu):
     assert records == 300 and waits == 299 and 300 <= copies <= 600
 
 
-def test_plans_with_mask_params_match_the_oracle(cpu):
-    """plan(params=...) of a sliding window: the C++ step with the mask's spans writes what
-    the oracle writes, and plans without params return to the fast path."""
+@pytest.mark.parametrize("name", ["sliding_window", "prefix_lm"])
+def test_plans_with_mask_params_match_the_oracle(cpu, monkeypatch, name):
+    """plan(params=...) of a sliding window or a prefix-LM (a union): the C++ step computes
+    the mask's spans from the span table and writes what the oracle writes (spans from
+    mask_ranges.decode_spans); repeated values take the fast path, and plans without params
+    return to the plain fast path."""
     rng = np.random.default_rng(8)
-    w, ref_buf = _pair(name="sliding_window")
-    narrowed = 0
-    for trial in range(120):
+    w, ref_buf = _pair(name=name)
+    key = "window" if name == "sliding_window" else "prefix_len"
+    checked = []
+    real = D.BatchDecodeWrapper._plan_checked
+    monkeypatch.setattr(
+        D.BatchDecodeWrapper, "_plan_checked", lambda self, *a: checked.append(1) or real(self, *a)
+    )
+    narrowed = fast = 0
+    for trial in range(150):
         args = page_table(rng, int(rng.integers(1, 65)), max_len=int(rng.choice([3000, 70000])))
-        kw = {"q_len_per_request": int(rng.integers(1, 5))}
-        if trial % 3:
-            kw["params"] = {"window": int(rng.choice([1, 300, 1024]))}
+        kw = {"q_len_per_request": 1 + (trial // 8) % 4}  # runs of one q_len
+        if trial % 5:
+            kw["params"] = {key: (1, 300, 1024)[(trial // 4) % 3]}  # runs of one value
+        before = len(checked)
         got, want = _outcome(w, *args, **kw), _expected(w, ref_buf, *args, **kw)
         assert got == want, trial
         if "params" in kw and isinstance(got[0], bytes):
-            assert w._fast is None  # ranges are recomputed by every such plan
+            assert w._fast is not None and w._fast.ranges is w._planned_mask.ranges
+            fast += len(checked) == before
             narrowed += bool((w.last_schedule.items[:, 3] > 0).any())
-    assert narrowed > 30, narrowed
+    assert fast > 20, fast
+    assert narrowed > 30 or name == "prefix_lm", narrowed
     args = page_table(rng, 8)
     _plan(w, *args)
     _plan(w, *args)

@@ -34,6 +34,17 @@ ATTNC_PLAN_EXPORT int attnc_decode_step(AttncStepParams* params, AttncStepResult
   return attnc::decode_plan::step(*params, result, scratch);
 }
 
+// The mask spans of ``batch`` KV lengths from a span table (decode_plan_spans.h:
+// decode_spans): ATTNC_PLAN_OK, or ATTNC_PLAN_OUT_OF_RANGE for a malformed table.
+ATTNC_PLAN_EXPORT int attnc_decode_spans(const int64_t* table, int64_t table_len,
+                                         const int64_t* kv_lens, int64_t batch, int64_t q_len,
+                                         int64_t kv_tile, int64_t* offset, int64_t* length) {
+  return attnc::decode_plan::decode_spans(table, table_len, kv_lens, batch, q_len, kv_tile,
+                                          offset, length)
+             ? ATTNC_PLAN_OK
+             : ATTNC_PLAN_OUT_OF_RANGE;
+}
+
 // Wait for the copies of the last step (a cudaError_t).
 ATTNC_PLAN_EXPORT int attnc_decode_wait(AttncStepParams* params) {
   return static_cast<int>(attnc::decode_plan::cuda().wait(*params));

@@ -99,6 +99,13 @@ typedef struct AttncStepParams {
   int64_t device;
   // Owned by the library: recorded after the copies (null until the first one).
   void* event;
+  // A mask's span table (decode_plan_spans.h; null: plan_lens / kv_offset as ``plan`` has
+  // them): the step computes each request's span into span_offset / span_len [max_batch]
+  // and plans only those.
+  const int64_t* span_table;
+  int64_t span_table_len;
+  int64_t* span_offset;
+  int64_t* span_len;
 } AttncStepParams;
 
 // Outputs of attnc_decode_step and attnc_decode_upload.

@@ -15,6 +15,7 @@
 
 #include "decode_plan.h"
 #include "decode_plan_ids.h"
+#include "decode_plan_spans.h"
 
 namespace attnc {
 namespace decode_plan {
@@ -191,6 +192,15 @@ inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   p.batch = r->batch;
   p.kv_lens = s.kv_out;
   p.req_page_begin = s.page_begin_out;
+  if (s.span_table != nullptr) {  // the mask's spans of this step's KV lengths
+    if (s.span_offset == nullptr || s.span_len == nullptr ||
+        !decode_spans(s.span_table, s.span_table_len, s.kv_out, r->batch, p.q_len, p.kv_tile,
+                      s.span_offset, s.span_len))
+      return ATTNC_PLAN_OUT_OF_RANGE;
+    p.plan_lens = s.span_len;
+    p.kv_offset = s.span_offset;
+    p.visible_count = r->batch;
+  }
   rc = plan(p, &r->summary, scratch);
   if (rc != ATTNC_PLAN_OK) return rc;
   return upload(s, r->summary.work_bytes, r->nnz, r);

@@ -111,6 +111,7 @@ class DecodePlanner:
         self.result = StepResult()
         self._step_ref, self._result_ref = ctypes.byref(st), ctypes.byref(self.result)
         self._stage: object = None  # keeps the page stage alive
+        self._span_table: np.ndarray | None = None  # keeps the span table alive
         # Waits for the last copies and frees the event when the planner goes.
         self._finalizer = weakref.finalize(self, lib.attnc_decode_release, st)
         self._finalizer.atexit = False
@@ -156,6 +157,37 @@ class DecodePlanner:
         self._vis_offset[:n], self._vis_len[:n] = offset, length
         p.plan_lens, p.kv_offset = self._vis_len.ctypes.data, self._vis_offset.ctypes.data
         p.visible_count = n
+
+    def set_span_table(self, table: np.ndarray | None) -> None:
+        """Let the following steps compute each request's span from its KV length with the
+        mask's span table (``decode_plan_spans.span_table``; contiguous int64), or not (None:
+        ``set_visible`` decides)."""
+        st = self._step
+        if table is None:
+            st.span_table, st.span_table_len = None, 0
+            self._span_table = None
+            return
+        if not (table.dtype == np.int64 and table.ndim == 1 and table.flags.c_contiguous):
+            raise ValueError("decode plan: a span table is a contiguous 1-D int64 array")
+        self._span_table = table
+        st.span_table, st.span_table_len = table.ctypes.data, table.shape[0]
+        st.span_offset, st.span_len = self._vis_offset.ctypes.data, self._vis_len.ctypes.data
+
+    def spans(
+        self, table: np.ndarray, kv_lens: np.ndarray, q_len: int, kv_tile: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(offset, length) int64 [batch] the step computes from ``table`` for ``kv_lens``
+        (what ``mask_ranges.decode_spans`` gives)."""
+        table = np.ascontiguousarray(table, dtype=np.int64)
+        kv = np.ascontiguousarray(kv_lens, dtype=np.int64)
+        offset, length = np.empty_like(kv), np.empty_like(kv)
+        rc = self._lib.attnc_decode_spans(
+            table.ctypes.data, table.shape[0], kv.ctypes.data, kv.shape[0], q_len, kv_tile,
+            offset.ctypes.data, length.ctypes.data,
+        )  # fmt: skip
+        if rc != abi.PLAN_OK:
+            raise ValueError("decode plan: malformed span table")
+        return offset, length
 
     def bind(self, dev_work: int, dev_page_ids: int, device: int) -> None:
         """The workspace the step copies into (its work region at ``dev_work``, its page id

@@ -92,6 +92,10 @@ class StepParams(ctypes.Structure):
         ("stream", _P),
         ("device", _I64),
         ("event", _P),
+        ("span_table", _P),
+        ("span_table_len", _I64),
+        ("span_offset", _P),
+        ("span_len", _P),
     ]
 
 
@@ -122,6 +126,19 @@ _SIGNATURES = {
     "attnc_decode_plan_sizes": ([ctypes.c_void_p], None),
     "attnc_decode_check": ([_STEP_P, _RESULT_P], ctypes.c_int),
     "attnc_decode_step": ([_STEP_P, _RESULT_P], ctypes.c_int),
+    "attnc_decode_spans": (
+        [
+            ctypes.c_void_p,
+            _I64,
+            ctypes.c_void_p,
+            _I64,
+            _I64,
+            _I64,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ],
+        ctypes.c_int,
+    ),
     "attnc_decode_wait": ([_STEP_P], ctypes.c_int),
     "attnc_decode_release": ([_STEP_P], ctypes.c_int),
     "attnc_decode_cuda_error": ([ctypes.c_int], ctypes.c_char_p),

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from attnc.runtime import abi
@@ -27,6 +28,7 @@ from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
+from attnc.runtime.planning.decode_plan_spans import span_table
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.prefill_schedule import TileRanges
@@ -59,13 +61,16 @@ class PlanInputs(NamedTuple):
 
 class _Fast:
     """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
-    arguments (``key``) and the query tokens per request they give (``q_len``)."""
+    arguments (``key``), the query tokens per request they give (``q_len``) and the mask
+    ranges of its plan-time params (``ranges``: None without; the planner holds their span
+    table)."""
 
-    __slots__ = ("key", "q_len")
+    __slots__ = ("key", "q_len", "ranges")
 
-    def __init__(self, key: tuple[object, ...], q_len: int) -> None:
+    def __init__(self, key: tuple[object, ...], q_len: int, ranges: TileRanges | None) -> None:
         self.key = key
         self.q_len = q_len
+        self.ranges = ranges
 
 
 def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:
@@ -105,6 +110,8 @@ class DecodePlanning:
     # A kernel was launched since plan() last read the page status (sticky under CUDA
     # graphs: replays of a captured run() launch without passing through Python).
     _launched = False
+    # (planned mask, q_len, its span table) of the last plan with mask ranges.
+    _span_memo: tuple[PlannedMask, int, np.ndarray | None] | None = None
 
     def __init__(
         self,
@@ -185,9 +192,10 @@ class DecodePlanning:
 
         ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
         sliding window's width) let the scheduler chunk and cost only the KV each request
-        may see; ``run()`` must then be given the same values. Such plans recompute the
-        mask's ranges each time and skip the fast path (a few hundred microseconds instead
-        of tens).
+        may see; ``run()`` must then be given the same values. For masks whose bounds read
+        only the lengths and scalar params, the planner computes each request's span from
+        its KV length and repeated values take the fast path; per-request tensor params
+        recompute the spans in numpy on every plan (hundreds of microseconds).
 
         After runs of a plan whose ``kv_indices`` lived on the device, ``plan()`` first
         synchronises and raises the ``ValueError`` of a page id the kernels found outside the
@@ -207,8 +215,8 @@ class DecodePlanning:
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
         # the workspace's device or the CPU. Everything else is checked in C++.
         if (
-            ranges is None
-            and fast is not None
+            fast is not None
+            and ranges is fast.ranges  # none, or the same planned mask (same span table)
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
@@ -320,8 +328,11 @@ class DecodePlanning:
             q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
             self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
         )  # fmt: skip
-        spans = None
+        spans = table = None
         if mask_ranges is not None:
+            table = self._span_table(q_len)
+        native.set_span_table(table)
+        if mask_ranges is not None and table is None:
             kv_lens = native.check(
                 (indptr.data_ptr(), indptr.shape[0]),
                 (last.data_ptr(), last.shape[0]),
@@ -332,11 +343,11 @@ class DecodePlanning:
         native.set_visible(spans)
         sched = self._native_step(q_len, indptr, ids, last, pages_dev)
         self._set_token_starts(indptr, last, page_size, q_len)
-        # Plans with mask ranges recompute them each time (never the fast path). The key
-        # holds checked ints; the fast path takes only plain ints equal to them.
+        # Plans whose mask spans numpy computed recompute them each time (never the fast
+        # path). The key holds checked ints; the fast path takes only plain ints equal to them.
         if spans is None and (sm_scale is None or type(sm_scale) is float):
             key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
-            self._fast = _Fast(key, q_len)
+            self._fast = _Fast(key, q_len, mask_ranges)
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
@@ -344,6 +355,20 @@ class DecodePlanning:
         self.last_schedule = sched
         self._fill_static_args(shape, sched)
         self._last_kv = None
+
+    def _span_table(self, q_len: int) -> np.ndarray | None:
+        """The planned mask's span table for ``q_len`` (remembered for the last planned mask
+        and q_len); None for per-request tensor params or bounds it cannot express."""
+        planned = self._planned_mask
+        memo = self._span_memo
+        if memo is not None and memo[0] is planned and memo[1] == q_len:
+            return memo[2]
+        table = None
+        if not getattr(planned, "tensors", None):
+            analysis = self.variant.compiled.mask_analysis  # type: ignore[attr-defined]
+            table = span_table(analysis, planned.values, q_len)
+        self._span_memo = (planned, q_len, table)
+        return table
 
     def _planner(self) -> DecodePlanner:
         """The wrapper's planner, made (and its library built) on first use."""
