@@ -97,7 +97,7 @@ def cpu_wrapper(name: str) -> BatchDecodeWrapper:
 @contextmanager
 def cpu_planner() -> Iterator[None]:
     """The planner's CUDA calls as host memcpys, pinned buffers as plain host memory, and
-    host page ids taken for device-resident ones where ``emulate_device_ids`` says so."""
+    nothing else (``_device_ids_plan`` emulates device-resident page ids)."""
     saved = (decode_planning._GET_RAW_STREAM, decode_planning._pinned_empty)
     decode_plan_library.fake_cuda(1)
     decode_planning._GET_RAW_STREAM = lambda index: 0
@@ -184,27 +184,39 @@ def copies_us(n: int) -> float:
     return statistics.median(timed_calls(lambda: np.copyto(dst, src), n))
 
 
-def report(label: str, fn: Callable[[], object], n: int) -> None:
-    """One line of medians and means, then the stage breakdown."""
-    times = timed_calls(fn, n)
-    med, mean = statistics.median(times), statistics.fmean(times)
-    print(f"{label:44s} median {med:7.1f} us   mean {mean:7.1f} us   (n={n})")
-    stages = breakdown(fn, n)
-    print("    " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+def report(setups: list[tuple[str, Callable[[], object]]], n: int, rounds: int = 10) -> None:
+    """Per setup: median and mean over ``n`` calls, timed in ``rounds`` interleaved rounds (so
+    a slow spell of the machine hits every setup alike), then the stage breakdown."""
+    times: dict[str, list[float]] = {label: [] for label, _ in setups}
+    for _ in range(rounds):
+        for label, fn in setups:
+            times[label] += timed_calls(fn, max(1, n // rounds))
+    for label, fn in setups:
+        med, mean = statistics.median(times[label]), statistics.fmean(times[label])
+        print(f"{label:44s} median {med:7.1f} us   mean {mean:7.1f} us   (n={len(times[label])})")
+        stages = breakdown(fn, max(50, n // 4))
+        print("    " + ", ".join(f"{k} {v:.1f}" for k, v in stages.items()))
 
 
 def run_cpu(n: int) -> None:
     """Both setups on the CPU."""
     indptr, ids, last = page_table()
     with cpu_planner():
-        plain = cpu_wrapper("vanilla")
-        report("host.py setup (device ids emulated)", _device_ids_plan(plain, indptr, ids, last), n)
-        plain = cpu_wrapper("vanilla")
-        report("decode_quick setup (host ids)", lambda: _plan(plain, indptr, ids, last), n)
-        window = cpu_wrapper("sliding_window")
+        host, quick, window = (
+            cpu_wrapper("vanilla"),
+            cpu_wrapper("vanilla"),
+            cpu_wrapper("sliding_window"),
+        )
+        _plan(host, indptr, ids, last)  # the checked path once, with host ids
         report(
-            "decode_quick setup, window 1024 param",
-            lambda: _plan(window, indptr, ids, last, params=WINDOW),
+            [
+                ("host.py setup (device ids emulated)", _device_ids_plan(host, indptr, ids, last)),
+                ("decode_quick setup (host ids)", lambda: _plan(quick, indptr, ids, last)),
+                (
+                    "decode_quick setup, window 1024 param",
+                    lambda: _plan(window, indptr, ids, last, params=WINDOW),
+                ),
+            ],
             n,
         )
         print(f"(faked copies alone: {copies_us(n):.1f} us of each host-ids plan above)")
@@ -213,18 +225,20 @@ def run_cpu(n: int) -> None:
 def _device_ids_plan(
     w: BatchDecodeWrapper, indptr: torch.Tensor, ids: torch.Tensor, last: torch.Tensor
 ) -> Callable[[], None]:
-    """plan() with ``ids`` taken for device-resident ids (the fast path's placement test says
-    "on the device"; the faked copy reads host memory)."""
-    real = decode_planning.ids_placement
+    """plan() with host ``ids`` handed to the planner as device-resident ones (no host scan,
+    a "device to device" copy, the page-status word pending afterwards, as with GPU ids)."""
+    real = decode_planning.DecodePlanning._native_step
+
+    def native_step(self, q_len, kv_indptr, kv_indices, kv_last_page_len, on_device):  # type: ignore[no-untyped-def]
+        return real(self, q_len, kv_indptr, kv_indices, kv_last_page_len, True)
 
     def plan() -> None:
-        decode_planning.ids_placement = lambda t, index: True
+        decode_planning.DecodePlanning._native_step = native_step  # type: ignore[method-assign]
         try:
             _plan(w, indptr, ids, last)
         finally:
-            decode_planning.ids_placement = real
+            decode_planning.DecodePlanning._native_step = real  # type: ignore[method-assign]
 
-    _plan(w, indptr, ids, last)  # the checked path once (it needs a real placement)
     return plan
 
 
@@ -236,17 +250,21 @@ def run_cuda(n: int) -> None:
     """Both setups with a real CUDA workspace."""
     ws = torch.empty(WS_BYTES, dtype=torch.uint8, device="cuda")
     indptr, ids, last = page_table()
-    host = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
     dev_ids = ids.cuda()
-    report("host.py setup (device ids)", lambda: _plan(host, indptr, dev_ids, last), n)
+    host = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
     quick = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
-    report("decode_quick setup (host ids)", lambda: _plan(quick, indptr, ids, last), n)
     graph = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws, use_cuda_graph=True)
-    report("decode_quick setup, use_cuda_graph", lambda: _plan(graph, indptr, ids, last), n)
     window = BatchDecodeWrapper(attnc.load("stdlib:sliding_window"), ws)
     report(
-        "decode_quick setup, window 1024 param",
-        lambda: _plan(window, indptr, ids, last, params=WINDOW),
+        [
+            ("host.py setup (device ids)", lambda: _plan(host, indptr, dev_ids, last)),
+            ("decode_quick setup (host ids)", lambda: _plan(quick, indptr, ids, last)),
+            ("decode_quick setup, use_cuda_graph", lambda: _plan(graph, indptr, ids, last)),
+            (
+                "decode_quick setup, window 1024 param",
+                lambda: _plan(window, indptr, ids, last, params=WINDOW),
+            ),
+        ],
         n,
     )
     torch.cuda.synchronize()

@@ -43,47 +43,48 @@ inline double lower_bound(const AttncPlanParams& p, const Counts& c) {
          (c.chunk > 0 ? kMergeOverhead : 0.0);
 }
 
-// The winning candidate's split factor in *factor (its CTA assignment left in s.best_cta),
-// or ATTNC_PLAN_CAPACITY with the fewest items any candidate needs in *fewest_out.
-// A candidate whose chunk (after the capacity doubling) an earlier one has is the same plan
-// and is dropped. Candidates are tried in order of their lower bounds, so most lose early
-// (a bound above the best so far, or an assignment whose busiest CTA passes it).
-inline int choose_candidate(const AttncPlanParams& p, Scratch& s, int64_t* factor,
-                            int64_t* fewest_out) {
+// The winning candidate (its index in *best, its CTA assignment left in s.best_cta), or
+// ATTNC_PLAN_CAPACITY with the fewest items any candidate needs in *fewest_out. ``counts[k]``
+// and s.cand_chunks[k] hold candidate k's first pass (plan computes them once). A candidate
+// whose chunk (after the capacity doubling) an earlier one has is the same plan and is
+// dropped. Candidates are tried in order of their lower bounds, so most lose early (a bound
+// above the best so far, or an assignment whose busiest CTA passes it). *order_is_best: the
+// chunk order in the scratch (order_chunks) is the winner's.
+inline int choose_candidate(const AttncPlanParams& p, const Counts* counts, Scratch& s,
+                            int* best, int64_t* fewest_out, bool* order_is_best) {
   struct Cand {
-    int64_t factor, index;
+    int index;
     double lb;
   };
-  Counts c{};
   Cand cands[kCandidates];
   int64_t n_cands = 0, fewest = -1, tried_n = 0;
   int64_t tried[kCandidates];
   for (int k = 0; k < num_candidates(p); ++k) {
-    plan_counts(p, candidate_factor(p, k), s.num_chunks.data(), &c);
+    const Counts& c = counts[k];
     bool seen = false;
     for (int64_t t = 0; t < tried_n; ++t) seen |= tried[t] == c.chunk;
     if (seen) continue;
     tried[tried_n++] = c.chunk;
     fewest = fewest < 0 ? c.num_items : std::min(fewest, c.num_items);
     if (p.max_items >= 0 && c.num_items > p.max_items) continue;
-    cands[n_cands++] = {candidate_factor(p, k), k, lower_bound(p, c)};
+    cands[n_cands++] = {k, lower_bound(p, c)};
   }
   std::sort(cands, cands + n_cands, [](const Cand& a, const Cand& b) {
     return a.lb < b.lb || (a.lb == b.lb && a.index < b.index);
   });
   bool have_best = false;
   double best_time = 0.0;
-  int64_t best_index = 0;
   for (int64_t k = 0; k < n_cands; ++k) {
     if (have_best && cands[k].lb > best_time * (1.0 + 1e-9)) break;  // nor can the rest
-    plan_counts(p, cands[k].factor, s.num_chunks.data(), &c);
-    order_chunks(p, s.num_chunks.data(), c, s);
-    const double time = assign_lpt(p, c, s, have_best ? best_time : HUGE_VAL);
-    if (!have_best || time < best_time || (time == best_time && cands[k].index < best_index)) {
+    const int index = cands[k].index;
+    order_chunks(p, s.cand_chunks[index].data(), counts[index], s);
+    const double time = assign_lpt(p, counts[index], s, have_best ? best_time : HUGE_VAL);
+    *order_is_best = false;
+    if (!have_best || time < best_time || (time == best_time && index < *best)) {
       have_best = true;
       best_time = time;
-      *factor = cands[k].factor;
-      best_index = cands[k].index;
+      *best = index;
+      *order_is_best = true;
       s.best_cta.swap(s.cta);  // the winner's assignment, reused when writing
     }
   }
@@ -110,21 +111,26 @@ inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
   if (p.batch < 0 || p.batch >= kMaxLen) return ATTNC_PLAN_OUT_OF_RANGE;
   if (p.batch > 0 && p.kv_lens == nullptr) return ATTNC_PLAN_OUT_OF_RANGE;
   if (!visible_ok(p) || !split_factors_ok(p)) return ATTNC_PLAN_OUT_OF_RANGE;
-  s.num_chunks.resize(static_cast<size_t>(p.batch));
-  s.best_chunks.resize(static_cast<size_t>(p.batch));
-  Counts c{};
   // Every candidate must be within the limits (the oracle computes all chunk sizes first).
+  Counts counts[kCandidates];
   for (int k = 0; k < num_candidates(p); ++k) {
-    const int rc = plan_counts(p, candidate_factor(p, k), s.num_chunks.data(), &c);
+    s.cand_chunks[k].resize(static_cast<size_t>(p.batch));
+    const int rc = plan_counts(p, candidate_factor(p, k), s.cand_chunks[k].data(), &counts[k]);
     if (rc != ATTNC_PLAN_OK) return rc;
   }
-  int64_t factor = 0, fewest = 0;
-  if (choose_candidate(p, s, &factor, &fewest) != ATTNC_PLAN_OK) {
+  int best = 0;
+  int64_t fewest = 0;
+  bool order_is_best = false;
+  if (choose_candidate(p, counts, s, &best, &fewest, &order_is_best) != ATTNC_PLAN_OK) {
     out->num_items = fewest;
     return ATTNC_PLAN_CAPACITY;
   }
-  int64_t* num_chunks = p.out_num_chunks != nullptr ? p.out_num_chunks : s.best_chunks.data();
-  plan_counts(p, factor, num_chunks, &c);
+  const Counts& c = counts[best];
+  int64_t* num_chunks = s.cand_chunks[best].data();
+  if (p.out_num_chunks != nullptr) {
+    memcpy(p.out_num_chunks, num_chunks, static_cast<size_t>(p.batch) * sizeof(int64_t));
+    num_chunks = p.out_num_chunks;
+  }
   int64_t merge_rows;  // an int32 in the header
   if (__builtin_mul_overflow(c.num_split, p.q_len * p.num_qo_heads, &merge_rows) ||
       merge_rows > INT32_MAX)
@@ -134,7 +140,7 @@ inline int plan(const AttncPlanParams& p, AttncPlanSummary* out, Scratch& s) {
     return ATTNC_PLAN_OUT_OF_RANGE;
 
   // Nothing can fail from here on.
-  order_chunks(p, num_chunks, c, s);
+  if (!order_is_best) order_chunks(p, num_chunks, c, s);
   s.cta.swap(s.best_cta);
   write_work_region(p, num_chunks, c, merge_rows, p.out_cost, s);
   copy_test_outputs(p, c);

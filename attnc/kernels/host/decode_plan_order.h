@@ -56,7 +56,8 @@ inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>
 }
 
 struct Scratch {
-  std::vector<int64_t> num_chunks, best_chunks, size, first, part_base, cta, best_cta, count;
+  std::vector<int64_t> cand_chunks[ATTNC_PLAN_MAX_SPLIT_FACTORS + 1];  // per candidate
+  std::vector<int64_t> size, first, part_base, cta, best_cta, count;
   std::vector<double> load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
   std::vector<int32_t> heap_ids;
