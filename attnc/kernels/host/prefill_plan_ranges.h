@@ -46,6 +46,18 @@ inline uint64_t load_word(const uint8_t* p) {
   return x;
 }
 
+// Division of non-negative values by a fixed positive divisor: a shift for a power of two
+// (tile sizes, the map's KV block, the chunk alignment), else div_nonneg.
+struct Divisor {
+  int64_t d;
+  int shift;
+  explicit Divisor(int64_t divisor) : d(divisor), shift(-1) {
+    if (divisor > 0 && (divisor & (divisor - 1)) == 0) shift = __builtin_ctzll(divisor);
+  }
+  int64_t div(int64_t a) const { return shift >= 0 ? a >> shift : div_nonneg(a, d); }
+  int64_t ceil(int64_t a) const { return a == 0 ? 0 : div(a - 1) + 1; }
+};
+
 // Non-zero bytes of p[0, n) (a map's non-EMPTY entries), eight at a time.
 inline int64_t count_nonzero(const uint8_t* p, int64_t n) {
   constexpr uint64_t kLow7 = 0x7F7F7F7F7F7F7F7FULL, kOnes = 0x0101010101010101ULL;
@@ -93,17 +105,19 @@ struct Scratch {
   std::vector<int64_t> count, size, part_base, split;  // chunking, per tile
   std::vector<int64_t> chunk_tile, chunk_begin, chunk_end, chunk_part, order;
   std::vector<double> chunk_cost;
+  std::vector<uint64_t> keys;  // sort keys of the order
 };
 
 // The query tiles of every request, in request order (prefill_schedule.query_tiles).
 inline void query_tiles(const AttncPrefillParams& p, Scratch& s) {
   const int64_t tile = p.tile_q_tokens;
+  const Divisor by_tile(tile);
   int64_t n = 0;
-  for (int64_t r = 0; r < p.batch; ++r) n += ceil_nonneg(p.q_lens[r], tile);
+  for (int64_t r = 0; r < p.batch; ++r) n += by_tile.ceil(p.q_lens[r]);
   s.req.resize(n), s.j.resize(n), s.q0.resize(n), s.q1.resize(n);
   int64_t t = 0;
   for (int64_t r = 0; r < p.batch; ++r) {
-    const int64_t tiles = ceil_nonneg(p.q_lens[r], tile);
+    const int64_t tiles = by_tile.ceil(p.q_lens[r]);
     for (int64_t j = 0; j < tiles; ++j, ++t) {
       s.req[t] = r, s.j[t] = j, s.q0[t] = j * tile;
       s.q1[t] = std::min(j * tile + tile, p.q_lens[r]);
@@ -218,19 +232,22 @@ inline void closed_form_ranges(const AttncPrefillParams& p, Scratch& s) {
 // The map's per-tile summary (tile_map.summarize): where each tile's row starts and its
 // first and one-past-last non-empty column. False when the map is shorter than the batch needs.
 inline bool summarize_map(const AttncPrefillParams& p, Scratch& s) {
-  const int64_t block = p.kv_block, tiles = static_cast<int64_t>(s.req.size());
-  s.map_start.resize(static_cast<size_t>(tiles));
+  const Divisor by_block(p.kv_block);
+  const int64_t tiles = static_cast<int64_t>(s.req.size());
+  s.map_start.resize(static_cast<size_t>(tiles + 1));
   s.first.resize(static_cast<size_t>(tiles));
   s.last.resize(static_cast<size_t>(tiles));
-  int64_t start = 0;
+  int64_t start = 0, cols = 0;
   for (int64_t t = 0; t < tiles; ++t) {
+    if (t == 0 || s.req[t] != s.req[t - 1]) cols = by_block.ceil(p.kv_lens[s.req[t]]);
     s.map_start[t] = start;
-    start += ceil_nonneg(p.kv_lens[s.req[t]], block);
+    start += cols;
   }
+  s.map_start[tiles] = start;
   if (start > p.tile_map_len) return false;
   for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t cols = ceil_nonneg(p.kv_lens[s.req[t]], block);
-    nonzero_span(p.tile_map + s.map_start[t], cols, &s.first[t], &s.last[t]);
+    const int64_t width = s.map_start[t + 1] - s.map_start[t];
+    nonzero_span(p.tile_map + s.map_start[t], width, &s.first[t], &s.last[t]);
   }
   return true;
 }
@@ -239,8 +256,9 @@ inline bool summarize_map(const AttncPrefillParams& p, Scratch& s) {
 // 0 <= begin <= end <= the request's KV length).
 inline int64_t visible_tokens(const AttncPrefillParams& p, const Scratch& s, int64_t t,
                               int64_t begin, int64_t end) {
-  const int64_t c0 = div_nonneg(begin, p.kv_block);
-  const int64_t c1 = std::max(ceil_nonneg(end, p.kv_block), c0);
+  const Divisor by_block(p.kv_block);
+  const int64_t c0 = by_block.div(begin);
+  const int64_t c1 = std::max(by_block.ceil(end), c0);
   return count_nonzero(p.tile_map + s.map_start[t] + c0, c1 - c0) * p.kv_block;
 }
 

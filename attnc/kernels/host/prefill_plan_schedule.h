@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "prefill_plan_ranges.h"
 
@@ -29,13 +30,14 @@ inline int64_t fair_chunk(const AttncPrefillParams& p, const Scratch& s) {
 // Chunks and (aligned) chunk size of every tile for ``chunk`` (_chunking); the partial rows
 // the split tiles need, and whether any tile is split.
 inline int64_t chunk_tiles(const AttncPrefillParams& p, Scratch& s, int64_t chunk, bool* any) {
+  const Divisor by_chunk(chunk), by_align(p.kv_align);
   int64_t part_rows = 0;
   *any = false;
   for (size_t t = 0; t < s.req.size(); ++t) {
     const int64_t length = s.kv_e[t] - s.kv_b[t];
-    const int64_t n = std::min(std::max<int64_t>(ceil_nonneg(s.loaded[t], chunk), 1), p.max_chunks);
-    int64_t size = ceil_nonneg(length, n);
-    size = std::max(p.kv_align, ceil_nonneg(size, p.kv_align) * p.kv_align);
+    const int64_t n = std::min(std::max<int64_t>(by_chunk.ceil(s.loaded[t]), 1), p.max_chunks);
+    int64_t size = n == 1 ? length : ceil_nonneg(length, n);
+    size = std::max(p.kv_align, by_align.ceil(size) * p.kv_align);
     s.size[t] = size;
     s.count[t] = std::max<int64_t>(1, ceil_nonneg(length, size));
     if (s.count[t] > 1) {
@@ -64,18 +66,33 @@ inline int64_t choose_chunks(const AttncPrefillParams& p, Scratch& s, int64_t ma
 }
 
 // order[0, n): chunk indices heaviest first, ties in chunk order (numpy's stable argsort of
-// -cost). Costs already in that order, or strictly rising (causal tiles), need no sort.
-inline void heaviest_first(const double* cost, int64_t n, int64_t* order) {
-  bool falling = true, rising = true;
+// -cost). Costs already in that order, or strictly rising (causal tiles), need no sort;
+// whole costs below 2^39 (the runtime's alpha = beta = 1) sort as packed integer keys.
+inline void heaviest_first(const double* cost, int64_t n, int64_t* order,
+                           std::vector<uint64_t>& keys) {
+  bool falling = true, rising = true, whole = n < (INT64_C(1) << 24);
   for (int64_t i = 1; i < n && (falling || rising); ++i) {
     falling = falling && cost[i] <= cost[i - 1];
     rising = rising && cost[i] > cost[i - 1];
   }
   for (int64_t i = 0; i < n; ++i) order[i] = rising && !falling ? n - 1 - i : i;
   if (falling || rising) return;
-  std::sort(order, order + n, [cost](int64_t a, int64_t b) {
-    return cost[a] > cost[b] || (cost[a] == cost[b] && a < b);
-  });
+  constexpr double kTop = static_cast<double>(INT64_C(1) << 39);
+  for (int64_t i = 0; i < n && whole; ++i)
+    whole = cost[i] >= 0.0 && cost[i] < kTop && cost[i] == std::floor(cost[i]);
+  if (!whole) {
+    std::sort(order, order + n, [cost](int64_t a, int64_t b) {
+      return cost[a] > cost[b] || (cost[a] == cost[b] && a < b);
+    });
+    return;
+  }
+  keys.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t heavier = (INT64_C(1) << 39) - 1 - static_cast<uint64_t>(cost[i]);
+    keys[i] = (heavier << 24) | static_cast<uint64_t>(i);
+  }
+  std::sort(keys.begin(), keys.end());
+  for (int64_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(keys[i] & 0xFFFFFF);
 }
 
 // Every chunk (tile order, then chunk order) with its partial row base and cost, and the
@@ -106,7 +123,7 @@ inline int64_t order_chunks(const AttncPrefillParams& p, Scratch& s) {
       s.chunk_cost[i] = p.alpha * tokens + p.beta * static_cast<double>(loads);
     }
   }
-  heaviest_first(s.chunk_cost.data(), n, s.order.data());
+  heaviest_first(s.chunk_cost.data(), n, s.order.data(), s.keys);
   return n;
 }
 

@@ -84,6 +84,10 @@ class RangeProgram:
     by_request: tuple[LinearConstraint, ...]  # the constraints of the extra columns
     params: Mapping[str, int]
     per_req: Mapping[str, np.ndarray]
+    rows_ptr: int = 0  # the address of ``rows`` (set on creation)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows_ptr", self.rows.ctypes.data)
 
     def extra(self, q_lens: np.ndarray, kv_lens: np.ndarray) -> np.ndarray | None:
         """int64 ``[columns, batch]``: the constants of ``by_request`` per request."""
@@ -121,7 +125,7 @@ def tile_range_program(
             by_request.append(x)
         else:
             rows.append([term, x.cq, x.ck, *form, -1])
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    table = np.ascontiguousarray(np.array(rows, dtype=np.int64).reshape(-1, 7))
     return RangeProgram(table, len(terms), tuple(by_request), known, per_req)
 
 

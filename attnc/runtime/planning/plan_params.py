@@ -69,6 +69,8 @@ def split_plan_params(
     """Check ``params`` given to ``plan()``: (scalars, tensors). Scalars as ``run()`` checks
     them; tensors for their dtype, device and shape, with ``sizes`` holding the head counts,
     head_dim and the batch sizes (``checks.params.token_sizes``)."""
+    if not params:
+        return {}, {}
     name = variant.name  # type: ignore[attr-defined]
     decls = variant.params  # type: ignore[attr-defined]
     tensor_names = {d.name for d in decls if d.kind == "tensor"}

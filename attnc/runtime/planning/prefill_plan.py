@@ -11,12 +11,7 @@ import numpy as np
 import torch
 
 from attnc.runtime.planning.mask_ranges import RangeProgram
-from attnc.runtime.planning.prefill_planner import (
-    ITEM_INTS,
-    MERGE_INTS,
-    PlannerShape,
-    PrefillPlanner,
-)
+from attnc.runtime.planning.prefill_planner import ITEM_INTS, MERGE_INTS, PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK
 from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, place_int32
 
@@ -60,22 +55,37 @@ def map_region_offset(workspace_bytes: int, map_reserve: int) -> int:
 
 @dataclass(frozen=True)
 class PrefillSchedule:
-    """Items (heaviest first) and merge entries; ``part_rows`` partial rows are used.
-    The arrays are views of the planner's buffer (valid until its next plan)."""
+    """Items (heaviest first) and merge entries of a plan's packed lists; ``part_rows``
+    partial rows are used. The arrays are views of the planner's buffer (valid until its
+    next plan)."""
 
-    items: np.ndarray  # int32 [num_items, ITEM_INTS]
-    merge_items: np.ndarray  # int32 [num_merge, MERGE_INTS]
+    buffer: np.ndarray  # uint8: the packed lists
+    layout: Int32Regions
     part_rows: int
     chunk_size: int  # KV tokens per chunk of split tiles; 0 when nothing is split
     chunk_cost: np.ndarray  # float64 [num_items / num_kv_heads], in item order
 
+    def _rows(self, name: str, width: int) -> np.ndarray:
+        at, n = self.layout.offsets[name], self.layout.counts[name]
+        return self.buffer[at : at + 4 * n].view(np.int32).reshape(-1, width)
+
+    @property
+    def items(self) -> np.ndarray:
+        """int32 [num_items, ITEM_INTS] (request, q tile, KV head, begin, end, partial row)."""
+        return self._rows("items", ITEM_INTS)
+
+    @property
+    def merge_items(self) -> np.ndarray:
+        """int32 [num_merge, MERGE_INTS] (request, q tile, chunks, first partial row)."""
+        return self._rows("merge_items", MERGE_INTS)
+
     @property
     def num_items(self) -> int:
-        return int(self.items.shape[0])
+        return self.layout.counts["items"] // ITEM_INTS
 
     @property
     def num_merge(self) -> int:
-        return int(self.merge_items.shape[0])
+        return self.layout.counts["merge_items"] // MERGE_INTS
 
     @property
     def cost(self) -> np.ndarray:
@@ -94,24 +104,25 @@ class HostPlan:
     """
 
     buffer: np.ndarray  # uint8 [layout.total_bytes]: the packed lists
-    q_lens: np.ndarray  # int64 [batch]
-    kv_lens: np.ndarray  # int64 [batch]
+    layout: Int32Regions
+    schedule: PrefillSchedule
     total_q: int  # qo_indptr[-1]
     nnz: int  # kv_indptr[-1]: KV tokens (ragged) or pages (paged)
     max_page: int  # the largest page id used, -1 when none
-    paged: bool
     tile_map_offset: int  # byte offset of the map in the workspace; -1: no map
     page_size: int
     tile_q_tokens: int
-    schedule: PrefillSchedule
-    layout: Int32Regions
     part_o_offset: int
     part_lse_offset: int
 
     @property
     def batch(self) -> int:
         """Requests of the plan."""
-        return int(self.q_lens.shape[0])
+        return self.layout.counts["qo_indptr"] - 1
+
+    @property
+    def paged(self) -> bool:
+        return "kv_indices" in self.layout.offsets
 
     @property
     def total_bytes(self) -> int:
@@ -147,6 +158,16 @@ class HostPlan:
         """int32 ``[batch + 1]``: where each request's map starts (None without a map)."""
         return self.region("tile_map_start")
 
+    @property
+    def q_lens(self) -> np.ndarray:
+        """int64 [batch]: query tokens per request."""
+        return np.diff(self.qo_indptr.astype(np.int64))
+
+    @property
+    def kv_lens(self) -> np.ndarray:
+        """int64 [batch]: KV tokens per request."""
+        return np.diff(self.kv_token_start.astype(np.int64))
+
     def packed(self) -> torch.Tensor:
         """The CPU byte buffer of the lists, to copy to the start of the workspace."""
         return torch.from_numpy(self.buffer)
@@ -177,70 +198,38 @@ class PlanShape:
 
 def host_plan(
     planner: PrefillPlanner,
-    shape: PlanShape,
-    tile_ranges: RangeProgram | None = None,
+    head_dim: int,
+    program: RangeProgram | None = None,
     tile_map: np.ndarray | None = None,
-    map_reserve: int = 0,
-    lens: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> HostPlan:
-    """The plan of the batch ``planner`` last checked (its buffers hold the lists; ``lens``:
-    copies of its q_lens and kv_lens the plan may keep).
+    """Plan the batch ``planner`` last checked, in the shape it was configured with (its
+    buffers hold the lists until its next plan).
 
     With ``tile_map`` (the uint8 host copy of the map ``plan()`` built) tiles are ranged and
     costed by their non-empty map blocks; the map itself sits in the last ``map_reserve``
     bytes. Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
     """
-    pshape = PlannerShape(
-        num_qo_heads=shape.num_qo_heads,
-        num_kv_heads=shape.num_kv_heads,
-        head_dim=shape.head_dim,
-        tile_q_tokens=shape.tile_q_tokens,
-        num_ctas=shape.num_ctas,
-        workspace_bytes=shape.workspace_bytes,
-        map_reserve=map_reserve,
-        kv_align=shape.kv_align,
-        kv_block=KV_BLOCK,
-    )
-    lists = planner.plan(pshape, tile_ranges, tile_map)
-    buf, lay = lists.buffer, lists.layout
-    items = buf[lay.offsets["items"] : lay.offsets["items"] + 4 * lay.counts["items"]]
-    merge = buf[
-        lay.offsets["merge_items"] : lay.offsets["merge_items"] + 4 * lay.counts["merge_items"]
-    ]
-    sched = PrefillSchedule(
-        items=items.view(np.int32).reshape(-1, ITEM_INTS),
-        merge_items=merge.view(np.int32).reshape(-1, MERGE_INTS),
-        part_rows=lists.part_rows,
-        chunk_size=lists.chunk_size,
-        chunk_cost=lists.chunk_cost,
-    )
+    planner.plan(program, tile_map)
+    r, lay, buf = planner.result, planner.regions(), planner.buffer
+    part_rows = int(r.part_rows)
+    sched = PrefillSchedule(buf, lay, part_rows, int(r.chunk_size), planner.chunk_cost)
     part_o = lay.total_bytes
-    r = planner.result
-    q_lens, kv_lens = lens if lens is not None else (planner.q_lens.copy(), planner.kv_lens.copy())
+    p = planner.params
     return HostPlan(
         buffer=buf,
-        q_lens=q_lens,
-        kv_lens=kv_lens,
+        layout=lay,
+        schedule=sched,
         total_q=int(r.total_q),
         nnz=int(r.nnz),
         max_page=int(r.max_page),
-        paged="kv_indices" in lay.offsets,
         tile_map_offset=(
-            -1 if tile_map is None else map_region_offset(shape.workspace_bytes, map_reserve)
+            -1 if tile_map is None else map_region_offset(p.workspace_bytes, p.map_reserve)
         ),
-        page_size=planner.page_size,
-        tile_q_tokens=shape.tile_q_tokens,
-        schedule=sched,
-        layout=lay,
+        page_size=int(p.page_size),
+        tile_q_tokens=int(p.tile_q_tokens),
         part_o_offset=part_o,
-        part_lse_offset=part_o + aligned(4 * shape.head_dim * lists.part_rows),
+        part_lse_offset=part_o + aligned(4 * head_dim * part_rows),
     )
-
-
-def host_int32_array(t: torch.Tensor | np.ndarray) -> np.ndarray:
-    """A contiguous int32 numpy copy of a CPU index tensor or array of checked values."""
-    data = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
-    return np.ascontiguousarray(data, dtype=np.int32)
 
 
 def make_host_plan(
@@ -258,9 +247,17 @@ def make_host_plan(
     of its own (the plan owns its buffers); see ``host_plan``."""
     planner = PrefillPlanner()
     paged = kv_indices is not None and kv_last_page_len is not None
-    arrays = [host_int32_array(t) for t in (qo_indptr, kv_indptr)]
-    pages = [host_int32_array(t) for t in (kv_indices, kv_last_page_len)] if paged else [None] * 2
-    if not planner.check(arrays[0], arrays[1], pages[0], pages[1], page_size):
+    tables = [
+        None if t is None else t.to(torch.int32).contiguous()
+        for t in (qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+    ]
+    if not paged:
+        tables[2] = tables[3] = None
+    if not planner.check(tables[0], tables[1], tables[2], tables[3], page_size):  # type: ignore[arg-type]
         raise ValueError("make_host_plan: the index tensors do not pass the plan() checks")
+    planner.configure(
+        shape.num_qo_heads, shape.num_kv_heads, shape.head_dim, shape.tile_q_tokens,
+        shape.num_ctas, shape.workspace_bytes, map_reserve, shape.kv_align, KV_BLOCK,
+    )  # fmt: skip
     host_map = None if tile_map is None else np.ascontiguousarray(tile_map, dtype=np.uint8)
-    return host_plan(planner, shape, tile_ranges, host_map, map_reserve)
+    return host_plan(planner, shape.head_dim, tile_ranges, host_map)

@@ -22,7 +22,7 @@ from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import split_plan_params, variant_mask_reads
-from attnc.runtime.planning.prefill_plan import HostPlan, PlanShape, host_plan
+from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
 from attnc.runtime.wrappers import prefill_launch, prefill_tile_map
@@ -66,7 +66,10 @@ class BatchPrefillWrapper:
         self._planner: PrefillPlanner | None = None  # made at the first plan()
         self._copied: torch.cuda.Event | None = None  # after the last copy of the lists
         self._map_staging = prefill_tile_map.PinnedStaging()
-        self._map_host: tuple[np.ndarray, np.ndarray, np.ndarray, int] | None = None
+        cpu = self._workspace.device.type == "cpu"
+        self._host_workspace = self._workspace.numpy() if cpu else None
+        self._map_host: tuple[np.ndarray, int] | None = None  # the plan's map and tile
+        self._checked_heads: tuple[object, ...] = ()  # the last heads check_heads passed
         self._map_summary: TileMapSummary | None = None
         self._planned_mask = NO_PLANNED_MASK
         self._reads = variant_mask_reads(variant)
@@ -106,16 +109,19 @@ class BatchPrefillWrapper:
         unchanged). Tensors are checked against the batch: a ``kv_len`` tensor has
         sum(kv_len) entries, a ``q_len`` one sum(q_len), a ``batch_size`` one batch.
         """
-        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
+        heads = (num_qo_heads, num_kv_heads, head_dim)
+        if heads != self._checked_heads or not all(type(h) is int for h in heads):
+            tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+            heads = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
+            self._checked_heads = heads
+        num_qo_heads, num_kv_heads, head_dim = heads
         tensors.check_dtype_arg(dtype)
         planner = self._host_planner()
-        qo_np, kv_np, paged = _checked_batch(
+        qo_t, kv_t, paged = _checked_batch(
             planner, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
         checked = planner.result
-        batch, total_q, total_kv = planner.batch, int(checked.total_q), int(checked.total_kv)
-        batch_sizes = token_sizes(total_q, total_kv, batch)
+        batch_sizes = token_sizes(checked.total_q, checked.total_kv, planner.batch)
         sizes = {
             "num_qo_heads": num_qo_heads,
             "num_kv_heads": num_kv_heads,
@@ -130,7 +136,7 @@ class BatchPrefillWrapper:
         else:
             planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         group = num_qo_heads // num_kv_heads
-        max_q = max(int(checked.max_q), 1)
+        max_q = max(checked.max_q, 1)
         choice = choose_prefill_module(
             self.variant.ir,  # type: ignore[attr-defined]
             self.backend,
@@ -144,24 +150,21 @@ class BatchPrefillWrapper:
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
         sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        heads = (num_qo_heads, num_kv_heads, head_dim)
-        lens = (planner.q_lens.copy(), planner.kv_lens.copy())
         host_map = self._build_map(
             module, scalars, plan_tensors, sizes,
-            prefill_tile_map.MapInputs(qo_np, kv_np, *lens, tile, heads, sm),
+            prefill_tile_map.MapInputs(
+                qo_t, kv_t, planner.q_lens, planner.kv_lens, tile, heads, sm
+            ),
         )  # fmt: skip
-        shape = PlanShape(
-            num_qo_heads=num_qo_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            tile_q_tokens=tile,
-            num_ctas=_device_ctas(module, self._workspace.device, head_dim, group, max_q),
-            workspace_bytes=self._workspace.numel(),
-        )
+        planner.configure(
+            num_qo_heads, num_kv_heads, head_dim, tile,
+            _device_ctas(module, self._workspace.device, head_dim, group, max_q),
+            self._workspace.numel(), self._map_reserve,
+        )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
-        host = host_plan(planner, shape, planned_mask.program, host_map, self._map_reserve, lens)
+        host = host_plan(planner, head_dim, planned_mask.program, host_map)
         self._planned_mask = planned_mask
-        self._map_host = None if host_map is None else (host_map, *lens, tile)
+        self._map_host = None if host_map is None else (host_map, tile)
         self._map_summary = None
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
@@ -181,8 +184,9 @@ class BatchPrefillWrapper:
         if self._map_host is None:
             return None
         if self._map_summary is None:
-            host_map, q_lens, kv_lens, tile = self._map_host
-            self._map_summary = summarize(host_map, q_lens, kv_lens, tile, KV_BLOCK)
+            host_map, tile = self._map_host
+            plan = self._require_plan()
+            self._map_summary = summarize(host_map, plan.q_lens, plan.kv_lens, tile, KV_BLOCK)
         return self._map_summary
 
     def _host_planner(self) -> PrefillPlanner:
@@ -224,8 +228,11 @@ class BatchPrefillWrapper:
 
     def _copy_to_workspace(self, host: HostPlan) -> None:
         """Copy the packed lists (the planner's buffer, pinned for a CUDA workspace) to the
-        workspace; an event marks when the buffer may be written again."""
+        workspace; on a device an event marks when the buffer may be written again."""
         n = host.buffer.shape[0]
+        if self._host_workspace is not None:  # a CPU workspace: one memcpy
+            self._host_workspace[:n] = host.buffer
+            return
         source = self._planner.out_tensor[:n]  # type: ignore[union-attr]
         self._workspace[:n].copy_(source, non_blocking=True)
         if self._workspace.is_cuda:
@@ -358,9 +365,9 @@ def _checked_batch(
     kv_indices: object,
     kv_last_page_len: object,
     page_size: object,
-) -> tuple[np.ndarray, np.ndarray, bool]:
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Check the index tensors in the host planner (which keeps the lengths): the int32
-    host arrays of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
+    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
     raised by the Python checks (``_check_indices``), with their words."""
     arrays = _index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
     if arrays is None or not planner.check(*arrays):
@@ -375,8 +382,8 @@ def _index_arrays(
     kv_indices: object,
     kv_last_page_len: object,
     page_size: object,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, int] | None:
-    """Contiguous int32 host arrays of the index tensors and the page size (1: ragged), or
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int] | None:
+    """Contiguous int32 host copies of the index tensors and the page size (1: ragged), or
     None when an argument is not what ``_check_indices`` accepts (it then says why)."""
     qo, kv = _int32_array(qo_indptr), _int32_array(kv_indptr)
     if qo is None or kv is None:
@@ -395,11 +402,13 @@ def _index_arrays(
     return qo, kv, idx, last, page
 
 
-def _int32_array(t: object) -> np.ndarray | None:
-    """A 1-D int32 tensor's values as a contiguous host array (None: not such a tensor)."""
+def _int32_array(t: object) -> torch.Tensor | None:
+    """A 1-D int32 tensor as a contiguous CPU tensor (None: not such a tensor)."""
     if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
         return None
-    return t.detach().to("cpu").contiguous().numpy()
+    if t.is_cpu and t.is_contiguous():
+        return t
+    return t.detach().to("cpu").contiguous()
 
 
 def _check_indices(

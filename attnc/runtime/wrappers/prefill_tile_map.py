@@ -74,9 +74,9 @@ def map_values(
 class MapInputs:
     """What the map step needs from ``plan()``: the checked host index arrays and shape."""
 
-    qo_indptr: np.ndarray  # int32 [batch + 1]
-    kv_indptr: np.ndarray  # int32 [batch + 1]
-    q_lens: np.ndarray  # int64 [batch]
+    qo_indptr: torch.Tensor  # CPU int32 [batch + 1]
+    kv_indptr: torch.Tensor  # CPU int32 [batch + 1]
+    q_lens: np.ndarray  # int64 [batch] (the planner's buffer: read at once)
     kv_lens: np.ndarray  # int64 [batch]
     tile_q_tokens: int
     heads: tuple[int, int, int]  # num_qo_heads, num_kv_heads, head_dim
@@ -120,9 +120,9 @@ def build_tile_map(
     if host_builder is not None or not workspace.is_cuda:
         if host_builder is None:
             raise ValueError("tile map: a CPU workspace needs a host map builder")
+        q_lens, kv_lens = inputs.q_lens.copy(), inputs.kv_lens.copy()
         host = np.asarray(
-            host_builder(values, inputs.q_lens, inputs.kv_lens, inputs.tile_q_tokens, KV_BLOCK),
-            dtype=np.uint8,
+            host_builder(values, q_lens, kv_lens, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
         )
         workspace[offset : offset + entries].copy_(torch.from_numpy(host[:entries]))
         return np.ascontiguousarray(host[:entries])
@@ -151,8 +151,8 @@ def _launch(
     kv_start = np.zeros(batch + 1, np.int64)
     np.cumsum(inputs.kv_lens, out=kv_start[1:])
     for name, data in (
-        ("qo_indptr", inputs.qo_indptr),
-        ("kv_indptr", inputs.kv_indptr),
+        ("qo_indptr", inputs.qo_indptr.numpy()),
+        ("kv_indptr", inputs.kv_indptr.numpy()),
         ("kv_token_start", kv_start),
         ("tile_map_start", starts),
     ):
