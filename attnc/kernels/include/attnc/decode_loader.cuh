@@ -164,6 +164,9 @@ __device__ __forceinline__ void DecodeLoader<V, T, Tile>::issue(const DecodeItem
   const int kv1 = min(kv0 + KVT, li.end);
   const uint32_t dk = s_k + stage * KVT * Layout::kRowBytes;
   const uint32_t dv = s_v + stage * KVT * Layout::kRowBytes;
+  const int num_pages = a.num_pages;
+  bool bad_tile = false;  // a row's page id was outside [0, num_pages): never dereferenced
+  int bad_id = 0;
 #pragma unroll kIssueUnroll
   for (int i = 0; i < NIT; ++i) {
     const int r = r_ld + i * kRowStep;
@@ -177,11 +180,9 @@ __device__ __forceinline__ void DecodeLoader<V, T, Tile>::issue(const DecodeItem
     } else {
       id = in_range ? __ldg(pages + page) : 0;
     }
-    const bool bad = in_range && page_id_bad(id, a.num_pages);
-    if (bad) {  // never dereferenced: the row is zero-filled
-      decode_bad_page_flag[qslot] = 1;
-      report_bad_page(a.page_status, li.request, id);
-    }
+    const bool bad = in_range && page_id_bad(id, num_pages);
+    bad_tile |= bad;  // reported once after the loop: no branch among the copies
+    bad_id = bad ? id : bad_id;
     const bool ok = in_range && !bad;
     const int64_t off = ok ? head_off + static_cast<int64_t>(id) * a.kv_stride_page +
                                  static_cast<int64_t>(in_page) * a.kv_stride_tok
@@ -189,6 +190,10 @@ __device__ __forceinline__ void DecodeLoader<V, T, Tile>::issue(const DecodeItem
     const uint32_t s = Layout::offset(r, c_ld);
     decode_cp_async_16(dk + s, k_ptr + off + c_ld * 8, ok);
     decode_cp_async_16(dv + s, v_ptr + off + c_ld * 8, ok);
+  }
+  if (bad_tile) {  // the rows were zero-filled
+    decode_bad_page_flag[qslot] = 1;
+    report_bad_page(a.page_status, li.request, bad_id);
   }
   stage = stage + 1 == Tile::kStages ? 0 : stage + 1;
   const V lv(params, decode_request_info<D>(a, li, q_len));
