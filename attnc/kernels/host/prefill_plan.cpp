@@ -67,6 +67,7 @@ inline int plan(const AttncPrefillParams& p, AttncPrefillResult* r, Scratch& s) 
   r->off_kv_token_start = l.kv_token_start, r->off_tile_map_start = l.tile_map_start;
   r->off_kv_indices = l.kv_indices, r->off_kv_last_page_len = l.kv_last_page_len;
   r->off_items = l.items, r->off_merge_items = l.merge_items;
+  r->batch = p.batch, r->num_indices = p.num_indices, r->num_last = p.num_last;
   return ATTNC_PLAN_OK;
 }
 
@@ -86,6 +87,18 @@ ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_plan(const AttncPrefillParams* param
                                                  AttncPrefillResult* result) {
   static thread_local attnc::prefill_plan::Scratch scratch;
   return attnc::prefill_plan::plan(*params, result, scratch);
+}
+
+// out[0, batch + 1): where each request's tile map starts for query tiles of ``tile`` tokens
+// and ``block`` keys per column (planning/tile_map.py map_starts); the last: map bytes.
+ATTNC_PREFILL_PLAN_EXPORT void attnc_prefill_map_starts(const AttncPrefillParams* params,
+                                                       int64_t tile, int64_t block, int64_t* out) {
+  const attnc::prefill_plan::Divisor by_tile(tile), by_block(block);
+  out[0] = 0;
+  for (int64_t r = 0; r < params->batch; ++r) {
+    const int64_t rows = by_tile.ceil(params->q_lens[r]);
+    out[r + 1] = out[r] + rows * by_block.ceil(params->kv_lens[r]);
+  }
 }
 
 // sizeof of the two structs, checked against the ctypes mirrors at load time.

@@ -100,6 +100,9 @@ typedef struct AttncPrefillResult {
   int64_t off_kv_last_page_len;
   int64_t off_items;
   int64_t off_merge_items;
+  int64_t batch;        // requests
+  int64_t num_indices;  // page ids in the lists (paged)
+  int64_t num_last;     // last-page lengths in the lists (paged)
 } AttncPrefillResult;
 
 }  // extern "C"

@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from attnc.runtime.planning.mask_ranges import RangeProgram
-from attnc.runtime.planning.prefill_planner import ITEM_INTS, MERGE_INTS, PrefillPlanner
+from attnc.runtime.planning.prefill_plan_library import PrefillResult
+from attnc.runtime.planning.prefill_planner import ITEM_INTS, MERGE_INTS, PrefillPlanner, regions
 from attnc.runtime.planning.tile_map import KV_BLOCK
 from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, place_int32
 
@@ -96,46 +97,80 @@ class PrefillSchedule:
 
 @dataclass(frozen=True)
 class HostPlan:
-    """Everything ``plan()`` decides on the CPU, before copying to the device.
+    """Everything ``plan()`` decides on the CPU, before copying to the device: the packed
+    lists (``buffer``, a view of the planner's buffer valid until its next plan) and what the
+    planner said about them (``result``, a copy).
 
-    The workspace holds the int32 lists at ``layout`` offsets (``buffer``, packed), then the
-    fp32 partial O rows (``[part_rows, head_dim]`` at ``part_o_offset``) and their LSE (at
-    ``part_lse_offset``).
+    The workspace holds the int32 lists at ``layout`` offsets, then the fp32 partial O rows
+    (``[part_rows, head_dim]`` at ``part_o_offset``) and their LSE (at ``part_lse_offset``).
     """
 
-    buffer: np.ndarray  # uint8 [layout.total_bytes]: the packed lists
-    layout: Int32Regions
-    schedule: PrefillSchedule
-    total_q: int  # qo_indptr[-1]
-    nnz: int  # kv_indptr[-1]: KV tokens (ragged) or pages (paged)
-    max_page: int  # the largest page id used, -1 when none
-    tile_map_offset: int  # byte offset of the map in the workspace; -1: no map
+    buffer: np.ndarray  # uint8 [result.total_bytes]: the packed lists
+    result: PrefillResult
+    chunk_cost: np.ndarray  # float64 [result.num_chunks], in work-list order
+    head_dim: int
     page_size: int
     tile_q_tokens: int
-    part_o_offset: int
-    part_lse_offset: int
+    tile_map_offset: int  # byte offset of the map in the workspace; -1: no map
+
+    @property
+    def layout(self) -> Int32Regions:
+        """Where each list sits in ``buffer`` (the offsets ``place_int32`` gives)."""
+        return regions(self.result)
+
+    @property
+    def schedule(self) -> PrefillSchedule:
+        """The work list and merge list (views of ``buffer``)."""
+        r = self.result
+        return PrefillSchedule(self.buffer, self.layout, r.part_rows, r.chunk_size, self.chunk_cost)
 
     @property
     def batch(self) -> int:
         """Requests of the plan."""
-        return self.layout.counts["qo_indptr"] - 1
+        return int(self.result.batch)
+
+    @property
+    def total_q(self) -> int:
+        """qo_indptr[-1]."""
+        return int(self.result.total_q)
+
+    @property
+    def nnz(self) -> int:
+        """kv_indptr[-1]: KV tokens (ragged) or pages (paged)."""
+        return int(self.result.nnz)
+
+    @property
+    def max_page(self) -> int:
+        """The largest page id used, -1 when none."""
+        return int(self.result.max_page)
 
     @property
     def paged(self) -> bool:
-        return "kv_indices" in self.layout.offsets
+        return self.result.off_kv_indices >= 0
+
+    @property
+    def part_o_offset(self) -> int:
+        """Byte offset of the partial O rows (right after the lists)."""
+        return int(self.result.total_bytes)
+
+    @property
+    def part_lse_offset(self) -> int:
+        """Byte offset of the partial LSE rows."""
+        return self.part_o_offset + aligned(4 * self.head_dim * self.result.part_rows)
 
     @property
     def total_bytes(self) -> int:
         """Workspace bytes the plan uses."""
-        return self.part_lse_offset + 4 * self.schedule.part_rows
+        return self.part_lse_offset + 4 * int(self.result.part_rows)
 
     def region(self, name: str) -> np.ndarray | None:
         """The int32 list ``name`` of the packed buffer (None when the plan has none)."""
+        layout = self.layout
         if name == "tile_map_start" and self.tile_map_offset < 0:
             return None
-        if name not in self.layout.offsets:
+        if name not in layout.offsets:
             return None
-        at, n = self.layout.offsets[name], self.layout.counts[name]
+        at, n = layout.offsets[name], layout.counts[name]
         return self.buffer[at : at + 4 * n].view(np.int32)
 
     @property
@@ -210,26 +245,12 @@ def host_plan(
     bytes. Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
     """
     planner.plan(program, tile_map)
-    r, lay, buf = planner.result, planner.regions(), planner.buffer
-    part_rows = int(r.part_rows)
-    sched = PrefillSchedule(buf, lay, part_rows, int(r.chunk_size), planner.chunk_cost)
-    part_o = lay.total_bytes
     p = planner.params
+    offset = -1 if tile_map is None else map_region_offset(p.workspace_bytes, p.map_reserve)
     return HostPlan(
-        buffer=buf,
-        layout=lay,
-        schedule=sched,
-        total_q=int(r.total_q),
-        nnz=int(r.nnz),
-        max_page=int(r.max_page),
-        tile_map_offset=(
-            -1 if tile_map is None else map_region_offset(p.workspace_bytes, p.map_reserve)
-        ),
-        page_size=int(p.page_size),
-        tile_q_tokens=int(p.tile_q_tokens),
-        part_o_offset=part_o,
-        part_lse_offset=part_o + aligned(4 * head_dim * part_rows),
-    )
+        planner.buffer, PrefillResult.from_buffer_copy(planner.result), planner.chunk_cost,
+        head_dim, p.page_size, p.tile_q_tokens, offset,
+    )  # fmt: skip
 
 
 def make_host_plan(

@@ -64,6 +64,7 @@ class PrefillResult(ctypes.Structure):
             "num_items", "num_merge", "num_chunks", "part_rows", "chunk_size", "total_bytes",
             "off_qo_indptr", "off_kv_indptr", "off_kv_token_start", "off_tile_map_start",
             "off_kv_indices", "off_kv_last_page_len", "off_items", "off_merge_items",
+            "batch", "num_indices", "num_last",
         )
     ]  # fmt: skip
 
@@ -83,6 +84,7 @@ _SIGNATURES = {
     "attnc_prefill_check": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
     "attnc_prefill_plan": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
     "attnc_prefill_plan_sizes": ([ctypes.c_void_p], None),
+    "attnc_prefill_map_starts": ([_PARAMS_P, _I64, _I64, ctypes.c_void_p], None),
 }
 
 

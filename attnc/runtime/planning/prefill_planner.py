@@ -54,7 +54,7 @@ class PrefillPlanner:
         self._p_ref, self._r_ref = ctypes.byref(self._p), ctypes.byref(self._r)
         p = self._p
         p.alpha, p.beta, p.min_chunk, p.max_chunks = ALPHA, BETA, MIN_CHUNK, MAX_CHUNKS
-        self._lens = np.zeros((2, 0), np.int64)
+        self._lens = np.zeros((3, 0), np.int64)
         self._cost = np.zeros(1024, np.float64)
         p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
         self.out_tensor = torch.zeros(0, dtype=torch.uint8)
@@ -104,7 +104,7 @@ class PrefillPlanner:
             p.num_last = kv_last_page_len.shape[0]
         p.page_size = page_size
         if self._lens.shape[1] < qo_indptr.shape[0]:
-            self._lens = np.zeros((2, 2 * qo_indptr.shape[0]), np.int64)
+            self._lens = np.zeros((3, 2 * qo_indptr.shape[0]), np.int64)  # q, kv, map starts
             p.q_lens, p.kv_lens = self._lens[0].ctypes.data, self._lens[1].ctypes.data
             p.lens_cap = self._lens.shape[1]
         rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
@@ -116,6 +116,13 @@ class PrefillPlanner:
         if p.kv_indices is not None:
             p.num_indices = self._r.nnz  # the plan packs the used page ids only
         return True
+
+    def map_starts(self, tile_q_tokens: int, kv_block: int = KV_BLOCK) -> np.ndarray:
+        """int64 [batch + 1]: where each request's tile map starts in the last checked batch
+        (``tile_map.map_starts``; a reused buffer, valid until the next call)."""
+        out = self._lens[2]
+        self._lib.attnc_prefill_map_starts(self._p_ref, tile_q_tokens, kv_block, out.ctypes.data)
+        return out[: self.batch + 1]
 
     def configure(
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, tile_q_tokens: int,
@@ -193,22 +200,20 @@ class PrefillPlanner:
         self._out = self.out_tensor.numpy()
         self._p.out, self._p.out_bytes = self._out.ctypes.data, size
 
-    def regions(self) -> Int32Regions:
-        """The ``Int32Regions`` of the last plan (the offsets ``place_int32`` would give)."""
-        r, p = self._r, self._p
-        batch = int(p.batch)
-        offsets = {
-            "qo_indptr": r.off_qo_indptr,
-            "kv_indptr": r.off_kv_indptr,
-            "kv_token_start": r.off_kv_token_start,
-            "tile_map_start": r.off_tile_map_start,
-        }
-        counts = dict.fromkeys(offsets, batch + 1)
-        if r.off_kv_indices >= 0:
-            offsets["kv_indices"], counts["kv_indices"] = r.off_kv_indices, int(p.num_indices)
-            offsets["kv_last_page_len"] = r.off_kv_last_page_len
-            counts["kv_last_page_len"] = int(p.num_last)
-        offsets["items"], counts["items"] = r.off_items, int(r.num_items) * ITEM_INTS
-        offsets["merge_items"] = r.off_merge_items
-        counts["merge_items"] = int(r.num_merge) * MERGE_INTS
-        return Int32Regions(offsets=offsets, counts=counts, total_bytes=int(r.total_bytes))
+
+def regions(r: PrefillResult) -> Int32Regions:
+    """The ``Int32Regions`` of a plan's result (the offsets ``place_int32`` gives)."""
+    offsets = {
+        "qo_indptr": r.off_qo_indptr,
+        "kv_indptr": r.off_kv_indptr,
+        "kv_token_start": r.off_kv_token_start,
+        "tile_map_start": r.off_tile_map_start,
+    }
+    counts = dict.fromkeys(offsets, r.batch + 1)
+    if r.off_kv_indices >= 0:
+        offsets["kv_indices"], counts["kv_indices"] = r.off_kv_indices, r.num_indices
+        offsets["kv_last_page_len"] = r.off_kv_last_page_len
+        counts["kv_last_page_len"] = r.num_last
+    offsets["items"], counts["items"] = r.off_items, r.num_items * ITEM_INTS
+    offsets["merge_items"], counts["merge_items"] = r.off_merge_items, r.num_merge * MERGE_INTS
+    return Int32Regions(offsets=offsets, counts=counts, total_bytes=r.total_bytes)

@@ -153,7 +153,8 @@ class BatchPrefillWrapper:
         host_map = self._build_map(
             module, scalars, plan_tensors, sizes,
             prefill_tile_map.MapInputs(
-                qo_t, kv_t, planner.q_lens, planner.kv_lens, tile, heads, sm
+                qo_t, kv_t, planner.q_lens, planner.kv_lens, planner.map_starts(tile), tile,
+                heads, sm,
             ),
         )  # fmt: skip
         planner.configure(
@@ -333,27 +334,28 @@ def _launch_meta(
     host: HostPlan, heads: tuple[int, int, int], kv_code: int, page_status: int
 ) -> list[int]:
     """The ``prefill_launch.META_FIELDS`` of a plan."""
-    off = host.layout.offsets
+    r = host.result
+    mapped = host.tile_map_offset >= 0
     return [
-        host.batch,  # requests
-        host.schedule.num_items,
-        host.schedule.num_merge,
+        r.batch,  # requests
+        r.num_items,
+        r.num_merge,
         host.tile_q_tokens,
         host.page_size,
         kv_code,
         *heads,
-        off["qo_indptr"],
-        off["kv_indptr"],
-        off.get("kv_indices", -1),
-        off.get("kv_last_page_len", -1),
-        off["items"],
-        off["merge_items"],
+        r.off_qo_indptr,
+        r.off_kv_indptr,
+        r.off_kv_indices,  # -1: ragged
+        r.off_kv_last_page_len,
+        r.off_items,
+        r.off_merge_items,
         host.part_o_offset,
         host.part_lse_offset,
         page_status,
-        off["kv_token_start"],
+        r.off_kv_token_start,
         host.tile_map_offset,
-        off["tile_map_start"] if host.tile_map_offset >= 0 else -1,
+        r.off_tile_map_start if mapped else -1,
         KV_BLOCK,
     ]
 

@@ -20,7 +20,6 @@ from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncTileMapArgs,
     build_on_device,
-    map_starts,
 )
 from attnc.runtime.planning.workspace import ALIGN
 from attnc.runtime.wrappers import prefill_launch
@@ -76,8 +75,9 @@ class MapInputs:
 
     qo_indptr: torch.Tensor  # CPU int32 [batch + 1]
     kv_indptr: torch.Tensor  # CPU int32 [batch + 1]
-    q_lens: np.ndarray  # int64 [batch] (the planner's buffer: read at once)
+    q_lens: np.ndarray  # int64 [batch] (the planner's buffers: read at once)
     kv_lens: np.ndarray  # int64 [batch]
+    map_starts: np.ndarray  # int64 [batch + 1]: tile_map.map_starts of the lengths
     tile_q_tokens: int
     heads: tuple[int, int, int]  # num_qo_heads, num_kv_heads, head_dim
     sm_scale: float
@@ -109,7 +109,7 @@ def build_tile_map(
     staging: PinnedStaging | None = None,
 ) -> np.ndarray:
     """Build the map into the workspace's map region; return its uint8 host copy."""
-    starts = map_starts(inputs.q_lens, inputs.kv_lens, inputs.tile_q_tokens, KV_BLOCK)
+    starts = inputs.map_starts
     entries = int(starts[-1])
     if entries > map_reserve:
         raise ValueError(
@@ -124,8 +124,12 @@ def build_tile_map(
         host = np.asarray(
             host_builder(values, q_lens, kv_lens, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
         )
-        workspace[offset : offset + entries].copy_(torch.from_numpy(host[:entries]))
-        return np.ascontiguousarray(host[:entries])
+        host = np.ascontiguousarray(host[:entries])
+        if workspace.device.type == "cpu":
+            workspace.numpy()[offset : offset + entries] = host
+        else:
+            workspace[offset : offset + entries].copy_(torch.from_numpy(host))
+        return host
     staging = staging if staging is not None else PinnedStaging()
     return _launch(module, workspace, inputs, starts, values, reads, offset, staging)
 
