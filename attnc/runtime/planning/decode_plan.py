@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from attnc.runtime.planning.workspace import (
     WorkspaceLayout,
 )
 
+_PLAN_OK = abi.PLAN_OK
 ALPHA = 16.0  # cost of one query token of an item, in KV tokens
 BETA = 1.0  # cost of one KV token
 MIN_CHUNK = 256  # never split a request into chunks shorter than this (read at configure)
@@ -49,10 +50,10 @@ OUT_OF_RANGE_MESSAGE = (
 )
 
 
-@dataclass(frozen=True)
-class StepPlan:
+class StepPlan(NamedTuple):
     """What one plan decided (``AttncPlanSummary``); the arrays it wrote are read back from
-    the planner's host buffer until the next plan overwrites them."""
+    the planner's host buffer until the next plan overwrites them. (A named tuple: one is
+    made per ``plan()``.)"""
 
     num_items: int
     num_split: int  # split requests (rows of merge_items)
@@ -110,6 +111,13 @@ class DecodePlanner:
         st.kv_out, st.page_begin_out = self._kv.ctypes.data, self._page_begin.ctypes.data
         self.result = StepResult()
         self._step_ref, self._result_ref = ctypes.byref(st), ctypes.byref(self.result)
+        # The result as int64 words: one read gives the step's batch, largest page id and
+        # summary (AttncStepResult: 8 words, then AttncPlanSummary).
+        words = ctypes.cast(ctypes.pointer(self.result), ctypes.POINTER(ctypes.c_int64))
+        self._result_words = np.ctypeslib.as_array(words, (ctypes.sizeof(StepResult) // 8,))
+        self.batch = 0  # requests of the last step
+        self.max_page = -1  # largest host page id of the last step (-1: none, or on the device)
+        self._stage_bytes = 0
         self._stage: object = None  # keeps the page stage alive
         self._span_table: np.ndarray | None = None  # keeps the span table alive
         # Waits for the last copies and frees the event when the planner goes.
@@ -200,11 +208,12 @@ class DecodePlanner:
         ``wait`` first when replacing one the previous copies may read."""
         self._stage = stage
         self._step.page_stage, self._step.page_stage_bytes = ptr, nbytes
+        self._stage_bytes = int(nbytes)
 
     @property
     def stage_bytes(self) -> int:
         """Bytes of the page-id staging buffer."""
-        return int(self._step.page_stage_bytes)
+        return self._stage_bytes
 
     def _tables(self, indptr: tuple[int, int], last: tuple[int, int],
                 indices: tuple[int, int], on_device: bool) -> None:  # fmt: skip
@@ -225,11 +234,23 @@ class DecodePlanner:
     def step(self, indptr: tuple[int, int], last: tuple[int, int],
              indices: tuple[int, int], on_device: bool, stream: int) -> StepPlan:  # fmt: skip
         """Check the page table, wait for the previous copies, plan into the buffer and queue
-        the copies on ``stream``; ``self.result`` holds the batch, nnz and largest page id."""
-        self._tables(indptr, last, indices, on_device)
-        self._step.stream = stream
-        self._raise_for(self._lib.attnc_decode_step(self._step_ref, self._result_ref))
-        return self._summary(self.result.summary)
+        the copies on ``stream``; ``self.result`` holds the batch, nnz and largest page id
+        (also in ``batch`` and ``max_page``)."""
+        st = self._step
+        st.kv_indptr, st.indptr_len = indptr
+        st.last_page_len, st.last_len = last
+        st.kv_indices, st.indices_len = indices
+        st.indices_on_device = on_device
+        st.stream = stream
+        rc = self._lib.attnc_decode_step(self._step_ref, self._result_ref)
+        if rc != _PLAN_OK:
+            self._raise_for(rc)
+        # error, index, value, value2, batch, nnz, max_page, cuda_error, then the summary:
+        # num_items, num_split, merge_rows, chunk_size, num_part_slots, total_chunks, work_bytes
+        w = self._result_words.tolist()
+        self.batch, self.max_page = w[4], w[6]
+        self.generation = generation = self.generation + 1
+        return StepPlan(w[8], w[9], w[10], w[11], w[12], w[14], self, generation)
 
     def plan_params(self, p: PlanParams) -> StepPlan:
         """``attnc_decode_plan`` on a filled parameter struct (``params()`` plus the requests

@@ -81,6 +81,18 @@ def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:
     return False if kv_indices.is_cpu else None
 
 
+def _scalar_key(params: Mapping[str, object]) -> tuple[tuple[str, type, object], ...] | None:
+    """``params`` as (name, type, value) when every value is a Python int, float or bool
+    (equal keys pass the same checks); None otherwise."""
+    key = []
+    for name, value in params.items():
+        kind = type(value)
+        if kind is not int and kind is not float and kind is not bool:
+            return None
+        key.append((name, kind, value))
+    return tuple(key)
+
+
 def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
@@ -107,9 +119,12 @@ class DecodePlanning:
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
     _reads_kv_tokens = False  # the variant reads a kv_len tensor (set in __init__)
     _token_sizes: dict[str, int] | None = None  # token_sizes of the last plan
+    _token_sizes_of: tuple[int, int] | None = None  # its (batch, q_len) without kv tokens
     # A kernel was launched since plan() last read the page status (sticky under CUDA
     # graphs: replays of a captured run() launch without passing through Python).
     _launched = False
+    # The plan-time scalars (name, type, value) the planned mask was made from.
+    _mask_key: tuple[tuple[str, type, object], ...] | None = None
     # (planned mask, q_len, its span table) of the last plan with mask ranges.
     _span_memo: tuple[PlannedMask, int, np.ndarray | None] | None = None
 
@@ -254,7 +269,7 @@ class DecodePlanning:
                     fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
                 )
                 self._set_token_starts(kv_indptr, kv_last_page_len, page_size, fast.q_len)
-                self._a_flags(sched)
+                self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
                 self.last_schedule = sched
                 self._last_kv = None
                 return
@@ -271,7 +286,10 @@ class DecodePlanning:
         ``batch_size`` tensors: one value per request); None when the mask reads none of
         them (the C++ planner then plans whole requests). Sets the values ``run()`` must
         match, and drops cached calls when they change (or tensors were planned) so the next
-        ``run()`` checks."""
+        ``run()`` checks. The same scalars as the last call keep its planned mask."""
+        key = _scalar_key(params)
+        if key is not None and key == self._mask_key:
+            return self._planned_mask.ranges
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
         if sizes and any(name in tensor_names for name in params):
             indptr, hq, hkv, d, q_len = sizes
@@ -290,6 +308,7 @@ class DecodePlanning:
         if planned.values != self._planned_mask.values or planned.tensors:
             self._calls.clear()
         self._planned_mask = planned
+        self._mask_key = key if not planned.tensors else None
         return planned.ranges
 
     def _plan_checked(self, inputs: PlanInputs, mask_ranges: TileRanges | None = None) -> None:
@@ -407,12 +426,11 @@ class DecodePlanning:
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
             else decode_launch.raw_stream(self._device),
         )  # fmt: skip
-        r = native.result
-        self._max_page = r.max_page  # -1: none, or ids on the device (not read back)
+        self._max_page = native.max_page  # -1: none, or ids on the device (not read back)
         # Ids unchecked on the host: the kernels check them and the next plan() reads.
         self._page_status.pending = on_device
-        self._batch = r.batch
-        self._q_rows = r.batch * q_len
+        self._batch = batch = native.batch
+        self._q_rows = batch * q_len
         return sched
 
     def _set_token_starts(
@@ -423,7 +441,9 @@ class DecodePlanning:
         into its fixed workspace region."""
         batch = self._batch
         if not self._reads_kv_tokens:
-            self._token_sizes = token_sizes(batch * q_len, 0, batch)
+            if self._token_sizes_of != (batch, q_len):  # the same as the last plan's
+                self._token_sizes = token_sizes(batch * q_len, 0, batch)
+                self._token_sizes_of = (batch, q_len)
             return
         pages = kv_indptr[1 : batch + 1].long() - kv_indptr[:batch].long()
         lens = (pages - 1) * page_size + kv_last_page_len[:batch].long()
@@ -434,9 +454,6 @@ class DecodePlanning:
         region = self._ws[begin : begin + 4 * (batch + 1)]
         data = starts.view(torch.uint8)
         region.copy_(data.pin_memory() if region.is_cuda else data, non_blocking=True)
-
-    def _a_flags(self, sched: StepPlan) -> None:
-        self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows > 0 else 0
 
     def _check_indices(self, kv_indices: object) -> bool:
         """The tensor checks of ``kv_indices`` (its values are the planner's); True when it
