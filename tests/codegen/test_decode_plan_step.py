@@ -337,3 +337,19 @@ def test_wrapper_with_cuda_graph_keeps_shape(cpu):
     assert w._args.flags == FLAG_MERGE and w._fast is not None
     with pytest.raises(ValueError, match="use_cuda_graph wrapper must keep"):
         _plan(w, *args, q_len_per_request=2)
+
+
+def test_repeated_plan_params_keep_their_checks(cpu):
+    """A plan-time value equal to the last one (same type) reuses its planned mask; a value
+    of another type or range is checked again and refused as on a fresh wrapper."""
+    w = make_wrapper(name="sliding_window")
+    args = page_table(np.random.default_rng(6), 8)
+    _plan(w, *args, params={"window": 1024})
+    planned = w._planned_mask
+    _plan(w, *args, params={"window": 1024})
+    assert w._planned_mask is planned and w._fast is not None
+    for bad, words in ((1024.0, "got float"), (True, "got bool"), (2**40, "does not fit")):
+        with pytest.raises(ValueError, match=f"param 'window' \\(i32\\): .*{words}"):
+            _plan(w, *args, params={"window": bad})
+    _plan(w, *args, params={"window": 300})
+    assert w._planned_mask.values == {"window": 300}
