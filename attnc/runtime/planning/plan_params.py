@@ -79,11 +79,6 @@ def split_plan_params(
     given = {k: v for k, v in params.items() if k in tensor_names}
     if not given:
         return checked, {}
-    # The checks read only metadata: a plan given tensors like the last plan's passes again.
-    seen = (tuple(_tensor_key(k, v) for k, v in given.items()), tuple(sizes.items()), device)
-    passed = variant.__dict__.get("_plan_tensors_passed")
-    if passed is not None and passed[0] == seen:
-        return checked, {k: given[k] for k in passed[1]}  # type: ignore[misc]
     tensor_decls = tuple(d for d in decls if d.name in given)
     heads = {k: sizes[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim")}
     batch = {k: v for k, v in sizes.items() if k not in heads}
@@ -96,16 +91,24 @@ def split_plan_params(
                 f"variant '{name}': param '{key}': plan() needs a contiguous tensor (run() "
                 "must be given the same tensor)"
             )
-    out = {k: v for k, v in resolved.items() if isinstance(v, torch.Tensor)}
-    variant.__dict__["_plan_tensors_passed"] = (seen, tuple(out))
-    return checked, out
+    return checked, {k: v for k, v in resolved.items() if isinstance(v, torch.Tensor)}
 
 
-def _tensor_key(name: str, value: object) -> tuple[object, ...]:
-    """What the tensor checks of ``split_plan_params`` read of one given value."""
-    if not isinstance(value, torch.Tensor):
-        return (name, type(value))
-    return (name, type(value), value.shape, value.stride(), value.dtype, value.device)
+def params_key(params: Mapping[str, object]) -> tuple[object, ...] | None:
+    """What ``plan()`` reads of its ``params``: scalars by type and value, tensors by object,
+    storage, version and metadata; None when a value cannot be compared so."""
+    key: list[object] = []
+    for name, value in params.items():
+        if isinstance(value, torch.Tensor):
+            key.append(
+                (name, id(value), value.data_ptr(), value._version, value.shape,
+                 value.stride(), value.dtype, value.device)
+            )  # fmt: skip
+        elif isinstance(value, int | float | bool):
+            key.append((name, type(value), value))
+        else:
+            return None
+    return tuple(key)
 
 
 @dataclass(frozen=True)

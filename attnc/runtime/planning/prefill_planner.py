@@ -55,6 +55,7 @@ class PrefillPlanner:
         p = self._p
         p.alpha, p.beta, p.min_chunk, p.max_chunks = ALPHA, BETA, MIN_CHUNK, MAX_CHUNKS
         self._lens = np.zeros((3, 0), np.int64)
+        self._starts_ptr = 0
         self._cost = np.zeros(1024, np.float64)
         p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
         self.out_tensor = torch.zeros(0, dtype=torch.uint8)
@@ -106,6 +107,7 @@ class PrefillPlanner:
         if self._lens.shape[1] < qo_indptr.shape[0]:
             self._lens = np.zeros((3, 2 * qo_indptr.shape[0]), np.int64)  # q, kv, map starts
             p.q_lens, p.kv_lens = self._lens[0].ctypes.data, self._lens[1].ctypes.data
+            self._starts_ptr = self._lens[2].ctypes.data
             p.lens_cap = self._lens.shape[1]
         rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
         if rc == abi.PLAN_INVALID:
@@ -120,9 +122,8 @@ class PrefillPlanner:
     def map_starts(self, tile_q_tokens: int, kv_block: int = KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch
         (``tile_map.map_starts``; a reused buffer, valid until the next call)."""
-        out = self._lens[2]
-        self._lib.attnc_prefill_map_starts(self._p_ref, tile_q_tokens, kv_block, out.ctypes.data)
-        return out[: self.batch + 1]
+        self._lib.attnc_prefill_map_starts(self._p_ref, tile_q_tokens, kv_block, self._starts_ptr)
+        return self._lens[2, : self.batch + 1]
 
     def configure(
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, tile_q_tokens: int,
@@ -155,11 +156,11 @@ class PrefillPlanner:
                 p.range_extra, p.num_extra = None, 0
             else:
                 extra = np.ascontiguousarray(extra, dtype=np.int64)
-                p.range_extra, p.num_extra = extra.ctypes.data, extra.shape[0]
+                p.range_extra, p.num_extra = address(extra), extra.shape[0]
         if tile_map is None:
             p.tile_map, p.tile_map_len = None, 0
         else:
-            p.tile_map, p.tile_map_len = tile_map.ctypes.data, tile_map.shape[0]
+            p.tile_map, p.tile_map_len = address(tile_map), tile_map.shape[0]
         self._run()
         del extra  # read by the call above
 
@@ -199,6 +200,14 @@ class PrefillPlanner:
         self.out_tensor = torch.empty(size, dtype=torch.uint8, pin_memory=self._pinned)
         self._out = self.out_tensor.numpy()
         self._p.out, self._p.out_bytes = self._out.ctypes.data, size
+
+
+def address(array: np.ndarray) -> int:
+    """The address of a C-contiguous array's first element (cheaper than ``.ctypes``)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):  # read-only or empty
+        return int(array.ctypes.data)
 
 
 def regions(r: PrefillResult) -> Int32Regions:

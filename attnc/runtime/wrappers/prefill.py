@@ -21,7 +21,7 @@ from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.planning.plan_params import split_plan_params, variant_mask_reads
+from attnc.runtime.planning.plan_params import params_key, split_plan_params, variant_mask_reads
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
@@ -70,6 +70,7 @@ class BatchPrefillWrapper:
         self._host_workspace = self._workspace.numpy() if cpu else None
         self._map_host: tuple[np.ndarray, int] | None = None  # the plan's map and tile
         self._checked_heads: tuple[object, ...] = ()  # the last heads check_heads passed
+        self._params_seen: tuple[object, object] = (None, None)  # _plan_params' last answer
         self._map_summary: TileMapSummary | None = None
         self._planned_mask = NO_PLANNED_MASK
         self._reads = variant_mask_reads(variant)
@@ -128,13 +129,7 @@ class BatchPrefillWrapper:
             "head_dim": head_dim,
             **batch_sizes,
         }
-        scalars, plan_tensors = split_plan_params(
-            self.variant, params or {}, sizes=sizes, device=self._workspace.device
-        )
-        if plan_tensors:
-            planned_mask = PlannedMask.from_values(self.variant, scalars, plan_tensors)
-        else:
-            planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
+        scalars, plan_tensors, planned_mask = self._plan_params(params or {}, sizes)
         group = num_qo_heads // num_kv_heads
         max_q = max(checked.max_q, 1)
         choice = choose_prefill_module(
@@ -150,13 +145,7 @@ class BatchPrefillWrapper:
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
         sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        host_map = self._build_map(
-            module, scalars, plan_tensors, sizes,
-            prefill_tile_map.MapInputs(
-                qo_t, kv_t, planner.q_lens, planner.kv_lens, planner.map_starts(tile), tile,
-                heads, sm,
-            ),
-        )  # fmt: skip
+        host_map = self._build_map(module, scalars, plan_tensors, sizes, (qo_t, kv_t, tile, sm))
         planner.configure(
             num_qo_heads, num_kv_heads, head_dim, tile,
             _device_ctas(module, self._workspace.device, head_dim, group, max_q),
@@ -178,6 +167,27 @@ class BatchPrefillWrapper:
         self._max_page = host.max_page
         status = self._page_status.ptr if host.paged else 0
         self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
+
+    def _plan_params(
+        self, params: Mapping[str, object], sizes: dict[str, int]
+    ) -> tuple[dict[str, object], dict[str, torch.Tensor], PlannedMask]:
+        """The checked scalars and tensors of ``params`` and the mask they plan; the last
+        answer is kept for params ``params_key`` finds unchanged (same batch sizes)."""
+        key = params_key(params)
+        if key is not None:
+            key = (key, *sizes.values())
+            if key == self._params_seen[0]:
+                return self._params_seen[1]  # type: ignore[return-value]
+        scalars, plan_tensors = split_plan_params(
+            self.variant, params, sizes=sizes, device=self._workspace.device
+        )
+        if plan_tensors:
+            planned_mask = PlannedMask.from_values(self.variant, scalars, plan_tensors)
+        else:
+            planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
+        found = (scalars, plan_tensors, planned_mask)
+        self._params_seen = (key, found)  # the stamps keep the planned tensors alive
+        return found
 
     @property
     def tile_map(self) -> TileMapSummary | None:
@@ -206,10 +216,11 @@ class BatchPrefillWrapper:
         scalars: Mapping[str, object],
         plan_tensors: Mapping[str, torch.Tensor],
         sizes: Mapping[str, int],
-        inputs: prefill_tile_map.MapInputs,
+        batch: tuple[torch.Tensor, torch.Tensor, int, float],
     ) -> np.ndarray | None:
         """The uint8 host copy of this plan's tile map (None: the mask needs none, or plan()
-        was not given every param the mask reads: tiles keep their closed-form classes)."""
+        was not given every param the mask reads: tiles keep their closed-form classes).
+        ``batch``: the checked qo_indptr and kv_indptr, the tile size and sm_scale."""
         if not self._reads.needs_tile_map:
             return None
         values = prefill_tile_map.map_values(
@@ -217,9 +228,15 @@ class BatchPrefillWrapper:
         )
         if values is None:
             return None
+        planner = self._host_planner()
+        qo_t, kv_t, tile, sm = batch
+        inputs = prefill_tile_map.MapInputs(
+            qo_t, kv_t, planner.q_lens, planner.kv_lens, planner.map_starts(tile), tile,
+            self._checked_heads, sm,  # type: ignore[arg-type]
+        )  # fmt: skip
         return prefill_tile_map.build_tile_map(
             module, self._workspace, inputs, values, self._reads, self._map_reserve,
-            self._map_builder, self._map_staging,
+            self._map_builder, self._map_staging, self._host_workspace,
         )  # fmt: skip
 
     def _kv_code(self, host: HostPlan) -> int:

@@ -107,8 +107,10 @@ def build_tile_map(
     map_reserve: int,
     host_builder: HostMapBuilder | None = None,
     staging: PinnedStaging | None = None,
+    host_workspace: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Build the map into the workspace's map region; return its uint8 host copy."""
+    """Build the map into the workspace's map region; return its uint8 host copy
+    (``host_workspace``: the numpy view of a CPU workspace)."""
     starts = inputs.map_starts
     entries = int(starts[-1])
     if entries > map_reserve:
@@ -126,7 +128,8 @@ def build_tile_map(
         )
         host = np.ascontiguousarray(host[:entries])
         if workspace.device.type == "cpu":
-            workspace.numpy()[offset : offset + entries] = host
+            view = host_workspace if host_workspace is not None else workspace.numpy()
+            view[offset : offset + entries] = host
         else:
             workspace[offset : offset + entries].copy_(torch.from_numpy(host))
         return host
