@@ -225,21 +225,16 @@ def run_cpu(n: int) -> None:
 def _device_ids_plan(
     w: BatchDecodeWrapper, indptr: torch.Tensor, ids: torch.Tensor, last: torch.Tensor
 ) -> Callable[[], None]:
-    """plan() with host ``ids`` handed to the planner as device-resident ones (no host scan,
-    a "device to device" copy, the page-status word pending afterwards, as with GPU ids)."""
-    real = decode_planning.DecodePlanning._native_step
+    """plan() of ``w`` with host ``ids`` handed to the planner as device-resident ones (no
+    host scan, a "device to device" copy, the page-status word pending afterwards, as with
+    GPU ids): ``w``'s own ``_native_step`` says "on the device"."""
+    real = w._native_step
 
-    def native_step(self, q_len, kv_indptr, kv_indices, kv_last_page_len, on_device):  # type: ignore[no-untyped-def]
-        return real(self, q_len, kv_indptr, kv_indices, kv_last_page_len, True)
+    def native_step(q_len, kv_indptr, kv_indices, kv_last_page_len, on_device):  # type: ignore[no-untyped-def]
+        return real(q_len, kv_indptr, kv_indices, kv_last_page_len, True)
 
-    def plan() -> None:
-        decode_planning.DecodePlanning._native_step = native_step  # type: ignore[method-assign]
-        try:
-            _plan(w, indptr, ids, last)
-        finally:
-            decode_planning.DecodePlanning._native_step = real  # type: ignore[method-assign]
-
-    return plan
+    w._native_step = native_step  # type: ignore[method-assign]
+    return lambda: _plan(w, indptr, ids, last)
 
 
 def _plan(w: BatchDecodeWrapper, indptr, ids, last, params=None) -> None:

@@ -57,7 +57,8 @@ inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>
 
 struct Scratch {
   std::vector<int64_t> cand_chunks[ATTNC_PLAN_MAX_SPLIT_FACTORS + 1];  // per candidate
-  std::vector<int64_t> size, first, part_base, cta, best_cta, count;
+  std::vector<int64_t> size, first, part_base, count;
+  std::vector<int32_t> cta, best_cta;  // CTA of each item (num_ctas < 2^30)
   std::vector<double> load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
   std::vector<int32_t> heap_ids;
@@ -139,7 +140,7 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
       chunk_length(p, s, 0) == chunk_length(p, s, c.total_chunks - 1)) {
     const double cost = base + p.beta * static_cast<double>(chunk_length(p, s, 0));
     for (int64_t i = 0, b = 0; i < c.num_items; ++i) {
-      s.cta[i] = b;
+      s.cta[i] = static_cast<int32_t>(b);
       load[b] = load[b] + cost;
       b = b + 1 == m ? 0 : b + 1;  // i % m
     }
@@ -152,7 +153,7 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
     const double cost = base + p.beta * static_cast<double>(chunk_length(p, s, q));
     for (int64_t u = 0; u < units; ++u, ++i) {
       if (i < m) {  // all loads start at 0: the first m items go to CTAs 0, 1, ... in order
-        s.cta[i] = i;
+        s.cta[i] = static_cast<int32_t>(i);
         load[i] = load[i] + cost;
         if (load[i] + merge > bound) return HUGE_VAL;
         if (i + 1 == m) std::sort(h, h + m, less);  // a sorted array is a valid heap
