@@ -29,9 +29,13 @@ from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.decode_plan_spans import span_table
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
+from attnc.runtime.planning.mask_ranges import (
+    NO_PLANNED_MASK,
+    PlannedMask,
+    TileRanges,
+    decode_spans,
+)
 from attnc.runtime.planning.plan_params import split_plan_params
-from attnc.runtime.planning.prefill_schedule import TileRanges
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
@@ -412,16 +416,17 @@ class DecodePlanning:
         largest page id."""
         native = self._native
         assert native is not None
+        num_ids = kv_indices.numel()  # the tables are 1-D (numel: cheaper than shape[0])
         if not on_device:
-            need = 4 * min(kv_indices.shape[0], self.layout.max_pages)
+            need = 4 * min(num_ids, self.layout.max_pages)
             if need > native.stage_bytes:  # grow the pinned stage of host page ids
                 native.wait()  # the previous copy out of the old stage
                 stage = _pinned_empty(max(need, 1 << 16) * 2)
                 native.set_stage(stage, stage.data_ptr(), stage.numel())
         sched = native.step(
-            (kv_indptr.data_ptr(), kv_indptr.shape[0]),
-            (kv_last_page_len.data_ptr(), kv_last_page_len.shape[0]),
-            (kv_indices.data_ptr(), kv_indices.shape[0]),
+            (kv_indptr.data_ptr(), kv_indptr.numel()),
+            (kv_last_page_len.data_ptr(), kv_last_page_len.numel()),
+            (kv_indices.data_ptr(), num_ids),
             on_device,
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
             else decode_launch.raw_stream(self._device),
