@@ -75,8 +75,13 @@ class _CudaText(ExprText):
 
     def binary(self, e: ir.Binary) -> str:
         """C++ operators; i32 division by a possible 0 or -1 goes through the guarded
-        helpers, and i32 ``+ - *`` wrap."""
+        helpers, and i32 ``+ - *`` wrap. ``&&``/``||`` whose right side reads a per-token or
+        per-request tensor evaluate both sides (``&``/``|``): such reads stay inside the
+        request by the index rule, and the kernels then issue the loads of a tile's elements
+        together instead of one branch and one load latency per element."""
         a, b = self.render(e.a), self.render(e.b)
+        if e.op in ir.LOGICAL and _reads_request_tensors_only(e.b, self.ctx.tensor_dims):
+            return f"bool({a} {e.op[0]} {b})"
         if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
             fn = "idiv_" if e.op == "/" else "imod_"
             return f"attnc::vm::{fn}({a}, {b})"
@@ -107,6 +112,16 @@ class _CudaText(ExprText):
             size = str(dim) if isinstance(dim, int) else self.ctx.dims[dim]
             text = f"({text} * {size} + {self.render(index)})"
         return text
+
+
+def _reads_request_tensors_only(e: ir.Expr, dims: dict[str, tuple[int | str, ...]]) -> bool:
+    """Whether ``e`` reads at least one tensor and only 1-D per-token or per-request ones
+    (``kv_len``, ``q_len``, ``batch_size``), whose reads are in bounds whatever the other
+    operand of a logical operator says."""
+    loads = [n for n in ir.walk(e) if isinstance(n, ir.TensorLoad)]
+    return bool(loads) and all(
+        len(dims[n.name]) == 1 and str(dims[n.name][0]) in ir.TOKEN_DIMS for n in loads
+    )
 
 
 def _plain_divisor(b: ir.Expr) -> bool:

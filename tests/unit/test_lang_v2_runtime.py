@@ -251,22 +251,3 @@ def test_split_tiles_chunk_by_loaded_work():
                               s.visible_tokens, min_chunk=512)  # fmt: skip
     assert plain.num_items > 1 and mapped.num_items == 1
     assert mapped.cost.tolist() == [64 + 128]
-
-
-def test_decode_token_starts_from_the_page_table():
-    """The decode plan's kv_token_start: prefix sums of (pages - 1) * page_size + last, 0 for a
-    request without pages, written to its workspace region; run() sizes from the same plan."""
-    from attnc.runtime.planning.workspace import make_layout
-    from attnc.runtime.wrappers.decode_planning import DecodePlanning
-
-    w = object.__new__(DecodePlanning)
-    w._reads_kv_tokens, w._batch = True, 3
-    w._ws = torch.zeros(1 << 20, dtype=torch.uint8)
-    w.layout = make_layout(1 << 20, 8, 64, 8, 64)
-    w._set_token_starts(
-        torch.tensor([0, 2, 2, 5], dtype=torch.int32), torch.tensor([3, 0, 16], dtype=torch.int32),
-        16, 4,
-    )  # fmt: skip
-    begin = w.layout.kv_token_start
-    assert w._ws[begin : begin + 16].view(torch.int32).tolist() == [0, 19, 19, 67]
-    assert w._token_sizes == {"q_len": 12, "kv_len": 67, "batch_size": 3}

@@ -57,7 +57,7 @@ struct Variant_doc_causal {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx <= row.q_pos) && (p.p_doc[r.kv_start + kv_idx] == row.h0));
+    return bool((kv_idx <= row.q_pos) & (p.p_doc[r.kv_start + kv_idx] == row.h0));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.

@@ -57,7 +57,7 @@ struct Variant_per_request_window {
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
-    return ((kv_idx <= row.q_pos) && (int(unsigned(row.q_pos) - unsigned(kv_idx)) < c0));
+    return bool((kv_idx <= row.q_pos) & (int(unsigned(row.q_pos) - unsigned(kv_idx)) < c0));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.

@@ -50,7 +50,13 @@ __device__ __forceinline__ void transform_scores(const V& var,
         const typename V::Row& row = rows[mi][e / 2];
         const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
         bool vis = true;
-        if constexpr (kMasked) vis = kv_idx < kv1 && (!V::kHasMask || var.mask(row, kv_idx));
+        if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
+          // Evaluated for every element, at an index kept inside the request, so the
+          // tensor loads of the tile issue together (no branch per element).
+          vis = (kv_idx < kv1) & var.mask(row, kv_idx < kv1 ? kv_idx : kv1 - 1);
+        } else if constexpr (kMasked) {
+          vis = kv_idx < kv1 && (!V::kHasMask || var.mask(row, kv_idx));
+        }
         const float raw = s[mi][n][e];
         float x;
         if constexpr (!V::kUseSoftmax) {
