@@ -353,3 +353,29 @@ def test_repeated_plan_params_keep_their_checks(cpu):
             _plan(w, *args, params={"window": bad})
     _plan(w, *args, params={"window": 300})
     assert w._planned_mask.values == {"window": 300}
+
+
+def test_kv_token_starts_are_copied_by_the_step(cpu):
+    """A variant that reads a kv_len tensor: the step writes kv_token_start (prefix sums of
+    (pages - 1) * page_size + last, 0 for a request without pages) into its workspace region
+    with the work lists, on the checked and the fast path; run() sizes from the same plan."""
+    w = make_wrapper(name="doc_causal")
+    w._reads_kv_tokens = True
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    begin = w.layout.kv_token_start
+    before = decode_plan_library.fake_cuda(-1)[0]
+    _plan(w, i32([0, 2, 2, 5]), i32(list(range(5))), i32([3, 0, 16]), q_len_per_request=4)
+    assert w._ws[begin : begin + 16].view(torch.int32).tolist() == [0, 19, 19, 67]
+    assert w._token_sizes == {"q_len": 12, "kv_len": 67, "batch_size": 3}
+    assert decode_plan_library.fake_cuda(-1)[0] - before == 3  # work lists, page ids, starts
+    rng = np.random.default_rng(9)
+    for _ in range(20):  # the fast path, other batches
+        indptr, ids, last = page_table(rng, int(rng.integers(0, 65)))
+        _plan(w, indptr, ids, last, q_len_per_request=4)
+        pages = (indptr[1:] - indptr[:-1]).long()
+        lens = torch.where(pages > 0, (pages - 1) * PAGE + last.long(), 0)
+        want = [0, *torch.cumsum(lens, 0).tolist()]
+        n = len(want)
+        assert w._ws[begin : begin + 4 * n].view(torch.int32).tolist() == want
+        assert w._token_sizes == {"q_len": 4 * (n - 1), "kv_len": want[-1], "batch_size": n - 1}
+    assert w._fast is not None

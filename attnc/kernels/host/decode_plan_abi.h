@@ -106,6 +106,11 @@ typedef struct AttncStepParams {
   int64_t span_table_len;
   int64_t* span_offset;
   int64_t* span_len;
+  // Variants that read a kv_len tensor: the workspace's kv_token_start region (null: none)
+  // and its pinned staging buffer [max_batch + 1] int32: the step writes the prefix sums of
+  // the KV lengths there and copies them with the work lists.
+  uint8_t* dev_token_start;
+  int32_t* token_stage;
 } AttncStepParams;
 
 // Outputs of attnc_decode_step and attnc_decode_upload.
@@ -119,6 +124,7 @@ typedef struct AttncStepResult {
   int64_t max_page;  // largest host page id (-1: none, or ids on the device)
   int64_t cuda_error;  // cudaError_t of ATTNC_PLAN_CUDA
   AttncPlanSummary summary;  // ATTNC_PLAN_OK (num_items only for ATTNC_PLAN_CAPACITY)
+  int64_t total_kv;  // KV tokens of the step as int32 (kv_token_start's last entry; 0 without)
 } AttncStepResult;
 
 }  // extern "C"

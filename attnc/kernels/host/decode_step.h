@@ -150,9 +150,25 @@ inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
   return ATTNC_PLAN_OK;
 }
 
-// The copies of the work region (``work_bytes`` bytes, already in plan.buf) and of the
-// ``nnz`` page ids (host ids from page_stage, filled by stage_host_ids), then the event
-// record. The caller has waited for the previous copies.
+// kv_token_start of a variant that reads a kv_len tensor (after the wait): the prefix sums of
+// the KV lengths as int32 (wrapping, as torch's int32 cumsum) into token_stage, the total into
+// r->total_kv.
+inline void stage_token_starts(const AttncStepParams& s, AttncStepResult* r) {
+  r->total_kv = 0;
+  if (s.dev_token_start == nullptr) return;
+  uint32_t sum = 0;
+  s.token_stage[0] = 0;
+  for (int64_t i = 0; i < r->batch; ++i) {
+    sum += static_cast<uint32_t>(static_cast<uint64_t>(s.kv_out[i]));
+    s.token_stage[i + 1] = static_cast<int32_t>(sum);
+  }
+  r->total_kv = static_cast<int32_t>(sum);
+}
+
+// The copies of the work region (``work_bytes`` bytes, already in plan.buf), of the ``nnz``
+// page ids (host ids from page_stage, filled by stage_host_ids) and of kv_token_start (when
+// the variant reads one), then the event record. The caller has waited for the previous
+// copies.
 inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
                   AttncStepResult* r) {
   Cuda& c = cuda();
@@ -168,6 +184,11 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
     } else {
       e = c.copy(s.dev_page_ids, s.page_stage, bytes, cudaMemcpyHostToDevice, s.stream);
     }
+    if (e != cudaSuccess) return cuda_failed(r, e);
+  }
+  if (s.dev_token_start != nullptr) {
+    e = c.copy(s.dev_token_start, s.token_stage, static_cast<size_t>(r->batch + 1) * 4,
+               cudaMemcpyHostToDevice, s.stream);
     if (e != cudaSuccess) return cuda_failed(r, e);
   }
   e = c.record(const_cast<AttncStepParams&>(s));
@@ -203,6 +224,7 @@ inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   }
   rc = plan(p, &r->summary, scratch);
   if (rc != ATTNC_PLAN_OK) return rc;
+  stage_token_starts(s, r);
   return upload(s, r->summary.work_bytes, r->nnz, r);
 }
 

@@ -117,6 +117,8 @@ class DecodePlanner:
         self._result_words = np.ctypeslib.as_array(words, (ctypes.sizeof(StepResult) // 8,))
         self.batch = 0  # requests of the last step
         self.max_page = -1  # largest host page id of the last step (-1: none, or on the device)
+        self.total_kv = 0  # its KV tokens as int32 (with kv_token_start; else 0)
+        self._token_stage: object = None  # keeps the kv_token_start stage alive
         self._stage_bytes = 0
         self._stage: object = None  # keeps the page stage alive
         self._span_table: np.ndarray | None = None  # keeps the span table alive
@@ -180,6 +182,13 @@ class DecodePlanner:
         self._span_table = table
         st.span_table, st.span_table_len = table.ctypes.data, table.shape[0]
         st.span_offset, st.span_len = self._vis_offset.ctypes.data, self._vis_len.ctypes.data
+
+    def set_token_starts(self, dev_token_start: int, stage: object, ptr: int) -> None:
+        """Let the following steps write kv_token_start (prefix sums of the KV lengths, int32
+        [batch + 1]) to the workspace at ``dev_token_start`` through the pinned ``stage`` at
+        ``ptr`` (4 * (max_batch + 1) bytes; kept alive)."""
+        self._token_stage = stage
+        self._step.dev_token_start, self._step.token_stage = dev_token_start, ptr
 
     def spans(
         self, table: np.ndarray, kv_lens: np.ndarray, q_len: int, kv_tile: int
@@ -248,7 +257,7 @@ class DecodePlanner:
         # error, index, value, value2, batch, nnz, max_page, cuda_error, then the summary:
         # num_items, num_split, merge_rows, chunk_size, num_part_slots, total_chunks, work_bytes
         w = self._result_words.tolist()
-        self.batch, self.max_page = w[4], w[6]
+        self.batch, self.max_page, self.total_kv = w[4], w[6], w[15]
         self.generation = generation = self.generation + 1
         return StepPlan(w[8], w[9], w[10], w[11], w[12], w[14], self, generation)
 

@@ -96,6 +96,8 @@ class StepParams(ctypes.Structure):
         ("span_table_len", _I64),
         ("span_offset", _P),
         ("span_len", _P),
+        ("dev_token_start", _P),
+        ("token_stage", _P),
     ]
 
 
@@ -107,6 +109,7 @@ class StepResult(ctypes.Structure):
             "error", "index", "value", "value2", "batch", "nnz", "max_page", "cuda_error",
         )),
         ("summary", PlanSummary),
+        ("total_kv", _I64),
     ]  # fmt: skip
 
 

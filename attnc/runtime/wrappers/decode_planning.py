@@ -123,7 +123,7 @@ class DecodePlanning:
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
     _reads_kv_tokens = False  # the variant reads a kv_len tensor (set in __init__)
     _token_sizes: dict[str, int] | None = None  # token_sizes of the last plan
-    _token_sizes_of: tuple[int, int] | None = None  # its (batch, q_len) without kv tokens
+    _token_sizes_of: tuple[int, int, int] | None = None  # its (batch, q_len, KV tokens)
     # A kernel was launched since plan() last read the page status (sticky under CUDA
     # graphs: replays of a captured run() launch without passing through Python).
     _launched = False
@@ -272,7 +272,7 @@ class DecodePlanning:
                 sched = self._native_step(
                     fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
                 )
-                self._set_token_starts(kv_indptr, kv_last_page_len, page_size, fast.q_len)
+                self._set_token_sizes(fast.q_len)
                 self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
                 self.last_schedule = sched
                 self._last_kv = None
@@ -365,7 +365,7 @@ class DecodePlanning:
             spans = decode_spans(mask_ranges, kv_lens, q_len, kv_tile)
         native.set_visible(spans)
         sched = self._native_step(q_len, indptr, ids, last, pages_dev)
-        self._set_token_starts(indptr, last, page_size, q_len)
+        self._set_token_sizes(q_len)
         # Plans whose mask spans numpy computed recompute them each time (never the fast
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
         if spans is None and (sm_scale is None or type(sm_scale) is float):
@@ -400,6 +400,9 @@ class DecodePlanning:
             native = DecodePlanner(self._pinned_np, self.layout)
             base = self._ws.data_ptr()
             native.bind(base, base + self.layout.page_ids, self._device_index)
+            if self._reads_kv_tokens:
+                stage = _pinned_empty(4 * (self.layout.max_batch + 1))
+                native.set_token_starts(base + self.layout.kv_token_start, stage, stage.data_ptr())
             self._native = native
         return native
 
@@ -438,27 +441,18 @@ class DecodePlanning:
         self._q_rows = batch * q_len
         return sched
 
-    def _set_token_starts(
-        self, kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int, q_len: int
-    ) -> None:
-        """The batch sizes run() checks tensor params with, and, for a variant that reads a
-        ``kv_len`` tensor, ``kv_token_start`` (prefix sums of the planned KV lengths) copied
-        into its fixed workspace region."""
-        batch = self._batch
-        if not self._reads_kv_tokens:
-            if self._token_sizes_of != (batch, q_len):  # the same as the last plan's
-                self._token_sizes = token_sizes(batch * q_len, 0, batch)
-                self._token_sizes_of = (batch, q_len)
-            return
-        pages = kv_indptr[1 : batch + 1].long() - kv_indptr[:batch].long()
-        lens = (pages - 1) * page_size + kv_last_page_len[:batch].long()
-        starts = torch.zeros(batch + 1, dtype=torch.int32)
-        torch.cumsum(torch.where(pages > 0, lens, 0), 0, out=starts[1:])
-        self._token_sizes = token_sizes(batch * q_len, int(starts[-1]), batch)
-        begin = self.layout.kv_token_start
-        region = self._ws[begin : begin + 4 * (batch + 1)]
-        data = starts.view(torch.uint8)
-        region.copy_(data.pin_memory() if region.is_cuda else data, non_blocking=True)
+    def _set_token_sizes(self, q_len: int) -> None:
+        """The batch sizes run() checks tensor params with (for a variant that reads a
+        ``kv_len`` tensor, the step's KV tokens: the planner copied ``kv_token_start``, the
+        prefix sums of the planned KV lengths, into its fixed workspace region)."""
+        native = self._native
+        assert native is not None
+        batch, total = self._batch, native.total_kv
+        if self._token_sizes_of != (batch, q_len, total):  # else the same as the last plan's
+            self._token_sizes = token_sizes(
+                batch * q_len, total if self._reads_kv_tokens else 0, batch
+            )
+            self._token_sizes_of = (batch, q_len, total)
 
     def _check_indices(self, kv_indices: object) -> bool:
         """The tensor checks of ``kv_indices`` (its values are the planner's); True when it
