@@ -12,7 +12,7 @@ import attnc
 from attnc.compiler import mask_tiles
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning import tile_map
-from attnc.runtime.planning.mask_ranges import PlannedMask, tile_kv_ranges
+from attnc.runtime.planning.mask_ranges import PlannedMask, query_tiles, tile_kv_ranges
 from attnc.runtime.planning.plan_params import (
     TensorStamp,
     check_planned_tensors,
@@ -20,7 +20,6 @@ from attnc.runtime.planning.plan_params import (
     split_plan_params,
 )
 from attnc.runtime.planning.prefill_plan import PlanShape, kv_token_starts, make_host_plan
-from attnc.runtime.planning.prefill_schedule import query_tiles, schedule_prefill
 
 DOC_CAUSAL = """variant doc_causal {
     param doc: tensor<i32>[kv_len];
@@ -160,23 +159,6 @@ def test_summary_matches_the_map(seed):
         )
 
 
-def test_scheduler_skips_empty_blocks():
-    """One request, three tiles: tile 0 sees blocks 0-1, tile 1 nothing, tile 2 block 5 and
-    7. Ranges shrink to the non-empty blocks; costs count only non-empty ones."""
-    q_lens, kv_lens, tile = np.array([192]), np.array([512]), 64
-    m = np.zeros(3 * 8, dtype=np.uint8)
-    m[[0, 1]] = 2
-    m[16 + 5], m[16 + 7] = 1, 2
-    s = tile_map.summarize(m, q_lens, kv_lens, tile)
-    ranges = tile_map.ranges_with_map(s, None)
-    sched = schedule_prefill(q_lens, kv_lens, tile, 2, 1, 1, 64, 1 << 20, ranges,
-                             s.visible_tokens)  # fmt: skip
-    by_tile = {int(it[1]): (int(it[3]), int(it[4])) for it in sched.items}
-    assert by_tile == {0: (0, 128), 1: (0, 0), 2: (320, 512)}
-    cost = {int(it[1]): c for it, c in zip(sched.items, sched.cost, strict=True)}
-    assert cost == {0: 64 + 128, 1: 64, 2: 64 + 128}
-
-
 def test_host_plan_places_map_and_token_starts():
     """kv_token_start (prefix sums, paged from the page counts) and the map's fixed place."""
     shape = PlanShape(2, 1, 64, tile_q_tokens=64, num_ctas=4, workspace_bytes=1 << 20)
@@ -235,19 +217,3 @@ def test_map_values_fill_placeholders_and_need_what_the_mask_reads():
     assert map_values(variant, reads, {}, {}, sizes, torch.device("cpu")) is None
     assert default_map_reserve(1 << 20, reads) == (1 << 20) // 8
     assert default_map_reserve(1 << 20, mask_reads(attnc.load("stdlib:causal").ir)) == 0
-
-
-def test_split_tiles_chunk_by_loaded_work():
-    """A long tile whose range holds few non-empty blocks is split by the KV it loads (its
-    chunks' costs are their non-empty tokens), not by the length of its range."""
-    q_lens, kv_lens, tile = np.array([64]), np.array([64 * 64]), 64
-    m = np.zeros(64, dtype=np.uint8)
-    m[[0, 63]] = 2  # the first and the last block: a range of 4096 keys, 128 loaded
-    s = tile_map.summarize(m, q_lens, kv_lens, tile)
-    ranges = tile_map.ranges_with_map(s, None)
-    plain = schedule_prefill(q_lens, kv_lens, tile, 2, 1, 64, 128, 1 << 20, ranges,
-                             min_chunk=512)  # fmt: skip
-    mapped = schedule_prefill(q_lens, kv_lens, tile, 2, 1, 64, 128, 1 << 20, ranges,
-                              s.visible_tokens, min_chunk=512)  # fmt: skip
-    assert plain.num_items > 1 and mapped.num_items == 1
-    assert mapped.cost.tolist() == [64 + 128]

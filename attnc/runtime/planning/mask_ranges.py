@@ -2,14 +2,15 @@
 analysis can compute it from the request's lengths and the params given to ``plan()``.
 
 ``attnc.compiler.mask_tiles.kv_range`` answers the same question for one tile in plain Python;
-this module answers it for every tile of a batch at once with numpy (the scheduler asks for
-thousands of tiles per step), by the same elimination of ``q_idx``. Tests check both agree.
+this module answers it for every tile of a batch at once with numpy (the decode planner's
+spans), by the same elimination of ``q_idx``, and encodes it as rows (``RangeProgram``) that the
+host prefill planner evaluates per tile in C++. Tests check all three agree.
 """
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,10 +25,32 @@ from attnc.runtime.planning.plan_params import (
     check_planned_tensors,
     variant_mask_reads,
 )
-from attnc.runtime.planning.prefill_schedule import TileRanges
+
+# (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each query tile may
+# see (tiles in ``query_tiles`` order).
+TileRanges = Callable[
+    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
+]
 
 # One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
 _Cons = tuple[int, int, np.ndarray]
+
+
+def query_tiles(
+    q_lens: np.ndarray, tile_q_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(request, tile index, q_begin, q_end) of every query tile, requests in order (the
+    tiles the prefill planner ranges, ``prefill_plan_ranges.h``)."""
+    if tile_q_tokens <= 0:
+        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
+    q = np.asarray(q_lens, dtype=np.int64)
+    n = -(-q // tile_q_tokens)
+    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    j = np.arange(int(n.sum()), dtype=np.int64) - first[req]
+    q0 = j * tile_q_tokens
+    q1 = np.minimum(q0 + tile_q_tokens, q[req])
+    return req, j, q0, q1
 
 
 def tile_kv_ranges(

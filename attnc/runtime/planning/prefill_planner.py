@@ -205,7 +205,7 @@ class PrefillPlanner:
 def address(array: np.ndarray) -> int:
     """The address of a C-contiguous array's first element (cheaper than ``.ctypes``)."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
     except (TypeError, ValueError):  # read-only or empty
         return int(array.ctypes.data)
 

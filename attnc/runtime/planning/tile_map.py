@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnc.runtime.planning.prefill_schedule import TileRanges
-
 TILE_MAP_ABI_VERSION = 1  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
 KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
 EMPTY, FULL, PARTIAL = 0, 1, 2
@@ -82,7 +80,7 @@ def build_on_device(
 
 @dataclass(frozen=True)
 class TileMapSummary:
-    """Per query tile (in ``prefill_schedule.query_tiles`` order): the flat index of its map
+    """Per query tile (in ``mask_ranges.query_tiles`` order): the flat index of its map
     row, its first and one-past-last non-empty column (both 0 when all EMPTY), and the
     cumulative count of non-empty entries over the whole map (for chunk costs)."""
 
@@ -133,22 +131,3 @@ def summarize(
         first[tiles] = lo[hit] - begins[hit]
         end[tiles] = hi[hit] - begins[hit] + 1
     return TileMapSummary(row_start, first, end, cumulative, kv_block)
-
-
-def ranges_with_map(summary: TileMapSummary, inner: TileRanges | None) -> TileRanges:
-    """``TileRanges`` narrowed to each tile's non-empty map columns (and to ``inner``'s
-    closed-form range when given). Tiles are asked for in ``query_tiles`` order."""
-
-    def ranges(
-        req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        kv = kv_lens[req]
-        begin = np.minimum(summary.first * summary.kv_block, kv)
-        end = np.minimum(summary.end * summary.kv_block, kv)
-        if inner is not None:
-            b, e = inner(req, q0, q1, q_lens, kv_lens)
-            begin, end = np.maximum(begin, b), np.minimum(end, e)
-        live = begin < end
-        return np.where(live, begin, 0), np.where(live, end, 0)
-
-    return ranges

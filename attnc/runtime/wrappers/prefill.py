@@ -206,8 +206,11 @@ class BatchPrefillWrapper:
         return self._planner
 
     def _wait_for_copy(self) -> None:
+        """Wait for the last plan's copy out of the planner's buffer (done already when a
+        later synchronisation, the map's, covered it: then no wait)."""
         if self._copied is not None:
-            self._copied.synchronize()
+            if not self._copied.query():
+                self._copied.synchronize()
             self._copied = None
 
     def _build_map(

@@ -1,0 +1,141 @@
+"""``BatchPrefillWrapper.plan()`` on a CUDA workspace: the lists it copies equal the host
+planner's (``make_host_plan`` on the CPU, itself checked byte for byte against the numpy
+oracle in tests/codegen/test_prefill_plan_native.py) for the map the device built; re-plans
+reuse the pinned buffers (the planner's and the map step's); a plan with a tile map
+synchronises the device exactly once and a plan without one never; a re-plan waits for the
+last copy before it overwrites the pinned lists."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning.tile_map import KV_BLOCK, map_starts
+from attnc.runtime.wrappers import prefill_launch
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+pytestmark = pytest.mark.gpu
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+HQ, HKV, D = 32, 8, 128
+WORKSPACE = 128 << 20
+
+
+def _docs(lengths: list[int], seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    parts = []
+    for n in lengths:
+        cuts = sorted(int(c) + 1 for c in torch.randperm(max(n - 1, 1), generator=gen)[:3])
+        bounds = [0, *[c for c in cuts if c < n], n]
+        parts += [torch.full((b - a,), i, dtype=torch.int32) for i, (a, b) in
+                  enumerate(zip(bounds, bounds[1:], strict=False)) if b > a]  # fmt: skip
+    return torch.cat(parts).cuda()
+
+
+def _meta(w: BatchPrefillWrapper) -> dict[str, int]:
+    return dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))
+
+
+def _paged(lens: list[int], page: int, seed: int):
+    pages = [-(-n // page) for n in lens]
+    indptr = torch.tensor([0, *np.cumsum(pages)], dtype=torch.int32)
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randperm(int(indptr[-1]) + 5, generator=gen)[: int(indptr[-1])].to(torch.int32)
+    last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, pages, strict=True)],
+                        dtype=torch.int32)  # fmt: skip
+    return indptr, ids, last
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("paged", [False, True])
+def test_device_lists_equal_the_host_planner(seed, paged):
+    rng = np.random.default_rng(seed)
+    lens = [int(n) for n in rng.integers(1, 3000, int(rng.integers(1, 5)))]
+    variant = attnc.load("stdlib:doc_causal")
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    qo = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    doc = _docs(lens, seed)
+    kw: dict = {}
+    kv = qo
+    if paged:
+        kv, ids, last = _paged(lens, 16, seed)
+        kw = {"kv_indices": ids, "kv_last_page_len": last, "page_size": 16}
+    w.plan(qo, kv, HQ, HKV, D, params={"doc": doc}, **kw)
+    torch.cuda.synchronize()
+    meta, host = _meta(w), w._plan
+    entries = int(map_starts(np.array(lens), np.array(lens), meta["tile_q_tokens"], KV_BLOCK)[-1])
+    off = meta["off_tile_map"]
+    device_map = w._workspace[off : off + entries].cpu().numpy()
+    shape = prefill_plan.PlanShape(
+        HQ, HKV, D, meta["tile_q_tokens"], w._planner._p.num_ctas, WORKSPACE
+    )
+    want = prefill_plan.make_host_plan(
+        qo, kv, kw.get("kv_indices"), kw.get("kv_last_page_len"), kw.get("page_size", 1),
+        shape, w._planned_mask.program, device_map, w._map_reserve,
+    )  # fmt: skip
+    got = w._workspace[: want.buffer.shape[0]].cpu().numpy()
+    assert np.array_equal(got, want.buffer)
+    assert host.layout == want.layout and host.part_lse_offset == want.part_lse_offset
+
+
+def test_replans_reuse_the_pinned_buffers():
+    variant = attnc.load("stdlib:doc_causal")
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    qo = torch.tensor([0, 4096], dtype=torch.int32)
+    doc = _docs([4096], 0)
+    w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+    lists, staging = w._planner.out_tensor, w._map_staging.tensor
+    assert lists.is_pinned() and staging.is_pinned()
+    for _ in range(3):
+        w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+        w.plan(qo, qo, HQ, HKV, D)
+    assert w._planner.out_tensor.data_ptr() == lists.data_ptr()
+    assert w._map_staging.tensor.data_ptr() == staging.data_ptr()
+
+
+def test_one_synchronisation_with_a_map_none_without(monkeypatch):
+    variant = attnc.load("stdlib:doc_causal")
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    qo = torch.tensor([0, 8192], dtype=torch.int32)
+    doc = _docs([8192], 1)
+    w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+    torch.cuda.synchronize()
+    calls = []
+    for cls, name in ((torch.cuda.Stream, "synchronize"), (torch.cuda.Event, "synchronize")):
+        inner = getattr(cls, name)
+
+        def counted(self, _inner=inner, _what=f"{cls.__name__}.{name}"):
+            calls.append(_what)
+            return _inner(self)
+
+        monkeypatch.setattr(cls, name, counted)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: calls.append("device"))
+    w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+    assert calls == ["Stream.synchronize"]
+    calls.clear()
+    torch.cuda.current_stream().synchronize()  # counted: the last copy is done
+    calls.clear()
+    w.plan(qo, qo, HQ, HKV, D)
+    assert calls == []
+
+
+def test_replan_waits_for_the_last_copy():
+    """Two plans back to back on a busy stream: the second overwrites the pinned lists only
+    after the first copy left them (the workspace ends with the second plan's lists)."""
+    variant = attnc.load("stdlib:causal")
+    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    a = torch.tensor([0, 8192], dtype=torch.int32)
+    b = torch.tensor([0, 100, 8192], dtype=torch.int32)
+    big = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        big = big @ big  # keep the stream busy while plan() queues its copy
+        w.plan(a, a, HQ, HKV, D)
+        first = w._plan.buffer.copy()
+        w.plan(b, b, HQ, HKV, D)
+        torch.cuda.synchronize()
+        got = w._workspace[: w._plan.buffer.shape[0]].cpu().numpy()
+        assert np.array_equal(got, w._plan.buffer) and not np.array_equal(first[:64], got[:64])
