@@ -6,6 +6,8 @@ ways the suites measured it:
   host, page ids on the GPU (a random page order), median of the calls.
 - ``quick``: as ``benchmarks/decode_quick.py``: every table on the host (``torch.randperm`` page
   ids), mean of the calls; and the same with a sliding window of 1024 given to ``plan()``.
+- ``decode_zipf lengths``: BATCH requests of decode_quick's zipf lengths (256 to 32768 tokens,
+  unequal costs: the LPT heap and the split candidates do real work), host ids.
 
     python -m benchmarks.decode_plan_time            # on the CPU: planner built, copies faked
     python -m benchmarks.decode_plan_time --cuda     # a real CUDA workspace (GPU machine)
@@ -49,14 +51,21 @@ WINDOW = {"window": 1024}
 WS_BYTES = 256 << 20
 
 
-def page_table(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(kv_indptr, kv_indices, kv_last_page_len) on the host: BATCH requests of KV_LEN tokens,
-    pages in a random order."""
-    pages = -(-KV_LEN // PAGE)
-    indptr = torch.arange(BATCH + 1, dtype=torch.int32) * pages
+ZIPF = [min(32768, max(256, int(32768 / (i + 1) ** 0.8))) for i in range(BATCH)]
+
+
+def page_table(
+    lengths: list[int] | None = None, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(kv_indptr, kv_indices, kv_last_page_len) on the host: requests of ``lengths`` tokens
+    (default BATCH of KV_LEN), pages in a random order."""
+    lengths = [KV_LEN] * BATCH if lengths is None else lengths
+    pages = torch.tensor([-(-n // PAGE) for n in lengths])
+    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(pages, 0)
     gen = torch.Generator().manual_seed(seed)
-    ids = torch.randperm(BATCH * pages, generator=gen).to(torch.int32)
-    last = torch.full((BATCH,), (KV_LEN - 1) % PAGE + 1, dtype=torch.int32)
+    ids = torch.randperm(int(indptr[-1]), generator=gen).to(torch.int32)
+    last = torch.tensor([(n - 1) % PAGE + 1 for n in lengths], dtype=torch.int32)
     return indptr, ids, last
 
 
@@ -207,6 +216,7 @@ def run_cpu(n: int) -> None:
             cpu_wrapper("vanilla"),
             cpu_wrapper("sliding_window"),
         )
+        zipf, zipf_table = cpu_wrapper("vanilla"), page_table(ZIPF)
         _plan(host, indptr, ids, last)  # the checked path once, with host ids
         report(
             [
@@ -216,6 +226,7 @@ def run_cpu(n: int) -> None:
                     "decode_quick setup, window 1024 param",
                     lambda: _plan(window, indptr, ids, last, params=WINDOW),
                 ),
+                ("decode_zipf lengths (host ids)", lambda: _plan(zipf, *zipf_table)),
             ],
             n,
         )
@@ -250,6 +261,7 @@ def run_cuda(n: int) -> None:
     quick = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
     graph = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws, use_cuda_graph=True)
     window = BatchDecodeWrapper(attnc.load("stdlib:sliding_window"), ws)
+    zipf, zipf_table = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws), page_table(ZIPF)
     report(
         [
             ("host.py setup (device ids)", lambda: _plan(host, indptr, dev_ids, last)),
@@ -259,6 +271,7 @@ def run_cuda(n: int) -> None:
                 "decode_quick setup, window 1024 param",
                 lambda: _plan(window, indptr, ids, last, params=WINDOW),
             ),
+            ("decode_zipf lengths (host ids)", lambda: _plan(zipf, *zipf_table)),
         ],
         n,
     )

@@ -55,13 +55,24 @@ inline void stable_sort_by_key(std::vector<uint32_t>& key, std::vector<uint32_t>
   }
 }
 
+// A CTA in the LPT heap: its load and index, ordered like Python's (load, cta) tuples.
+struct HeapEntry {
+  double load;
+  int32_t id;
+};
+// Without branches (bitwise, not short-circuit): the sift's choice between two children is a
+// coin flip the branch predictor loses half the time.
+inline bool heap_less(const HeapEntry& a, const HeapEntry& b) {
+  return (a.load < b.load) | ((a.load == b.load) & (a.id < b.id));
+}
+
 struct Scratch {
   std::vector<int64_t> cand_chunks[ATTNC_PLAN_MAX_SPLIT_FACTORS + 1];  // per candidate
   std::vector<int64_t> size, first, part_base, count;
   std::vector<int32_t> cta, best_cta;  // CTA of each item (num_ctas < 2^30)
   std::vector<double> load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
-  std::vector<int32_t> heap_ids;
+  std::vector<HeapEntry> heap;
 };
 
 // Chunks of every request in heaviest-first order (oracle schedule's ``order``): fills
@@ -122,18 +133,18 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
   const double item_q = p.alpha * static_cast<double>(p.q_len);
   const double base = item_q + kItemOverhead;
   s.cta.resize(c.num_items);
-  // A binary min-heap of CTA ids ordered like Python's (load, cta) tuples: the lowest load,
-  // then the lowest index, on top; each item replaces the top and sifts it down
-  // (heapq.heapreplace). s.load holds each CTA's load.
+  // A binary min-heap of (load, cta) entries: the lowest load, then the lowest index, on
+  // top; each item replaces the top and sifts it down (heapq.heapreplace). The order is
+  // total, so any exact priority queue hands out the same CTAs; the entries carry their
+  // loads so the sift compares without a lookup. s.load holds the loads until the heap is
+  // made (the first m items go to CTAs 0..m-1).
   const int64_t m = p.num_ctas;
   s.load.assign(m, 0.0);
-  s.heap_ids.resize(m);
-  int32_t* h = s.heap_ids.data();
+  s.heap.resize(m + 1);
+  HeapEntry* h = s.heap.data();
+  h[m] = HeapEntry{HUGE_VAL, INT32_MAX};  // the missing right child of the last node
   double* load = s.load.data();
-  for (int64_t b = 0; b < m; ++b) h[b] = static_cast<int32_t>(b);
-  auto less = [load](int32_t a, int32_t b) {
-    return load[a] < load[b] || (load[a] == load[b] && a < b);
-  };
+  bool heap_made = false;
   // Equal costs (every chunk as long as the first, which is the longest): the heap hands the
   // items out round robin, CTA 0 first.
   if (c.total_chunks > 0 &&
@@ -156,19 +167,23 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
         s.cta[i] = static_cast<int32_t>(i);
         load[i] = load[i] + cost;
         if (load[i] + merge > bound) return HUGE_VAL;
-        if (i + 1 == m) std::sort(h, h + m, less);  // a sorted array is a valid heap
+        if (i + 1 == m) {  // a sorted array is a valid heap
+          for (int64_t b = 0; b < m; ++b) h[b] = HeapEntry{load[b], static_cast<int32_t>(b)};
+          std::sort(h, h + m, heap_less);
+          heap_made = true;
+        }
         continue;
       }
-      const int32_t top = h[0];
-      s.cta[i] = top;
-      load[top] = load[top] + cost;
-      if (load[top] + merge > bound) return HUGE_VAL;
+      HeapEntry top = h[0];
+      s.cta[i] = top.id;
+      top.load = top.load + cost;
+      if (top.load + merge > bound) return HUGE_VAL;
       int64_t k = 0;
       for (;;) {
         int64_t child = 2 * k + 1;
         if (child >= m) break;
-        if (child + 1 < m && less(h[child + 1], h[child])) ++child;
-        if (!less(h[child], top)) break;
+        child += heap_less(h[child + 1], h[child]);  // h[m] is the sentinel
+        if (!heap_less(h[child], top)) break;
         h[k] = h[child];
         k = child;
       }
@@ -176,7 +191,7 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
     }
   }
   double mx = 0.0;
-  for (int64_t b = 0; b < p.num_ctas; ++b) mx = std::max(mx, s.load[b]);
+  for (int64_t b = 0; b < m; ++b) mx = std::max(mx, heap_made ? h[b].load : load[b]);
   return mx + (c.chunk > 0 ? kMergeOverhead : 0.0);
 }
 
