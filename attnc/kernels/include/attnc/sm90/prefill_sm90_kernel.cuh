@@ -26,11 +26,13 @@
 namespace attnc {
 namespace sm90 {
 
-// Consumer wg copies its 64 rows of the item's Q tile into the swizzled Q tile (rows past
-// the item zero-filled) and makes them visible to its wgmma.
+// Consumer wg starts copying its 64 rows of the item's Q tile into the swizzled Q tile (rows
+// past the item zero-filled), once every warp of the warpgroup is done with the previous
+// item's rows; wait_q_rows() completes the copy. The row set-up runs in between, so its loads
+// (row values, a sink) overlap the copy.
 template <class T, class Shape>
-__device__ __forceinline__ void load_q_rows(const AttncPrefillArgs& a, const PrefillSm90Item& it,
-                                            uint32_t s_q, int wg) {
+__device__ __forceinline__ void issue_q_rows(const AttncPrefillArgs& a, const PrefillSm90Item& it,
+                                             uint32_t s_q, int wg) {
   constexpr int CH = Shape::kHeadDim / 8;
   constexpr int kRowStep = 128 / CH;
   const int tid = threadIdx.x % 128;
@@ -49,6 +51,10 @@ __device__ __forceinline__ void load_q_rows(const AttncPrefillArgs& a, const Pre
     cp_async_16(s_q + swizzled_offset(Shape::kRows, r, c), q + off + c * 8, ok);
   }
   cp_async_commit();
+}
+
+// Waits for this thread's Q copies and makes the warpgroup's rows visible to its wgmma.
+__device__ __forceinline__ void wait_q_rows(int wg) {
   cp_async_wait<0>();
   fence_proxy_async();
   named_sync(kQBarrier + wg, 128);
@@ -73,7 +79,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
     const PrefillSm90Item it = PrefillSm90Item::load(a, w);
     if (!it.valid()) continue;
     const V var(prm.params, it.request_info(a));
-    load_q_rows<T, Shape>(a, it, sm.q(), wg);
+    issue_q_rows<T, Shape>(a, it, sm.q(), wg);
 
     Row rows[1][2];
     float mult[1][2];
@@ -100,6 +106,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       if (a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW] < 0)
         start_rows_at_sink(var, rows, mult, m, l, threadIdx.x % 4 == 0);
     }
+    wait_q_rows(wg);
     prefill_sm90_kv_loop<V, T, Shape>(prm, var, sm, wg, cur, rows, mult, o, m, l);
     prefill_sm90_store<V, T, D>(a, var, it, w, wg, rows, mult, o, m, l);
   }
