@@ -133,16 +133,16 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
   const double item_q = p.alpha * static_cast<double>(p.q_len);
   const double base = item_q + kItemOverhead;
   s.cta.resize(c.num_items);
-  // A binary min-heap of (load, cta) entries: the lowest load, then the lowest index, on
-  // top; each item replaces the top and sifts it down (heapq.heapreplace). The order is
-  // total, so any exact priority queue hands out the same CTAs; the entries carry their
-  // loads so the sift compares without a lookup. s.load holds the loads until the heap is
+  // A min-heap of (load, cta) entries: the lowest load, then the lowest index, on top; each
+  // item replaces the top and sifts it down (heapq.heapreplace). The order is total, so any
+  // exact priority queue hands out the same CTAs as the oracle's binary heap; the entries
+  // carry their loads so the sift compares without a lookup. s.load holds the loads until the heap is
   // made (the first m items go to CTAs 0..m-1).
   const int64_t m = p.num_ctas;
   s.load.assign(m, 0.0);
-  s.heap.resize(m + 1);
+  s.heap.resize(m + 4);
   HeapEntry* h = s.heap.data();
-  h[m] = HeapEntry{HUGE_VAL, INT32_MAX};  // the missing right child of the last node
+  for (int64_t b = m; b < m + 4; ++b) h[b] = HeapEntry{HUGE_VAL, INT32_MAX};  // missing children
   double* load = s.load.data();
   bool heap_made = false;
   // Equal costs (every chunk as long as the first, which is the longest): the heap hands the
@@ -179,10 +179,13 @@ inline double assign_lpt(const AttncPlanParams& p, const Counts& c, Scratch& s,
       top.load = top.load + cost;
       if (top.load + merge > bound) return HUGE_VAL;
       int64_t k = 0;
-      for (;;) {
-        int64_t child = 2 * k + 1;
-        if (child >= m) break;
-        child += heap_less(h[child + 1], h[child]);  // h[m] is the sentinel
+      for (;;) {  // a 4-ary heap: half the levels of a binary one
+        const int64_t first = 4 * k + 1;
+        if (first >= m) break;
+        // The least of the four children (sentinels past m), as a tournament.
+        const int64_t a = first + heap_less(h[first + 1], h[first]);
+        const int64_t b = first + 2 + heap_less(h[first + 3], h[first + 2]);
+        const int64_t child = heap_less(h[b], h[a]) ? b : a;
         if (!heap_less(h[child], top)) break;
         h[k] = h[child];
         k = child;
