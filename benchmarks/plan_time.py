@@ -34,7 +34,7 @@ import attnc
 from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning import prefill_planner
-from attnc.runtime.wrappers import prefill
+from attnc.runtime.wrappers import prefill, prefill_batch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 HQ, HKV, D = 32, 8, 128
@@ -121,7 +121,7 @@ def measure(plan: Callable[[], None], stages: Stages, calls: int) -> dict[str, f
 
 def instrument(stages: Stages) -> None:
     """Time the stages of ``plan()`` (module attributes the wrapper calls)."""
-    stages.wrap(prefill, "_checked_batch", "checks")
+    stages.wrap(prefill_batch, "checked_batch", "checks")
     stages.wrap(BatchPrefillWrapper, "_plan_params", "params")
     stages.wrap(BatchPrefillWrapper, "_build_map", "map")
     stages.wrap(prefill_planner.PrefillPlanner, "_run", "planner")

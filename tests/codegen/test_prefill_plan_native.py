@@ -15,8 +15,9 @@ import attnc
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.mask_ranges import tile_kv_ranges, tile_range_program
+from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import map_starts, summarize
-from attnc.runtime.wrappers import prefill
+from attnc.runtime.wrappers import prefill_batch
 
 pytestmark = pytest.mark.nvcc
 
@@ -174,18 +175,18 @@ def test_index_errors_keep_the_python_words(qo, kv, idx, last, page):
 
     args = (i32(qo), i32(kv), i32(idx), i32(last), page)
     with pytest.raises(ValueError) as want:
-        prefill._check_indices(*args)
-    planner = prefill.PrefillPlanner()
+        prefill_batch.check_indices(*args)
+    planner = PrefillPlanner()
     with pytest.raises(ValueError, match=None) as got:
-        prefill._checked_batch(planner, *args)
+        prefill_batch.checked_batch(planner, *args)
     assert str(got.value) == str(want.value)
 
 
 def test_wrong_dtype_keeps_the_python_words():
-    planner = prefill.PrefillPlanner()
+    planner = PrefillPlanner()
     qo = torch.tensor([0, 3], dtype=torch.int64)
     with pytest.raises(ValueError, match="qo_indptr: dtype must be torch.int32"):
-        prefill._checked_batch(planner, qo, qo.int(), None, None, None)
+        prefill_batch.checked_batch(planner, qo, qo.int(), None, None, None)
 
 
 def test_short_map_is_refused():

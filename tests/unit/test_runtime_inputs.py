@@ -7,7 +7,7 @@ import torch
 
 import attnc
 from attnc.runtime.checks import tensors
-from attnc.runtime.wrappers.prefill import _check_indices
+from attnc.runtime.wrappers.prefill_batch import check_indices as _check_indices
 
 I32 = dict(dtype=torch.int32)
 

@@ -13,11 +13,10 @@ import numpy as np
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.build.backends import check_backend, choose_prefill_module
+from attnc.runtime.build.backends import PrefillChoice, check_backend, choose_prefill_module
 from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
-from attnc.runtime.checks.limits import check_paged_kv_tokens
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
@@ -25,7 +24,7 @@ from attnc.runtime.planning.plan_params import params_key, split_plan_params, va
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
-from attnc.runtime.wrappers import prefill_launch, prefill_tile_map
+from attnc.runtime.wrappers import prefill_batch, prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 
@@ -69,8 +68,12 @@ class BatchPrefillWrapper:
         cpu = self._workspace.device.type == "cpu"
         self._host_workspace = self._workspace.numpy() if cpu else None
         self._map_host: tuple[np.ndarray, int] | None = None  # the plan's map and tile
-        self._checked_heads: tuple[object, ...] = ()  # the last heads check_heads passed
+        self._checked_heads: tuple[int, ...] = ()  # the last heads check_heads passed
         self._params_seen: tuple[object, object] = (None, None)  # _plan_params' last answer
+        # (total_q, total_kv, requests) of the last checked batch and its token_sizes
+        self._sizes_of: tuple[tuple[int, ...], dict[str, int]] = ((), {})
+        self._choices: dict[tuple[object, ...], PrefillChoice] = {}  # _module_choice's
+        self._copy_event: torch.cuda.Event | None = None
         self._map_summary: TileMapSummary | None = None
         self._planned_mask = NO_PLANNED_MASK
         self._reads = variant_mask_reads(variant)
@@ -111,41 +114,28 @@ class BatchPrefillWrapper:
         sum(kv_len) entries, a ``q_len`` one sum(q_len), a ``batch_size`` one batch.
         """
         heads = (num_qo_heads, num_kv_heads, head_dim)
-        if heads != self._checked_heads or not all(type(h) is int for h in heads):
+        if heads != self._checked_heads or not _plain_ints(num_qo_heads, num_kv_heads, head_dim):
             tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
             heads = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
             self._checked_heads = heads
         num_qo_heads, num_kv_heads, head_dim = heads
-        tensors.check_dtype_arg(dtype)
-        planner = self._host_planner()
-        qo_t, kv_t, paged = _checked_batch(
+        if dtype not in tensors.KV_DTYPES:
+            tensors.check_dtype_arg(dtype)
+        planner = self._planner if self._planner is not None else self._host_planner()
+        qo_t, kv_t, paged = prefill_batch.checked_batch(
             planner, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
         )
         checked = planner.result
-        batch_sizes = token_sizes(checked.total_q, checked.total_kv, planner.batch)
-        sizes = {
-            "num_qo_heads": num_qo_heads,
-            "num_kv_heads": num_kv_heads,
-            "head_dim": head_dim,
-            **batch_sizes,
-        }
-        scalars, plan_tensors, planned_mask = self._plan_params(params or {}, sizes)
-        group = num_qo_heads // num_kv_heads
-        max_q = max(checked.max_q, 1)
-        choice = choose_prefill_module(
-            self.variant.ir,  # type: ignore[attr-defined]
-            self.backend,
-            dtype=dtype,
-            head_dim=head_dim,
-            group=group,
-            max_q_len=max_q,
-            kv_layout="paged" if paged else "ragged",
-            device=self._workspace.device,
-        )
+        batch = (checked.total_q, checked.total_kv, planner.batch)
+        scalars, plan_tensors, planned_mask = self._plan_params(params or {}, heads, batch)
+        group, max_q = num_qo_heads // num_kv_heads, max(checked.max_q, 1)
+        choice = self._module_choice(dtype, head_dim, group, max_q, paged)
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
         sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        host_map = self._build_map(module, scalars, plan_tensors, sizes, (qo_t, kv_t, tile, sm))
+        host_map = None
+        if self._reads.needs_tile_map:
+            host_map = self._build_map(module, scalars, plan_tensors, (qo_t, kv_t, tile, sm))
         planner.configure(
             num_qo_heads, num_kv_heads, head_dim, tile,
             _device_ctas(module, self._workspace.device, head_dim, group, max_q),
@@ -159,7 +149,7 @@ class BatchPrefillWrapper:
         self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = heads
-        self._batch_sizes = batch_sizes
+        self._batch_sizes = self._sizes_of[1]
         self._dtype = dtype
         self._sm_scale = sm
         # Plain ints for run(): it reads no host tensor (torch.compile traces it).
@@ -169,15 +159,20 @@ class BatchPrefillWrapper:
         self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
 
     def _plan_params(
-        self, params: Mapping[str, object], sizes: dict[str, int]
+        self, params: Mapping[str, object], heads: tuple[int, int, int], batch: tuple[int, ...]
     ) -> tuple[dict[str, object], dict[str, torch.Tensor], PlannedMask]:
-        """The checked scalars and tensors of ``params`` and the mask they plan; the last
-        answer is kept for params ``params_key`` finds unchanged (same batch sizes)."""
+        """The checked scalars and tensors of ``params`` and the mask they plan, for the
+        batch's (total_q, total_kv, requests); the last answer is kept for params
+        ``params_key`` finds unchanged in a batch of the same sizes."""
+        if batch != self._sizes_of[0]:
+            self._sizes_of = (batch, token_sizes(*batch))
         key = params_key(params)
         if key is not None:
-            key = (key, *sizes.values())
+            key = (key, heads, batch)
             if key == self._params_seen[0]:
                 return self._params_seen[1]  # type: ignore[return-value]
+        sizes = dict(zip(("num_qo_heads", "num_kv_heads", "head_dim"), heads, strict=True))
+        sizes.update(self._sizes_of[1])
         scalars, plan_tensors = split_plan_params(
             self.variant, params, sizes=sizes, device=self._workspace.device
         )
@@ -187,6 +182,29 @@ class BatchPrefillWrapper:
             planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         found = (scalars, plan_tensors, planned_mask)
         self._params_seen = (key, found)  # the stamps keep the planned tensors alive
+        return found
+
+    def _module_choice(
+        self, dtype: torch.dtype, head_dim: int, group: int, max_q: int, paged: bool
+    ) -> PrefillChoice:
+        """``choose_prefill_module`` for this wrapper's variant and backend, remembered per
+        (dtype, head_dim, group, longest query, layout)."""
+        key = (dtype, head_dim, group, max_q, paged)
+        found = self._choices.get(key)
+        if found is None:
+            found = choose_prefill_module(
+                self.variant.ir,  # type: ignore[attr-defined]
+                self.backend,
+                dtype=dtype,
+                head_dim=head_dim,
+                group=group,
+                max_q_len=max_q,
+                kv_layout="paged" if paged else "ragged",
+                device=self._workspace.device,
+            )
+            if len(self._choices) >= _CHOICES:
+                self._choices.pop(next(iter(self._choices)))
+            self._choices[key] = found
         return found
 
     @property
@@ -218,14 +236,14 @@ class BatchPrefillWrapper:
         module: PrefillModule,
         scalars: Mapping[str, object],
         plan_tensors: Mapping[str, torch.Tensor],
-        sizes: Mapping[str, int],
         batch: tuple[torch.Tensor, torch.Tensor, int, float],
     ) -> np.ndarray | None:
-        """The uint8 host copy of this plan's tile map (None: the mask needs none, or plan()
-        was not given every param the mask reads: tiles keep their closed-form classes).
-        ``batch``: the checked qo_indptr and kv_indptr, the tile size and sm_scale."""
-        if not self._reads.needs_tile_map:
-            return None
+        """The uint8 host copy of this plan's tile map (None: plan() was not given every
+        param the mask reads: tiles keep their closed-form classes). ``batch``: the checked
+        qo_indptr and kv_indptr, the tile size and sm_scale."""
+        heads = self._checked_heads
+        sizes = dict(zip(("num_qo_heads", "num_kv_heads", "head_dim"), heads, strict=True))
+        sizes.update(self._sizes_of[1])
         values = prefill_tile_map.map_values(
             self.variant, self._reads, scalars, plan_tensors, sizes, self._workspace.device
         )
@@ -257,8 +275,10 @@ class BatchPrefillWrapper:
         source = self._planner.out_tensor[:n]  # type: ignore[union-attr]
         self._workspace[:n].copy_(source, non_blocking=True)
         if self._workspace.is_cuda:
-            self._copied = torch.cuda.Event()
-            self._copied.record(torch.cuda.current_stream(self._workspace.device))
+            if self._copy_event is None:
+                self._copy_event = torch.cuda.Event()
+            self._copy_event.record(torch.cuda.current_stream(self._workspace.device))
+            self._copied = self._copy_event
 
     def run(
         self,
@@ -380,86 +400,12 @@ def _launch_meta(
     ]
 
 
-def _checked_batch(
-    planner: PrefillPlanner,
-    qo_indptr: object,
-    kv_indptr: object,
-    kv_indices: object,
-    kv_last_page_len: object,
-    page_size: object,
-) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """Check the index tensors in the host planner (which keeps the lengths): the int32
-    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
-    raised by the Python checks (``_check_indices``), with their words."""
-    arrays = _index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
-    if arrays is None or not planner.check(*arrays):
-        _check_indices(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)  # type: ignore[arg-type]
-        raise RuntimeError("attnc: prefill plan: the host planner refused a batch the checks pass")
-    return arrays[0], arrays[1], arrays[2] is not None
+_CHOICES = 64  # module choices a wrapper remembers
 
 
-def _index_arrays(
-    qo_indptr: object,
-    kv_indptr: object,
-    kv_indices: object,
-    kv_last_page_len: object,
-    page_size: object,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int] | None:
-    """Contiguous int32 host copies of the index tensors and the page size (1: ragged), or
-    None when an argument is not what ``_check_indices`` accepts (it then says why)."""
-    qo, kv = _int32_array(qo_indptr), _int32_array(kv_indptr)
-    if qo is None or kv is None:
-        return None
-    if kv_indices is None:
-        if kv_last_page_len is not None or page_size is not None:
-            return None
-        return qo, kv, None, None, 1
-    idx, last = _int32_array(kv_indices), _int32_array(kv_last_page_len)
-    if idx is None or last is None or page_size is None:
-        return None
-    try:
-        page = tensors.check_int("page_size", page_size)
-    except ValueError:
-        return None
-    return qo, kv, idx, last, page
-
-
-def _int32_array(t: object) -> torch.Tensor | None:
-    """A 1-D int32 tensor as a contiguous CPU tensor (None: not such a tensor)."""
-    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
-        return None
-    if t.is_cpu and t.is_contiguous():
-        return t
-    return t.detach().to("cpu").contiguous()
-
-
-def _check_indices(
-    qo_indptr: torch.Tensor,
-    kv_indptr: torch.Tensor,
-    kv_indices: torch.Tensor | None,
-    kv_last_page_len: torch.Tensor | None,
-    page_size: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
-    """Host copies of the index tensors, checked (``checks.tensors``)."""
-    qo_host = tensors.check_indptr("qo_indptr", qo_indptr)
-    kv_host = tensors.check_indptr("kv_indptr", kv_indptr)
-    if kv_host.numel() != qo_host.numel():
-        raise ValueError(
-            f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
-        )
-    if kv_indices is None:
-        if kv_last_page_len is not None or page_size is not None:
-            raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
-        return qo_host, kv_host, None, None, 1
-    if page_size is None:
-        raise ValueError("page_size: a paged plan needs page_size (an int >= 1)")
-    page = tensors.check_int("page_size", page_size)
-    if kv_last_page_len is None:
-        raise ValueError("kv_last_page_len: required for a paged plan")
-    idx_host = tensors.check_kv_indices(kv_indices, int(kv_host[-1]))
-    last_host = tensors.check_last_page_len(kv_last_page_len, kv_host, page)
-    check_paged_kv_tokens(kv_host, last_host, page)
-    return qo_host, kv_host, idx_host, last_host, page
+def _plain_ints(*values: object) -> bool:
+    """True when every value is a Python int (not a bool, not a numpy int)."""
+    return all(type(v) is int for v in values)
 
 
 _CTAS: dict[tuple[str, int, int, int, int], int] = {}

@@ -1,0 +1,95 @@
+"""Owns: the checks of ``BatchPrefillWrapper.plan()``'s index tensors (qo_indptr, kv_indptr,
+and for paged KV kv_indices, kv_last_page_len and page_size): the host planner validates the
+int32 values and derives the lengths; any problem is raised with the words of the Python
+checks (``checks.tensors``, ``checks.limits``), which ``check_indices`` runs in their order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.limits import check_paged_kv_tokens
+from attnc.runtime.planning.prefill_planner import PrefillPlanner
+
+
+def checked_batch(
+    planner: PrefillPlanner,
+    qo_indptr: object,
+    kv_indptr: object,
+    kv_indices: object,
+    kv_last_page_len: object,
+    page_size: object,
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Check the index tensors in the host planner (which keeps the lengths): the int32
+    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
+    raised by the Python checks (``_check_indices``), with their words."""
+    arrays = index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
+    if arrays is None or not planner.check(*arrays):
+        check_indices(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)  # type: ignore[arg-type]
+        raise RuntimeError("attnc: prefill plan: the host planner refused a batch the checks pass")
+    return arrays[0], arrays[1], arrays[2] is not None
+
+
+def index_arrays(
+    qo_indptr: object,
+    kv_indptr: object,
+    kv_indices: object,
+    kv_last_page_len: object,
+    page_size: object,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int] | None:
+    """Contiguous int32 host copies of the index tensors and the page size (1: ragged), or
+    None when an argument is not what ``_check_indices`` accepts (it then says why)."""
+    qo, kv = _int32_array(qo_indptr), _int32_array(kv_indptr)
+    if qo is None or kv is None:
+        return None
+    if kv_indices is None:
+        if kv_last_page_len is not None or page_size is not None:
+            return None
+        return qo, kv, None, None, 1
+    idx, last = _int32_array(kv_indices), _int32_array(kv_last_page_len)
+    if idx is None or last is None or page_size is None:
+        return None
+    try:
+        page = tensors.check_int("page_size", page_size)
+    except ValueError:
+        return None
+    return qo, kv, idx, last, page
+
+
+def _int32_array(t: object) -> torch.Tensor | None:
+    """A 1-D int32 tensor as a contiguous CPU tensor (None: not such a tensor)."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+        return None
+    if t.is_cpu and t.is_contiguous():
+        return t
+    return t.detach().to("cpu").contiguous()
+
+
+def check_indices(
+    qo_indptr: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor | None,
+    kv_last_page_len: torch.Tensor | None,
+    page_size: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
+    """Host copies of the index tensors, checked (``checks.tensors``)."""
+    qo_host = tensors.check_indptr("qo_indptr", qo_indptr)
+    kv_host = tensors.check_indptr("kv_indptr", kv_indptr)
+    if kv_host.numel() != qo_host.numel():
+        raise ValueError(
+            f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
+        )
+    if kv_indices is None:
+        if kv_last_page_len is not None or page_size is not None:
+            raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
+        return qo_host, kv_host, None, None, 1
+    if page_size is None:
+        raise ValueError("page_size: a paged plan needs page_size (an int >= 1)")
+    page = tensors.check_int("page_size", page_size)
+    if kv_last_page_len is None:
+        raise ValueError("kv_last_page_len: required for a paged plan")
+    idx_host = tensors.check_kv_indices(kv_indices, int(kv_host[-1]))
+    last_host = tensors.check_last_page_len(kv_last_page_len, kv_host, page)
+    check_paged_kv_tokens(kv_host, last_host, page)
+    return qo_host, kv_host, idx_host, last_host, page
