@@ -23,6 +23,7 @@ inline int64_t wrap_add(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 inline int64_t floor_div(int64_t a, int64_t b) {
+  if (b == 1) return a;
   if (b == -1) return static_cast<int64_t>(0 - static_cast<uint64_t>(a));
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
