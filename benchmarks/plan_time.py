@@ -2,7 +2,9 @@
 request of 8K tokens packed from 8 documents (seeded cuts), 32 query / 8 KV heads,
 head_dim 128, with the ``doc_causal`` tile map (``doc``) and without it (``nodoc``: the same
 variant planned without its tensor, tiles keep the causal range), median of many calls with a
-per-stage breakdown. Also ``paged``: the same 8K request in pages of 16 without the map.
+per-stage breakdown. Also ``paged``: the same 8K request in pages of 16 without the map, and
+``doc_alternating``: calls alternate between that batch and another (8000 tokens, 7
+documents, another tensor), so nothing of the previous call's checks can be reused.
 
     python -m benchmarks.plan_time            # on the CPU: a stand-in module (Hopper tile of
                                               # 32 query tokens, 132 CTAs), the map built once
@@ -152,6 +154,17 @@ def run(cuda: bool, calls: int) -> dict[str, dict[str, float]]:
     paged_indptr = torch.tensor([0, pages], dtype=torch.int32)
     ids = torch.randperm(pages, generator=torch.Generator().manual_seed(0)).to(torch.int32)
     last = torch.tensor([(TOKENS - 1) % PAGE + 1], dtype=torch.int32)
+    other_qo = torch.tensor([0, 8000], dtype=torch.int32)
+    other_doc = doc_ids(8000, DOCS - 1, seed=1).to(device)
+    flip = [False]
+
+    def alternating() -> None:
+        flip[0] = not flip[0]
+        if flip[0]:
+            w.plan(other_qo, other_qo, HQ, HKV, D, params={"doc": other_doc})
+        else:
+            w.plan(qo, kv, HQ, HKV, D, params={"doc": doc})
+
     stages = Stages()
     instrument(stages)
     rows = {
@@ -160,6 +173,7 @@ def run(cuda: bool, calls: int) -> dict[str, dict[str, float]]:
         "paged": lambda: w.plan(
             qo, paged_indptr, HQ, HKV, D, kv_indices=ids, kv_last_page_len=last, page_size=PAGE
         ),
+        "doc_alternating": alternating,
     }
     return {name: measure(fn, stages, calls) for name, fn in rows.items()}
 

@@ -157,3 +157,26 @@ def test_map_reserve_must_fit_the_workspace(variant):
         BatchPrefillWrapper(
             variant, torch.empty(1 << 20, dtype=torch.uint8), max_tile_map_bytes=1 << 20
         )
+
+
+def test_replan_after_an_in_place_change_uses_the_new_values(variant):
+    """plan() keeps its last params' checks, never their values: a tensor written in place is
+    planned again (new map, new stamp), another tensor of the same shape is the planned one
+    from then on, and a tensor of another shape is still refused."""
+    w = _wrapper(variant)
+    qo = torch.tensor([0, 512], dtype=torch.int32)
+    doc = documents([128, 384])
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
+    split = w._plan.schedule.items.copy()
+    doc.fill_(0)  # one document: every tile now sees its whole causal range
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
+    w.check_planned_values({"doc": doc})
+    assert not np.array_equal(w._plan.schedule.items, split)
+    assert (w.tile_map.end > 0).all() and w.tile_map.first.max() == 0  # every row from block 0
+    other = doc.clone()
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": other})
+    w.check_planned_values({"doc": other})
+    with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given another tensor"):
+        w.check_planned_values({"doc": doc})
+    with pytest.raises(ValueError, match="param 'doc'.*expected shape \\[512\\]"):
+        w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": documents([100])})

@@ -94,21 +94,25 @@ def split_plan_params(
     return checked, {k: v for k, v in resolved.items() if isinstance(v, torch.Tensor)}
 
 
-def params_key(params: Mapping[str, object]) -> tuple[object, ...] | None:
-    """What ``plan()`` reads of its ``params``: scalars by type and value, tensors by object,
-    storage, version and metadata; None when a value cannot be compared so."""
-    key: list[object] = []
+def params_keys(
+    params: Mapping[str, object],
+) -> tuple[tuple[object, ...], tuple[object, ...]] | None:
+    """What ``plan()`` reads of its ``params``: (the values themselves: scalars by type and
+    value, tensors by object, storage and version; what their checks read: scalars likewise,
+    tensors by shape, strides, dtype and device), or None when a value cannot be compared so."""
+    same: list[object] = []
+    checked: list[object] = []
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
-            key.append(
-                (name, id(value), value.data_ptr(), value._version, value.shape,
-                 value.stride(), value.dtype, value.device)
-            )  # fmt: skip
+            meta = (name, value.shape, value.stride(), value.dtype, value.device)
+            same.append((meta, id(value), value.data_ptr(), value._version))
+            checked.append(meta)
         elif isinstance(value, int | float | bool):
-            key.append((name, type(value), value))
+            same.append((name, type(value), value))
+            checked.append(same[-1])
         else:
             return None
-    return tuple(key)
+    return tuple(same), tuple(checked)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.planning.plan_params import params_key, split_plan_params, variant_mask_reads
+from attnc.runtime.planning.plan_params import params_keys, split_plan_params, variant_mask_reads
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
@@ -70,6 +70,11 @@ class BatchPrefillWrapper:
         self._map_host: tuple[np.ndarray, int] | None = None  # the plan's map and tile
         self._checked_heads: tuple[int, ...] = ()  # the last heads check_heads passed
         self._params_seen: tuple[object, object] = (None, None)  # _plan_params' last answer
+        # and its last checks: (what they read, (scalars, names of the tensors))
+        self._params_checked: tuple[object, tuple[dict[str, object], tuple[str, ...]]] = (
+            None,
+            ({}, ()),
+        )
         # (total_q, total_kv, requests) of the last checked batch and its token_sizes
         self._sizes_of: tuple[tuple[int, ...], dict[str, int]] = ((), {})
         self._choices: dict[tuple[object, ...], PrefillChoice] = {}  # _module_choice's
@@ -162,26 +167,34 @@ class BatchPrefillWrapper:
         self, params: Mapping[str, object], heads: tuple[int, int, int], batch: tuple[int, ...]
     ) -> tuple[dict[str, object], dict[str, torch.Tensor], PlannedMask]:
         """The checked scalars and tensors of ``params`` and the mask they plan, for the
-        batch's (total_q, total_kv, requests); the last answer is kept for params
-        ``params_key`` finds unchanged in a batch of the same sizes."""
+        batch's (total_q, total_kv, requests). The last answer is kept for the same values
+        in a batch of the same sizes, and the last checks for values they would pass again
+        (tensors of the same metadata, equal scalars): only the mask is made again then."""
         if batch != self._sizes_of[0]:
             self._sizes_of = (batch, token_sizes(*batch))
-        key = params_key(params)
-        if key is not None:
-            key = (key, heads, batch)
-            if key == self._params_seen[0]:
-                return self._params_seen[1]  # type: ignore[return-value]
-        sizes = dict(zip(("num_qo_heads", "num_kv_heads", "head_dim"), heads, strict=True))
-        sizes.update(self._sizes_of[1])
-        scalars, plan_tensors = split_plan_params(
-            self.variant, params, sizes=sizes, device=self._workspace.device
-        )
+        keys = params_keys(params)
+        same = None if keys is None else (keys[0], heads, batch)
+        if same is not None and same == self._params_seen[0]:
+            return self._params_seen[1]  # type: ignore[return-value]
+        checked = None if keys is None else (keys[1], heads, batch)
+        scalars: dict[str, object]
+        plan_tensors: dict[str, torch.Tensor]
+        if checked is not None and checked == self._params_checked[0]:
+            scalars, names = self._params_checked[1]
+            plan_tensors = {k: params[k] for k in names}  # type: ignore[misc]
+        else:
+            sizes = dict(zip(("num_qo_heads", "num_kv_heads", "head_dim"), heads, strict=True))
+            sizes.update(self._sizes_of[1])
+            scalars, plan_tensors = split_plan_params(
+                self.variant, params, sizes=sizes, device=self._workspace.device
+            )
+            self._params_checked = (checked, (scalars, tuple(plan_tensors)))
         if plan_tensors:
             planned_mask = PlannedMask.from_values(self.variant, scalars, plan_tensors)
         else:
             planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         found = (scalars, plan_tensors, planned_mask)
-        self._params_seen = (key, found)  # the stamps keep the planned tensors alive
+        self._params_seen = (same, found)  # the stamps keep the planned tensors alive
         return found
 
     def _module_choice(
