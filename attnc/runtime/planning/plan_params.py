@@ -59,6 +59,16 @@ def variant_mask_reads(variant: object) -> MaskReads:
     return found
 
 
+def _tensor_decls(variant: object) -> frozenset[str]:
+    """Names of the variant's tensor params, remembered on the variant."""
+    found = variant.__dict__.get("_tensor_param_names")
+    if found is None:
+        decls = variant.params  # type: ignore[attr-defined]
+        found = frozenset(d.name for d in decls if d.kind == "tensor")
+        variant.__dict__["_tensor_param_names"] = found
+    return found
+
+
 def split_plan_params(
     variant: object,
     params: Mapping[str, object],
@@ -73,12 +83,12 @@ def split_plan_params(
         return {}, {}
     name = variant.name  # type: ignore[attr-defined]
     decls = variant.params  # type: ignore[attr-defined]
-    tensor_names = {d.name for d in decls if d.kind == "tensor"}
-    scalars = {k: v for k, v in params.items() if k not in tensor_names}
-    checked = check_plan_params(decls, scalars, variant_name=name)
-    given = {k: v for k, v in params.items() if k in tensor_names}
-    if not given:
+    tensor_decls_of = _tensor_decls(variant)
+    scalars = {k: v for k, v in params.items() if k not in tensor_decls_of}
+    checked = check_plan_params(decls, scalars, variant_name=name) if scalars else {}
+    if len(scalars) == len(params):
         return checked, {}
+    given = {k: v for k, v in params.items() if k in tensor_decls_of}
     tensor_decls = tuple(d for d in decls if d.name in given)
     heads = {k: sizes[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim")}
     batch = {k: v for k, v in sizes.items() if k not in heads}
