@@ -69,6 +69,23 @@ def _tensor_decls(variant: object) -> frozenset[str]:
     return found
 
 
+_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+
+
+def _passes(decl: ir.ParamDecl, value: object, sizes: Mapping[str, int], device: object) -> bool:
+    """True when ``value`` passes ``resolve_params``'s tensor checks unchanged (its declared
+    dtype and shape, ``device``, contiguous); anything else goes through those checks."""
+    if not isinstance(value, torch.Tensor):
+        return False
+    shape = tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in decl.dims)
+    return (
+        tuple(value.shape) == shape
+        and value.dtype == _TORCH_DTYPES.get(decl.dtype)
+        and value.device == device
+        and value.is_contiguous()
+    )
+
+
 def split_plan_params(
     variant: object,
     params: Mapping[str, object],
@@ -90,6 +107,8 @@ def split_plan_params(
         return checked, {}
     given = {k: v for k, v in params.items() if k in tensor_decls_of}
     tensor_decls = tuple(d for d in decls if d.name in given)
+    if all(_passes(d, given[d.name], sizes, device) for d in tensor_decls):
+        return checked, {d.name: given[d.name] for d in tensor_decls}  # type: ignore[misc]
     heads = {k: sizes[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim")}
     batch = {k: v for k, v in sizes.items() if k not in heads}
     resolved = resolve_params(
