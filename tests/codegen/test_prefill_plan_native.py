@@ -194,3 +194,46 @@ def test_short_map_is_refused():
     shape = prefill_plan.PlanShape(4, 2, 64, 32, 4, 1 << 20)
     with pytest.raises(ValueError, match="beyond the planner's limits"):
         prefill_plan.make_host_plan(qo, qo, None, None, 1, shape, None, np.zeros(3, np.uint8), 64)
+
+
+def test_build_failure_is_reported(monkeypatch):
+    """No silent fallback: plan() raises the build error (nvcc command and output), on every
+    call, without a second build attempt."""
+    from attnc.runtime.build import jit
+    from attnc.runtime.planning import prefill_plan_library
+    from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+    calls = []
+
+    def fail(*args, **kwargs):
+        calls.append(1)
+        raise jit.BuildError("attnc: nvcc failed\n  command: nvcc -o prefill_plan.so\nlog: boom")
+
+    monkeypatch.setattr(jit, "build_module", fail)
+    monkeypatch.setattr(prefill_plan_library, "_LIB", None)
+    monkeypatch.setattr(prefill_plan_library, "_FAILURE", None)
+    w = BatchPrefillWrapper(attnc.load("stdlib:causal"), torch.empty(1 << 20, dtype=torch.uint8))
+    qo = torch.tensor([0, 64], dtype=torch.int32)
+    for _ in range(2):
+        with pytest.raises(prefill_plan_library.PlannerUnavailable) as info:
+            w.plan(qo, qo, 4, 2, 64)
+        text = str(info.value)
+        assert "prefill_plan.cpp" in text and "command: nvcc -o prefill_plan.so" in text
+        assert "BuildError" in text and "boom" in text
+    assert calls == [1]
+
+
+def test_struct_mirrors_match_the_library():
+    """The ctypes mirrors have the C structs' sizes (checked on load) and the field names the
+    header declares, in its order."""
+    import re
+
+    from attnc.runtime.planning import prefill_plan_library as lib
+
+    lib.library()
+    text = (lib.HOST_DIR / "prefill_plan_abi.h").read_text()
+    for struct in lib.STRUCTS:
+        c_name = "Attnc" + struct.__name__
+        body = text[text.index(f"typedef struct {c_name} {{") : text.index(f"}} {c_name};")]
+        fields = re.findall(r"^\s+[\w\s\*]+?\**(\w+)(?:\[\w+\])?;", body, flags=re.M)
+        assert fields == [f[0] for f in struct._fields_], struct.__name__
