@@ -50,9 +50,8 @@ def doc_ids(total: int = TOKENS, docs: int = DOCS, seed: int = 0) -> torch.Tenso
     gen = torch.Generator().manual_seed(seed)
     cuts = sorted(int(c) + 1 for c in torch.randperm(total - 1, generator=gen)[: docs - 1])
     bounds = [0, *cuts, total]
-    return torch.cat(
-        [torch.full((b - a,), i, dtype=torch.int32) for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
-    )  # fmt: skip
+    spans = enumerate(zip(bounds, bounds[1:], strict=False))
+    return torch.cat([torch.full((b - a,), i, dtype=torch.int32) for i, (a, b) in spans])
 
 
 def doc_map(doc: np.ndarray, q_len: int, kv_len: int, tile: int, block: int) -> np.ndarray:
@@ -91,9 +90,8 @@ class Stages:
 @contextmanager
 def stand_in(variant: object) -> Iterator[None]:
     """On the CPU: the module choice and the device CTAs of a Hopper module, 32-token tiles."""
-    module = type(
-        "StandIn", (), {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)}
-    )()  # fmt: skip
+    fields = {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)}
+    module = type("StandIn", (), fields)()
     saved = prefill.choose_prefill_module, prefill._device_ctas
     prefill.choose_prefill_module = lambda *a, **k: PrefillChoice("sm90", module, 32)
     prefill._device_ctas = lambda *a, **k: 132

@@ -59,7 +59,8 @@ inline int check_batch(AttncPrefillParams& p, AttncPrefillResult* r) {
     const int64_t q = p.qo_indptr[b + 1] - p.qo_indptr[b];
     const int64_t k = p.kv_indptr[b + 1] - p.kv_indptr[b];
     p.q_lens[b] = q;
-    p.kv_lens[b] = p.kv_indices == nullptr || k == 0 ? k : (k - 1) * p.page_size + p.kv_last_page_len[b];
+    const bool tokens = p.kv_indices == nullptr || k == 0;  // ragged: kv_indptr counts tokens
+    p.kv_lens[b] = tokens ? k : (k - 1) * p.page_size + p.kv_last_page_len[b];
     r->total_kv += p.kv_lens[b];
     r->max_q = std::max(r->max_q, q);
   }

@@ -204,7 +204,9 @@ inline void closed_form_ranges(const AttncPrefillParams& p, Scratch& s) {
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r = s.req[t], kv = p.kv_lens[r];
     if (r != cached_req) {
-      for (int64_t i = 0; i < n_rows; ++i) s.c[i] = row_c(p, p.range_rows + i * ATTNC_PR_COLUMNS, r);
+      for (int64_t i = 0; i < n_rows; ++i) {
+        s.c[i] = row_c(p, p.range_rows + i * ATTNC_PR_COLUMNS, r);
+      }
       cached_req = r;
     }
     int64_t begin = 0, end = 0;

@@ -89,7 +89,8 @@ inline void write_lists(const AttncPrefillParams& p, Scratch& s, const Layout& l
     }
   }
   const int64_t item_bytes = num_chunks * hkv * kItemInts * 4;
-  memset(p.out + l.items + item_bytes, 0, static_cast<size_t>(l.merge_items - l.items - item_bytes));
+  const int64_t item_pad = l.merge_items - l.items - item_bytes;
+  memset(p.out + l.items + item_bytes, 0, static_cast<size_t>(item_pad));
   int32_t* merge = reinterpret_cast<int32_t*>(p.out + l.merge_items);
   const int64_t n_merge = static_cast<int64_t>(split_tiles.size());
   for (int64_t m = 0; m < n_merge; ++m) {

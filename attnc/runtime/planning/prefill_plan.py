@@ -274,7 +274,8 @@ def make_host_plan(
     ]
     if not paged:
         tables[2] = tables[3] = None
-    if not planner.check(tables[0], tables[1], tables[2], tables[3], page_size):  # type: ignore[arg-type]
+    qo, kv, ids, last = tables
+    if not planner.check(qo, kv, ids, last, page_size):  # type: ignore[arg-type]
         raise ValueError("make_host_plan: the index tensors do not pass the plan() checks")
     planner.configure(
         shape.num_qo_heads, shape.num_kv_heads, shape.head_dim, shape.tile_q_tokens,

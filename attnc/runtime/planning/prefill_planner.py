@@ -5,9 +5,10 @@ A ``PrefillPlanner`` is made once per wrapper and keeps its buffers between plan
 per-request lengths, the byte buffer the packed lists are written into (pinned when the
 lists are copied to a CUDA workspace, grown when a batch needs more) and the chunk costs.
 ``check`` validates the int32 batch description and derives each request's lengths;
-``configure`` sets the shape (kept while it repeats); ``plan`` then writes the whole work list (tile KV ranges from the mask's closed form and the tile map,
-split-KV chunks, the heaviest-first order, the merge list) in one C call. A failed check is
-reported as ``False``: the caller raises the Python checks' own message.
+``configure`` sets the shape (kept while it repeats); ``plan`` then writes the whole work
+list (tile KV ranges from the mask's closed form and the tile map, split-KV chunks, the
+heaviest-first order, the merge list) in one C call. A failed check is reported as
+``False``: the caller raises the Python checks' own message.
 """
 
 from __future__ import annotations

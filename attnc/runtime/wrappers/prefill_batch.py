@@ -26,7 +26,8 @@ def checked_batch(
     raised by the Python checks (``_check_indices``), with their words."""
     arrays = index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
     if arrays is None or not planner.check(*arrays):
-        check_indices(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)  # type: ignore[arg-type]
+        args = (qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
+        check_indices(*args)  # type: ignore[arg-type]
         raise RuntimeError("attnc: prefill plan: the host planner refused a batch the checks pass")
     return arrays[0], arrays[1], arrays[2] is not None
 
