@@ -62,6 +62,7 @@ class PrefillPlanner:
         self.out_tensor = torch.zeros(0, dtype=torch.uint8)
         self._out = self.out_tensor.numpy()
         self._shape: tuple[int, ...] = ()
+        self._checked: tuple[torch.Tensor | None, ...] = ()
         self.batch = 0
 
     @property
@@ -95,6 +96,9 @@ class PrefillPlanner:
         """Validate contiguous CPU int32 tensors (page ids and last-page lengths for paged
         KV) and derive the lengths; False when a check fails."""
         p = self._p
+        # plan() reads these tensors again (the page ids it packs): keep them alive, as the
+        # caller may pass host copies made for this call only.
+        self._checked = (qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
         p.qo_indptr, p.qo_len = qo_indptr.data_ptr(), qo_indptr.shape[0]
         p.kv_indptr, p.kv_len = kv_indptr.data_ptr(), kv_indptr.shape[0]
         if kv_indices is None or kv_last_page_len is None:
