@@ -158,8 +158,9 @@ class BatchPrefillWrapper:
         self._dtype = dtype
         self._sm_scale = sm
         # Plain ints for run(): it reads no host tensor (torch.compile traces it).
-        self._total_q, self._total_kv = host.total_q, host.nnz
-        self._max_page = host.max_page
+        self._total_q, self._total_kv = int(host.total_q), int(host.nnz)
+        self._max_page = int(host.max_page)
+        self._paged, self._page_size = bool(host.paged), int(host.page_size)
         status = self._page_status.ptr if host.paged else 0
         self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
 
@@ -330,9 +331,9 @@ class BatchPrefillWrapper:
 
     def kv_views(self, kv: object) -> KvViews:
         """The checked K/V views of ``run()``'s ``kv`` for the current plan."""
-        host = self._require_plan()
+        self._require_plan()
         _, hkv, d = self._heads
-        if not host.paged:
+        if not self._paged:  # plain attributes: torch.compile traces this (no ctypes reads)
             views = ragged_kv(kv, hkv, d, "cuda")
             if views.k.shape[0] != self._total_kv:
                 raise ValueError(
@@ -340,7 +341,7 @@ class BatchPrefillWrapper:
                     f"k.shape[0] = {views.k.shape[0]}"
                 )
             return views
-        views = paged_kv(kv, self.kv_layout, host.page_size, hkv, d, "cuda")
+        views = paged_kv(kv, self.kv_layout, self._page_size, hkv, d, "cuda")
         tensors.check_pages_in_range(self._max_page, views.num_pages)
         return views
 
