@@ -35,11 +35,12 @@ _LOAD_WITHOUT_NVCC = (
     + """
 import attnc
 from attnc.runtime.build.modules import get_decode_module, get_prefill_module
-from attnc.runtime.planning import decode_plan_library
+from attnc.runtime.planning import decode_plan_library, prefill_plan_library
 v = attnc.load("stdlib:causal")
 m = get_prefill_module(v.ir, "float16", 64, arch="80")
 d = get_decode_module(v.ir, "float16", 64, arch="80")
 decode_plan_library.library()
+prefill_plan_library.library()
 print(m.name, m.tile_q_tokens(64, 1, 4096) > 0, d.name)
 """
 )
@@ -71,14 +72,15 @@ def test_build_for_sm80_then_load_without_nvcc(tmp_path, monkeypatch, capsys):
     status = cli.main([*argv, "-o", str(out_dir)])
     captured = capsys.readouterr()
     assert status == 0, captured.err
-    names = "causal_fp16_d64, causal_decode_fp16_d64, decode_plan, merge_state"
-    assert f"attnc build: 4 module(s) for sm_80: {names}" in captured.err
+    names = "causal_fp16_d64, causal_decode_fp16_d64, decode_plan, prefill_plan, merge_state"
+    assert f"attnc build: 5 module(s) for sm_80: {names}" in captured.err
     assert "attnc build: causal_fp16_d64: built in" in captured.err
     lines = captured.out.splitlines()
     assert [line.split(": ")[0] for line in lines] == [
         "causal prefill float16 d64",
         "causal decode float16 d64",
         "decode_planner",
+        "prefill_planner",
         "merge_state",
     ]
     assert all(line.split(": ")[1].startswith(str(out_dir)) for line in lines)
@@ -111,8 +113,9 @@ def test_build_for_sm90a_adds_the_hopper_prefill(tmp_path, capsys):
     assert [line.split(":")[0] for line in lines] == [
         "causal prefill bfloat16 d128",
         "causal prefill_sm90 bfloat16 d128",
+        "prefill_planner",
     ]
-    for line in lines:
+    for line in lines[:2]:
         library = line.split(": ", 1)[1]
         assert library.startswith(str(out_dir)) and (tmp_path / library).is_file()
         assert "sm_90a" in (tmp_path / library).with_name("built.ok").read_text()

@@ -31,10 +31,12 @@ def test_sm80_builds_fa2_prefill_and_decode_per_dtype_and_head_dim(causal):
         ("decode", "causal_decode_fp16_d64"),
         ("decode", "causal_decode_fp16_d128"),
         ("decode_planner", "decode_plan"),
+        ("prefill_planner", "prefill_plan"),
         ("merge_state", "merge_state"),
     ]
-    assert [m.arch for m in mods[-2:]] == ["80", "80"]
-    assert all(m.spec.extra_flags == () for m in mods if m.kind != "decode_planner")
+    assert [m.arch for m in mods[-3:]] == ["80", "80", "80"]
+    planners = ("decode_planner", "prefill_planner")
+    assert all(m.spec.extra_flags == () for m in mods if m.kind not in planners)
 
 
 def test_specs_are_what_the_runtime_builds(causal, monkeypatch):
@@ -72,12 +74,10 @@ def test_sm90a_adds_the_hopper_prefill_when_available(causal, monkeypatch):
     assert _names(mods) == [
         ("prefill", "causal_bf16_d128"),
         ("prefill_sm90", "causal_sm90_bf16_d128"),
+        ("prefill_planner", "prefill_plan"),
     ]
-    assert (
-        aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "prefill")[0].kind
-        == "prefill"
-    )
-    assert len(aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "prefill")) == 1
+    sm80 = aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "prefill")
+    assert _names(sm80) == [("prefill", "causal_bf16_d128"), ("prefill_planner", "prefill_plan")]
 
 
 def test_sm90a_without_the_hopper_template_says_so(causal, monkeypatch):
@@ -90,7 +90,7 @@ def test_sm90a_without_the_hopper_template_says_so(causal, monkeypatch):
     aot.build_deployment(
         [causal], "sm_90a", ("bfloat16",), (128,), "prefill", progress=lines.append
     )
-    assert [s.name for s in built] == ["causal_bf16_d128"]
+    assert [s.name for s in built] == ["causal_bf16_d128", "prefill_plan"]
     assert "no Hopper prefill template" in lines[0]
 
 

@@ -8,7 +8,8 @@ the cache directory and the same attnc install finds them. No CUDA device is nee
 Per arch: ``80`` (and other non-Hopper archs) builds the FA2 prefill and the decode modules;
 ``90a`` builds those too (the prefill with its sm_90 tile shapes) and, when this install has
 the Hopper prefill template, the sm_90a prefill module (``PREFILL_SM90_MODULES``). Modules
-shared by every variant come too: the host decode planner (``--kind decode``/``all``) and
+shared by every variant come too: the host decode planner (``--kind decode``/``all``), the
+host prefill planner (``--kind prefill``/``all``) and
 ``merge_state`` (``all``).
 """
 
@@ -88,15 +89,19 @@ def deployment_modules(
 
 def shared_modules(arch: str, kind: str) -> list[AotModule]:
     """The modules every variant's runtime uses, as the runtime builds them: the host decode
-    planner (built for its own fixed arch) and ``merge_state``."""
+    and prefill planners (built for their own fixed arch) and ``merge_state``."""
     # Imported here: build/ is below planning/ and codegen's module text is only needed now.
     from attnc.codegen.decode_module import MERGE_STATE_SOURCE
     from attnc.runtime.planning import decode_plan_library as planner
+    from attnc.runtime.planning import prefill_plan_library as prefill_planner
 
     out = []
     if kind in ("decode", "all"):
         spec = jit.ModuleSpec("decode_plan", planner.source(), planner.BUILD_FLAGS)
         out.append(AotModule("-", "decode_planner", "-", 0, spec, planner.ARCH))
+    if kind in ("prefill", "all"):
+        spec = jit.ModuleSpec("prefill_plan", prefill_planner.source(), prefill_planner.BUILD_FLAGS)
+        out.append(AotModule("-", "prefill_planner", "-", 0, spec, prefill_planner.ARCH))
     if kind == "all":
         spec = jit.ModuleSpec("merge_state", MERGE_STATE_SOURCE)
         out.append(AotModule("-", "merge_state", "-", 0, spec, arch))
