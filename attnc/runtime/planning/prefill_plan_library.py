@@ -11,9 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
-import numpy as np
-
-from attnc.runtime.build import cache, jit
+from attnc.runtime.build.host_library import host_source, load_host_library
 from attnc.version import PACKAGE_DIR
 
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
@@ -91,9 +89,7 @@ _SIGNATURES = {
 def source() -> str:
     """The text the JIT compiles: ``prefill_plan.cpp`` under a digest of the host headers
     (so any header change rebuilds it)."""
-    digest = cache.header_digest(HOST_DIR)
-    text = (HOST_DIR / "prefill_plan.cpp").read_text()
-    return f"// attnc/kernels/host headers: {digest}\n{text}"
+    return host_source(HOST_DIR, "prefill_plan.cpp")
 
 
 def library() -> ctypes.CDLL:
@@ -115,14 +111,12 @@ def library() -> ctypes.CDLL:
 
 
 def _load() -> ctypes.CDLL:
-    path = jit.build_module("prefill_plan", source(), arch=ARCH, extra_flags=BUILD_FLAGS)
-    lib = jit.load_library(path)
-    for name, (argtypes, restype) in _SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = argtypes, restype
-    sizes = np.zeros(len(STRUCTS), np.int64)
-    lib.attnc_prefill_plan_sizes(sizes.ctypes.data)
-    want = [ctypes.sizeof(s) for s in STRUCTS]
-    if sizes.tolist() != want:
-        raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
-    return lib
+    return load_host_library(
+        "prefill_plan",
+        source(),
+        ARCH,
+        BUILD_FLAGS,
+        _SIGNATURES,
+        STRUCTS,
+        "attnc_prefill_plan_sizes",
+    )

@@ -1,0 +1,47 @@
+"""Owns: building and loading a host-only C++ library of ``attnc/kernels/host`` (the decode
+and prefill planners): its source text under a digest of the host headers (so any header
+change rebuilds it), the JIT build, the ctypes signatures, and the check that the library's
+``sizeof`` of each struct equals its ctypes mirror."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from attnc.runtime.build import cache, jit
+
+
+def host_source(host_dir: Path, file_name: str) -> str:
+    """The text the JIT compiles: ``file_name`` under a digest of ``host_dir``'s headers."""
+    digest = cache.header_digest(host_dir)
+    text = (host_dir / file_name).read_text()
+    return f"// attnc/kernels/host headers: {digest}\n{text}"
+
+
+def load_host_library(
+    name: str,
+    source: str,
+    arch: str,
+    flags: Sequence[str],
+    signatures: Mapping[str, tuple[Any, Any]],
+    structs: Sequence[type[ctypes.Structure]],
+    sizes_function: str,
+) -> ctypes.CDLL:
+    """Build (or find in the cache) and load library ``name``, set its functions'
+    signatures, and compare its struct sizes (``sizes_function`` writes them as int64, in
+    ``structs`` order) with the ctypes mirrors."""
+    path = jit.build_module(name, source, arch=arch, extra_flags=tuple(flags))
+    lib = jit.load_library(path)
+    for fn_name, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, fn_name)
+        fn.argtypes, fn.restype = argtypes, restype
+    sizes = np.zeros(len(structs), np.int64)
+    getattr(lib, sizes_function)(sizes.ctypes.data)
+    want = [ctypes.sizeof(s) for s in structs]
+    if sizes.tolist() != want:
+        raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
+    return lib
