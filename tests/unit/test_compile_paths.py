@@ -9,6 +9,7 @@ tracing (the real one returns a non-tensor Dynamo cannot trace).
 from __future__ import annotations
 
 import ctypes
+import shutil
 
 import pytest
 import torch
@@ -125,6 +126,8 @@ def test_decode_run_is_one_op(on_cpu):
     assert w._module.params and set(w._module.params) == {expect}
 
 
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found (host prefill planner)")
 def test_prefill_run_is_one_op(on_cpu, monkeypatch):
     variant = attnc.load("stdlib:sliding_window")
     i32 = dict(dtype=torch.int32)
@@ -135,6 +138,7 @@ def test_prefill_run_is_one_op(on_cpu, monkeypatch):
     w = BatchPrefillWrapper(variant, torch.empty(1 << 20, dtype=torch.uint8))
     w._plan, w._heads, w._dtype, w._sm_scale = host, (HQ, HKV, DIM), torch.bfloat16, 0.125
     w._total_q, w._total_kv, w._max_page = 8, 30, -1
+    w._paged, w._page_size = False, 1
     w._module = type(
         "M",
         (),

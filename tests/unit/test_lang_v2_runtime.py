@@ -19,7 +19,6 @@ from attnc.runtime.planning.plan_params import (
     mask_reads,
     split_plan_params,
 )
-from attnc.runtime.planning.prefill_plan import PlanShape, kv_token_starts, make_host_plan
 
 DOC_CAUSAL = """variant doc_causal {
     param doc: tensor<i32>[kv_len];
@@ -157,26 +156,6 @@ def test_summary_matches_the_map(seed):
         assert s.visible_tokens(np.array([t]), np.array([b]), np.array([e]))[0] == 64 * len(
             in_range
         )
-
-
-def test_host_plan_places_map_and_token_starts():
-    """kv_token_start (prefix sums, paged from the page counts) and the map's fixed place."""
-    shape = PlanShape(2, 1, 64, tile_q_tokens=64, num_ctas=4, workspace_bytes=1 << 20)
-    qo = torch.tensor([0, 100, 164])
-    kv_indptr, last = torch.tensor([0, 3, 5]), torch.tensor([4, 16])
-    idx = torch.arange(5)
-    q_lens, kv_lens = np.array([100, 64]), np.array([2 * 16 + 4, 16 + 16])
-    m = np.full(int(tile_map.map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
-    host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
-    assert host.kv_token_start.tolist() == [0, 36, 68]
-    assert host.tile_map_offset == (1 << 20) - 4096
-    assert host.tile_map_start is not None and host.tile_map_start.tolist() == [0, 2, 3]
-    buf = host.packed()
-    off = host.layout.offsets["kv_token_start"]
-    assert buf[off : off + 12].view(torch.int32).tolist() == [0, 36, 68]
-    assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
-    again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
-    assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]
 
 
 def test_a_head_tensor_given_to_plan_is_not_a_per_request_bound():

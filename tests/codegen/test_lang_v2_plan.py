@@ -6,6 +6,7 @@ are checked against the batch."""
 
 from __future__ import annotations
 
+import shutil as _shutil
 import time
 
 import numpy as np
@@ -15,8 +16,15 @@ import torch
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.planning import tile_map
+from attnc.runtime.planning.prefill_plan import PlanShape, kv_token_starts, make_host_plan
 from attnc.runtime.wrappers import prefill, prefill_launch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(_shutil.which("nvcc") is None, reason="nvcc not found (host planner)"),
+]
 
 DOC_CAUSAL = """variant doc_causal {
     param doc: tensor<i32>[kv_len];
@@ -180,3 +188,23 @@ def test_replan_after_an_in_place_change_uses_the_new_values(variant):
         w.check_planned_values({"doc": doc})
     with pytest.raises(ValueError, match="param 'doc'.*expected shape \\[512\\]"):
         w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": documents([100])})
+
+
+def test_host_plan_places_map_and_token_starts():
+    """kv_token_start (prefix sums, paged from the page counts) and the map's fixed place."""
+    shape = PlanShape(2, 1, 64, tile_q_tokens=64, num_ctas=4, workspace_bytes=1 << 20)
+    qo = torch.tensor([0, 100, 164])
+    kv_indptr, last = torch.tensor([0, 3, 5]), torch.tensor([4, 16])
+    idx = torch.arange(5)
+    q_lens, kv_lens = np.array([100, 64]), np.array([2 * 16 + 4, 16 + 16])
+    m = np.full(int(tile_map.map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
+    host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
+    assert host.kv_token_start.tolist() == [0, 36, 68]
+    assert host.tile_map_offset == (1 << 20) - 4096
+    assert host.tile_map_start is not None and host.tile_map_start.tolist() == [0, 2, 3]
+    buf = host.packed()
+    off = host.layout.offsets["kv_token_start"]
+    assert buf[off : off + 12].view(torch.int32).tolist() == [0, 36, 68]
+    assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
+    again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
+    assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]

@@ -1,11 +1,18 @@
 """Planner (work list order, paged lengths, workspace packing) and host-side validation."""
 
+import shutil as _shutil
+
 import pytest
 import torch
 
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import paged_kv, ragged_kv
 from attnc.runtime.planning import prefill_plan, workspace
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(_shutil.which("nvcc") is None, reason="nvcc not found (host planner)"),
+]
 
 
 def i32(*values):
@@ -28,7 +35,9 @@ def test_workspace_layout_and_pack():
 
 
 def test_make_host_plan_paged():
-    shape = prefill_plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=1 << 20)
+    shape = prefill_plan.PlanShape(
+        4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=1 << 20
+    )
     host = prefill_plan.make_host_plan(
         torch.tensor([0, 3, 20]), torch.tensor([0, 2, 3]), torch.tensor([4, 1, 7]),
         torch.tensor([5, 1]), 8, shape,
@@ -50,7 +59,9 @@ def test_make_host_plan_paged():
 def test_make_host_plan_workspace_too_small():
     shape = prefill_plan.PlanShape(4, 2, 64, tile_q_tokens=16, num_ctas=264, workspace_bytes=512)
     with pytest.raises(ValueError, match="workspace_buffer: has 512 bytes, the work lists need"):
-        prefill_plan.make_host_plan(torch.tensor([0, 3]), torch.tensor([0, 3]), None, None, 1, shape)
+        prefill_plan.make_host_plan(
+            torch.tensor([0, 3]), torch.tensor([0, 3]), None, None, 1, shape
+        )
 
 
 @pytest.mark.parametrize(
