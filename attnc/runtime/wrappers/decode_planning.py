@@ -14,8 +14,6 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -39,6 +37,13 @@ from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
+from attnc.runtime.wrappers.decode_plan_inputs import (
+    DecodeShape,
+    FastPathKey,
+    PlanInputs,
+    ids_placement,
+    scalar_key,
+)
 
 MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
@@ -48,72 +53,8 @@ _Tensor = torch.Tensor
 _I32 = torch.int32
 
 
-class PlanInputs(NamedTuple):
-    """``plan()``'s arguments as the caller gave them (not yet checked)."""
-
-    kv_indptr: torch.Tensor
-    kv_indices: torch.Tensor
-    kv_last_page_len: torch.Tensor
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    page_size: int
-    q_len: int
-    sm_scale: float | None
-    dtype: torch.dtype
-
-
-class _Fast:
-    """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
-    arguments (``key``), the query tokens per request they give (``q_len``) and the mask
-    ranges of its plan-time params (``ranges``: None without; the planner holds their span
-    table)."""
-
-    __slots__ = ("key", "q_len", "ranges")
-
-    def __init__(self, key: tuple[object, ...], q_len: int, ranges: TileRanges | None) -> None:
-        self.key = key
-        self.q_len = q_len
-        self.ranges = ranges
-
-
-def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:
-    """Where the fast path takes page ids from: True on the workspace's device, False on the
-    host, None elsewhere (the checked path then says why)."""
-    if kv_indices.is_cuda:
-        return True if kv_indices.get_device() == device_index else None
-    return False if kv_indices.is_cpu else None
-
-
-def _scalar_key(params: Mapping[str, object]) -> tuple[tuple[str, type, object], ...] | None:
-    """``params`` as (name, type, value) when every value is a Python int, float or bool
-    (equal keys pass the same checks); None otherwise."""
-    key = []
-    for name, value in params.items():
-        kind = type(value)
-        if kind is not int and kind is not float and kind is not bool:
-            return None
-        key.append((name, kind, value))
-    return tuple(key)
-
-
 def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-
-
-@dataclass(frozen=True)
-class DecodeShape:
-    """What a plan fixes about the launch (must not change under CUDA graphs)."""
-
-    num_qo_heads: int
-    num_kv_heads: int
-    head_dim: int
-    page_size: int
-    q_len: int
-    dtype: torch.dtype
-    sm_scale: float
-    rows_per_item: int
-    num_ctas: int
 
 
 class DecodePlanning:
@@ -164,7 +105,7 @@ class DecodePlanning:
         self._pinned_np = self._pinned.numpy()
         self._native: DecodePlanner | None = None  # the planner, made by the first plan()
         self._device_index = self._device.index if self._device.index is not None else 0
-        self._fast: _Fast | None = None  # the shape of the last plan, for the fast path
+        self._fast: FastPathKey | None = None  # the shape of the last plan, for the fast path
         self._modules: dict[tuple[object, ...], tuple[DecodeModule, int, int, int]] = {}
         self._shape: DecodeShape | None = None
         self._module: DecodeModule | None = None
@@ -291,7 +232,7 @@ class DecodePlanning:
         them (the C++ planner then plans whole requests). Sets the values ``run()`` must
         match, and drops cached calls when they change (or tensors were planned) so the next
         ``run()`` checks. The same scalars as the last call keep its planned mask."""
-        key = _scalar_key(params)
+        key = scalar_key(params)
         if key is not None and key == self._mask_key:
             return self._planned_mask.ranges
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
@@ -370,7 +311,7 @@ class DecodePlanning:
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
         if spans is None and (sm_scale is None or type(sm_scale) is float):
             key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
-            self._fast = _Fast(key, q_len, mask_ranges)
+            self._fast = FastPathKey(key, q_len, mask_ranges)
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
