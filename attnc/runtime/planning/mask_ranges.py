@@ -53,6 +53,26 @@ def query_tiles(
     return req, j, q0, q1
 
 
+def _plan_time_bounds(
+    analysis: MaskAnalysis,
+    params: Mapping[str, object] | None,
+    batch_tensors: Mapping[str, np.ndarray] | None,
+) -> tuple[dict[str, int], dict[str, np.ndarray], tuple[tuple[LinearConstraint, ...], ...]] | None:
+    """The i32 params known at plan time, the per-request tensors, and the mask's conjunctions
+    of linear bounds, or None when the mask has no such bounds or they read something not
+    known at plan time (every tile may then see the whole KV)."""
+    known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
+    per_req = dict(batch_tensors or {})
+    if analysis.kind not in ("linear", "union"):
+        return None
+    if not (
+        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
+    ):
+        return None
+    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    return known, per_req, terms
+
+
 def tile_kv_ranges(
     analysis: MaskAnalysis,
     params: Mapping[str, object] | None = None,
@@ -64,15 +84,10 @@ def tile_kv_ranges(
     ``params`` holds i32 param values known at plan time (others are ignored);
     ``batch_tensors`` host int64 arrays ``[batch]`` of the ``batch_size`` tensors the bounds
     read as ``t[batch]`` (one value per request, like a scalar per request)."""
-    known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
-    per_req = dict(batch_tensors or {})
-    if analysis.kind not in ("linear", "union"):
+    bounds = _plan_time_bounds(analysis, params, batch_tensors)
+    if bounds is None:
         return None
-    if not (
-        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
-    ):
-        return None
-    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    known, per_req, terms = bounds
 
     def ranges(
         req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
@@ -128,15 +143,10 @@ def tile_range_program(
 ) -> RangeProgram | None:
     """The ``RangeProgram`` of ``tile_kv_ranges(analysis, params, batch_tensors)`` (None
     exactly when that is None)."""
-    known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
-    per_req = dict(batch_tensors or {})
-    if analysis.kind not in ("linear", "union"):
+    bounds = _plan_time_bounds(analysis, params, batch_tensors)
+    if bounds is None:
         return None
-    if not (
-        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
-    ):
-        return None
-    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
+    known, per_req, terms = bounds
     tagged = [(i, x) for i, cons in enumerate(terms) for x in cons]
     tagged += [(-1, g) for g in analysis.wrap_guards]
     rows: list[list[int]] = []
