@@ -34,8 +34,8 @@ def fresh_library(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     the library state restored afterwards)."""
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.setattr(decode_plan_library, "_LIB", None)
-    mp.setattr(decode_plan_library, "_FAILURE", None)
+    mp.setattr(decode_plan_library.ONCE, "lib", None)
+    mp.setattr(decode_plan_library.ONCE, "failure", None)
     decode_plan_library.library()
     yield
     mp.undo()

@@ -48,8 +48,8 @@ class _FakeModule:
 def lib(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("ATTNC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    mp.setattr(decode_plan_library, "_LIB", None)
-    mp.setattr(decode_plan_library, "_FAILURE", None)
+    mp.setattr(decode_plan_library.ONCE, "lib", None)
+    mp.setattr(decode_plan_library.ONCE, "failure", None)
     lib = decode_plan_library.library()
     decode_plan_library.fake_cuda(1)
     yield lib
@@ -290,8 +290,8 @@ def test_lengths_beyond_the_planner_raise(cpu):
 
 
 def test_build_failure_reaches_plan(cpu, monkeypatch):
-    monkeypatch.setattr(decode_plan_library, "_LIB", None)
-    monkeypatch.setattr(decode_plan_library, "_FAILURE", "BuildError: attnc: nvcc failed\n  command: nvcc")
+    monkeypatch.setattr(decode_plan_library.ONCE, "lib", None)
+    monkeypatch.setattr(decode_plan_library.ONCE, "failure", "BuildError: attnc: nvcc failed\n  command: nvcc")
     w = make_wrapper()
     with pytest.raises(decode_plan_library.PlannerUnavailable, match="could not be built or loaded"):
         _plan(w, *page_table(np.random.default_rng(4), 8))

@@ -273,8 +273,8 @@ def test_build_failure_is_reported(monkeypatch):
         raise jit.BuildError("attnc: nvcc failed\n  command: nvcc -o decode_plan.so\nlog: boom")
 
     monkeypatch.setattr(jit, "build_module", fail)
-    monkeypatch.setattr(decode_plan_library, "_LIB", None)
-    monkeypatch.setattr(decode_plan_library, "_FAILURE", None)
+    monkeypatch.setattr(decode_plan_library.ONCE, "lib", None)
+    monkeypatch.setattr(decode_plan_library.ONCE, "failure", None)
     lay = make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=16)
     for _ in range(2):
         with pytest.raises(decode_plan_library.PlannerUnavailable) as info:

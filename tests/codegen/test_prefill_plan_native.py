@@ -210,8 +210,8 @@ def test_build_failure_is_reported(monkeypatch):
         raise jit.BuildError("attnc: nvcc failed\n  command: nvcc -o prefill_plan.so\nlog: boom")
 
     monkeypatch.setattr(jit, "build_module", fail)
-    monkeypatch.setattr(prefill_plan_library, "_LIB", None)
-    monkeypatch.setattr(prefill_plan_library, "_FAILURE", None)
+    monkeypatch.setattr(prefill_plan_library.ONCE, "lib", None)
+    monkeypatch.setattr(prefill_plan_library.ONCE, "failure", None)
     w = BatchPrefillWrapper(attnc.load("stdlib:causal"), torch.empty(1 << 20, dtype=torch.uint8))
     qo = torch.tensor([0, 64], dtype=torch.int32)
     for _ in range(2):

@@ -1,12 +1,14 @@
 """Owns: building and loading a host-only C++ library of ``attnc/kernels/host`` (the decode
 and prefill planners): its source text under a digest of the host headers (so any header
-change rebuilds it), the JIT build, the ctypes signatures, and the check that the library's
-``sizeof`` of each struct equals its ctypes mirror."""
+change rebuilds it), the JIT build, the ctypes signatures, the check that the library's
+``sizeof`` of each struct equals its ctypes mirror, and the load-once state (a failure is
+remembered and raised again on every call, with no second build attempt)."""
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,33 @@ def load_host_library(
     if sizes.tolist() != want:
         raise RuntimeError(f"struct sizes {sizes.tolist()} differ from the ctypes mirrors {want}")
     return lib
+
+
+class PlannerUnavailable(RuntimeError):
+    """A host planner library could not be built or loaded (the message says why)."""
+
+
+class OnceLibrary:
+    """A library loaded by ``load()`` on first use. A failure is remembered: every later
+    ``get()`` raises ``unavailable(reason)`` without trying again."""
+
+    def __init__(
+        self, load: Callable[[], ctypes.CDLL], unavailable: Callable[[str], Exception]
+    ) -> None:
+        self._load = load
+        self._unavailable = unavailable
+        self._lock = threading.Lock()
+        self.lib: ctypes.CDLL | None = None
+        self.failure: str | None = None
+
+    def get(self) -> ctypes.CDLL:
+        """The loaded library (built on the first call)."""
+        with self._lock:
+            if self.lib is None and self.failure is None:
+                try:
+                    self.lib = self._load()
+                except Exception as exc:  # no compiler, a build or load failure
+                    self.failure = f"{type(exc).__name__}: {exc}"
+            if self.lib is None:
+                raise self._unavailable(str(self.failure))
+            return self.lib

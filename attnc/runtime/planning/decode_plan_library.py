@@ -9,11 +9,15 @@ with its function signatures, and the ctypes mirrors of its structs
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 
-from attnc.runtime.build.host_library import host_source, load_host_library
+from attnc.runtime.build.host_library import (
+    OnceLibrary,
+    PlannerUnavailable,
+    host_source,
+    load_host_library,
+)
 from attnc.version import PACKAGE_DIR
 
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
@@ -116,13 +120,6 @@ class StepResult(ctypes.Structure):
 STRUCTS = (PlanParams, PlanSummary, StepParams, StepResult)  # attnc_decode_plan_sizes order
 
 
-class PlannerUnavailable(RuntimeError):
-    """The planner library could not be built or loaded (the message says why)."""
-
-
-_LOCK = threading.Lock()
-_LIB: ctypes.CDLL | None = None
-_FAILURE: str | None = None
 _STEP_P, _RESULT_P = ctypes.POINTER(StepParams), ctypes.POINTER(StepResult)
 _SIGNATURES = {
     "attnc_decode_plan": ([ctypes.POINTER(PlanParams), ctypes.POINTER(PlanSummary)], ctypes.c_int),
@@ -157,25 +154,23 @@ def source() -> str:
 
 def library() -> ctypes.CDLL:
     """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
-    global _LIB, _FAILURE
-    with _LOCK:
-        if _LIB is None and _FAILURE is None:
-            try:
-                _LIB = _load()
-            except Exception as exc:  # no compiler, a build or load failure
-                _FAILURE = f"{type(exc).__name__}: {exc}"
-        if _LIB is None:
-            raise PlannerUnavailable(
-                f"attnc: the decode planner library (attnc/kernels/host/decode_plan.cpp) could "
-                f"not be built or loaded, so BatchDecodeWrapper.plan() cannot run:\n{_FAILURE}"
-            )
-        return _LIB
+    return ONCE.get()
 
 
 def _load() -> ctypes.CDLL:
     return load_host_library(
         "decode_plan", source(), ARCH, BUILD_FLAGS, _SIGNATURES, STRUCTS, "attnc_decode_plan_sizes"
     )
+
+
+def _unavailable(reason: str) -> PlannerUnavailable:
+    return PlannerUnavailable(
+        f"attnc: the decode planner library (attnc/kernels/host/decode_plan.cpp) could "
+        f"not be built or loaded, so BatchDecodeWrapper.plan() cannot run:\n{reason}"
+    )
+
+
+ONCE = OnceLibrary(_load, _unavailable)  # the library, or why it could not be had
 
 
 def fake_cuda(fake: int) -> list[int]:

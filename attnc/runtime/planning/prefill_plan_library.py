@@ -9,9 +9,13 @@ it with its function signatures, and the ctypes mirrors of its structs
 from __future__ import annotations
 
 import ctypes
-import threading
 
-from attnc.runtime.build.host_library import host_source, load_host_library
+from attnc.runtime.build.host_library import (
+    OnceLibrary,
+    PlannerUnavailable,
+    host_source,
+    load_host_library,
+)
 from attnc.version import PACKAGE_DIR
 
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
@@ -70,13 +74,6 @@ class PrefillResult(ctypes.Structure):
 STRUCTS = (PrefillParams, PrefillResult)  # attnc_prefill_plan_sizes order
 
 
-class PlannerUnavailable(RuntimeError):
-    """The planner library could not be built or loaded (the message says why)."""
-
-
-_LOCK = threading.Lock()
-_LIB: ctypes.CDLL | None = None
-_FAILURE: str | None = None
 _PARAMS_P, _RESULT_P = ctypes.POINTER(PrefillParams), ctypes.POINTER(PrefillResult)
 _SIGNATURES = {
     "attnc_prefill_check": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
@@ -94,20 +91,7 @@ def source() -> str:
 
 def library() -> ctypes.CDLL:
     """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
-    global _LIB, _FAILURE
-    with _LOCK:
-        if _LIB is None and _FAILURE is None:
-            try:
-                _LIB = _load()
-            except Exception as exc:  # no compiler, a build or load failure
-                _FAILURE = f"{type(exc).__name__}: {exc}"
-        if _LIB is None:
-            raise PlannerUnavailable(
-                "attnc: the prefill planner library (attnc/kernels/host/prefill_plan.cpp) "
-                f"could not be built or loaded, so BatchPrefillWrapper.plan() cannot run:\n"
-                f"{_FAILURE}"
-            )
-        return _LIB
+    return ONCE.get()
 
 
 def _load() -> ctypes.CDLL:
@@ -120,3 +104,13 @@ def _load() -> ctypes.CDLL:
         STRUCTS,
         "attnc_prefill_plan_sizes",
     )
+
+
+def _unavailable(reason: str) -> PlannerUnavailable:
+    return PlannerUnavailable(
+        "attnc: the prefill planner library (attnc/kernels/host/prefill_plan.cpp) "
+        f"could not be built or loaded, so BatchPrefillWrapper.plan() cannot run:\n{reason}"
+    )
+
+
+ONCE = OnceLibrary(_load, _unavailable)  # the library, or why it could not be had
