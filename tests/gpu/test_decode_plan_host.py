@@ -2,7 +2,8 @@
 without a run since the last read does not wait for the GPU; a run, or a CUDA graph replay
 of a captured run, makes the next plan() wait and report), host page ids staged in one
 pass (the same work lists and outputs as device-resident ids), and plan-time mask spans from
-the span table (the same items as the numpy spans, repeated values on the fast path).
+the mask's range rows (the same items as the numpy spans, repeated values on the fast path;
+per-request windows on the checked path).
 Timing lives in benchmarks/decode_plan_time.py."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime.wrappers import decode_planning
+from attnc.runtime.planning.decode_plan import DecodePlanner
+from attnc.runtime.planning.mask_ranges import PlannedMask, decode_spans, tile_kv_ranges
 from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 
 pytestmark = pytest.mark.gpu
@@ -112,9 +114,24 @@ def test_host_and_device_page_ids_give_the_same_step():
         assert torch.equal(got, outs[0])
 
 
+def _numpy_spans_step(monkeypatch, ranges) -> None:
+    """Make every DecodePlanner step plan the numpy spans of ``ranges`` (mask_ranges
+    decode_spans of the checked KV lengths) instead of evaluating the range rows."""
+    real_step = DecodePlanner.step
+
+    def step(self, indptr, last, indices, on_device, stream):
+        kv = self.check(indptr, last, indices, on_device)
+        plan = self._step.plan
+        self.set_ranges(None)
+        self.set_visible(decode_spans(ranges, kv, int(plan.q_len), int(plan.kv_tile)))
+        return real_step(self, indptr, last, indices, on_device, stream)
+
+    monkeypatch.setattr(DecodePlanner, "step", step)
+
+
 @pytest.mark.parametrize("name", ["sliding_window", "prefix_lm"])
-def test_span_table_plans_match_the_numpy_spans(name, monkeypatch):
-    """The step's spans (span table) against the numpy spans (no table): the same items and
+def test_range_row_plans_match_the_numpy_spans(name, monkeypatch):
+    """The step's spans (range rows) against the numpy spans: the same items and
     bit-identical outputs; the second plan with the same value takes the fast path."""
     indptr, ids, last, cache, q = _table(3)
     key = "window" if name == "sliding_window" else "prefix_len"
@@ -124,9 +141,28 @@ def test_span_table_plans_match_the_numpy_spans(name, monkeypatch):
     _plan(w, indptr, ids, last, params=params)
     assert w._fast is not None and w._fast.ranges is not None  # the fast path
     items, o = w.last_schedule.items, w.run(q, cache, **params)
-    monkeypatch.setattr(decode_planning, "span_table", lambda *a: None)
+    _numpy_spans_step(monkeypatch, PlannedMask.from_plan_params(w.variant, params).ranges)
     ref = _wrapper(name)
     _plan(ref, indptr, ids, last, params=params)
-    assert ref._fast is None  # numpy spans: the checked path every time
+    assert (ref.last_schedule.items == items).all()
+    assert torch.equal(ref.run(q, cache, **params), o)
+
+
+def test_per_request_window_plans_match_the_numpy_spans(monkeypatch):
+    """window[batch]: the rows' extra column of the windows gives the numpy spans' items and
+    bit-identical outputs (the checked path on every plan)."""
+    indptr, ids, last, cache, q = _table(4)
+    window = torch.tensor([700, 5, 64, 4096, 1, 300, 2, 9000], dtype=torch.int32)
+    params = {"window": window.cuda()}
+    w = _wrapper("per_request_window")
+    _plan(w, indptr, ids, last, params=params)
+    assert w._fast is None
+    items, o = w.last_schedule.items, w.run(q, cache, **params)
+    assert (items[:, 3] > 0).any()  # the windows narrowed some request
+    analysis = w.variant.compiled.mask_analysis
+    ranges = tile_kv_ranges(analysis, {}, {"window": window.numpy().astype("int64")})
+    _numpy_spans_step(monkeypatch, ranges)
+    ref = _wrapper("per_request_window")
+    _plan(ref, indptr, ids, last, params=params)
     assert (ref.last_schedule.items == items).all()
     assert torch.equal(ref.run(q, cache, **params), o)

@@ -34,13 +34,14 @@ ATTNC_PLAN_EXPORT int attnc_decode_step(AttncStepParams* params, AttncStepResult
   return attnc::decode_plan::step(*params, result, scratch);
 }
 
-// The mask spans of ``batch`` KV lengths from a span table (decode_plan_spans.h:
-// decode_spans): ATTNC_PLAN_OK, or ATTNC_PLAN_OUT_OF_RANGE for a malformed table.
-ATTNC_PLAN_EXPORT int attnc_decode_spans(const int64_t* table, int64_t table_len,
-                                         const int64_t* kv_lens, int64_t batch, int64_t q_len,
-                                         int64_t kv_tile, int64_t* offset, int64_t* length) {
-  return attnc::decode_plan::decode_spans(table, table_len, kv_lens, batch, q_len, kv_tile,
-                                          offset, length)
+// The mask spans of ``batch`` KV lengths from the mask's range rows (decode_step.h:
+// decode_spans): ATTNC_PLAN_OK, or ATTNC_PLAN_OUT_OF_RANGE for malformed rows.
+ATTNC_PLAN_EXPORT int attnc_decode_spans(const AttncRangeRows* ranges, const int64_t* kv_lens,
+                                         int64_t batch, int64_t q_len, int64_t kv_tile,
+                                         int64_t* offset, int64_t* length) {
+  static thread_local std::vector<int64_t> c;
+  return attnc::decode_plan::decode_spans(*ranges, kv_lens, batch, q_len, kv_tile, offset,
+                                          length, c)
              ? ATTNC_PLAN_OK
              : ATTNC_PLAN_OUT_OF_RANGE;
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "attnc/abi_codes.h"
+#include "mask_range_rows.h"
 
 #define ATTNC_PLAN_MAX_SPLIT_FACTORS 4
 
@@ -49,7 +50,7 @@ typedef struct AttncPlanParams {
   int32_t* out_cta_indptr;
   int32_t* out_merge_items;
   int64_t* out_num_chunks;
-  // The KV the chunks of each request cover (planning/mask_ranges.py:
+  // The KV the chunks of each request cover (decode_step.h / planning/mask_ranges.py:
   // decode_spans): [kv_offset[r], kv_offset[r] + plan_lens[r]), inside
   // [0, kv_lens[r]]. Null plan_lens: whole requests. visible_count must equal batch.
   const int64_t* plan_lens;
@@ -99,11 +100,10 @@ typedef struct AttncStepParams {
   int64_t device;
   // Owned by the library: recorded after the copies (null until the first one).
   void* event;
-  // A mask's span table (decode_plan_spans.h; null: plan_lens / kv_offset as ``plan`` has
-  // them): the step computes each request's span into span_offset / span_len [max_batch]
-  // and plans only those.
-  const int64_t* span_table;
-  int64_t span_table_len;
+  // The mask's range rows (mask_range_rows.h; null rows: plan_lens / kv_offset as ``plan``
+  // has them): the step computes each request's span from its KV length into span_offset /
+  // span_len [max_batch] (decode_step.h: decode_spans) and plans only those.
+  AttncRangeRows ranges;
   int64_t* span_offset;
   int64_t* span_len;
   // Variants that read a kv_len tensor: the workspace's kv_token_start region (null: none)

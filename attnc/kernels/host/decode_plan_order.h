@@ -73,6 +73,7 @@ struct Scratch {
   std::vector<double> load;
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
   std::vector<HeapEntry> heap;
+  std::vector<int64_t> range_c;  // the mask's row constants of one request (decode_step.h)
 };
 
 // Chunks of every request in heaviest-first order (oracle schedule's ``order``): fills

@@ -12,10 +12,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "decode_plan.h"
 #include "decode_plan_ids.h"
-#include "decode_plan_spans.h"
+#include "mask_range_rows.h"
 
 namespace attnc {
 namespace decode_plan {
@@ -85,6 +86,31 @@ inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t val
   r->value = value;
   r->value2 = value2;
   return ATTNC_PLAN_INVALID;
+}
+
+// Each request's span under the mask's range rows (planning/mask_ranges.py decode_spans):
+// its q_len queries are the last q_len positions of its KV and see [begin, end)
+// (mask_range_rows.h kv_range of the query rows [0, q_len), wrap guards included); offset[r]
+// is begin clipped to the request and rounded down to a multiple of kv_tile, length[r] the
+// tokens from there to end clipped to the request (0: none). False when the rows are
+// malformed for ``batch`` or kv_tile / q_len is not positive (nothing written). ``c`` is
+// scratch.
+inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t batch, int64_t q_len,
+                         int64_t kv_tile, int64_t* offset, int64_t* length,
+                         std::vector<int64_t>& c) {
+  if (!mask_ranges::rows_ok(m, batch) || kv_tile <= 0 || q_len <= 0) return false;
+  c.resize(static_cast<size_t>(std::max<int64_t>(m.num_rows, 1)));
+  for (int64_t r = 0; r < batch; ++r) {
+    const int64_t k = kv[r];
+    mask_ranges::row_constants(m, r, q_len, k, c.data());
+    const bool wraps = mask_ranges::may_wrap(m, c.data(), q_len, k);
+    int64_t begin, end;
+    mask_ranges::kv_range(m, c.data(), wraps, 0, q_len, k, &begin, &end);
+    const int64_t first = std::min(std::max<int64_t>(begin, 0), k) / kv_tile * kv_tile;
+    offset[r] = first;
+    length[r] = std::max<int64_t>(std::min(std::max<int64_t>(end, 0), k) - first, 0);
+  }
+  return true;
 }
 
 // The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
@@ -213,10 +239,10 @@ inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   p.batch = r->batch;
   p.kv_lens = s.kv_out;
   p.req_page_begin = s.page_begin_out;
-  if (s.span_table != nullptr) {  // the mask's spans of this step's KV lengths
+  if (s.ranges.rows != nullptr) {  // the mask's spans of this step's KV lengths
     if (s.span_offset == nullptr || s.span_len == nullptr ||
-        !decode_spans(s.span_table, s.span_table_len, s.kv_out, r->batch, p.q_len, p.kv_tile,
-                      s.span_offset, s.span_len))
+        !decode_spans(s.ranges, s.kv_out, r->batch, p.q_len, p.kv_tile, s.span_offset,
+                      s.span_len, scratch.range_c))
       return ATTNC_PLAN_OUT_OF_RANGE;
     p.plan_lens = s.span_len;
     p.kv_offset = s.span_offset;

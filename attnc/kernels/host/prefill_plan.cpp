@@ -21,7 +21,7 @@ inline bool shape_ok(const AttncPrefillParams& p) {
                       p.tile_q_tokens >= 1 && p.kv_align >= 1 && p.min_chunk >= 1 &&
                       p.max_chunks >= 1 && p.num_ctas >= 0 && p.batch >= 0;
   const bool costs = std::isfinite(p.alpha) && std::isfinite(p.beta) && p.beta > 0;
-  const bool ranges = p.range_rows == nullptr || (p.num_terms >= 1 && p.num_range_rows >= 0);
+  const bool ranges = p.ranges.rows == nullptr || mask_ranges::rows_ok(p.ranges, p.batch);
   const bool map = p.tile_map == nullptr || p.kv_block >= 1;
   return counts && costs && ranges && map && p.num_qo_heads < (INT64_C(1) << 30) &&
          p.num_kv_heads < (INT64_C(1) << 30) && p.tile_q_tokens < (INT64_C(1) << 30);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "attnc/abi_codes.h"
+#include "mask_range_rows.h"
 
 // The planner library is built with hidden visibility; its entry points are exported.
 #define ATTNC_PREFILL_PLAN_EXPORT __attribute__((visibility("default")))
@@ -14,18 +15,6 @@
 #define ATTNC_PP_OUT_BUFFER 1  // the output buffer is short: needed_bytes says how long
 #define ATTNC_PP_WORKSPACE 2   // the work lists alone do not fit: needed_bytes says how many
 #define ATTNC_PP_COST_BUFFER 3  // out_cost is short: needed_bytes holds the chunks to cost
-
-// Columns of one row of AttncPrefillParams.range_rows: the constraint
-// cq*q_idx + ck*kv_idx + c >= 0 with c = c0 + cq_len*q_len + ckv_len*kv_len (+ the row
-// range_extra[extra] per request when extra >= 0), in conjunction ``term`` (-1: a wrap guard).
-#define ATTNC_PR_TERM 0
-#define ATTNC_PR_CQ 1
-#define ATTNC_PR_CK 2
-#define ATTNC_PR_C0 3
-#define ATTNC_PR_Q_LEN 4
-#define ATTNC_PR_KV_LEN 5
-#define ATTNC_PR_EXTRA 6
-#define ATTNC_PR_COLUMNS 7
 
 extern "C" {
 
@@ -58,12 +47,9 @@ typedef struct AttncPrefillParams {
   int64_t max_chunks;
   double alpha;
   double beta;
-  // Closed-form KV ranges of the mask (null range_rows: every tile may see its whole KV).
-  const int64_t* range_rows;  // [num_range_rows, ATTNC_PR_COLUMNS]
-  int64_t num_range_rows;
-  int64_t num_terms;           // conjunctions of the mask (a union's terms, else 1)
-  const int64_t* range_extra;  // [num_extra, batch]
-  int64_t num_extra;
+  // Closed-form KV ranges of the mask (mask_range_rows.h; null rows: every tile may see its
+  // whole KV).
+  AttncRangeRows ranges;
   // The tile map (uint8 classes, planning/tile_map.py layout); null: none.
   const uint8_t* tile_map;
   int64_t tile_map_len;

@@ -1,8 +1,7 @@
 // Owns: the KV range of every query tile of a prefill plan: the tiles themselves (requests in
-// order), the mask's closed-form range (the runtime's planning/mask_ranges.py evaluates the
-// same projection on numpy arrays; its ``range_rows`` encode the constraints), the tile map's
-// narrowing to non-empty blocks and the KV a chunk loads (planning/tile_map.py). Integer
-// arithmetic wraps like numpy's int64 and divides like Python's ``//``.
+// order), the mask's closed-form range per tile (evaluated by mask_range_rows.h, as the decode
+// step does per request), the tile map's narrowing to non-empty blocks and the KV a chunk
+// loads (planning/tile_map.py).
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -10,26 +9,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "mask_range_rows.h"
 #include "prefill_plan_abi.h"
 
 namespace attnc {
 namespace prefill_plan {
-
-// numpy int64 arithmetic: wrapping products and sums, floor division.
-inline int64_t wrap_mul(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-inline int64_t wrap_add(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-inline int64_t floor_div(int64_t a, int64_t b) {
-  if (b == 1) return a;
-  if (b == -1) return static_cast<int64_t>(0 - static_cast<uint64_t>(a));
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-inline int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
 
 // a / b for a >= 0 and b > 0 (a 32-bit division when both fit: the planner divides a few
 // times per tile, and 64-bit division is several times slower).
@@ -102,8 +86,7 @@ struct Scratch {
   std::vector<int64_t> req, j, q0, q1, kv_b, kv_e, loaded;  // per tile
   std::vector<int64_t> map_start, first, last;  // tile map
   std::vector<int64_t> c, begin;  // range constants per row, prefix sums per request
-  std::vector<uint8_t> wraps;
-  std::vector<int64_t> count, size, part_base, split;  // chunking, per tile
+    std::vector<int64_t> count, size, part_base, split;  // chunking, per tile
   std::vector<int64_t> chunk_tile, chunk_begin, chunk_end, chunk_part, order;
   std::vector<double> chunk_cost;
   std::vector<uint64_t> keys;  // sort keys of the order
@@ -126,109 +109,22 @@ inline void query_tiles(const AttncPrefillParams& p, Scratch& s) {
   }
 }
 
-// The constraint constant of range row ``row`` for request ``r``.
-inline int64_t row_c(const AttncPrefillParams& p, const int64_t* row, int64_t r) {
-  int64_t c = wrap_add(row[ATTNC_PR_C0], wrap_mul(row[ATTNC_PR_Q_LEN], p.q_lens[r]));
-  c = wrap_add(c, wrap_mul(row[ATTNC_PR_KV_LEN], p.kv_lens[r]));
-  if (row[ATTNC_PR_EXTRA] >= 0) c = wrap_add(c, p.range_extra[row[ATTNC_PR_EXTRA] * p.batch + r]);
-  return c;
-}
-
-// Whether a wrap guard may leave the i32 range in request r (mask_ranges._may_wrap).
-inline bool may_wrap(const AttncPrefillParams& p, int64_t r) {
-  const int64_t q_top = std::max<int64_t>(p.q_lens[r] - 1, 0);
-  const int64_t k_top = std::max<int64_t>(p.kv_lens[r] - 1, 0);
-  for (int64_t i = 0; i < p.num_range_rows; ++i) {
-    const int64_t* row = p.range_rows + i * ATTNC_PR_COLUMNS;
-    if (row[ATTNC_PR_TERM] != -1) continue;
-    const int64_t c = row_c(p, row, r), cq = row[ATTNC_PR_CQ], ck = row[ATTNC_PR_CK];
-    const int64_t low = wrap_add(wrap_add(c, wrap_mul(std::min<int64_t>(cq, 0), q_top)),
-                                 wrap_mul(std::min<int64_t>(ck, 0), k_top));
-    const int64_t high = wrap_add(wrap_add(c, wrap_mul(std::max<int64_t>(cq, 0), q_top)),
-                                  wrap_mul(std::max<int64_t>(ck, 0), k_top));
-    if (low < -(INT64_C(1) << 31) || high > (INT64_C(1) << 31) - 1) return true;
-  }
-  return false;
-}
-
-// Intersect [lo, hi] with the integer solutions of a*k + c >= 0 (mask_ranges._bound).
-inline void bound(int64_t a, int64_t c, int64_t& lo, int64_t& hi) {
-  if (a > 0) {
-    lo = std::max(lo, -floor_div(c, a));
-  } else if (a < 0) {
-    hi = std::min(hi, floor_div(c, -a));
-  } else if (c < 0) {
-    lo = std::max<int64_t>(lo, 1), hi = std::min<int64_t>(hi, 0);
-  }
-}
-
-// One conjunction's half-open range for the tile [q0, q1) of request r, whose constraint
-// constants are c[i] (mask_tiles.project_kv: every lower bound on q_idx against every upper
-// bound, then the constraints without q_idx).
-inline void conjunction_range(const AttncPrefillParams& p, int64_t term, const int64_t* c,
-                              int64_t q0, int64_t q1, int64_t kv, int64_t* begin, int64_t* end) {
-  int64_t lo = 0, hi = kv - 1;
-  const int64_t* rows = p.range_rows;
-  for (int64_t l = -1; l < p.num_range_rows; ++l) {
-    const int64_t* rl = l < 0 ? nullptr : rows + l * ATTNC_PR_COLUMNS;
-    if (rl && (rl[ATTNC_PR_TERM] != term || rl[ATTNC_PR_CQ] <= 0)) continue;
-    const int64_t cq_l = rl ? rl[ATTNC_PR_CQ] : 1, ck_l = rl ? rl[ATTNC_PR_CK] : 0;
-    const int64_t c_l = rl ? c[l] : -q0;
-    for (int64_t u = -1; u < p.num_range_rows; ++u) {
-      const int64_t* ru = u < 0 ? nullptr : rows + u * ATTNC_PR_COLUMNS;
-      if (ru && (ru[ATTNC_PR_TERM] != term || ru[ATTNC_PR_CQ] >= 0)) continue;
-      const int64_t cq_u = ru ? ru[ATTNC_PR_CQ] : -1, ck_u = ru ? ru[ATTNC_PR_CK] : 0;
-      const int64_t c_u = ru ? c[u] : q1 - 1;
-      const int64_t a = cq_l, b = -cq_u;
-      bound(wrap_add(wrap_mul(a, ck_u), wrap_mul(b, ck_l)),
-            wrap_add(wrap_mul(a, c_u), wrap_mul(b, c_l)), lo, hi);
-    }
-  }
-  for (int64_t i = 0; i < p.num_range_rows; ++i) {
-    const int64_t* row = rows + i * ATTNC_PR_COLUMNS;
-    if (row[ATTNC_PR_TERM] == term && row[ATTNC_PR_CQ] == 0) bound(row[ATTNC_PR_CK], c[i], lo, hi);
-  }
-  const bool ok = lo <= hi;
-  *begin = ok ? lo : 0;
-  *end = ok ? hi + 1 : 0;
-}
-
-// kv_b/kv_e of every tile from the closed form (mask_ranges.tile_kv_ranges): the union of
-// the conjunctions' ranges, the whole KV where a wrap guard may wrap.
+// kv_b/kv_e of every tile from the mask's range rows (mask_range_rows.h kv_range), the row
+// constants and the wrap guards evaluated once per request.
 inline void closed_form_ranges(const AttncPrefillParams& p, Scratch& s) {
-  const int64_t n_rows = p.num_range_rows, tiles = static_cast<int64_t>(s.req.size());
-  s.c.resize(static_cast<size_t>(std::max<int64_t>(n_rows, 1)));
-  s.wraps.resize(static_cast<size_t>(p.batch));
-  for (int64_t r = 0; r < p.batch; ++r) s.wraps[r] = may_wrap(p, r);
+  const AttncRangeRows& m = p.ranges;
+  const int64_t tiles = static_cast<int64_t>(s.req.size());
+  s.c.resize(static_cast<size_t>(std::max<int64_t>(m.num_rows, 1)));
   int64_t cached_req = -1;
+  bool wraps = false;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t r = s.req[t], kv = p.kv_lens[r];
     if (r != cached_req) {
-      for (int64_t i = 0; i < n_rows; ++i) {
-        s.c[i] = row_c(p, p.range_rows + i * ATTNC_PR_COLUMNS, r);
-      }
+      mask_ranges::row_constants(m, r, p.q_lens[r], kv, s.c.data());
+      wraps = mask_ranges::may_wrap(m, s.c.data(), p.q_lens[r], kv);
       cached_req = r;
     }
-    int64_t begin = 0, end = 0;
-    bool live = false;
-    for (int64_t term = 0; term < p.num_terms; ++term) {
-      int64_t b, e;
-      conjunction_range(p, term, s.c.data(), s.q0[t], s.q1[t], kv, &b, &e);
-      const bool now = b < e;
-      if (term == 0) {
-        begin = b, end = e, live = now;
-        continue;
-      }
-      if (live && now) {
-        begin = std::min(begin, b), end = std::max(end, e);
-      } else if (now) {
-        begin = b, end = e;
-      }
-      live = live || now;
-    }
-    if (!(live && kv > 0)) begin = 0, end = 0;
-    if (s.wraps[r]) begin = 0, end = kv;
-    s.kv_b[t] = begin, s.kv_e[t] = end;
+    mask_ranges::kv_range(m, s.c.data(), wraps, s.q0[t], s.q1[t], kv, &s.kv_b[t], &s.kv_e[t]);
   }
 }
 
@@ -270,7 +166,7 @@ inline int64_t visible_tokens(const AttncPrefillParams& p, const Scratch& s, int
 inline bool tile_ranges(const AttncPrefillParams& p, Scratch& s) {
   const int64_t tiles = static_cast<int64_t>(s.req.size());
   s.kv_b.resize(tiles), s.kv_e.resize(tiles), s.loaded.resize(tiles);
-  if (p.range_rows != nullptr) {
+  if (p.ranges.rows != nullptr) {
     closed_form_ranges(p, s);
   } else {
     for (int64_t t = 0; t < tiles; ++t) s.kv_b[t] = 0, s.kv_e[t] = p.kv_lens[s.req[t]];
@@ -281,7 +177,7 @@ inline bool tile_ranges(const AttncPrefillParams& p, Scratch& s) {
     int64_t b = s.kv_b[t], e = s.kv_e[t];
     if (p.tile_map != nullptr) {
       int64_t mb = std::min(s.first[t] * p.kv_block, kv), me = std::min(s.last[t] * p.kv_block, kv);
-      if (p.range_rows != nullptr) mb = std::max(mb, b), me = std::min(me, e);
+      if (p.ranges.rows != nullptr) mb = std::max(mb, b), me = std::min(me, e);
       b = mb < me ? mb : 0, e = mb < me ? me : 0;
     }
     b = std::min(std::max<int64_t>(b, 0), kv);

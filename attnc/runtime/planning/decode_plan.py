@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -31,12 +31,16 @@ from attnc.runtime.planning.decode_plan_library import (
     StepResult,
     library,
 )
+from attnc.runtime.planning.range_rows_abi import RangeRows
 from attnc.runtime.planning.workspace import (
     ITEM_INTS,
     MERGE_INTS,
     CapacityError,
     WorkspaceLayout,
 )
+
+if TYPE_CHECKING:
+    from attnc.runtime.planning.mask_ranges import RangeProgram
 
 _PLAN_OK = abi.PLAN_OK
 ALPHA = 16.0  # cost of one query token of an item, in KV tokens
@@ -121,7 +125,8 @@ class DecodePlanner:
         self._token_stage: object = None  # keeps the kv_token_start stage alive
         self._stage_bytes = 0
         self._stage: object = None  # keeps the page stage alive
-        self._span_table: np.ndarray | None = None  # keeps the span table alive
+        self._ranges_alive: tuple[object, ...] = ()  # keeps the mask's range rows alive
+        st.span_offset, st.span_len = self._vis_offset.ctypes.data, self._vis_len.ctypes.data
         # Waits for the last copies and frees the event when the planner goes.
         self._finalizer = weakref.finalize(self, lib.attnc_decode_release, st)
         self._finalizer.atexit = False
@@ -168,20 +173,11 @@ class DecodePlanner:
         p.plan_lens, p.kv_offset = self._vis_len.ctypes.data, self._vis_offset.ctypes.data
         p.visible_count = n
 
-    def set_span_table(self, table: np.ndarray | None) -> None:
+    def set_ranges(self, program: RangeProgram | None, extra: np.ndarray | None = None) -> None:
         """Let the following steps compute each request's span from its KV length with the
-        mask's span table (``decode_plan_spans.span_table``; contiguous int64), or not (None:
-        ``set_visible`` decides)."""
-        st = self._step
-        if table is None:
-            st.span_table, st.span_table_len = None, 0
-            self._span_table = None
-            return
-        if not (table.dtype == np.int64 and table.ndim == 1 and table.flags.c_contiguous):
-            raise ValueError("decode plan: a span table is a contiguous 1-D int64 array")
-        self._span_table = table
-        st.span_table, st.span_table_len = table.ctypes.data, table.shape[0]
-        st.span_offset, st.span_len = self._vis_offset.ctypes.data, self._vis_len.ctypes.data
+        mask's range rows (``mask_ranges.tile_range_program``; ``extra``: its extra columns for
+        the step's batch, ``program.extra``), or not (None: ``set_visible`` decides)."""
+        self._ranges_alive = self._step.ranges.set(program, extra)
 
     def set_token_starts(self, dev_token_start: int, stage: object, ptr: int) -> None:
         """Let the following steps write kv_token_start (prefix sums of the KV lengths, int32
@@ -191,19 +187,22 @@ class DecodePlanner:
         self._step.dev_token_start, self._step.token_stage = dev_token_start, ptr
 
     def spans(
-        self, table: np.ndarray, kv_lens: np.ndarray, q_len: int, kv_tile: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(offset, length) int64 [batch] the step computes from ``table`` for ``kv_lens``
-        (what ``mask_ranges.decode_spans`` gives)."""
-        table = np.ascontiguousarray(table, dtype=np.int64)
+        self, program: RangeProgram, kv_lens: np.ndarray, q_len: int, kv_tile: int,
+        extra: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """(offset, length) int64 [batch] the step computes from ``program`` (and its
+        ``extra`` columns) for ``kv_lens`` (what ``mask_ranges.decode_spans`` gives)."""
+        rows = RangeRows()
+        alive = rows.set(program, extra)
         kv = np.ascontiguousarray(kv_lens, dtype=np.int64)
         offset, length = np.empty_like(kv), np.empty_like(kv)
         rc = self._lib.attnc_decode_spans(
-            table.ctypes.data, table.shape[0], kv.ctypes.data, kv.shape[0], q_len, kv_tile,
+            ctypes.byref(rows), kv.ctypes.data, kv.shape[0], q_len, kv_tile,
             offset.ctypes.data, length.ctypes.data,
         )  # fmt: skip
+        del alive  # read by the call above
         if rc != abi.PLAN_OK:
-            raise ValueError("decode plan: malformed span table")
+            raise ValueError("decode plan: malformed range rows")
         return offset, length
 
     def bind(self, dev_work: int, dev_page_ids: int, device: int) -> None:

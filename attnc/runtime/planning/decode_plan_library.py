@@ -18,6 +18,7 @@ from attnc.runtime.build.host_library import (
     host_source,
     load_host_library,
 )
+from attnc.runtime.planning.range_rows_abi import RangeRows
 from attnc.version import PACKAGE_DIR
 
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
@@ -96,8 +97,7 @@ class StepParams(ctypes.Structure):
         ("stream", _P),
         ("device", _I64),
         ("event", _P),
-        ("span_table", _P),
-        ("span_table_len", _I64),
+        ("ranges", RangeRows),
         ("span_offset", _P),
         ("span_len", _P),
         ("dev_token_start", _P),
@@ -127,16 +127,7 @@ _SIGNATURES = {
     "attnc_decode_check": ([_STEP_P, _RESULT_P], ctypes.c_int),
     "attnc_decode_step": ([_STEP_P, _RESULT_P], ctypes.c_int),
     "attnc_decode_spans": (
-        [
-            ctypes.c_void_p,
-            _I64,
-            ctypes.c_void_p,
-            _I64,
-            _I64,
-            _I64,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
-        ],
+        [ctypes.POINTER(RangeRows), _P, _I64, _I64, _I64, _P, _P],
         ctypes.c_int,
     ),
     "attnc_decode_wait": ([_STEP_P], ctypes.c_int),

@@ -1,14 +1,17 @@
 """The planner's view of a variant's mask: the KV range each query tile may see, when the mask
 analysis can compute it from the request's lengths and the params given to ``plan()``.
 
-``attnc.compiler.mask_tiles.kv_range`` answers the same question for one tile in plain Python;
-this module answers it for every tile of a batch at once with numpy (the decode planner's
-spans), by the same elimination of ``q_idx``, and encodes it as rows (``RangeProgram``) that the
-host prefill planner evaluates per tile in C++. Tests check all three agree.
+The planners read it as rows (``RangeProgram``, built here by ``tile_range_program``) that one
+C++ evaluation (``attnc/kernels/host/mask_range_rows.h``) turns into the range of every query
+tile (prefill) or the span of every request (decode). ``attnc.compiler.mask_tiles.kv_range``
+answers the same question for one tile in plain Python; ``tile_kv_ranges`` and
+``decode_spans`` answer it for a whole batch with numpy, by the same elimination of ``q_idx``:
+the reference the host evaluation is tested against.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ from attnc.runtime.planning.plan_params import (
     check_planned_tensors,
     variant_mask_reads,
 )
+from attnc.runtime.planning.range_rows_abi import PR_COLUMNS
 
 # (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each query tile may
 # see (tiles in ``query_tiles`` order).
@@ -111,24 +115,33 @@ def tile_kv_ranges(
 
 @dataclass(frozen=True)
 class RangeProgram:
-    """``tile_kv_ranges`` as rows for the host planner (``prefill_plan_abi.h``
-    ``range_rows``): per constraint (conjunction index, -1 for a wrap guard) ``cq``, ``ck``
-    and its constant ``c0 + a_q * q_len + a_kv * kv_len``; a constraint whose constant reads
-    anything else (a per-request tensor, an atom evaluated per request) takes it from a
-    column of ``extra(q_lens, kv_lens)`` instead."""
+    """``tile_kv_ranges`` as rows for the host planners (``mask_range_rows.h``, columns
+    ``range_rows_abi.PR_*``): per constraint (conjunction index, -1 for a wrap guard) ``cq``,
+    ``ck`` and its constant ``c0 + a_q * q_len + a_kv * kv_len``; what a constant reads
+    besides the lengths and the plan-time scalars (a per-request tensor ``window[batch]``, an
+    atom evaluated per request) it takes from a column of ``extra(q_lens, kv_lens)``, added."""
 
     rows: np.ndarray  # int64 [n, PR_COLUMNS]
     num_terms: int
-    by_request: tuple[LinearConstraint, ...]  # the constraints of the extra columns
+    by_request: tuple[LinearConstraint, ...]  # what each extra column sums, per request
     params: Mapping[str, int]
     per_req: Mapping[str, np.ndarray]
     rows_ptr: int = 0  # the address of ``rows`` (set on creation)
+    # An extra column reads q_len or kv_len (else ``extra`` needs only the batch size).
+    reads_lengths: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rows_ptr", self.rows.ctypes.data)
+        lengths = any(
+            isinstance(n, ir.Builtin) and n.name in ("q_len", "kv_len")
+            for x in self.by_request
+            for _, atom in x.terms
+            for n in ir.walk(atom)
+        )
+        object.__setattr__(self, "reads_lengths", lengths)
 
     def extra(self, q_lens: np.ndarray, kv_lens: np.ndarray) -> np.ndarray | None:
-        """int64 ``[columns, batch]``: the constants of ``by_request`` per request."""
+        """int64 ``[columns, batch]``: the extra columns per request (None: none)."""
         if not self.by_request:
             return None
         return np.stack(
@@ -142,7 +155,8 @@ def tile_range_program(
     batch_tensors: Mapping[str, np.ndarray] | None = None,
 ) -> RangeProgram | None:
     """The ``RangeProgram`` of ``tile_kv_ranges(analysis, params, batch_tensors)`` (None
-    exactly when that is None)."""
+    exactly when that is None): the rows of the prefill planner's tiles and of the decode
+    step's requests."""
     bounds = _plan_time_bounds(analysis, params, batch_tensors)
     if bounds is None:
         return None
@@ -152,20 +166,24 @@ def tile_range_program(
     rows: list[list[int]] = []
     by_request: list[LinearConstraint] = []
     for term, x in tagged:
-        form = _static_constant(x, known)
-        if form is None:
-            rows.append([term, x.cq, x.ck, 0, 0, 0, len(by_request)])
-            by_request.append(x)
-        else:
-            rows.append([term, x.cq, x.ck, *form, -1])
-    table = np.ascontiguousarray(np.array(rows, dtype=np.int64).reshape(-1, 7))
+        c0, a_q, a_kv, rest = _split_constant(x, known)
+        column = -1
+        if rest is not None:
+            column = len(by_request)
+            by_request.append(rest)
+        rows.append([term, x.cq, x.ck, c0, a_q, a_kv, column])
+    table = np.ascontiguousarray(np.array(rows, dtype=np.int64).reshape(-1, PR_COLUMNS))
     return RangeProgram(table, len(terms), tuple(by_request), known, per_req)
 
 
-def _static_constant(x: LinearConstraint, params: Mapping[str, int]) -> tuple[int, int, int] | None:
-    """``(c0, a_q, a_kv)`` with ``x``'s constant ``c0 + a_q*q_len + a_kv*kv_len``, or None when
-    it reads anything but q_len, kv_len and ``params``."""
+def _split_constant(
+    x: LinearConstraint, params: Mapping[str, int]
+) -> tuple[int, int, int, LinearConstraint | None]:
+    """``(c0, a_q, a_kv, rest)`` with ``x``'s constant ``c0 + a_q*q_len + a_kv*kv_len`` plus
+    the constant of ``rest`` (its atoms other than q_len, kv_len and ``params``; None when
+    there are none). When a folded value leaves int64 the whole constant is ``rest``."""
     c0, a_q, a_kv = x.offset, 0, 0
+    others = []
     for coef, atom in x.terms:
         if isinstance(atom, ir.Builtin) and atom.name == "q_len":
             a_q += coef
@@ -174,10 +192,11 @@ def _static_constant(x: LinearConstraint, params: Mapping[str, int]) -> tuple[in
         elif isinstance(atom, ir.ParamRef) and atom.name in params:
             c0 += coef * int(params[atom.name])
         else:
-            return None
+            others.append((coef, atom))
     if any(not -(2**63) <= v < 2**63 for v in (c0, a_q, a_kv)):
-        return None
-    return c0, a_q, a_kv
+        return 0, 0, 0, x
+    rest = dataclasses.replace(x, terms=tuple(others), offset=0) if others else None
+    return c0, a_q, a_kv, rest
 
 
 def decode_spans(

@@ -16,6 +16,7 @@ from attnc.runtime.build.host_library import (
     host_source,
     load_host_library,
 )
+from attnc.runtime.planning.range_rows_abi import RangeRows
 from attnc.version import PACKAGE_DIR
 
 HOST_DIR = PACKAGE_DIR / "kernels" / "host"
@@ -24,9 +25,6 @@ BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
 
 # AttncPrefillResult.error after PLAN_CAPACITY (prefill_plan_abi.h).
 PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER = 1, 2, 3
-# Columns of one row of AttncPrefillParams.range_rows (ATTNC_PR_*).
-PR_TERM, PR_CQ, PR_CK, PR_C0, PR_Q_LEN, PR_KV_LEN, PR_EXTRA = range(7)
-PR_COLUMNS = 7
 
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
@@ -48,8 +46,7 @@ class PrefillParams(ctypes.Structure):
             "workspace_bytes", "map_reserve", "min_chunk", "max_chunks",
         )),
         ("alpha", ctypes.c_double), ("beta", ctypes.c_double),
-        ("range_rows", _P), ("num_range_rows", _I64), ("num_terms", _I64),
-        ("range_extra", _P), ("num_extra", _I64),
+        ("ranges", RangeRows),
         ("tile_map", _P), ("tile_map_len", _I64), ("kv_block", _I64),
         ("out", _P), ("out_bytes", _I64),
         ("out_cost", _P), ("out_cost_cap", _I64),

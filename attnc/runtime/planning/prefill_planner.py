@@ -149,25 +149,14 @@ class PrefillPlanner:
         """Plan the last checked batch (``tile_map``: uint8 host classes) into the buffer;
         ``result`` holds the counts and offsets, ``buffer``/``chunk_cost`` the lists."""
         p = self._p
-        extra = None
-        if program is None:
-            p.range_rows, p.num_range_rows, p.num_terms = None, 0, 0
-            p.range_extra, p.num_extra = None, 0
-        else:
-            p.range_rows, p.num_range_rows = program.rows_ptr, program.rows.shape[0]
-            p.num_terms = program.num_terms
-            extra = program.extra(self.q_lens, self.kv_lens)
-            if extra is None:
-                p.range_extra, p.num_extra = None, 0
-            else:
-                extra = np.ascontiguousarray(extra, dtype=np.int64)
-                p.range_extra, p.num_extra = address(extra), extra.shape[0]
+        extra = None if program is None else program.extra(self.q_lens, self.kv_lens)
+        alive = p.ranges.set(program, extra)
         if tile_map is None:
             p.tile_map, p.tile_map_len = None, 0
         else:
             p.tile_map, p.tile_map_len = address(tile_map), tile_map.shape[0]
         self._run()
-        del extra  # read by the call above
+        del alive  # read by the call above
 
     @property
     def buffer(self) -> np.ndarray:

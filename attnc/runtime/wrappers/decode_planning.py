@@ -26,13 +26,7 @@ from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
-from attnc.runtime.planning.decode_plan_spans import span_table
-from attnc.runtime.planning.mask_ranges import (
-    NO_PLANNED_MASK,
-    PlannedMask,
-    TileRanges,
-    decode_spans,
-)
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, TileRanges
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
@@ -70,8 +64,6 @@ class DecodePlanning:
     _launched = False
     # The plan-time scalars (name, type, value) the planned mask was made from.
     _mask_key: tuple[tuple[str, type, object], ...] | None = None
-    # (planned mask, q_len, its span table) of the last plan with mask ranges.
-    _span_memo: tuple[PlannedMask, int, np.ndarray | None] | None = None
 
     def __init__(
         self,
@@ -152,10 +144,10 @@ class DecodePlanning:
 
         ``params`` optionally gives scalar param values now. Those the mask's bounds read (a
         sliding window's width) let the scheduler chunk and cost only the KV each request
-        may see; ``run()`` must then be given the same values. For masks whose bounds read
-        only the lengths and scalar params, the planner computes each request's span from
-        its KV length and repeated values take the fast path; per-request tensor params
-        recompute the spans in numpy on every plan (hundreds of microseconds).
+        may see; ``run()`` must then be given the same values. The planner computes each
+        request's span from its KV length and the mask's range rows; repeated scalar values
+        take the fast path, per-request tensor params (``window[batch]``) the checked path on
+        every plan (their values go with the rows as extra columns).
 
         After runs of a plan whose ``kv_indices`` lived on the device, ``plan()`` first
         synchronises and raises the ``ValueError`` of a page id the kernels found outside the
@@ -176,7 +168,7 @@ class DecodePlanning:
         # the workspace's device or the CPU. Everything else is checked in C++.
         if (
             fast is not None
-            and ranges is fast.ranges  # none, or the same planned mask (same span table)
+            and ranges is fast.ranges  # none, or the same planned mask (same range rows)
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
@@ -292,24 +284,22 @@ class DecodePlanning:
             q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
             self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
         )  # fmt: skip
-        spans = table = None
-        if mask_ranges is not None:
-            table = self._span_table(q_len)
-        native.set_span_table(table)
-        if mask_ranges is not None and table is None:
-            kv_lens = native.check(
-                (indptr.data_ptr(), indptr.shape[0]),
-                (last.data_ptr(), last.shape[0]),
-                (ids.data_ptr(), ids.shape[0]),
-                pages_dev,
-            )
-            spans = decode_spans(mask_ranges, kv_lens, q_len, kv_tile)
-        native.set_visible(spans)
+        program = self._planned_mask.program if mask_ranges is not None else None
+        extra = None
+        if program is not None and program.by_request:  # the rows' per-request columns
+            if program.reads_lengths:
+                tables = ((indptr.data_ptr(), indptr.shape[0]), (last.data_ptr(), last.shape[0]))
+                kv_lens = native.check(*tables, (ids.data_ptr(), ids.shape[0]), pages_dev)
+            else:
+                kv_lens = np.zeros(max(indptr.shape[0] - 1, 0), np.int64)
+            extra = program.extra(np.full_like(kv_lens, q_len), kv_lens)
+        native.set_ranges(program, extra)
+        native.set_visible(None)
         sched = self._native_step(q_len, indptr, ids, last, pages_dev)
         self._set_token_sizes(q_len)
-        # Plans whose mask spans numpy computed recompute them each time (never the fast
+        # Plans whose rows have per-request columns compute them each time (never the fast
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
-        if spans is None and (sm_scale is None or type(sm_scale) is float):
+        if extra is None and (sm_scale is None or type(sm_scale) is float):
             key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
             self._fast = FastPathKey(key, q_len, mask_ranges)
         if shape != self._shape:
@@ -319,20 +309,6 @@ class DecodePlanning:
         self.last_schedule = sched
         self._fill_static_args(shape, sched)
         self._last_kv = None
-
-    def _span_table(self, q_len: int) -> np.ndarray | None:
-        """The planned mask's span table for ``q_len`` (remembered for the last planned mask
-        and q_len); None for per-request tensor params or bounds it cannot express."""
-        planned = self._planned_mask
-        memo = self._span_memo
-        if memo is not None and memo[0] is planned and memo[1] == q_len:
-            return memo[2]
-        table = None
-        if not getattr(planned, "tensors", None):
-            analysis = self.variant.compiled.mask_analysis  # type: ignore[attr-defined]
-            table = span_table(analysis, planned.values, q_len)
-        self._span_memo = (planned, q_len, table)
-        return table
 
     def _planner(self) -> DecodePlanner:
         """The wrapper's planner, made (and its library built) on first use."""
