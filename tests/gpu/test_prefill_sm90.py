@@ -1,7 +1,8 @@
 """The Hopper (sm_90a) prefill module of every stdlib variant against the float64 reference and
 against the FA2 module, run through BatchPrefillWrapper with only the module swapped (same C
 ABI, same plan code): ragged batches with odd lengths, GQA, split-KV partial rows with the
-merge, paged KV (NHD/HND, page sizes 1 and 16), head_dim 64/128/256, bf16 and fp16.
+merge, paged KV (NHD/HND, page sizes 1 to 256; TMA boxes per page), head_dim 64/128/256, bf16
+and fp16.
 
 Accuracy rule as in test_prefill.py: ||o - ref64|| / ||ref64|| <= 3 * (same error of the
 eager reference in the kernel's dtype) + 2e-4 (the floor test_prefill.py re-derived after the
@@ -211,6 +212,16 @@ def test_gqa_groups(built, monkeypatch, group):
 @pytest.mark.parametrize("name", ["causal", "softcap"])
 def test_paged(built, monkeypatch, name, page_size, layout):
     _check(built, monkeypatch, name, torch.bfloat16, 128, 4, [(577, 1153)], layout, page_size)
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page_size", [8, 64, 128, 256, 24])
+def test_paged_tma_boxes(built, monkeypatch, page_size, layout):
+    """Pages that tile the 128-key stages (8 to 128 keys: one TMA box per page; 256: one box per
+    tile inside a page) load by TMA, 24 by cp.async; the unused pages hold NaN."""
+    _check(built, monkeypatch, "causal", torch.bfloat16, 128, 4, [(577, 1153)], layout, page_size)
+    _check(built, monkeypatch, "sliding_window", torch.bfloat16, 128, 4, [(300, 1153)], layout,
+           page_size)  # fmt: skip
 
 
 @pytest.mark.parametrize(

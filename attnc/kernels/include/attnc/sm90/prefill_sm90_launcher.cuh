@@ -1,5 +1,5 @@
 // Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
-// argument checks (shared with FA2), the TMA maps of ragged K/V, the persistent grid
+// argument checks (shared with FA2), the TMA maps of ragged or paged K/V, the persistent grid
 // (min(num_work, SMs) CTAs of 384 threads, one per SM), the shared-memory opt-in, the launch,
 // the split-KV merge (partial_merge.cuh), and ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines
 // the same extern "C" functions as ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the
@@ -36,20 +36,45 @@
 namespace attnc {
 namespace sm90 {
 
-// TMA maps of ragged K and V ([tokens, H_kv, D] with the argument strides). The token extent
-// is not known on the host: it is set to 2^31 - 1, and only tiles wholly inside a request
-// load through the maps. Returns false (use cp.async everywhere) when encoding fails.
+// Rows per TMA box of a paged cache when its pages tile the KV tiles evenly (page_size a
+// multiple of 8, the swizzle atom, and a divisor or multiple of kKvTile) in boxes of at least
+// ATTNC_SM90_PAGED_TMA_MIN_ROWS rows (smaller pages gather by cp.async), else 0: no TMA.
+#ifndef ATTNC_SM90_PAGED_TMA_MIN_ROWS
+#define ATTNC_SM90_PAGED_TMA_MIN_ROWS 8
+#endif
+template <class Shape>
+int paged_box_rows(int page_size) {
+  constexpr int KVT = Shape::kKvTile;
+  if (page_size < ATTNC_SM90_PAGED_TMA_MIN_ROWS || page_size % 8 != 0) return 0;
+  if (page_size <= KVT) return KVT % page_size == 0 ? page_size : 0;
+  return page_size % KVT == 0 ? KVT : 0;
+}
+
+// TMA maps of K and V. Ragged ([tokens, H_kv, D] with the argument strides): the token extent
+// is not known on the host, so it is set to 2^31 - 1 and only tiles wholly inside a request
+// load through the maps. Paged: a map over the cache's pages (paged_box_rows). Returns false
+// (use cp.async everywhere) when the layout does not fit or encoding fails.
 template <class V, class T, class Shape>
 bool encode_kv_maps(PrefillSm90Params<V>& prm) {
   const AttncPrefillArgs& a = prm.args;
-  if (a.kv_layout != ATTNC_KV_RAGGED) return false;
   constexpr bool bf16 = std::is_same<T, __nv_bfloat16>::value;
   const uint64_t e = sizeof(T);
-  const uint64_t tokens = 0x7fffffffull;
-  return encode_rows_map(&prm.tmap_k, a.k, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
-                         a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile) &&
-         encode_rows_map(&prm.tmap_v, a.v, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
-                         a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile);
+  if (a.kv_layout == ATTNC_KV_RAGGED) {
+    const uint64_t tokens = 0x7fffffffull;
+    return encode_rows_map(&prm.tmap_k, a.k, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
+                           a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile) &&
+           encode_rows_map(&prm.tmap_v, a.v, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
+                           a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile);
+  }
+  const int rows = paged_box_rows<Shape>(a.page_size);
+  if (rows == 0 || a.num_pages <= 0) return false;
+  prm.page_rows = rows;
+  const auto encode = [&](CUtensorMap* map, const void* base) {
+    return encode_pages_map(map, base, bf16, Shape::kHeadDim, a.num_kv_heads, a.page_size,
+                            a.num_pages, a.kv_stride_head * e, a.kv_stride_tok * e,
+                            a.kv_stride_page * e, rows);
+  };
+  return encode(&prm.tmap_k, a.k) && encode(&prm.tmap_v, a.v);
 }
 
 // Raises the kernel's dynamic shared-memory limit once per process.
@@ -80,6 +105,7 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   prm.use_tma = 0;  // experiments: every tile by cp.async
 #else
   prm.use_tma = encode_kv_maps<V, T, Shape>(prm) ? 1 : 0;
+  if (!prm.use_tma) prm.page_rows = 0;
 #endif
 
   const cudaError_t attr = opt_in_smem<V, T, Shape>();

@@ -1,5 +1,5 @@
 // Owns: the kernel parameter block of the Hopper prefill: the ABI arguments, the variant's
-// Params, and the TMA tensor maps of K and V (ragged layout), passed as one
+// Params, and the TMA tensor maps of K and V (ragged or paged layout), passed as one
 // `const __grid_constant__` struct so the maps stay in parameter space where TMA reads them.
 #pragma once
 
@@ -12,11 +12,14 @@ namespace sm90 {
 
 template <class V>
 struct PrefillSm90Params {
-  CUtensorMap tmap_k;  // 3-D (head_dim, H_kv, tokens), box (64, 1, kKvTile); ragged only
+  // Ragged: 3-D (head_dim, H_kv, tokens), box (64, 1, kKvTile). Paged: 4-D (head_dim, H_kv,
+  // page_size, pages), box (64, 1, page_rows, 1), one box per page (or per tile) of a tile.
+  CUtensorMap tmap_k;
   CUtensorMap tmap_v;
   AttncPrefillArgs args;
   typename V::Params params;
-  int use_tma;         // 1: full ragged KV tiles load through the maps; 0: all by cp.async
+  int use_tma;    // 1: whole KV tiles load through the maps; 0: all by cp.async
+  int page_rows;  // paged with use_tma: rows per box, min(page_size, kKvTile); else 0
 };
 
 }  // namespace sm90

@@ -1,9 +1,10 @@
 // Owns: the producer warpgroup of the Hopper prefill: for every work item of this CTA (in
 // ItemWalk order), the walk over the item's non-empty KV tiles
-// (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages:
-// one elected thread issues TMA boxes for tiles wholly inside a ragged request; other tiles
-// (paged KV, the ragged tail) are gathered by all 128 threads with zero-filling cp.async that
-// complete on the same mbarriers.
+// (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages.
+// Tiles wholly inside the item's range load by TMA: one elected thread issues the boxes of a
+// ragged tile; for a paged tile the lanes of warp 0 each read one page id and issue that
+// page's boxes. Other tiles (the range's tail, unaligned or unevenly paged tiles) are gathered
+// by all 128 threads with zero-filling cp.async that complete on the same mbarriers.
 #pragma once
 
 #include <stdint.h>
@@ -24,23 +25,55 @@ namespace attnc {
 namespace sm90 {
 
 // Whether the tile [kv0, kv0 + kKvTile) of an item loads through TMA (otherwise its StageInfo
-// carries kCpAsync, and the consumers fence the proxies before reading it).
-template <class Shape>
-__device__ __forceinline__ bool tile_uses_tma(int use_tma, const AttncPrefillArgs& a, int kv0,
+// carries kCpAsync, and the consumers fence the proxies before reading it): the tile lies
+// inside the range, and a paged tile starts on a box boundary (page_rows is a power of two).
+template <class V, class Shape>
+__device__ __forceinline__ bool tile_uses_tma(const PrefillSm90Params<V>& p, int kv0,
                                               int range_end) {
-  return use_tma && a.kv_layout == ATTNC_KV_RAGGED && kv0 + Shape::kKvTile <= range_end;
+  if (!p.use_tma || kv0 + Shape::kKvTile > range_end) return false;
+  return p.args.kv_layout == ATTNC_KV_RAGGED || (kv0 & (p.page_rows - 1)) == 0;
 }
 
-// K and V of the tile at kv0 by cp.async: thread tid copies 16-byte chunk tid % (D / 8) of
-// rows tid / (D / 8) + i * kRowStep into the swizzled stage; rows at or past kv_end are zeroed.
-// Paged rows find their page with one multiply-high (FastDiv). Two rows in flight per step
-// keep the producer within its small register budget. A page id outside [0, num_pages) is
-// never read: its row is zeroed, the id reported for `request` (page_check.cuh) and true
-// returned.
+// The page ids of one paged tile for the cp.async gather. Pages of at least 8 keys (a 128-key
+// tile then spans at most 18 of them): each warp reads them once, lane l the id of page
+// first + l, and reports a bad one there; `shared` is false otherwise (ragged, or small
+// pages: every row reads its own id).
+struct TilePages {
+  int first;
+  int lane_id;
+  bool shared;
+  bool bad;  // shared: some page of the tile has a bad id (the same in every lane)
+};
+
+__device__ __forceinline__ TilePages read_tile_pages(const AttncPrefillArgs& a, const KvRows& kv,
+                                                     const FastDiv& page_div, int kv0, int kv_end,
+                                                     int request) {
+  TilePages t{0, 0, false, false};
+  if (kv.page_ids == nullptr || kv.page_size < 8) return t;
+  t.shared = true;
+  t.first = page_div.div(kv0);
+  const int lane = threadIdx.x % 32;
+  bool bad = false;
+  if (t.first + lane <= page_div.div(kv_end - 1)) {
+    t.lane_id = kv.page_ids[t.first + lane];
+    bad = page_id_bad(t.lane_id, a.num_pages);
+    if (bad) report_bad_page(a.page_status, request, t.lane_id);
+  }
+  t.bad = __any_sync(0xffffffffu, bad);
+  return t;
+}
+
+// K or V (`src`: a.k or a.v) of the tile at kv0 by cp.async into stage `dst`: thread tid
+// copies 16-byte chunk tid % (D / 8) of rows tid / (D / 8) + i * kRowStep into the swizzled
+// stage; rows at or past kv_end are zeroed. Paged rows find their page with one multiply-high
+// (FastDiv) and their id by a shuffle (`pages.shared`) or a load. A page id outside
+// [0, num_pages) is never read: its rows are zeroed, a per-row id is reported for `request`
+// (page_check.cuh) when `report`, and true is returned.
 template <class T, class Shape>
-__device__ __forceinline__ bool gather_kv_tile(const AttncPrefillArgs& a, const KvRows& kv,
-                                               const FastDiv& page_div, int kv0, int kv_end,
-                                               uint32_t dk, uint32_t dv, int request) {
+__device__ __forceinline__ bool gather_tile(const AttncPrefillArgs& a, const KvRows& kv,
+                                            const FastDiv& page_div, const TilePages& pages,
+                                            int kv0, int kv_end, uint32_t dst, const void* src,
+                                            int request, bool report) {
   constexpr int CH = Shape::kHeadDim / 8;
   constexpr int kRowStep = 128 / CH;
   constexpr int kIters = Shape::kKvTile / kRowStep;
@@ -49,32 +82,30 @@ __device__ __forceinline__ bool gather_kv_tile(const AttncPrefillArgs& a, const 
   const int row0 = tid / CH;
   const int64_t tok_bytes = a.kv_stride_tok * static_cast<int64_t>(sizeof(T));
   const int64_t page_bytes = a.kv_stride_page * static_cast<int64_t>(sizeof(T));
-  const int64_t v_minus_k = reinterpret_cast<const char*>(a.v) - reinterpret_cast<const char*>(a.k);
-  const char* base = reinterpret_cast<const char*>(a.k) +
+  const char* base = reinterpret_cast<const char*>(src) +
                      (kv.base + chunk * 8) * static_cast<int64_t>(sizeof(T));
-  bool bad = false;
-#pragma unroll 2
+  bool bad = pages.bad;
+#pragma unroll 4
   for (int i = 0; i < kIters; ++i) {
     const int r = row0 + i * kRowStep;
     const int idx = kv0 + r;
     bool ok = idx < kv_end;
-    const int j = ok ? idx : 0;
+    const int j = ok ? idx : kv0;
     int64_t off;
     if (kv.page_ids == nullptr) {
       off = j * tok_bytes;
     } else {
       const int page = page_div.div(j);
-      const int id = kv.page_ids[page];
+      const int id = pages.shared ? __shfl_sync(0xffffffffu, pages.lane_id, page - pages.first)
+                                  : kv.page_ids[page];
       if (ok && page_id_bad(id, a.num_pages)) {
-        report_bad_page(a.page_status, request, id);
+        if (report && !pages.shared) report_bad_page(a.page_status, request, id);
         ok = false;
         bad = true;
       }
       off = ok ? id * page_bytes + (j - page * kv.page_size) * tok_bytes : 0;
     }
-    const uint32_t dst = swizzled_offset(Shape::kKvTile, r, chunk);
-    cp_async_16(dk + dst, base + off, ok);
-    cp_async_16(dv + dst, base + off + v_minus_k, ok);
+    cp_async_16(dst + swizzled_offset(Shape::kKvTile, r, chunk), base + off, ok);
   }
   return bad;
 }
@@ -91,6 +122,53 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   }
 }
 
+// A paged tile by TMA (tile_uses_tma), issued by all four producer warps: warps 0 and 1 load
+// K, warps 2 and 3 load V; warp w takes the column blocks w % 2, w % 2 + 2, ... of D / 64, and
+// its lane l < kKvTile / page_rows the l-th box of page_rows keys (page id read before the
+// stage is waited for). Lane 0 of warps 0 and 2 arms the full barrier with the tile's bytes
+// (a transaction count may run ahead of the arming). A bad id is reported by warp 0, loads
+// zeros (a page past the map) and flags the stage.
+template <class V, class Shape>
+__device__ __forceinline__ void produce_paged_tma_stage(const PrefillSm90Params<V>& p,
+                                                        const PrefillSm90Smem<Shape>& sm,
+                                                        const PrefillSm90Item& it,
+                                                        const FastDiv& page_div, StageInfo info,
+                                                        int stage, int phase) {
+  const AttncPrefillArgs& a = p.args;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const bool mine = lane < Shape::kKvTile / p.page_rows;
+  int id = 0, in_page = 0;
+  bool bad = false;
+  if (mine) {
+    const int tok = info.kv0 + lane * p.page_rows;
+    const int page = page_div.div(tok);
+    in_page = tok - page * it.kv.page_size;
+    id = it.kv.page_ids[page];
+    bad = page_id_bad(id, a.num_pages);
+    if (bad) {
+      if (warp == 0) report_bad_page(a.page_status, it.request, id);
+      id = a.num_pages;  // outside the map: the box reads as zeros
+    }
+  }
+  if (__any_sync(0xffffffffu, bad)) info.flags |= StageInfo::kBadPage;
+  const bool loads_v = warp >= 2;
+  const uint32_t full = loads_v ? sm.full_v(stage) : sm.full_k(stage);
+  const uint32_t dst = (loads_v ? sm.v(stage) : sm.k(stage)) + lane * p.page_rows * 128;
+  const CUtensorMap* map = loads_v ? &p.tmap_v : &p.tmap_k;
+  mbar_wait(sm.empty_k(stage), phase ^ 1);
+  if (warp == 0 && lane == 0) info.store(sm.info(stage));
+  if (loads_v) mbar_wait(sm.empty_v(stage), phase ^ 1);
+  if (lane == 0 && (warp & 1) == 0) mbar_arrive_expect_tx(full, Shape::kTileBytes);
+  if (mine) {
+#pragma unroll
+    for (int b = warp & 1; b < Shape::kHeadDim / 64; b += 2)
+      tma_load_4d(dst + b * Shape::kKvTile * 128, map, 64 * b, it.kv_head, in_page, id, full);
+  }
+  if (!loads_v) mbar_wait(sm.empty_v(stage), phase ^ 1);
+  __syncwarp();
+}
+
 // One stage: K and V of the tile described by `info` (nothing for kNoTile), then the
 // arrivals that publish it.
 template <class V, class T, class Shape>
@@ -102,12 +180,16 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   constexpr int KVT = Shape::kKvTile;
   const AttncPrefillArgs& a = p.args;
   const int tid = threadIdx.x;  // 0..127
+  const bool load = !(info.flags & StageInfo::kNoTile);
+  if (!(info.flags & StageInfo::kCpAsync) && load && a.kv_layout != ATTNC_KV_RAGGED) {
+    produce_paged_tma_stage<V, Shape>(p, sm, it, page_div, info, stage, phase);
+    return;
+  }
   if (!(info.flags & StageInfo::kCpAsync)) {
     // TMA (or no data at all): thread 0 issues; every thread waits for the stage to be free,
     // so no producer thread runs a pipeline round ahead of the barriers (a parity wait only
     // tells apart phases one apart: a later cp.async stage would pass its wait on an old
     // phase), and the warps stay converged for the producer's named barrier.
-    const bool load = !(info.flags & StageInfo::kNoTile);
     const uint32_t bytes = load ? Shape::kTileBytes : 0;
     const int token = a.kv_indptr[it.request] + info.kv0;
     mbar_wait(sm.empty_k(stage), phase ^ 1);
@@ -121,10 +203,13 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
     __syncwarp();
     return;
   }
+  const TilePages pages = read_tile_pages(a, it.kv, page_div, info.kv0, it.range.end, it.request);
   mbar_wait(sm.empty_k(stage), phase ^ 1);
   mbar_wait(sm.empty_v(stage), phase ^ 1);
-  const bool bad = gather_kv_tile<T, Shape>(a, it.kv, page_div, info.kv0, it.range.end,
-                                            sm.k(stage), sm.v(stage), it.request);
+  const bool bad = gather_tile<T, Shape>(a, it.kv, page_div, pages, info.kv0, it.range.end,
+                                         sm.k(stage), a.k, it.request, true);
+  gather_tile<T, Shape>(a, it.kv, page_div, pages, info.kv0, it.range.end, sm.v(stage), a.v,
+                        it.request, false);
   mbar_arrive_cp_async(sm.full_k(stage));
   mbar_arrive_cp_async(sm.full_v(stage));
   // Every thread's pending-count increment precedes the one real arrival.
@@ -168,7 +253,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         info.kv1 = min(info.kv0 + KVT, it.range.end);
         info.cls = static_cast<int>(cls);
         info.flags = next >= it.num_tiles ? StageInfo::kLast : 0;
-        if (!tile_uses_tma<Shape>(p.use_tma, a, info.kv0, it.range.end))
+        if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);

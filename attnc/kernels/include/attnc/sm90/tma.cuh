@@ -1,7 +1,8 @@
-// Owns: TMA for the Hopper kernels: the device-side 3-D tiled load into shared memory that
-// completes on an mbarrier, and the host-side encoding of a CUtensorMap through the driver
-// entry point (cuTensorMapEncodeTiled found with cudaGetDriverEntryPointByVersion, so nothing
-// links libcuda).
+// Owns: TMA for the Hopper kernels: the device-side 3-D and 4-D tiled loads into shared memory
+// that complete on an mbarrier, and the host-side encoding of the CUtensorMaps (rows of a
+// ragged K/V tensor; rows of the pages of a paged cache) through the driver entry point
+// (cuTensorMapEncodeTiled found with cudaGetDriverEntryPointByVersion, so nothing links
+// libcuda).
 #pragma once
 
 #include <cuda.h>
@@ -19,6 +20,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* tma
       "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+// The 4-D form (paged caches: column, head, token in page, page).
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* tmap, int c0, int c1,
+                                            int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
 
@@ -55,6 +66,28 @@ inline bool encode_rows_map(CUtensorMap* map, const void* base, bool bf16, uint6
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r =
       fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
+         const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
+}
+
+// Encodes a 4-D map over the pages of a paged cache (16-bit elements at `base`): dims (d0
+// innermost columns, heads, tokens per page, pages) with the byte strides of the last three,
+// box (64, 1, box_rows, 1) with the 128-byte swizzle. A box never leaves its page: rows past
+// the page's end and pages past `pages` read as zero. Returns false when the driver refuses.
+inline bool encode_pages_map(CUtensorMap* map, const void* base, bool bf16, uint64_t d0,
+                             uint64_t heads, uint64_t page_size, uint64_t pages,
+                             uint64_t head_stride_bytes, uint64_t tok_stride_bytes,
+                             uint64_t page_stride_bytes, uint32_t box_rows) {
+  const EncodeTiledFn fn = encode_tiled_fn();
+  if (fn == nullptr) return false;
+  const cuuint64_t dims[4] = {d0, heads, page_size, pages};
+  const cuuint64_t strides[3] = {head_stride_bytes, tok_stride_bytes, page_stride_bytes};
+  const cuuint32_t box[4] = {64, 1, box_rows, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r =
+      fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
          const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
