@@ -6,12 +6,13 @@
 - **per-request windows**: a batch of 4 x 4096 with ``window`` given per request
   (``stdlib:per_request_window``) against the scalar ``stdlib:sliding_window``, same width.
 - **sinks**: ``stdlib:gpt_oss_local`` (window 128 + a sink per head) against
-  ``stdlib:sliding_window`` at window 128, prefill 8K and decode 64 x 4096 (page size 16).
+  ``stdlib:sliding_window`` at window 128, prefill 8K and decode 64 x 4096 (page size 16);
+  with ``--flashinfer`` also FlashInfer's attention-sink wrapper on the same shapes.
 
 bf16, 32/8 heads, d=128; TFLOP/s over visible pairs (decode: TB/s of KV read). Timing is the
 suite's (``benchmarks.timing.bench_ms``: triton ``do_bench``, cold L2). Prints a markdown table
 and writes JSON (``--out``). Usage: ``python -m benchmarks.lang_v2_bench [--out FILE]
-[--backend auto|fa2|sm90]``.
+[--backend auto|fa2|sm90] [--flashinfer]``.
 """
 
 from __future__ import annotations
@@ -163,6 +164,49 @@ def sinks(backend: str, out: dict) -> None:
     )
 
 
+def flashinfer_sinks(backend: str, out: dict) -> None:
+    """FlashInfer's attention-sink path (``BatchAttentionWithAttentionSinkWrapper``, paged, page
+    16) on the sink rows' shapes: prefill 8K with window 128, decode 64 x 4096 (one query per
+    request, the window past the KV), and the relative difference of its prefill output from
+    attnc's gpt_oss_local on the same inputs (the sink is a logit in both)."""
+    import flashinfer
+    import torch
+
+    from benchmarks.timing import bench_ms
+
+    sink = torch.randn(HQ, device="cuda", dtype=torch.float32)
+    n, page = 8192, 16
+    q, k, v = _qkv(n)
+    cache = torch.stack([k, v], dim=1).view(n // page, page, 2, HKV, D).transpose(1, 2)
+    cache = cache.contiguous()  # [pages, 2, page, H_kv, D], pages in order
+    i32 = dict(dtype=torch.int32, device="cuda")
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    w = flashinfer.BatchAttentionWithAttentionSinkWrapper(ws, "NHD", window_left=127,
+                                                          q_data_type=torch.bfloat16,
+                                                          kv_data_type=torch.bfloat16)  # fmt: skip
+    w.plan(torch.tensor([0, n], **i32), torch.tensor([0, n // page], **i32),
+           torch.arange(n // page, **i32), torch.tensor([page], **i32), HQ, HKV, D, page,
+           causal=True, window_left=127, q_data_type=torch.bfloat16,
+           kv_data_type=torch.bfloat16)  # fmt: skip
+    scale = D**-0.5
+    out["flashinfer_sink_prefill_tflops"] = _tflops(
+        _window_pairs([n], 128), bench_ms([lambda: w.run(q, cache, sink, scale)])[0]
+    )
+    _, run_ours, _ = _prefill("gpt_oss_local", [n], backend, {"sinks": sink}, {"window": 128})
+    theirs, ours = w.run(q, cache, sink, scale).double(), run_ours().double()
+    out["flashinfer_sink_rel_diff"] = ((theirs - ours).norm() / ours.norm()).item()
+    batch, kv = 64, 4096
+    pages = kv // page
+    dec_cache = torch.randn(batch * pages, 2, page, HKV, D, device="cuda", dtype=torch.bfloat16)
+    dq = torch.randn(batch, HQ, D, device="cuda", dtype=torch.bfloat16)
+    w.plan(torch.arange(batch + 1, **i32), torch.arange(0, batch * pages + 1, pages, **i32),
+           torch.randperm(batch * pages, dtype=torch.int32).cuda(),
+           torch.full((batch,), page, **i32), HQ, HKV, D, page, causal=True,
+           window_left=kv, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)  # fmt: skip
+    ms = bench_ms([lambda: w.run(dq, dec_cache, sink, scale)], graph=False)[0]
+    out["flashinfer_sink_decode_tbs"] = 2.0 * batch * kv * HKV * D * 2 / (ms * 1e-3) / 1e12
+
+
 def _decode_tbs(name: str, params: dict) -> float:
     """Batch 64 x KV 4096, page 16, one query per request: TB/s of K and V read."""
     import torch
@@ -195,9 +239,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--flashinfer",
+        action="store_true",
+        help="also FlashInfer's attention-sink path (its JIT build takes ~90 s)",
+    )
     args = ap.parse_args()
     out: dict[str, object] = {"backend": args.backend}
-    for row in (documents, windows, sinks):
+    rows = [documents, windows, sinks] + ([flashinfer_sinks] if args.flashinfer else [])
+    for row in rows:
         try:
             row(args.backend, out)
         except Exception as exc:  # report and go on with the next row
