@@ -100,11 +100,17 @@ def brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head) -
     return "".join(out)
 
 
-def host_map(exe: Path, q_lens, kv_lens, doc, tile, block, hq, hkv, heads, window, by_head) -> str:
+def host_map(
+    exe: Path, q_lens, kv_lens, doc, tile, block, hq, hkv, heads, window, by_head, mode=""
+) -> str:
     numbers = [len(q_lens), tile, block, hq, hkv, heads, window, by_head]
     numbers += list(q_lens) + list(kv_lens) + [int(x) for x in doc]
     done = subprocess.run(
-        [str(exe)], input=" ".join(map(str, numbers)), capture_output=True, text=True, check=True
+        [str(exe), *([mode] if mode else [])],
+        input=" ".join(map(str, numbers)),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout.strip()
 
@@ -139,6 +145,23 @@ def test_host_map_matches_brute_force(host_map_binary: Path, seed: int) -> None:
     )
     want = brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head)
     assert got == want
+
+
+@pytest.mark.parametrize("seed", range(12, 24))
+def test_kernel_split_of_the_scan_matches_brute_force(host_map_binary: Path, seed: int) -> None:
+    """The device kernel's split of a box over 128 threads (scan_box_pairs stepping its pair
+    index by 128 without dividing) votes the same classes as brute force."""
+    rng = np.random.default_rng(seed)
+    q_lens, kv_lens, doc = random_case(rng)
+    tile = int(rng.choice([1, 16, 32, 37, 128]))
+    block = int(rng.choice([64, 32, 17, 128, 200]))
+    window = int(rng.choice([0, 50]))
+    by_head = int(seed % 2)
+    hq, hkv = 4, 2
+    heads = hq if by_head else 1
+    args = (q_lens, kv_lens, doc, tile, block, hq, hkv, heads, window, by_head)
+    got = host_map(host_map_binary, *args, mode="strided")
+    assert got == brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head)
 
 
 def test_ragged_tails_and_full_boxes(host_map_binary: Path) -> None:
