@@ -52,46 +52,45 @@ inline EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// Encodes a 3-D map over 16-bit elements at `base`: dims (d0 innermost, d1, d2), byte strides
-// of dims 1 and 2, box (64, 1, box_rows) with the 128-byte swizzle; out-of-range elements read
-// as zero. Returns false when the driver refuses.
-inline bool encode_rows_map(CUtensorMap* map, const void* base, bool bf16, uint64_t d0,
-                            uint64_t d1, uint64_t d2, uint64_t stride1_bytes,
-                            uint64_t stride2_bytes, uint32_t box_rows) {
+// Encodes a tiled map of `rank` dims (dims[0] innermost, 64 16-bit elements = one 128-byte
+// row of the box) with the 128-byte swizzle; out-of-range elements read as zero. Returns
+// false when the driver refuses (or is not found).
+inline bool encode_swizzled_map(CUtensorMap* map, const void* base, bool bf16, cuuint32_t rank,
+                                const cuuint64_t* dims, const cuuint64_t* strides_bytes,
+                                const cuuint32_t* box) {
   const EncodeTiledFn fn = encode_tiled_fn();
   if (fn == nullptr) return false;
-  const cuuint64_t dims[3] = {d0, d1, d2};
-  const cuuint64_t strides[2] = {stride1_bytes, stride2_bytes};
-  const cuuint32_t box[3] = {64, 1, box_rows};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
   const CUresult r =
-      fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3,
-         const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, rank,
+         const_cast<void*>(base), dims, strides_bytes, box, elem_strides,
+         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS;
 }
 
-// Encodes a 4-D map over the pages of a paged cache (16-bit elements at `base`): dims (d0
-// innermost columns, heads, tokens per page, pages) with the byte strides of the last three,
-// box (64, 1, box_rows, 1) with the 128-byte swizzle. A box never leaves its page: rows past
-// the page's end and pages past `pages` read as zero. Returns false when the driver refuses.
+// A 3-D map over rows of 16-bit elements at `base`: dims (d0 innermost, d1, d2), byte strides
+// of dims 1 and 2, box (64, 1, box_rows).
+inline bool encode_rows_map(CUtensorMap* map, const void* base, bool bf16, uint64_t d0,
+                            uint64_t d1, uint64_t d2, uint64_t stride1_bytes,
+                            uint64_t stride2_bytes, uint32_t box_rows) {
+  const cuuint64_t dims[3] = {d0, d1, d2};
+  const cuuint64_t strides[2] = {stride1_bytes, stride2_bytes};
+  const cuuint32_t box[3] = {64, 1, box_rows};
+  return encode_swizzled_map(map, base, bf16, 3, dims, strides, box);
+}
+
+// A 4-D map over the pages of a paged cache: dims (d0 innermost columns, heads, tokens per
+// page, pages) with the byte strides of the last three, box (64, 1, box_rows, 1). A box never
+// leaves its page: rows past the page's end and pages past `pages` read as zero.
 inline bool encode_pages_map(CUtensorMap* map, const void* base, bool bf16, uint64_t d0,
                              uint64_t heads, uint64_t page_size, uint64_t pages,
                              uint64_t head_stride_bytes, uint64_t tok_stride_bytes,
                              uint64_t page_stride_bytes, uint32_t box_rows) {
-  const EncodeTiledFn fn = encode_tiled_fn();
-  if (fn == nullptr) return false;
   const cuuint64_t dims[4] = {d0, heads, page_size, pages};
   const cuuint64_t strides[3] = {head_stride_bytes, tok_stride_bytes, page_stride_bytes};
   const cuuint32_t box[4] = {64, 1, box_rows, 1};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r =
-      fn(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-         const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return encode_swizzled_map(map, base, bf16, 4, dims, strides, box);
 }
 
 }  // namespace sm90
