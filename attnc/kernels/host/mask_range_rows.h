@@ -1,7 +1,7 @@
 // Owns: the one host evaluation of a mask's closed-form KV ranges, shared by the prefill
 // planner (a range per query tile) and the decode step (a span per request): the row format
 // (AttncRangeRows, built by attnc/runtime/planning/mask_ranges.py tile_range_program and
-// mirrored by planning/range_rows_abi.py), its shape check, the rows' constants per request,
+// mirrored by planning/host_planner_abi.py), its shape check, the rows' constants per request,
 // the wrap guards, and "the KV range [begin, end) the query rows [q0, q1) of a request may
 // see". The numpy reference is mask_ranges.tile_kv_ranges; integer arithmetic wraps like
 // numpy's int64 and divides like Python's ``//``.

@@ -31,7 +31,7 @@ from attnc.runtime.planning.decode_plan_library import (
     StepResult,
     library,
 )
-from attnc.runtime.planning.range_rows_abi import RangeRows
+from attnc.runtime.planning.host_planner_abi import RangeRows
 from attnc.runtime.planning.workspace import (
     ITEM_INTS,
     MERGE_INTS,

@@ -1,29 +1,45 @@
-"""Owns: the host decode planner library as Python sees it: building it from
-``attnc/kernels/host/decode_plan.cpp`` through the JIT cache (nvcc on host-only C++,
-``-ffp-contract=off`` so float costs match the oracle of the tests bit for bit), loading it
-with its function signatures, and the ctypes mirrors of its structs
-(``decode_plan_abi.h``), field for field, whose sizes are compared with the library's
-``sizeof`` on load. A build or load failure is remembered and raised as
-``PlannerUnavailable`` on every call (no second build attempt, no fallback)."""
+"""Owns: the host decode planner library (``attnc/kernels/host/decode_plan.cpp``) as Python
+sees it: its source for the JIT cache, its C function signatures and the ctypes mirrors of
+``decode_plan_abi.h``'s structs, checked against the library's ``sizeof`` on load. How it is
+built is shared with the prefill planner (``host_planner_abi.py``). A build or load failure is
+remembered and raised as ``PlannerUnavailable`` on every call (no second build, no fallback)."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import numpy as np
 
-from attnc.runtime.build.host_library import (
-    OnceLibrary,
-    PlannerUnavailable,
-    host_source,
-    load_host_library,
+from attnc.runtime.build.host_library import OnceLibrary, PlannerUnavailable
+from attnc.runtime.planning.host_planner_abi import (
+    ARCH,
+    BUILD_FLAGS,
+    HOST_DIR,
+    RangeRows,
+    planner_loader,
+    planner_source,
+    planner_unavailable,
 )
-from attnc.runtime.planning.range_rows_abi import RangeRows
-from attnc.version import PACKAGE_DIR
 
-HOST_DIR = PACKAGE_DIR / "kernels" / "host"
-ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
-BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
+# The build (ARCH, BUILD_FLAGS, HOST_DIR) is the one both planners share; build/aot.py
+# and tests read it here, as they read PlannerUnavailable.
+__all__ = [
+    "ARCH",
+    "BUILD_FLAGS",
+    "HOST_DIR",
+    "MAX_SPLIT_FACTORS",
+    "ONCE",
+    "STRUCTS",
+    "PlanParams",
+    "PlanSummary",
+    "PlannerUnavailable",
+    "StepParams",
+    "StepResult",
+    "fake_cuda",
+    "library",
+    "source",
+]
 
 MAX_SPLIT_FACTORS = 4  # ATTNC_PLAN_MAX_SPLIT_FACTORS
 _I64 = ctypes.c_int64
@@ -137,31 +153,16 @@ _SIGNATURES = {
 }
 
 
-def source() -> str:
-    """The text the JIT compiles: ``decode_plan.cpp`` under a digest of the host headers
-    (so any header change rebuilds it)."""
-    return host_source(HOST_DIR, "decode_plan.cpp")
+# The text the JIT compiles: ``decode_plan.cpp`` under a digest of the host headers.
+source = functools.partial(planner_source, "decode_plan")
+# The library, or why it could not be had.
+_load = planner_loader("decode_plan", _SIGNATURES, STRUCTS)
+ONCE = OnceLibrary(_load, planner_unavailable("decode_plan", "BatchDecodeWrapper"))
 
 
 def library() -> ctypes.CDLL:
     """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
     return ONCE.get()
-
-
-def _load() -> ctypes.CDLL:
-    return load_host_library(
-        "decode_plan", source(), ARCH, BUILD_FLAGS, _SIGNATURES, STRUCTS, "attnc_decode_plan_sizes"
-    )
-
-
-def _unavailable(reason: str) -> PlannerUnavailable:
-    return PlannerUnavailable(
-        f"attnc: the decode planner library (attnc/kernels/host/decode_plan.cpp) could "
-        f"not be built or loaded, so BatchDecodeWrapper.plan() cannot run:\n{reason}"
-    )
-
-
-ONCE = OnceLibrary(_load, _unavailable)  # the library, or why it could not be had
 
 
 def fake_cuda(fake: int) -> list[int]:

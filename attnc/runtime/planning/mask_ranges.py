@@ -23,12 +23,12 @@ from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
+from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
 from attnc.runtime.planning.plan_params import (
     TensorStamp,
     check_planned_tensors,
     variant_mask_reads,
 )
-from attnc.runtime.planning.range_rows_abi import PR_COLUMNS
 
 # (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each query tile may
 # see (tiles in ``query_tiles`` order).
@@ -116,7 +116,7 @@ def tile_kv_ranges(
 @dataclass(frozen=True)
 class RangeProgram:
     """``tile_kv_ranges`` as rows for the host planners (``mask_range_rows.h``, columns
-    ``range_rows_abi.PR_*``): per constraint (conjunction index, -1 for a wrap guard) ``cq``,
+    ``host_planner_abi.PR_*``): per constraint (conjunction index, -1 for a wrap guard) ``cq``,
     ``ck`` and its constant ``c0 + a_q * q_len + a_kv * kv_len``; what a constant reads
     besides the lengths and the plan-time scalars (a per-request tensor ``window[batch]``, an
     atom evaluated per request) it takes from a column of ``extra(q_lens, kv_lens)``, added."""

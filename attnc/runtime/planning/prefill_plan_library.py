@@ -1,27 +1,42 @@
-"""Owns: the host prefill planner library as Python sees it: building it from
-``attnc/kernels/host/prefill_plan.cpp`` through the JIT cache (nvcc on host-only C++,
-``-ffp-contract=off`` so float costs match the numpy oracle of the tests bit for bit), loading
-it with its function signatures, and the ctypes mirrors of its structs
-(``prefill_plan_abi.h``), field for field, whose sizes are compared with the library's
-``sizeof`` on load. A build or load failure is remembered and raised as
-``PlannerUnavailable`` on every call (no second build attempt, no fallback)."""
+"""Owns: the prefill planner's library, ``attnc/kernels/host/prefill_plan.cpp``, on the Python
+side: the text the JIT compiles, the entry points' ctypes signatures, and field-for-field
+mirrors of ``prefill_plan_abi.h`` whose sizes must equal the library's own ``sizeof``. The
+build flags and the mask's range rows are those of ``host_planner_abi.py``. The first build or
+load failure is kept and raised as ``PlannerUnavailable`` by every later call."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
 
-from attnc.runtime.build.host_library import (
-    OnceLibrary,
-    PlannerUnavailable,
-    host_source,
-    load_host_library,
+from attnc.runtime.build.host_library import OnceLibrary, PlannerUnavailable
+from attnc.runtime.planning.host_planner_abi import (
+    ARCH,
+    BUILD_FLAGS,
+    HOST_DIR,
+    RangeRows,
+    planner_loader,
+    planner_source,
+    planner_unavailable,
 )
-from attnc.runtime.planning.range_rows_abi import RangeRows
-from attnc.version import PACKAGE_DIR
 
-HOST_DIR = PACKAGE_DIR / "kernels" / "host"
-ARCH = "80"  # host-only code: any arch nvcc accepts; part of the cache key only
-BUILD_FLAGS = ("-Xcompiler", "-ffp-contract=off", f"-I{HOST_DIR}")
+# The build (ARCH, BUILD_FLAGS, HOST_DIR) is the one both planners share; build/aot.py
+# and tests read it here, as they read PlannerUnavailable.
+__all__ = [
+    "ARCH",
+    "BUILD_FLAGS",
+    "HOST_DIR",
+    "ONCE",
+    "PP_COST_BUFFER",
+    "PP_OUT_BUFFER",
+    "PP_WORKSPACE",
+    "STRUCTS",
+    "PlannerUnavailable",
+    "PrefillParams",
+    "PrefillResult",
+    "library",
+    "source",
+]
 
 # AttncPrefillResult.error after PLAN_CAPACITY (prefill_plan_abi.h).
 PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER = 1, 2, 3
@@ -34,8 +49,7 @@ class PrefillParams(ctypes.Structure):
     """Mirror of ``AttncPrefillParams``."""
 
     _fields_ = [
-        ("batch", _I64),
-        ("qo_indptr", _P), ("qo_len", _I64),
+        ("batch", _I64), ("qo_indptr", _P), ("qo_len", _I64),
         ("kv_indptr", _P), ("kv_len", _I64),
         ("kv_indices", _P), ("num_indices", _I64),
         ("kv_last_page_len", _P), ("num_last", _I64),
@@ -80,34 +94,13 @@ _SIGNATURES = {
 }
 
 
-def source() -> str:
-    """The text the JIT compiles: ``prefill_plan.cpp`` under a digest of the host headers
-    (so any header change rebuilds it)."""
-    return host_source(HOST_DIR, "prefill_plan.cpp")
+# The text the JIT compiles: ``prefill_plan.cpp`` under a digest of the host headers.
+source = functools.partial(planner_source, "prefill_plan")
+# The library, or why it could not be had.
+_load = planner_loader("prefill_plan", _SIGNATURES, STRUCTS)
+ONCE = OnceLibrary(_load, planner_unavailable("prefill_plan", "BatchPrefillWrapper"))
 
 
 def library() -> ctypes.CDLL:
     """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
     return ONCE.get()
-
-
-def _load() -> ctypes.CDLL:
-    return load_host_library(
-        "prefill_plan",
-        source(),
-        ARCH,
-        BUILD_FLAGS,
-        _SIGNATURES,
-        STRUCTS,
-        "attnc_prefill_plan_sizes",
-    )
-
-
-def _unavailable(reason: str) -> PlannerUnavailable:
-    return PlannerUnavailable(
-        "attnc: the prefill planner library (attnc/kernels/host/prefill_plan.cpp) "
-        f"could not be built or loaded, so BatchPrefillWrapper.plan() cannot run:\n{reason}"
-    )
-
-
-ONCE = OnceLibrary(_load, _unavailable)  # the library, or why it could not be had
