@@ -7,39 +7,14 @@ remembered and raised as ``PlannerUnavailable`` on every call (no second build, 
 from __future__ import annotations
 
 import ctypes
-import functools
 
 import numpy as np
 
-from attnc.runtime.build.host_library import OnceLibrary, PlannerUnavailable
-from attnc.runtime.planning.host_planner_abi import (
-    ARCH,
-    BUILD_FLAGS,
-    HOST_DIR,
-    RangeRows,
-    planner_loader,
-    planner_source,
-    planner_unavailable,
-)
+from attnc.runtime.planning import host_planner_abi as host
+from attnc.runtime.planning.host_planner_abi import RangeRows
 
-# The build (ARCH, BUILD_FLAGS, HOST_DIR) is the one both planners share; build/aot.py
-# and tests read it here, as they read PlannerUnavailable.
-__all__ = [
-    "ARCH",
-    "BUILD_FLAGS",
-    "HOST_DIR",
-    "MAX_SPLIT_FACTORS",
-    "ONCE",
-    "STRUCTS",
-    "PlanParams",
-    "PlanSummary",
-    "PlannerUnavailable",
-    "StepParams",
-    "StepResult",
-    "fake_cuda",
-    "library",
-    "source",
-]
+ARCH, BUILD_FLAGS, HOST_DIR = host.ARCH, host.BUILD_FLAGS, host.HOST_DIR  # shared by the planners
+PlannerUnavailable = host.PlannerUnavailable  # what library() raises
 
 MAX_SPLIT_FACTORS = 4  # ATTNC_PLAN_MAX_SPLIT_FACTORS
 _I64 = ctypes.c_int64
@@ -153,11 +128,10 @@ _SIGNATURES = {
 }
 
 
-# The text the JIT compiles: ``decode_plan.cpp`` under a digest of the host headers.
-source = functools.partial(planner_source, "decode_plan")
-# The library, or why it could not be had.
-_load = planner_loader("decode_plan", _SIGNATURES, STRUCTS)
-ONCE = OnceLibrary(_load, planner_unavailable("decode_plan", "BatchDecodeWrapper"))
+# The source the JIT compiles, its loader, and the library or why it could not be had.
+source, _load, ONCE = host.planner_library(
+    "decode_plan", "BatchDecodeWrapper", _SIGNATURES, STRUCTS
+)
 
 
 def library() -> ctypes.CDLL:

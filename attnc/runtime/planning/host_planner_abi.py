@@ -10,12 +10,14 @@ embed (their ``sizeof`` checks at load cover it). The rows themselves are built 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from attnc.runtime.build.host_library import (
+    OnceLibrary,
     PlannerUnavailable,
     host_source,
     load_host_library,
@@ -63,6 +65,19 @@ def planner_unavailable(name: str, wrapper: str) -> Callable[[str], PlannerUnava
         )
 
     return unavailable
+
+
+def planner_library(
+    name: str,
+    wrapper: str,
+    signatures: Mapping[str, tuple[Any, Any]],
+    structs: Sequence[type[ctypes.Structure]],
+) -> tuple[Callable[[], str], Callable[[], ctypes.CDLL], OnceLibrary]:
+    """Planner ``name``'s source (``planner_source``), its loader (``planner_loader``) and
+    its load-once state, whose failure says that ``wrapper.plan()`` cannot run."""
+    load = planner_loader(name, signatures, structs)
+    once = OnceLibrary(load, planner_unavailable(name, wrapper))
+    return functools.partial(planner_source, name), load, once
 
 
 # Columns of one row (ATTNC_PR_*): the constraint cq*q_idx + ck*kv_idx + c >= 0 of

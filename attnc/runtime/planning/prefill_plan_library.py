@@ -7,36 +7,12 @@ load failure is kept and raised as ``PlannerUnavailable`` by every later call.""
 from __future__ import annotations
 
 import ctypes
-import functools
 
-from attnc.runtime.build.host_library import OnceLibrary, PlannerUnavailable
-from attnc.runtime.planning.host_planner_abi import (
-    ARCH,
-    BUILD_FLAGS,
-    HOST_DIR,
-    RangeRows,
-    planner_loader,
-    planner_source,
-    planner_unavailable,
-)
+from attnc.runtime.planning import host_planner_abi as host
+from attnc.runtime.planning.host_planner_abi import RangeRows
 
-# The build (ARCH, BUILD_FLAGS, HOST_DIR) is the one both planners share; build/aot.py
-# and tests read it here, as they read PlannerUnavailable.
-__all__ = [
-    "ARCH",
-    "BUILD_FLAGS",
-    "HOST_DIR",
-    "ONCE",
-    "PP_COST_BUFFER",
-    "PP_OUT_BUFFER",
-    "PP_WORKSPACE",
-    "STRUCTS",
-    "PlannerUnavailable",
-    "PrefillParams",
-    "PrefillResult",
-    "library",
-    "source",
-]
+ARCH, BUILD_FLAGS, HOST_DIR = host.ARCH, host.BUILD_FLAGS, host.HOST_DIR  # shared by the planners
+PlannerUnavailable = host.PlannerUnavailable  # what library() raises
 
 # AttncPrefillResult.error after PLAN_CAPACITY (prefill_plan_abi.h).
 PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER = 1, 2, 3
@@ -94,11 +70,10 @@ _SIGNATURES = {
 }
 
 
-# The text the JIT compiles: ``prefill_plan.cpp`` under a digest of the host headers.
-source = functools.partial(planner_source, "prefill_plan")
-# The library, or why it could not be had.
-_load = planner_loader("prefill_plan", _SIGNATURES, STRUCTS)
-ONCE = OnceLibrary(_load, planner_unavailable("prefill_plan", "BatchPrefillWrapper"))
+# The source the JIT compiles, its loader, and the library or why it could not be had.
+source, _load, ONCE = host.planner_library(
+    "prefill_plan", "BatchPrefillWrapper", _SIGNATURES, STRUCTS
+)
 
 
 def library() -> ctypes.CDLL:
