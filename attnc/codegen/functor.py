@@ -19,7 +19,7 @@ from attnc.compiler import ir
 from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
-from attnc.compiler.token_index import reads_token_tensor, split_token_conjuncts
+from attnc.compiler.token_index import reads_token_tensor
 from attnc.dsl.limits import deep_recursion
 
 REQUEST_NAMES = {
@@ -241,8 +241,6 @@ def _emit_functor(compiled: Compiled) -> str:
     request_ctx = hoister.context(REQUEST_NAMES, None)
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
-    reads_tokens = v.mask is not None and reads_token_tensor(v.mask, v.params)
-    closed, data = split_token_conjuncts(v.mask, v.params) if reads_tokens else (None, None)
     return render_template(
         "functor.cuh.j2",
         name=struct_name(v),
@@ -262,9 +260,7 @@ def _emit_functor(compiled: Compiled) -> str:
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
-        mask_reads_tokens=reads_tokens,
-        mask_closed=_body(closed, ctx) if closed is not None else Body((), "true"),
-        mask_data=_body(data, ctx) if data is not None else Body((), "true"),
+        mask_reads_tokens=v.mask is not None and reads_token_tensor(v.mask, v.params),
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
         classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),

@@ -44,29 +44,3 @@ def reads_token_tensor(e: ir.Expr, params: tuple[ir.ParamDecl, ...]) -> bool:
     """Whether ``e`` reads a ``kv_len`` or ``q_len`` tensor (a per-token value)."""
     token = {p.name for p in params if p.token_dim in ("kv_len", "q_len")}
     return bool(token) and any(isinstance(n, ir.TensorLoad) and n.name in token for n in ir.walk(e))
-
-
-def conjuncts(e: ir.Expr) -> list[ir.Expr]:
-    """The operands of ``e``'s top-level chain of ``&&`` (``[e]`` when it is not one)."""
-    if isinstance(e, ir.Binary) and e.op == "&&":
-        return conjuncts(e.a) + conjuncts(e.b)
-    return [e]
-
-
-def split_token_conjuncts(
-    mask: ir.Expr, params: tuple[ir.ParamDecl, ...]
-) -> tuple[ir.Expr | None, ir.Expr | None]:
-    """``mask`` as (closed, data): the ``&&`` of its top-level conjuncts that read no
-    per-token tensor, and of those that do; None for a side with no conjunct. ``mask`` is
-    ``closed && data``. A tile-map box where ``data`` holds on every pair is decided by
-    ``closed`` alone."""
-    closed: ir.Expr | None = None
-    data: ir.Expr | None = None
-    for part in conjuncts(mask):
-        if reads_token_tensor(part, params):
-            data = part if data is None else ir.Binary("&&", data, part, ir.BOOL, loc=part.loc)
-        else:
-            closed = (
-                part if closed is None else ir.Binary("&&", closed, part, ir.BOOL, loc=part.loc)
-            )
-    return closed, data

@@ -20,7 +20,7 @@ FLAG_MERGE = 1
 
 KV_RAGGED, KV_PAGED_NHD, KV_PAGED_HND = 0, 1, 2
 # AttncPrefillArgs.tile_map byte values (attnc/prefill_args.h AttncTileMapClass)
-TILE_EMPTY, TILE_FULL, TILE_PARTIAL, TILE_PARTIAL_CLOSED = 0, 1, 2, 3
+TILE_EMPTY, TILE_FULL, TILE_PARTIAL = 0, 1, 2
 # Keys per tile-map column the kernels expect (AttncPrefillArgs.tile_map_kv_block)
 TILE_MAP_KV_BLOCK = 64
 

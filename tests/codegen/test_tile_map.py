@@ -1,7 +1,6 @@
 """The tile map classifier (attnc/tile_map.cuh): the CPU build of the same per-box scan the
 kernel runs gives, for random documents, lengths, tile sizes and heads, exactly the brute-force
-class of every (query tile, KV block) box (EMPTY: no visible pair, FULL: all visible,
-PARTIAL_CLOSED: some hidden, but the per-token conjunct holds on every pair); the
+class of every (query tile, KV block) box (EMPTY: no visible pair, FULL: all visible); the
 kernel compiles for sm_80 and sm_90a without local-memory spills."""
 
 from __future__ import annotations
@@ -86,8 +85,9 @@ def brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head) -
         d = doc[kv_start[b] : kv_start[b] + kl]
         q_pos = np.arange(ql) + kl - ql
         kv = np.arange(kl)
-        same_doc = d[None, :] == d[np.clip(q_pos, 0, None)][:, None]
-        visible = (kv[None, :] <= q_pos[:, None]) & same_doc
+        visible = (kv[None, :] <= q_pos[:, None]) & (
+            d[None, :] == d[np.clip(q_pos, 0, None)][:, None]
+        )
         if window > 0:
             visible &= q_pos[:, None] - kv[None, :] < window
         per_head = np.stack(
@@ -96,9 +96,7 @@ def brute_force_map(q_lens, kv_lens, doc, tile, block, heads, window, by_head) -
         for q0 in range(0, ql, tile):
             for k0 in range(0, kl, block):
                 box = per_head[:, q0 : q0 + tile, k0 : k0 + block]
-                data = same_doc[q0 : q0 + tile, k0 : k0 + block]
-                partial = "3" if data.all() else "2"
-                out.append("0" if not box.any() else ("1" if box.all() else partial))
+                out.append("0" if not box.any() else ("1" if box.all() else "2"))
     return "".join(out)
 
 
@@ -168,13 +166,12 @@ def test_kernel_split_of_the_scan_matches_brute_force(host_map_binary: Path, see
 
 def test_ragged_tails_and_full_boxes(host_map_binary: Path) -> None:
     """One document, no causal cut inside a box: boxes below the diagonal are FULL, the tails
-    (q_len 100 with 64-row tiles, kv_len 130 with 64-key blocks) are classified on what exists;
-    diagonal boxes are PARTIAL_CLOSED (the document conjunct holds everywhere)."""
+    (q_len 100 with 64-row tiles, kv_len 130 with 64-key blocks) are classified on what exists."""
     q_lens, kv_lens = [100], [130]
     doc = np.zeros(130, dtype=np.int64)
     got = host_map(host_map_binary, q_lens, kv_lens, doc, 64, 64, 2, 2, 1, 0, 0)
     assert got == brute_force_map(q_lens, kv_lens, doc, 64, 64, 1, 0, 0)
-    assert "1" in got and "3" in got and "2" not in got
+    assert "1" in got and "2" in got
 
 
 def _compile_kernel(tmp_path: Path, arch: list[str]) -> Path:

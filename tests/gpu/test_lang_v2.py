@@ -170,13 +170,11 @@ def _brute_force_map(doc, q_lens, kv_lens, tile, block=64):
     for ql, kl in zip(q_lens, kv_lens, strict=True):
         d = doc[start : start + kl]
         q_pos = np.arange(ql) + kl - ql
-        same = d[None, :] == d[q_pos][:, None]
-        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & same
+        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & (d[None, :] == d[q_pos][:, None])
         for q0 in range(0, ql, tile):
             for k0 in range(0, kl, block):
                 box = vis[q0 : q0 + tile, k0 : k0 + block]
-                partial = 3 if same[q0 : q0 + tile, k0 : k0 + block].all() else 2
-                out.append(0 if not box.any() else (1 if box.all() else partial))
+                out.append(0 if not box.any() else (1 if box.all() else 2))
         start += kl
     return np.array(out, dtype=np.uint8)
 

@@ -76,7 +76,6 @@ def test_tile_map_class_values_match_header():
         "ATTNC_TILE_EMPTY": str(abi.TILE_EMPTY),
         "ATTNC_TILE_FULL": str(abi.TILE_FULL),
         "ATTNC_TILE_PARTIAL": str(abi.TILE_PARTIAL),
-        "ATTNC_TILE_PARTIAL_CLOSED": str(abi.TILE_PARTIAL_CLOSED),
     }
 
 

@@ -60,17 +60,6 @@ struct Variant_doc_causal {
     return bool((kv_idx <= row.q_pos) & (p.p_doc[r.kv_start + kv_idx] == row.h0));
   }
 
-  // mask() = mask_closed() && mask_data(): the conjuncts that read no per-token tensor and
-  // those that do. A tile the map classes kPartialClosed (mask_data holds on every pair)
-  // evaluates mask_closed only.
-  ATTNC_HD bool mask_closed(const Row& row, int kv_idx) const {
-    return (kv_idx <= row.q_pos);
-  }
-
-  ATTNC_HD bool mask_data(const Row& row, int kv_idx) const {
-    return (p.p_doc[r.kv_start + kv_idx] == row.h0);
-  }
-
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.
   ATTNC_HD float sink(const Row& row) const {
     return -INFINITY;

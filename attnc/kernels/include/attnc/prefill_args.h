@@ -87,8 +87,7 @@ typedef struct AttncPrefillArgs {
   // tile_map[tile_map_start[b]] and is row-major [num_q_tiles_b][ceil(kv_len_b / kv_block)]
   // of uint8 AttncTileMapClass, one row per query tile of tile_q_tokens tokens, one column
   // per tile_map_kv_block keys. A kernel KV tile over several columns is EMPTY if all are
-  // EMPTY, FULL if all are FULL, PARTIAL_CLOSED if all are FULL or PARTIAL_CLOSED, else
-  // PARTIAL.
+  // EMPTY, FULL if all are FULL, else PARTIAL.
   const uint8_t* tile_map;
   const int32_t* tile_map_start;    // [batch + 1]
   int32_t tile_map_kv_block;        // keys per map column (64)
@@ -99,7 +98,6 @@ enum AttncTileMapClass {
   ATTNC_TILE_EMPTY = 0,
   ATTNC_TILE_FULL = 1,
   ATTNC_TILE_PARTIAL = 2,
-  ATTNC_TILE_PARTIAL_CLOSED = 3,  // some pair hidden; the per-token conjuncts hold everywhere
 };
 
 #ifdef __cplusplus

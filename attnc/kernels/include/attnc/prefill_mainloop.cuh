@@ -103,7 +103,7 @@ __device__ __forceinline__ void prefill_stage_math(
       if (partial) {
         const TileClass sc = item_tile_class(var, map, q0, q1, ks0, ks1);
         if (sc == TileClass::kEmpty) continue;
-        masked = masked || sc != TileClass::kFull;  // kPartialClosed: the whole mask
+        masked = masked || sc == TileClass::kPartial;
       }
       const uint32_t step = static_cast<uint32_t>(sub * KSUB * Layout::kRowBytes);
       s_tile(k_base + step, v_base + step, ks0, ks1, masked);
@@ -226,7 +226,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
     const uint32_t v_base = s_v + stage * kTileBytes + v_off;
     const int kv0 = range.begin + t * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
-    const bool partial = V::kHasMask && cls != TileClass::kFull;
+    const bool partial = V::kHasMask && cls == TileClass::kPartial;
     prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base, kv0, kv1, partial, q0,
                                    q1, map, rows, mult, sm_scale, o, m, l);
     stage = stage + 1 == STAGES ? 0 : stage + 1;

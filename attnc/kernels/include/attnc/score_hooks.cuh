@@ -34,9 +34,8 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
 }
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element (kClosedOnly: V::mask_closed
-// instead, for a kPartialClosed tile of a mask that reads per-token tensors).
-template <bool kMasked, bool kClosedOnly = false, class V, int MQ, int NS>
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element.
+template <bool kMasked, class V, int MQ, int NS>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
@@ -51,9 +50,7 @@ __device__ __forceinline__ void transform_scores(const V& var,
         const typename V::Row& row = rows[mi][e / 2];
         const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
         bool vis = true;
-        if constexpr (kMasked && kClosedOnly && variant_mask_reads_tokens<V>::value) {
-          vis = kv_idx < kv1 && var.mask_closed(row, kv_idx);
-        } else if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
+        if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
           // Evaluated for every element, at an index kept inside the request, so the
           // tensor loads of the tile issue together (no branch per element).
           vis = (kv_idx < kv1) & var.mask(row, kv_idx < kv1 ? kv_idx : kv1 - 1);

@@ -7,8 +7,7 @@
 // Map layout (the one prefill_args.h describes): request b's map starts at
 // tile_map[tile_map_start[b]] and is row-major [ceil(q_len_b / tile_q_tokens)]
 // [ceil(kv_len_b / kv_block)] of uint8 TileClass. A map entry is EMPTY only when no pair of
-// the box is visible, FULL only when every pair is, kPartialClosed only when some pair is
-// hidden but V::mask_data holds on every pair (any/all over all pairs: exact).
+// the box is visible and FULL only when every pair is (any/all over all pairs: exact).
 //
 // The per-box functions are __host__ __device__: a CPU build runs the same scan
 // (`build_tile_map_host`) that the kernel runs, so tests check it against brute force.
@@ -115,45 +114,13 @@ ATTNC_HD TileClass classify_box_closed_form(const V& v, const TileBox& box) {
   return v.classify(box.q0, box.q1, box.k0, box.k1);
 }
 
-// What a scan of a box's pairs has seen: a visible pair (any), only visible pairs (all), only
-// pairs where the per-token conjuncts V::mask_data hold (all_data; false from the start for
-// a variant whose mask reads no per-token tensor: it has no such split).
-template <class V>
-struct PairVotes {
-  bool any = false;
-  bool all = true;
-  bool all_data = variant_mask_reads_tokens<V>::value;
-
-  ATTNC_HD void see(const V& v, const typename V::Row& row, int kv_idx) {
-    if constexpr (variant_mask_reads_tokens<V>::value) {
-      const bool data = v.mask_data(row, kv_idx);
-      const bool visible = data && v.mask_closed(row, kv_idx);
-      any = any || visible;
-      all = all && visible;
-      all_data = all_data && data;
-    } else {
-      const bool visible = v.mask(row, kv_idx);
-      any = any || visible;
-      all = all && visible;
-    }
-  }
-  // Whether more pairs cannot change the class (some visible and some hidden pair, and a
-  // pair where the per-token conjuncts fail).
-  ATTNC_HD bool settled() const { return any && !all && !all_data; }
-  ATTNC_HD TileClass tile_class() const {
-    if (!any) return TileClass::kEmpty;
-    if (all) return TileClass::kFull;
-    return all_data ? TileClass::kPartialClosed : TileClass::kPartial;
-  }
-};
-
 // Scan pairs first, first + stride, ... (< last) of the box in (head, query, key) order, keys
-// fastest, into `votes`. The pair index is split into (head, query, key) once; the loop
-// steps the three with adds and compares (no division per pair: 64-bit divisions were most
-// of the classifier's time).
+// fastest: `any` becomes true on a visible pair, `all` false on a hidden one. The pair index is
+// split into (head, query, key) once; the loop steps the three with adds and compares (no
+// division per pair: 64-bit divisions were most of the classifier's time).
 template <class V>
 ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, long long last,
-                             long long stride, PairVotes<V>& votes) {
+                             long long stride, bool& any, bool& all) {
   if (first >= last) return;
   const long long width = box.k1 - box.k0;
   const long long rows = box.q1 - box.q0;
@@ -164,8 +131,10 @@ ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, lo
   const long long row_step = stride / width;
   const long long col_step = stride - row_step * width;
   for (long long i = first; i < last; i += stride) {
-    votes.see(v, v.row(box.q0 + static_cast<int>(q), static_cast<int>(head)),
-              box.k0 + static_cast<int>(col));
+    const bool visible = v.mask(v.row(box.q0 + static_cast<int>(q), static_cast<int>(head)),
+                                box.k0 + static_cast<int>(col));
+    any = any || visible;
+    all = all && visible;
     col += col_step;
     q += row_step;
     if (col >= width) {
@@ -179,14 +148,18 @@ ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, lo
   }
 }
 
+ATTNC_HD TileClass class_of(bool any, bool all) {
+  return !any ? TileClass::kEmpty : (all ? TileClass::kFull : TileClass::kPartial);
+}
+
 // The exact class of one box, on one thread (the CPU reference and tests).
 template <class V>
 ATTNC_HD TileClass classify_box_exact(const V& v, const TileBox& box) {
   const TileClass closed = classify_box_closed_form(v, box);
   if (closed != TileClass::kPartial) return closed;
-  PairVotes<V> votes;
-  scan_box_pairs(v, box, 0, box.pairs(), 1, votes);
-  return votes.tile_class();
+  bool any = false, all = true;
+  scan_box_pairs(v, box, 0, box.pairs(), 1, any, all);
+  return class_of(any, all);
 }
 
 // The whole map on the CPU (same boxes, same scan as the kernel).
@@ -205,7 +178,7 @@ constexpr int kTileMapPairsPerRound = 8;  // pairs per thread between block vote
 constexpr int kTileMapMaxBlocks = 1 << 16;
 
 // One CTA per map entry (grid-stride): the closed forms first, then rounds of pairs with a
-// block vote after each, stopping as soon as more pairs cannot change the class.
+// block vote after each, stopping as soon as the box is known to be PARTIAL.
 template <class V>
 __global__ void __launch_bounds__(kTileMapThreads)
     tile_map_kernel(const AttncTileMapArgs a, const typename V::Params params) {
@@ -216,16 +189,15 @@ __global__ void __launch_bounds__(kTileMapThreads)
     if (c == TileClass::kPartial) {
       const long long n = t.box.pairs();
       const long long round = static_cast<long long>(kTileMapThreads) * kTileMapPairsPerRound;
-      PairVotes<V> votes;
+      bool any = false, all = true;
       for (long long base = 0; base < n; base += round) {
         const long long last = base + round < n ? base + round : n;
-        scan_box_pairs(v, t.box, base + threadIdx.x, last, kTileMapThreads, votes);
-        votes.any = __syncthreads_or(votes.any) != 0;
-        votes.all = __syncthreads_and(votes.all) != 0;
-        votes.all_data = __syncthreads_and(votes.all_data) != 0;
-        if (votes.settled()) break;  // uniform: every thread saw the same votes
+        scan_box_pairs(v, t.box, base + threadIdx.x, last, kTileMapThreads, any, all);
+        any = __syncthreads_or(any) != 0;
+        all = __syncthreads_and(all) != 0;
+        if (any && !all) break;  // uniform: every thread saw the same votes
       }
-      c = votes.tile_class();
+      c = class_of(any, all);
     }
     if (threadIdx.x == 0) a.tile_map[e] = static_cast<uint8_t>(c);
   }

@@ -1,7 +1,6 @@
 // Owns: how the prefill kernels read a plan's tile map (AttncPrefillArgs.tile_map,
 // prefill_args.h): the map row of a work item's query tile, the class of a KV tile [kv0, kv1)
-// from the map columns it covers (EMPTY if all are EMPTY, FULL if all are FULL,
-// kPartialClosed if all are FULL or kPartialClosed, else PARTIAL),
+// from the map columns it covers (EMPTY if all are EMPTY, FULL if all are FULL, else PARTIAL),
 // the choice between the map and V::classify, and the walk to an item's next non-empty KV tile.
 //
 // Only variants whose mask reads per-token tensors (variant_mask_reads_tokens<V>) consult the
@@ -31,20 +30,17 @@ struct TileMapRow {
     return TileMapRow{a.tile_map + a.tile_map_start[request] + q_tile * num_cols, block};
   }
 
-  // Class of the keys [kv0, kv1) (kv0 < kv1 <= kv_len): the columns it touches combined
-  // through the class bits (variant_contract.cuh). An EMPTY column among others makes the
-  // tile PARTIAL: it may be empty by its per-token conjuncts.
+  // Class of the keys [kv0, kv1) (kv0 < kv1 <= kv_len): the columns it touches combined.
   ATTNC_HD TileClass classify(int kv0, int kv1) const {
     unsigned any = 0u;    // OR of the column classes: 0 only if every column is EMPTY
-    unsigned every = 3u;  // AND of them: bit 0 set only if no column is EMPTY or PARTIAL
+    unsigned every = 3u;  // AND of them: 1 with any == 1 only if every column is FULL
     for (int c = kv0 / kv_block; c <= (kv1 - 1) / kv_block; ++c) {
       const unsigned v = cols[c];
       any |= v;
       every &= v;
     }
     if (any == 0u) return TileClass::kEmpty;
-    if (any == 1u) return every == 1u ? TileClass::kFull : TileClass::kPartial;
-    return (every & 1u) ? TileClass::kPartialClosed : TileClass::kPartial;
+    return any == 1u && every == 1u ? TileClass::kFull : TileClass::kPartial;
   }
 };
 

@@ -79,11 +79,7 @@ struct KvRange {
   int end;    // one past the last visible kv_idx
 };
 
-// kPartialClosed comes only from a tile map (a mask that reads per-token tensors): some pair
-// is hidden, but the mask's per-token conjuncts (V::mask_data) hold on every pair, so
-// V::mask_closed decides. Bit 0 of a class says "the per-token conjuncts hold everywhere"
-// (FULL and kPartialClosed), bit 1 "some pair is hidden" (PARTIAL and kPartialClosed).
-enum class TileClass : int { kEmpty = 0, kFull = 1, kPartial = 2, kPartialClosed = 3 };
+enum class TileClass : int { kEmpty = 0, kFull = 1, kPartial = 2 };
 
 // variant_has_sink<V>::value: V declares `kHasSink` and it is true.
 template <typename V, typename = void>

@@ -115,12 +115,9 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
   };
   // Score hooks and softmax of the S tile of `info`; returns whether O must be rescaled.
   auto scores = [&](float (&s)[1][NS][4], const StageInfo& info, float (&alpha)[2]) -> bool {
-    const bool masked = (V::kHasMask && info.cls != static_cast<int>(TileClass::kFull)) ||
+    const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
                         info.kv1 - info.kv0 < KVT;
-    const bool closed_only = info.cls == static_cast<int>(TileClass::kPartialClosed);
-    if (variant_mask_reads_tokens<V>::value && masked && closed_only) {
-      transform_scores<true, true>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
-    } else if (masked) {
+    if (masked) {
       transform_scores<true>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
       transform_scores<false>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
