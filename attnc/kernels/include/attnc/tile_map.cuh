@@ -117,7 +117,8 @@ ATTNC_HD TileClass classify_box_closed_form(const V& v, const TileBox& box) {
 // Scan pairs first, first + stride, ... (< last) of the box in (head, query, key) order, keys
 // fastest: `any` becomes true on a visible pair, `all` false on a hidden one. The pair index is
 // split into (head, query, key) once; the loop steps the three with adds and compares (no
-// division per pair: 64-bit divisions were most of the classifier's time).
+// division per pair), and calls V::row only when the (head, query) row changes (with stride
+// 1, once per row of the run).
 template <class V>
 ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, long long last,
                              long long stride, bool& any, bool& all) {
@@ -130,21 +131,25 @@ ATTNC_HD void scan_box_pairs(const V& v, const TileBox& box, long long first, lo
   long long q = row_index - head * rows;
   const long long row_step = stride / width;
   const long long col_step = stride - row_step * width;
+  typename V::Row row = v.row(box.q0 + static_cast<int>(q), static_cast<int>(head));
   for (long long i = first; i < last; i += stride) {
-    const bool visible = v.mask(v.row(box.q0 + static_cast<int>(q), static_cast<int>(head)),
-                                box.k0 + static_cast<int>(col));
+    const bool visible = v.mask(row, box.k0 + static_cast<int>(col));
     any = any || visible;
     all = all && visible;
     col += col_step;
+    bool moved = row_step != 0;
     q += row_step;
     if (col >= width) {
       col -= width;
       ++q;
+      moved = true;
     }
     while (q >= rows) {
       q -= rows;
       ++head;
     }
+    if (moved && i + stride < last)
+      row = v.row(box.q0 + static_cast<int>(q), static_cast<int>(head));
   }
 }
 
@@ -178,7 +183,9 @@ constexpr int kTileMapPairsPerRound = 8;  // pairs per thread between block vote
 constexpr int kTileMapMaxBlocks = 1 << 16;
 
 // One CTA per map entry (grid-stride): the closed forms first, then rounds of pairs with a
-// block vote after each, stopping as soon as the box is known to be PARTIAL.
+// block vote after each, stopping as soon as the box is known to be PARTIAL. In a round,
+// thread t scans the kTileMapPairsPerRound consecutive pairs from base + t * that (a run
+// along one or two rows: V::row once or twice, the keys' loads side by side).
 template <class V>
 __global__ void __launch_bounds__(kTileMapThreads)
     tile_map_kernel(const AttncTileMapArgs a, const typename V::Params params) {
@@ -191,8 +198,9 @@ __global__ void __launch_bounds__(kTileMapThreads)
       const long long round = static_cast<long long>(kTileMapThreads) * kTileMapPairsPerRound;
       bool any = false, all = true;
       for (long long base = 0; base < n; base += round) {
-        const long long last = base + round < n ? base + round : n;
-        scan_box_pairs(v, t.box, base + threadIdx.x, last, kTileMapThreads, any, all);
+        const long long mine = base + threadIdx.x * static_cast<long long>(kTileMapPairsPerRound);
+        const long long end = mine + kTileMapPairsPerRound;
+        scan_box_pairs(v, t.box, mine, end < n ? end : n, 1, any, all);
         any = __syncthreads_or(any) != 0;
         all = __syncthreads_and(all) != 0;
         if (any && !all) break;  // uniform: every thread saw the same votes
