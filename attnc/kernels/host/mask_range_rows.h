@@ -49,7 +49,9 @@ inline int64_t wrap_add(int64_t a, int64_t b) {
 inline int64_t wrap_mul(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
 }
-inline int64_t wrap_neg(int64_t a) { return static_cast<int64_t>(uint64_t(0) - static_cast<uint64_t>(a)); }
+inline int64_t wrap_neg(int64_t a) {
+  return static_cast<int64_t>(uint64_t(0) - static_cast<uint64_t>(a));
+}
 // a // b for b > 0.
 inline int64_t floor_div(int64_t a, int64_t b) {
   if (b == 1) return a;

@@ -86,7 +86,7 @@ struct Scratch {
   std::vector<int64_t> req, j, q0, q1, kv_b, kv_e, loaded;  // per tile
   std::vector<int64_t> map_start, first, last;  // tile map
   std::vector<int64_t> c, begin;  // range constants per row, prefix sums per request
-    std::vector<int64_t> count, size, part_base, split;  // chunking, per tile
+  std::vector<int64_t> count, size, part_base, split;  // chunking, per tile
   std::vector<int64_t> chunk_tile, chunk_begin, chunk_end, chunk_part, order;
   std::vector<double> chunk_cost;
   std::vector<uint64_t> keys;  // sort keys of the order
