@@ -14,7 +14,7 @@ import numpy as np
 
 TILE_MAP_ABI_VERSION = 1  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
 KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
-EMPTY, FULL, PARTIAL, PARTIAL_CLOSED = 0, 1, 2, 3  # PARTIAL_CLOSED: the closed form decides
+EMPTY, FULL, PARTIAL = 0, 1, 2
 
 _P = ctypes.c_void_p
 _I32 = ctypes.c_int32
