@@ -179,35 +179,40 @@ inline void build_tile_map_host(const AttncTileMapArgs& a, const typename V::Par
 
 #ifdef __CUDACC__
 constexpr int kTileMapThreads = 128;
-constexpr int kTileMapPairsPerRound = 8;  // pairs per thread between block votes
+constexpr int kTileMapWarps = kTileMapThreads / 32;  // map entries a CTA classifies at once
+constexpr int kTileMapPairsPerLane = 8;  // consecutive pairs per lane between warp votes
 constexpr int kTileMapMaxBlocks = 1 << 16;
 
-// One CTA per map entry (grid-stride): the closed forms first, then rounds of pairs with a
-// block vote after each, stopping as soon as the box is known to be PARTIAL. In a round,
-// thread t scans the kTileMapPairsPerRound consecutive pairs from base + t * that (a run
-// along one or two rows: V::row once or twice, the keys' loads side by side).
+// One warp per map entry (grid-stride over entries): the closed forms first, then rounds in
+// which lane l scans the kTileMapPairsPerLane consecutive pairs from base + l * that (a run
+// along one or two rows: V::row once or twice, the keys' loads side by side), with a warp vote
+// after each, stopping as soon as the box is known to be PARTIAL. Warps do not wait for each
+// other: an entry's latency chain (locating it, the request, the rows, the keys) overlaps
+// the other warps' (one CTA per entry left the SMs waiting on those chains).
 template <class V>
 __global__ void __launch_bounds__(kTileMapThreads)
     tile_map_kernel(const AttncTileMapArgs a, const typename V::Params params) {
-  for (int e = blockIdx.x; e < a.num_entries; e += gridDim.x) {
+  const int lane = threadIdx.x % 32;
+  const int first = blockIdx.x * kTileMapWarps + threadIdx.x / 32;
+  for (int e = first; e < a.num_entries; e += gridDim.x * kTileMapWarps) {
     const TileMapEntry t = locate_map_entry(a, e);
     const V v(params, tile_map_request_info(a, t.request));
     TileClass c = classify_box_closed_form(v, t.box);
     if (c == TileClass::kPartial) {
       const long long n = t.box.pairs();
-      const long long round = static_cast<long long>(kTileMapThreads) * kTileMapPairsPerRound;
+      constexpr long long kRound = 32LL * kTileMapPairsPerLane;
       bool any = false, all = true;
-      for (long long base = 0; base < n; base += round) {
-        const long long mine = base + threadIdx.x * static_cast<long long>(kTileMapPairsPerRound);
-        const long long end = mine + kTileMapPairsPerRound;
+      for (long long base = 0; base < n; base += kRound) {
+        const long long mine = base + lane * static_cast<long long>(kTileMapPairsPerLane);
+        const long long end = mine + kTileMapPairsPerLane;
         scan_box_pairs(v, t.box, mine, end < n ? end : n, 1, any, all);
-        any = __syncthreads_or(any) != 0;
-        all = __syncthreads_and(all) != 0;
-        if (any && !all) break;  // uniform: every thread saw the same votes
+        any = __any_sync(0xffffffffu, any) != 0;
+        all = __all_sync(0xffffffffu, all) != 0;
+        if (any && !all) break;  // uniform: every lane saw the same votes
       }
       c = class_of(any, all);
     }
-    if (threadIdx.x == 0) a.tile_map[e] = static_cast<uint8_t>(c);
+    if (lane == 0) a.tile_map[e] = static_cast<uint8_t>(c);
   }
 }
 
@@ -231,7 +236,8 @@ int launch_tile_map_kernel(const AttncTileMapArgs& a, cudaStream_t stream) {
     return ATTNC_E_BAD_LAYOUT;
   P params;
   if (!std::is_empty<P>::value) std::memcpy(&params, a.variant_params, sizeof(params));
-  const int blocks = a.num_entries < kTileMapMaxBlocks ? a.num_entries : kTileMapMaxBlocks;
+  const int needed = (a.num_entries + kTileMapWarps - 1) / kTileMapWarps;
+  const int blocks = needed < kTileMapMaxBlocks ? needed : kTileMapMaxBlocks;
   tile_map_kernel<V><<<blocks, kTileMapThreads, 0, stream>>>(a, params);
   return static_cast<int>(cudaGetLastError());
 }
