@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import decode_schedule_oracle as oracle
 import numpy as np
 import pytest
+from mask_ranges_oracle import decode_spans
 
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import decode_plan, decode_plan_library
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
-from attnc.runtime.planning.mask_ranges import decode_spans
 from attnc.runtime.planning.workspace import ITEM_INTS, MERGE_INTS, WorkspaceLayout, make_layout
 
 SENTINEL = 0xAB

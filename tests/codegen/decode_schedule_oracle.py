@@ -191,8 +191,8 @@ def schedule(
     ``kv_lens`` int64 ``[batch]``; ``row_blocks`` work items per (request, KV head, chunk)
     along the packed query rows; ``max_part_rows`` bounds the partial states (requests are
     split less when they would not fit). ``spans``, when given, is the (offset, length) of the
-    KV each request's queries may see under the mask (``mask_ranges.decode_spans``): only that
-    range is chunked and costed. Raises ``CapacityError`` past ``max_items``.
+    KV each request's queries may see under the mask (``mask_ranges_oracle.decode_spans``):
+    only that range is chunked and costed. Raises ``CapacityError`` past ``max_items``.
     """
     kv = np.asarray(kv_lens, dtype=np.int64)
     offset = np.zeros_like(kv)

@@ -22,16 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from mask_ranges_oracle import TileRanges  # the KV each tile may see
 
 from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS, kv_token_starts
 from attnc.runtime.planning.prefill_plan import plan_kv_lengths as _kv_lengths
 from attnc.runtime.planning.tile_map import TileMapSummary, map_starts
 from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, pack_int32, place_int32
 
-# (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each tile may see.
-TileRanges = Callable[
-    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
-]
 # (tile index in query_tiles order, kv_begin, kv_end) -> KV tokens the kernel loads there
 # (a tile map's non-empty blocks); None: every token of the range.
 KvCost = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]

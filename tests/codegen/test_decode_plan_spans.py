@@ -1,7 +1,7 @@
 """The decode step's mask spans, evaluated from the mask's range rows by the one host evaluation
 (attnc/kernels/host/mask_range_rows.h through decode_step.h decode_spans; the rows from
 mask_ranges.tile_range_program, the same the prefill planner reads) against the numpy reference
-mask_ranges.tile_kv_ranges + decode_spans, on the CPU: stdlib masks with plan-time params,
+tests/mask_ranges_oracle.py (tile_kv_ranges + decode_spans), on the CPU: stdlib masks with plan-time params,
 masks whose i32 arithmetic may wrap (wrap guards) with extreme params and KV lengths, random
 linear and union masks, per-request window tensors (the rows' extra columns), malformed rows;
 and BatchDecodeWrapper.plan() with a per-request window against the oracle."""
@@ -15,16 +15,12 @@ import decode_schedule_oracle as oracle
 import numpy as np
 import pytest
 import torch
+from mask_ranges_oracle import decode_spans, tile_kv_ranges
 from test_decode_plan_step import DIM, HKV, HQ, _outcome, cpu, lib, make_wrapper, page_table
 
 import attnc
 from attnc.compiler.pipeline import compile_source
-from attnc.runtime.planning.mask_ranges import (
-    RangeProgram,
-    decode_spans,
-    tile_kv_ranges,
-    tile_range_program,
-)
+from attnc.runtime.planning.mask_ranges import RangeProgram, tile_range_program
 
 pytestmark = pytest.mark.nvcc
 

@@ -12,13 +12,14 @@ import decode_schedule_oracle as oracle
 import numpy as np
 import pytest
 import torch
+from mask_ranges_oracle import decode_spans, tile_kv_ranges
 
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.planning import decode_plan, decode_plan_library
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, decode_spans
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.workspace import CapacityError, make_layout
 from attnc.runtime.wrappers import decode as D
 from attnc.runtime.wrappers import decode_launch, decode_planning
@@ -151,7 +152,8 @@ def _expected(w, ref_buf, indptr, ids, last, **kw):
         )
         spans = None
         if kw.get("params"):
-            ranges = PlannedMask.from_plan_params(w.variant, kw["params"]).ranges
+            planned = PlannedMask.from_plan_params(w.variant, kw["params"])  # plan()'s checks
+            ranges = tile_kv_ranges(w.variant.compiled.mask_analysis, planned.values)
             spans = None if ranges is None else decode_spans(ranges, kv, q_len, 64)
         row_blocks = -(-q_len * (hq // hkv) // 16)
         sched = oracle.schedule(
@@ -197,7 +199,7 @@ def test_plan_matches_the_oracle(cpu):
 def test_plans_with_mask_params_match_the_oracle(cpu, monkeypatch, name):
     """plan(params=...) of a sliding window or a prefix-LM (a union): the C++ step computes
     the mask's spans from the span table and writes what the oracle writes (spans from
-    mask_ranges.decode_spans); repeated values take the fast path, and plans without params
+    mask_ranges_oracle.decode_spans); repeated values take the fast path, and plans without params
     return to the plain fast path."""
     rng = np.random.default_rng(8)
     w, ref_buf = _pair(name=name)
@@ -217,7 +219,7 @@ def test_plans_with_mask_params_match_the_oracle(cpu, monkeypatch, name):
         got, want = _outcome(w, *args, **kw), _expected(w, ref_buf, *args, **kw)
         assert got == want, trial
         if "params" in kw and isinstance(got[0], bytes):
-            assert w._fast is not None and w._fast.ranges is w._planned_mask.ranges
+            assert w._fast is not None and w._fast.program is w._planned_mask.program
             fast += len(checked) == before
             narrowed += bool((w.last_schedule.items[:, 3] > 0).any())
     assert fast > 20, fast

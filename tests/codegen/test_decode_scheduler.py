@@ -6,9 +6,9 @@ import decode_plan_harness as h
 import decode_schedule_oracle as s
 import numpy as np
 import pytest
+from mask_ranges_oracle import decode_spans
 
 from attnc.runtime.planning import decode_plan
-from attnc.runtime.planning.mask_ranges import decode_spans
 from attnc.runtime.planning.workspace import CapacityError
 
 pytestmark = pytest.mark.nvcc

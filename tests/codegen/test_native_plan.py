@@ -8,11 +8,11 @@ import decode_plan_harness as h
 import decode_schedule_oracle as s
 import numpy as np
 import pytest
+from mask_ranges_oracle import decode_spans
 
 from attnc.runtime import abi
 from attnc.runtime.build import jit
 from attnc.runtime.planning import decode_plan, decode_plan_library
-from attnc.runtime.planning.mask_ranges import decode_spans
 from attnc.runtime.planning.workspace import CapacityError, make_layout
 
 pytestmark = pytest.mark.nvcc
@@ -55,8 +55,8 @@ def _same_schedule(a, b):
 
 
 def _spans(kv, visible, tile):
-    """The planner's spans of ``visible`` = (begin, end) per request (the runtime's one
-    projection, mask_ranges.decode_spans)."""
+    """The planner's spans of ``visible`` = (begin, end) per request (clipped, the start
+    rounded down to a tile: mask_ranges_oracle.decode_spans)."""
     return decode_spans(lambda *_: visible, kv, 1, tile)
 
 

@@ -10,11 +10,12 @@ import numpy as np
 import prefill_schedule_oracle as oracle
 import pytest
 import torch
+from mask_ranges_oracle import tile_kv_ranges
 
 import attnc
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import prefill_plan
-from attnc.runtime.planning.mask_ranges import tile_kv_ranges, tile_range_program
+from attnc.runtime.planning.mask_ranges import tile_range_program
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import map_starts, summarize
 from attnc.runtime.wrappers import prefill_batch

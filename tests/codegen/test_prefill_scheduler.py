@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from mask_ranges_oracle import tile_kv_ranges
 
 import attnc
 from attnc.runtime.build import toolchain
 from attnc.runtime.planning import prefill_plan
-from attnc.runtime.planning.mask_ranges import tile_kv_ranges, tile_range_program
+from attnc.runtime.planning.mask_ranges import tile_range_program
 from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS, PlanShape, make_host_plan
 from attnc.runtime.planning.workspace import ALIGN, place_int32
 
@@ -165,9 +166,10 @@ def test_mask_params_given_to_plan_size_the_tile_ranges():
     assert mask_bound_params(window) == {"window"}
     assert mask_bound_params(prefix) == {"prefix_len"}
     assert mask_bound_params(attnc.load("stdlib:causal").compiled.mask_analysis) == set()
-    assert tile_kv_ranges(window, {"other": 3}) is None
-    assert tile_kv_ranges(window, {"window": 1.5}) is None  # only ints bound a linear mask
-    assert tile_kv_ranges(window, {"window": 1024}) is not None
+    for params, known in (({"other": 3}, False), ({"window": 1.5}, False), ({"window": 1024}, True)):
+        # only ints bound a linear mask; the rows exist exactly when the oracle's ranges do
+        assert (tile_kv_ranges(window, params) is not None) is known, params
+        assert (tile_range_program(window, params) is not None) is known, params
     ranges = tile_range_program(window, {"window": 1024})
     s = _sched([8192], [8192], tile=128, hq=32, hkv=8, ranges=ranges)
     lengths = s.items[:, 4] - s.items[:, 3]

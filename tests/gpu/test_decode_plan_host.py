@@ -13,10 +13,10 @@ import time
 
 import pytest
 import torch
+from mask_ranges_oracle import decode_spans, tile_kv_ranges
 
 import attnc
 from attnc.runtime.planning.decode_plan import DecodePlanner
-from attnc.runtime.planning.mask_ranges import PlannedMask, decode_spans, tile_kv_ranges
 from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 
 pytestmark = pytest.mark.gpu
@@ -115,7 +115,7 @@ def test_host_and_device_page_ids_give_the_same_step():
 
 
 def _numpy_spans_step(monkeypatch, ranges) -> None:
-    """Make every DecodePlanner step plan the numpy spans of ``ranges`` (mask_ranges
+    """Make every DecodePlanner step plan the numpy spans of ``ranges`` (mask_ranges_oracle
     decode_spans of the checked KV lengths) instead of evaluating the range rows."""
     real_step = DecodePlanner.step
 
@@ -139,9 +139,9 @@ def test_range_row_plans_match_the_numpy_spans(name, monkeypatch):
     w = _wrapper(name)
     _plan(w, indptr, ids, last, params=params)
     _plan(w, indptr, ids, last, params=params)
-    assert w._fast is not None and w._fast.ranges is not None  # the fast path
+    assert w._fast is not None and w._fast.program is not None  # the fast path
     items, o = w.last_schedule.items, w.run(q, cache, **params)
-    _numpy_spans_step(monkeypatch, PlannedMask.from_plan_params(w.variant, params).ranges)
+    _numpy_spans_step(monkeypatch, tile_kv_ranges(w.variant.compiled.mask_analysis, params))
     ref = _wrapper(name)
     _plan(ref, indptr, ids, last, params=params)
     assert (ref.last_schedule.items == items).all()

@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from mask_ranges_oracle import tile_kv_ranges
 
 import attnc
 from attnc.compiler import mask_tiles
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning import tile_map
-from attnc.runtime.planning.mask_ranges import PlannedMask, query_tiles, tile_kv_ranges
+from attnc.runtime.planning.mask_ranges import PlannedMask, query_tiles
 from attnc.runtime.planning.plan_params import (
     TensorStamp,
     check_planned_tensors,
@@ -117,7 +118,8 @@ def test_planned_mask_from_values_stamps_the_tensors_the_mask_reads():
     variant = attnc.load(source=PER_REQUEST_WINDOW)
     window = torch.tensor([3, 4], dtype=torch.int32)
     planned = PlannedMask.from_values(variant, {}, {"window": window})
-    assert planned.ranges is not None and set(planned.tensors) == {"window"}
+    assert planned.program is not None and set(planned.tensors) == {"window"}
+    assert planned.program.by_request  # the window per request: an extra column of the rows
     planned.check_run(variant.name, {"window": window})
     with pytest.raises(ValueError, match="param 'window': run\\(\\) was given another tensor"):
         planned.check_run(variant.name, {"window": window.clone()})
@@ -169,9 +171,12 @@ def test_a_head_tensor_given_to_plan_is_not_a_per_request_bound():
     )
     w = torch.ones(4, dtype=torch.int32)
     planned = PlannedMask.from_values(variant, {}, {"w": w})
-    assert list(planned.tensors) == ["w"] and planned.ranges is not None
+    assert list(planned.tensors) == ["w"] and planned.program is not None
+    assert not planned.program.by_request  # the closed form: no per-request column
+    ranges = tile_kv_ranges(variant.compiled.mask_analysis, planned.values)
+    assert ranges is not None
     req, _, q0, q1 = query_tiles(np.array([100]), 64)
-    begin, end = planned.ranges(req, q0, q1, np.array([100]), np.array([100]))
+    begin, end = ranges(req, q0, q1, np.array([100]), np.array([100]))
     assert begin.tolist() == [0, 0] and end.tolist() == [64, 100]
 
 

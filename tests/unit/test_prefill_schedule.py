@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from mask_ranges_oracle import tile_kv_ranges
 
 import attnc
-from attnc.runtime.planning.mask_ranges import query_tiles, tile_kv_ranges
+from attnc.runtime.planning.mask_ranges import query_tiles, tile_range_program
 
 
 def test_query_tiles():
@@ -19,9 +20,10 @@ def test_query_tiles():
 
 
 def test_tile_ranges_only_for_param_free_masks():
-    assert tile_kv_ranges(attnc.load("stdlib:vanilla").compiled.mask_analysis) is None
-    assert tile_kv_ranges(attnc.load("stdlib:sliding_window").compiled.mask_analysis) is None
-    assert tile_kv_ranges(attnc.load("stdlib:causal").compiled.mask_analysis) is not None
+    for name, known in (("vanilla", False), ("sliding_window", False), ("causal", True)):
+        analysis = attnc.load(f"stdlib:{name}").compiled.mask_analysis
+        assert (tile_kv_ranges(analysis) is not None) is known, name
+        assert (tile_range_program(analysis) is not None) is known, name  # rows iff ranges
 
 
 MASKS = [
@@ -103,16 +105,16 @@ def test_planned_mask_from_plan_params_and_the_run_check():
 
     window = attnc.load("stdlib:sliding_window")
     planned = PlannedMask.from_plan_params(window, {"window": 1024})
-    assert planned.ranges is not None and planned.values == {"window": 1024}
+    assert planned.program is not None and planned.values == {"window": 1024}
     planned.check_run("sliding_window", {"window": 1024})
     with pytest.raises(
         ValueError, match="param 'window' is 512 in run\\(\\), but plan\\(\\) was given 1024"
     ):
         planned.check_run("sliding_window", {"window": 512})
     unknown = PlannedMask.from_plan_params(window, {})  # the width is not known at plan time
-    assert unknown.ranges is None and unknown.values == {}
+    assert unknown.program is None and unknown.values == {}
     causal = PlannedMask.from_plan_params(attnc.load("stdlib:causal"), {})
-    assert causal.ranges is not None and causal.values == {}  # bounds without params
+    assert causal.program is not None and causal.values == {}  # bounds without params
     softcap = PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": 30.0})
     assert softcap.values == {}  # params the mask does not read are checked, not kept
     with pytest.raises(ValueError, match="expected a float, got str"):

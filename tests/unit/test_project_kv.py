@@ -1,5 +1,5 @@
 """The KV projection of linear mask constraints has one home (compiler/mask_tiles.project_kv):
-the plan-time vectorised call (runtime/planning/mask_ranges) agrees with the scalar one
+the vectorised call of the plan-time oracle (tests/mask_ranges_oracle) agrees with the scalar one
 request by request, and both with brute force."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import random
 
 import numpy as np
+from mask_ranges_oracle import array_bound
 
 from attnc.compiler.mask_tiles import project_kv
-from attnc.runtime.planning import mask_ranges
 
 
 def _brute(cons, q_lo, q_hi, kv_hi):
@@ -31,7 +31,7 @@ def test_vectorised_projection_matches_scalar_and_brute_force() -> None:
         kv_hi = np.array([rng.randint(0, 12) for _ in range(n)], dtype=np.int64)
         arr_cons = [(cq, ck, np.full(n, c, dtype=np.int64)) for cq, ck, c in cons]
         lo, hi = project_kv(
-            arr_cons, q_lo, q_hi, np.zeros(n, dtype=np.int64), kv_hi, bound=mask_ranges._bound
+            arr_cons, q_lo, q_hi, np.zeros(n, dtype=np.int64), kv_hi, bound=array_bound
         )
         for i in range(n):
             s_lo, s_hi = project_kv(cons, int(q_lo[i]), int(q_hi[i]), 0, int(kv_hi[i]))

@@ -158,8 +158,9 @@ class DecodePlanner:
         self._step.page_size = page_size
 
     def set_visible(self, spans: tuple[np.ndarray, np.ndarray] | None) -> None:
-        """Plan only ``spans`` = (offset, length) int64 [batch] of each request
-        (``mask_ranges.decode_spans``) in the following plans, or whole requests (None)."""
+        """Plan only ``spans`` = (offset, length) int64 [batch] of each request (the KV its
+        queries may see, start rounded down to a KV tile: what ``spans`` computes) in the
+        following plans, or whole requests (None)."""
         p = self._step.plan
         if spans is None:
             p.plan_lens = p.kv_offset = None
@@ -191,7 +192,8 @@ class DecodePlanner:
         extra: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """(offset, length) int64 [batch] the step computes from ``program`` (and its
-        ``extra`` columns) for ``kv_lens`` (what ``mask_ranges.decode_spans`` gives)."""
+        ``extra`` columns) for ``kv_lens``: the KV each request's ``q_len`` queries may see,
+        clipped to the request, its start rounded down to a KV tile."""
         rows = RangeRows()
         alive = rows.set(program, extra)
         kv = np.ascontiguousarray(kv_lens, dtype=np.int64)

@@ -3,17 +3,18 @@ analysis can compute it from the request's lengths and the params given to ``pla
 
 The planners read it as rows (``RangeProgram``, built here by ``tile_range_program``) that one
 C++ evaluation (``attnc/kernels/host/mask_range_rows.h``) turns into the range of every query
-tile (prefill) or the span of every request (decode). ``attnc.compiler.mask_tiles.kv_range``
-answers the same question for one tile in plain Python; ``tile_kv_ranges`` and
-``decode_spans`` answer it for a whole batch with numpy, by the same elimination of ``q_idx``:
-the reference the host evaluation is tested against.
+tile (prefill) or the span of every request (decode): the one implementation of the range
+algorithm the runtime runs. ``attnc.compiler.mask_tiles.kv_range`` answers the same question
+for one tile in plain Python; the numpy oracle the C++ evaluation is tested against lives in
+``tests/mask_ranges_oracle.py``. ``PlannedMask`` is what ``plan(params=...)`` decided: the
+rows (None: every tile may see its whole KV) and the values ``run()`` must be given again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +22,7 @@ import torch
 
 from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
-from attnc.compiler.mask_analysis import Conjunction, LinearConstraint, MaskAnalysis
+from attnc.compiler.mask_analysis import LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
 from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
 from attnc.runtime.planning.plan_params import (
@@ -29,15 +30,6 @@ from attnc.runtime.planning.plan_params import (
     check_planned_tensors,
     variant_mask_reads,
 )
-
-# (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each query tile may
-# see (tiles in ``query_tiles`` order).
-TileRanges = Callable[
-    [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
-]
-
-# One constraint ``cq*q + ck*kv + c >= 0`` with ``c`` per tile.
-_Cons = tuple[int, int, np.ndarray]
 
 
 def query_tiles(
@@ -77,45 +69,9 @@ def _plan_time_bounds(
     return known, per_req, terms
 
 
-def tile_kv_ranges(
-    analysis: MaskAnalysis,
-    params: Mapping[str, object] | None = None,
-    batch_tensors: Mapping[str, np.ndarray] | None = None,
-) -> TileRanges | None:
-    """A ``TileRanges`` for the scheduler's cost model, or None when every tile may see the
-    whole KV (no mask, an opaque mask, or one whose bounds read a param not in ``params``).
-
-    ``params`` holds i32 param values known at plan time (others are ignored);
-    ``batch_tensors`` host int64 arrays ``[batch]`` of the ``batch_size`` tensors the bounds
-    read as ``t[batch]`` (one value per request, like a scalar per request)."""
-    bounds = _plan_time_bounds(analysis, params, batch_tensors)
-    if bounds is None:
-        return None
-    known, per_req, terms = bounds
-
-    def ranges(
-        req: np.ndarray, q0: np.ndarray, q1: np.ndarray, q_lens: np.ndarray, kv_lens: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        kv = kv_lens[req]
-        found = [_conjunction_range(t, req, q0, q1, q_lens, kv_lens, known, per_req) for t in terms]
-        begin, end = found[0]
-        live = begin < end
-        for b, e in found[1:]:
-            now = b < e
-            begin = np.where(live & now, np.minimum(begin, b), np.where(now, b, begin))
-            end = np.where(live & now, np.maximum(end, e), np.where(now, e, end))
-            live = live | now
-        begin = np.where(live & (kv > 0), begin, 0)
-        end = np.where(live & (kv > 0), end, 0)
-        wrapping = _may_wrap(analysis, q_lens, kv_lens, known, per_req)[req]  # as the kernel
-        return np.where(wrapping, 0, begin), np.where(wrapping, kv, end)
-
-    return ranges
-
-
 @dataclass(frozen=True)
 class RangeProgram:
-    """``tile_kv_ranges`` as rows for the host planners (``mask_range_rows.h``, columns
+    """The mask's KV ranges as rows for the host planners (``mask_range_rows.h``, columns
     ``host_planner_abi.PR_*``): per constraint (conjunction index, -1 for a wrap guard) ``cq``,
     ``ck`` and its constant ``c0 + a_q * q_len + a_kv * kv_len``; what a constant reads
     besides the lengths and the plan-time scalars (a per-request tensor ``window[batch]``, an
@@ -154,9 +110,11 @@ def tile_range_program(
     params: Mapping[str, object] | None = None,
     batch_tensors: Mapping[str, np.ndarray] | None = None,
 ) -> RangeProgram | None:
-    """The ``RangeProgram`` of ``tile_kv_ranges(analysis, params, batch_tensors)`` (None
-    exactly when that is None): the rows of the prefill planner's tiles and of the decode
-    step's requests."""
+    """The ``RangeProgram`` of the mask with the plan-time ``params`` (i32 values; others are
+    ignored) and ``batch_tensors`` (host int64 arrays ``[batch]`` of the ``batch_size``
+    tensors the bounds read as ``t[batch]``): the rows of the prefill planner's tiles and of
+    the decode step's requests. None when every tile may see the whole KV (no mask, an opaque
+    mask, or one whose bounds read a param not given)."""
     bounds = _plan_time_bounds(analysis, params, batch_tensors)
     if bounds is None:
         return None
@@ -199,31 +157,16 @@ def _split_constant(
     return c0, a_q, a_kv, rest
 
 
-def decode_spans(
-    ranges: TileRanges, kv_lens: np.ndarray, q_len: int, kv_tile: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(offset, length) int64 [batch] of the KV each decode request's chunks cover: the KV
-    range its ``q_len`` queries may see (``ranges``), clipped to the request, its start rounded
-    down to a KV tile. What the decode planner is given as ``kv_offset`` / ``plan_lens``."""
-    kv = np.asarray(kv_lens, dtype=np.int64)
-    every = np.arange(kv.shape[0], dtype=np.int64)
-    q_all = np.full(kv.shape[0], q_len, dtype=np.int64)
-    begin, end = ranges(every, np.zeros_like(every), q_all, q_all, kv)
-    offset = np.clip(np.asarray(begin, dtype=np.int64), 0, kv) // kv_tile * kv_tile
-    return offset, np.maximum(np.clip(np.asarray(end, dtype=np.int64), 0, kv) - offset, 0)
-
-
 _PLANNED_MASKS = 16  # plan-time param values remembered per variant
 
 
 @dataclass(frozen=True)
 class PlannedMask:
-    """What ``plan(params=...)`` decided about the mask: its KV ranges (None: unknown; as
-    numpy ``ranges`` and as the host planner's ``program``) and the param values they were
-    computed with, which ``run()`` must be given again (scalars: equal values; tensors the mask
-    reads: the same tensor, unchanged)."""
+    """What ``plan(params=...)`` decided about the mask: its KV ranges as the host planner's
+    rows (``program``; None: unknown, every tile may see its whole KV) and the param values
+    they were computed with, which ``run()`` must be given again (scalars: equal values;
+    tensors the mask reads: the same tensor, unchanged)."""
 
-    ranges: TileRanges | None
     values: Mapping[str, object]
     tensors: Mapping[str, TensorStamp] = field(default_factory=dict)
     program: RangeProgram | None = None
@@ -244,13 +187,12 @@ class PlannedMask:
         }
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
         if per_req:
-            ranges = tile_kv_ranges(analysis, bound, per_req)
             program = tile_range_program(analysis, bound, per_req)
         else:
-            ranges, program = _closed_form(variant, bound)
+            program = _closed_form(variant, bound)
         read = variant_mask_reads(variant).params
         stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in read}
-        return PlannedMask(ranges, bound if ranges is not None else {}, stamps, program)
+        return PlannedMask(bound if program is not None else {}, stamps, program)
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
@@ -277,9 +219,8 @@ class PlannedMask:
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in given.items() if k in names}
-        ranges = tile_kv_ranges(analysis, bound)
         program = tile_range_program(analysis, bound)
-        return PlannedMask(ranges, bound if ranges is not None else {}, program=program)
+        return PlannedMask(bound if program is not None else {}, program=program)
 
     def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
         """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for
@@ -309,24 +250,22 @@ def _bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
     return found
 
 
-def _closed_form(
-    variant: object, bound: Mapping[str, object]
-) -> tuple[TileRanges | None, RangeProgram | None]:
-    """``tile_kv_ranges`` and ``tile_range_program`` of checked scalar ``bound`` values,
-    remembered per variant and values."""
+def _closed_form(variant: object, bound: Mapping[str, object]) -> RangeProgram | None:
+    """``tile_range_program`` of checked scalar ``bound`` values, remembered per variant and
+    values (the same values give the same program object)."""
     key = tuple(sorted((k, type(v), v) for k, v in bound.items()))
     memo: dict = variant.__dict__.setdefault("_closed_form_ranges", {})
-    found = memo.get(key)
-    if found is None:
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
-        found = (tile_kv_ranges(analysis, bound), tile_range_program(analysis, bound))
-        if len(memo) >= _PLANNED_MASKS:
-            memo.pop(next(iter(memo)))
-        memo[key] = found
+    if key in memo:  # None (no ranges) is remembered too
+        return memo[key]
+    analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+    found = tile_range_program(analysis, bound)
+    if len(memo) >= _PLANNED_MASKS:
+        memo.pop(next(iter(memo)))
+    memo[key] = found
     return found
 
 
-NO_PLANNED_MASK = PlannedMask(None, {})
+NO_PLANNED_MASK = PlannedMask({})
 
 
 def mask_bound_params(analysis: MaskAnalysis) -> frozenset[str]:
@@ -349,46 +288,6 @@ def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
     except KeyError:
         return False
     return True
-
-
-def _may_wrap(
-    analysis: MaskAnalysis,
-    q_lens: np.ndarray,
-    kv_lens: np.ndarray,
-    params: Mapping[str, int],
-    per_req: Mapping[str, np.ndarray],
-) -> np.ndarray:
-    """bool [batch]: whether a wrap guard of the mask may leave the i32 range in a request
-    (``attnc.compiler.mask_analysis.wraps`` for every request at once)."""
-    out = np.zeros(np.shape(kv_lens), dtype=bool)
-    q_top = np.maximum(np.asarray(q_lens, dtype=np.int64) - 1, 0)
-    k_top = np.maximum(np.asarray(kv_lens, dtype=np.int64) - 1, 0)
-    for g in analysis.wrap_guards:
-        c = _c_per_request(g, q_lens, kv_lens, params, per_req)
-        low = c + min(g.cq, 0) * q_top + min(g.ck, 0) * k_top
-        high = c + max(g.cq, 0) * q_top + max(g.ck, 0) * k_top
-        out |= (low < -(2**31)) | (high > 2**31 - 1)
-    return out
-
-
-def _conjunction_range(
-    cons: Conjunction,
-    req: np.ndarray,
-    q0: np.ndarray,
-    q1: np.ndarray,
-    q_lens: np.ndarray,
-    kv_lens: np.ndarray,
-    params: Mapping[str, int],
-    per_req: Mapping[str, np.ndarray],
-) -> tuple[np.ndarray, np.ndarray]:
-    """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
-    cs = [_c_per_request(x, q_lens, kv_lens, params, per_req) for x in cons]
-    values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, cs, strict=True)]
-    lo, hi = mask_tiles.project_kv(
-        values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1, bound=_bound
-    )
-    ok = lo <= hi
-    return np.where(ok, lo, 0), np.where(ok, hi + 1, 0)
 
 
 def _c_per_request(
@@ -458,13 +357,3 @@ def _atoms_known(
                 if isinstance(n, ir.Builtin) and n.name not in ("q_len", "kv_len", "batch"):
                     return False
     return True
-
-
-def _bound(a: int, c: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Intersect ``[lo, hi]`` with the integer solutions of ``a*k + c >= 0``."""
-    if a > 0:
-        return np.maximum(lo, -((c) // a)), hi
-    if a < 0:
-        return lo, np.minimum(hi, c // -a)
-    ok = c >= 0
-    return np.where(ok, lo, np.maximum(lo, 1)), np.where(ok, hi, np.minimum(hi, 0))

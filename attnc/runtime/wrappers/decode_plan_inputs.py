@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnc.runtime.planning.mask_ranges import TileRanges
+from attnc.runtime.planning.mask_ranges import RangeProgram
 
 
 class PlanInputs(NamedTuple):
@@ -31,16 +31,17 @@ class PlanInputs(NamedTuple):
 
 class FastPathKey:
     """What ``plan()``'s fast path reuses from the last fully checked plan: its scalar
-    arguments (``key``), the query tokens per request they give (``q_len``) and the mask
-    ranges of its plan-time params (``ranges``: None without; the planner holds their span
-    table)."""
+    arguments (``key``), the query tokens per request they give (``q_len``) and the range
+    rows of the mask's plan-time params (``program``: None without; the planner holds them
+    and their span table). The fast path matches ``program`` by identity: the same planned
+    mask gives the same rows object."""
 
-    __slots__ = ("key", "q_len", "ranges")
+    __slots__ = ("key", "program", "q_len")
 
-    def __init__(self, key: tuple[object, ...], q_len: int, ranges: TileRanges | None) -> None:
+    def __init__(self, key: tuple[object, ...], q_len: int, program: RangeProgram | None) -> None:
         self.key = key
         self.q_len = q_len
-        self.ranges = ranges
+        self.program = program
 
 
 def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:

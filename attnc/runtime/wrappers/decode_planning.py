@@ -26,7 +26,7 @@ from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, TileRanges
+from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import decode_launch
@@ -158,17 +158,17 @@ class DecodePlanning:
             self._page_status.raise_if_set()
             self._launched = self.use_cuda_graph
         planned = self._planned_mask
-        ranges = None
+        program = None
         if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
-            ranges = self._mask_ranges(params or {}, sizes)
+            program = self._mask_ranges(params or {}, sizes)
         fast = self._fast
         # Fast path: the scalars of the last plan (same types, so their checks pass again),
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
         # the workspace's device or the CPU. Everything else is checked in C++.
         if (
             fast is not None
-            and ranges is fast.ranges  # none, or the same planned mask (same range rows)
+            and program is fast.program  # none, or the same planned mask (same range rows)
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
@@ -214,19 +214,20 @@ class DecodePlanning:
             kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
-        self._plan_checked(inputs, ranges)
+        self._plan_checked(inputs, program)
 
     def _mask_ranges(
         self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
-    ) -> TileRanges | None:
-        """The mask's KV ranges with the params given to ``plan()`` (scalars, and per-request
-        ``batch_size`` tensors: one value per request); None when the mask reads none of
-        them (the C++ planner then plans whole requests). Sets the values ``run()`` must
-        match, and drops cached calls when they change (or tensors were planned) so the next
-        ``run()`` checks. The same scalars as the last call keep its planned mask."""
+    ) -> RangeProgram | None:
+        """The mask's KV ranges (its range rows) with the params given to ``plan()``
+        (scalars, and per-request ``batch_size`` tensors: one value per request); None when
+        the mask reads none of them (the C++ planner then plans whole requests). Sets the
+        values ``run()`` must match, and drops cached calls when they change (or tensors were
+        planned) so the next ``run()`` checks. The same scalars as the last call keep its
+        planned mask (the same rows object)."""
         key = scalar_key(params)
         if key is not None and key == self._mask_key:
-            return self._planned_mask.ranges
+            return self._planned_mask.program
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
         if sizes and any(name in tensor_names for name in params):
             indptr, hq, hkv, d, q_len = sizes
@@ -246,12 +247,12 @@ class DecodePlanning:
             self._calls.clear()
         self._planned_mask = planned
         self._mask_key = key if not planned.tensors else None
-        return planned.ranges
+        return planned.program
 
-    def _plan_checked(self, inputs: PlanInputs, mask_ranges: TileRanges | None = None) -> None:
+    def _plan_checked(self, inputs: PlanInputs, program: RangeProgram | None = None) -> None:
         """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs
-        the fast path does not take, or mask ranges from plan-time params); the page table's
-        values are checked by the planner."""
+        the fast path does not take, or the mask's range rows ``program`` from plan-time
+        params); the page table's values are checked by the planner."""
         self._fast = None
         kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads = inputs[:5]
         head_dim, page_size, q_len, sm_scale, dtype = inputs[5:]
@@ -284,7 +285,6 @@ class DecodePlanning:
             q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
             self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
         )  # fmt: skip
-        program = self._planned_mask.program if mask_ranges is not None else None
         extra = None
         if program is not None and program.by_request:  # the rows' per-request columns
             if program.reads_lengths:
@@ -301,7 +301,7 @@ class DecodePlanning:
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
         if extra is None and (sm_scale is None or type(sm_scale) is float):
             key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
-            self._fast = FastPathKey(key, q_len, mask_ranges)
+            self._fast = FastPathKey(key, q_len, program)
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
