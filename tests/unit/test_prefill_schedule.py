@@ -132,3 +132,30 @@ def test_planned_mask_is_remembered_per_value_and_type():
         PlannedMask.from_plan_params(window, {"window": 64.0})  # equal value, other type
     with pytest.raises(ValueError, match="expected an int, got list"):
         PlannedMask.from_plan_params(window, {"window": [64]})  # unhashable: checked anyway
+
+
+def test_closed_form_rows_are_remembered_per_value(monkeypatch):
+    """Planned values without per-request tensors share one rows object per value (the decode
+    fast path matches rows by identity), and values that leave the ranges unknown (None) are
+    remembered too: the rows are built once per value."""
+    from attnc.runtime.planning import mask_ranges
+    from attnc.runtime.planning.mask_ranges import PlannedMask
+
+    variant = attnc.load(
+        source="variant remembered_rows { param window: i32 = 1; "
+        "mask = kv_idx <= q_pos && q_pos - kv_idx < window; }"
+    )
+    built = []
+    real = mask_ranges.tile_range_program
+    monkeypatch.setattr(
+        mask_ranges, "tile_range_program", lambda *a: built.append(a[1]) or real(*a)
+    )
+    first = PlannedMask.from_values(variant, {"window": 64}, {})
+    assert first.program is not None and first.values == {"window": 64}
+    again = PlannedMask.from_values(variant, {"window": 64}, {})
+    assert again.program is first.program
+    assert PlannedMask.from_values(variant, {"window": 65}, {}).program is not first.program
+    for _ in range(2):
+        unknown = PlannedMask.from_values(variant, {}, {})
+        assert unknown.program is None and unknown.values == {}
+    assert built == [{"window": 64}, {"window": 65}, {}]
