@@ -122,6 +122,25 @@ __device__ __forceinline__ void tma_tile(uint32_t dst, const CUtensorMap* map, u
   }
 }
 
+// One warp's share of a paged K or V tile: lane 0 of the tensor's first warp (0 or 2) arms
+// `full`; lane l (`issues`) loads its page's boxes of the column blocks warp % 2, warp % 2 + 2,
+// ... (a function of its own: inlined as two calls it keeps the producer within its registers,
+// where one call site with the tensor chosen per warp spilled a register for prefix_lm).
+template <class Shape>
+__device__ __forceinline__ void paged_boxes(uint32_t dst, const CUtensorMap* map, uint32_t full,
+                                            int kv_head, int page_rows, int id, int in_page,
+                                            bool issues) {
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  if (lane == 0 && (warp & 1) == 0) mbar_arrive_expect_tx(full, Shape::kTileBytes);
+  if (issues) {
+    dst += lane * page_rows * 128;
+#pragma unroll
+    for (int b = warp & 1; b < Shape::kHeadDim / 64; b += 2)
+      tma_load_4d(dst + b * Shape::kKvTile * 128, map, 64 * b, kv_head, in_page, id, full);
+  }
+}
+
 // A paged tile by TMA (tile_uses_tma), issued by all four producer warps: warps 0 and 1 load
 // K, warps 2 and 3 load V; warp w takes the column blocks w % 2, w % 2 + 2, ... of D / 64, and
 // its lane l < kKvTile / page_rows the l-th box of page_rows keys (page id read before the
@@ -152,20 +171,14 @@ __device__ __forceinline__ void produce_paged_tma_stage(const PrefillSm90Params<
     }
   }
   if (__any_sync(0xffffffffu, bad)) info.flags |= StageInfo::kBadPage;
-  const bool loads_v = warp >= 2;
-  const uint32_t full = loads_v ? sm.full_v(stage) : sm.full_k(stage);
-  const uint32_t dst = (loads_v ? sm.v(stage) : sm.k(stage)) + lane * p.page_rows * 128;
-  const CUtensorMap* map = loads_v ? &p.tmap_v : &p.tmap_k;
+  // Warps 0-1 issue K once its stage is free, warps 2-3 V once its stage is free.
   mbar_wait(sm.empty_k(stage), phase ^ 1);
-  if (warp == 0 && lane == 0) info.store(sm.info(stage));
-  if (loads_v) mbar_wait(sm.empty_v(stage), phase ^ 1);
-  if (lane == 0 && (warp & 1) == 0) mbar_arrive_expect_tx(full, Shape::kTileBytes);
-  if (mine) {
-#pragma unroll
-    for (int b = warp & 1; b < Shape::kHeadDim / 64; b += 2)
-      tma_load_4d(dst + b * Shape::kKvTile * 128, map, 64 * b, it.kv_head, in_page, id, full);
-  }
-  if (!loads_v) mbar_wait(sm.empty_v(stage), phase ^ 1);
+  if (threadIdx.x == 0) info.store(sm.info(stage));
+  if (warp < 2) paged_boxes<Shape>(sm.k(stage), &p.tmap_k, sm.full_k(stage), it.kv_head,
+                                   p.page_rows, id, in_page, mine);
+  mbar_wait(sm.empty_v(stage), phase ^ 1);
+  if (warp >= 2) paged_boxes<Shape>(sm.v(stage), &p.tmap_v, sm.full_v(stage), it.kv_head,
+                                    p.page_rows, id, in_page, mine);
   __syncwarp();
 }
 
