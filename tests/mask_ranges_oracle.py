@@ -2,7 +2,8 @@
 rows (``attnc/kernels/host/mask_range_rows.h``, rows from ``mask_ranges.tile_range_program``)
 is tested against. Not used by the runtime.
 
-``tile_kv_ranges`` gives the KV range every query tile (prefill) may see and ``decode_spans``
+``query_tiles`` lists a batch's query tiles as the prefill planner does; ``tile_kv_ranges``
+gives the KV range every query tile (prefill) may see and ``decode_spans``
 the span every decode request's chunks cover, for a whole batch at once, by eliminating
 ``q_idx`` from each conjunction of the mask's linear bounds (``mask_tiles.project_kv`` on numpy
 arrays); a request whose wrap guards may leave the i32 range sees its whole KV, as the kernel
@@ -21,8 +22,26 @@ from attnc.compiler import mask_tiles
 from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
 from attnc.runtime.planning.mask_ranges import _c_per_request, _plan_time_bounds
 
+
+def query_tiles(
+    q_lens: np.ndarray, tile_q_tokens: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(request, tile index, q_begin, q_end) of every query tile, requests in order (the
+    tiles the prefill planner ranges, ``prefill_plan_ranges.h``)."""
+    if tile_q_tokens <= 0:
+        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
+    q = np.asarray(q_lens, dtype=np.int64)
+    n = -(-q // tile_q_tokens)
+    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    j = np.arange(int(n.sum()), dtype=np.int64) - first[req]
+    q0 = j * tile_q_tokens
+    q1 = np.minimum(q0 + tile_q_tokens, q[req])
+    return req, j, q0, q1
+
+
 # (request, q_begin, q_end, q_lens, kv_lens) -> (kv_begin, kv_end): the KV each query tile may
-# see (tiles in ``mask_ranges.query_tiles`` order).
+# see (tiles in ``query_tiles`` order).
 TileRanges = Callable[
     [np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]
 ]

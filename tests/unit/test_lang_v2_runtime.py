@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from mask_ranges_oracle import tile_kv_ranges
+from mask_ranges_oracle import query_tiles, tile_kv_ranges
 
 import attnc
 from attnc.compiler import mask_tiles
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning import tile_map
-from attnc.runtime.planning.mask_ranges import PlannedMask, query_tiles
+from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.plan_params import (
     TensorStamp,
     check_planned_tensors,

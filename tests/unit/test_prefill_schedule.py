@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
-from mask_ranges_oracle import tile_kv_ranges
+from mask_ranges_oracle import query_tiles, tile_kv_ranges
 
 import attnc
-from attnc.runtime.planning.mask_ranges import query_tiles, tile_range_program
+from attnc.runtime.planning.mask_ranges import tile_range_program
 
 
 def test_query_tiles():

@@ -32,23 +32,6 @@ from attnc.runtime.planning.plan_params import (
 )
 
 
-def query_tiles(
-    q_lens: np.ndarray, tile_q_tokens: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(request, tile index, q_begin, q_end) of every query tile, requests in order (the
-    tiles the prefill planner ranges, ``prefill_plan_ranges.h``)."""
-    if tile_q_tokens <= 0:
-        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
-    q = np.asarray(q_lens, dtype=np.int64)
-    n = -(-q // tile_q_tokens)
-    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), n)
-    first = np.cumsum(n) - n
-    j = np.arange(int(n.sum()), dtype=np.int64) - first[req]
-    q0 = j * tile_q_tokens
-    q1 = np.minimum(q0 + tile_q_tokens, q[req])
-    return req, j, q0, q1
-
-
 def _plan_time_bounds(
     analysis: MaskAnalysis,
     params: Mapping[str, object] | None,

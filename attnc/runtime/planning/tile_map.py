@@ -80,8 +80,8 @@ def build_on_device(
 
 @dataclass(frozen=True)
 class TileMapSummary:
-    """Per query tile (in ``mask_ranges.query_tiles`` order): the flat index of its map
-    row, its first and one-past-last non-empty column (both 0 when all EMPTY), and the
+    """Per query tile (requests in order, tiles in order within each): the flat index of its
+    map row, its first and one-past-last non-empty column (both 0 when all EMPTY), and the
     cumulative count of non-empty entries over the whole map (for chunk costs)."""
 
     row_start: np.ndarray  # int64 [tiles]
