@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from mask_ranges_oracle import TileRanges  # the KV each tile may see
+from mask_ranges_oracle import TileRanges, query_tiles  # the KV each tile may see; the tiles
 
 from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS, kv_token_starts
 from attnc.runtime.planning.prefill_plan import plan_kv_lengths as _kv_lengths
@@ -59,22 +59,6 @@ class OracleSchedule:
     @property
     def num_merge(self) -> int:
         return int(self.merge_items.shape[0])
-
-
-def query_tiles(
-    q_lens: np.ndarray, tile_q_tokens: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(request, tile index, q_begin, q_end) of every query tile, requests in order."""
-    if tile_q_tokens <= 0:
-        raise ValueError(f"tile_q_tokens: must be positive, got {tile_q_tokens}")
-    q = np.asarray(q_lens, dtype=np.int64)
-    n = -(-q // tile_q_tokens)
-    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), n)
-    first = np.cumsum(n) - n
-    j = np.arange(int(n.sum()), dtype=np.int64) - first[req]
-    q0 = j * tile_q_tokens
-    q1 = np.minimum(q0 + tile_q_tokens, q[req])
-    return req, j, q0, q1
 
 
 def _chunking(
