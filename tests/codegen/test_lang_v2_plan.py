@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from tile_map_oracle import doc_causal_map
 
 import attnc
 from attnc.runtime import abi
@@ -34,18 +35,7 @@ DOC_CAUSAL = """variant doc_causal {
 
 def brute_force_builder(values, q_lens, kv_lens, tile, block):
     """The doc_causal map from the doc ids (numpy, every pair)."""
-    doc = values["doc"].numpy()
-    out, start = [], 0
-    for ql, kl in zip(q_lens, kv_lens, strict=True):
-        d = doc[start : start + kl]
-        q_pos = np.arange(ql) + kl - ql
-        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & (d[None, :] == d[q_pos][:, None])
-        for q0 in range(0, ql, tile):
-            for k0 in range(0, kl, block):
-                box = vis[q0 : q0 + tile, k0 : k0 + block]
-                out.append(0 if not box.any() else (1 if box.all() else 2))
-        start += kl
-    return np.array(out, dtype=np.uint8)
+    return doc_causal_map(values["doc"].numpy(), q_lens, kv_lens, tile, block)
 
 
 def documents(lengths: list[int]) -> torch.Tensor:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 import torch
+from tile_map_oracle import doc_causal_map
 
 import attnc
 from attnc.runtime.wrappers import prefill_launch
@@ -165,20 +165,6 @@ def test_batch_prefill(name, layout, backend):
         _check(variant, q[a:b], k[c:e], v[c:e], o[a:b], lse[a:b], one(i))
 
 
-def _brute_force_map(doc, q_lens, kv_lens, tile, block=64):
-    out, start = [], 0
-    for ql, kl in zip(q_lens, kv_lens, strict=True):
-        d = doc[start : start + kl]
-        q_pos = np.arange(ql) + kl - ql
-        vis = (np.arange(kl)[None, :] <= q_pos[:, None]) & (d[None, :] == d[q_pos][:, None])
-        for q0 in range(0, ql, tile):
-            for k0 in range(0, kl, block):
-                box = vis[q0 : q0 + tile, k0 : k0 + block]
-                out.append(0 if not box.any() else (1 if box.all() else 2))
-        start += kl
-    return np.array(out, dtype=np.uint8)
-
-
 @pytest.mark.parametrize("backend", ["fa2", "sm90"])
 @pytest.mark.parametrize("seed", range(3))
 def test_device_tile_map_is_exact(backend, seed):
@@ -199,7 +185,7 @@ def test_device_tile_map_is_exact(backend, seed):
            torch.tensor([0, *itertools.accumulate(kv_lens)], **i32), HQ, HKV, D,
            params={"doc": doc})  # fmt: skip
     meta = dict(zip(prefill_launch.META_FIELDS, w._meta, strict=True))
-    want = _brute_force_map(doc.cpu().numpy(), q_lens, kv_lens, meta["tile_q_tokens"])
+    want = doc_causal_map(doc.cpu().numpy(), q_lens, kv_lens, meta["tile_q_tokens"])
     off = meta["off_tile_map"]
     got = w._workspace[off : off + want.size].cpu().numpy()
     assert (got == want).all()
