@@ -1,40 +1,43 @@
-"""Times one prefill row four ways in one process, to separate the timing method from the
-kernel: triton's ``do_bench`` with its L2 flush (the suite's method), back-to-back CUDA events
-over 20 calls with warm L2 (the kernel harness's method), the same under a CUDA graph, and the
-device time of the attention kernel alone (``torch.profiler``, a planned
-``BatchPrefillWrapper`` run 20 times: no plan, no other kernel in the figure).
+"""Times prefill rows several ways in one process, to separate the timing method from the
+kernel. Every figure times a planned ``BatchPrefillWrapper.run()`` (plan once):
 
-Usage: ``python -m benchmarks.timing_probe [--variant causal] [--len 8192] [--head-dim 128]``
-(needs a CUDA GPU). Prints one JSON line per backend.
+- ``do_bench_flush``: triton's ``do_bench`` with its 256 MB L2 flush before each call (the
+  suite's method);
+- ``stream``: 20 calls queued back to back between two CUDA events (warm L2, no host gaps);
+- ``kernels``: the device time of every kernel of one ``run()`` (``torch.profiler``, median
+  of 20 calls per kernel name), and their sum.
+
+Usage: ``python -m benchmarks.timing_probe [--rows causal:8192:128,...] [--backend sm90]``
+(needs a CUDA GPU). A row is ``variant:len:head_dim[:param=value...]``. Prints one JSON line
+per row.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from collections import defaultdict
 
 
-def _events_ms(fn, reps: int = 20) -> float:
+def _stream_ms(fn, reps: int = 20) -> float:
+    """Milliseconds per call of ``reps`` calls queued back to back."""
     import torch
 
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return times[len(times) // 2]
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
 
 
-def _kernel_only_ms(run, reps: int = 20) -> float:
-    """Median device time of the prefill kernel of ``run()`` (profiler events whose name
-    holds ``prefill``)."""
+def _kernel_ms(run, reps: int = 20) -> dict[str, float]:
+    """Median device milliseconds of each kernel name of ``run()``."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -46,65 +49,64 @@ def _kernel_only_ms(run, reps: int = 20) -> float:
         for _ in range(reps):
             run()
         torch.cuda.synchronize()
-    times = sorted(
-        e.time_range.elapsed_us() / 1e3
-        for e in prof.events()
-        if e.device_type == DeviceType.CUDA and "prefill" in e.name
-    )
-    return times[len(times) // 2] if times else float("nan")
+    times: dict[str, list[float]] = defaultdict(list)
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            times[e.name[:60]].append(e.time_range.elapsed_us() / 1e3)
+    return {name: statistics.median(t) * len(t) / reps for name, t in times.items()}
 
 
-def main() -> None:
-    """Parse the arguments, time the row per backend, print JSON lines."""
+def _row(spec: str, backend: str, ncu: bool = False) -> dict:
     import torch
     from triton import testing
 
     import attnc
 
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--variant", default="causal")
-    ap.add_argument("--len", type=int, default=8192)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--heads", default="32/8")
-    args = ap.parse_args()
-    hq, hkv = (int(x) for x in args.heads.split("/"))
-    n, d = args.len, args.head_dim
+    name, n_text, d_text, *assignments = spec.split(":")
+    n, d = int(n_text), int(d_text)
+    params = {k: float(v) if "." in v else int(v) for k, v in (a.split("=") for a in assignments)}
+    hq, hkv = 32, 8
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    variant = attnc.load(f"stdlib:{args.variant}")
-    flops = 4.0 * n * n * d * hq / 2  # causal: half the pairs
-    for backend in ("sm90", "fa2"):
+    variant = attnc.load(f"stdlib:{name}")
+    wrapper = attnc.BatchPrefillWrapper(
+        variant, torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), backend=backend
+    )
+    indptr = torch.tensor([0, n], dtype=torch.int32)
+    wrapper.plan(indptr, indptr, hq, hkv, d, dtype=torch.bfloat16, params=params or None)
 
-        def call(backend=backend):
-            return variant.prefill(q, k, v, backend=backend)
+    def run():
+        return wrapper.run(q, (k, v), **params)
 
-        call()
+    if ncu:  # under Nsight Compute: a few launches, no timing
+        for _ in range(5):
+            run()
         torch.cuda.synchronize()
-        flush_ms = testing.do_bench(call, warmup=25, rep=100, return_mode="median")
-        events_ms = _events_ms(call)
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            call()
-            torch.cuda.synchronize()
-            with torch.cuda.graph(graph):
-                call()
-        graph_ms = _events_ms(graph.replay)
-        wrapper = attnc.BatchPrefillWrapper(
-            variant, torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), backend=backend
-        )
-        indptr = torch.tensor([0, n], dtype=torch.int32)
-        wrapper.plan(indptr, indptr, hq, hkv, d, dtype=torch.bfloat16)
-        kernel_ms = _kernel_only_ms(lambda w=wrapper: w.run(q, (k, v)))
-        print(json.dumps({
-            "backend": backend, "variant": args.variant, "len": n, "head_dim": d,
-            "tflops_do_bench_flush": round(flops / flush_ms / 1e9, 1),
-            "tflops_events_warm": round(flops / events_ms / 1e9, 1),
-            "tflops_graph_warm": round(flops / graph_ms / 1e9, 1),
-            "tflops_kernel_only": round(flops / kernel_ms / 1e9, 1),
-        }), flush=True)  # fmt: skip
+        return {"row": spec, "backend": backend, "ncu": True}
+    run()
+    torch.cuda.synchronize()
+    flush_ms = testing.do_bench(run, warmup=25, rep=100, return_mode="median")
+    stream_ms = _stream_ms(run)
+    kernels = _kernel_ms(run)
+    return {
+        "row": spec, "backend": backend,
+        "ms_do_bench_flush": round(flush_ms, 4), "ms_stream": round(stream_ms, 4),
+        "ms_kernels": {k: round(v, 4) for k, v in kernels.items()},
+        "ms_kernels_sum": round(sum(kernels.values()), 4),
+    }  # fmt: skip
+
+
+def main() -> None:
+    """Parse the arguments, time each row, print JSON lines."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rows", default="causal:8192:128")
+    ap.add_argument("--backend", default="sm90")
+    ap.add_argument("--ncu", action="store_true", help="launch only (under Nsight Compute)")
+    args = ap.parse_args()
+    for spec in args.rows.split(","):
+        print(json.dumps(_row(spec, args.backend, args.ncu)), flush=True)
 
 
 if __name__ == "__main__":
