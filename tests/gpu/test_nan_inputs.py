@@ -108,3 +108,28 @@ def test_decode_nan_in_q_and_k(lens):
     assert torch.equal(torch.isnan(lse).cpu(), expect)
     assert torch.equal(torch.isnan(o).all(-1).cpu(), expect)
     assert torch.isfinite(o[~expect.cuda()]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prefill_nan_keys_past_a_range_never_reach_it(backend):
+    """A NaN key at row 120 of request 0 and NaN K and V in the whole next request. A query
+    tile's last KV tile ends inside the tensor (request 0's tile [128, 192) ends at key 192,
+    followed by request 1's NaN rows): whatever a template reads past a range's end must never
+    reach O. Request 0's rows before the NaN key stay exact, the rows that see a NaN key are
+    NaN."""
+    variant = attnc.load("stdlib:causal")
+    lens = [200, 48]
+    q, k, v = _qkv(sum(lens), sum(lens), seed=5)
+    k[120] = math.nan
+    k[lens[0] :] = math.nan
+    v[lens[0] :] = math.nan
+    indptr = torch.tensor([0, lens[0], sum(lens)], **I32)
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    w = attnc.BatchPrefillWrapper(variant, ws, backend=backend)
+    w.plan(indptr, indptr, HQ, HKV, D, dtype=torch.bfloat16)
+    o, lse = w.run(q, (k, v), return_lse=True)
+    n = lens[0]
+    ref_o, ref_lse = variant.reference(q[:n].float(), k[:n].float(), v[:n].float(), return_lse=True)
+    torch.testing.assert_close(o[:120].float(), ref_o[:120], atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(lse[:120], ref_lse[:120], atol=2e-2, rtol=2e-2)
+    assert torch.isnan(lse[120:]).all()
