@@ -20,7 +20,7 @@ import numpy as np
 
 from attnc.compiler import mask_tiles
 from attnc.compiler.mask_analysis import Conjunction, MaskAnalysis
-from attnc.runtime.planning.mask_ranges import _c_per_request, _plan_time_bounds
+from attnc.runtime.planning.mask_ranges import constants_per_request, plan_time_bounds
 
 
 def query_tiles(
@@ -62,7 +62,7 @@ def tile_kv_ranges(
     ``params`` holds i32 param values known at plan time (others are ignored);
     ``batch_tensors`` host int64 arrays ``[batch]`` of the ``batch_size`` tensors the bounds
     read as ``t[batch]`` (one value per request, like a scalar per request)."""
-    bounds = _plan_time_bounds(analysis, params, batch_tensors)
+    bounds = plan_time_bounds(analysis, params, batch_tensors)
     if bounds is None:
         return None
     known, per_req, terms = bounds
@@ -114,7 +114,7 @@ def _may_wrap(
     q_top = np.maximum(np.asarray(q_lens, dtype=np.int64) - 1, 0)
     k_top = np.maximum(np.asarray(kv_lens, dtype=np.int64) - 1, 0)
     for g in analysis.wrap_guards:
-        c = _c_per_request(g, q_lens, kv_lens, params, per_req)
+        c = constants_per_request(g, q_lens, kv_lens, params, per_req)
         low = c + min(g.cq, 0) * q_top + min(g.ck, 0) * k_top
         high = c + max(g.cq, 0) * q_top + max(g.ck, 0) * k_top
         out |= (low < -(2**31)) | (high > 2**31 - 1)
@@ -132,7 +132,7 @@ def _conjunction_range(
     per_req: Mapping[str, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """Half-open KV range of one conjunction for every tile ``[q0, q1)`` of request ``req``."""
-    cs = [_c_per_request(x, q_lens, kv_lens, params, per_req) for x in cons]
+    cs = [constants_per_request(x, q_lens, kv_lens, params, per_req) for x in cons]
     values: list[_Cons] = [(x.cq, x.ck, c[req]) for x, c in zip(cons, cs, strict=True)]
     lo, hi = mask_tiles.project_kv(
         values, q0, q1 - 1, np.zeros_like(q0), kv_lens[req] - 1, bound=array_bound

@@ -32,7 +32,7 @@ from attnc.runtime.planning.plan_params import (
 )
 
 
-def _plan_time_bounds(
+def plan_time_bounds(
     analysis: MaskAnalysis,
     params: Mapping[str, object] | None,
     batch_tensors: Mapping[str, np.ndarray] | None,
@@ -84,7 +84,10 @@ class RangeProgram:
         if not self.by_request:
             return None
         return np.stack(
-            [_c_per_request(x, q_lens, kv_lens, self.params, self.per_req) for x in self.by_request]
+            [
+                constants_per_request(x, q_lens, kv_lens, self.params, self.per_req)
+                for x in self.by_request
+            ]
         )
 
 
@@ -98,7 +101,7 @@ def tile_range_program(
     tensors the bounds read as ``t[batch]``): the rows of the prefill planner's tiles and of
     the decode step's requests. None when every tile may see the whole KV (no mask, an opaque
     mask, or one whose bounds read a param not given)."""
-    bounds = _plan_time_bounds(analysis, params, batch_tensors)
+    bounds = plan_time_bounds(analysis, params, batch_tensors)
     if bounds is None:
         return None
     known, per_req, terms = bounds
@@ -273,7 +276,7 @@ def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
     return True
 
 
-def _c_per_request(
+def constants_per_request(
     x: LinearConstraint,
     q_lens: np.ndarray,
     kv_lens: np.ndarray,
