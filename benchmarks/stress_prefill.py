@@ -57,7 +57,15 @@ def main() -> None:
     if args.child is not None:
         child(args.child, args.calls, args.backend)
         return
-    for name in args.variants.split(","):
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown or args.calls < 1 or not args.deadline > 0:
+        ap.error(
+            f"--variants: unknown {unknown} (known: {', '.join(VARIANTS)})"
+            if unknown
+            else "--calls must be >= 1 and --deadline > 0"
+        )
+    for name in names:
         cmd = [sys.executable, "-m", "benchmarks.stress_prefill", "--child", name,
                "--calls", str(args.calls), "--backend", args.backend]  # fmt: skip
         try:

@@ -56,15 +56,34 @@ def _kernel_ms(run, reps: int = 20) -> dict[str, float]:
     return {name: statistics.median(t) * len(t) / reps for name, t in times.items()}
 
 
+def parse_row(spec: str) -> tuple[str, int, int, dict[str, int | float]]:
+    """``variant:len:head_dim[:param=value...]`` as (variant, len, head_dim, params); a
+    ValueError names the part that is wrong."""
+    parts = spec.split(":")
+    if len(parts) < 3:
+        raise ValueError(f"--rows: {spec!r} is not variant:len:head_dim[:param=value...]")
+    name, n_text, d_text, *assignments = parts
+    if not (n_text.isdigit() and d_text.isdigit()) or int(n_text) < 1 or int(d_text) < 1:
+        raise ValueError(f"--rows: {spec!r}: len and head_dim must be positive integers")
+    params: dict[str, int | float] = {}
+    for a in assignments:
+        key, eq, value = a.partition("=")
+        try:
+            params[key] = float(value) if "." in value else int(value)
+        except ValueError:
+            eq = ""
+        if not eq or not key:
+            raise ValueError(f"--rows: {spec!r}: {a!r} is not param=number")
+    return name, int(n_text), int(d_text), params
+
+
 def _row(spec: str, backend: str, ncu: bool = False) -> dict:
     import torch
     from triton import testing
 
     import attnc
 
-    name, n_text, d_text, *assignments = spec.split(":")
-    n, d = int(n_text), int(d_text)
-    params = {k: float(v) if "." in v else int(v) for k, v in (a.split("=") for a in assignments)}
+    name, n, d, params = parse_row(spec)
     hq, hkv = 32, 8
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -105,6 +124,11 @@ def main() -> None:
     ap.add_argument("--backend", default="sm90")
     ap.add_argument("--ncu", action="store_true", help="launch only (under Nsight Compute)")
     args = ap.parse_args()
+    for spec in args.rows.split(","):
+        try:
+            parse_row(spec)
+        except ValueError as exc:
+            ap.error(str(exc))
     for spec in args.rows.split(","):
         print(json.dumps(_row(spec, args.backend, args.ncu)), flush=True)
 

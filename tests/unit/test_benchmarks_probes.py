@@ -1,0 +1,76 @@
+"""The probes' argument checks and reports, without a GPU: ``timing_probe``'s row syntax and
+``stress_prefill``'s parent (its children are replaced by canned results)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import stress_prefill, timing_probe
+
+
+def test_timing_probe_rows_parse_with_params():
+    assert timing_probe.parse_row("causal:8192:128") == ("causal", 8192, 128, {})
+    assert timing_probe.parse_row("sliding_window:4096:64:window=1024:cap=2.5") == (
+        "sliding_window", 4096, 64, {"window": 1024, "cap": 2.5},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("causal:8192", "is not variant:len:head_dim"),
+        ("causal:8k:128", "positive integers"),
+        ("causal:0:128", "positive integers"),
+        ("causal:8192:128:window", "'window' is not param=number"),
+        ("causal:8192:128:window=abc", "'window=abc' is not param=number"),
+        ("causal:8192:128:=3", "'=3' is not param=number"),
+    ],
+)
+def test_timing_probe_bad_rows_name_the_part(spec, words):
+    with pytest.raises(ValueError, match=words) as err:
+        timing_probe.parse_row(spec)
+    assert repr(spec) in str(err.value)
+
+
+def _run_parent(monkeypatch, capsys, argv, outcome):
+    """stress_prefill's parent over ``argv`` with every child answered by ``outcome``."""
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append(cmd)
+        return outcome(cmd, kwargs["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(sys, "argv", ["stress_prefill", *argv])
+    stress_prefill.main()
+    return calls, capsys.readouterr().out.splitlines()
+
+
+def test_stress_reports_ok_hang_and_fail(monkeypatch, capsys):
+    def outcome(cmd, timeout):
+        name = cmd[cmd.index("--child") + 1]
+        if name == "prefix_lm":
+            raise subprocess.TimeoutExpired(cmd, timeout)
+        if name == "alibi":
+            return subprocess.CompletedProcess(cmd, 1, "", "warning\nRuntimeError: boom\n")
+        return subprocess.CompletedProcess(cmd, 0, "attnc: building\n0.8512\n", "a warning\n")
+
+    argv = ["--variants", "causal,prefix_lm,alibi", "--calls", "7", "--deadline", "5"]
+    calls, lines = _run_parent(monkeypatch, capsys, argv, outcome)
+    assert [c[c.index("--child") + 1] for c in calls] == ["causal", "prefix_lm", "alibi"]
+    assert all(c[c.index("--calls") + 1] == "7" for c in calls)
+    assert lines[0].split() == ["causal", "ok:", "7", "calls,", "0.8512", "ms", "per", "call"]
+    assert "HANG" in lines[1] and "7 calls did not finish in 5 s" in lines[1]
+    assert lines[2].startswith("alibi") and lines[2].endswith("FAIL: RuntimeError: boom")
+
+
+def test_stress_rejects_unknown_variants_before_any_child(monkeypatch, capsys):
+    def outcome(cmd, timeout):
+        raise AssertionError("no child may start")
+
+    with pytest.raises(SystemExit):
+        _run_parent(monkeypatch, capsys, ["--variants", "causal,nope"], outcome)
+    assert "unknown ['nope']" in capsys.readouterr().err
