@@ -1,8 +1,9 @@
 """Repeats each benchmark variant's 8K prefill many times, each variant in a child process
-with a deadline, to catch kernels that hang or fail only now and then (a single call, as in
-the GPU tests, can pass). Prints one line per variant: ``ok`` with the calls and the mean
-milliseconds per call, ``HANG`` when the child missed its deadline, or ``FAIL`` with the
-child's last error line.
+with a deadline, to catch kernels that hang, fail or race only now and then (a single call,
+as in most GPU tests, can pass). The kernels are deterministic, so the last call's output
+must equal the first bit for bit. Prints one line per variant: ``ok`` with the calls and the
+mean milliseconds per call, ``HANG`` when the child missed its deadline, ``DIFFERS`` when
+the last output is not the first, or ``FAIL`` with the child's last error line.
 
     python -m benchmarks.stress_prefill [--variants causal,prefix_lm] [--calls 300]
         [--backend auto|sm90|fa2] [--deadline 60]
@@ -36,13 +37,15 @@ def child(name: str, calls: int, backend: str) -> None:
     wrapper = attnc.BatchPrefillWrapper(attnc.load(f"stdlib:{spec.stdlib}"), ws, backend=backend)
     indptr = torch.tensor([0, n], dtype=torch.int32)
     wrapper.plan(indptr, indptr, hq, hkv, d, dtype=torch.bfloat16, params=spec.scalar_params)
-    wrapper.run(q, (k, v), **params)
+    first = wrapper.run(q, (k, v), **params).clone()
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(calls):
-        wrapper.run(q, (k, v), **params)
+        out = wrapper.run(q, (k, v), **params)
     torch.cuda.synchronize()
-    print(f"{(time.perf_counter() - start) * 1e3 / calls:.4f}", flush=True)
+    ms = (time.perf_counter() - start) * 1e3 / calls
+    same = torch.equal(out.view(torch.int16), first.view(torch.int16))  # NaN-safe, bitwise
+    print(f"{ms:.4f} {'same' if same else 'differs'}", flush=True)
 
 
 def main() -> None:
@@ -74,10 +77,13 @@ def main() -> None:
             print(f"{name:16} HANG: {args.calls} calls did not finish in {args.deadline:.0f} s")
             continue
         out, err = done.stdout.strip().splitlines(), done.stderr.strip().splitlines()
-        if done.returncode != 0 or not out:
+        words = out[-1].split() if out else []
+        if done.returncode != 0 or len(words) != 2:
             print(f"{name:16} FAIL: {err[-1] if err else f'exit {done.returncode}'}")
+        elif words[1] != "same":
+            print(f"{name:16} DIFFERS: the output of call {args.calls + 1} is not the first's")
         else:
-            print(f"{name:16} ok: {args.calls} calls, {out[-1]} ms per call")
+            print(f"{name:16} ok: {args.calls} calls, {words[0]} ms per call")
 
 
 if __name__ == "__main__":

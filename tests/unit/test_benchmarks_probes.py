@@ -56,15 +56,18 @@ def test_stress_reports_ok_hang_and_fail(monkeypatch, capsys):
             raise subprocess.TimeoutExpired(cmd, timeout)
         if name == "alibi":
             return subprocess.CompletedProcess(cmd, 1, "", "warning\nRuntimeError: boom\n")
-        return subprocess.CompletedProcess(cmd, 0, "attnc: building\n0.8512\n", "a warning\n")
+        if name == "softcap":
+            return subprocess.CompletedProcess(cmd, 0, "0.9000 differs\n", "")
+        return subprocess.CompletedProcess(cmd, 0, "attnc: building\n0.8512 same\n", "warn\n")
 
-    argv = ["--variants", "causal,prefix_lm,alibi", "--calls", "7", "--deadline", "5"]
+    argv = ["--variants", "causal,prefix_lm,alibi,softcap", "--calls", "7", "--deadline", "5"]
     calls, lines = _run_parent(monkeypatch, capsys, argv, outcome)
-    assert [c[c.index("--child") + 1] for c in calls] == ["causal", "prefix_lm", "alibi"]
+    assert [c[c.index("--child") + 1] for c in calls] == ["causal", "prefix_lm", "alibi", "softcap"]
     assert all(c[c.index("--calls") + 1] == "7" for c in calls)
     assert lines[0].split() == ["causal", "ok:", "7", "calls,", "0.8512", "ms", "per", "call"]
     assert "HANG" in lines[1] and "7 calls did not finish in 5 s" in lines[1]
     assert lines[2].startswith("alibi") and lines[2].endswith("FAIL: RuntimeError: boom")
+    assert lines[3].startswith("softcap") and "DIFFERS: the output of call 8" in lines[3]
 
 
 def test_stress_rejects_unknown_variants_before_any_child(monkeypatch, capsys):
