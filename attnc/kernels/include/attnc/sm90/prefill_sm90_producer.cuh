@@ -270,6 +270,14 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
           info.flags |= StageInfo::kCpAsync;
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
+      // The four producer warps stay within one stage of each other. Every producer thread
+      // waits on the empty barriers by phase parity, which tells apart phases one apart
+      // only, while a TMA stage is issued by warp 0 alone (ragged) or by lanes of each warp
+      // (paged) and nothing else joins the warps (a cp.async stage does). A warp left two
+      // phases behind (a producer slower per tile than the consumers, such as a union
+      // classify in local memory) would wait for a phase completed twice already and,
+      // after the CTA's last stage, for ever.
+      named_sync(kProducerBarrier, 128);
       if (++stage == Shape::kStages) {
         stage = 0;
         phase ^= 1;
