@@ -24,12 +24,12 @@ def _render_constraints(cons: Conjunction, render_expr: RenderExpr) -> str:
     return f"const attnc::LinearConstraint cons[{n}] = {{\n" + "\n".join(rows) + "\n  };\n"
 
 
-def _render_union(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
-    """The flattened constraints of a union's terms, then ``counts`` (constraints per term)."""
+def _render_union(analysis: MaskAnalysis, render_expr: RenderExpr) -> tuple[str, str]:
+    """The flattened constraints of a union's terms, and the template arguments that give
+    each term's count."""
     flat = tuple(x for t in analysis.terms for x in t)
     counts = ", ".join(str(len(t)) for t in analysis.terms)
-    n = len(analysis.terms)
-    return _render_constraints(flat, render_expr) + f"  const int counts[{n}] = {{{counts}}};\n"
+    return _render_constraints(flat, render_expr), counts
 
 
 def _render_wrap_check(analysis: MaskAnalysis, render_expr: RenderExpr, answer: str) -> str:
@@ -60,17 +60,17 @@ def _render_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     kv_len = render_expr(ir.Builtin("kv_len", ir.I32))
     if analysis.kind == "union":
         n = len(analysis.terms)
+        cons, counts = _render_union(analysis, render_expr)
         return (
-            _render_union(analysis, render_expr)
-            + f"  return attnc::linear_union_kv_range(cons, counts, {n}, q_idx_begin, q_idx_end, "
-            f"{kv_len});"
+            cons + f"  return attnc::linear_union_kv_range<{counts}>(cons, q_idx_begin, "
+            f"q_idx_end, {kv_len});"
         )
     if analysis.kind != "linear" or not analysis.constraints:
         return f"return attnc::full_kv_range(q_idx_begin, q_idx_end, {kv_len});"
     n = len(analysis.constraints)
     return (
         _render_constraints(analysis.constraints, render_expr)
-        + f"  return attnc::linear_kv_range(cons, {n}, q_idx_begin, q_idx_end, {kv_len});"
+        + f"  return attnc::linear_kv_range<{n}>(cons, q_idx_begin, q_idx_end, {kv_len});"
     )
 
 
@@ -93,15 +93,15 @@ def _render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
     if analysis.kind == "opaque":
         return "return attnc::opaque_classify(q_idx0, q_idx1, kv0, kv1);"
     if analysis.kind == "union":
-        n = len(analysis.terms)
+        cons, counts = _render_union(analysis, render_expr)
         return (
-            _render_union(analysis, render_expr)
-            + f"  return attnc::linear_union_classify(cons, counts, {n}, q_idx0, q_idx1, kv0, kv1);"
+            cons
+            + f"  return attnc::linear_union_classify<{counts}>(cons, q_idx0, q_idx1, kv0, kv1);"
         )
     if analysis.kind == "none" or not analysis.constraints:
         return "return attnc::unmasked_classify(q_idx0, q_idx1, kv0, kv1);"
     n = len(analysis.constraints)
     return (
         _render_constraints(analysis.constraints, render_expr)
-        + f"  return attnc::linear_classify(cons, {n}, q_idx0, q_idx1, kv0, kv1);"
+        + f"  return attnc::linear_classify<{n}>(cons, q_idx0, q_idx1, kv0, kv1);"
     )

@@ -231,7 +231,7 @@ def test_causal_body_text():
         "      {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len)"
         " + -1LL * static_cast<long long>(r.q_len)},\n"
         "  };\n"
-        "  return attnc::linear_kv_range(cons, 1, q_idx_begin, q_idx_end, r.kv_len);"
+        "  return attnc::linear_kv_range<1>(cons, q_idx_begin, q_idx_end, r.kv_len);"
     )
 
 
@@ -244,9 +244,8 @@ def test_prefix_lm_union_body_text():
         "      {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len)"
         " + -1LL * static_cast<long long>(r.q_len)},\n"
         "  };\n"
-        "  const int counts[2] = {1, 1};\n"
-        "  return attnc::linear_union_classify(cons, counts, 2, q_idx0, q_idx1, kv0, kv1);"
+        "  return attnc::linear_union_classify<1, 1>(cons, q_idx0, q_idx1, kv0, kv1);"
     )
     assert render_kv_range(a, render_expr).endswith(
-        "  return attnc::linear_union_kv_range(cons, counts, 2, q_idx_begin, q_idx_end, r.kv_len);"
+        "  return attnc::linear_union_kv_range<1, 1>(cons, q_idx_begin, q_idx_end, r.kv_len);"
     )

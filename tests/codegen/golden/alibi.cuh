@@ -73,13 +73,13 @@ struct Variant_alibi {
     const attnc::LinearConstraint cons[1] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
-      return attnc::linear_kv_range(cons, 1, q_idx_begin, q_idx_end, r.kv_len);
+      return attnc::linear_kv_range<1>(cons, q_idx_begin, q_idx_end, r.kv_len);
   }
 
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
     const attnc::LinearConstraint cons[1] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
-      return attnc::linear_classify(cons, 1, q_idx0, q_idx1, kv0, kv1);
+      return attnc::linear_classify<1>(cons, q_idx0, q_idx1, kv0, kv1);
   }
 };

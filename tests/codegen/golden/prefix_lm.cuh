@@ -72,8 +72,7 @@ struct Variant_prefix_lm {
           {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.p_prefix_len)},
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
-      const int counts[2] = {1, 1};
-      return attnc::linear_union_kv_range(cons, counts, 2, q_idx_begin, q_idx_end, r.kv_len);
+      return attnc::linear_union_kv_range<1, 1>(cons, q_idx_begin, q_idx_end, r.kv_len);
   }
 
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
@@ -81,7 +80,6 @@ struct Variant_prefix_lm {
           {0LL, -1LL, -1LL + 1LL * static_cast<long long>(p.p_prefix_len)},
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
       };
-      const int counts[2] = {1, 1};
-      return attnc::linear_union_classify(cons, counts, 2, q_idx0, q_idx1, kv0, kv1);
+      return attnc::linear_union_classify<1, 1>(cons, q_idx0, q_idx1, kv0, kv1);
   }
 };

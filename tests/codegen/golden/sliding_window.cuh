@@ -72,7 +72,7 @@ struct Variant_sliding_window {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
           {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window)},
       };
-      return attnc::linear_kv_range(cons, 2, q_idx_begin, q_idx_end, r.kv_len);
+      return attnc::linear_kv_range<2>(cons, q_idx_begin, q_idx_end, r.kv_len);
   }
 
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
@@ -80,6 +80,6 @@ struct Variant_sliding_window {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
           {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window)},
       };
-      return attnc::linear_classify(cons, 2, q_idx0, q_idx1, kv0, kv1);
+      return attnc::linear_classify<2>(cons, q_idx0, q_idx1, kv0, kv1);
   }
 };

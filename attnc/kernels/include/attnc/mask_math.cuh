@@ -52,8 +52,11 @@ ATTNC_HD void bound_kv(long long a, long long c, long long& lo, long long& hi) {
   }
 }
 
-// Narrow [lo, hi] to the kv values that some real q in [q_lo, q_hi] allows.
-ATTNC_HD void project_to_kv(const LinearConstraint* cons, int n, long long q_lo, long long q_hi,
+// Narrow [lo, hi] to the kv values that some real q in [q_lo, q_hi] allows. N, the number of
+// constraints, is a template argument so that the loops unroll and the constraints stay in
+// registers (a runtime count left them in local memory in the Hopper producer).
+template <int N>
+ATTNC_HD void project_to_kv(const LinearConstraint* cons, long long q_lo, long long q_hi,
                             long long& lo, long long& hi) {
   if (q_lo > q_hi) {
     lo = 1;
@@ -61,26 +64,28 @@ ATTNC_HD void project_to_kv(const LinearConstraint* cons, int n, long long q_lo,
     return;
   }
   // Index -1 stands for the box bound: q >= q_lo as a lower, q <= q_hi as an upper bound.
-  for (int i = -1; i < n; ++i) {
+  for (int i = -1; i < N; ++i) {
     const LinearConstraint l = i < 0 ? LinearConstraint{1, 0, -q_lo} : cons[i];
     if (l.cq <= 0) continue;
-    for (int j = -1; j < n; ++j) {
+    for (int j = -1; j < N; ++j) {
       const LinearConstraint u = j < 0 ? LinearConstraint{-1, 0, q_hi} : cons[j];
       if (u.cq >= 0) continue;
       const long long a = l.cq, b = -u.cq;
       bound_kv(a * u.ck + b * l.ck, a * u.c + b * l.c, lo, hi);
     }
   }
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < N; ++i) {
     if (cons[i].cq == 0) bound_kv(cons[i].ck, cons[i].c, lo, hi);
   }
 }
 
-// KV range of queries [q_begin, q_end) under a linear mask, clipped to [0, kv_len).
-ATTNC_HD KvRange linear_kv_range(const LinearConstraint* cons, int n, int q_begin, int q_end,
+// KV range of queries [q_begin, q_end) under a linear mask of N constraints, clipped to
+// [0, kv_len).
+template <int N>
+ATTNC_HD KvRange linear_kv_range(const LinearConstraint* cons, int q_begin, int q_end,
                                  int kv_len) {
   long long lo = 0, hi = static_cast<long long>(kv_len) - 1;
-  project_to_kv(cons, n, q_begin, static_cast<long long>(q_end) - 1, lo, hi);
+  project_to_kv<N>(cons, q_begin, static_cast<long long>(q_end) - 1, lo, hi);
   if (lo > hi) return KvRange{0, 0};
   return KvRange{static_cast<int>(lo), static_cast<int>(hi + 1)};
 }
@@ -91,15 +96,15 @@ ATTNC_HD KvRange full_kv_range(int q_begin, int q_end, int kv_len) {
   return KvRange{0, kv_len};
 }
 
-// Class of the tile [q0, q1) x [k0, k1) under a linear mask. The tile must lie inside the
-// valid range (0 <= q0 < q1 <= q_len, 0 <= k0 < k1 <= kv_len).
-ATTNC_HD TileClass linear_classify(const LinearConstraint* cons, int n, int q0, int q1, int k0,
-                                   int k1) {
+// Class of the tile [q0, q1) x [k0, k1) under a linear mask of N constraints. The tile must
+// lie inside the valid range (0 <= q0 < q1 <= q_len, 0 <= k0 < k1 <= kv_len).
+template <int N>
+ATTNC_HD TileClass linear_classify(const LinearConstraint* cons, int q0, int q1, int k0, int k1) {
   if (q0 >= q1 || k0 >= k1) return TileClass::kEmpty;
   long long lo = k0, hi = static_cast<long long>(k1) - 1;
-  project_to_kv(cons, n, q0, static_cast<long long>(q1) - 1, lo, hi);
+  project_to_kv<N>(cons, q0, static_cast<long long>(q1) - 1, lo, hi);
   if (lo > hi) return TileClass::kEmpty;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < N; ++i) {
     const long long q = cons[i].cq >= 0 ? q0 : static_cast<long long>(q1) - 1;
     const long long k = cons[i].ck >= 0 ? k0 : static_cast<long long>(k1) - 1;
     if (cons[i].cq * q + cons[i].ck * k + cons[i].c < 0) return TileClass::kPartial;
@@ -108,33 +113,39 @@ ATTNC_HD TileClass linear_classify(const LinearConstraint* cons, int n, int q0, 
 }
 
 // KV range of queries [q_begin, q_end) under a union of conjunctions: the hull of the terms'
-// non-empty ranges. Term t has counts[t] constraints, stored in cons after those of terms < t.
-ATTNC_HD KvRange linear_union_kv_range(const LinearConstraint* cons, const int* counts,
-                                       int n_terms, int q_begin, int q_end, int kv_len) {
-  KvRange out{0, 0};
-  bool any = false;
-  for (int t = 0; t < n_terms; cons += counts[t], ++t) {
-    const KvRange r = linear_kv_range(cons, counts[t], q_begin, q_end, kv_len);
-    if (r.begin >= r.end) continue;
-    out.begin = any && out.begin < r.begin ? out.begin : r.begin;
-    out.end = any && out.end > r.end ? out.end : r.end;
-    any = true;
+// non-empty ranges. The terms' constraint counts are the template arguments; term t's
+// constraints follow those of the terms before it in cons.
+template <int First, int... Rest>
+ATTNC_HD KvRange linear_union_kv_range(const LinearConstraint* cons, int q_begin, int q_end,
+                                       int kv_len) {
+  const KvRange r = linear_kv_range<First>(cons, q_begin, q_end, kv_len);
+  if constexpr (sizeof...(Rest) == 0) {
+    return r;
+  } else {
+    const KvRange rest = linear_union_kv_range<Rest...>(cons + First, q_begin, q_end, kv_len);
+    if (r.begin >= r.end) return rest;
+    if (rest.begin >= rest.end) return r;
+    return KvRange{r.begin < rest.begin ? r.begin : rest.begin,
+                   r.end > rest.end ? r.end : rest.end};
   }
-  return out;
 }
 
-// Class of the tile [q0, q1) x [k0, k1) under a union of conjunctions (layout as in
-// linear_union_kv_range): FULL if some term is FULL, EMPTY if every term is EMPTY.
-ATTNC_HD TileClass linear_union_classify(const LinearConstraint* cons, const int* counts,
-                                         int n_terms, int q0, int q1, int k0, int k1) {
-  if (q0 >= q1 || k0 >= k1) return TileClass::kEmpty;
-  bool all_empty = true;
-  for (int t = 0; t < n_terms; cons += counts[t], ++t) {
-    const TileClass c = linear_classify(cons, counts[t], q0, q1, k0, k1);
-    if (c == TileClass::kFull) return TileClass::kFull;
-    if (c != TileClass::kEmpty) all_empty = false;
+// Class of the tile [q0, q1) x [k0, k1) under a union of conjunctions (layout and template
+// arguments as in linear_union_kv_range): FULL if some term is FULL, EMPTY if every term is
+// EMPTY.
+template <int First, int... Rest>
+ATTNC_HD TileClass linear_union_classify(const LinearConstraint* cons, int q0, int q1, int k0,
+                                         int k1) {
+  const TileClass c = linear_classify<First>(cons, q0, q1, k0, k1);
+  if constexpr (sizeof...(Rest) == 0) {
+    return c;
+  } else {
+    if (c == TileClass::kFull) return c;
+    const TileClass rest = linear_union_classify<Rest...>(cons + First, q0, q1, k0, k1);
+    if (rest == TileClass::kFull) return rest;
+    return c == TileClass::kEmpty && rest == TileClass::kEmpty ? TileClass::kEmpty
+                                                               : TileClass::kPartial;
   }
-  return all_empty ? TileClass::kEmpty : TileClass::kPartial;
 }
 
 // Class of a tile when there is no mask (or it is constant true).
