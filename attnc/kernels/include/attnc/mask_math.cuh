@@ -27,11 +27,8 @@ struct LinearConstraint {
 ATTNC_HD long long min_ll(long long a, long long b) { return a < b ? a : b; }
 ATTNC_HD long long max_ll(long long a, long long b) { return a > b ? a : b; }
 
-// floor(a / b) for b > 0 (C++ division truncates toward zero). b = 1, the coefficient of
-// kv_idx in every stdlib mask, skips the 64-bit division (a subroutine on the GPU, which the
-// kernels' tile walks run once per tile).
+// floor(a / b) for b > 0 (C++ division truncates toward zero).
 ATTNC_HD long long floor_div(long long a, long long b) {
-  if (b == 1) return a;
   long long q = a / b;
   return (q * b != a && a < 0) ? q - 1 : q;
 }
