@@ -11,5 +11,5 @@ shift
 for tree in "$@"; do
   echo "=== $tree $(date +%T)"
   (cd "$tree" && ATTNC_CACHE_DIR="/tmp/attnc-ab-$(basename "$tree")" \
-     PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" python3 -m $cmd 2>&1 | grep -v "Warning")
+     PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" python3 -m $cmd 2>&1 | grep --line-buffered -v "Warning")
 done
