@@ -9,40 +9,37 @@
 #include "../mma.cuh"
 #include "../online_softmax.cuh"
 #include "../prefill_args.h"
-#include "prefill_sm90_item.cuh"
+#include "prefill_sm90_consumer_item.cuh"
 
 namespace attnc {
 namespace sm90 {
 
-// Row r = 64 * wg + 16 * warp + lane / 4 + 8 * h of the item's packed rows.
+// Row r = 64 * wg + 16 * warp + lane / 4 + 8 * h of item ci's packed rows.
 template <class V, class T, int D>
 __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, const V& var,
-                                                   const PrefillSm90Item& it, int w, int wg,
-                                                   const typename V::Row (&rows)[1][2],
-                                                   const float (&mult)[1][2],
-                                                   const float (&o)[1][D / 8][4],
-                                                   const float (&m)[1][2],
-                                                   const float (&l)[1][2]) {
+                                                   const ConsumerItem<V>& ci, int wg,
+                                                   const float (&o)[1][D / 8][4]) {
   constexpr int NO = D / 8;
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int g = lane / 4;
   const int tq = lane % 4;
-  const int part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
+  const int part_row = ci.part_row;
   T* o_ptr = static_cast<T*>(a.o);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = 64 * wg + 16 * warp + g + 8 * h;
-    const float c = V::kScoreIsIdentity ? mult[0][h] : 1.f;
+    const float c = V::kScoreIsIdentity ? ci.mult[0][h] : 1.f;
     SoftmaxRowEnd end =
-        output_row_end(var, rows[0][h], m[0][h], l[0][h], c, part_row < 0, /*poisoned=*/false);
+        output_row_end(var, ci.rows[0][h], ci.m[0][h], ci.l[0][h], c, part_row < 0,
+                       /*poisoned=*/false);
     if constexpr (!V::kUseSoftmax) {
-      end.lse = l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
+      end.lse = ci.l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
     }
-    if (r >= it.rows_valid) continue;
-    const int head = it.kv_head * it.group + r % it.group;
+    if (r >= ci.rows_valid) continue;
+    const int head = ci.kv_head * ci.group + r % ci.group;
     if (part_row >= 0) {
-      const int64_t prow = part_row + static_cast<int64_t>(r / it.group) * a.num_qo_heads + head;
+      const int64_t prow = part_row + static_cast<int64_t>(r / ci.group) * a.num_qo_heads + head;
       float* pdst = a.part_o + prow * D + 2 * tq;
 #pragma unroll
       for (int n = 0; n < NO; ++n)
@@ -51,7 +48,7 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       if (tq == 0) a.part_lse[prow] = end.lse;
       continue;
     }
-    const int token = it.q_start + it.q0 + r / it.group;
+    const int token = ci.q_start + ci.q0 + r / ci.group;
     T* dst = o_ptr + static_cast<int64_t>(token) * a.o_stride_tok +
              static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
 #pragma unroll
@@ -60,8 +57,8 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       float v1 = o[0][n][2 * h + 1] * end.inv;
       if constexpr (V::kHasOutput) {
         if (end.seen) {
-          v0 = var.output(rows[0][h], v0);
-          v1 = var.output(rows[0][h], v1);
+          v0 = var.output(ci.rows[0][h], v0);
+          v1 = var.output(ci.rows[0][h], v1);
         }
       }
       *reinterpret_cast<uint32_t*>(dst + n * 8) = mma::Dtype<T>::pack(v0, v1);

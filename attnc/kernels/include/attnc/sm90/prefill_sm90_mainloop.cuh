@@ -1,10 +1,12 @@
-// Owns: the KV loop of one Hopper consumer warpgroup (64 packed query rows) over one work
-// item: waits for each K/V stage and reads the producer's StageInfo (keys, class, last), S = Q K^T by wgmma from the swizzled Q tile and K stage,
-// score hooks and mask (PARTIAL tiles and the ragged end only), online softmax, and O += P V
-// with P in registers as the A operand and V read MN-major from its stage. Schedule:
-// S_{j+1} is issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
-// consumer warpgroups take turns issuing their GEMMs (named barriers), so one's softmax runs
-// under the other's GEMMs. Stages are handed back (empty barriers) as soon as read.
+// Owns: the consumer warpgroups of the Hopper prefill: each runs its 64 packed query rows of
+// every item of the CTA as one stream of K/V stages. Per stage: wait for K and the
+// producer's StageInfo (keys, class, last), S = Q K^T by wgmma from the swizzled Q tile and K
+// stage, score hooks and mask (PARTIAL tiles and the ragged end only), online softmax, and
+// O += P V with P in registers as the A operand and V read MN-major. Schedule: S_{j+1} is
+// issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
+// consumers take turns issuing their GEMMs (named barriers), so one's softmax runs under the
+// other's GEMMs; and items follow each other without draining (prefill_sm90_consume). Stages
+// are handed back (empty barriers) as soon as read.
 #pragma once
 
 #include <stdint.h>
@@ -18,6 +20,8 @@
 #include "consumer_softmax.cuh"
 #include "mbarrier.cuh"
 #include "prefill_sm90_config.cuh"
+#include "prefill_sm90_consumer_item.cuh"
+#include "prefill_sm90_epilogue.cuh"
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_producer.cuh"
 #include "smem_desc.cuh"
@@ -80,24 +84,28 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
   }
 }
 
-// The KV loop of consumer wg over the stages the producer publishes for one item (at least
-// one; a kNoTile stage leaves o, m, l as they are). cur is the consumer's pipeline position,
-// carried across items.
+// Consumer warpgroup wg (0 or 1): every item of this CTA, from its Q rows to its stores, as
+// one stream of stages. Within an item, S_{j+1} is issued with P_j V_j. Across items the stream
+// does not drain: when an item's last S has completed, the warpgroup starts the next item (its
+// Q copy and row set-up), and that item's first S is issued together with the last P V of the
+// one before, whose rows are stored while the new S is in softmax. An item without tiles
+// (kNoTile), or the CTA's last item, ends the stream's run: the last P V is waited for and the
+// rows stored, and the next item starts afresh.
 template <class V, class T, class Shape>
-__device__ __forceinline__ void prefill_sm90_kv_loop(
-    const PrefillSm90Params<V>& prm, const V& var, const PrefillSm90Smem<Shape>& sm, int wg, StageCursor& cur,
-    const typename V::Row (&rows)[1][2], const float (&mult)[1][2],
-    float (&o)[1][Shape::kHeadDim / 8][4], float (&m)[1][2], float (&l)[1][2]) {
+__device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
+                                                     const PrefillSm90Smem<Shape>& sm, int wg) {
   constexpr int D = Shape::kHeadDim;
   constexpr int KVT = Shape::kKvTile;
   constexpr int NS = KVT / 8;
   constexpr int KD = D / 16;
   constexpr int KK = KVT / 16;
+  const AttncPrefillArgs& a = prm.args;
   const int tq = (threadIdx.x % 32) % 4;
-  const float sm_scale = prm.args.sm_scale;
+  const float sm_scale = a.sm_scale;
   const uint32_t q_tile = sm.q() + wg * 64 * 128;  // this warpgroup's rows of each block
 
   const uint64_t q_desc = desc_k_major(q_tile, Shape::kRows, 0);
+  float o[1][D / 8][4];
   auto issue_s = [&](float (&s)[1][NS][4], int stage) {
     const uint64_t qd = opaque(q_desc);
     const uint64_t kd = desc_k_major(sm.k(stage), KVT, 0);
@@ -113,22 +121,30 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
       Wgmma<T, D>::template rs<1>(o[0], p[kk], desc_mn_major(sm.v(stage), KVT, kk), 1);
     wgmma_commit();
   };
-  // Score hooks and softmax of the S tile of `info`; returns whether O must be rescaled.
-  auto scores = [&](float (&s)[1][NS][4], const StageInfo& info, float (&alpha)[2]) -> bool {
+  auto zero_o = [&]() {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][n][e] = 0.f;
+  };
+  // Score hooks and softmax of the S tile of `info` for item c; returns whether O must be
+  // rescaled.
+  auto scores = [&](float (&s)[1][NS][4], const StageInfo& info, const V& var,
+                    ConsumerItem<V>& c, float (&alpha)[2]) -> bool {
     const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
                         info.kv1 - info.kv0 < KVT;
     if (masked) {
-      transform_scores<true>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
-      transform_scores<false>(var, rows, mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
-    if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, m, l);
-    if constexpr (V::kUseSoftmax) return softmax_step<V>(s, m, l, mult, alpha);
+    if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
+    if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
   };
   auto take_turn = [&]() { named_sync(kSchedBarrier + wg, 256); };
   auto pass_turn = [&]() { named_arrive(kSchedBarrier + (1 - wg), 256); };
-
+  StageCursor cur;
   // The next stage's K and what the producer says about it.
   auto wait_k = [&]() -> StageInfo {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
@@ -137,61 +153,124 @@ __device__ __forceinline__ void prefill_sm90_kv_loop(
     return info;
   };
 
-  StageInfo info = wait_k();
-  if (info.flags & StageInfo::kNoTile) {
-    mbar_arrive(sm.empty_k(cur.stage));
-    mbar_wait(sm.full_v(cur.stage), cur.phase);
-    mbar_arrive(sm.empty_v(cur.stage));
-    cur.advance<Shape::kStages>();
-    return;
-  }
+  // Consumer 0 issues first.
+  if (wg == 1) named_arrive(kSchedBarrier + 0, 256);
+  const ItemWalk walk = ItemWalk::make(a.num_work);
+  int r = 0;
+  ConsumerItem<V> ci;  // the item running
+  ConsumerItem<V> nx;  // the item after it, once started
+  bool have = start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, ci);
+  bool pending = false;  // the first stage of ci was already read (into `info`)
+  StageInfo info{};
   float s[1][NS][4];
   uint32_t p[KK][4];
   float alpha[2];
-  take_turn();
-  wgmma_fence();
-  issue_s(s, cur.stage);
-  pass_turn();
-  wgmma_wait<0>();
-  pin(s[0]);
-  mbar_arrive(sm.empty_k(cur.stage));
-  scores(s, info, alpha);  // O is still 0: no rescale
-  pack_p<T>(p, s);
-  StageCursor pv = cur;
-  bool pv_fence = info.flags & StageInfo::kCpAsync;
-  bool last = info.flags & StageInfo::kLast;
-  cur.advance<Shape::kStages>();
-
-  while (!last) {
-    info = wait_k();
-    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+  while (have) {
+    // A fresh run: ci's Q copy is issued, no wgmma is in flight.
+    zero_o();
+    set_up_rows(ci.functor(prm.params), sm_scale, wg, ci);
+    wait_q_rows(wg);
+    if (!pending) info = wait_k();
+    pending = false;
+    if (info.flags & StageInfo::kNoTile) {
+      mbar_arrive(sm.empty_k(cur.stage));
+      mbar_wait(sm.full_v(cur.stage), cur.phase);
+      mbar_arrive(sm.empty_v(cur.stage));
+      cur.advance<Shape::kStages>();
+      prefill_sm90_store<V, T, D>(a, ci.functor(prm.params), ci, wg, o);
+      have = start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, ci);
+      continue;
+    }
+    V var = ci.functor(prm.params);
     take_turn();
     wgmma_fence();
     issue_s(s, cur.stage);
-    issue_pv(p, pv.stage);
     pass_turn();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
     pin(s[0]);
     mbar_arrive(sm.empty_k(cur.stage));
-    const bool rescale = scores(s, info, alpha);
-    wgmma_wait<0>();
-    pin(o[0]);
-    pin(p);
-    mbar_arrive(sm.empty_v(pv.stage));
-    if (rescale) rescale_o(o, alpha);
+    bool last = info.flags & StageInfo::kLast;
+    bool have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
+    scores(s, info, var, ci, alpha);  // O is still 0: no rescale
     pack_p<T>(p, s);
-    pv = cur;
-    pv_fence = info.flags & StageInfo::kCpAsync;
-    last = info.flags & StageInfo::kLast;
+    StageCursor pv = cur;
+    bool pv_fence = info.flags & StageInfo::kCpAsync;
     cur.advance<Shape::kStages>();
+
+    for (;;) {
+      if (!last) {
+        info = wait_k();
+        wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+        take_turn();
+        wgmma_fence();
+        issue_s(s, cur.stage);
+        issue_pv(p, pv.stage);
+        pass_turn();
+        wgmma_wait<1>();
+        pin(s[0]);
+        mbar_arrive(sm.empty_k(cur.stage));
+        last = info.flags & StageInfo::kLast;
+        have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
+        const bool rescale = scores(s, info, var, ci, alpha);
+        wgmma_wait<0>();
+        pin(o[0]);
+        pin(p);
+        mbar_arrive(sm.empty_v(pv.stage));
+        if (rescale) rescale_o(o, alpha);
+        pack_p<T>(p, s);
+        pv = cur;
+        pv_fence = info.flags & StageInfo::kCpAsync;
+        cur.advance<Shape::kStages>();
+        continue;
+      }
+      // p holds ci's last tile; its P V is not issued yet.
+      if (have_next) info = wait_k();
+      if (!have_next || (info.flags & StageInfo::kNoTile)) {
+        wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+        wgmma_fence();
+        issue_pv(p, pv.stage);
+        wgmma_wait<0>();
+        pin(o[0]);
+        pin(p);
+        mbar_arrive(sm.empty_v(pv.stage));
+        prefill_sm90_store<V, T, D>(a, var, ci, wg, o);
+        have = have_next;
+        pending = have_next;
+        if (have_next) ci = nx;
+        break;
+      }
+      // The next item's first S goes out with ci's last P V; its rows are set up meanwhile.
+      wait_q_rows(wg);
+      wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+      take_turn();
+      wgmma_fence();
+      issue_s(s, cur.stage);
+      issue_pv(p, pv.stage);
+      pass_turn();
+      const V next_var = nx.functor(prm.params);
+      set_up_rows(next_var, sm_scale, wg, nx);
+      wgmma_wait<1>();
+      pin(s[0]);
+      mbar_arrive(sm.empty_k(cur.stage));
+      scores(s, info, next_var, nx, alpha);  // the next item's O starts at 0: no rescale
+      wgmma_wait<0>();
+      pin(o[0]);
+      pin(p);
+      mbar_arrive(sm.empty_v(pv.stage));
+      prefill_sm90_store<V, T, D>(a, var, ci, wg, o);
+      zero_o();
+      ci = nx;
+      var = next_var;
+      last = info.flags & StageInfo::kLast;
+      have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
+      pack_p<T>(p, s);
+      pv = cur;
+      pv_fence = info.flags & StageInfo::kCpAsync;
+      cur.advance<Shape::kStages>();
+    }
   }
-  wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
-  wgmma_fence();
-  issue_pv(p, pv.stage);
-  wgmma_wait<0>();
-  pin(o[0]);
-  pin(p);
-  mbar_arrive(sm.empty_v(pv.stage));
+  // Balance consumer 1's first arrival.
+  if (wg == 0) named_sync(kSchedBarrier + 0, 256);
 }
 
 }  // namespace sm90

@@ -1,0 +1,141 @@
+// Owns: what one Hopper consumer warpgroup keeps of a work item while it runs it: the
+// decoded item (the fields the epilogue and the functor need, read once), the packed rows'
+// hoisted values (V::row, the exp2 multiplier) and the online-softmax state (m, l, started at
+// the sink when the item owns it); and the copy of the warpgroup's 64 Q rows into the
+// swizzled Q tile (issued when the item starts, waited for before its first S = Q K^T).
+// Starting the next item while the current one finishes is what lets the KV loop
+// (prefill_sm90_mainloop.cuh) run from one item into the next without draining.
+#pragma once
+
+#include <math_constants.h>
+#include <stdint.h>
+
+#include "../cp_async.cuh"
+#include "../online_softmax.cuh"
+#include "../prefill_args.h"
+#include "../variant_contract.cuh"
+#include "prefill_sm90_config.cuh"
+#include "prefill_sm90_item.cuh"
+#include "prefill_sm90_params.cuh"
+#include "smem_desc.cuh"
+#include "warpgroup.cuh"
+
+namespace attnc {
+namespace sm90 {
+
+// Consumer wg copies its 64 rows of item `it`'s Q tile into the swizzled Q tile (rows past
+// the item zero-filled), once every warp of the warpgroup is done reading the tile (their
+// last S = Q K^T has completed).
+template <class T, class Shape>
+__device__ __forceinline__ void issue_q_rows(const AttncPrefillArgs& a, const PrefillSm90Item& it,
+                                             uint32_t s_q, int wg) {
+  constexpr int CH = Shape::kHeadDim / 8;
+  constexpr int kRowStep = 128 / CH;
+  const int tid = threadIdx.x % 128;
+  const int c = tid % CH;
+  const T* q = static_cast<const T*>(a.q);
+  named_sync(kQBarrier + wg, 128);
+#pragma unroll
+  for (int i = 0; i < 64 / kRowStep; ++i) {
+    const int r = 64 * wg + tid / CH + i * kRowStep;
+    const bool ok = r < it.rows_valid;
+    const int rr = ok ? r : 0;
+    const int64_t off =
+        static_cast<int64_t>(it.q_start + it.q0 + rr / it.group) * a.q_stride_tok +
+        static_cast<int64_t>(it.kv_head * it.group + rr % it.group) * a.q_stride_head;
+    cp_async_16(s_q + swizzled_offset(Shape::kRows, r, c), q + off + c * 8, ok);
+  }
+  cp_async_commit();
+}
+
+// Waits for this thread's Q copies and makes the warpgroup's rows visible to its wgmma.
+__device__ __forceinline__ void wait_q_rows(int wg) {
+  cp_async_wait<0>();
+  fence_proxy_async();
+  named_sync(kQBarrier + wg, 128);
+}
+
+// One item as consumer warpgroup wg runs it.
+template <class V>
+struct ConsumerItem {
+  int w;          // work item index
+  int part_row;   // >= 0: a split tile's first partial row (ATTNC_PI_PART_ROW)
+  int q_start;    // the request's first query token
+  int q0;         // the tile's first query token in the request
+  int rows_valid; // packed rows of the tile
+  int group;
+  int kv_head;
+  RequestInfo request;
+  typename V::Row rows[1][2];
+  float mult[1][2];
+  float m[1][2];
+  float l[1][2];
+
+  __device__ __forceinline__ V functor(const typename V::Params& params) const {
+    return V(params, request);
+  }
+};
+
+// Finds the next item of this CTA at or after round r that has query rows (the producer skips
+// the same ones); r moves past it. False when none is left.
+__device__ __forceinline__ bool next_valid_item(const AttncPrefillArgs& a, const ItemWalk& walk,
+                                                int& r, int& w, PrefillSm90Item& it) {
+  for (; r < walk.rounds; ++r) {
+    w = walk.item(r);
+    if (w >= a.num_work) continue;
+    it = PrefillSm90Item::load(a, w);
+    if (it.valid()) {
+      ++r;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Starts the next valid item after round r into `ci`: decodes it and issues its Q copy (the
+// Q tile must be free: the previous item's last S has completed). Its rows are set up later
+// (set_up_rows), so that the set-up of an item started ahead does not hold registers while
+// the previous item finishes.
+template <class V, class T, class Shape>
+__device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, uint32_t s_q, int wg,
+                                                const ItemWalk& walk, int& r,
+                                                ConsumerItem<V>& ci) {
+  PrefillSm90Item it;
+  int w = 0;
+  if (!next_valid_item(a, walk, r, w, it)) return false;
+  issue_q_rows<T, Shape>(a, it, s_q, wg);
+  ci.w = w;
+  ci.part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
+  ci.q_start = it.q_start;
+  ci.q0 = it.q0;
+  ci.rows_valid = it.rows_valid;
+  ci.group = it.group;
+  ci.kv_head = it.kv_head;
+  ci.request = it.request_info(a);
+  return true;
+}
+
+// The rows of consumer warpgroup wg in item ci: their hoisted values (V::row, the exp2
+// multiplier) and the start of their online softmax (m = -inf, l = 0, or at the sink when
+// the item owns it).
+template <class V>
+__device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg,
+                                            ConsumerItem<V>& ci) {
+  const int warp = (threadIdx.x / 32) % 4;
+  const int g = (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = min(64 * wg + 16 * warp + g + 8 * h, ci.rows_valid - 1);
+    ci.rows[0][h] = var.row(ci.q0 + row / ci.group, ci.kv_head * ci.group + row % ci.group);
+    ci.mult[0][h] = V::kAffineScore ? var.score_scale(ci.rows[0][h]) * sm_scale * kLog2e : 1.f;
+    ci.m[0][h] = -CUDART_INF_F;
+    ci.l[0][h] = 0.f;
+  }
+  if constexpr (variant_has_sink<V>::value) {
+    // An unsplit item owns the sink (split tiles get it in the merge kernel).
+    if (ci.part_row < 0) start_rows_at_sink(var, ci.rows, ci.mult, ci.m, ci.l, threadIdx.x % 4 == 0);
+  }
+}
+
+}  // namespace sm90
+}  // namespace attnc
