@@ -112,11 +112,11 @@ def test_decode_nan_in_q_and_k(lens):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_prefill_nan_keys_past_a_range_never_reach_it(backend):
-    """A NaN key at row 120 of request 0 and NaN K and V in the whole next request. A query
-    tile's last KV tile ends inside the tensor (request 0's tile [128, 192) ends at key 192,
-    followed by request 1's NaN rows): whatever a template reads past a range's end must never
-    reach O. Request 0's rows before the NaN key stay exact, the rows that see a NaN key are
-    NaN."""
+    """A NaN key at row 120 of request 0 and NaN K and V in the whole next request. The
+    Hopper template loads the tail tile of a range ending at a multiple of 16 keys (request
+    0's query tile [128, 192) ends at key 192) through TMA as a whole tile, reading the next
+    request's rows, which S masks and P V skips; the FA2 template zero-fills them. Request 0's
+    rows before the NaN key stay exact, the rows that see a NaN key are NaN."""
     variant = attnc.load("stdlib:causal")
     lens = [200, 48]
     q, k, v = _qkv(sum(lens), sum(lens), seed=5)

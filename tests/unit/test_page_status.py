@@ -151,7 +151,8 @@ def test_status_clear_value_matches_header():
 
 def test_launch_args_carry_pool_size_and_status_word():
     """Prefill: num_pages from the cache's page count and the wrapper's word from the plan's
-    meta (ragged: neither); decode: num_pages per call, also on the cached-call path."""
+    meta (ragged: the token count, which bounds the Hopper template's TMA map, and no word);
+    decode: num_pages per call, also on the cached-call path."""
     from attnc.runtime.checks.kv import KvViews
     from attnc.runtime.wrappers import decode_calls, decode_launch, prefill_launch
 
@@ -169,7 +170,7 @@ def test_launch_args_carry_pool_size_and_status_word():
     flat = torch.zeros(30, 2, 64, dtype=torch.bfloat16)
     ragged = prefill_launch.PrefillTensors(q, flat, flat, q, None, ws)
     args = prefill_launch.build_args(list(meta.values()), ragged, 0.1, params, 4)
-    assert (args.num_pages, args.page_status) == (0, None)
+    assert (args.num_pages, args.page_status) == (30, None)
 
     d_args = abi.AttncDecodeArgs()
     views = KvViews(k, v, abi.KV_PAGED_NHD, 7, 16)

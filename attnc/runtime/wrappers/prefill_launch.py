@@ -119,7 +119,7 @@ def build_args(
         variant_params=ctypes.addressof(params),
         variant_params_size=params_size,
         page_status=m["page_status"] or None,
-        num_pages=pool_size(k.shape[0]) if m["kv_layout"] != abi.KV_RAGGED else 0,
+        num_pages=pool_size(k.shape[0]),  # paged: pages; ragged: tokens
         kv_token_start=_ptr(workspace, m["off_kv_token_start"]),
         tile_map=_ptr(workspace, m["off_tile_map"]),
         tile_map_start=_ptr(workspace, m["off_tile_map_start"]),

@@ -79,7 +79,8 @@ typedef struct AttncPrefillArgs {
   // dereferenced, the rows of the work items that read it are written as NaN (O and LSE),
   // and the id is reported into *page_status (NULL: not reported). Ragged: unused.
   uint64_t* page_status;
-  int32_t num_pages;                // paged: pages in the KV cache (k.shape[0])
+  int32_t num_pages;                // paged: pages in the KV cache (k.shape[0]); ragged:
+                                    // tokens in k (k.shape[0]; 0: not given)
   // [batch + 1]: flattened index of request b's first KV token (prefix sums of kv_len over
   // requests, whatever the KV layout); RequestInfo::kv_start. NULL: 0 for every request.
   const int32_t* kv_token_start;

@@ -78,13 +78,15 @@ struct PrefillSm90Item {
                        kv_token_start_of(a.kv_token_start, request)};
   }
 
-  // The KV range: the variant's kv_range of the tile intersected with the item's chunk; and
-  // the item's tile-map row.
+  // The KV range: the variant's kv_range of the tile, its start rounded down to 16 keys (the
+  // extra keys are masked; a tail then ends 16-aligned when the range does, see
+  // tile_uses_tma), intersected with the item's chunk; and the item's tile-map row.
   template <class V, int KV_TILE>
   __device__ __forceinline__ void set_range(const V& var, const AttncPrefillArgs& a) {
     map = item_tile_map<V>(a, request, q_tile, kv.kv_len);
     range = KvRange{0, 0};
     if (valid() && kv.kv_len > 0) range = var.kv_range(q0, q1);
+    if (range.begin < range.end) range.begin &= ~15;
     range.begin = max(range.begin, max(chunk_begin, 0));
     range.end = min(range.end, min(chunk_end, kv.kv_len));
     num_tiles = range.end > range.begin ? (range.end - range.begin + KV_TILE - 1) / KV_TILE : 0;

@@ -51,8 +51,9 @@ int paged_box_rows(int page_size) {
 }
 
 // TMA maps of K and V. Ragged ([tokens, H_kv, D] with the argument strides): the token extent
-// is not known on the host, so it is set to 2^31 - 1 and only tiles wholly inside a request
-// load through the maps. Paged: a map over the cache's pages (paged_box_rows). Returns false
+// is num_pages when given (rows past it read as zeros, so a range's tail tile loads through
+// the map too: ragged_tails), else 2^31 - 1 and only tiles wholly inside a request load
+// through the maps. Paged: a map over the cache's pages (paged_box_rows). Returns false
 // (use cp.async everywhere) when the layout does not fit or encoding fails.
 template <class V, class T, class Shape>
 bool encode_kv_maps(PrefillSm90Params<V>& prm) {
@@ -60,7 +61,8 @@ bool encode_kv_maps(PrefillSm90Params<V>& prm) {
   constexpr bool bf16 = std::is_same<T, __nv_bfloat16>::value;
   const uint64_t e = sizeof(T);
   if (a.kv_layout == ATTNC_KV_RAGGED) {
-    const uint64_t tokens = 0x7fffffffull;
+    const uint64_t tokens = a.num_pages > 0 ? static_cast<uint64_t>(a.num_pages) : 0x7fffffffull;
+    prm.ragged_tails = a.num_pages > 0 ? 1 : 0;
     return encode_rows_map(&prm.tmap_k, a.k, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,
                            a.kv_stride_head * e, a.kv_stride_tok * e, Shape::kKvTile) &&
            encode_rows_map(&prm.tmap_v, a.v, bf16, Shape::kHeadDim, a.num_kv_heads, tokens,

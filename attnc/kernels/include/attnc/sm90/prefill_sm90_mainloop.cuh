@@ -115,12 +115,20 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
                         kk > 0 ? 1 : 0);
     wgmma_commit();
   };
-  auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage) {
+  // O += P V. A k-step of 16 keys at or past `steps` holds only keys past a tail tile's end,
+  // whose V rows may hold anything (tile_uses_tma): it multiplies its zero weights with the
+  // tile's first 16 V rows instead (a select, not a branch, which would make ptxas fence
+  // every wgmma), so O gets nothing from rows the tile does not own.
+  auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage, int steps) {
+    const uint64_t first = desc_mn_major(sm.v(stage), KVT, 0);
 #pragma unroll
-    for (int kk = 0; kk < KK; ++kk)
-      Wgmma<T, D>::template rs<1>(o[0], p[kk], desc_mn_major(sm.v(stage), KVT, kk), 1);
+    for (int kk = 0; kk < KK; ++kk) {
+      const uint64_t own = desc_mn_major(sm.v(stage), KVT, kk);
+      Wgmma<T, D>::template rs<1>(o[0], p[kk], kk < steps ? own : first, 1);
+    }
     wgmma_commit();
   };
+  auto pv_steps_of = [](const StageInfo& i) { return (i.kv1 - i.kv0 + 15) / 16; };
   auto zero_o = [&]() {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
@@ -195,6 +203,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
     pack_p<T>(p, s);
     StageCursor pv = cur;
     bool pv_fence = info.flags & StageInfo::kCpAsync;
+    int pv_steps = pv_steps_of(info);
     cur.advance<Shape::kStages>();
 
     for (;;) {
@@ -204,7 +213,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
         take_turn();
         wgmma_fence();
         issue_s(s, cur.stage);
-        issue_pv(p, pv.stage);
+        issue_pv(p, pv.stage, pv_steps);
         pass_turn();
         wgmma_wait<1>();
         pin(s[0]);
@@ -220,6 +229,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
         pack_p<T>(p, s);
         pv = cur;
         pv_fence = info.flags & StageInfo::kCpAsync;
+        pv_steps = pv_steps_of(info);
         cur.advance<Shape::kStages>();
         continue;
       }
@@ -228,7 +238,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       if (!have_next || (info.flags & StageInfo::kNoTile)) {
         wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
         wgmma_fence();
-        issue_pv(p, pv.stage);
+        issue_pv(p, pv.stage, pv_steps);
         wgmma_wait<0>();
         pin(o[0]);
         pin(p);
@@ -245,7 +255,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       take_turn();
       wgmma_fence();
       issue_s(s, cur.stage);
-      issue_pv(p, pv.stage);
+      issue_pv(p, pv.stage, pv_steps);
       pass_turn();
       const V next_var = nx.functor(prm.params);
       set_up_rows(next_var, sm_scale, wg, nx);
@@ -266,6 +276,7 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       pack_p<T>(p, s);
       pv = cur;
       pv_fence = info.flags & StageInfo::kCpAsync;
+      pv_steps = pv_steps_of(info);
       cur.advance<Shape::kStages>();
     }
   }

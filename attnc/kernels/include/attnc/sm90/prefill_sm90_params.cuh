@@ -20,6 +20,8 @@ struct PrefillSm90Params {
   typename V::Params params;
   int use_tma;    // 1: whole KV tiles load through the maps; 0: all by cp.async
   int page_rows;  // paged with use_tma: rows per box, min(page_size, kKvTile); else 0
+  int ragged_tails;  // ragged with use_tma and the exact token extent: tail tiles of a
+                     // multiple of 16 keys load by TMA too (rows past the tail are never read)
 };
 
 }  // namespace sm90

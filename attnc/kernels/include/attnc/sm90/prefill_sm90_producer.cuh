@@ -26,12 +26,17 @@ namespace sm90 {
 
 // Whether the tile [kv0, kv0 + kKvTile) of an item loads through TMA (otherwise its StageInfo
 // carries kCpAsync, and the consumers fence the proxies before reading it): the tile lies
-// inside the range, and a paged tile starts on a box boundary (page_rows is a power of two).
+// inside the range and a paged tile starts on a box boundary (page_rows is a power of two);
+// or it is a ragged range's tail of a multiple of 16 keys with the exact token extent
+// (ragged_tails): the box reads a whole tile, the rows past the tail are masked in S and
+// skipped by P V (whole k-steps), so their values never reach O.
 template <class V, class Shape>
 __device__ __forceinline__ bool tile_uses_tma(const PrefillSm90Params<V>& p, int kv0,
                                               int range_end) {
-  if (!p.use_tma || kv0 + Shape::kKvTile > range_end) return false;
-  return p.args.kv_layout == ATTNC_KV_RAGGED || (kv0 & (p.page_rows - 1)) == 0;
+  if (!p.use_tma) return false;
+  const bool ragged = p.args.kv_layout == ATTNC_KV_RAGGED;
+  if (kv0 + Shape::kKvTile > range_end) return ragged && p.ragged_tails && (range_end - kv0) % 16 == 0;
+  return ragged || (kv0 & (p.page_rows - 1)) == 0;
 }
 
 // The page ids of one paged tile for the cp.async gather. Pages of at least 8 keys (a 128-key
