@@ -104,15 +104,15 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
   const float sm_scale = a.sm_scale;
   const uint32_t q_tile = sm.q() + wg * 64 * 128;  // this warpgroup's rows of each block
 
-  const uint64_t q_desc = desc_k_major(q_tile, Shape::kRows, 0);
+  const SmemDesc q_desc = desc_k_major(q_tile);
   float o[1][D / 8][4];
   auto issue_s = [&](float (&s)[1][NS][4], int stage) {
-    const uint64_t qd = opaque(q_desc);
-    const uint64_t kd = desc_k_major(sm.k(stage), KVT, 0);
+    const SmemDesc qd = q_desc.opaque();
+    const SmemDesc kd = desc_k_major(sm.k(stage));
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)
-      Wgmma<T, KVT>::ss(s[0], desc_k_step(qd, Shape::kRows, kk), desc_k_step(kd, KVT, kk),
-                        kk > 0 ? 1 : 0);
+      Wgmma<T, KVT>::ss(s[0], qd.at(k_major_step(Shape::kRows, kk)),
+                        kd.at(k_major_step(KVT, kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
   };
   // O += P V. A k-step of 16 keys at or past `steps` holds only keys past a tail tile's end,
@@ -120,12 +120,10 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
   // tile's first 16 V rows instead (a select, not a branch, which would make ptxas fence
   // every wgmma), so O gets nothing from rows the tile does not own.
   auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage, int steps) {
-    const uint64_t first = desc_mn_major(sm.v(stage), KVT, 0);
+    const SmemDesc vd = desc_mn_major(sm.v(stage), KVT);
 #pragma unroll
-    for (int kk = 0; kk < KK; ++kk) {
-      const uint64_t own = desc_mn_major(sm.v(stage), KVT, kk);
-      Wgmma<T, D>::template rs<1>(o[0], p[kk], kk < steps ? own : first, 1);
-    }
+    for (int kk = 0; kk < KK; ++kk)
+      Wgmma<T, D>::template rs<1>(o[0], p[kk], vd.at(kk < steps ? mn_major_step(kk) : 0u), 1);
     wgmma_commit();
   };
   auto pv_steps_of = [](const StageInfo& i) { return (i.kv1 - i.kv0 + 15) / 16; };

@@ -20,45 +20,58 @@ __device__ __forceinline__ uint32_t swizzled_offset(int rows, int row, int chunk
                                (((chunk & 7) ^ (row & 7)) << 4));
 }
 
-// Descriptor of a 128B-swizzled operand at shared address `addr` with leading byte offset
-// `lbo` and stride byte offset `sbo` (both multiples of 16).
-__device__ __forceinline__ uint64_t make_desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  uint64_t desc = 0;
-  desc |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-  desc |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
-  desc |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-  desc |= static_cast<uint64_t>(1) << 62;  // layout type 1: 128-byte swizzle
-  return desc;
+// A 128B-swizzled operand's descriptor kept as its two 32-bit halves: `lo` holds the start
+// address (bits 0-13, address >> 4) and the leading byte offset (bits 16-29), `hi` the stride
+// byte offset (bits 32-45) and the swizzle mode (bits 62-63, 1 = 128-byte swizzle). Moving
+// inside a tile only adds to the address field, a 32-bit add on `lo` (shared addresses stay
+// below 2^18, so the field never carries into the offset); `hi` stays one constant, which
+// keeps the wgmma issue free of 64-bit arithmetic.
+struct SmemDesc {
+  uint32_t lo;
+  uint32_t hi;
+
+  __device__ __forceinline__ static SmemDesc make(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return SmemDesc{((addr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16),
+                    ((sbo & 0x3FFFF) >> 4) | (1u << 30)};
+  }
+  // The same descriptor with `lo` hidden from the optimiser: built per use, it is not hoisted
+  // out of the KV loop as one register pair per k-step (a per-thread base, such as a
+  // warpgroup's rows of the Q tile, is not uniform to the compiler, and eight hoisted pairs
+  // made heavier variants spill).
+  __device__ __forceinline__ SmemDesc opaque() const {
+    uint32_t x;
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(x) : "r"(lo));
+    return SmemDesc{x, hi};
+  }
+  // The descriptor of the same operand `bytes` further on (bytes a multiple of 16).
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
+    return (static_cast<uint64_t>(hi) << 32) | (lo + (bytes >> 4));
+  }
+};
+
+// K-major operand (rows along M or N, the 16 K values of one k-step contiguous) at `tile`:
+// 8-row groups are 1024 bytes apart (the stride byte offset); the leading byte offset is
+// unused for swizzled K-major layouts (16).
+__device__ __forceinline__ SmemDesc desc_k_major(uint32_t tile) {
+  return SmemDesc::make(tile, 16, 1024);
 }
 
-// K-major operand (rows along M or N, the 16 K values of one k-step contiguous): the tile at
-// `tile` with `rows` rows; k-step kk (16 columns) starts 32 bytes further inside the 128-byte
-// row, and every 4 k-steps at the next column block. 8-row groups are 1024 bytes apart.
-__device__ __forceinline__ uint64_t desc_k_major(uint32_t tile, int rows, int kk) {
-  const uint32_t addr = tile + static_cast<uint32_t>((kk >> 2) * rows * 128 + (kk & 3) * 32);
-  return make_desc_sw128(addr, 16, 1024);
+// Byte offset of k-step kk (16 columns) in a K-major tile of `rows` rows: 32 bytes further
+// inside the 128-byte row, and every 4 k-steps the next column block.
+__device__ __forceinline__ constexpr uint32_t k_major_step(int rows, int kk) {
+  return static_cast<uint32_t>((kk >> 2) * rows * 128 + (kk & 3) * 32);
 }
 
-// MN-major B operand (K along the tile's rows, N along its columns), e.g. V in O += P V: k-step
-// kk covers rows 16kk..16kk+15; column blocks of 64 N values are rows * 128 bytes apart (the
-// leading byte offset), 8-row groups along K 1024 bytes (the stride byte offset).
-__device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int rows, int kk) {
-  const uint32_t addr = tile + static_cast<uint32_t>(kk * 16 * 128);
-  return make_desc_sw128(addr, static_cast<uint32_t>(rows * 128), 1024);
+// MN-major B operand (K along the tile's rows, N along its columns), e.g. V in O += P V, at
+// `tile` of `rows` rows: column blocks of 64 N values are rows * 128 bytes apart (the leading
+// byte offset), 8-row groups along K 1024 bytes (the stride byte offset).
+__device__ __forceinline__ SmemDesc desc_mn_major(uint32_t tile, int rows) {
+  return SmemDesc::make(tile, static_cast<uint32_t>(rows * 128), 1024);
 }
 
-// desc_k_major(tile, rows, kk) from desc_k_major(tile, rows, 0): the start address moves by
-// the byte offset of k-step kk (a constant when kk is), nothing else changes.
-__device__ __forceinline__ uint64_t desc_k_step(uint64_t desc0, int rows, int kk) {
-  return desc0 + static_cast<uint64_t>(((kk >> 2) * rows * 128 + (kk & 3) * 32) >> 4);
-}
-
-// The value, hidden from the optimiser: a descriptor rebuilt from it per use is not hoisted
-// out of the KV loop as one register pair per k-step.
-__device__ __forceinline__ uint64_t opaque(uint64_t x) {
-  uint64_t y;
-  asm volatile("mov.b64 %0, %1;\n" : "=l"(y) : "l"(x));
-  return y;
+// Byte offset of k-step kk (rows 16kk .. 16kk + 15) in an MN-major tile.
+__device__ __forceinline__ constexpr uint32_t mn_major_step(int kk) {
+  return static_cast<uint32_t>(kk * 16 * 128);
 }
 
 }  // namespace sm90
