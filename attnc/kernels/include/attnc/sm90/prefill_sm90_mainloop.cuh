@@ -90,23 +90,46 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
 // Q copy and row set-up), and that item's first S is issued together with the last P V of the
 // one before, whose rows are stored while the new S is in softmax. An item without tiles
 // (kNoTile), or the CTA's last item, ends the stream's run: the last P V is waited for and the
-// rows stored, and the next item starts afresh.
+// rows stored, and the next item starts afresh. The member functions are the steps of run();
+// all are inlined into it, so the state below lives in registers.
 template <class V, class T, class Shape>
-__device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
-                                                     const PrefillSm90Smem<Shape>& sm, int wg) {
-  constexpr int D = Shape::kHeadDim;
-  constexpr int KVT = Shape::kKvTile;
-  constexpr int NS = KVT / 8;
-  constexpr int KD = D / 16;
-  constexpr int KK = KVT / 16;
-  const AttncPrefillArgs& a = prm.args;
-  const int tq = (threadIdx.x % 32) % 4;
-  const float sm_scale = a.sm_scale;
-  const uint32_t q_tile = sm.q() + wg * 64 * 128;  // this warpgroup's rows of each block
+struct Sm90Consumer {
+  static constexpr int D = Shape::kHeadDim;
+  static constexpr int KVT = Shape::kKvTile;
+  static constexpr int NS = KVT / 8;
+  static constexpr int KD = D / 16;
+  static constexpr int KK = KVT / 16;
 
-  const SmemDesc q_desc = desc_k_major(q_tile);
+  const PrefillSm90Params<V>& prm;
+  const PrefillSm90Smem<Shape>& sm;
+  const int wg;
+  const int tq = (threadIdx.x % 32) % 4;
+  const SmemDesc q_desc;  // this warpgroup's rows of each Q block
   float o[1][D / 8][4];
-  auto issue_s = [&](float (&s)[1][NS][4], int stage) {
+  float s[1][NS][4];
+  uint32_t p[KK][4];      // the weights of the tile whose P V is next
+  float alpha[2];
+  StageCursor cur;        // the next stage to read
+  StageCursor pv;         // the stage of the P V held in p
+  bool pv_fence = false;  // that stage was filled by cp.async
+  int pv_steps = 0;       // its k-steps that hold keys of the tile
+  StageInfo info{};       // what the producer said about the stage last read
+  bool last = false;      // info is the running item's last tile
+  bool have_next = false;  // nx holds the item after it (started once the last S completed)
+  ItemWalk walk;
+  int r = 0;
+  ConsumerItem<V> ci;  // the item running
+  ConsumerItem<V> nx;  // the item after it, once started
+
+  __device__ __forceinline__ Sm90Consumer(const PrefillSm90Params<V>& prm_,
+                                          const PrefillSm90Smem<Shape>& sm_, int wg_)
+      : prm(prm_),
+        sm(sm_),
+        wg(wg_),
+        q_desc(desc_k_major(sm_.q() + wg_ * 64 * 128)),
+        walk(ItemWalk::make(prm_.args.num_work)) {}
+
+  __device__ __forceinline__ void issue_s(int stage) {
     const SmemDesc qd = q_desc.opaque();
     const SmemDesc kd = desc_k_major(sm.k(stage));
 #pragma unroll
@@ -114,29 +137,29 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
       Wgmma<T, KVT>::ss(s[0], qd.at(k_major_step(Shape::kRows, kk)),
                         kd.at(k_major_step(KVT, kk)), kk > 0 ? 1 : 0);
     wgmma_commit();
-  };
-  // O += P V. A k-step of 16 keys at or past `steps` holds only keys past a tail tile's end,
+  }
+  // O += P V. A k-step of 16 keys at or past `pv_steps` holds only keys past a tail tile's end,
   // whose V rows may hold anything (tile_uses_tma): it multiplies its zero weights with the
   // tile's first 16 V rows instead (a select, not a branch, which would make ptxas fence
   // every wgmma), so O gets nothing from rows the tile does not own.
-  auto issue_pv = [&](const uint32_t (&p)[KK][4], int stage, int steps) {
-    const SmemDesc vd = desc_mn_major(sm.v(stage), KVT);
+  __device__ __forceinline__ void issue_pv() {
+    const SmemDesc vd = desc_mn_major(sm.v(pv.stage), KVT);
 #pragma unroll
     for (int kk = 0; kk < KK; ++kk)
-      Wgmma<T, D>::template rs<1>(o[0], p[kk], vd.at(kk < steps ? mn_major_step(kk) : 0u), 1);
+      Wgmma<T, D>::template rs<1>(o[0], p[kk], vd.at(kk < pv_steps ? mn_major_step(kk) : 0u),
+                                  1);
     wgmma_commit();
-  };
-  auto pv_steps_of = [](const StageInfo& i) { return (i.kv1 - i.kv0 + 15) / 16; };
-  auto zero_o = [&]() {
+  }
+  __device__ __forceinline__ void zero_o() {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[0][n][e] = 0.f;
-  };
+  }
   // Score hooks and softmax of the S tile of `info` for item c; returns whether O must be
   // rescaled.
-  auto scores = [&](float (&s)[1][NS][4], const StageInfo& info, const V& var,
-                    ConsumerItem<V>& c, float (&alpha)[2]) -> bool {
+  __device__ __forceinline__ bool scores(const V& var, ConsumerItem<V>& c) {
+    const float sm_scale = prm.args.sm_scale;
     const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
                         info.kv1 - info.kv0 < KVT;
     if (masked) {
@@ -147,139 +170,160 @@ __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>&
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
-  };
-  auto take_turn = [&]() { named_sync(kSchedBarrier + wg, 256); };
-  auto pass_turn = [&]() { named_arrive(kSchedBarrier + (1 - wg), 256); };
-  StageCursor cur;
+  }
+  __device__ __forceinline__ void take_turn() { named_sync(kSchedBarrier + wg, 256); }
+  __device__ __forceinline__ void pass_turn() { named_arrive(kSchedBarrier + (1 - wg), 256); }
   // The next stage's K and what the producer says about it.
-  auto wait_k = [&]() -> StageInfo {
+  __device__ __forceinline__ void wait_k() {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
-    const StageInfo info = StageInfo::load(sm.info(cur.stage));
+    info = StageInfo::load(sm.info(cur.stage));
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
-    return info;
-  };
-
-  // Consumer 0 issues first.
-  if (wg == 1) named_arrive(kSchedBarrier + 0, 256);
-  const ItemWalk walk = ItemWalk::make(a.num_work);
-  int r = 0;
-  ConsumerItem<V> ci;  // the item running
-  ConsumerItem<V> nx;  // the item after it, once started
-  bool have = start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, ci);
-  bool pending = false;  // the first stage of ci was already read (into `info`)
-  StageInfo info{};
-  float s[1][NS][4];
-  uint32_t p[KK][4];
-  float alpha[2];
-  while (have) {
-    // A fresh run: ci's Q copy is issued, no wgmma is in flight.
-    zero_o();
-    set_up_rows(ci.functor(prm.params), sm_scale, wg, ci);
-    wait_q_rows(wg);
-    if (!pending) info = wait_k();
-    pending = false;
-    if (info.flags & StageInfo::kNoTile) {
-      mbar_arrive(sm.empty_k(cur.stage));
-      mbar_wait(sm.full_v(cur.stage), cur.phase);
-      mbar_arrive(sm.empty_v(cur.stage));
-      cur.advance<Shape::kStages>();
-      prefill_sm90_store<V, T, D>(a, ci.functor(prm.params), ci, wg, o);
-      have = start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, ci);
-      continue;
-    }
-    V var = ci.functor(prm.params);
-    take_turn();
-    wgmma_fence();
-    issue_s(s, cur.stage);
-    pass_turn();
-    wgmma_wait<0>();
+  }
+  __device__ __forceinline__ bool start(ConsumerItem<V>& into) {
+    return start_next_item<V, T, Shape>(prm.args, sm.q(), wg, walk, r, into);
+  }
+  // When the stage just read is the running item's last tile, start the next item.
+  __device__ __forceinline__ void note_last() {
+    last = info.flags & StageInfo::kLast;
+    have_next = last && start(nx);
+  }
+  // After S of the stage just read has completed: hand K back, then note_last.
+  __device__ __forceinline__ void took_s() {
     pin(s[0]);
     mbar_arrive(sm.empty_k(cur.stage));
-    bool last = info.flags & StageInfo::kLast;
-    bool have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
-    scores(s, info, var, ci, alpha);  // O is still 0: no rescale
+    note_last();
+  }
+  // The weights of the stage just read become the next P V's.
+  __device__ __forceinline__ void hold_p() {
     pack_p<T>(p, s);
-    StageCursor pv = cur;
-    bool pv_fence = info.flags & StageInfo::kCpAsync;
-    int pv_steps = pv_steps_of(info);
+    pv = cur;
+    pv_fence = info.flags & StageInfo::kCpAsync;
+    pv_steps = (info.kv1 - info.kv0 + 15) / 16;
     cur.advance<Shape::kStages>();
+  }
+  __device__ __forceinline__ void took_pv() {
+    wgmma_wait<0>();
+    pin(o[0]);
+    pin(p);
+    mbar_arrive(sm.empty_v(pv.stage));
+  }
 
+  // An item without tiles: hand its stage back and store its rows (empty or sink-only).
+  __device__ __forceinline__ void skip_item() {
+    mbar_arrive(sm.empty_k(cur.stage));
+    mbar_wait(sm.full_v(cur.stage), cur.phase);
+    mbar_arrive(sm.empty_v(cur.stage));
+    cur.advance<Shape::kStages>();
+    prefill_sm90_store<V, T, D>(prm.args, ci.functor(prm.params), ci, wg, o);
+  }
+  // The first tile of a fresh run (no wgmma in flight).
+  __device__ __forceinline__ void first_tile(const V& var) {
+    take_turn();
+    wgmma_fence();
+    issue_s(cur.stage);
+    pass_turn();
+    wgmma_wait<0>();
+    took_s();
+    scores(var, ci);  // O is still 0: no rescale
+    hold_p();
+  }
+  // A tile after the first of the same item: its S goes out with the P V before it.
+  __device__ __forceinline__ void next_tile(const V& var) {
+    wait_k();
+    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+    take_turn();
+    wgmma_fence();
+    issue_s(cur.stage);
+    issue_pv();
+    pass_turn();
+    wgmma_wait<1>();
+    took_s();
+    const bool rescale = scores(var, ci);
+    took_pv();
+    if (rescale) rescale_o(o, alpha);
+    hold_p();
+  }
+  // The run ends: the last P V alone, then the rows.
+  __device__ __forceinline__ void drain(const V& var) {
+    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+    wgmma_fence();
+    issue_pv();
+    took_pv();
+    prefill_sm90_store<V, T, D>(prm.args, var, ci, wg, o);
+  }
+  // The next item's first S goes out with ci's last P V; its rows are set up meanwhile, and
+  // ci's rows are stored while the new S is in softmax.
+  __device__ __forceinline__ void switch_item(V& var) {
+    wait_q_rows(wg);
+    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+    take_turn();
+    wgmma_fence();
+    issue_s(cur.stage);
+    issue_pv();
+    pass_turn();
+    const V next_var = nx.functor(prm.params);
+    set_up_rows(next_var, prm.args.sm_scale, wg, nx);
+    wgmma_wait<1>();
+    pin(s[0]);
+    mbar_arrive(sm.empty_k(cur.stage));
+    scores(next_var, nx);  // the next item's O starts at 0: no rescale
+    took_pv();
+    prefill_sm90_store<V, T, D>(prm.args, var, ci, wg, o);
+    zero_o();
+    ci = nx;
+    var = next_var;
+    note_last();
+    hold_p();
+  }
+  // One run of items that follow each other without draining, from ci's first tile (already
+  // read into `info`); returns whether another item follows, and then whether its first
+  // stage was read already (`pending`).
+  __device__ __forceinline__ bool run_stream(bool& pending) {
+    V var = ci.functor(prm.params);
+    first_tile(var);
     for (;;) {
       if (!last) {
-        info = wait_k();
-        wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
-        take_turn();
-        wgmma_fence();
-        issue_s(s, cur.stage);
-        issue_pv(p, pv.stage, pv_steps);
-        pass_turn();
-        wgmma_wait<1>();
-        pin(s[0]);
-        mbar_arrive(sm.empty_k(cur.stage));
-        last = info.flags & StageInfo::kLast;
-        have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
-        const bool rescale = scores(s, info, var, ci, alpha);
-        wgmma_wait<0>();
-        pin(o[0]);
-        pin(p);
-        mbar_arrive(sm.empty_v(pv.stage));
-        if (rescale) rescale_o(o, alpha);
-        pack_p<T>(p, s);
-        pv = cur;
-        pv_fence = info.flags & StageInfo::kCpAsync;
-        pv_steps = pv_steps_of(info);
-        cur.advance<Shape::kStages>();
+        next_tile(var);
         continue;
       }
       // p holds ci's last tile; its P V is not issued yet.
-      if (have_next) info = wait_k();
+      if (have_next) wait_k();
       if (!have_next || (info.flags & StageInfo::kNoTile)) {
-        wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
-        wgmma_fence();
-        issue_pv(p, pv.stage, pv_steps);
-        wgmma_wait<0>();
-        pin(o[0]);
-        pin(p);
-        mbar_arrive(sm.empty_v(pv.stage));
-        prefill_sm90_store<V, T, D>(a, var, ci, wg, o);
-        have = have_next;
+        drain(var);
         pending = have_next;
         if (have_next) ci = nx;
-        break;
+        return have_next;
       }
-      // The next item's first S goes out with ci's last P V; its rows are set up meanwhile.
-      wait_q_rows(wg);
-      wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
-      take_turn();
-      wgmma_fence();
-      issue_s(s, cur.stage);
-      issue_pv(p, pv.stage, pv_steps);
-      pass_turn();
-      const V next_var = nx.functor(prm.params);
-      set_up_rows(next_var, sm_scale, wg, nx);
-      wgmma_wait<1>();
-      pin(s[0]);
-      mbar_arrive(sm.empty_k(cur.stage));
-      scores(s, info, next_var, nx, alpha);  // the next item's O starts at 0: no rescale
-      wgmma_wait<0>();
-      pin(o[0]);
-      pin(p);
-      mbar_arrive(sm.empty_v(pv.stage));
-      prefill_sm90_store<V, T, D>(a, var, ci, wg, o);
-      zero_o();
-      ci = nx;
-      var = next_var;
-      last = info.flags & StageInfo::kLast;
-      have_next = last && start_next_item<V, T, Shape>(a, sm.q(), wg, walk, r, nx);
-      pack_p<T>(p, s);
-      pv = cur;
-      pv_fence = info.flags & StageInfo::kCpAsync;
-      pv_steps = pv_steps_of(info);
-      cur.advance<Shape::kStages>();
+      switch_item(var);
     }
   }
-  // Balance consumer 1's first arrival.
-  if (wg == 0) named_sync(kSchedBarrier + 0, 256);
+  __device__ __forceinline__ void run() {
+    if (wg == 1) named_arrive(kSchedBarrier + 0, 256);  // consumer 0 issues first
+    bool have = start(ci);
+    bool pending = false;  // the first stage of ci was already read (into `info`)
+    while (have) {
+      // A fresh run: ci's Q copy is issued, no wgmma is in flight.
+      zero_o();
+      set_up_rows(ci.functor(prm.params), prm.args.sm_scale, wg, ci);
+      wait_q_rows(wg);
+      if (!pending) wait_k();
+      pending = false;
+      if (info.flags & StageInfo::kNoTile) {
+        skip_item();
+        have = start(ci);
+        continue;
+      }
+      have = run_stream(pending);
+    }
+    if (wg == 0) named_sync(kSchedBarrier + 0, 256);  // balance consumer 1's first arrival
+  }
+};
+
+template <class V, class T, class Shape>
+__device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
+                                                     const PrefillSm90Smem<Shape>& sm, int wg) {
+  Sm90Consumer<V, T, Shape> consumer(prm, sm, wg);
+  consumer.run();
 }
 
 }  // namespace sm90
