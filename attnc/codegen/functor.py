@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
+from attnc.codegen.mask_bounds_cuda import render_mask_bounds
 from attnc.codegen.mask_cuda import render_classify, render_kv_range
 from attnc.codegen.names import comment_text, variant_struct
 from attnc.codegen.params_layout import ParamField, params_layout
@@ -241,6 +242,12 @@ def _emit_functor(compiled: Compiled) -> str:
     request_ctx = hoister.context(REQUEST_NAMES, None)
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
+    reads_tokens = v.mask is not None and reads_token_tensor(v.mask, v.params)
+    bounds = (
+        render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
+        if v.mask is not None and reads_tokens
+        else ""
+    )
     return render_template(
         "functor.cuh.j2",
         name=struct_name(v),
@@ -260,7 +267,8 @@ def _emit_functor(compiled: Compiled) -> str:
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
-        mask_reads_tokens=v.mask is not None and reads_token_tensor(v.mask, v.params),
+        mask_reads_tokens=reads_tokens,
+        mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
         classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),

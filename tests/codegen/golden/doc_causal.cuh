@@ -2,6 +2,7 @@
 // Mask analysis: linear: 1 constraint [1*q_idx + -1*kv_idx + 1*kv_len + -1*q_len + 0 >= 0]; reads data: no tile is FULL
 #pragma once
 
+#include "attnc/mask_bounds.cuh"
 #include "attnc/mask_math.cuh"
 #include "attnc/variant_contract.cuh"
 #include "attnc/variant_math.cuh"
@@ -82,5 +83,20 @@ struct Variant_doc_causal {
       };
       const attnc::TileClass found = attnc::linear_classify<1>(cons, q_idx0, q_idx1, kv0, kv1);
       return found == attnc::TileClass::kFull ? attnc::TileClass::kPartial : found;
+  }
+
+  // The mask over the box [q_idx0, q_idx1) x [kv0, kv1) x heads [0, heads) in intervals:
+  // EMPTY / FULL when that holds for every pair, else PARTIAL (attnc/mask_bounds.cuh).
+  template <class Lanes>
+  ATTNC_HD attnc::TileClass mask_bounds(int q_idx0, int q_idx1, int kv0, int kv1, int heads,
+                                        const Lanes& lanes) const {
+    const attnc::Span b0 = attnc::Span::checked(kv0, kv1 - 1LL);
+    const attnc::Span b1 = attnc::Span::checked(static_cast<long long>(q_idx0) + r.kv_len - r.q_len, static_cast<long long>(q_idx1) - 1 + r.kv_len - r.q_len);
+    const attnc::Tri b2 = attnc::span_le(b0, b1);
+    const attnc::Span b3 = attnc::token_span(lanes, kv0, kv1 - 1LL, 0, [&](int i) { return p.p_doc[r.kv_start + i]; });
+    const attnc::Span b4 = attnc::token_span(lanes, static_cast<long long>(q_idx0) + r.kv_len - r.q_len, static_cast<long long>(q_idx1) - 1 + r.kv_len - r.q_len, 0, [&](int i) { return p.p_doc[r.kv_start + i]; });
+    const attnc::Tri b5 = attnc::span_eq(b3, b4);
+    const attnc::Tri b6 = attnc::tri_and(b2, b5);
+    return attnc::tri_class(b6);
   }
 };

@@ -1,7 +1,9 @@
 // Owns: the tile map of a variant whose mask reads per-token tensors (V::kMaskReadsTokens):
 // the exact class (EMPTY / FULL / PARTIAL) of every (query tile, KV block) pair of a batch,
-// computed from the tensor values by evaluating V::row / V::mask on every (query, key, head)
-// of the pair, and ATTNC_DEFINE_TILE_MAP_BUILDER, which exports the extern "C" builder a
+// computed from the tensor values: the closed forms first, then the generated V::mask_bounds
+// (the mask over the whole box in intervals, attnc/mask_bounds.cuh), and for the boxes neither
+// decides, V::row / V::mask on every (query, key, head) of the pair; and
+// ATTNC_DEFINE_TILE_MAP_BUILDER, which exports the extern "C" builder a
 // prefill module offers the planner (`attnc_build_tile_map`).
 //
 // Map layout (the one prefill_args.h describes): request b's map starts at
@@ -16,9 +18,11 @@
 #include <stdint.h>
 
 #include <cstring>
+#include <utility>
 #include <type_traits>
 
 #include "abi_codes.h"
+#include "mask_bounds.cuh"
 #include "variant_contract.cuh"
 
 #ifdef __CUDACC__
@@ -114,6 +118,27 @@ ATTNC_HD TileClass classify_box_closed_form(const V& v, const TileBox& box) {
   return v.classify(box.q0, box.q1, box.k0, box.k1);
 }
 
+// Whether V has the generated `mask_bounds` (a hand-written functor may not).
+template <class V, class = void>
+struct variant_has_mask_bounds : std::false_type {};
+template <class V>
+struct variant_has_mask_bounds<
+    V, std::void_t<decltype(std::declval<const V&>().mask_bounds(0, 0, 0, 0, 1, SerialLanes{}))>>
+    : std::true_type {};
+
+// The closed forms, then V::mask_bounds for a box they leave PARTIAL (its tensor reads split
+// over `lanes`, which must all call it); kPartial: the pairs must be scanned.
+template <class V, class Lanes>
+ATTNC_HD TileClass classify_box_bounds(const V& v, const TileBox& box, const Lanes& lanes) {
+  const TileClass closed = classify_box_closed_form(v, box);
+  if constexpr (variant_has_mask_bounds<V>::value) {
+    if (closed == TileClass::kPartial)
+      return v.mask_bounds(box.q0, box.q1, box.k0, box.k1, box.heads, lanes);
+  }
+  (void)lanes;
+  return closed;
+}
+
 // Scan pairs first, first + stride, ... (< last) of the box in (head, query, key) order, keys
 // fastest: `any` becomes true on a visible pair, `all` false on a hidden one. The pair index is
 // split into (head, query, key) once; the loop steps the three with adds and compares (no
@@ -160,7 +185,7 @@ ATTNC_HD TileClass class_of(bool any, bool all) {
 // The exact class of one box, on one thread (the CPU reference and tests).
 template <class V>
 ATTNC_HD TileClass classify_box_exact(const V& v, const TileBox& box) {
-  const TileClass closed = classify_box_closed_form(v, box);
+  const TileClass closed = classify_box_bounds(v, box, SerialLanes{});
   if (closed != TileClass::kPartial) return closed;
   bool any = false, all = true;
   scan_box_pairs(v, box, 0, box.pairs(), 1, any, all);
@@ -183,7 +208,8 @@ constexpr int kTileMapWarps = kTileMapThreads / 32;  // map entries a CTA classi
 constexpr int kTileMapPairsPerLane = 8;  // consecutive pairs per lane between warp votes
 constexpr int kTileMapMaxBlocks = 1 << 16;
 
-// One warp per map entry (grid-stride over entries): the closed forms first, then rounds in
+// One warp per map entry (grid-stride over entries): the closed forms and the mask's bounds
+// first (the bounds' tensor reads split over the lanes), then rounds in
 // which lane l scans the kTileMapPairsPerLane consecutive pairs from base + l * that (a run
 // along one or two rows: V::row once or twice, the keys' loads side by side), with a warp vote
 // after each, stopping as soon as the box is known to be PARTIAL. Warps do not wait for each
@@ -197,7 +223,7 @@ __global__ void __launch_bounds__(kTileMapThreads)
   for (int e = first; e < a.num_entries; e += gridDim.x * kTileMapWarps) {
     const TileMapEntry t = locate_map_entry(a, e);
     const V v(params, tile_map_request_info(a, t.request));
-    TileClass c = classify_box_closed_form(v, t.box);
+    TileClass c = classify_box_bounds(v, t.box, WarpLanes{lane});
     if (c == TileClass::kPartial) {
       const long long n = t.box.pairs();
       constexpr long long kRound = 32LL * kTileMapPairsPerLane;
