@@ -11,6 +11,8 @@ documents, another tensor), so nothing of the previous call's checks can be reus
                                               # by a host builder and cached
     python -m benchmarks.plan_time --cuda     # the real module and map classifier on a CUDA
                                               # workspace (GPU machine)
+    python -m benchmarks.plan_time --cuda --kernels   # also the GPU kernels of the doc row's
+                                              # plan() (the classifier), mean us per plan
 
 Stages (microseconds per call, median): ``checks`` (the index tensors, in the host planner),
 ``params`` (the plan-time params and the mask's closed-form ranges), ``map`` (build and the
@@ -176,11 +178,35 @@ def run(cuda: bool, calls: int) -> dict[str, dict[str, float]]:
     return {name: measure(fn, stages, calls) for name, fn in rows.items()}
 
 
+def kernel_us(calls: int = 50) -> dict[str, float]:
+    """Mean GPU microseconds per doc-row ``plan()`` of each kernel it launches (profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    w = BatchPrefillWrapper(
+        attnc.load("stdlib:doc_causal"), torch.empty(WS_BYTES, dtype=torch.uint8, device="cuda")
+    )
+    qo = torch.tensor([0, TOKENS], dtype=torch.int32)
+    doc = doc_ids().to("cuda")
+    for _ in range(5):
+        w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
+        torch.cuda.synchronize()
+    found: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA" and e.self_device_time_total > 0:
+            found[e.key[:60]] = e.self_device_time_total / calls
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cuda", action="store_true", help="plan on a CUDA workspace (real module)")
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--out", help="write the figures as JSON here")
+    ap.add_argument("--kernels", action="store_true", help="with --cuda: GPU kernels per plan")
     args = ap.parse_args()
     if args.cuda:
         results = run(True, args.calls)
@@ -192,6 +218,9 @@ def main() -> None:
     print("|---" * (len(cols) + 1) + "|")
     for name, r in results.items():
         print(f"| {name} | " + " | ".join(f"{r[c]:.1f}" for c in cols) + " |")
+    if args.cuda and args.kernels:
+        for name, us in kernel_us().items():
+            print(f"kernel {name}: {us:.1f} us per plan")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": "cuda" if args.cuda else "cpu", "rows": results}, f, indent=2)
