@@ -5,6 +5,7 @@ workspace layout ``plan()`` copies to the device (computed by the host planner,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +44,10 @@ def kv_token_starts(kv_lens: torch.Tensor) -> torch.Tensor:
     return out
 
 
+@functools.lru_cache(maxsize=64)
 def head_layout(batch: int) -> Int32Regions:
-    """Where ``HEAD_ARRAYS`` sit (the start of every plan's lists)."""
+    """Where ``HEAD_ARRAYS`` sit (the start of every plan's lists); one object per batch
+    size, shared: do not change it."""
     return place_int32({name: batch + 1 for name in HEAD_ARRAYS})
 
 

@@ -85,16 +85,21 @@ class MapInputs:
 
 class PinnedStaging:
     """A wrapper's page-locked host buffer for the map step's copies (the head lists up, the
-    map down), grown when a plan needs more; reused after the step's synchronisation."""
+    map down), grown when a plan needs more; reused after the step's synchronisation. Its
+    numpy views are kept with it (making them costs more than the copies they feed)."""
 
     def __init__(self) -> None:
         self.tensor = torch.empty(0, dtype=torch.uint8)
+        self.bytes = np.empty(0, dtype=np.uint8)
+        self.words = np.empty(0, dtype=np.int32)
 
     def get(self, nbytes: int) -> torch.Tensor:
         """At least ``nbytes`` pinned bytes (the contents are undefined)."""
         if self.tensor.numel() < nbytes:
-            size = max(nbytes, 2 * self.tensor.numel())
+            size = max(nbytes, 2 * self.tensor.numel()) // ALIGN * ALIGN + ALIGN
             self.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            self.bytes = self.tensor.numpy()
+            self.words = self.bytes.view(np.int32)
         return self.tensor
 
 
@@ -148,24 +153,11 @@ def _launch(
     staging: PinnedStaging,
 ) -> np.ndarray:
     """Copy the head lists, launch the classifier, copy the map back (one sync), through
-    ``staging``: the head lists at its start, the map after them."""
+    ``staging``: the head lists at its start, the map after them. Everything the launch needs
+    is made before the first copy, so the copy and the launch go out back to back."""
     batch = inputs.qo_indptr.shape[0] - 1
     head = prefill_plan.head_layout(batch)
     entries = int(starts[-1])
-    pinned = staging.get(head.total_bytes + entries)
-    words = pinned.numpy()[: head.total_bytes].view(np.int32)
-    words[:] = 0
-    kv_start = np.zeros(batch + 1, np.int64)
-    np.cumsum(inputs.kv_lens, out=kv_start[1:])
-    for name, data in (
-        ("qo_indptr", inputs.qo_indptr.numpy()),
-        ("kv_indptr", inputs.kv_indptr.numpy()),
-        ("kv_token_start", kv_start),
-        ("tile_map_start", starts),
-    ):
-        at = head.offsets[name] // 4
-        words[at : at + batch + 1] = data
-    workspace[: head.total_bytes].copy_(pinned[: head.total_bytes], non_blocking=True)
     params = prefill_launch.pack_params(module, values)  # type: ignore[arg-type]
     hq, hkv, d = inputs.heads
     args = AttncTileMapArgs(
@@ -181,10 +173,22 @@ def _launch(
         num_entries=entries,
         sm_scale=inputs.sm_scale,
     )
-    offsets = {**{k: head.offsets[k] for k in head.offsets}, "tile_map": offset}
+    pinned = staging.get(head.total_bytes + entries)
+    words = staging.words
+    offsets = head.offsets
+    words[: head.total_bytes // 4] = 0
+    words[offsets["qo_indptr"] // 4 :][: batch + 1] = inputs.qo_indptr.numpy()
+    words[offsets["kv_indptr"] // 4 :][: batch + 1] = inputs.kv_indptr.numpy()
+    kv_start = words[offsets["kv_token_start"] // 4 :][: batch + 1]
+    kv_start[0] = 0
+    np.cumsum(inputs.kv_lens, out=kv_start[1:])
+    words[offsets["tile_map_start"] // 4 :][: batch + 1] = starts
     stream = torch.cuda.current_stream(workspace.device)
-    build_on_device(module, workspace.data_ptr(), offsets, args, stream.cuda_stream)
+    workspace[: head.total_bytes].copy_(pinned[: head.total_bytes], non_blocking=True)
+    build_on_device(
+        module, workspace.data_ptr(), {**offsets, "tile_map": offset}, args, stream.cuda_stream
+    )
     host = pinned[head.total_bytes : head.total_bytes + entries]
     host.copy_(workspace[offset : offset + entries], non_blocking=True)
     stream.synchronize()  # the one synchronisation of a plan with a map
-    return host.numpy()
+    return staging.bytes[head.total_bytes : head.total_bytes + entries]
