@@ -98,19 +98,30 @@ def _prefill(spec: str):
     return (lambda: wrapper.run(q, (k, v), **params)), 4.0 * d * hq * pairs
 
 
+def check_row(spec: str) -> None:
+    """ValueError naming ``spec`` unless it is ``gemm:N`` (N > 0) or a timing_probe row."""
+    if spec.startswith("gemm:"):
+        size = spec.split(":", 1)[1]
+        if not size.isdigit() or int(size) <= 0:
+            raise ValueError(f"row {spec!r}: gemm:N needs a positive integer N")
+        return
+    parse_row(spec)
+
+
 def main() -> None:
-    """Parse the rows, run each, print JSON lines."""
+    """Check the rows, run each, print JSON lines."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="gemm:8192,causal:8192:128")
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
     rows = args.rows.split(",")
+    if not args.seconds > 0:
+        ap.error("--seconds must be > 0")
     for spec in rows:
-        if not spec.startswith("gemm:"):
-            try:
-                parse_row(spec)
-            except ValueError as exc:
-                ap.error(str(exc))
+        try:
+            check_row(spec)
+        except ValueError as exc:
+            ap.error(str(exc))
     for spec in rows:
         fn, flops = _gemm(int(spec.split(":")[1])) if spec.startswith("gemm:") else _prefill(spec)
         print(json.dumps({"row": spec, **_loop(fn, flops, args.seconds)}), flush=True)

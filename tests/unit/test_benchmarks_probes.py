@@ -1,5 +1,6 @@
-"""The probes' argument checks and reports, without a GPU: ``timing_probe``'s row syntax and
-``stress_prefill``'s parent (its children are replaced by canned results)."""
+"""The probes' argument checks and reports, without a GPU: ``timing_probe``'s row syntax,
+``clock_probe``'s rows and ``stress_prefill``'s parent (its children are replaced by canned
+results)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 import pytest
 
-from benchmarks import stress_prefill, timing_probe
+from benchmarks import clock_probe, stress_prefill, timing_probe
 
 
 def test_timing_probe_rows_parse_with_params():
@@ -33,6 +34,31 @@ def test_timing_probe_bad_rows_name_the_part(spec, words):
     with pytest.raises(ValueError, match=words) as err:
         timing_probe.parse_row(spec)
     assert repr(spec) in str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["gemm:8192", "causal:8192:128", "prefix_lm:64:64:prefix_len=8"])
+def test_clock_probe_accepts_gemm_and_prefill_rows(spec):
+    clock_probe.check_row(spec)
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [("gemm:", "positive integer"), ("gemm:0", "positive integer"), ("gemm:8k", "positive"),
+     ("causal:8192", "is not variant:len:head_dim")],
+)  # fmt: skip
+def test_clock_probe_bad_rows_name_the_row(spec, words):
+    with pytest.raises(ValueError, match=words) as err:
+        clock_probe.check_row(spec)
+    assert repr(spec) in str(err.value)
+
+
+def test_clock_probe_checks_before_any_gpu_work():
+    """A bad row is an argparse error (exit 2) naming it, before torch is touched."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.clock_probe", "--rows", "gemm:8192,gemm:x"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "'gemm:x'" in done.stderr
 
 
 def _run_parent(monkeypatch, capsys, argv, outcome):
