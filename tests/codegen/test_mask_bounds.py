@@ -3,8 +3,10 @@ the mask of a variant that reads per-token tensors, evaluated over a whole box i
 lets the tile-map classifier call boxes EMPTY or FULL without scanning their pairs. Over
 masks that use every operation the bounds follow (and some they do not), random token
 tensors (sorted like packed documents, and unsorted) and random lengths and tiles, the map
-built with the bounds equals the map of the exact scan of every pair, and on packed
-documents the bounds decide most boxes the closed forms leave open."""
+built with the bounds equals the map of the exact scan of every pair (also with values at
+the ends of the i32 range, where the mask's arithmetic wraps, and with queries before the
+keys, whose tensor reads give 0), and on packed documents the bounds decide most boxes the
+closed forms leave open."""
 
 from __future__ import annotations
 
@@ -180,3 +182,37 @@ def test_classifier_with_bounds_compiles_without_local_memory(tmp_path, arch, na
     ).stdout
     assert "tile_map_kernel" in sass and "SHFL.BFLY" in sass
     assert "LDL" not in sass and "STL" not in sass
+
+
+@pytest.mark.parametrize("name", ["near_docs", "products", "tag_or_far", "doc_window"])
+def test_values_at_the_i32_limits(binaries, name: str) -> None:
+    """Token values at the ends of the i32 range, where the mask's arithmetic wraps
+    (``doc[q_pos] + 1``, products): the bounds give up there instead of deciding from a
+    range that the wrapped values leave; the map equals the scan of every pair."""
+    rng = np.random.default_rng(5)
+    extremes = np.array([-(2**31), -(2**31) + 1, -1, 0, 1, 2**31 - 2, 2**31 - 1])
+    for _ in range(3):
+        q_lens, kv_lens = [int(rng.integers(20, 200))], [0]
+        kv_lens[0] = q_lens[0] + int(rng.integers(0, 60))
+        doc = [int(x) for x in rng.choice(extremes, kv_lens[0])]
+        tag = [int(x) for x in rng.choice(extremes, q_lens[0])]
+        w = [int(rng.choice([1, 2**31 - 1]))]
+        built, scanned, _ = maps(binaries[name], q_lens, kv_lens, doc, tag, w, 16, 32, 1)
+        assert built == scanned
+        # Runs of one extreme value: boxes the bounds decide, next to ones they cannot.
+        doc = [int(extremes[i * len(extremes) // kv_lens[0]]) for i in range(kv_lens[0])]
+        built, scanned, _ = maps(binaries[name], q_lens, kv_lens, doc, tag, w, 16, 32, 1)
+        assert built == scanned
+
+
+@pytest.mark.parametrize("name", ["near_docs", "tag_or_far", "products"])
+def test_queries_before_the_keys_read_zero(binaries, name: str) -> None:
+    """q_len > kv_len: the first rows' q_pos is negative and a kv_len tensor read there is 0
+    (in the kernels and the reference); the bounds take that 0 into the query tile's span."""
+    rng = np.random.default_rng(11)
+    for kv_len in (5, 40, 100):
+        q_len = kv_len + int(rng.integers(1, 90))
+        for values in ([5] * kv_len, [int(x) for x in rng.integers(-3, 7, kv_len)]):
+            tag = [int(x) for x in rng.integers(-1, 5, q_len)]
+            built, scanned, _ = maps(binaries[name], [q_len], [kv_len], values, tag, [3], 16, 32, 1)
+            assert built == scanned
