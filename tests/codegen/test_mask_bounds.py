@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import attnc
+from tests.codegen.test_page_check_sass import sass_of
 
 INCLUDE = Path(attnc.__file__).parent / "kernels" / "include"
 FIXTURES = Path(__file__).parent / "fixtures" / "tile_map"
@@ -160,8 +161,6 @@ NVCC = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
 def test_classifier_with_bounds_compiles_without_local_memory(tmp_path, arch, name) -> None:
     """The map kernel over a generated functor (warp-split tensor reads, shuffled minima and
     maxima) compiles for sm_80 and sm_90a with no local memory."""
-    from tests.codegen.test_page_check_sass import find_cuobjdump
-
     if not Path(NVCC).exists():
         pytest.skip("needs nvcc")
     code = attnc.load(source=source(name)).cuda_source
@@ -174,12 +173,7 @@ def test_classifier_with_bounds_compiles_without_local_memory(tmp_path, arch, na
     cmd = [NVCC, "-cubin", "-O3", "-std=c++17", *arch, f"-I{INCLUDE}", str(src), "-o", str(cubin)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("needs cuobjdump")
-    sass = subprocess.run(
-        [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True
-    ).stdout
+    sass = sass_of(cubin)
     assert "tile_map_kernel" in sass and "SHFL.BFLY" in sass
     assert "LDL" not in sass and "STL" not in sass
 

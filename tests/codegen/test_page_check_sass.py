@@ -53,6 +53,17 @@ def find_cuobjdump() -> str | None:
     return next((str(c) for c in candidates if c.is_file()), None)
 
 
+def sass_of(cubin: Path) -> str:
+    """cuobjdump's SASS of ``cubin`` (skips the test when cuobjdump is not found)."""
+    cuobjdump = find_cuobjdump()
+    if cuobjdump is None:
+        pytest.skip("needs cuobjdump")
+    done = subprocess.run(
+        [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
 def sass_by_function(sass: str) -> dict[str, str]:
     """SASS text per kernel (mangled name)."""
     parts = SASS_FUNC.split(sass)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attnc
-from tests.codegen.test_page_check_sass import find_cuobjdump
+from tests.codegen.test_page_check_sass import sass_of
 
 INCLUDE = Path(attnc.__file__).parent / "kernels" / "include"
 FIXTURES = Path(__file__).parent / "fixtures" / "tile_map"
@@ -194,12 +194,7 @@ def test_kernel_compiles_without_spills(tmp_path: Path, arch: list[str]) -> None
     if not Path(NVCC).exists():
         pytest.skip("needs nvcc")
     cubin = _compile_kernel(tmp_path, arch)
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("needs cuobjdump")
-    sass = subprocess.run(
-        [cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True
-    ).stdout
+    sass = sass_of(cubin)
     assert "tile_map_kernel" in sass
     assert "LDL" not in sass and "STL" not in sass
 

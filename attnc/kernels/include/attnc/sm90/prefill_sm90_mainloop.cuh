@@ -227,15 +227,19 @@ struct Sm90Consumer {
     scores(var, ci);  // O is still 0: no rescale
     hold_p();
   }
-  // A tile after the first of the same item: its S goes out with the P V before it.
-  __device__ __forceinline__ void next_tile(const V& var) {
-    wait_k();
+  // In the GEMM turn: S of the stage just read, then the P V held in p (once its V is in).
+  __device__ __forceinline__ void issue_s_and_pv() {
     wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
     take_turn();
     wgmma_fence();
     issue_s(cur.stage);
     issue_pv();
     pass_turn();
+  }
+  // A tile after the first of the same item: its S goes out with the P V before it.
+  __device__ __forceinline__ void next_tile(const V& var) {
+    wait_k();
+    issue_s_and_pv();
     wgmma_wait<1>();
     took_s();
     const bool rescale = scores(var, ci);
@@ -255,12 +259,7 @@ struct Sm90Consumer {
   // ci's rows are stored while the new S is in softmax.
   __device__ __forceinline__ void switch_item(V& var) {
     wait_q_rows(wg);
-    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
-    take_turn();
-    wgmma_fence();
-    issue_s(cur.stage);
-    issue_pv();
-    pass_turn();
+    issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
     set_up_rows(next_var, prm.args.sm_scale, wg, nx);
     wgmma_wait<1>();
