@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import time
 
-from benchmarks.timing_probe import parse_row
+from benchmarks.timing_probe import parse_row, planned_run
 
 
 def _query() -> str:
@@ -80,22 +80,10 @@ def _gemm(n: int):
 
 
 def _prefill(spec: str):
-    import torch
-
-    import attnc
-
-    name, n, d, params = parse_row(spec)
-    hq, hkv = 32, 8  # as timing_probe
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    v = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    wrapper = attnc.BatchPrefillWrapper(attnc.load(f"stdlib:{name}"), ws)
-    indptr = torch.tensor([0, n], dtype=torch.int32)
-    wrapper.plan(indptr, indptr, hq, hkv, d, dtype=torch.bfloat16, params=params or None)
+    """The row's run() (timing_probe's inputs, default backend) and its FLOPs per call."""
+    name, n, d, _ = parse_row(spec)
     pairs = {"causal": n * (n + 1) / 2, "sigmoid": float(n * n)}.get(name, 0.0)
-    return (lambda: wrapper.run(q, (k, v), **params)), 4.0 * d * hq * pairs
+    return planned_run(spec, "auto"), 4.0 * d * 32 * pairs  # 32 query heads, as timing_probe
 
 
 def check_row(spec: str) -> None:

@@ -77,9 +77,10 @@ def parse_row(spec: str) -> tuple[str, int, int, dict[str, int | float]]:
     return name, int(n_text), int(d_text), params
 
 
-def _row(spec: str, backend: str, ncu: bool = False) -> dict:
+def planned_run(spec: str, backend: str):
+    """``run()`` of one planned row (``variant:len:hd[:param=value]``: one request of random
+    bf16 inputs, 32/8 heads), ready to call; the probes time it."""
     import torch
-    from triton import testing
 
     import attnc
 
@@ -99,6 +100,14 @@ def _row(spec: str, backend: str, ncu: bool = False) -> dict:
     def run():
         return wrapper.run(q, (k, v), **params)
 
+    return run
+
+
+def _row(spec: str, backend: str, ncu: bool = False) -> dict:
+    import torch
+    from triton import testing
+
+    run = planned_run(spec, backend)
     if ncu:  # under Nsight Compute: a few launches, no timing
         for _ in range(5):
             run()
