@@ -72,6 +72,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rep", type=int, default=None, help="timing budget per system in ms (default by profile)"
     )
     p.add_argument(
+        "--cooldown",
+        type=float,
+        default=1.0,
+        help="seconds the GPU is left idle before each system is timed (default 1; 0: none). "
+        "Run back to back, an H200 sits at its power cap and lowers its clocks, so without a "
+        "pause the systems timed last in a row (attnc) lose to the ones timed first",
+    )
+    p.add_argument(
         "--budget",
         type=float,
         default=0.0,
@@ -89,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.deadline = args.end
     if args.rep is None:
         args.rep = REP_MS[args.profile]
+    if not args.cooldown >= 0:
+        p.error("--cooldown must be >= 0 seconds")
     return args
 
 
@@ -176,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_term)
     meta = _versions()
     meta["profile"] = args.profile
+    meta["cooldown_s"] = args.cooldown
     meta["notes"] = []
     if not args.autotune:
         meta["notes"].append(

@@ -7,8 +7,8 @@ the samples taken while it ran, and the clock-event reasons seen.
 
     python -m benchmarks.clock_probe [--rows causal:8192:128,gemm:8192] [--seconds 3]
 
-Rows: the ``timing_probe`` syntax (``variant:len:hd[:param=value]``), or ``gemm:N`` (an N^3
-bf16 matmul).
+Rows: the ``timing_probe`` syntax (``[fa3/]variant:len:hd[:param=value]``; ``fa3/`` runs
+FlashInfer's FA3 on the same inputs), or ``gemm:N`` (an N^3 bf16 matmul).
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ def _prefill(spec: str):
     """The row's run() (timing_probe's inputs, default backend) and its FLOPs per call."""
     name, n, d, _ = parse_row(spec)
     pairs = {"causal": n * (n + 1) / 2, "sigmoid": float(n * n)}.get(name, 0.0)
+    if spec.startswith("fa3/") and name != "causal":
+        pairs = 0.0
     return planned_run(spec, "auto"), 4.0 * d * 32 * pairs  # 32 query heads, as timing_probe
 
 

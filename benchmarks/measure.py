@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from benchmarks.outcome import Outcome, from_exception, short_reason
@@ -78,12 +79,22 @@ def measure_case(
     *,
     rep: int = 100,
     log: Callable[[str], None] = print,
+    cooldown_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Outcome]:
-    """Outcomes per system name; value = work / seconds / 1e12 (TFLOP/s or TB/s)."""
+    """Outcomes per system name; value = work / seconds / 1e12 (TFLOP/s or TB/s).
+
+    ``cooldown_s``: seconds the GPU is left idle before each system is timed (before its
+    preparation when it times itself, like the anchor child). Under the card's power cap a
+    kernel timed right after other systems runs at lower clocks than one timed after a pause,
+    so without it the systems timed last in a row are put at a disadvantage.
+    """
     outcomes: dict[str, Outcome] = {}
     prepared: dict[str, list] = {}
     outputs: dict = {}
     for system in systems:
+        if cooldown_s > 0 and getattr(system, "timed_elsewhere", False):
+            sleep(cooldown_s)
         try:
             prepared[system.name], out = _prepare(system, case, sets)
         except Exception as exc:
@@ -99,6 +110,8 @@ def measure_case(
         name = system.name
         if name not in prepared:
             continue
+        if cooldown_s > 0 and not getattr(system, "timed_elsewhere", False):
+            sleep(cooldown_s)
         if name not in errors:  # a stand-in: timed, not compared
             outcomes[name] = _time(system, prepared[name], work, rep, None, "")
             log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")

@@ -84,6 +84,11 @@ def batch_prefill_systems(args=None) -> list:
     ]
 
 
+def _cooldown(args) -> float:
+    """Seconds of idle GPU before each system is timed (``--cooldown``)."""
+    return float(getattr(args, "cooldown", 0.0) or 0.0)
+
+
 def _free() -> None:
     import gc
 
@@ -102,7 +107,9 @@ def _prefill_row(case, args, results: Results, log: Callable) -> None:
         case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
     )
     systems = _keep(prefill_systems(args), args)
-    outcomes = measure_case(case, systems, sets, work, rep=args.rep, log=log)
+    outcomes = measure_case(
+        case, systems, sets, work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+    )
     results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
     del sets
     _free()
@@ -118,7 +125,9 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
         case.kv_lens, case.num_kv_heads, case.head_dim, mask=case.variant.mask
     )
     systems = _keep(decode_systems(args.autotune, dense), args)
-    outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
+    outcomes = measure_case(
+        case, systems, [data], work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+    )
     results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)
     del data
     _free()
@@ -131,7 +140,9 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
     data = make_paged(case, list(case.lens), seed=0)
     work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
     systems = _keep(batch_prefill_systems(args), args)
-    outcomes = measure_case(case, systems, [data], work, rep=args.rep, log=log)
+    outcomes = measure_case(
+        case, systems, [data], work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+    )
     results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
     del data
     _free()

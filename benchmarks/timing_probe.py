@@ -8,8 +8,11 @@ kernel. Every figure times a planned ``BatchPrefillWrapper.run()`` (plan once):
   of 20 calls per kernel name), and their sum.
 
 Usage: ``python -m benchmarks.timing_probe [--rows causal:8192:128,...] [--backend sm90]``
-(needs a CUDA GPU). A row is ``variant:len:head_dim[:param=value...]``. Prints one JSON line
-per row.
+(needs a CUDA GPU). A row is ``[fa3/]variant:len:head_dim[:param=value...]``; ``fa3/`` times
+FlashInfer's FA3 single prefill on the same inputs instead (causal, softcap with ``cap``,
+sliding_window with ``window``). Prints one JSON line per row. ``--cooldown S`` (default 1)
+leaves the GPU idle for S seconds before each timing: under its power cap the card lowers its
+clocks after a busy stretch, which would otherwise favour the rows timed first.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from collections import defaultdict
 
 
@@ -56,10 +60,18 @@ def _kernel_ms(run, reps: int = 20) -> dict[str, float]:
     return {name: statistics.median(t) * len(t) / reps for name, t in times.items()}
 
 
+FA3_PREFIX = "fa3/"
+FA3_VARIANTS = ("causal", "softcap", "sliding_window")
+
+
 def parse_row(spec: str) -> tuple[str, int, int, dict[str, int | float]]:
-    """``variant:len:head_dim[:param=value...]`` as (variant, len, head_dim, params); a
+    """``[fa3/]variant:len:head_dim[:param=value...]`` as (variant, len, head_dim, params); a
     ValueError names the part that is wrong."""
-    parts = spec.split(":")
+    if spec.startswith(FA3_PREFIX):
+        name = spec[len(FA3_PREFIX) :].split(":")[0]
+        if name not in FA3_VARIANTS:
+            raise ValueError(f"--rows: {spec!r}: fa3/ rows are {', '.join(FA3_VARIANTS)}")
+    parts = spec.removeprefix(FA3_PREFIX).split(":")
     if len(parts) < 3:
         raise ValueError(f"--rows: {spec!r} is not variant:len:head_dim[:param=value...]")
     name, n_text, d_text, *assignments = parts
@@ -90,6 +102,8 @@ def planned_run(spec: str, backend: str):
     q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    if spec.startswith(FA3_PREFIX):
+        return _fa3_run(name, params, q, k, v)
     variant = attnc.load(f"stdlib:{name}")
     wrapper = attnc.BatchPrefillWrapper(
         variant, torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), backend=backend
@@ -103,7 +117,25 @@ def planned_run(spec: str, backend: str):
     return run
 
 
-def _row(spec: str, backend: str, ncu: bool = False) -> dict:
+def _fa3_run(name: str, params: dict[str, int | float], q, k, v):
+    """FlashInfer FA3's single prefill of the row (causal, with the row's cap or window)."""
+    import flashinfer
+
+    kwargs: dict[str, object] = {}
+    if name == "softcap":
+        kwargs["logits_soft_cap"] = float(params.get("cap", 30.0))
+    if name == "sliding_window":
+        kwargs["window_left"] = int(params.get("window", 1024)) - 1
+
+    def run():
+        return flashinfer.single_prefill_with_kv_cache(
+            q, k, v, causal=True, backend="fa3", **kwargs
+        )
+
+    return run
+
+
+def _row(spec: str, backend: str, ncu: bool = False, cooldown: float = 0.0) -> dict:
     import torch
     from triton import testing
 
@@ -115,8 +147,11 @@ def _row(spec: str, backend: str, ncu: bool = False) -> dict:
         return {"row": spec, "backend": backend, "ncu": True}
     run()
     torch.cuda.synchronize()
+    time.sleep(cooldown)
     flush_ms = testing.do_bench(run, warmup=25, rep=100, return_mode="median")
+    time.sleep(cooldown)
     stream_ms = _stream_ms(run)
+    time.sleep(cooldown)
     kernels = _kernel_ms(run)
     return {
         "row": spec, "backend": backend,
@@ -132,14 +167,22 @@ def main() -> None:
     ap.add_argument("--rows", default="causal:8192:128")
     ap.add_argument("--backend", default="sm90")
     ap.add_argument("--ncu", action="store_true", help="launch only (under Nsight Compute)")
+    ap.add_argument(
+        "--cooldown",
+        type=float,
+        default=1.0,
+        help="seconds of idle GPU before each timing (the card lowers its clocks under load)",
+    )
     args = ap.parse_args()
+    if not args.cooldown >= 0:
+        ap.error("--cooldown must be >= 0 seconds")
     for spec in args.rows.split(","):
         try:
             parse_row(spec)
         except ValueError as exc:
             ap.error(str(exc))
     for spec in args.rows.split(","):
-        print(json.dumps(_row(spec, args.backend, args.ncu)), flush=True)
+        print(json.dumps(_row(spec, args.backend, args.ncu, args.cooldown)), flush=True)
 
 
 if __name__ == "__main__":

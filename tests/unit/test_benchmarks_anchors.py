@@ -165,3 +165,43 @@ def test_flashinfer_fa3_asks_the_suite_clock(monkeypatch):
         for v in (VARIANTS["causal"], VARIANTS["softcap"], VARIANTS["sliding_window"])
     }
     assert len(keys) == 3
+
+
+def test_cooldown_idles_before_each_system_is_timed(monkeypatch):
+    """Under the power cap the system timed last ran at lower clocks: each system now gets
+    the same idle pause before its timing (before its preparation when it times itself)."""
+    import torch
+
+    from benchmarks import measure
+
+    events: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def bench(fns, graph=False, rep=100):
+        events.append("time")
+        return 2.0, ""
+
+    monkeypatch.setattr(measure, "bench_ms", bench)
+    ref = torch.randn(16, 4)
+    child = _Sys("fa4", ref, compare=False, timed_ms=1.0)
+    systems = [_Sys("fa3", ref), child, _Sys("attnc", ref, is_attnc=True)]
+    sleep = lambda s: events.append(f"sleep {s}")  # noqa: E731
+    out = measure.measure_case(
+        None, systems, [None], 4e12, log=lambda _: None, cooldown_s=0.5, sleep=sleep
+    )
+    assert all(o.status == "ok" for o in out.values())
+    # the child's pause precedes the preparations; each other system's precedes its timing
+    assert events == ["sleep 0.5", "sleep 0.5", "time", "sleep 0.5", "time"]
+    events.clear()
+    measure.measure_case(None, systems, [None], 4e12, log=lambda _: None, sleep=sleep)
+    assert events == ["time", "time"]
+
+
+def test_cli_cooldown_defaults_to_one_second_and_rejects_negatives(capsys):
+    from benchmarks import cli
+
+    assert cli.parse_args([]).cooldown == 1.0
+    assert cli.parse_args(["--cooldown", "0"]).cooldown == 0.0
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--cooldown", "-1"])
+    assert "--cooldown must be >= 0" in capsys.readouterr().err

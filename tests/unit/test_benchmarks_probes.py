@@ -19,9 +19,17 @@ def test_timing_probe_rows_parse_with_params():
     )  # fmt: skip
 
 
+def test_timing_probe_fa3_rows_parse_like_attnc_rows():
+    assert timing_probe.parse_row("fa3/softcap:8192:128:cap=30") == (
+        "softcap", 8192, 128, {"cap": 30},
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "spec, words",
     [
+        ("fa3/prefix_lm:8192:128", "fa3/ rows are causal, softcap, sliding_window"),
+        ("fa3/causal:8k:128", "positive integers"),
         ("causal:8192", "is not variant:len:head_dim"),
         ("causal:8k:128", "positive integers"),
         ("causal:0:128", "positive integers"),
