@@ -2,7 +2,8 @@
 8K, causal over the same lengths as separate requests (the closed-form equivalent), doc_causal
 with one document (causal's tiles with the data mask), and causal 8K on uniform(-1, 1) inputs
 (the kernel harness's data). TFLOP/s over visible pairs through BatchPrefillWrapper, the
-middle of three ``do_bench`` medians.
+middle of three ``do_bench`` medians, each after a second of idle GPU (as the
+suite's ``--cooldown``).
 
     python -m benchmarks.doc_probe
 """
@@ -22,7 +23,7 @@ def row(label: str, name: str, lens: list[int], params: dict, pairs: float) -> N
     w, run, _ = _prefill(name, lens, "auto", params, params)
     run()
     torch.cuda.synchronize()
-    ms = sorted(bench_ms([run])[0] for _ in range(3))[1]
+    ms = sorted(bench_ms([run], pause_s=1.0)[0] for _ in range(3))[1]
     print(f"{label:34s} {w.planned_backend:5s} {_tflops(pairs, ms):7.1f} TFLOP/s", flush=True)
 
 

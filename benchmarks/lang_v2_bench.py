@@ -10,9 +10,11 @@
   with ``--flashinfer`` also FlashInfer's attention-sink wrapper on the same shapes.
 
 bf16, 32/8 heads, d=128; TFLOP/s over visible pairs (decode: TB/s of KV read). Timing is the
-suite's (``benchmarks.timing.bench_ms``: triton ``do_bench``, cold L2). Prints a markdown table
-and writes JSON (``--out``). Usage: ``python -m benchmarks.lang_v2_bench [--out FILE]
-[--backend auto|fa2|sm90] [--flashinfer]``.
+suite's (``benchmarks.timing.bench_ms``: triton ``do_bench``, cold L2), each timing after
+``--cooldown`` seconds of idle GPU (default 1, as the suite: the card lowers its clocks after
+a busy stretch). Prints a markdown table and writes JSON (``--out``). Usage:
+``python -m benchmarks.lang_v2_bench [--out FILE] [--backend auto|fa2|sm90] [--flashinfer]
+[--cooldown SECONDS]``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ import json
 import time
 
 HQ, HKV, D = 32, 8, 128
+_PAUSE_S = 1.0  # idle seconds before each timing (--cooldown)
+
+
+def _bench_ms(fns, graph: bool = False) -> float:
+    """The suite's median milliseconds of ``fns``, after ``_PAUSE_S`` of idle GPU."""
+    from benchmarks.timing import bench_ms
+
+    return bench_ms(fns, graph=graph, pause_s=_PAUSE_S)[0]
 
 
 def _doc_lengths(total: int, docs: int, seed: int = 0) -> list[int]:
@@ -79,8 +89,6 @@ def documents(backend: str, out: dict) -> None:
     """doc_causal vs causal (same template) vs FlexAttention's document block mask."""
     import torch
 
-    from benchmarks.timing import bench_ms
-
     lens = _doc_lengths(8192, 8)
     doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lens)]).cuda()
     w, run_doc, indptr = _prefill("doc_causal", [8192], backend, {"doc": doc}, {"doc": doc})
@@ -92,10 +100,10 @@ def documents(backend: str, out: dict) -> None:
         times.append(time.perf_counter() - t0)
     out["doc_plan_us"] = sorted(times)[15] * 1e6
     run_doc()
-    out["doc_tflops"] = _tflops(_causal_pairs(lens), bench_ms([run_doc])[0])
+    out["doc_tflops"] = _tflops(_causal_pairs(lens), _bench_ms([run_doc]))
     out["doc_backend"] = w.planned_backend
     _, run_causal, _ = _prefill("causal", [8192], backend, {}, {})
-    out["causal_tflops"] = _tflops(_causal_pairs([8192]), bench_ms([run_causal])[0])
+    out["causal_tflops"] = _tflops(_causal_pairs([8192]), _bench_ms([run_causal]))
     out["doc_lengths"] = lens
     try:
         out["flex_doc_tflops"] = _tflops(_causal_pairs(lens), _flex_documents_ms(doc))
@@ -106,8 +114,6 @@ def documents(backend: str, out: dict) -> None:
 def _flex_documents_ms(doc) -> float:
     import torch
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-
-    from benchmarks.timing import bench_ms
 
     n = doc.numel()
     q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in _qkv(n))
@@ -123,14 +129,12 @@ def _flex_documents_ms(doc) -> float:
         return flex(q, k, v, block_mask=block, enable_gqa=True)
 
     call()
-    return bench_ms([call])[0]
+    return _bench_ms([call])
 
 
 def windows(backend: str, out: dict) -> None:
     """per_request_window (a window per request) vs sliding_window (one scalar window)."""
     import torch
-
-    from benchmarks.timing import bench_ms
 
     lens, width = [4096] * 4, 1024
     win = torch.full((len(lens),), width, dtype=torch.int32).cuda()
@@ -139,15 +143,13 @@ def windows(backend: str, out: dict) -> None:
     _, run_scalar, _ = _prefill("sliding_window", lens, backend, {"window": width},
                                 {"window": width})  # fmt: skip
     pairs = _window_pairs(lens, width)
-    out["per_request_window_tflops"] = _tflops(pairs, bench_ms([run_req])[0])
-    out["scalar_window_tflops"] = _tflops(pairs, bench_ms([run_scalar])[0])
+    out["per_request_window_tflops"] = _tflops(pairs, _bench_ms([run_req]))
+    out["scalar_window_tflops"] = _tflops(pairs, _bench_ms([run_scalar]))
 
 
 def sinks(backend: str, out: dict) -> None:
     """gpt_oss_local (window 128 + sinks) vs sliding_window 128: prefill 8K and decode."""
     import torch
-
-    from benchmarks.timing import bench_ms
 
     sink = torch.randn(HQ, device="cuda", dtype=torch.float32)
     lens = [8192]
@@ -156,8 +158,8 @@ def sinks(backend: str, out: dict) -> None:
     _, run_plain, _ = _prefill("sliding_window", lens, backend, {"window": 128},
                                {"window": 128})  # fmt: skip
     pairs = _window_pairs(lens, 128)
-    out["sink_prefill_tflops"] = _tflops(pairs, bench_ms([run_sink])[0])
-    out["nosink_prefill_tflops"] = _tflops(pairs, bench_ms([run_plain])[0])
+    out["sink_prefill_tflops"] = _tflops(pairs, _bench_ms([run_sink]))
+    out["nosink_prefill_tflops"] = _tflops(pairs, _bench_ms([run_plain]))
     out["sink_decode_tbs"], out["nosink_decode_tbs"] = (
         _decode_tbs("gpt_oss_local", {"sinks": sink, "window": 4096}),
         _decode_tbs("sliding_window", {"window": 4096}),
@@ -171,8 +173,6 @@ def flashinfer_sinks(backend: str, out: dict) -> None:
     attnc's gpt_oss_local on the same inputs (the sink is a logit in both)."""
     import flashinfer
     import torch
-
-    from benchmarks.timing import bench_ms
 
     sink = torch.randn(HQ, device="cuda", dtype=torch.float32)
     n, page = 8192, 16
@@ -190,7 +190,7 @@ def flashinfer_sinks(backend: str, out: dict) -> None:
            kv_data_type=torch.bfloat16)  # fmt: skip
     scale = D**-0.5
     out["flashinfer_sink_prefill_tflops"] = _tflops(
-        _window_pairs([n], 128), bench_ms([lambda: w.run(q, cache, sink, scale)])[0]
+        _window_pairs([n], 128), _bench_ms([lambda: w.run(q, cache, sink, scale)])
     )
     _, run_ours, _ = _prefill("gpt_oss_local", [n], backend, {"sinks": sink}, {"window": 128})
     theirs, ours = w.run(q, cache, sink, scale).double(), run_ours().double()
@@ -203,7 +203,7 @@ def flashinfer_sinks(backend: str, out: dict) -> None:
            torch.randperm(batch * pages, dtype=torch.int32).cuda(),
            torch.full((batch,), page, **i32), HQ, HKV, D, page, causal=True,
            window_left=kv, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)  # fmt: skip
-    ms = bench_ms([lambda: w.run(dq, dec_cache, sink, scale)], graph=False)[0]
+    ms = _bench_ms([lambda: w.run(dq, dec_cache, sink, scale)])
     out["flashinfer_sink_decode_tbs"] = 2.0 * batch * kv * HKV * D * 2 / (ms * 1e-3) / 1e12
 
 
@@ -213,7 +213,6 @@ def _decode_tbs(name: str, params: dict) -> float:
 
     import attnc
     from attnc.runtime.wrappers.decode import BatchDecodeWrapper
-    from benchmarks.timing import bench_ms
 
     batch, kv, page = 64, 4096, 16
     pages = kv // page
@@ -230,7 +229,7 @@ def _decode_tbs(name: str, params: dict) -> float:
         return w.run(q, cache, **params)
 
     call()
-    ms = bench_ms([call], graph=False)[0]
+    ms = _bench_ms([call])
     return 2.0 * batch * kv * HKV * D * 2 / (ms * 1e-3) / 1e12
 
 
@@ -244,8 +243,13 @@ def main() -> None:
         action="store_true",
         help="also FlashInfer's attention-sink path (its JIT build takes ~90 s)",
     )
+    ap.add_argument("--cooldown", type=float, default=1.0, help="idle seconds before each timing")
     args = ap.parse_args()
-    out: dict[str, object] = {"backend": args.backend}
+    if not args.cooldown >= 0:
+        ap.error("--cooldown must be >= 0 seconds")
+    global _PAUSE_S
+    _PAUSE_S = args.cooldown
+    out: dict[str, object] = {"backend": args.backend, "cooldown_s": args.cooldown}
     rows = [documents, windows, sinks] + ([flashinfer_sinks] if args.flashinfer else [])
     for row in rows:
         try:

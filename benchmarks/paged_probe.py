@@ -1,7 +1,8 @@
 """Where batched prefill's time goes on paged KV: causal over prefill_zipf's request lengths
 through ``BatchPrefillWrapper``, ragged K/V (one tensor per K and V) next to a paged cache
 (page sizes 16 and 64, random page order), per backend. TFLOP/s over visible pairs, the middle
-of three ``do_bench`` medians.
+of three ``do_bench`` medians, each after a second of idle GPU (as the suite's
+``--cooldown``).
 
     python -m benchmarks.paged_probe [--backends sm90,fa2] [--pages 16,64]
 """
@@ -21,7 +22,7 @@ def _median_ms(run) -> float:
 
     run()
     torch.cuda.synchronize()
-    return sorted(bench_ms([run])[0] for _ in range(3))[1]
+    return sorted(bench_ms([run], pause_s=1.0)[0] for _ in range(3))[1]
 
 
 def ragged_row(lens: list[int], backend: str) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 L2_FLUSH_BYTES = 256 << 20
@@ -26,8 +27,13 @@ def rotating(fns: Sequence[Callable]) -> Callable:
     return call
 
 
-def bench_ms(fns: Sequence[Callable], *, graph: bool = False, rep: int = 100) -> tuple[float, str]:
+def bench_ms(
+    fns: Sequence[Callable], *, graph: bool = False, rep: int = 100, pause_s: float = 0.0
+) -> tuple[float, str]:
     """Median milliseconds of one call, rotating over ``fns``; returns (ms, note).
+
+    ``pause_s``: seconds the GPU is left idle first (under its power cap the card runs a
+    kernel timed right after a busy stretch at lower clocks; see benchmarks/README.md).
 
     Eager timing uses ``do_bench`` (which also clears a 256 MB buffer between runs); with
     ``graph`` the calls are captured in a CUDA graph (``do_bench_cudagraph``), falling back to
@@ -37,6 +43,9 @@ def bench_ms(fns: Sequence[Callable], *, graph: bool = False, rep: int = 100) ->
     from triton import testing
 
     fn = rotating(fns)
+    if pause_s > 0:
+        torch.cuda.synchronize()
+        time.sleep(pause_s)
     if graph:
         try:
             ms = testing.do_bench_cudagraph(fn, rep=rep, return_mode="median")

@@ -205,3 +205,26 @@ def test_cli_cooldown_defaults_to_one_second_and_rejects_negatives(capsys):
     with pytest.raises(SystemExit):
         cli.parse_args(["--cooldown", "-1"])
     assert "--cooldown must be >= 0" in capsys.readouterr().err
+
+
+def test_bench_ms_pauses_before_timing_when_asked(monkeypatch):
+    """``pause_s`` idles the GPU (synchronise, then sleep) before do_bench starts."""
+    import sys
+    import types
+
+    import torch
+
+    from benchmarks import timing
+
+    events: list[str] = []
+    testing = types.SimpleNamespace(
+        do_bench=lambda fn, warmup, rep, return_mode: events.append("bench") or 1.5
+    )
+    monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(testing=testing))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(f"sleep {s}"))
+    assert timing.bench_ms([lambda: None], pause_s=0.75) == (1.5, "")
+    assert events == ["sync", "sleep 0.75", "bench"]
+    events.clear()
+    assert timing.bench_ms([lambda: None]) == (1.5, "")
+    assert events == ["bench"]
