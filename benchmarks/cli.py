@@ -80,6 +80,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "pause the systems timed last in a row (attnc) lose to the ones timed first",
     )
     p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="time every system of a row this many times, in column order then in reverse "
+        "(alternating), and report the median (default 1)",
+    )
+    p.add_argument(
         "--budget",
         type=float,
         default=0.0,
@@ -99,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rep = REP_MS[args.profile]
     if not args.cooldown >= 0:
         p.error("--cooldown must be >= 0 seconds")
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     return args
 
 
@@ -187,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = _versions()
     meta["profile"] = args.profile
     meta["cooldown_s"] = args.cooldown
+    meta["rounds"] = args.rounds
     meta["notes"] = []
     if not args.autotune:
         meta["notes"].append(

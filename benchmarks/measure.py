@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -80,6 +81,7 @@ def measure_case(
     rep: int = 100,
     log: Callable[[str], None] = print,
     cooldown_s: float = 0.0,
+    rounds: int = 1,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Outcome]:
     """Outcomes per system name; value = work / seconds / 1e12 (TFLOP/s or TB/s).
@@ -87,7 +89,9 @@ def measure_case(
     ``cooldown_s``: seconds the GPU is left idle before each system is timed (before its
     preparation when it times itself, like the anchor child). Under the card's power cap a
     kernel timed right after other systems runs at lower clocks than one timed after a pause,
-    so without it the systems timed last in a row are put at a disadvantage.
+    so without it the systems timed last in a row are put at a disadvantage. ``rounds``: the
+    systems are timed that many times, in column order, then in reverse, and so on; a
+    system's figure is the median of its rounds (a system that times itself is timed once).
     """
     outcomes: dict[str, Outcome] = {}
     prepared: dict[str, list] = {}
@@ -106,38 +110,61 @@ def measure_case(
         del out
     errors, notes, ref = _check(systems, case, sets, outputs)
     del outputs
+    to_time = []
     for system in systems:
         name = system.name
         if name not in prepared:
             continue
-        if cooldown_s > 0 and not getattr(system, "timed_elsewhere", False):
-            sleep(cooldown_s)
-        if name not in errors:  # a stand-in: timed, not compared
-            outcomes[name] = _time(system, prepared[name], work, rep, None, "")
-            log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
-            continue
-        err = errors[name]
-        if err > REL_TOL:
+        err = errors.get(name)
+        if err is not None and err > REL_TOL:
             note = f"rel err {err:.2e} {notes[name] if notes[name] else f'vs {ref}'}"
             outcomes[name] = Outcome("mismatch", note=note, rel_err=err)
             log(f"  {name}: mismatch ({note})")
             continue
-        outcomes[name] = _time(system, prepared[name], work, rep, err, notes[name])
+        to_time.append(system)
+    times = _time_rounds(to_time, prepared, rep, max(1, rounds), cooldown_s, sleep)
+    for system in to_time:
+        name = system.name
+        err = errors.get(name)  # None: a stand-in, timed and not compared
+        outcomes[name] = _outcome(times[name], prepared[name], work, err, notes.get(name, ""))
         log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
     return {s.name: outcomes[s.name] for s in systems}
 
 
-def _time(system: System, preps: list, work: float, rep: int, err: float | None, check_note: str):
-    """Time one system's prepared calls (or take the time measured elsewhere) and turn the
-    median into a rate."""
-    try:
-        if preps[0].timed_ms is not None:
-            ms, note = preps[0].timed_ms, ""
-        else:
-            ms, note = bench_ms([p.run for p in preps], graph=system.graph, rep=rep)
-    except Exception as exc:
-        return Outcome("error", note=short_reason(exc))
-    notes = [n for n in (note, preps[0].note) if n]
+def _time_rounds(
+    systems: list, prepared: dict, rep: int, rounds: int, cooldown_s: float, sleep: Callable
+) -> dict[str, list]:
+    """Per system name, its (ms, note) per round, or the exception that stopped its timing.
+    Round r goes through ``systems`` in order when r is even, in reverse when odd."""
+    times: dict[str, list] = {s.name: [] for s in systems}
+    for r in range(rounds):
+        for system in systems if r % 2 == 0 else systems[::-1]:
+            preps, found = prepared[system.name], times[system.name]
+            if preps[0].timed_ms is not None:
+                if not found:
+                    found.append((preps[0].timed_ms, ""))
+                continue
+            if found and isinstance(found[-1], Exception):
+                continue
+            if cooldown_s > 0:
+                sleep(cooldown_s)
+            try:
+                found.append(bench_ms([p.run for p in preps], graph=system.graph, rep=rep))
+            except Exception as exc:
+                found.append(exc)
+    return times
+
+
+def _outcome(rounds: list, preps: list, work: float, err: float | None, check_note: str):
+    """A rate from the median of a system's rounds (see ``_time_rounds``), or the error that
+    stopped its timing."""
+    failed = [t for t in rounds if isinstance(t, Exception)]
+    if failed:
+        return Outcome("error", note=short_reason(failed[0]))
+    ms = statistics.median(t[0] for t in rounds)
+    notes = [n for n in (rounds[0][1], preps[0].note) if n]
+    if len(rounds) > 1:
+        notes.append(f"median of {len(rounds)} rounds")
     if check_note:
         notes.append(check_note)
     value = work / (ms * 1e-3) / 1e12

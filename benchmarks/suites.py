@@ -108,7 +108,14 @@ def _prefill_row(case, args, results: Results, log: Callable) -> None:
     )
     systems = _keep(prefill_systems(args), args)
     outcomes = measure_case(
-        case, systems, sets, work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+        case,
+        systems,
+        sets,
+        work,
+        rep=args.rep,
+        log=log,
+        cooldown_s=_cooldown(args),
+        rounds=getattr(args, "rounds", 1),
     )
     results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
     del sets
@@ -126,7 +133,14 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
     )
     systems = _keep(decode_systems(args.autotune, dense), args)
     outcomes = measure_case(
-        case, systems, [data], work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+        case,
+        systems,
+        [data],
+        work,
+        rep=args.rep,
+        log=log,
+        cooldown_s=_cooldown(args),
+        rounds=getattr(args, "rounds", 1),
     )
     results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)
     del data
@@ -141,7 +155,14 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
     work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
     systems = _keep(batch_prefill_systems(args), args)
     outcomes = measure_case(
-        case, systems, [data], work, rep=args.rep, log=log, cooldown_s=_cooldown(args)
+        case,
+        systems,
+        [data],
+        work,
+        rep=args.rep,
+        log=log,
+        cooldown_s=_cooldown(args),
+        rounds=getattr(args, "rounds", 1),
     )
     results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
     del data

@@ -228,3 +228,59 @@ def test_bench_ms_pauses_before_timing_when_asked(monkeypatch):
     events.clear()
     assert timing.bench_ms([lambda: None]) == (1.5, "")
     assert events == ["bench"]
+
+
+def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
+    """Round 0 times the systems in column order, round 1 in reverse, round 2 in order again;
+    each figure is the median of its rounds, and a child-timed system is timed once."""
+    import torch
+
+    from benchmarks import measure
+
+    order: list[str] = []
+    ms = {"fa3": iter([1.0, 3.0, 2.0]), "attnc": iter([2.0, 1.0, 4.0])}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def bench(fns, graph=False, rep=100):
+        name = fns[0]()
+        order.append(name)
+        return next(ms[name]), ""
+
+    monkeypatch.setattr(measure, "bench_ms", bench)
+    child = _Sys("fa4", "fa4", compare=False, timed_ms=4.0)
+    fa3, ours = _Sys("fa3", "fa3", compare=False), _Sys("attnc", "attnc", compare=False)
+    out = measure.measure_case(None, [fa3, child, ours], [None], 4e12, log=lambda _: None, rounds=3)
+    assert order == ["fa3", "attnc", "attnc", "fa3", "fa3", "attnc"]
+    assert out["fa3"].value == pytest.approx(2000.0) and "median of 3 rounds" in out["fa3"].note
+    assert out["attnc"].value == pytest.approx(2000.0)
+    assert out["fa4"].value == pytest.approx(1000.0)
+
+
+def test_a_round_that_fails_makes_the_system_an_error(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+
+    calls = iter([(1.0, ""), RuntimeError("launch failed")])
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def bench(fns, graph=False, rep=100):
+        got = next(calls)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    monkeypatch.setattr(measure, "bench_ms", bench)
+    out = measure.measure_case(
+        None, [_Sys("attnc", "x", compare=False)], [None], 4e12, log=lambda _: None, rounds=2
+    )
+    assert out["attnc"].status == "error" and "launch failed" in out["attnc"].note
+
+
+def test_cli_rounds_must_be_positive(capsys):
+    from benchmarks import cli
+
+    assert cli.parse_args([]).rounds == 1
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--rounds", "0"])
+    assert "--rounds must be >= 1" in capsys.readouterr().err
