@@ -104,8 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.deadline = args.end
     if args.rep is None:
         args.rep = REP_MS[args.profile]
-    if not args.cooldown >= 0:
-        p.error("--cooldown must be >= 0 seconds")
+    from benchmarks.timing import pause_error
+
+    if pause_error(args.cooldown) is not None:
+        p.error(pause_error(args.cooldown))  # type: ignore[arg-type]
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     return args

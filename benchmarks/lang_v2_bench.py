@@ -245,8 +245,10 @@ def main() -> None:
     )
     ap.add_argument("--cooldown", type=float, default=1.0, help="idle seconds before each timing")
     args = ap.parse_args()
-    if not args.cooldown >= 0:
-        ap.error("--cooldown must be >= 0 seconds")
+    from benchmarks.timing import pause_error
+
+    if pause_error(args.cooldown) is not None:
+        ap.error(pause_error(args.cooldown))  # type: ignore[arg-type]
     global _PAUSE_S
     _PAUSE_S = args.cooldown
     out: dict[str, object] = {"backend": args.backend, "cooldown_s": args.cooldown}

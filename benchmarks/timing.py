@@ -8,6 +8,17 @@ from collections.abc import Callable, Sequence
 L2_FLUSH_BYTES = 256 << 20
 
 
+MAX_PAUSE_S = 60.0
+
+
+def pause_error(seconds: float) -> str | None:
+    """Why ``seconds`` is not a usable pause before a timing (None when it is): the pauses
+    of ``--cooldown`` must be finite and between 0 and MAX_PAUSE_S."""
+    if not 0.0 <= seconds <= MAX_PAUSE_S:  # also false for NaN
+        return f"--cooldown must be between 0 and {MAX_PAUSE_S:g} seconds, got {seconds!r}"
+    return None
+
+
 def rotation_count(bytes_per_set: int, max_sets: int = 4) -> int:
     """Input sets to rotate so that one pass over them is larger than a 256 MB L2 flush."""
     if bytes_per_set <= 0:

@@ -174,8 +174,10 @@ def main() -> None:
         help="seconds of idle GPU before each timing (the card lowers its clocks under load)",
     )
     args = ap.parse_args()
-    if not args.cooldown >= 0:
-        ap.error("--cooldown must be >= 0 seconds")
+    from benchmarks.timing import pause_error
+
+    if pause_error(args.cooldown) is not None:
+        ap.error(pause_error(args.cooldown))  # type: ignore[arg-type]
     for spec in args.rows.split(","):
         try:
             parse_row(spec)

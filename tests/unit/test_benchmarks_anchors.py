@@ -197,14 +197,27 @@ def test_cooldown_idles_before_each_system_is_timed(monkeypatch):
     assert events == ["time", "time"]
 
 
-def test_cli_cooldown_defaults_to_one_second_and_rejects_negatives(capsys):
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "61"])
+def test_cli_cooldown_defaults_to_one_second_and_rejects_bad_pauses(capsys, bad):
+    """A negative, NaN, infinite (a sleep for ever) or huge pause is refused up front."""
     from benchmarks import cli
 
     assert cli.parse_args([]).cooldown == 1.0
     assert cli.parse_args(["--cooldown", "0"]).cooldown == 0.0
     with pytest.raises(SystemExit):
-        cli.parse_args(["--cooldown", "-1"])
-    assert "--cooldown must be >= 0" in capsys.readouterr().err
+        cli.parse_args(["--cooldown", bad])
+    assert "--cooldown must be between 0 and 60 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["benchmarks.timing_probe", "benchmarks.lang_v2_bench"])
+def test_probes_refuse_an_infinite_pause_before_any_gpu_work(module):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--cooldown", "inf"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "--cooldown must be between 0 and 60" in proc.stderr
 
 
 def test_bench_ms_pauses_before_timing_when_asked(monkeypatch):
