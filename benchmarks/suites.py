@@ -84,9 +84,21 @@ def batch_prefill_systems(args=None) -> list:
     ]
 
 
-def _cooldown(args) -> float:
-    """Seconds of idle GPU before each system is timed (``--cooldown``)."""
-    return float(getattr(args, "cooldown", 0.0) or 0.0)
+def _measure(case, systems: list, sets: list, work: float, args, log: Callable) -> dict:
+    """``measure_case`` with the run's timing settings (``--rep``, ``--cooldown``,
+    ``--rounds``)."""
+    from benchmarks.measure import measure_case
+
+    return measure_case(
+        case,
+        systems,
+        sets,
+        work,
+        rep=args.rep,
+        log=log,
+        cooldown_s=float(getattr(args, "cooldown", 0.0) or 0.0),
+        rounds=getattr(args, "rounds", 1),
+    )
 
 
 def _free() -> None:
@@ -100,23 +112,13 @@ def _free() -> None:
 
 def _prefill_row(case, args, results: Results, log: Callable) -> None:
     from benchmarks.inputs import make_prefill_sets
-    from benchmarks.measure import measure_case
 
     sets = make_prefill_sets(case)
     work = flops.prefill_flops(
         case.variant.mask, case.q_len, case.kv_len, case.num_qo_heads, case.head_dim
     )
     systems = _keep(prefill_systems(args), args)
-    outcomes = measure_case(
-        case,
-        systems,
-        sets,
-        work,
-        rep=args.rep,
-        log=log,
-        cooldown_s=_cooldown(args),
-        rounds=getattr(args, "rounds", 1),
-    )
+    outcomes = _measure(case, systems, sets, work, args, log)
     results.add_row("prefill", case.name, PREFILL_UNIT, outcomes, work=work)
     del sets
     _free()
@@ -124,7 +126,6 @@ def _prefill_row(case, args, results: Results, log: Callable) -> None:
 
 def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None:
     from benchmarks.inputs import make_paged
-    from benchmarks.measure import measure_case
 
     dense = len(set(case.kv_lens)) == 1
     data = make_paged(case, [1] * len(case.kv_lens), seed=0, dense=dense)
@@ -132,16 +133,7 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
         case.kv_lens, case.num_kv_heads, case.head_dim, mask=case.variant.mask
     )
     systems = _keep(decode_systems(args.autotune, dense), args)
-    outcomes = measure_case(
-        case,
-        systems,
-        [data],
-        work,
-        rep=args.rep,
-        log=log,
-        cooldown_s=_cooldown(args),
-        rounds=getattr(args, "rounds", 1),
-    )
+    outcomes = _measure(case, systems, [data], work, args, log)
     results.add_row(suite, case.name, DECODE_UNIT, outcomes, work=work)
     del data
     _free()
@@ -149,21 +141,11 @@ def _decode_row(suite: str, case, args, results: Results, log: Callable) -> None
 
 def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
     from benchmarks.inputs import make_paged
-    from benchmarks.measure import measure_case
 
     data = make_paged(case, list(case.lens), seed=0)
     work = flops.batch_prefill_flops(case.variant.mask, case.lens, case.num_qo_heads, case.head_dim)
     systems = _keep(batch_prefill_systems(args), args)
-    outcomes = measure_case(
-        case,
-        systems,
-        [data],
-        work,
-        rep=args.rep,
-        log=log,
-        cooldown_s=_cooldown(args),
-        rounds=getattr(args, "rounds", 1),
-    )
+    outcomes = _measure(case, systems, [data], work, args, log)
     results.add_row("batch", case.name, PREFILL_UNIT, outcomes, work=work)
     del data
     _free()

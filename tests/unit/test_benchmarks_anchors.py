@@ -297,3 +297,19 @@ def test_cli_rounds_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         cli.parse_args(["--rounds", "0"])
     assert "--rounds must be >= 1" in capsys.readouterr().err
+
+
+def test_suite_rows_time_with_the_run_settings(monkeypatch):
+    """Every suite's rows pass --rep, --cooldown and --rounds on to measure_case."""
+    from benchmarks import cli, measure, suites
+
+    seen = {}
+
+    def fake(case, systems, sets, work, **kw):
+        seen.update(kw)
+        return {}
+
+    monkeypatch.setattr(measure, "measure_case", fake)
+    args = cli.parse_args(["--cooldown", "0.5", "--rounds", "3", "--rep", "7"])
+    suites._measure(None, [], [None], 1.0, args, print)
+    assert seen["cooldown_s"] == 0.5 and seen["rounds"] == 3 and seen["rep"] == 7
