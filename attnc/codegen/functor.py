@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
-from attnc.codegen.mask_cuda import render_classify, render_kv_range
+from attnc.codegen.mask_cuda import (
+    render_classify,
+    render_kv_range,
+    render_row_kv_range,
+    row_interval_eligible,
+)
 from attnc.codegen.names import comment_text, variant_struct
 from attnc.codegen.params_layout import ParamField, params_layout
 from attnc.codegen.templates import render_template
@@ -271,6 +276,11 @@ def _emit_functor(compiled: Compiled) -> str:
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
+        row_kv_range_body=(
+            render_row_kv_range(analysis, lambda e: render(e, request_ctx))
+            if row_interval_eligible(analysis)
+            else ""
+        ),
         classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),
         mask_summary=comment_text(analysis.describe(), limit=2000),
     )

@@ -105,3 +105,25 @@ def _render_classify(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
         _render_constraints(analysis.constraints, render_expr)
         + f"  return attnc::linear_classify<{n}>(cons, q_idx0, q_idx1, kv0, kv1);"
     )
+
+
+def row_interval_eligible(analysis: MaskAnalysis) -> bool:
+    """Whether the mask is exactly an interval of kv_idx for each query: one conjunction of
+    linear constraints, no tensor reads (replaced by true), no i32 arithmetic that may wrap."""
+    return (
+        analysis.kind == "linear"
+        and bool(analysis.constraints)
+        and not analysis.reads_data
+        and not analysis.wrap_guards
+    )
+
+
+def render_row_kv_range(analysis: MaskAnalysis, render_expr: RenderExpr) -> str:
+    """Body of ``KvRange row_kv_range(const Row& row) const`` (row_interval_eligible masks):
+    the exact keys of the row's query."""
+    kv_len = render_expr(ir.Builtin("kv_len", ir.I32))
+    n = len(analysis.constraints)
+    return (
+        _render_constraints(analysis.constraints, render_expr)
+        + f"  return attnc::linear_row_kv_range<{n}>(cons, row.q_idx, {kv_len});"
+    )

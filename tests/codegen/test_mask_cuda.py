@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from attnc.codegen.mask_cuda import render_classify, render_kv_range
+from attnc.codegen.mask_cuda import (
+    render_classify,
+    render_kv_range,
+    render_row_kv_range,
+    row_interval_eligible,
+)
 from attnc.compiler import ir
 from attnc.compiler.mask_analysis import MaskAnalysis, analyse_mask
 from attnc.compiler.mask_tiles import classify, kv_range
@@ -249,3 +254,80 @@ def test_prefix_lm_union_body_text():
     assert render_kv_range(a, render_expr).endswith(
         "  return attnc::linear_union_kv_range<1, 1>(cons, q_idx_begin, q_idx_end, r.kv_len);"
     )
+
+
+def row_program(names: list[str], analyses: list[MaskAnalysis]) -> str:
+    """A harness of the generated row_kv_range of each mask (one struct per mask)."""
+    fields = " ".join(f"int p_{n};" for n in PARAMS)
+    structs = "".join(
+        f"""
+struct RowMask{i} {{
+  struct Row {{ int q_idx; }};
+  attnc::RequestInfo r; {fields}
+  attnc::KvRange row_kv_range(const Row& row) const {{
+  {render_row_kv_range(a, render_expr)}
+  }}
+}};
+"""
+        for i, a in enumerate(analyses)
+    )
+    cases = "".join(
+        f"      case {i}: {{ RowMask{i} m{{r, w, pl, st}}; kr = m.row_kv_range({{q}}); break; }}\n"
+        for i in range(len(analyses))
+    )
+    return f"""#include <cstdio>
+#include "attnc/mask_math.cuh"
+{structs}
+int main() {{
+  int id, q_len, kv_len, w, pl, st, q;
+  while (std::scanf("%d %d %d %d %d %d %d", &id, &q_len, &kv_len, &w, &pl, &st, &q) == 7) {{
+    attnc::RequestInfo r{{0, q_len, kv_len, 4, 2, 64, 0.125f, 0, 0}};
+    attnc::KvRange kr{{0, 0}};
+    switch (id) {{
+{cases}      default: return 2;
+    }}
+    std::printf("%d %d\\n", kr.begin, kr.end);
+  }}
+  return 0;
+}}
+"""
+
+
+def test_row_interval_is_the_mask_exactly(tmp_path):
+    """For every mask that is one linear conjunction (coefficients other than 1 included), the
+    generated row_kv_range of a query is exactly the keys the mask shows it: kernels test that
+    interval instead of the mask on PARTIAL tiles."""
+    from attnc.compiler.evaluate import evaluate
+
+    names = [n for n in sorted(MASKS) if MASKS[n] is not None]
+    names = [n for n in names if row_interval_eligible(analyse_mask(MASKS[n]))]
+    assert {"causal", "window", "scaled", "diagonal", "gated", "false"} <= set(names)
+    # unions, no constraints, i32 that may wrap (scaled_lower, product): the mask is tested
+    assert not {"prefix_lm", "not_equal", "true", "scaled_lower", "product"} & set(names)
+    analyses = [analyse_mask(MASKS[n]) for n in names]
+    src, exe = tmp_path / "rows.cpp", tmp_path / "rows"
+    src.write_text(row_program(names, analyses))
+    cmd = ["g++", "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}"]
+    done = subprocess.run([*cmd, str(src), "-o", str(exe)], capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(cmd)} {src}\n{done.stderr}"
+    rng = random.Random(11)
+    rows, want = [], []
+    for _ in range(3000):
+        i = rng.randrange(len(names))
+        case = random_case(rng, big=False)
+        q = rng.randrange(case["q_len"])
+        rows.append(
+            f"{i} {case['q_len']} {case['kv_len']} "
+            + " ".join(str(case[n]) for n in PARAMS)
+            + f" {q}"
+        )
+        env = {**{n: case[n] for n in PARAMS}, "q_len": case["q_len"], "kv_len": case["kv_len"]}
+        env.update(q_idx=q, q_pos=q + case["kv_len"] - case["q_len"])
+        seen = [k for k in range(case["kv_len"]) if evaluate(MASKS[names[i]], {**env, "kv_idx": k})]
+        want.append((seen[0], seen[-1] + 1) if seen else (0, 0))
+        assert not seen or seen == list(range(seen[0], seen[-1] + 1))  # an interval indeed
+    done = subprocess.run([str(exe)], input="\n".join(rows) + "\n", capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = [tuple(int(x) for x in line.split()) for line in done.stdout.splitlines()]
+    for row, g, w in zip(rows, got, want, strict=True):
+        assert g == w, f"{names[int(row.split()[0])]}: {row}: got {g}, mask {w}"

@@ -76,6 +76,15 @@ struct Variant_gpt_oss_local {
       return attnc::linear_kv_range<2>(cons, q_idx_begin, q_idx_end, r.kv_len);
   }
 
+  // The mask is exactly this interval of kv_idx for the row's query.
+  ATTNC_HD attnc::KvRange row_kv_range(const Row& row) const {
+    const attnc::LinearConstraint cons[2] = {
+          {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},
+          {-1LL, 1LL, -1LL + -1LL * static_cast<long long>(r.kv_len) + 1LL * static_cast<long long>(r.q_len) + 1LL * static_cast<long long>(p.p_window)},
+      };
+      return attnc::linear_row_kv_range<2>(cons, row.q_idx, r.kv_len);
+  }
+
   ATTNC_HD attnc::TileClass classify(int q_idx0, int q_idx1, int kv0, int kv1) const {
     const attnc::LinearConstraint cons[2] = {
           {1LL, -1LL, 0LL + 1LL * static_cast<long long>(r.kv_len) + -1LL * static_cast<long long>(r.q_len)},

@@ -6,6 +6,8 @@
 // over the reals, then integer rounding); `linear_classify` uses the same projection for
 // EMPTY and the worst tile corner of every constraint for FULL. Answers are conservative:
 // a tile may be called PARTIAL when it is FULL or EMPTY, never the other way round.
+// `linear_row_kv_range` gives the exact keys of one query (kernels test those instead of the
+// mask on PARTIAL tiles).
 // A union mask is a disjunction of such conjunctions (`linear_union_kv_range` /
 // `linear_union_classify`): the hull of the terms' KV ranges, FULL when some term is FULL,
 // EMPTY when every term is EMPTY, else PARTIAL.
@@ -83,6 +85,17 @@ ATTNC_HD KvRange linear_kv_range(const LinearConstraint* cons, int q_begin, int 
                                  int kv_len) {
   long long lo = 0, hi = static_cast<long long>(kv_len) - 1;
   project_to_kv<N>(cons, q_begin, static_cast<long long>(q_end) - 1, lo, hi);
+  if (lo > hi) return KvRange{0, 0};
+  return KvRange{static_cast<int>(lo), static_cast<int>(hi + 1)};
+}
+
+// The keys one query q sees under a linear mask of N constraints, clipped to [0, kv_len):
+// each constraint bounds kv_idx on its own once q is fixed, so the interval is exact (the
+// mask holds for kv_idx exactly when begin <= kv_idx < end).
+template <int N>
+ATTNC_HD KvRange linear_row_kv_range(const LinearConstraint* cons, int q, int kv_len) {
+  long long lo = 0, hi = static_cast<long long>(kv_len) - 1;
+  for (int i = 0; i < N; ++i) bound_kv(cons[i].ck, cons[i].cq * q + cons[i].c, lo, hi);
   if (lo > hi) return KvRange{0, 0};
   return KvRange{static_cast<int>(lo), static_cast<int>(hi + 1)};
 }

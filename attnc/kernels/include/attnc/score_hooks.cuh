@@ -34,13 +34,29 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
 }
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element.
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element (or, when V gives each
+// row's keys as an interval, row_kv_range, the two bounds).
 template <bool kMasked, class V, int MQ, int NS>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
                                                  float (&s)[MQ][NS][4], int kv0, int kv1,
                                                  int tq, float sm_scale) {
+  // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
+  // this lane's first key, then two compares with constants per element.
+  constexpr bool kRowInterval = kMasked && V::kHasMask && variant_row_interval<V>::value;
+  int lo[MQ][2] = {}, hi[MQ][2] = {};
+  if constexpr (kRowInterval) {
+    const int base = kv0 + 2 * tq;
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const KvRange rr = var.row_kv_range(rows[mi][h]);
+        lo[mi][h] = rr.begin - base;
+        hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
+      }
+  }
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
@@ -50,7 +66,10 @@ __device__ __forceinline__ void transform_scores(const V& var,
         const typename V::Row& row = rows[mi][e / 2];
         const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
         bool vis = true;
-        if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
+        if constexpr (kRowInterval) {
+          const int off = n * 8 + (e % 2);
+          vis = off >= lo[mi][e / 2] && off < hi[mi][e / 2];
+        } else if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
           // Evaluated for every element, at an index kept inside the request, so the
           // tensor loads of the tile issue together (no branch per element).
           vis = (kv_idx < kv1) & var.mask(row, kv_idx < kv1 ? kv_idx : kv1 - 1);

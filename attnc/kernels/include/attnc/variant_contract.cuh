@@ -32,6 +32,10 @@
 //   static constexpr bool kHasSink;         true: sink(row) is an extra logit of every row
 //   float sink(const Row&) const;           natural-log units, like score(); -INFINITY when
 //                                           kHasSink is false (kernels skip it at compile time)
+//   KvRange row_kv_range(const Row&) const;  present only when the mask is exactly an interval
+//                                           of kv_idx for each query row: mask(row, kv) ==
+//                                           (begin <= kv < end) for kv in [0, kv_len); kernels
+//                                           test that on PARTIAL tiles (variant_row_interval)
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
@@ -94,6 +98,26 @@ struct variant_mask_reads_tokens : std::false_type {};
 template <typename V>
 struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
     : std::integral_constant<bool, V::kMaskReadsTokens> {};
+
+// variant_row_interval<V>::value: V has `KvRange row_kv_range(const Row&) const`.
+template <typename V, typename = void>
+struct variant_row_interval : std::false_type {};
+template <typename V>
+struct variant_row_interval<V, std::void_t<decltype(std::declval<const V&>().row_kv_range(
+                                   std::declval<const typename V::Row&>()))>>
+    : std::true_type {};
+
+// The mask of (row, kv_idx) as kernels test it on PARTIAL tiles: the row's interval of keys
+// when V gives one (variant_row_interval), else V::mask.
+template <typename V>
+ATTNC_HD bool variant_row_mask(const V& var, const typename V::Row& row, int kv_idx) {
+  if constexpr (variant_row_interval<V>::value) {
+    const KvRange rr = var.row_kv_range(row);
+    return rr.begin <= kv_idx && kv_idx < rr.end;
+  } else {
+    return var.mask(row, kv_idx);
+  }
+}
 
 // The sink logit of a row in natural-log units; -INFINITY for a variant without a sink (the
 // member is only instantiated when variant_has_sink<V> holds).
