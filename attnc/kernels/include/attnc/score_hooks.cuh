@@ -34,9 +34,10 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
 }
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element (or, when V gives each
-// row's keys as an interval, row_kv_range, the two bounds).
-template <bool kMasked, class V, int MQ, int NS>
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element (or, with kRowBounds and
+// when V gives each row's keys as an interval, row_kv_range, the two bounds: the Hopper
+// consumers opt in; the FA2 and decode kernels have no registers to spare for the bounds).
+template <bool kMasked, bool kRowBounds = false, class V, int MQ, int NS>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
@@ -44,7 +45,8 @@ __device__ __forceinline__ void transform_scores(const V& var,
                                                  int tq, float sm_scale) {
   // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
   // this lane's first key, then two compares with constants per element.
-  constexpr bool kRowInterval = kMasked && V::kHasMask && variant_row_interval<V>::value;
+  constexpr bool kRowInterval =
+      kRowBounds && kMasked && V::kHasMask && variant_row_interval<V>::value;
   int lo[MQ][2] = {}, hi[MQ][2] = {};
   if constexpr (kRowInterval) {
     const int base = kv0 + 2 * tq;

@@ -163,7 +163,7 @@ struct Sm90Consumer {
     const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
                         info.kv1 - info.kv0 < KVT;
     if (masked) {
-      transform_scores<true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
       transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
