@@ -32,6 +32,11 @@
 //   static constexpr bool kHasSink;         true: sink(row) is an extra logit of every row
 //   float sink(const Row&) const;           natural-log units, like score(); -INFINITY when
 //                                           kHasSink is false (kernels skip it at compile time)
+//   float score_log2(const Row&, float raw, int kv_idx) const;
+//                                           score(row, raw * sm_scale, kv_idx) * log2(e) as one
+//                                           simplified expression of the raw dot product (its
+//                                           constants folded and hoisted); read it through
+//                                           variant_score_log2
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
@@ -94,6 +99,27 @@ struct variant_mask_reads_tokens : std::false_type {};
 template <typename V>
 struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
     : std::integral_constant<bool, V::kMaskReadsTokens> {};
+
+// variant_has_score_log2<V>::value: V has `float score_log2(const Row&, float, int) const`.
+template <typename V, typename = void>
+struct variant_has_score_log2 : std::false_type {};
+template <typename V>
+struct variant_has_score_log2<
+    V, std::void_t<decltype(std::declval<const V&>().score_log2(
+           std::declval<const typename V::Row&>(), 0.f, 0))>> : std::true_type {};
+
+// The score of raw dot product `raw` in log2 units: V::score_log2 when V has it, else
+// score(row, raw * sm_scale, kv_idx) * log2(e).
+template <typename V>
+ATTNC_HD float variant_score_log2(const V& var, const typename V::Row& row, float raw,
+                                  int kv_idx, float sm_scale) {
+  if constexpr (variant_has_score_log2<V>::value) {
+    (void)sm_scale;
+    return var.score_log2(row, raw, kv_idx);
+  } else {
+    return var.score(row, raw * sm_scale, kv_idx) * 1.4426950408889634f;
+  }
+}
 
 // The sink logit of a row in natural-log units; -INFINITY for a variant without a sink (the
 // member is only instantiated when variant_has_sink<V> holds).
