@@ -327,6 +327,10 @@ class SympyConverter:
             ints = [f for f in num if f.is_integer and not f.is_Number]
             if len(ints) > 1:
                 num = [f for f in num if f not in ints or f.is_Number] + [sympy.Mul(*ints)]
+        if want == ir.F32 and len(num) + len(den) > 2:
+            folded = self._fold_low_factors(num, den, origin)
+            if folded is not None:
+                return folded
         numerator = self._product(num, want, origin)
         if not den:
             return numerator
@@ -338,6 +342,37 @@ class SympyConverter:
                 return reciprocal
             return ir.Binary("*", numerator, reciprocal, ir.F32, loc=loc)
         return ir.Binary("/", numerator, denominator, ir.F32, loc=loc)
+
+    def _fold_low_factors(
+        self, num: list[sympy.Expr], den: list[sympy.Expr], origin: ir.Expr
+    ) -> ir.Expr | None:
+        """``high * (low / den)`` for an f32 product of factors known at different levels
+        (``s * sm_scale / cap`` -> ``s * (sm_scale / cap)``, ``2 * s * sm_scale`` ->
+        ``s * (2 * sm_scale)``): the lower-level part is hoisted whole, and one multiply is
+        left per element. None when that saves nothing (one low factor and no denominator,
+        or a denominator at the top level)."""
+        irs = [self.from_sympy(f, ir.F32, origin) for f in num]
+        denominator = self._product(den, ir.F32, origin) if den else None
+        levels = [level(x) for x in irs] + ([level(denominator)] if denominator else [])
+        top = max(levels)
+        low = [x for x in irs if level(x) < top]
+        high = [x for x in irs if level(x) == top]
+        if not high or (denominator is not None and level(denominator) == top):
+            return None
+        if (denominator is None and len(low) < 2) or (denominator is not None and not low):
+            return None
+        loc = origin.loc
+        part = self._chain(low, loc)
+        if denominator is not None:
+            part = ir.Binary("/", part, denominator, ir.F32, loc=loc)
+        return ir.Binary("*", self._chain(high, loc), part, ir.F32, loc=loc)
+
+    @staticmethod
+    def _chain(factors: list[ir.Expr], loc: object) -> ir.Expr:
+        result = factors[0]
+        for f in factors[1:]:
+            result = ir.Binary("*", result, f, ir.F32, loc=loc)  # type: ignore[arg-type]
+        return result
 
     def _product(self, factors: list[sympy.Expr], want: str, origin: ir.Expr) -> ir.Expr:
         if not factors:

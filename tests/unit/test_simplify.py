@@ -79,7 +79,9 @@ class Gen:
         r = self.rng
         kind = r.choice(["bin", "bin", "bin", "call", "cast", "select", "neg"])
         if kind == "bin":
-            return ir.Binary(r.choice(["+", "-", "*", "/", "%"]), self.expr(I, d), self.expr(I, d), I)
+            return ir.Binary(
+                r.choice(["+", "-", "*", "/", "%"]), self.expr(I, d), self.expr(I, d), I
+            )
         if kind == "call":
             fn = r.choice(["min", "max", "abs"])
             args = (self.expr(I, d),) if fn == "abs" else (self.expr(I, d), self.expr(I, d))
@@ -264,7 +266,9 @@ def test_division_by_element_value_stays_a_division() -> None:
 
 
 def test_bool_simplification() -> None:
-    v = lower(parse("variant v {\n    mask = true && kv_idx <= q_pos || false;\n}\n", "x")).variant()
+    v = lower(
+        parse("variant v {\n    mask = true && kv_idx <= q_pos || false;\n}\n", "x")
+    ).variant()
     assert v.mask is not None
     assert simplify_expr(v.mask) == ir.Binary(
         "<=", ir.Builtin("kv_idx", I), ir.Builtin("q_pos", I), B
@@ -299,3 +303,38 @@ def test_locations_survive_simplify() -> None:
     v = lower(parse("variant v {\n    param c: f32;\n    score = score / c;\n}\n", "x")).variant()
     s = simplify_variant(v)
     assert s.score is not None and s.score.loc.line == 3
+
+
+SM_SCALE = ir.Builtin("sm_scale", F)
+
+
+def _element_multiplies(e: ir.Expr) -> int:
+    """Multiplies and divisions evaluated per element (the rest is hoisted)."""
+    from attnc.compiler.hoist import level
+
+    ops = [n for n in ir.walk(e) if isinstance(n, ir.Binary) and n.op in "*/"]
+    return sum(1 for n in ops if level(n) == ir.ELEMENT)
+
+
+def test_lower_level_factors_of_a_product_are_grouped_for_hoisting() -> None:
+    """``score * sm_scale / cap`` multiplies once per element: ``score * (sm_scale / cap)``
+    (it was ``(score * sm_scale) * (1 / cap)``, two per element)."""
+    cap = ir.ParamRef("cap", F)
+    e = simplify_expr(ir.Binary("/", ir.Binary("*", SCORE, SM_SCALE, F), cap, F))
+    assert e == ir.Binary("*", SCORE, ir.Binary("/", SM_SCALE, cap, F), F)
+    two = simplify_expr(ir.Binary("*", ir.Binary("*", ir.Const(2.0, F), SCORE, F), SM_SCALE, F))
+    assert _element_multiplies(two) == 1
+
+
+def test_score_log2_folds_the_scale_and_log2e_into_hoisted_constants() -> None:
+    """The kernels' exp2 argument of a soft-cap costs two multiplies per element besides the
+    tanh (four before: sm_scale, 1 / cap, cap, log2 e), and means the same value."""
+    from attnc.compiler.score_log2 import LOG2E, score_log2
+
+    s = score_of("    param cap: f32 = 50.0;\n    score = cap * tanh(score / cap);")
+    folded = score_log2(s)
+    assert _element_multiplies(folded) == 2
+    for raw, scale, cap in [(3.0, 0.125, 50.0), (-40.0, 0.09, 30.0), (0.5, 1.0, 2.0)]:
+        got = evaluate(folded, {"score": raw, "sm_scale": scale, "cap": cap})
+        want = LOG2E * cap * math.tanh(raw * scale / cap)
+        assert got == pytest.approx(want, rel=1e-6)

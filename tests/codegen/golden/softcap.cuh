@@ -31,10 +31,14 @@ struct Variant_softcap {
   Params p;
   attnc::RequestInfo r;
   float c0;
+  float c1;
+  float c2;
 
   ATTNC_HD Variant_softcap(const Params& params, const attnc::RequestInfo& request)
       : p(params), r(request) {
     c0 = (1.0f / p.p_cap);
+    c1 = (r.sm_scale / p.p_cap);
+    c2 = (1.442695f * p.p_cap);
   }
 
   ATTNC_HD Row row(int q_idx, int qo_head) const {
@@ -48,6 +52,11 @@ struct Variant_softcap {
 
   ATTNC_HD float score(const Row& row, float s, int kv_idx) const {
     return (p.p_cap * attnc::vm::tanh_((s * c0)));
+  }
+
+  // score(row, s * sm_scale, kv_idx) * log2(e) of the raw dot product s, simplified.
+  ATTNC_HD float score_log2(const Row& row, float s, int kv_idx) const {
+    return (attnc::vm::tanh_((s * c1)) * c2);
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }

@@ -88,7 +88,7 @@ __device__ __forceinline__ void transform_scores(const V& var,
         } else if constexpr (V::kAffineScore) {
           x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
         } else {
-          x = var.score(row, raw * sm_scale, kv_idx) * kLog2e;
+          x = variant_score_log2(var, row, raw, kv_idx, sm_scale);
         }
         if constexpr (V::kUseSoftmax && kMasked) x = vis ? x : -CUDART_INF_F;
         s[mi][n][e] = x;

@@ -36,6 +36,11 @@
 //                                           of kv_idx for each query row: mask(row, kv) ==
 //                                           (begin <= kv < end) for kv in [0, kv_len); kernels
 //                                           test that on PARTIAL tiles (variant_row_interval)
+//   float score_log2(const Row&, float raw, int kv_idx) const;
+//                                           score(row, raw * sm_scale, kv_idx) * log2(e) as one
+//                                           simplified expression of the raw dot product (its
+//                                           constants folded and hoisted); read it through
+//                                           variant_score_log2
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
@@ -116,6 +121,27 @@ ATTNC_HD bool variant_row_mask(const V& var, const typename V::Row& row, int kv_
     return rr.begin <= kv_idx && kv_idx < rr.end;
   } else {
     return var.mask(row, kv_idx);
+  }
+}
+
+// variant_has_score_log2<V>::value: V has `float score_log2(const Row&, float, int) const`.
+template <typename V, typename = void>
+struct variant_has_score_log2 : std::false_type {};
+template <typename V>
+struct variant_has_score_log2<
+    V, std::void_t<decltype(std::declval<const V&>().score_log2(
+           std::declval<const typename V::Row&>(), 0.f, 0))>> : std::true_type {};
+
+// The score of raw dot product `raw` in log2 units: V::score_log2 when V has it, else
+// score(row, raw * sm_scale, kv_idx) * log2(e).
+template <typename V>
+ATTNC_HD float variant_score_log2(const V& var, const typename V::Row& row, float raw,
+                                  int kv_idx, float sm_scale) {
+  if constexpr (variant_has_score_log2<V>::value) {
+    (void)sm_scale;
+    return var.score_log2(row, raw, kv_idx);
+  } else {
+    return var.score(row, raw * sm_scale, kv_idx) * 1.4426950408889634f;
   }
 }
 
