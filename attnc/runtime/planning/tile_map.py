@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TILE_MAP_ABI_VERSION = 1  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
+TILE_MAP_ABI_VERSION = 2  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
 KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
 EMPTY, FULL, PARTIAL = 0, 1, 2
 
@@ -42,6 +42,18 @@ class AttncTileMapArgs(ctypes.Structure):
     ]
 
 
+class AttncTileMapCopies(ctypes.Structure):
+    """Field-for-field mirror of ``AttncTileMapCopies`` (attnc/tile_map.cuh): the head lists
+    copied up before the classifier, the map copied down after it (page-locked host memory)."""
+
+    _fields_ = [
+        ("heads_host", _P),
+        ("heads_device", _P),
+        ("heads_bytes", ctypes.c_int64),
+        ("map_host", _P),
+    ]
+
+
 def map_starts(
     q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = KV_BLOCK
 ) -> np.ndarray:
@@ -57,13 +69,20 @@ def build_on_device(
     offsets: dict[str, int],
     args: AttncTileMapArgs,
     stream: int,
+    copies: AttncTileMapCopies | None = None,
 ) -> None:
     """Launch the module's classifier on ``stream``; ``offsets`` name the workspace regions
-    ``tile_map``, ``tile_map_start``, ``qo_indptr`` and ``kv_token_start``."""
+    ``tile_map``, ``tile_map_start``, ``qo_indptr`` and ``kv_token_start``. With ``copies``
+    the module also copies the head lists up first and the map down after, and waits for the
+    stream: one call for the whole step."""
     lib = module.lib  # type: ignore[attr-defined]
     fn = lib.attnc_build_tile_map
     if fn.argtypes is None:
-        fn.argtypes = [ctypes.POINTER(AttncTileMapArgs), ctypes.c_void_p]
+        fn.argtypes = [
+            ctypes.POINTER(AttncTileMapArgs),
+            ctypes.POINTER(AttncTileMapCopies),
+            ctypes.c_void_p,
+        ]
         fn.restype = ctypes.c_int
         lib.attnc_tile_map_abi_version.restype = ctypes.c_int
         found = int(lib.attnc_tile_map_abi_version())
@@ -75,7 +94,8 @@ def build_on_device(
     args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
     args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
     args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
-    module.raise_on_error(fn(ctypes.byref(args), ctypes.c_void_p(stream)))  # type: ignore[attr-defined]
+    step = None if copies is None else ctypes.byref(copies)
+    module.raise_on_error(fn(ctypes.byref(args), step, ctypes.c_void_p(stream)))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from attnc.runtime.planning.plan_params import MaskReads
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncTileMapArgs,
+    AttncTileMapCopies,
     build_on_device,
 )
 from attnc.runtime.planning.workspace import ALIGN
@@ -152,9 +153,8 @@ def _launch(
     offset: int,
     staging: PinnedStaging,
 ) -> np.ndarray:
-    """Copy the head lists, launch the classifier, copy the map back (one sync), through
-    ``staging``: the head lists at its start, the map after them. Everything the launch needs
-    is made before the first copy, so the copy and the launch go out back to back."""
+    """Copy the head lists, launch the classifier, copy the map back and wait (one call into
+    the module), through ``staging``: the head lists at its start, the map after them."""
     batch = inputs.qo_indptr.shape[0] - 1
     head = prefill_plan.head_layout(batch)
     entries = int(starts[-1])
@@ -183,12 +183,20 @@ def _launch(
     kv_start[0] = 0
     np.cumsum(inputs.kv_lens, out=kv_start[1:])
     words[offsets["tile_map_start"] // 4 :][: batch + 1] = starts
-    stream = torch.cuda.current_stream(workspace.device)
-    workspace[: head.total_bytes].copy_(pinned[: head.total_bytes], non_blocking=True)
-    build_on_device(
-        module, workspace.data_ptr(), {**offsets, "tile_map": offset}, args, stream.cuda_stream
+    base = pinned.data_ptr()
+    copies = AttncTileMapCopies(
+        heads_host=base,
+        heads_device=workspace.data_ptr(),
+        heads_bytes=head.total_bytes,
+        map_host=base + head.total_bytes,
     )
-    host = pinned[head.total_bytes : head.total_bytes + entries]
-    host.copy_(workspace[offset : offset + entries], non_blocking=True)
-    stream.synchronize()  # the one synchronisation of a plan with a map
+    stream = torch.cuda.current_stream(workspace.device)
+    build_on_device(
+        module,
+        workspace.data_ptr(),
+        {**offsets, "tile_map": offset},
+        args,
+        stream.cuda_stream,
+        copies,
+    )  # the one synchronisation of a plan with a map
     return staging.bytes[head.total_bytes : head.total_bytes + entries]

@@ -4,7 +4,8 @@
 // (the mask over the whole box in intervals, attnc/mask_bounds.cuh), and for the boxes neither
 // decides, V::row / V::mask on every (query, key, head) of the pair; and
 // ATTNC_DEFINE_TILE_MAP_BUILDER, which exports the extern "C" builder a
-// prefill module offers the planner (`attnc_build_tile_map`).
+// prefill module offers the planner (`attnc_build_tile_map`: the classifier, optionally with
+// the copies around it and the wait, AttncTileMapCopies).
 //
 // Map layout (the one prefill_args.h describes): request b's map starts at
 // tile_map[tile_map_start[b]] and is row-major [ceil(q_len_b / tile_q_tokens)]
@@ -29,7 +30,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#define ATTNC_TILE_MAP_ABI_VERSION 1
+#define ATTNC_TILE_MAP_ABI_VERSION 2
 
 // Arguments of attnc_build_tile_map (mirrored by attnc/runtime/planning/tile_map.py).
 typedef struct AttncTileMapArgs {
@@ -49,6 +50,16 @@ typedef struct AttncTileMapArgs {
   int32_t num_entries;             // tile_map_start[batch]
   float sm_scale;
 } AttncTileMapArgs;
+
+// The copies around one build (optional argument of attnc_build_tile_map): the head lists
+// from page-locked host memory into the workspace before the classifier, the map back into
+// page-locked host memory after it, and the wait for both, so that a plan makes one call.
+typedef struct AttncTileMapCopies {
+  const void* heads_host;  // tile_map_start, qo_indptr, kv_token_start as the workspace holds them
+  void* heads_device;      // their place in the workspace
+  int64_t heads_bytes;
+  uint8_t* map_host;       // [num_entries] out: the map
+} AttncTileMapCopies;
 
 namespace attnc {
 
@@ -286,12 +297,42 @@ int launch_tile_map(const AttncTileMapArgs& a, cudaStream_t stream) {
 }  // namespace attnc
 
 #ifdef __CUDACC__
-// Defines attnc_build_tile_map (0 or an error code) and attnc_tile_map_abi_version for V.
+namespace attnc {
+
+// attnc_build_tile_map's body: the classifier on `stream`, between the copies when given
+// (then the stream is waited for before returning).
+template <class V>
+int build_tile_map_step(const AttncTileMapArgs& a, const AttncTileMapCopies* copies,
+                        cudaStream_t stream) {
+  if (copies == nullptr) return launch_tile_map<V>(a, stream);
+  if (copies->heads_bytes < 0 || (copies->heads_bytes > 0 && (copies->heads_host == nullptr ||
+                                                              copies->heads_device == nullptr)))
+    return ATTNC_E_BAD_LAYOUT;
+  if (a.num_entries > 0 && copies->map_host == nullptr) return ATTNC_E_BAD_LAYOUT;
+  cudaError_t st = cudaMemcpyAsync(copies->heads_device, copies->heads_host,
+                                   static_cast<size_t>(copies->heads_bytes),
+                                   cudaMemcpyHostToDevice, stream);
+  if (st != cudaSuccess) return static_cast<int>(st);
+  const int launched = launch_tile_map<V>(a, stream);
+  if (launched != 0) return launched;
+  if (a.num_entries > 0) {
+    st = cudaMemcpyAsync(copies->map_host, a.tile_map, static_cast<size_t>(a.num_entries),
+                         cudaMemcpyDeviceToHost, stream);
+    if (st != cudaSuccess) return static_cast<int>(st);
+  }
+  return static_cast<int>(cudaStreamSynchronize(stream));
+}
+
+}  // namespace attnc
+
+// Defines attnc_build_tile_map (0 or an error code; `copies` may be null: launch only) and
+// attnc_tile_map_abi_version for V.
 #define ATTNC_DEFINE_TILE_MAP_BUILDER(V)                                                    \
   extern "C" __attribute__((visibility("default"))) int attnc_build_tile_map(              \
-      const AttncTileMapArgs* args, void* cuda_stream) {                                    \
+      const AttncTileMapArgs* args, const AttncTileMapCopies* copies, void* cuda_stream) {  \
     if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
-    return ::attnc::launch_tile_map<V>(*args, static_cast<cudaStream_t>(cuda_stream));     \
+    return ::attnc::build_tile_map_step<V>(*args, copies,                                   \
+                                           static_cast<cudaStream_t>(cuda_stream));         \
   }                                                                                         \
   extern "C" __attribute__((visibility("default"))) int attnc_tile_map_abi_version(void) { \
     return ATTNC_TILE_MAP_ABI_VERSION;                                                      \
