@@ -106,8 +106,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.rep = REP_MS[args.profile]
     from benchmarks.timing import pause_error
 
-    if pause_error(args.cooldown) is not None:
-        p.error(pause_error(args.cooldown))  # type: ignore[arg-type]
+    bad_pause = pause_error(args.cooldown)
+    if bad_pause is not None:
+        p.error(bad_pause)
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     return args

@@ -83,8 +83,6 @@ def _prefill(spec: str):
     """The row's run() (timing_probe's inputs, default backend) and its FLOPs per call."""
     name, n, d, _ = parse_row(spec)
     pairs = {"causal": n * (n + 1) / 2, "sigmoid": float(n * n)}.get(name, 0.0)
-    if spec.startswith("fa3/") and name != "causal":
-        pairs = 0.0
     return planned_run(spec, "auto"), 4.0 * d * 32 * pairs  # 32 query heads, as timing_probe
 
 

@@ -247,8 +247,9 @@ def main() -> None:
     args = ap.parse_args()
     from benchmarks.timing import pause_error
 
-    if pause_error(args.cooldown) is not None:
-        ap.error(pause_error(args.cooldown))  # type: ignore[arg-type]
+    bad_pause = pause_error(args.cooldown)
+    if bad_pause is not None:
+        ap.error(bad_pause)
     global _PAUSE_S
     _PAUSE_S = args.cooldown
     out: dict[str, object] = {"backend": args.backend, "cooldown_s": args.cooldown}

@@ -102,9 +102,9 @@ def planned_run(spec: str, backend: str):
     q = torch.randn(n, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(n, hkv, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    if spec.startswith(FA3_PREFIX):
-        return _fa3_run(name, params, q, k, v)
     variant = attnc.load(f"stdlib:{name}")
+    if spec.startswith(FA3_PREFIX):
+        return _fa3_run(name, _with_defaults(spec, variant, params), q, k, v)
     wrapper = attnc.BatchPrefillWrapper(
         variant, torch.empty(256 << 20, dtype=torch.uint8, device="cuda"), backend=backend
     )
@@ -117,15 +117,26 @@ def planned_run(spec: str, backend: str):
     return run
 
 
-def _fa3_run(name: str, params: dict[str, int | float], q, k, v):
+def _with_defaults(spec: str, variant, params: dict[str, int | float]) -> dict[str, object]:
+    """The row's params over the stdlib variant's defaults (so an fa3/ row computes what the
+    attnc row of the same spec does); a ValueError names a param with neither."""
+    values: dict[str, object] = {p.name: p.default for p in variant.params if p.default is not None}
+    values.update(params)
+    missing = [p.name for p in variant.params if p.name not in values]
+    if missing:
+        raise ValueError(f"--rows: {spec!r}: give {', '.join(missing)} (no default)")
+    return values
+
+
+def _fa3_run(name: str, values: dict[str, object], q, k, v):
     """FlashInfer FA3's single prefill of the row (causal, with the row's cap or window)."""
     import flashinfer
 
     kwargs: dict[str, object] = {}
     if name == "softcap":
-        kwargs["logits_soft_cap"] = float(params.get("cap", 30.0))
+        kwargs["logits_soft_cap"] = float(values["cap"])  # type: ignore[arg-type]
     if name == "sliding_window":
-        kwargs["window_left"] = int(params.get("window", 1024)) - 1
+        kwargs["window_left"] = int(values["window"]) - 1  # type: ignore[call-overload]
 
     def run():
         return flashinfer.single_prefill_with_kv_cache(
@@ -176,8 +187,9 @@ def main() -> None:
     args = ap.parse_args()
     from benchmarks.timing import pause_error
 
-    if pause_error(args.cooldown) is not None:
-        ap.error(pause_error(args.cooldown))  # type: ignore[arg-type]
+    bad_pause = pause_error(args.cooldown)
+    if bad_pause is not None:
+        ap.error(bad_pause)
     for spec in args.rows.split(","):
         try:
             parse_row(spec)

@@ -111,3 +111,16 @@ def test_stress_rejects_unknown_variants_before_any_child(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         _run_parent(monkeypatch, capsys, ["--variants", "causal,nope"], outcome)
     assert "unknown ['nope']" in capsys.readouterr().err
+
+
+def test_fa3_rows_take_the_stdlib_defaults_and_name_a_missing_param():
+    """An fa3/ row computes what the attnc row of the same spec does: soft-cap's cap defaults
+    to the variant's 50 (it used to default to 30), and a window must be given."""
+    import attnc
+
+    softcap = attnc.load("stdlib:softcap")
+    assert timing_probe._with_defaults("fa3/softcap:64:64", softcap, {})["cap"] == 50.0
+    assert timing_probe._with_defaults("fa3/softcap:64:64", softcap, {"cap": 30})["cap"] == 30
+    window = attnc.load("stdlib:sliding_window")
+    with pytest.raises(ValueError, match="give window"):
+        timing_probe._with_defaults("fa3/sliding_window:64:64", window, {})
