@@ -111,10 +111,20 @@ def planned_run(spec: str, backend: str):
     indptr = torch.tensor([0, n], dtype=torch.int32)
     wrapper.plan(indptr, indptr, hq, hkv, d, dtype=torch.bfloat16, params=params or None)
 
+    values = {**params, **probe_tensor_params(name, hq, "cuda")}
+
     def run():
-        return wrapper.run(q, (k, v), **params)
+        return wrapper.run(q, (k, v), **values)
 
     return run
+
+
+def probe_tensor_params(name: str, num_qo_heads: int, device: str) -> dict[str, object]:
+    """The tensor params a probe row cannot spell as ``param=number``: ALiBi's standard
+    slopes (as the prefill suite passes them); other variants need none."""
+    from benchmarks.inputs import alibi_slopes
+
+    return {"slopes": alibi_slopes(num_qo_heads, device)} if name == "alibi" else {}
 
 
 def _with_defaults(spec: str, variant, params: dict[str, int | float]) -> dict[str, object]:

@@ -124,3 +124,17 @@ def test_fa3_rows_take_the_stdlib_defaults_and_name_a_missing_param():
     window = attnc.load("stdlib:sliding_window")
     with pytest.raises(ValueError, match="give window"):
         timing_probe._with_defaults("fa3/sliding_window:64:64", window, {})
+
+
+def test_timing_probe_gives_alibi_its_slopes():
+    """An alibi row failed in run() for want of its tensor param; the probe passes the
+    standard slopes for every query head."""
+    torch = pytest.importorskip("torch")
+    import attnc
+
+    got = timing_probe.probe_tensor_params("alibi", 32, "cpu")
+    tensors = {p.name for p in attnc.load("stdlib:alibi").params if p.default is None}
+    assert tensors <= set(got)
+    expected = torch.tensor([2.0 ** (-8.0 * h / 32) for h in range(1, 33)])
+    torch.testing.assert_close(got["slopes"], expected, rtol=0, atol=0)
+    assert timing_probe.probe_tensor_params("causal", 32, "cpu") == {}
