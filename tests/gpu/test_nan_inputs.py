@@ -78,8 +78,23 @@ def test_prefill_nan_in_k_through_the_split_kv_merge(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_prefill_rows_without_keys_stay_empty_next_to_nan_rows(backend):
-    variant = attnc.load("stdlib:causal")
+@pytest.mark.parametrize("block", range(16))
+def test_softcap_nan_key_in_any_column_block(backend, block):
+    """Soft-cap's Hopper kernel takes the weights of every second 8-key block of S from
+    poly_exp2 (FMA units) and the others from MUFU: a NaN key in any block of a 128-key tile
+    still reaches exactly the rows that see it."""
+    variant = attnc.load("stdlib:softcap")
+    q, k, v = _qkv(64, 256, seed=5)
+    key = 128 + 8 * block + 5
+    k[key, 0, 1] = math.nan  # KV head 0: query heads 0 and 1; q_pos = q_idx + 192
+    nan_rows = _same_nan_rows(variant, q, k, v, backend)
+    assert nan_rows[:, :2].sum() == 2 * (64 - max(0, key - 192)) and not nan_rows[:, 2:].any()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["causal", "softcap"])
+def test_prefill_rows_without_keys_stay_empty_next_to_nan_rows(backend, name):
+    variant = attnc.load(f"stdlib:{name}")
     q, k, v = _qkv(40, 20, seed=4)  # q_pos = q_idx - 20: the first 20 queries see no key
     k[5, 0, 0] = math.nan
     nan_rows = _same_nan_rows(variant, q, k, v, backend)
