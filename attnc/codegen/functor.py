@@ -26,7 +26,6 @@ from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
 from attnc.compiler.score_log2 import score_log2
-from attnc.compiler.sfu_cost import sfu_ops_per_element
 from attnc.compiler.token_index import reads_token_tensor
 from attnc.dsl.limits import deep_recursion
 
@@ -230,17 +229,6 @@ def _body(e: ir.Expr, ctx: CudaContext) -> Body:
     return Body(tuple(locals_), render(e, local_ctx))
 
 
-def _score_sfu_ops(v: ir.VariantIR, affine: AffineScore | None, log2_score: ir.Expr | None) -> int:
-    """Special-function operations per element of the score as the kernels evaluate it: the
-    log2 score of a general softmax score, the bias of an affine one, the score itself
-    without softmax."""
-    if v.normalize != "softmax":
-        return sfu_ops_per_element(v.score)
-    if affine is not None:
-        return sfu_ops_per_element(affine.bias)
-    return sfu_ops_per_element(log2_score)
-
-
 def emit_functor(compiled: Compiled) -> str:
     """The C++ text of the functor struct (a self-contained header)."""
     with deep_recursion():
@@ -288,7 +276,6 @@ def _emit_functor(compiled: Compiled) -> str:
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
         mask_reads_tokens=reads_tokens,
-        score_sfu_ops=_score_sfu_ops(v, affine, log2_score),
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),

@@ -153,58 +153,6 @@ def test_sass_uses_hgmma_and_no_local_memory(builds):
     assert checked == len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
 
 
-def _sass_of_kernels(builds) -> dict[str, str]:
-    """SASS of each bf16 d=128 Hopper prefill kernel, by its variant's struct name."""
-    cuobjdump = find_cuobjdump()
-    if cuobjdump is None:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    kernels: dict[str, str] = {}
-    structs = {struct_name_of(n) for n in stdlib_names()}
-    for _, head_dim, _, obj in builds:
-        if head_dim != 128:
-            continue
-        run = subprocess.run([cuobjdump, "--dump-sass", str(obj)], capture_output=True,
-                             text=True, check=False)  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        for name, body in sass_by_function(run.stdout).items():
-            if "prefill_sm90_kernel" in name:  # mangled: the struct's length, then its name
-                kernels.update({st: body for st in structs if f"{len(st)}{st}" in name})
-    return kernels
-
-
-def _score_sfu_ops(name: str) -> tuple[bool, int]:
-    compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
-    text = emit_functor(analysed(compiled[0].variant))
-    found = re.search(r"kScoreSfuOps = (\d+);", text)
-    assert found, name
-    return "kUseSoftmax = true" in text, int(found.group(1))
-
-
-def test_exp2_share_on_the_fma_units_only_where_the_score_uses_mufu(builds):
-    """A softmax score that spends the special-function unit per element (a soft-cap's tanh)
-    sends every second block of its exp2s to poly_exp2 (its NaN-keeping clamp, FMNMX.NAN, is
-    the mark), so it issues fewer MUFU.EX2 than causal; every other kernel keeps MUFU's exp2."""
-    kernels = _sass_of_kernels(builds)
-    causal = kernels[struct_name_of("causal")]
-    causal_ex2 = len(re.findall(r"MUFU\.EX2", causal))
-    moved = 0
-    for name in stdlib_names():
-        body = kernels[struct_name_of(name)]
-        softmax, sfu = _score_sfu_ops(name)
-        if softmax and sfu > 0:
-            moved += 1
-            assert "FMNMX.NAN" in body, name
-            assert len(re.findall(r"MUFU\.EX2", body)) < causal_ex2, name
-        else:
-            assert "FMNMX.NAN" not in body, name
-    assert moved >= 1  # soft-cap
-
-
-def struct_name_of(name: str) -> str:
-    compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
-    return struct_name(compiled[0].variant)
-
-
 def test_module_template_renders_the_sm90_launcher():
     from attnc.codegen.module import render_prefill_sm90_module
 

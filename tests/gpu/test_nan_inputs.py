@@ -80,9 +80,8 @@ def test_prefill_nan_in_k_through_the_split_kv_merge(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("block", range(16))
 def test_softcap_nan_key_in_any_column_block(backend, block):
-    """Soft-cap's Hopper kernel takes the weights of every second 8-key block of S from
-    poly_exp2 (FMA units) and the others from MUFU: a NaN key in any block of a 128-key tile
-    still reaches exactly the rows that see it."""
+    """A NaN key in any 8-key column block of a 128-key tile (soft-cap: its tanh, then the
+    softmax) reaches exactly the rows that see it."""
     variant = attnc.load("stdlib:softcap")
     q, k, v = _qkv(64, 256, seed=5)
     key = 128 + 8 * block + 5

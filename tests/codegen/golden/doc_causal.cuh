@@ -29,7 +29,6 @@ struct Variant_doc_causal {
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = true;
-  static constexpr int kScoreSfuOps = 0;  // special-function ops per element
 
   Params p;
   attnc::RequestInfo r;

@@ -28,7 +28,6 @@ struct Variant_gpt_oss_local {
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = true;
   static constexpr bool kMaskReadsTokens = false;
-  static constexpr int kScoreSfuOps = 0;  // special-function ops per element
 
   Params p;
   attnc::RequestInfo r;

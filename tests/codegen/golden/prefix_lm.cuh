@@ -27,7 +27,6 @@ struct Variant_prefix_lm {
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
-  static constexpr int kScoreSfuOps = 0;  // special-function ops per element
 
   Params p;
   attnc::RequestInfo r;

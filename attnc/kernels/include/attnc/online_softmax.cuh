@@ -1,8 +1,7 @@
 // Owns: the online softmax in the exp2 domain on a warp's mma fragments: fast exp2,
 // reductions over the 4 lanes that hold one mma row, the -inf guards (a row that has seen only
 // masked keys keeps max -inf, contributes nothing and never produces NaN), the per-tile step
-// (running max with rescale slack, row sums, O rescale; a share of its exp2s optionally on
-// the FMA units), the sink of a row (its start and its
+// (running max with rescale slack, row sums, O rescale), the sink of a row (its start and its
 // term in the denominator) and the end of a finished row (1 / sum, LSE, whether it saw a key;
 // NaN sums stay NaN). Shared by the prefill and decode kernels.
 #pragma once
@@ -11,7 +10,6 @@
 
 #include <cmath>
 
-#include "poly_exp2.cuh"
 #include "variant_contract.cuh"
 
 namespace attnc {
@@ -184,14 +182,10 @@ __device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float
 // when that exceeds it by more than ATTNC_RESCALE_SLACK (always from -inf to a finite max;
 // never while both are -inf: the NaN compares false); the logits become the weights p, whose
 // sum (this lane's columns) is added to l after l is rescaled by alpha = exp2((m_old - m_new)
-// * c), the factor O needs too (1 when m stays). Returns whether m moved. kPolyEvery > 0: the
-// weights of every kPolyEvery-th column block (n % kPolyEvery == kPolyEvery - 1) come from
-// poly_exp2 on the FMA units instead of the special-function unit.
-template <class V, int NS, int kPolyEvery = 0>
+// * c), the factor O needs too (1 when m stays). Returns whether m moved.
+template <class V, int NS>
 __device__ __forceinline__ bool softmax_row_step(float (&s)[NS][4], int h, float& m, float& l,
                                                  float mult, float& alpha) {
-  static_assert(ATTNC_RESCALE_SLACK >= 0 && ATTNC_RESCALE_SLACK < 64,
-                "ATTNC_RESCALE_SLACK: weights must stay far inside poly_exp2's range");
   constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
   float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
 #pragma unroll
@@ -208,9 +202,7 @@ __device__ __forceinline__ bool softmax_row_step(float (&s)[NS][4], int h, float
   for (int n = 0; n < NS; ++n) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float arg = fmaf(s[n][2 * h + e], c, shift);
-      const bool poly = kPolyEvery > 0 && n % kPolyEvery == kPolyEvery - 1;
-      const float p = poly ? poly_exp2(arg) : fast_exp2(arg);
+      const float p = fast_exp2(fmaf(s[n][2 * h + e], c, shift));
       s[n][2 * h + e] = p;
       sum += p;
     }

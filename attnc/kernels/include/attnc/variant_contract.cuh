@@ -44,10 +44,6 @@
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
-//   static constexpr int kScoreSfuOps;      special-function operations (tanh, exp, log,
-//                                           sqrt, a division...) the score costs per element
-//                                           (its row-level parts hoisted); read it through
-//                                           variant_score_sfu_ops
 // All member functions are __host__ __device__ so host harnesses can test them.
 #pragma once
 
@@ -107,13 +103,6 @@ struct variant_mask_reads_tokens : std::false_type {};
 template <typename V>
 struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
     : std::integral_constant<bool, V::kMaskReadsTokens> {};
-
-// variant_score_sfu_ops<V>::value: V's `kScoreSfuOps`, 0 when V does not declare it.
-template <typename V, typename = void>
-struct variant_score_sfu_ops : std::integral_constant<int, 0> {};
-template <typename V>
-struct variant_score_sfu_ops<V, std::void_t<decltype(V::kScoreSfuOps)>>
-    : std::integral_constant<int, V::kScoreSfuOps> {};
 
 // variant_row_interval<V>::value: V has `KvRange row_kv_range(const Row&) const`.
 template <typename V, typename = void>

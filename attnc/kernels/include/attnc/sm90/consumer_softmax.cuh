@@ -1,28 +1,14 @@
 // Owns: the online-softmax step of a Hopper consumer warpgroup on one S tile held as wgmma
 // accumulators (the mma.sync C layout, so rows g and g + 8 of each warp, 4 lanes per row):
 // softmax_row_step of online_softmax.cuh on each row (reference max with rescale slack, row
-// sums), the share of its exp2s that runs on the FMA units (kPolyExp2Every), and the O
-// rescale factors -- returned instead of applied, because O is still being accumulated by an
-// in-flight wgmma when the step runs.
+// sums), and the O rescale factors -- returned instead of applied, because O is still being
+// accumulated by an in-flight wgmma when the step runs.
 #pragma once
 
 #include "../online_softmax.cuh"
 
-// Every how many column blocks of S a weight comes from poly_exp2 (0: none). A score that
-// already spends the special-function unit on every element (kScoreSfuOps > 0: a soft-cap's
-// tanh) would otherwise make that unit, with one exp2 per element on top, the kernel's
-// bound; every second block moves half the exp2s to the FMA units. Scores without such ops
-// keep MUFU's exp2 (one special op per element stays under the tensor cores' time).
-#ifndef ATTNC_SM90_POLY_EXP2_EVERY
-#define ATTNC_SM90_POLY_EXP2_EVERY 2
-#endif
-
 namespace attnc {
 namespace sm90 {
-
-template <class V>
-constexpr int kPolyExp2Every =
-    variant_score_sfu_ops<V>::value > 0 ? ATTNC_SM90_POLY_EXP2_EVERY : 0;
 
 // s: log2-domain logits in, weights out. Returns whether any row of this warp must rescale O
 // (then by alpha[h] for row h); m, l as in warp_softmax_step.
@@ -33,8 +19,7 @@ __device__ __forceinline__ bool softmax_step(float (&s)[1][NS][4], float (&m)[1]
   bool rescale = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const bool moved = softmax_row_step<V, NS, kPolyExp2Every<V>>(s[0], h, m[0][h], l[0][h],
-                                                                  mult[0][h], alpha[h]);
+    const bool moved = softmax_row_step<V, NS>(s[0], h, m[0][h], l[0][h], mult[0][h], alpha[h]);
     rescale = rescale || moved;
   }
   return __any_sync(0xffffffffu, rescale);
