@@ -22,7 +22,25 @@ ATTNC_HD float tanh_(float x) {
 #endif
 }
 
-ATTNC_HD float exp_(float x) { return ATTNC_DEVICE_OR_HOST(__expf(x), expf(x)); }
+#if defined(__CUDA_ARCH__)
+// The flush-to-zero forms of ex2.approx and rcp.approx: results below 2^-126 become 0, which
+// changes no attention weight (bf16/fp16 round them away next to any normal weight) and saves
+// the subnormal fix-up code (a compare with -126 and a rescale) around every call.
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+
+ATTNC_HD float exp_(float x) {
+  return ATTNC_DEVICE_OR_HOST(ex2_ftz(x * 1.4426950408889634f), expf(x));
+}
 ATTNC_HD float exp2_(float x) { return exp2f(x); }
 ATTNC_HD float log_(float x) { return logf(x); }
 ATTNC_HD float log2_(float x) { return log2f(x); }
@@ -35,8 +53,8 @@ ATTNC_HD float ceil_(float x) { return ceilf(x); }
 ATTNC_HD float sigmoid_(float x) {
 #if defined(__CUDA_ARCH__)
   // Branch-free, one MUFU.EX2 and one MUFU.RCP: e^-x overflows to +inf for very negative x,
-  // and the approximate division then gives 0.
-  return __fdividef(1.0f, 1.0f + __expf(-x));
+  // and the reciprocal then gives 0.
+  return rcp_ftz(1.0f + ex2_ftz(x * -1.4426950408889634f));
 #else
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
   const float e = expf(x);
