@@ -121,20 +121,20 @@ def _signed_terms(x: ir.Expr) -> list[tuple[int, ir.Expr]]:
             stack.append((sign if node.op == "+" else -sign, node.b))
         elif isinstance(node, ir.Unary) and node.op == "neg":
             stack.append((-sign, node.x))
-        elif isinstance(node, ir.Binary) and node.op == "*" and _unit(node.a) is not None:
+        elif isinstance(node, ir.Binary) and node.op == "*" and _unit(node.a):
             stack.append((sign * _unit(node.a), node.b))
-        elif isinstance(node, ir.Binary) and node.op == "*" and _unit(node.b) is not None:
+        elif isinstance(node, ir.Binary) and node.op == "*" and _unit(node.b):
             stack.append((sign * _unit(node.b), node.a))
         else:
             out.append((sign, node))
     return out
 
 
-def _unit(e: ir.Expr) -> int | None:
-    """1 or -1 for an i32 constant ±1, else None."""
+def _unit(e: ir.Expr) -> int:
+    """1 or -1 for an i32 constant ±1, else 0."""
     if isinstance(e, ir.Const) and e.type == ir.I32 and e.value in (1, -1):
         return int(e.value)
-    return None
+    return 0
 
 
 def _reject():
