@@ -22,6 +22,7 @@ from attnc.codegen.names import comment_text, variant_struct
 from attnc.codegen.params_layout import ParamField, params_layout
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
+from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
@@ -250,6 +251,7 @@ def _emit_functor(compiled: Compiled) -> str:
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
     reads_tokens = v.mask is not None and reads_token_tensor(v.mask, v.params)
+    step = bias_step(affine.bias) if affine is not None and not affine.identity else None
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens
@@ -272,6 +274,8 @@ def _emit_functor(compiled: Compiled) -> str:
         score_log2=_body(log2_score, ctx) if log2_score is not None else None,
         score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
+        bias_step=step is not None,
+        score_bias_step=_body(step if step is not None else zero, ctx),
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),

@@ -8,6 +8,7 @@ from attnc.codegen.functor import emit_functor, param_fields
 from attnc.codegen.params_layout import ParamField
 from attnc.codegen.torch_ref import emit_reference_source
 from attnc.compiler import ir
+from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import hoistable, level
 from attnc.compiler.ir_printer import format_ir, format_variant
 from attnc.compiler.pipeline import Compiled, parse, resolve_source
@@ -69,6 +70,9 @@ def _analyses(c: Compiled) -> str:
         lines.append("    score: identity (folded into the exp2 scale)")
     else:
         lines.append(f"    score: affine, scale = {format_ir(a.scale)}, bias = {format_ir(a.bias)}")
+        step = bias_step(a.bias)
+        if step is not None:
+            lines.append(f"    bias: linear in kv_idx, step per key = {format_ir(step)}")
     lines.append(f"    mask: {c.mask_analysis.describe()}")
     hoisted: list[ir.Expr] = []
     for e in (c.variant.score, c.variant.mask, c.variant.output):

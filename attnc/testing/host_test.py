@@ -8,7 +8,7 @@ import random
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from attnc.codegen.functor import emit_functor, struct_name
 from attnc.codegen.templates import render_template
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
+from attnc.compiler.bias_step import bias_step
 from attnc.compiler.pipeline import Compiled
 from attnc.compiler.score_log2 import LOG2E
 from attnc.runtime.build import toolchain
@@ -41,6 +42,8 @@ class HostTestReport:
     affine_error: float = 0.0
     sink_error: float = 0.0
     log2_error: float = 0.0  # the score in log2 units from the raw dot product (kernels' form)
+    # score_bias stepped from a key by k (kernels' form with a bias step) vs at key + k
+    bias_step_error: float = 0.0
     mask_mismatches: int = 0
     tile_violations: list[str] = field(default_factory=list)
 
@@ -52,6 +55,7 @@ class HostTestReport:
             self.affine_error,
             self.sink_error,
             self.log2_error,
+            self.bias_step_error,
         )
         return (
             all(e <= TOLERANCE for e in errors)
@@ -65,7 +69,7 @@ class HostTestReport:
             f"{self.name}: host harness {status}: {self.points} points, {self.tiles} tiles; "
             f"relative error score {self.score_error:.2e}, output {self.output_error:.2e}, "
             f"affine form {self.affine_error:.2e}, sink {self.sink_error:.2e}, "
-            f"log2 form {self.log2_error:.2e}; mask mismatches {self.mask_mismatches}; "
+            f"log2 form {self.log2_error:.2e}, bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
             f"tile violations {len(self.tile_violations)}"
         )
         if self.tile_violations:
@@ -266,18 +270,48 @@ def run_host_test(
         raise RuntimeError(
             f"host harness of '{v.name}' exited with {proc.returncode}: {proc.stderr}"
         )
-    lines = proc.stdout.splitlines()
+    steps_bias = _steps_bias(c)
+    lines = _lines_by_kind(proc.stdout, v.name, drawn, steps_bias)
     report = HostTestReport(v.name)
     module = load_reference(v)
-    cursor = 0
     for case in drawn:
-        got_points = [ln.split()[1:] for ln in lines[cursor : cursor + len(case.points)]]
-        cursor += len(case.points)
-        got_tiles = [ln.split()[1:] for ln in lines[cursor : cursor + len(case.tiles)]]
-        cursor += len(case.tiles)
+        got_points = [next(lines["P"]) for _ in case.points]
+        got_tiles = [next(lines["T"]) for _ in case.tiles]
         _compare_points(module, c, case, got_points, report)
         _compare_tiles(module, case, got_tiles, report)
+        if steps_bias:
+            _compare_bias_step([next(lines["B"]) for _ in case.points], report)
     return report
+
+
+def _steps_bias(c: Compiled) -> bool:
+    """Whether the functor of ``c`` declares a bias step (kBiasStep)."""
+    return c.affine is not None and not c.affine.identity and bias_step(c.affine.bias) is not None
+
+
+def _lines_by_kind(
+    stdout: str, name: str, drawn: list[_Case], steps_bias: bool
+) -> dict[str, Iterator[list[str]]]:
+    """The harness output's values by line kind (the first word: P, B or T), in order."""
+    kinds: dict[str, list[list[str]]] = {"P": [], "B": [], "T": []}
+    for line in stdout.splitlines():
+        words = line.split()
+        if words and words[0] in kinds:
+            kinds[words[0]].append(words[1:])
+    points = sum(len(case.points) for case in drawn)
+    want = {"P": points, "B": points if steps_bias else 0, "T": sum(len(c.tiles) for c in drawn)}
+    got = {k: len(v) for k, v in kinds.items()}
+    if got != want:
+        raise RuntimeError(f"host harness of '{name}' printed {got} lines, expected {want}")
+    return {k: iter(v) for k, v in kinds.items()}
+
+
+def _compare_bias_step(got: list[list[str]], report: HostTestReport) -> None:
+    """The "B" lines of a case: pairs (stepped bias, bias at the shifted key), compared over
+    the whole case (a shifted key where the bias is 0 has only the rounding of the step)."""
+    pairs = torch.tensor([[float(x) for x in row] for row in got], dtype=torch.float64)
+    pairs = pairs.view(-1, 2)
+    report.bias_step_error = max(report.bias_step_error, _rel(pairs[:, 0], pairs[:, 1]))
 
 
 def _env(case: _Case, dtype: torch.dtype, q_idx, qo_head, kv_idx, score, out) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The language-v2 kernel paths cost nothing when a variant does not use them: a functor that
-declares `kHasSink = false` / `kMaskReadsTokens = false` (and a `sink()` returning -inf)
-compiles to the same SASS as the same functor without those members, for the FA2 prefill
-(sm_80), the Hopper prefill (sm_90a) and the decode (sm_80) modules -- so sinks and tile maps
-are compiled out, not branched around. Needs nvcc and cuobjdump, not a GPU."""
+declares `kHasSink = false` / `kMaskReadsTokens = false` / `kBiasStep = false` (and a `sink()`
+returning -inf, a `score_bias_step()` returning 0) compiles to the same SASS as the same
+functor without those members, for the FA2 prefill (sm_80), the Hopper prefill (sm_90a) and
+the decode (sm_80) modules -- so sinks, tile maps and bias steps are compiled out, not
+branched around. Needs nvcc and cuobjdump, not a GPU."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "attnc" / "kernels" / "include"
 SINK_METHOD = re.compile(r"\n  // The row's extra softmax logit.*?\n  }\n", re.S)
+STEP_METHOD = re.compile(r"\n  // With kBiasStep, d score_bias.*?\n  }\n", re.S)
 
 
 def _cuobjdump() -> str | None:
@@ -37,11 +39,15 @@ def _cuobjdump() -> str | None:
 
 
 def _without_optional_members(source: str) -> str:
-    """The module source with the functor's kHasSink, kMaskReadsTokens and sink() removed."""
+    """The module source with the functor's kHasSink, kMaskReadsTokens, kBiasStep, sink() and
+    score_bias_step() removed."""
     out = source.replace("  static constexpr bool kHasSink = false;\n", "")
     out = out.replace("  static constexpr bool kMaskReadsTokens = false;\n", "")
+    out = out.replace("  static constexpr bool kBiasStep = false;\n", "")
     out, n = SINK_METHOD.subn("\n", out)
+    out, m = STEP_METHOD.subn("\n", out)
     assert n == 1 and out.count("kHasSink") == 0 and "kMaskReadsTokens" not in out
+    assert m == 1 and "kBiasStep" not in out and "score_bias_step" not in out
     return out
 
 

@@ -131,20 +131,24 @@ def test_every_stdlib_variant_compiles_without_spills(builds):
     assert spilled == [], f"Hopper kernels with a stack frame or spills: {spilled}"
 
 
-def test_sass_uses_hgmma_and_no_local_memory(builds):
+def dump_sass(obj: Path) -> dict[str, str]:
+    """The SASS of every function in ``obj`` (skips the test without cuobjdump)."""
     cuobjdump = find_cuobjdump()
     if cuobjdump is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     env = dict(os.environ)
     env["PATH"] = f"{Path(cuobjdump).parent}{os.pathsep}{env.get('PATH', '')}"
+    run = subprocess.run(
+        [cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    return sass_by_function(run.stdout)
+
+
+def test_sass_uses_hgmma_and_no_local_memory(builds):
     checked = 0
     for _, _, _, obj in builds:
-        run = subprocess.run(
-            [cuobjdump, "--dump-sass", str(obj)], capture_output=True, text=True, env=env,
-            check=False,
-        )  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        for name, body in sass_by_function(run.stdout).items():
+        for name, body in dump_sass(obj).items():
             if "prefill_sm90_kernel" not in name:
                 continue
             checked += 1
@@ -153,6 +157,21 @@ def test_sass_uses_hgmma_and_no_local_memory(builds):
             # exp and sigmoid take the flush-to-zero MUFU forms: no subnormal fix-up code
             assert "-126" not in body, f"{name}: a subnormal fix-up (compare with -126)"
     assert checked == len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
+
+
+def test_alibi_steps_its_bias_per_key(builds):
+    """ALiBi's bias is linear in kv_idx: the Hopper kernel evaluates it once per row and tile
+    and steps it per key with an FFMA, so few int-to-float conversions remain (one per
+    element, 400 or so, when each key's bias is evaluated on its own)."""
+    conversions = {}
+    for dtype, head_dim, _, obj in builds:
+        if (dtype, head_dim) != ("__nv_bfloat16", 128):
+            continue
+        for name, body in dump_sass(obj).items():
+            if "prefill_sm90_kernel" in name and "Variant_alibi" in name:
+                conversions[name] = len(re.findall(r"\bI2F", body))
+    assert len(conversions) == 1, conversions
+    assert 0 < next(iter(conversions.values())) < 64, conversions
 
 
 def test_module_template_renders_the_sm90_launcher():

@@ -28,6 +28,7 @@ struct Variant_alibi {
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
+  static constexpr bool kBiasStep = true;
 
   Params p;
   attnc::RequestInfo r;
@@ -54,6 +55,12 @@ struct Variant_alibi {
 
   ATTNC_HD float score_bias(const Row& row, int kv_idx) const {
     return (row.h0 * static_cast<float>(int(unsigned(kv_idx) - unsigned(row.q_pos))));
+  }
+
+  // With kBiasStep, d score_bias / d kv_idx: score_bias(row, kv + k) == score_bias(row, kv) +
+  // k * score_bias_step(row) up to f32 rounding, and score_bias is safe at any int kv; else 0.
+  ATTNC_HD float score_bias_step(const Row& row) const {
+    return row.h0;
   }
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {

@@ -27,6 +27,7 @@ struct Variant_softcap {
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
+  static constexpr bool kBiasStep = false;
 
   Params p;
   attnc::RequestInfo r;
@@ -62,6 +63,12 @@ struct Variant_softcap {
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }
 
   ATTNC_HD float score_bias(const Row& row, int kv_idx) const {
+    return 0.0f;
+  }
+
+  // With kBiasStep, d score_bias / d kv_idx: score_bias(row, kv + k) == score_bias(row, kv) +
+  // k * score_bias_step(row) up to f32 rounding, and score_bias is safe at any int kv; else 0.
+  ATTNC_HD float score_bias_step(const Row& row) const {
     return 0.0f;
   }
 

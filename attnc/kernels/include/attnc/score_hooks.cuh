@@ -1,9 +1,9 @@
 // Owns: the score hooks of a variant on mma fragments: the row-level hoisting of a lane's
 // packed query rows (V::row and the exp2 multiplier of affine scores), and per element of a
-// tile the score transform (identity, affine a * s + b folded into the exp2 multiplier, or
-// general), the variant's mask and the ragged-end bound, turning raw dot products into
-// log2-domain logits (softmax) or final weights (normalize = none). Shared by the prefill and
-// decode kernels.
+// tile the score transform (identity, affine a * s + b folded into the exp2 multiplier, its
+// bias stepped from key to key when linear in kv_idx, or general), the variant's mask and the
+// ragged-end bound, turning raw dot products into log2-domain logits (softmax) or final
+// weights (normalize = none). Shared by the prefill and decode kernels.
 #pragma once
 
 #include <math_constants.h>
@@ -34,22 +34,25 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
 }
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element (or, with kRowBounds and
-// when V gives each row's keys as an interval, row_kv_range, the two bounds: the Hopper
-// consumers opt in; the FA2 and decode kernels have no registers to spare for the bounds).
-template <bool kMasked, bool kRowBounds = false, class V, int MQ, int NS>
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element. kPerRowTerms: compute
+// terms once per row and tile, relative to this lane's first key kv0 + 2 * tq, and reach each
+// element from them: on masked tiles the row's interval of keys (when V gives one,
+// row_kv_range), on every tile the affine bias and its step (when V gives one,
+// score_bias_step). The Hopper consumers opt in; the FA2 and decode kernels have no registers
+// to spare for these terms.
+template <bool kMasked, bool kPerRowTerms = false, class V, int MQ, int NS>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
                                                  float (&s)[MQ][NS][4], int kv0, int kv1,
                                                  int tq, float sm_scale) {
+  const int base = kv0 + 2 * tq;  // this lane's first key
   // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
   // this lane's first key, then two compares with constants per element.
   constexpr bool kRowInterval =
-      kRowBounds && kMasked && V::kHasMask && variant_row_interval<V>::value;
+      kPerRowTerms && kMasked && V::kHasMask && variant_row_interval<V>::value;
   int lo[MQ][2] = {}, hi[MQ][2] = {};
   if constexpr (kRowInterval) {
-    const int base = kv0 + 2 * tq;
 #pragma unroll
     for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
@@ -57,6 +60,21 @@ __device__ __forceinline__ void transform_scores(const V& var,
         const KvRange rr = var.row_kv_range(rows[mi][h]);
         lo[mi][h] = rr.begin - base;
         hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
+      }
+  }
+  // An affine bias linear in kv_idx: its value at this lane's first key (which may lie past
+  // kv1; score_bias is safe there) and its step, once per row; then one FFMA per element,
+  // the key's offset from the first key being a constant.
+  constexpr bool kStepBias = kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
+                             !V::kScoreIsIdentity && variant_bias_step<V>::value;
+  float bias0[MQ][2] = {}, bias_step[MQ][2] = {};
+  if constexpr (kStepBias) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        bias0[mi][h] = var.score_bias(rows[mi][h], base) * kLog2e;
+        bias_step[mi][h] = var.score_bias_step(rows[mi][h]) * kLog2e;
       }
   }
 #pragma unroll
@@ -85,6 +103,9 @@ __device__ __forceinline__ void transform_scores(const V& var,
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity) {
           x = raw;  // scaled by mult inside the exp2
+        } else if constexpr (kStepBias) {
+          const float off = static_cast<float>(n * 8 + (e % 2));
+          x = fmaf(raw, mult[mi][e / 2], fmaf(bias_step[mi][e / 2], off, bias0[mi][e / 2]));
         } else if constexpr (V::kAffineScore) {
           x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
         } else {

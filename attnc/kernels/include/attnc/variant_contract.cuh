@@ -44,6 +44,15 @@
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
+//   static constexpr bool kBiasStep;        true: the affine bias is linear in kv_idx with a
+//                                           per-row step; read it through variant_bias_step
+//   float score_bias_step(const Row&) const;
+//                                           d score_bias / d kv_idx (natural-log units):
+//                                           score_bias(row, kv + k) == score_bias(row, kv) +
+//                                           k * score_bias_step(row) up to f32 rounding, and
+//                                           score_bias is safe to call at any int kv (a lane's
+//                                           first key may lie past a tile's end); 0 without
+//                                           kBiasStep
 // All member functions are __host__ __device__ so host harnesses can test them.
 #pragma once
 
@@ -103,6 +112,13 @@ struct variant_mask_reads_tokens : std::false_type {};
 template <typename V>
 struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
     : std::integral_constant<bool, V::kMaskReadsTokens> {};
+
+// variant_bias_step<V>::value: V declares `kBiasStep` and it is true.
+template <typename V, typename = void>
+struct variant_bias_step : std::false_type {};
+template <typename V>
+struct variant_bias_step<V, std::void_t<decltype(V::kBiasStep)>>
+    : std::integral_constant<bool, V::kBiasStep> {};
 
 // variant_row_interval<V>::value: V has `KvRange row_kv_range(const Row&) const`.
 template <typename V, typename = void>
@@ -173,6 +189,21 @@ struct SinkContract<V, true> {
   static constexpr bool ok = true;
 };
 
+// The optional bias-step members, checked only when the variant declares kBiasStep = true.
+template <typename V, bool kOn = variant_bias_step<V>::value>
+struct BiasStepContract {
+  static constexpr bool ok = true;
+};
+template <typename V>
+struct BiasStepContract<V, true> {
+  static_assert(std::is_same<decltype(std::declval<const V&>().score_bias_step(
+                                 std::declval<const typename V::Row&>())),
+                             float>::value,
+                "attnc variant: kBiasStep needs `float score_bias_step(const Row&) const`");
+  static_assert(V::kAffineScore, "attnc variant: a bias step needs an affine score");
+  static constexpr bool ok = true;
+};
+
 template <typename V>
 struct VariantContract {
   static_assert(std::is_same<decltype(V::kUseSoftmax), const bool>::value,
@@ -208,7 +239,7 @@ struct VariantContract {
   static_assert(std::is_same<decltype(std::declval<const V&>().classify(0, 0, 0, 0)),
                              TileClass>::value,
                 "attnc variant: needs `TileClass classify(int q0, int q1, int kv0, int kv1) const`");
-  static constexpr bool ok = SinkContract<V>::ok;
+  static constexpr bool ok = SinkContract<V>::ok && BiasStepContract<V>::ok;
 };
 
 // Call in every kernel template: `static_assert(check_variant_contract<V>(), "");` (usable in

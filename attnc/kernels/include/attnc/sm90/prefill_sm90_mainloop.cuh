@@ -165,7 +165,7 @@ struct Sm90Consumer {
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
-      transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
