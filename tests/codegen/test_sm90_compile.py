@@ -100,7 +100,7 @@ def sass_by_function(sass: str) -> dict[str, str]:
 # Two translation units per configuration, compiled in parallel (2 cores is enough).
 CONFIGS = [
     ("__nv_bfloat16", 128, None),
-    ("half", 64, ["causal"]),
+    ("half", 64, None),  # two or three consumer warpgroups, by variant
     ("__nv_bfloat16", 256, ["causal"]),
 ]
 
@@ -125,7 +125,7 @@ def builds(tmp_path_factory) -> list[tuple[str, int, str, Path]]:
 
 def test_every_stdlib_variant_compiles_without_spills(builds):
     kernels = [r for _, _, log, _ in builds for r in sm90_kernel_resources(log)]
-    expected = len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
+    expected = sum(len(s) if s else len(stdlib_names()) for _, _, s in CONFIGS)
     assert len(kernels) == expected, kernels
     spilled = [r for r in kernels if r[1] or r[2] or r[3]]
     assert spilled == [], f"Hopper kernels with a stack frame or spills: {spilled}"
@@ -156,7 +156,28 @@ def test_sass_uses_hgmma_and_no_local_memory(builds):
             assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory (LDL/STL)"
             # exp and sigmoid take the flush-to-zero MUFU forms: no subnormal fix-up code
             assert "-126" not in body, f"{name}: a subnormal fix-up (compare with -126)"
-    assert checked == len(stdlib_names()) + sum(1 for _, _, s in CONFIGS if s)
+    assert checked == sum(len(s) if s else len(stdlib_names()) for _, _, s in CONFIGS)
+
+
+LIGHT_AT_64 = {"causal", "prefix_lm", "sliding_window", "softcap", "vanilla", "per_request_window"}
+
+
+def test_head_dim_64_runs_three_consumers_for_light_variants(builds):
+    """At head_dim 64 the light variants (softmax, no sink, no per-token mask tensor, no
+    stepped bias) run three consumer warpgroups of 160 registers (setmaxnreg 0xa0), the
+    others two of 216 (0xd8), as every variant does at head_dim 128."""
+    counts: dict[tuple[int, str], str] = {}
+    for _, head_dim, _, obj in builds:
+        for name, body in dump_sass(obj).items():
+            if "prefill_sm90_kernel" not in name or head_dim == 256:
+                continue
+            variant = re.search(r"Variant_([a-z_]+?)(?:\d|$)", name).group(1)  # type: ignore[union-attr]
+            alloc = re.search(r"SETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", body)
+            counts[(head_dim, variant)] = alloc.group(1) if alloc else "none"
+    for name in stdlib_names():
+        want64 = "0xa0" if name in LIGHT_AT_64 else "0xd8"
+        assert counts[(64, name)] == want64, (name, counts)
+        assert counts[(128, name)] == "0xd8", (name, counts)
 
 
 def test_alibi_steps_its_bias_per_key(builds):
@@ -183,11 +204,13 @@ def test_module_template_renders_the_sm90_launcher():
     assert "ATTNC_DEFINE_PREFILL_SM90_MODULE(Variant_softcap, __nv_bfloat16, 128)" in text
 
 
-def test_module_host_side(tmp_path):
-    """ABI version, tile_q_tokens answers and argument errors of a Hopper module, on the CPU."""
+@pytest.mark.parametrize("head_dim", [128, 64])
+def test_module_host_side(tmp_path, head_dim):
+    """ABI version, tile_q_tokens answers and argument errors of a Hopper module, on the CPU
+    (at head_dim 64 a light variant's tile has 192 rows: three consumer warpgroups)."""
     cmd = [
         "nvcc", "-std=c++17", "-O1", ARCH, f"-I{INCLUDE}", f"-I{FIXTURES}",
-        "-DATTNC_FIXTURE=Causal", "-DATTNC_DTYPE=__nv_bfloat16", "-DATTNC_HEAD_DIM=128",
+        "-DATTNC_FIXTURE=Causal", "-DATTNC_DTYPE=__nv_bfloat16", f"-DATTNC_HEAD_DIM={head_dim}",
         str(FIXTURES / "prefill_sm90_module.cu"), str(FIXTURES / "host_checks_sm90.cu"),
         "-o", str(tmp_path / "host_checks_sm90"),
     ]  # fmt: skip

@@ -30,7 +30,7 @@ if torch.cuda.get_device_capability() != (9, 0):
 VARIANTS = ["vanilla", "causal", "softcap", "alibi", "sliding_window", "sigmoid", "prefix_lm"]
 SHORT = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 # (variant, dtype, head_dim) of every module the tests use, built in one parallel batch.
-CONFIGS = [(v, torch.bfloat16, 128) for v in VARIANTS] + [
+CONFIGS = [(v, torch.bfloat16, d) for d in (128, 64) for v in VARIANTS] + [
     ("causal", torch.float16, 64),
     ("causal", torch.bfloat16, 256),
     ("alibi", torch.float16, 256),
@@ -232,6 +232,34 @@ def test_paged_tma_boxes(built, monkeypatch, page_size, layout):
 def test_head_dims_and_dtypes(built, monkeypatch, name, dtype, d):
     _check(built, monkeypatch, name, dtype, d, 4, [(577, 577), (17, 127)])
     _check(built, monkeypatch, name, dtype, d, 2, [(127, 2049)], "NHD", 16)
+
+
+# At head_dim 64 these run three consumer warpgroups (192 packed rows); the rest run two.
+THREE_CONSUMERS_AT_64 = {"vanilla", "causal", "softcap", "sliding_window", "prefix_lm"}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_head_dim_64_every_variant(built, monkeypatch, name):
+    """Every variant at head_dim 64, two or three consumer warpgroups: odd lengths, a query
+    tile past the end of a request, and a request longer than one item."""
+    rows = 192 if name in THREE_CONSUMERS_AT_64 else 128
+    m = built[(name, "bf16", 64, "sm90")]
+    assert [m.tile_q_tokens(64, g, 1) for g in (1, 3, 4, 8)] == [rows // g for g in (1, 3, 4, 8)]
+    _check(built, monkeypatch, name, torch.bfloat16, 64, 4, [(1, 1), (17, 17), (127, 577),
+                                                             (577, 577), (1, 127)])  # fmt: skip
+
+
+@pytest.mark.parametrize("group", [1, 3, 8])
+@pytest.mark.parametrize("name", ["causal", "softcap"])
+def test_head_dim_64_groups_paged_and_split(built, monkeypatch, name, group):
+    """The 192-row tile with GQA groups 1, 3 and 8 (192, 64 and 24 tokens an item), paged KV
+    through TMA boxes and cp.async gathers, and a split KV range merged."""
+    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(127, 577), (33, 33)])
+    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(300, 1153)], "NHD", 16)
+    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(200, 1153)], "HND", 5)
+    if group == 1:
+        plan = _check(built, monkeypatch, name, torch.bfloat16, 64, 1, [(17, 4099)])
+        assert plan.schedule.num_merge > 0, "the plan was expected to split the long KV range"
 
 
 def test_tile_and_occupancy_answers(built):

@@ -2,8 +2,10 @@
 // stage, pipeline depth, register split), its shared-memory map (Q tile, K and V stages,
 // mbarriers) and the query tokens per work item that attnc_prefill_tile_q_tokens reports.
 //
-// One CTA = warpgroup 0 (producer: K/V loads) + warpgroups 1 and 2 (consumers: 64 packed
-// query rows each, 128 in all). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
+// One CTA = warpgroup 0 (producer: K/V loads) + kConsumers consumer warpgroups of 64 packed
+// query rows each: two (128 rows) at head_dim 128 and 256, three (192 rows) at head_dim 64,
+// where a tile's GEMMs are short next to its softmax and a third warpgroup keeps the tensor
+// cores fed while the other two run theirs. Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
 // EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
 // launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
 // (smem_desc.cuh); every tile starts 1024-byte aligned.
@@ -11,15 +13,20 @@
 
 #include <stdint.h>
 
+#include "../variant_contract.cuh"
+
 namespace attnc {
 namespace sm90 {
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, int CONSUMERS = 2>
 struct PrefillSm90Shape {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
+  static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM == 64),
+                "attnc sm90 prefill: three consumers only at head_dim 64");
   static constexpr int kHeadDim = HEAD_DIM;
-  static constexpr int kRows = 128;                           // packed query rows per item
+  static constexpr int kConsumers = CONSUMERS;  // consumer warpgroups
+  static constexpr int kRows = 64 * kConsumers;  // packed query rows per item
 #ifdef ATTNC_SM90_KV_TILE
   static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
 #else
@@ -30,13 +37,17 @@ struct PrefillSm90Shape {
 #else
   static constexpr int kStages = HEAD_DIM == 256 ? 2 : 3;
 #endif
-  static constexpr int kThreads = 384;
-  // Register split of the CTA's pool (384 x 168): the producer gathers paged rows and
-  // classifies tiles (64-bit math for union masks) in 72; consumers hold O, S and P in 216
-  // (no spills at any head_dim, checked by tests/codegen/test_sm90_compile.py).
-  static constexpr int kProducerRegs = 72;
-  static constexpr int kConsumerRegs = 216;
-  static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 64512, "more registers than one CTA of 384 threads holds");
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Register split of the CTA's pool (kThreads x the launch bound's share, 168 for 384
+  // threads, 128 for 512): the producer gathers paged rows and classifies tiles (64-bit math
+  // for union masks) in kProducerRegs; consumers hold O, S and P in kConsumerRegs (no spills
+  // at any head_dim, checked by tests/codegen/test_sm90_compile.py).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 72 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 216 : 160;
+  static constexpr int kLaunchRegs = (65536 / kThreads) & ~7;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kThreads * kLaunchRegs,
+                "more registers than one CTA holds");
+  static constexpr int kConsumerThreads = 128 * kConsumers;  // arrivals that free a stage
 
   static constexpr uint32_t kQBytes = kRows * HEAD_DIM * 2;
   static constexpr uint32_t kTileBytes = kKvTile * HEAD_DIM * 2;
@@ -111,19 +122,40 @@ struct StageInfo {
 };
 
 // Named barrier ids (0 is __syncthreads): consumer w waits at kSchedBarrier + w for its turn
-// to issue its GEMMs; kQBarrier + w joins the threads of consumer w; kProducerBarrier the
-// producer's threads.
+// to issue its GEMMs (consumers take turns round-robin); kQBarrier + w joins the threads of
+// consumer w; kProducerBarrier the producer's threads.
+constexpr int kMaxConsumers = 3;
 constexpr int kSchedBarrier = 1;
-constexpr int kQBarrier = 3;
-constexpr int kProducerBarrier = 5;
+constexpr int kQBarrier = kSchedBarrier + kMaxConsumers;
+constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
-// Query tokens per work item: as many as fill the 128 packed rows (0 when the group alone
+// Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 for variants
+// whose consumers fit the 160 registers three leave them (softmax, no sink, no per-token mask
+// tensor, no stepped bias: the lighter ones; the others spill there and keep two), else two.
+// ATTNC_SM90_CONSUMERS=2 or 3 forces a count at head_dim 64 (timing experiments only).
+template <class V, int HEAD_DIM>
+struct Sm90Consumers {
+  static constexpr bool kLight = V::kUseSoftmax && !variant_has_sink<V>::value &&
+                                 !variant_mask_reads_tokens<V>::value &&
+                                 !variant_bias_step<V>::value;
+#ifdef ATTNC_SM90_CONSUMERS
+  static constexpr int value = HEAD_DIM == 64 ? ATTNC_SM90_CONSUMERS : 2;
+#else
+  static constexpr int value = HEAD_DIM == 64 && kLight ? 3 : 2;
+#endif
+};
+
+// The CTA shape of variant V's kernel at HEAD_DIM.
+template <class V, int HEAD_DIM>
+using Sm90ShapeOf = PrefillSm90Shape<HEAD_DIM, Sm90Consumers<V, HEAD_DIM>::value>;
+
+// Query tokens per work item: as many as fill the kRows packed rows (0 when the group alone
 // does not fit, or an argument is out of range).
-template <int HEAD_DIM>
+template <class V, int HEAD_DIM>
 inline int prefill_sm90_tile_q_tokens(int head_dim, int group, int max_q_len) {
+  constexpr int kRows = Sm90ShapeOf<V, HEAD_DIM>::kRows;
   if (head_dim != HEAD_DIM || group <= 0 || max_q_len < 0) return 0;
-  return group <= PrefillSm90Shape<HEAD_DIM>::kRows ? PrefillSm90Shape<HEAD_DIM>::kRows / group
-                                                      : 0;
+  return group <= kRows ? kRows / group : 0;
 }
 
 }  // namespace sm90

@@ -1,5 +1,5 @@
 // Owns: the Hopper (sm_90a) prefill kernel for one variant functor V: a persistent CTA of
-// three warpgroups walks its work items (ItemWalk: round r of gridDim.x items, heaviest first
+// 1 + Shape::kConsumers warpgroups walks its work items (ItemWalk: round r of gridDim.x items, heaviest first
 // as the plan lists them). Warpgroup 0 produces K/V stages (prefill_sm90_producer.cuh) with
 // few registers; warpgroups 1 and 2 each run 64 packed query rows of every item as one stream
 // of stages (prefill_sm90_mainloop.cuh) with many registers, and store their rows
@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     for (int s = 0; s < Shape::kStages; ++s) {
       mbar_init(sm.full_k(s), 1);
       mbar_init(sm.full_v(s), 1);
-      mbar_init(sm.empty_k(s), 256);
-      mbar_init(sm.empty_v(s), 256);
+      mbar_init(sm.empty_k(s), Shape::kConsumerThreads);
+      mbar_init(sm.empty_v(s), Shape::kConsumerThreads);
     }
     mbar_fence_init();
   }

@@ -1,6 +1,6 @@
 // Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
 // argument checks (shared with FA2), the TMA maps of ragged or paged K/V, the persistent grid
-// (min(num_work, SMs) CTAs of 384 threads, one per SM), the shared-memory opt-in, the launch,
+// (min(num_work, SMs) CTAs of Shape::kThreads threads, one per SM), the shared-memory opt-in, the launch,
 // the split-KV merge (partial_merge.cuh), and ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines
 // the same extern "C" functions as ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the
 // runtime loads either module the same way. A generated module is exactly:
@@ -10,7 +10,8 @@
 // and must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a).
 //
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
-// 128 / group for every max_q_len (one tile shape), attnc_prefill_ctas_per_sm answers 1, and
+// Shape::kRows / group for every max_q_len (one tile shape per variant and head_dim: 128 rows,
+// or 192 for the lighter variants at head_dim 64), attnc_prefill_ctas_per_sm answers 1, and
 // work items run in a persistent loop (ItemWalk, prefill_sm90_item.cuh) instead of one CTA each. Every
 // other fact of prefill_launcher.cuh holds (strides, alignment, LSE, partial rows, merge).
 #pragma once
@@ -91,7 +92,7 @@ cudaError_t opt_in_smem() {
 template <class V, class T, int HEAD_DIM>
 int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
-  using Shape = PrefillSm90Shape<HEAD_DIM>;
+  using Shape = Sm90ShapeOf<V, HEAD_DIM>;
   const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
   if (status != 0) return status;
   const int group = a.num_qo_heads / a.num_kv_heads;
@@ -129,8 +130,8 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
 // CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
 template <class V, class T, int HEAD_DIM>
 int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
-  using Shape = PrefillSm90Shape<HEAD_DIM>;
-  if (prefill_sm90_tile_q_tokens<HEAD_DIM>(head_dim, group, max_q_len) <= 0) return 0;
+  using Shape = Sm90ShapeOf<V, HEAD_DIM>;
+  if (prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q_len) <= 0) return 0;
   const cudaError_t attr = opt_in_smem<V, T, Shape>();
   if (attr != cudaSuccess) return -static_cast<int>(attr);
   int blocks = 0;
@@ -147,5 +148,5 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
 #define ATTNC_DEFINE_PREFILL_SM90_MODULE(V, T, HEAD_DIM)    \
   ATTNC_DEFINE_PREFILL_ENTRIES(                             \
       (::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>), \
-      ::attnc::sm90::prefill_sm90_tile_q_tokens<HEAD_DIM>,  \
+      (::attnc::sm90::prefill_sm90_tile_q_tokens<V, HEAD_DIM>), \
       (::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>))

@@ -84,7 +84,7 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
   }
 }
 
-// Consumer warpgroup wg (0 or 1): every item of this CTA, from its Q rows to its stores, as
+// Consumer warpgroup wg (0 .. Shape::kConsumers - 1): every item of this CTA, from its Q rows to its stores, as
 // one stream of stages. Within an item, S_{j+1} is issued with P_j V_j. Across items the stream
 // does not drain: when an item's last S has completed, the warpgroup starts the next item (its
 // Q copy and row set-up), and that item's first S is issued together with the last P V of the
@@ -171,8 +171,13 @@ struct Sm90Consumer {
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
   }
+  // Turns go round-robin: wg waits for wg - 1 and hands over to wg + 1 (each barrier joins
+  // the two warpgroups of one hand-over).
+  static constexpr int NC = Shape::kConsumers;
   __device__ __forceinline__ void take_turn() { named_sync(kSchedBarrier + wg, 256); }
-  __device__ __forceinline__ void pass_turn() { named_arrive(kSchedBarrier + (1 - wg), 256); }
+  __device__ __forceinline__ void pass_turn() {
+    named_arrive(kSchedBarrier + (wg + 1 == NC ? 0 : wg + 1), 256);
+  }
   // The next stage's K and what the producer says about it.
   __device__ __forceinline__ void wait_k() {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
@@ -297,7 +302,7 @@ struct Sm90Consumer {
     }
   }
   __device__ __forceinline__ void run() {
-    if (wg == 1) named_arrive(kSchedBarrier + 0, 256);  // consumer 0 issues first
+    if (wg == NC - 1) named_arrive(kSchedBarrier + 0, 256);  // consumer 0 issues first
     bool have = start(ci);
     bool pending = false;  // the first stage of ci was already read (into `info`)
     while (have) {
@@ -314,7 +319,7 @@ struct Sm90Consumer {
       }
       have = run_stream(pending);
     }
-    if (wg == 0) named_sync(kSchedBarrier + 0, 256);  // balance consumer 1's first arrival
+    if (wg == 0) named_sync(kSchedBarrier + 0, 256);  // balance the last one's first arrival
   }
 };
 
