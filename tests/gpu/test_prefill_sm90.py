@@ -234,15 +234,15 @@ def test_head_dims_and_dtypes(built, monkeypatch, name, dtype, d):
     _check(built, monkeypatch, name, dtype, d, 2, [(127, 2049)], "NHD", 16)
 
 
-# At head_dim 64 these run three consumer warpgroups (192 packed rows); the rest run two.
-THREE_CONSUMERS_AT_64 = {"vanilla", "causal", "softcap", "sliding_window", "prefix_lm"}
+# At head_dim 64 and 128 these run three consumer warpgroups (192 packed rows); the rest two.
+THREE_CONSUMERS = {"vanilla", "causal", "softcap", "sliding_window", "prefix_lm"}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_head_dim_64_every_variant(built, monkeypatch, name):
     """Every variant at head_dim 64, two or three consumer warpgroups: odd lengths, a query
     tile past the end of a request, and a request longer than one item."""
-    rows = 192 if name in THREE_CONSUMERS_AT_64 else 128
+    rows = 192 if name in THREE_CONSUMERS else 128
     m = built[(name, "bf16", 64, "sm90")]
     assert [m.tile_q_tokens(64, g, 1) for g in (1, 3, 4, 8)] == [rows // g for g in (1, 3, 4, 8)]
     _check(built, monkeypatch, name, torch.bfloat16, 64, 4, [(1, 1), (17, 17), (127, 577),
@@ -264,6 +264,8 @@ def test_head_dim_64_groups_paged_and_split(built, monkeypatch, name, group):
 
 def test_tile_and_occupancy_answers(built):
     m = built[("causal", "bf16", 128, "sm90")]
+    assert [m.tile_q_tokens(128, g, 1) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
+    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups: 128 rows
     assert [m.tile_q_tokens(128, g, 1) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
     assert m.tile_q_tokens(64, 4, 1) == 0  # wrong head_dim
     assert m.ctas_per_sm(128, 4, 8192) == 1

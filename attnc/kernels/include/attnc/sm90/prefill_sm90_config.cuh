@@ -3,9 +3,11 @@
 // mbarriers) and the query tokens per work item that attnc_prefill_tile_q_tokens reports.
 //
 // One CTA = warpgroup 0 (producer: K/V loads) + kConsumers consumer warpgroups of 64 packed
-// query rows each: two (128 rows) at head_dim 128 and 256, three (192 rows) at head_dim 64,
-// where a tile's GEMMs are short next to its softmax and a third warpgroup keeps the tensor
-// cores fed while the other two run theirs. Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
+// query rows each: three (192 rows) for the lighter variants at head_dim 64 and 128 (see
+// Sm90Consumers), so one warpgroup's softmax runs under two others' GEMMs, and each K/V
+// stage serves 192 rows; two (128 rows) otherwise. Keys per stage: 128 at head_dim 64 and
+// for two consumers at 128; 64 at 256, and for three consumers at 128 (their registers hold
+// O and a 64-key S, not a 128-key one). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
 // EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
 // launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
 // (smem_desc.cuh); every tile starts 1024-byte aligned.
@@ -22,20 +24,21 @@ template <int HEAD_DIM, int CONSUMERS = 2>
 struct PrefillSm90Shape {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
-  static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM == 64),
-                "attnc sm90 prefill: three consumers only at head_dim 64");
+  static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM <= 128),
+                "attnc sm90 prefill: three consumers only at head_dim 64 and 128");
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kConsumers = CONSUMERS;  // consumer warpgroups
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per item
 #ifdef ATTNC_SM90_KV_TILE
   static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
 #else
-  static constexpr int kKvTile = HEAD_DIM == 256 ? 64 : 128;  // keys per stage (= S tile)
+  static constexpr int kKvTile =  // keys per stage (= S tile)
+      HEAD_DIM == 256 || (HEAD_DIM == 128 && CONSUMERS == 3) ? 64 : 128;
 #endif
 #ifdef ATTNC_SM90_STAGES
   static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
 #else
-  static constexpr int kStages = HEAD_DIM == 256 ? 2 : 3;
+  static constexpr int kStages = HEAD_DIM == 256 ? 2 : kKvTile == 64 ? 4 : 3;
 #endif
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Register split of the CTA's pool (kThreads x the launch bound's share, 168 for 384
@@ -129,19 +132,21 @@ constexpr int kSchedBarrier = 1;
 constexpr int kQBarrier = kSchedBarrier + kMaxConsumers;
 constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
-// Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 for variants
-// whose consumers fit the 160 registers three leave them (softmax, no sink, no per-token mask
-// tensor, no stepped bias: the lighter ones; the others spill there and keep two), else two.
-// ATTNC_SM90_CONSUMERS=2 or 3 forces a count at head_dim 64 (timing experiments only).
+// Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
+// lighter variants (softmax, no sink, no per-token mask tensor, no stepped bias), else two.
+// Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
+// at 128 they were not timed with three (RESULTS.md, run 25: three were faster for causal,
+// soft-cap and the window at 8K, 2% slower for causal at 2K). ATTNC_SM90_CONSUMERS=2 or 3
+// forces a count at head_dim 64 and 128 (timing experiments only).
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax && !variant_has_sink<V>::value &&
                                  !variant_mask_reads_tokens<V>::value &&
                                  !variant_bias_step<V>::value;
 #ifdef ATTNC_SM90_CONSUMERS
-  static constexpr int value = HEAD_DIM == 64 ? ATTNC_SM90_CONSUMERS : 2;
+  static constexpr int value = HEAD_DIM <= 128 ? ATTNC_SM90_CONSUMERS : 2;
 #else
-  static constexpr int value = HEAD_DIM == 64 && kLight ? 3 : 2;
+  static constexpr int value = HEAD_DIM <= 128 && kLight ? 3 : 2;
 #endif
 };
 

@@ -11,7 +11,7 @@
 //
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
 // Shape::kRows / group for every max_q_len (one tile shape per variant and head_dim: 128 rows,
-// or 192 for the lighter variants at head_dim 64), attnc_prefill_ctas_per_sm answers 1, and
+// or 192 for the lighter variants at head_dim 64 and 128), attnc_prefill_ctas_per_sm answers 1, and
 // work items run in a persistent loop (ItemWalk, prefill_sm90_item.cuh) instead of one CTA each. Every
 // other fact of prefill_launcher.cuh holds (strides, alignment, LSE, partial rows, merge).
 #pragma once
