@@ -234,38 +234,44 @@ def test_head_dims_and_dtypes(built, monkeypatch, name, dtype, d):
     _check(built, monkeypatch, name, dtype, d, 2, [(127, 2049)], "NHD", 16)
 
 
-# At head_dim 64 and 128 these run three consumer warpgroups (192 packed rows); the rest two.
+# At head_dim 64 and 128 these run three consumer warpgroups (192 packed rows) in plans whose
+# longest query has at least 4096 tokens; the rest (and shorter plans) run two.
 THREE_CONSUMERS = {"vanilla", "causal", "softcap", "sliding_window", "prefix_lm"}
+LONG = 4096
 
 
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("name", VARIANTS)
-def test_head_dim_64_every_variant(built, monkeypatch, name):
-    """Every variant at head_dim 64, two or three consumer warpgroups: odd lengths, a query
-    tile past the end of a request, and a request longer than one item."""
+def test_every_variant_with_a_long_query(built, monkeypatch, name, d):
+    """Every variant at head_dim 64 and 128 in a plan whose longest query takes the
+    three-consumer shape where the variant has one: odd lengths next to the long request."""
+    m = built[(name, "bf16", d, "sm90")]
     rows = 192 if name in THREE_CONSUMERS else 128
-    m = built[(name, "bf16", 64, "sm90")]
-    assert [m.tile_q_tokens(64, g, 1) for g in (1, 3, 4, 8)] == [rows // g for g in (1, 3, 4, 8)]
-    _check(built, monkeypatch, name, torch.bfloat16, 64, 4, [(1, 1), (17, 17), (127, 577),
-                                                             (577, 577), (1, 127)])  # fmt: skip
+    assert [m.tile_q_tokens(d, g, LONG) for g in (1, 3, 4, 8)] == [rows // g for g in (1, 3, 4, 8)]
+    assert [m.tile_q_tokens(d, g, LONG - 1) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
+    lens = [(1, 1), (17, 17), (127, 577), (LONG, LONG), (1, 127)]
+    _check(built, monkeypatch, name, torch.bfloat16, d, 4, lens)
 
 
 @pytest.mark.parametrize("group", [1, 3, 8])
 @pytest.mark.parametrize("name", ["causal", "softcap"])
-def test_head_dim_64_groups_paged_and_split(built, monkeypatch, name, group):
-    """The 192-row tile with GQA groups 1, 3 and 8 (192, 64 and 24 tokens an item), paged KV
-    through TMA boxes and cp.async gathers, and a split KV range merged."""
-    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(127, 577), (33, 33)])
-    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(300, 1153)], "NHD", 16)
-    _check(built, monkeypatch, name, torch.bfloat16, 64, group, [(200, 1153)], "HND", 5)
+def test_three_consumers_groups_paged_and_split(built, monkeypatch, name, group):
+    """The 192-row tile (head_dim 64 and 128) with GQA groups 1, 3 and 8 (192, 64 and 24
+    tokens an item), paged KV through TMA boxes and cp.async gathers, and split KV ranges."""
+    for d in (64, 128):
+        _check(built, monkeypatch, name, torch.bfloat16, d, group, [(LONG, LONG), (33, 33)])
+        _check(built, monkeypatch, name, torch.bfloat16, d, group, [(LONG, LONG + 99)], "NHD", 16)
+        _check(built, monkeypatch, name, torch.bfloat16, d, group, [(LONG + 1, LONG + 1)], "HND", 5)
     if group == 1:
-        plan = _check(built, monkeypatch, name, torch.bfloat16, 64, 1, [(17, 4099)])
+        plan = _check(built, monkeypatch, name, torch.bfloat16, 64, 1, [(LONG, 4 * LONG)])
         assert plan.schedule.num_merge > 0, "the plan was expected to split the long KV range"
 
 
 def test_tile_and_occupancy_answers(built):
     m = built[("causal", "bf16", 128, "sm90")]
-    assert [m.tile_q_tokens(128, g, 1) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
-    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups: 128 rows
     assert [m.tile_q_tokens(128, g, 1) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
+    assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
+    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
+    assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
     assert m.tile_q_tokens(64, 4, 1) == 0  # wrong head_dim
     assert m.ctas_per_sm(128, 4, 8192) == 1

@@ -135,9 +135,10 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 // Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
 // lighter variants (softmax, no sink, no per-token mask tensor, no stepped bias), else two.
 // Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
-// at 128 they were not timed with three (RESULTS.md, run 25: three were faster for causal,
-// soft-cap and the window at 8K, 2% slower for causal at 2K). ATTNC_SM90_CONSUMERS=2 or 3
-// forces a count at head_dim 64 and 128 (timing experiments only).
+// at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
+// variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
+// take two. ATTNC_SM90_CONSUMERS=2 or 3 forces the widest count at head_dim 64 and 128
+// (timing experiments only).
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax && !variant_has_sink<V>::value &&
@@ -154,13 +155,20 @@ struct Sm90Consumers {
 template <class V, int HEAD_DIM>
 using Sm90ShapeOf = PrefillSm90Shape<HEAD_DIM, Sm90Consumers<V, HEAD_DIM>::value>;
 
-// Query tokens per work item: as many as fill the kRows packed rows (0 when the group alone
-// does not fit, or an argument is out of range).
+// The longest query from which a light variant's plan takes the three-consumer shape: its
+// 192-row items are fewer, so shorter queries (at 1024 of 8192 keys: 171 items of one cost
+// on 132 SMs, against 256 with 128 rows) balance worse (RESULTS.md, run 25).
+constexpr int kThreeConsumersMinQ = 4096;
+
+// Query tokens per work item: as many as fill the packed rows of the shape for max_q_len
+// (0 when the group alone does not fit, or an argument is out of range).
 template <class V, int HEAD_DIM>
 inline int prefill_sm90_tile_q_tokens(int head_dim, int group, int max_q_len) {
-  constexpr int kRows = Sm90ShapeOf<V, HEAD_DIM>::kRows;
+  constexpr int kWidest = Sm90ShapeOf<V, HEAD_DIM>::kRows;
   if (head_dim != HEAD_DIM || group <= 0 || max_q_len < 0) return 0;
-  return group <= kRows ? kRows / group : 0;
+  constexpr int kTwo = PrefillSm90Shape<HEAD_DIM, 2>::kRows;
+  const int rows = max_q_len >= kThreeConsumersMinQ ? kWidest : kTwo;
+  return group <= rows ? rows / group : 0;
 }
 
 }  // namespace sm90

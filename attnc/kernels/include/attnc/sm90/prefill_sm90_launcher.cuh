@@ -10,8 +10,9 @@
 // and must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a).
 //
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
-// Shape::kRows / group for every max_q_len (one tile shape per variant and head_dim: 128 rows,
-// or 192 for the lighter variants at head_dim 64 and 128), attnc_prefill_ctas_per_sm answers 1, and
+// rows / group (128 rows, or 192 for the lighter variants at head_dim 64 and 128 when the
+// longest query reaches kThreeConsumersMinQ: the module holds both shapes),
+// attnc_prefill_ctas_per_sm answers 1, and
 // work items run in a persistent loop (ItemWalk, prefill_sm90_item.cuh) instead of one CTA each. Every
 // other fact of prefill_launcher.cuh holds (strides, alignment, LSE, partial rows, merge).
 #pragma once
@@ -89,17 +90,9 @@ cudaError_t opt_in_smem() {
   return status;
 }
 
-template <class V, class T, int HEAD_DIM>
-int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
-  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
-  using Shape = Sm90ShapeOf<V, HEAD_DIM>;
-  const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
-  if (status != 0) return status;
-  const int group = a.num_qo_heads / a.num_kv_heads;
-  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
-  if (a.tile_q_tokens <= 0 || rows > Shape::kRows) return ATTNC_E_BAD_TILE;
-  if (a.num_work == 0) return 0;
-
+// The launch for one CTA shape (checked arguments; tile_q_tokens fits Shape::kRows).
+template <class V, class T, class Shape>
+int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
   PrefillSm90Params<V> prm;
   std::memset(static_cast<void*>(&prm), 0, sizeof(prm));
   prm.args = a;
@@ -123,21 +116,47 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   st = cudaGetLastError();
   if (st != cudaSuccess || a.num_merge == 0) return st;
   const int merge_ctas = a.num_merge < 4096 ? a.num_merge : 4096;
-  prefill_merge_kernel<V, T, HEAD_DIM><<<merge_ctas, 128, 0, stream>>>(a, prm.params);
+  prefill_merge_kernel<V, T, Shape::kHeadDim><<<merge_ctas, 128, 0, stream>>>(a, prm.params);
   return cudaGetLastError();
 }
 
-// CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
+// Checks the arguments, then launches the shape the plan's tile was sized for: three
+// consumers when its packed rows exceed two consumers' 128 (prefill_sm90_tile_q_tokens).
 template <class V, class T, int HEAD_DIM>
-int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
-  using Shape = Sm90ShapeOf<V, HEAD_DIM>;
-  if (prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q_len) <= 0) return 0;
+int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
+  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
+  using Two = PrefillSm90Shape<HEAD_DIM, 2>;
+  using Widest = Sm90ShapeOf<V, HEAD_DIM>;
+  const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
+  if (status != 0) return status;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
+  if (a.tile_q_tokens <= 0 || rows > Widest::kRows) return ATTNC_E_BAD_TILE;
+  if (a.num_work == 0) return 0;
+  if constexpr (Widest::kConsumers == 3) {
+    if (rows > Two::kRows) return launch_sm90_shape<V, T, Widest>(a, stream);
+  }
+  return launch_sm90_shape<V, T, Two>(a, stream);
+}
+
+// CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
+template <class V, class T, class Shape>
+int sm90_shape_ctas_per_sm() {
   const cudaError_t attr = opt_in_smem<V, T, Shape>();
   if (attr != cudaSuccess) return -static_cast<int>(attr);
   int blocks = 0;
   const cudaError_t st = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &blocks, prefill_sm90_kernel<V, T, Shape>, Shape::kThreads, Shape::kSmemBytes);
   return st == cudaSuccess ? blocks : -static_cast<int>(st);
+}
+
+template <class V, class T, int HEAD_DIM>
+int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
+  const int tile = prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q_len);
+  if (tile <= 0) return 0;
+  if (tile * group > PrefillSm90Shape<HEAD_DIM, 2>::kRows)
+    return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();
+  return sm90_shape_ctas_per_sm<V, T, PrefillSm90Shape<HEAD_DIM, 2>>();
 }
 
 }  // namespace sm90
