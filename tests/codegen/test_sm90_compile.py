@@ -126,10 +126,16 @@ def builds(tmp_path_factory) -> list[tuple[str, int, str, Path]]:
     return [(d, h, log, obj) for (d, h, _, obj), log in zip(jobs, logs, strict=True)]
 
 
+def expected_kernels() -> int:
+    """Hopper prefill kernels the builds hold: one per variant and configuration, plus the
+    light variants' second (three-consumer) kernel at head_dim 64 and 128."""
+    one_each = sum(len(s) if s else len(stdlib_names()) for _, _, s in CONFIGS)
+    return one_each + 2 * len(LIGHT)
+
+
 def test_every_stdlib_variant_compiles_without_spills(builds):
     kernels = [r for _, _, log, _ in builds for r in sm90_kernel_resources(log)]
-    expected = sum(len(s) if s else len(stdlib_names()) for _, _, s in CONFIGS)
-    expected += 2 * len(LIGHT)  # their second (three-consumer) kernel at head_dim 64 and 128
+    expected = expected_kernels()
     assert len(kernels) == expected, kernels
     spilled = [r for r in kernels if r[1] or r[2] or r[3]]
     assert spilled == [], f"Hopper kernels with a stack frame or spills: {spilled}"
@@ -160,7 +166,7 @@ def test_sass_uses_hgmma_and_no_local_memory(builds):
             assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory (LDL/STL)"
             # exp and sigmoid take the flush-to-zero MUFU forms: no subnormal fix-up code
             assert "-126" not in body, f"{name}: a subnormal fix-up (compare with -126)"
-    assert checked == sum(len(s) if s else len(stdlib_names()) for _, _, s in CONFIGS) + 2 * len(LIGHT)
+    assert checked == expected_kernels()
 
 
 def test_light_variants_run_three_consumers(builds):
