@@ -1,9 +1,10 @@
 // Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
-// argument checks (shared with FA2), the TMA maps of ragged or paged K/V, the persistent grid
-// (min(num_work, SMs) CTAs of Shape::kThreads threads, one per SM), the shared-memory opt-in, the launch,
-// the split-KV merge (partial_merge.cuh), and ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines
-// the same extern "C" functions as ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the
-// runtime loads either module the same way. A generated module is exactly:
+// argument checks (shared with FA2), the choice of CTA shape, the TMA maps of ragged or paged
+// K/V, the persistent grid (min(num_work, SMs) CTAs of Shape::kThreads threads, one per SM),
+// the shared-memory opt-in, the launch, the split-KV merge (partial_merge.cuh), and
+// ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines the same extern "C" functions as
+// ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the runtime loads either module the same
+// way. A generated module is exactly:
 //   #include "attnc/sm90/prefill_sm90_launcher.cuh"
 //   <the variant functor struct>
 //   ATTNC_DEFINE_PREFILL_SM90_MODULE(Name, __nv_bfloat16 or half, HEAD_DIM)
@@ -12,9 +13,9 @@
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
 // rows / group (128 rows, or 192 for the lighter variants at head_dim 64 and 128 when the
 // longest query reaches kThreeConsumersMinQ: the module holds both shapes),
-// attnc_prefill_ctas_per_sm answers 1, and
-// work items run in a persistent loop (ItemWalk, prefill_sm90_item.cuh) instead of one CTA each. Every
-// other fact of prefill_launcher.cuh holds (strides, alignment, LSE, partial rows, merge).
+// attnc_prefill_ctas_per_sm answers 1, and work items run in a persistent loop (ItemWalk,
+// prefill_sm90_item.cuh) instead of one CTA each. Every other fact of prefill_launcher.cuh
+// holds (strides, alignment, LSE, partial rows, merge).
 #pragma once
 
 #include <cuda.h>
