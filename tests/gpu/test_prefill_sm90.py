@@ -271,7 +271,7 @@ def test_tile_and_occupancy_answers(built):
     m = built[("causal", "bf16", 128, "sm90")]
     assert [m.tile_q_tokens(128, g, 1) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
     assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
-    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
-    assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
     assert m.tile_q_tokens(64, 4, 1) == 0  # wrong head_dim
     assert m.ctas_per_sm(128, 4, 8192) == 1
+    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
+    assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]

@@ -155,6 +155,13 @@ struct Sm90Consumers {
 template <class V, int HEAD_DIM>
 using Sm90ShapeOf = PrefillSm90Shape<HEAD_DIM, Sm90Consumers<V, HEAD_DIM>::value>;
 
+// Whether a plan tile of `rows` packed rows runs on variant V's three-consumer shape (the
+// launch and the occupancy query ask this; prefill_sm90_tile_q_tokens sizes the tile).
+template <class V, int HEAD_DIM>
+__host__ __device__ constexpr bool takes_three_consumers(long long rows) {
+  return Sm90ShapeOf<V, HEAD_DIM>::kConsumers == 3 && rows > PrefillSm90Shape<HEAD_DIM, 2>::kRows;
+}
+
 // The longest query from which a light variant's plan takes the three-consumer shape: its
 // 192-row items are fewer, so shorter queries (at 1024 of 8192 keys: 171 items of one cost
 // on 132 SMs, against 256 with 128 rows) balance worse (RESULTS.md, run 25).

@@ -134,9 +134,7 @@ int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
   if (a.tile_q_tokens <= 0 || rows > Widest::kRows) return ATTNC_E_BAD_TILE;
   if (a.num_work == 0) return 0;
-  if constexpr (Widest::kConsumers == 3) {
-    if (rows > Two::kRows) return launch_sm90_shape<V, T, Widest>(a, stream);
-  }
+  if (takes_three_consumers<V, HEAD_DIM>(rows)) return launch_sm90_shape<V, T, Widest>(a, stream);
   return launch_sm90_shape<V, T, Two>(a, stream);
 }
 
@@ -155,7 +153,7 @@ template <class V, class T, int HEAD_DIM>
 int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
   const int tile = prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q_len);
   if (tile <= 0) return 0;
-  if (tile * group > PrefillSm90Shape<HEAD_DIM, 2>::kRows)
+  if (takes_three_consumers<V, HEAD_DIM>(static_cast<long long>(tile) * group))
     return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();
   return sm90_shape_ctas_per_sm<V, T, PrefillSm90Shape<HEAD_DIM, 2>>();
 }

@@ -84,11 +84,12 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
   }
 }
 
-// Consumer warpgroup wg (0 .. Shape::kConsumers - 1): every item of this CTA, from its Q rows to its stores, as
-// one stream of stages. Within an item, S_{j+1} is issued with P_j V_j. Across items the stream
-// does not drain: when an item's last S has completed, the warpgroup starts the next item (its
-// Q copy and row set-up), and that item's first S is issued together with the last P V of the
-// one before, whose rows are stored while the new S is in softmax. An item without tiles
+// Consumer warpgroup wg (0 .. Shape::kConsumers - 1): every item of this CTA, from its Q rows
+// to its stores, as one stream of stages. Within an item, S_{j+1} is issued with P_j V_j.
+// Across items the stream does not drain: when an item's last S has completed, the warpgroup
+// starts the next item (its Q copy and row set-up), and that item's first S is issued
+// together with the last P V of the one before, whose rows are stored while the new S is in
+// softmax. An item without tiles
 // (kNoTile), or the CTA's last item, ends the stream's run: the last P V is waited for and the
 // rows stored, and the next item starts afresh. The member functions are the steps of run();
 // all are inlined into it, so the state below lives in registers.
