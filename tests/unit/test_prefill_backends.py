@@ -87,3 +87,23 @@ def test_fa2_never_builds_the_hopper_module(fake_modules):
     built, _ = fake_modules
     assert _choose("fa2").backend == "fa2"
     assert built == ["fa2"]
+
+
+def _prebuild(backend, kv_layout="ragged", device="cuda"):
+    backends.prebuild_prefill_module(
+        object(), backend, dtype=torch.bfloat16, head_dim=128, kv_layout=kv_layout,
+        device=torch.device(device),
+    )  # fmt: skip
+
+
+def test_prebuild_builds_the_module_the_choice_takes(fake_modules, monkeypatch):
+    built, _ = fake_modules
+    _prebuild("auto")
+    _prebuild("sm90")
+    _prebuild("fa2")
+    assert built == ["sm90", "sm90", "fa2"]
+    built.clear()
+    monkeypatch.setattr(backends, "SM90_KV_LAYOUTS", ("ragged",))
+    _prebuild("auto", kv_layout="paged")  # refused: auto falls back to FA2
+    _prebuild("sm90", kv_layout="paged")  # refused: the choice raises, nothing to build
+    assert built == ["fa2"]

@@ -94,3 +94,22 @@ def choose_prefill_module(
             print(f"attnc: prefill on the FA2 template: {refusal}", file=sys.stderr)
     module = get_prefill_module(ir, dtype, head_dim)
     return PrefillChoice("fa2", module, module.tile_q_tokens(head_dim, group, max_q_len))
+
+
+def prebuild_prefill_module(
+    ir: object,
+    backend: str,
+    *,
+    dtype: torch.dtype,
+    head_dim: int,
+    kv_layout: str,
+    device: torch.device,
+) -> None:
+    """Build (or find) the module ``choose_prefill_module`` takes for these arguments before
+    the query tile is known: the Hopper one where the template serves the request, else FA2
+    (nothing for ``backend="sm90"`` when refused: the choice raises that). Only the rare
+    request whose GQA group fits no Hopper tile falls back to FA2 after this."""
+    if backend != "fa2" and _sm90_refusal(kv_layout, head_dim, device) is None:
+        get_prefill_sm90_module(ir, dtype, head_dim)
+    elif backend != "sm90":
+        get_prefill_module(ir, dtype, head_dim)

@@ -7,6 +7,7 @@ load failure is kept and raised as ``PlannerUnavailable`` by every later call.""
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from attnc.runtime.planning import host_planner_abi as host
 from attnc.runtime.planning.host_planner_abi import RangeRows
@@ -79,3 +80,24 @@ source, _load, ONCE = host.planner_library(
 def library() -> ctypes.CDLL:
     """The loaded planner library, built on first use; raises ``PlannerUnavailable``."""
     return ONCE.get()
+
+
+def build_in_background() -> threading.Thread:
+    """Start building (or loading) the library on a thread and return it, so that the caller
+    can build a kernel module meanwhile (two nvcc processes side by side). ``library()``
+    waits for that build; its failure is kept and raised there."""
+
+    def load() -> None:
+        try:
+            ONCE.get()
+        except PlannerUnavailable:
+            pass  # kept by ONCE: library() raises it
+
+    thread = threading.Thread(target=load, name="attnc-prefill-planner-build", daemon=True)
+    thread.start()
+    return thread
+
+
+def loaded() -> bool:
+    """True when the library is loaded already (or failed: nothing is left to build)."""
+    return ONCE.lib is not None or ONCE.failure is not None

@@ -13,12 +13,18 @@ import numpy as np
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.build.backends import PrefillChoice, check_backend, choose_prefill_module
+from attnc.runtime.build.backends import (
+    PrefillChoice,
+    check_backend,
+    choose_prefill_module,
+    prebuild_prefill_module,
+)
 from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
+from attnc.runtime.planning import prefill_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import params_keys, split_plan_params, variant_mask_reads
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
@@ -126,6 +132,8 @@ class BatchPrefillWrapper:
         num_qo_heads, num_kv_heads, head_dim = heads
         if dtype not in tensors.KV_DTYPES:
             tensors.check_dtype_arg(dtype)
+        if self._planner is None:
+            self._first_builds(dtype, head_dim, paged=kv_indices is not None)
         planner = self._planner if self._planner is not None else self._host_planner()
         qo_t, kv_t, paged = prefill_batch.checked_batch(
             planner, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size
@@ -231,6 +239,25 @@ class BatchPrefillWrapper:
             plan = self._require_plan()
             self._map_summary = summarize(host_map, plan.q_lens, plan.kv_lens, tile, KV_BLOCK)
         return self._map_summary
+
+    def _first_builds(self, dtype: torch.dtype, head_dim: int, paged: bool) -> None:
+        """At the first plan() on a GPU with the planner library not yet loaded: that library
+        builds on a thread while this one builds the kernel module the plan will take, so a
+        new variant's first call waits for the longer nvcc run, not for both in turn."""
+        if not self._workspace.is_cuda or prefill_plan_library.loaded():
+            return
+        planner_build = prefill_plan_library.build_in_background()
+        try:
+            prebuild_prefill_module(
+                self.variant.ir,  # type: ignore[attr-defined]
+                self.backend,
+                dtype=dtype,
+                head_dim=head_dim,
+                kv_layout="paged" if paged else "ragged",
+                device=self._workspace.device,
+            )
+        finally:
+            planner_build.join()
 
     def _host_planner(self) -> PrefillPlanner:
         if self._planner is None:
