@@ -133,7 +133,8 @@ constexpr int kQBarrier = kSchedBarrier + kMaxConsumers;
 constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
 // Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
-// lighter variants (softmax, no sink, no per-token mask tensor, no stepped bias), else two.
+// lighter variants (softmax, no sink, no stepped bias; at 64 also no per-token mask tensor,
+// whose data mask spills there with three), else two.
 // Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
 // at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
 // variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
@@ -142,7 +143,7 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax && !variant_has_sink<V>::value &&
-                                 !variant_mask_reads_tokens<V>::value &&
+                                 (!variant_mask_reads_tokens<V>::value || HEAD_DIM == 128) &&
                                  !variant_bias_step<V>::value;
 #ifdef ATTNC_SM90_CONSUMERS
   static constexpr int value = HEAD_DIM <= 128 ? ATTNC_SM90_CONSUMERS : 2;
