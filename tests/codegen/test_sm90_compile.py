@@ -227,3 +227,30 @@ def test_module_host_side(tmp_path, head_dim):
     assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
     run = subprocess.run([str(tmp_path / "host_checks_sm90")], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "OK", run.stdout + run.stderr
+
+
+def test_a_light_user_variant_can_spill_with_three_consumers(tmp_path):
+    """The premise of the launcher's fallback (three_consumers_serve): a user variant in the
+    light class, scores gated by their own sigmoid, keeps 32 bytes of stack with three
+    consumers at head_dim 64 and none with two; its module then answers two consumers' tile
+    on a GPU (tests/gpu/test_prefill_sm90.py)."""
+    from attnc.compiler.pipeline import compile_source as compile_text
+
+    source = (
+        'variant silu_score {\n    doc "scores gated by their own sigmoid, causal";\n'
+        "    score = score * sigmoid(score);\n    mask = kv_idx <= q_pos;\n}\n"
+    )
+    compiled, _ = compile_text(source, "silu_score.attn")
+    name = struct_name(compiled[0].variant)
+    tu = tmp_path / "silu_score.cu"
+    tu.write_text(
+        '#include "attnc/sm90/prefill_sm90_launcher.cuh"\n'
+        + emit_functor(analysed(compiled[0].variant))
+        + f"\nATTNC_DEFINE_PREFILL_SM90_MODULE({name}, half, 64)\n"
+    )
+    log = nvcc_compile(tu, tmp_path / "silu_score.o")
+    frames = {r[0]: r[1] for r in sm90_kernel_resources(log)}
+    three = [f for k, f in frames.items() if "PrefillSm90ShapeILi64ELi3" in k]
+    two = [f for k, f in frames.items() if "PrefillSm90ShapeILi64ELi2" in k]
+    assert len(three) == 1 and len(two) == 1, frames
+    assert three[0] > 0 and two[0] == 0, frames

@@ -275,3 +275,33 @@ def test_tile_and_occupancy_answers(built):
     assert m.ctas_per_sm(128, 4, 8192) == 1
     m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
     assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
+
+
+# A user variant in the light class whose three-consumer kernel spills at head_dim 64 (32
+# bytes of stack; tests/codegen/test_sm90_compile.py checks that premise) while its
+# two-consumer kernel does not: its plans take two consumers whatever the query length.
+SPILLING_WITH_THREE = """
+variant silu_score {
+    doc "scores gated by their own sigmoid, causal";
+    score = score * sigmoid(score);
+    mask = kv_idx <= q_pos;
+}
+"""
+
+
+def test_a_variant_that_spills_with_three_consumers_takes_two():
+    variant = attnc.load(source=SPILLING_WITH_THREE)
+    m = modules.get_prefill_sm90_module(variant.ir, torch.float16, 64)
+    for max_q in (1, LONG, 2 * LONG):
+        assert [m.tile_q_tokens(64, g, max_q) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
+    assert m.ctas_per_sm(64, 4, LONG) == 1
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v = (
+        torch.randn(n, h, 64, device="cuda", dtype=torch.float16, generator=gen)
+        for n, h in ((LONG + 3, 8), (LONG + 3, 2), (LONG + 3, 2))
+    )
+    out = variant.prefill(q, k, v, backend="sm90")
+    ref64 = variant.reference(q.double(), k.double(), v.double())
+    ref16 = variant.reference(q, k, v)
+    assert torch.isfinite(out).all()
+    assert _rel_err(out, ref64) <= 3 * _rel_err(ref16, ref64) + 2e-4

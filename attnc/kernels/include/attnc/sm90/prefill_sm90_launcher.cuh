@@ -12,7 +12,8 @@
 //
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
 // rows / group (128 rows, or 192 for the lighter variants at head_dim 64 and 128 when the
-// longest query reaches kThreeConsumersMinQ: the module holds both shapes),
+// longest query reaches kThreeConsumersMinQ and their three-consumer kernel needs no more
+// local memory than the two-consumer one: the module holds both shapes),
 // attnc_prefill_ctas_per_sm answers 1, and work items run in a persistent loop (ItemWalk,
 // prefill_sm90_item.cuh) instead of one CTA each. Every other fact of prefill_launcher.cuh
 // holds (strides, alignment, LSE, partial rows, merge).
@@ -122,7 +123,8 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
 }
 
 // Checks the arguments, then launches the shape the plan's tile was sized for: three
-// consumers when its packed rows exceed two consumers' 128 (prefill_sm90_tile_q_tokens).
+// consumers when its packed rows exceed two consumers' 128
+// (prefill_sm90_module_tile_q_tokens).
 template <class V, class T, int HEAD_DIM>
 int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
@@ -149,9 +151,48 @@ int sm90_shape_ctas_per_sm() {
   return st == cudaSuccess ? blocks : -static_cast<int>(st);
 }
 
+// Bytes of local memory (stack frame and spills) of one shape's kernel as loaded on the
+// current device, asked once; -1 when the query fails (no device: the host-only checks).
+template <class V, class T, class Shape>
+long long sm90_shape_local_bytes() {
+  static const long long bytes = [] {
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, prefill_sm90_kernel<V, T, Shape>) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the caller's next check
+      return -1LL;
+    }
+    return static_cast<long long>(attr.localSizeBytes);
+  }();
+  return bytes;
+}
+
+// Whether variant V's three-consumer kernel serves the plans that would take it: it needs no
+// more local memory than the two-consumer one. The light class is a compile-time trait, and
+// a heavier user variant in it can spill with three consumers' 160 registers where it does
+// not with two (score * sigmoid(score) at head_dim 64: 64 bytes); its plans then take two.
+template <class V, class T, int HEAD_DIM>
+bool three_consumers_serve() {
+  using Widest = Sm90ShapeOf<V, HEAD_DIM>;
+  if constexpr (Widest::kConsumers != 3) {
+    return false;
+  } else {
+    const long long three = sm90_shape_local_bytes<V, T, Widest>();
+    return three <= 0 || three <= sm90_shape_local_bytes<V, T, PrefillSm90Shape<HEAD_DIM, 2>>();
+  }
+}
+
+// attnc_prefill_tile_q_tokens of the module: prefill_sm90_tile_q_tokens, with plans held to
+// two consumers when the three-consumer kernel does not serve (three_consumers_serve).
+template <class V, class T, int HEAD_DIM>
+int prefill_sm90_module_tile_q_tokens(int head_dim, int group, int max_q_len) {
+  const bool three = three_consumers_serve<V, T, HEAD_DIM>();
+  const int max_q = three || max_q_len < kThreeConsumersMinQ ? max_q_len : kThreeConsumersMinQ - 1;
+  return prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q);
+}
+
 template <class V, class T, int HEAD_DIM>
 int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
-  const int tile = prefill_sm90_tile_q_tokens<V, HEAD_DIM>(head_dim, group, max_q_len);
+  const int tile = prefill_sm90_module_tile_q_tokens<V, T, HEAD_DIM>(head_dim, group, max_q_len);
   if (tile <= 0) return 0;
   if (takes_three_consumers<V, HEAD_DIM>(static_cast<long long>(tile) * group))
     return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();
@@ -166,5 +207,5 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
 #define ATTNC_DEFINE_PREFILL_SM90_MODULE(V, T, HEAD_DIM)    \
   ATTNC_DEFINE_PREFILL_ENTRIES(                             \
       (::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>), \
-      (::attnc::sm90::prefill_sm90_tile_q_tokens<V, HEAD_DIM>), \
+      (::attnc::sm90::prefill_sm90_module_tile_q_tokens<V, T, HEAD_DIM>), \
       (::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>))
