@@ -234,13 +234,11 @@ def test_a_light_user_variant_can_spill_with_three_consumers(tmp_path):
     light class, scores gated by their own sigmoid, keeps 32 bytes of stack with three
     consumers at head_dim 64 and none with two; its module then answers two consumers' tile
     on a GPU (tests/gpu/test_prefill_sm90.py)."""
-    from attnc.compiler.pipeline import compile_source as compile_text
-
     source = (
         'variant silu_score {\n    doc "scores gated by their own sigmoid, causal";\n'
         "    score = score * sigmoid(score);\n    mask = kv_idx <= q_pos;\n}\n"
     )
-    compiled, _ = compile_text(source, "silu_score.attn")
+    compiled, _ = compile_source(source, "silu_score.attn")
     name = struct_name(compiled[0].variant)
     tu = tmp_path / "silu_score.cu"
     tu.write_text(
