@@ -234,11 +234,9 @@ def test_a_light_user_variant_can_spill_with_three_consumers(tmp_path):
     light class, scores gated by their own sigmoid, keeps 32 bytes of stack with three
     consumers at head_dim 64 and none with two; its module then answers two consumers' tile
     on a GPU (tests/gpu/test_prefill_sm90.py)."""
-    source = (
-        'variant silu_score {\n    doc "scores gated by their own sigmoid, causal";\n'
-        "    score = score * sigmoid(score);\n    mask = kv_idx <= q_pos;\n}\n"
-    )
-    compiled, _ = compile_source(source, "silu_score.attn")
+    from spilling_variant import SOURCE
+
+    compiled, _ = compile_source(SOURCE, "silu_score.attn")
     name = struct_name(compiled[0].variant)
     tu = tmp_path / "silu_score.cu"
     tu.write_text(

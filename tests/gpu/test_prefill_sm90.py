@@ -277,20 +277,10 @@ def test_tile_and_occupancy_answers(built):
     assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
 
 
-# A user variant in the light class whose three-consumer kernel spills at head_dim 64 (32
-# bytes of stack; tests/codegen/test_sm90_compile.py checks that premise) while its
-# two-consumer kernel does not: its plans take two consumers whatever the query length.
-SPILLING_WITH_THREE = """
-variant silu_score {
-    doc "scores gated by their own sigmoid, causal";
-    score = score * sigmoid(score);
-    mask = kv_idx <= q_pos;
-}
-"""
-
-
 def test_a_variant_that_spills_with_three_consumers_takes_two():
-    variant = attnc.load(source=SPILLING_WITH_THREE)
+    from spilling_variant import SOURCE  # spills with three consumers at head_dim 64
+
+    variant = attnc.load(source=SOURCE)
     m = modules.get_prefill_sm90_module(variant.ir, torch.float16, 64)
     for max_q in (1, LONG, 2 * LONG):
         assert [m.tile_q_tokens(64, g, max_q) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]

@@ -77,3 +77,22 @@ class OnceLibrary:
             if self.lib is None:
                 raise self._unavailable(str(self.failure))
             return self.lib
+
+    @property
+    def settled(self) -> bool:
+        """True once loaded, or once failed: nothing is left to build."""
+        return self.lib is not None or self.failure is not None
+
+    def load_in_background(self, name: str) -> threading.Thread:
+        """Start ``get()`` on a thread named ``name`` and return it, so that the caller can
+        build something else meanwhile; a failure is kept and raised by the next ``get()``."""
+
+        def load() -> None:
+            try:
+                self.get()
+            except Exception:  # kept in self.failure: get() raises it again
+                pass
+
+        thread = threading.Thread(target=load, name=name, daemon=True)
+        thread.start()
+        return thread

@@ -86,18 +86,9 @@ def build_in_background() -> threading.Thread:
     """Start building (or loading) the library on a thread and return it, so that the caller
     can build a kernel module meanwhile (two nvcc processes side by side). ``library()``
     waits for that build; its failure is kept and raised there."""
-
-    def load() -> None:
-        try:
-            ONCE.get()
-        except PlannerUnavailable:
-            pass  # kept by ONCE: library() raises it
-
-    thread = threading.Thread(target=load, name="attnc-prefill-planner-build", daemon=True)
-    thread.start()
-    return thread
+    return ONCE.load_in_background("attnc-prefill-planner-build")
 
 
 def loaded() -> bool:
     """True when the library is loaded already (or failed: nothing is left to build)."""
-    return ONCE.lib is not None or ONCE.failure is not None
+    return ONCE.settled
