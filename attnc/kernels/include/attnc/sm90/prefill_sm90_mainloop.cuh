@@ -131,7 +131,7 @@ struct Sm90Consumer {
         walk(ItemWalk::make(prm_.args.num_work)) {}
 
   __device__ __forceinline__ void issue_s(int stage) {
-    const SmemDesc qd = q_desc.opaque();
+    const SmemDesc qd = q_desc.warp_uniform();
     const SmemDesc kd = desc_k_major(sm.k(stage));
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk)

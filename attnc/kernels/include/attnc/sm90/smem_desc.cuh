@@ -43,6 +43,12 @@ struct SmemDesc {
     asm volatile("mov.b32 %0, %1;\n" : "=r"(x) : "r"(lo));
     return SmemDesc{x, hi};
   }
+  // The same descriptor read from lane 0 at the point of use: the compiler then knows it is
+  // warp-uniform and keeps the k-steps' descriptors in uniform registers (one move from the
+  // vector side per use instead of two per k-step). Every lane of the warp must call it.
+  __device__ __forceinline__ SmemDesc warp_uniform() const {
+    return SmemDesc{__shfl_sync(0xffffffffu, lo, 0), hi};
+  }
   // The descriptor of the same operand `bytes` further on (bytes a multiple of 16).
   __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
     return (static_cast<uint64_t>(hi) << 32) | (lo + (bytes >> 4));
