@@ -34,18 +34,12 @@ struct SmemDesc {
     return SmemDesc{((addr & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16),
                     ((sbo & 0x3FFFF) >> 4) | (1u << 30)};
   }
-  // The same descriptor with `lo` hidden from the optimiser: built per use, it is not hoisted
-  // out of the KV loop as one register pair per k-step (a per-thread base, such as a
-  // warpgroup's rows of the Q tile, is not uniform to the compiler, and eight hoisted pairs
-  // made heavier variants spill).
-  __device__ __forceinline__ SmemDesc opaque() const {
-    uint32_t x;
-    asm volatile("mov.b32 %0, %1;\n" : "=r"(x) : "r"(lo));
-    return SmemDesc{x, hi};
-  }
   // The same descriptor read from lane 0 at the point of use: the compiler then knows it is
   // warp-uniform and keeps the k-steps' descriptors in uniform registers (one move from the
-  // vector side per use instead of two per k-step). Every lane of the warp must call it.
+  // vector side per use instead of two per k-step). Built per use, it is also not hoisted out
+  // of the KV loop as one register pair per k-step (a per-thread base, such as a warpgroup's
+  // rows of the Q tile, is not uniform to the compiler, and eight hoisted pairs made heavier
+  // variants spill). Every lane of the warp must call it.
   __device__ __forceinline__ SmemDesc warp_uniform() const {
     return SmemDesc{__shfl_sync(0xffffffffu, lo, 0), hi};
   }
