@@ -14,6 +14,9 @@
 #   ATTNC_SUITES        benchmark suites (default: all = "prefill decode host batch jit")
 #   ATTNC_QUICK=1       one or two rows per suite; ATTNC_FULL=1: every row, longer timing
 #   ATTNC_PYTEST_ARGS   extra pytest arguments
+#   ATTNC_TEST_WORKERS  worker processes for the GPU tests (scripts/gpu_tests.sh) when
+#                       pytest-xdist is installed (carry its wheel and execnet's in .whl;
+#                       default 6, 0 = one process)
 #   ATTNC_BENCH_ARGS    extra benchmark arguments, split at spaces (e.g. "--no-fa3 --skip flex")
 #   ATTNC_ONLY          rows to keep, passed whole as --only (e.g. "D=|GQA|page 1")
 #   ATTNC_BUDGET        seconds for the benchmarks (default: time left before the limit)
@@ -51,8 +54,8 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 if [ "${ATTNC_SKIP_TESTS:-0}" != "1" ]; then
     test_limit="${ATTNC_TEST_LIMIT:-330}"
     # shellcheck disable=SC2086
-    timeout -s TERM -k 10 "$test_limit" python3 -m pytest -m gpu tests/gpu -q \
-        ${ATTNC_PYTEST_ARGS:-} > "$OUT/gpu_tests.log" 2>&1
+    timeout -s TERM -k 10 "$test_limit" bash scripts/gpu_tests.sh ${ATTNC_PYTEST_ARGS:-} \
+        > "$OUT/gpu_tests.log" 2>&1
     rc=$?
     tail -n 15 "$OUT/gpu_tests.log"
     # pytest exit 5: no tests collected; 124/137: stopped by the time limit
