@@ -13,8 +13,15 @@ SUITES = ("prefill", "decode", "host", "batch", "jit")
 PROFILES = ("quick", "fast", "full")
 REP_MS = {"quick": 25, "fast": 40, "full": 100}
 FA3_NOTE = "not run (--no-fa3); its JIT build takes ~50 s a variant"
-# Short names --skip also takes, for the systems with long ones.
-SKIP_ALIASES = {"fa3": "flashinfer_fa3", "fa2": "flashinfer_fa2", "flash": "flex_flash"}
+# Every system a suite can time (the names of the report's columns), and the short names --skip
+# also takes for the ones with long names. "flash" alone is refused: it could mean FlexAttention's
+# FLASH backend (flex_flash) or SDPA's FlashAttention (sdpa_flash).
+SYSTEM_NAMES = (
+    "flashinfer_fa3", "flashinfer_fa2", "flashinfer_tc", "flashinfer_cc", "fa4", "flex",
+    "flex_flash", "sdpa_cudnn", "sdpa_flash", "attnc", "attnc-fa2", "attnc-sm90",
+)  # fmt: skip
+SKIP_ALIASES = {"fa3": "flashinfer_fa3", "fa2": "flashinfer_fa2", "cudnn": "sdpa_cudnn"}
+AMBIGUOUS_SKIPS = {"flash": ("flex_flash", "sdpa_flash")}
 
 
 class TimeUp(BaseException):
@@ -95,7 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     args.suites = list(SUITES) if "all" in args.suite else list(dict.fromkeys(args.suite))
-    args.skip = {SKIP_ALIASES.get(s.strip(), s.strip()) for s in args.skip.split(",") if s.strip()}
+    args.skip, skip_error = skipped_systems(args.skip)
+    if skip_error is not None:
+        p.error(skip_error)
     args.quick = args.profile == "quick"
     args.full = args.profile == "full"
     # Systems left out by default are shown as missing (with the reason), not dropped.
@@ -112,6 +121,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     return args
+
+
+def skipped_systems(text: str) -> tuple[set[str], str | None]:
+    """The system names of ``--skip`` (comma-separated names or short names), or an error
+    naming the first entry that is unknown or ambiguous."""
+    names: set[str] = set()
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        if entry in AMBIGUOUS_SKIPS:
+            choices = " or ".join(AMBIGUOUS_SKIPS[entry])
+            return names, f"--skip: {entry!r} is ambiguous, name {choices}"
+        name = SKIP_ALIASES.get(entry, entry)
+        if name not in SYSTEM_NAMES:
+            known = ", ".join((*SYSTEM_NAMES, *SKIP_ALIASES))
+            return names, f"--skip: unknown system {entry!r}; systems: {known}"
+        names.add(name)
+    return names, None
 
 
 def log(msg: str) -> None:

@@ -197,7 +197,8 @@ def test_profiles_and_fa3_default():
     full = parse_args(["--full", "--fa3", "--suite", "decode", "jit"])
     assert full.full and full.rep == 100 and not full.not_run
     assert "flashinfer_fa3" in parse_args(["--no-fa3"]).not_run
-    assert parse_args(["--skip", "fa3,flash"]).skip == {"flashinfer_fa3", "flex_flash"}
+    assert parse_args(["--skip", "fa3,flex_flash"]).skip == {"flashinfer_fa3", "flex_flash"}
+    assert parse_args(["--skip", "cudnn, sdpa_flash,"]).skip == {"sdpa_cudnn", "sdpa_flash"}
     assert full.suites == ["decode", "jit"]
     assert parse_args(["--profile", "quick"]).quick
 
@@ -527,3 +528,37 @@ def test_only_keeps_rows_matching_any_alternative():
         "causal, L=8192 GQA 8",
         "causal, batch 64 x 4096, GQA 8",
     ]
+
+
+@pytest.mark.parametrize(
+    ("skip", "message"),
+    [
+        ("flash", "'flash' is ambiguous, name flex_flash or sdpa_flash"),
+        ("fa3,cudnn2", "unknown system 'cudnn2'; systems: flashinfer_fa3"),
+        ("attnc-sm91", "unknown system 'attnc-sm91'"),
+        ("fa4,\x1b[31m", "unknown system '\\x1b[31m'"),
+    ],
+)
+def test_skip_refuses_unknown_and_ambiguous_systems(capsys, skip, message):
+    from benchmarks.cli import parse_args
+
+    """A --skip entry that names no system (or two) stops the run before anything is timed,
+    instead of timing every system; control characters are shown escaped."""
+    with pytest.raises(SystemExit):
+        parse_args(["--skip", skip])
+    assert message in capsys.readouterr().err
+
+
+def test_system_names_cover_every_system_of_the_suites(monkeypatch):
+    from benchmarks import attnc_systems, cli, suites
+    from benchmarks.cli import parse_args
+
+    monkeypatch.setattr(attnc_systems, "prefill_backends", lambda batch=False: ("fa2", "sm90"))
+    args = parse_args([])
+    lists = [
+        suites.prefill_systems(args),
+        suites.decode_systems(False),
+        suites.batch_prefill_systems(args),
+    ]
+    names = {s.name for systems in lists for s in systems} | {"attnc"}
+    assert names == set(cli.SYSTEM_NAMES)
