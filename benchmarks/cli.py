@@ -120,7 +120,41 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(bad_pause)
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
+    only_error = unmatched_only(args)
+    if only_error is not None:
+        p.error(only_error)
     return args
+
+
+def row_names(args: argparse.Namespace) -> list[str]:
+    """The rows --only chooses from: those of the selected prefill, decode and batch suites in
+    the chosen profile (the host and jit suites take no --only)."""
+    from benchmarks import workloads
+
+    profile = {"quick": args.quick, "full": args.full}
+    cases: list = []
+    if "prefill" in args.suites:
+        cases += workloads.prefill_cases(**profile)
+    if "decode" in args.suites:
+        cases += workloads.decode_cases(**profile)
+    if "batch" in args.suites:
+        cases += workloads.batch_cases(args.quick)
+    return [c.name for c in cases]
+
+
+def unmatched_only(args: argparse.Namespace) -> str | None:
+    """An error naming the first text of --only that is in no row name of the run (a typo, or
+    a row of another profile, would otherwise time nothing and say nothing), or None."""
+    if not args.only:
+        return None
+    names = [n.lower() for n in row_names(args)]
+    if not names:
+        return None  # only suites without rows (host, jit) selected: --only is not used
+    for text in (t.strip() for t in args.only.split("|")):
+        if text and not any(text.lower() in n for n in names):
+            rows = "; ".join(row_names(args))
+            return f"--only: {text!r} is in no row of the {args.profile} profile; rows: {rows}"
+    return None
 
 
 def skipped_systems(text: str) -> tuple[set[str], str | None]:

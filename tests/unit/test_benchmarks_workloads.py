@@ -562,3 +562,22 @@ def test_system_names_cover_every_system_of_the_suites(monkeypatch):
     ]
     names = {s.name for systems in lists for s in systems} | {"attnc"}
     assert names == set(cli.SYSTEM_NAMES)
+
+
+def test_only_refuses_a_text_in_no_row_of_the_run(capsys):
+    """--only "D=64" in the fast profile (no head_dim rows) or a misspelt row stops the run
+    with the rows it could have chosen; texts that each match a row of some selected suite
+    pass, and suites without rows (host, jit) leave --only unchecked."""
+    from benchmarks.cli import parse_args
+
+    ok = parse_args(["--suite", "prefill", "batch", "--full", "--only", "L=8192|prefill_zipf"])
+    assert ok.only == "L=8192|prefill_zipf"
+    assert parse_args(["--suite", "host", "--only", "anything"]).only == "anything"
+    for argv, text in (
+        (["--suite", "prefill", "--only", "D=64"], "'D=64' is in no row of the fast profile"),
+        (["--suite", "prefill", "--full", "--only", "D=64|prefil_zipf"], "'prefil_zipf'"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        err = capsys.readouterr().err
+        assert text in err and "rows: causal, L=8192" in err
