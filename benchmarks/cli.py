@@ -145,15 +145,16 @@ def row_names(args: argparse.Namespace) -> list[str]:
 def unmatched_only(args: argparse.Namespace) -> str | None:
     """An error naming the first text of --only that is in no row name of the run (a typo, or
     a row of another profile, would otherwise time nothing and say nothing), or None."""
-    if not args.only:
-        return None
-    names = [n.lower() for n in row_names(args)]
-    if not names:
+    from benchmarks.suites import only_texts
+
+    rows = row_names(args)
+    if not rows:
         return None  # only suites without rows (host, jit) selected: --only is not used
-    for text in (t.strip() for t in args.only.split("|")):
-        if text and not any(text.lower() in n for n in names):
-            rows = "; ".join(row_names(args))
-            return f"--only: {text!r} is in no row of the {args.profile} profile; rows: {rows}"
+    for text in only_texts(args.only):
+        if not any(text.lower() in name.lower() for name in rows):
+            return f"--only: {text!r} is in no row of the {args.profile} profile; rows: " + (
+                "; ".join(rows)
+            )
     return None
 
 

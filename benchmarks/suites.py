@@ -151,11 +151,17 @@ def _batch_prefill_row(case, args, results: Results, log: Callable) -> None:
     _free()
 
 
+def only_texts(only: str | None) -> list[str]:
+    """The ``|``-separated texts of ``--only`` (none: every row); a row matches a text that is
+    in its name, ignoring case."""
+    return [t.strip() for t in (only or "").split("|") if t.strip()]
+
+
 def _selected(cases: list, only: str | None) -> list:
-    """Cases whose name contains one of the ``|``-separated texts of ``only`` (all if None)."""
-    if not only:
+    """Cases whose name contains one of the texts of ``only`` (all if None)."""
+    texts = [t.lower() for t in only_texts(only)]
+    if not texts:
         return cases
-    texts = [t.strip().lower() for t in only.split("|") if t.strip()]
     return [c for c in cases if any(t in c.name.lower() for t in texts)]
 
 
