@@ -273,6 +273,7 @@ class VariantIR(Located):
     sink: Expr | None = None
 
     def param(self, name: str) -> ParamDecl:
+        """The declaration of param ``name`` (KeyError when the variant has none)."""
         for p in self.params:
             if p.name == name:
                 return p

@@ -47,6 +47,8 @@ class Scope:
         )
 
     def visible_names(self) -> list[str]:
+        """Every name an expression may use here (values, tensors, builtins), for the
+        'did you mean' of an unknown-name error."""
         names = list(self.values) + list(self.tensors) + list(ir.BUILTINS)
         if self.allow_out:
             names.append(ir.OUTPUT_BUILTIN)

@@ -99,6 +99,7 @@ class LinearConstraint:
         return self.offset + sum(c * int(evaluate(a, env, tensors)) for c, a in self.terms)
 
     def describe(self) -> str:
+        """The constraint as text, ``cq*q_idx + ck*kv_idx + ... + offset >= 0``."""
         parts = [f"{self.cq}*q_idx", f"{self.ck}*kv_idx"]
         parts += [f"{c}*{_atom_text(a)}" for c, a in self.terms]
         parts.append(str(self.offset))

@@ -174,6 +174,9 @@ class SympyConverter:
         self._from: dict[tuple[sympy.Expr, str], ir.Expr] = {}
 
     def roundtrip(self, e: ir.Expr) -> ir.Expr | None:
+        """``e`` through SymPy and back (simplified), or None when SymPy finds an infinite or
+        undefined value, or its form would be much larger than ``e`` (then ``e`` stays as
+        written)."""
         self._root = e
         expr = self.to_sympy(e)
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):

@@ -62,6 +62,7 @@ class SourceMap:
         self._lines.pop(file, None)
 
     def line(self, loc: Loc) -> str | None:
+        """The source line ``loc`` points at, or None when its file or line is unknown."""
         lines = self._lines.get(loc.file)
         if lines is None or not 1 <= loc.line <= len(lines):
             return None
@@ -88,6 +89,7 @@ class AttnError(Exception):
         return self.diagnostic.message
 
     def render(self) -> str:
+        """The error's diagnostic, then its notes, each with its source line and caret."""
         parts = [self.diagnostic.render()]
         parts.extend(note.render() for note in self.notes)
         return "\n".join(parts)

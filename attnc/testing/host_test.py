@@ -64,6 +64,7 @@ class HostTestReport:
         )
 
     def summary(self) -> str:
+        """One line: the verdict, the counts and every error against its bound."""
         status = "ok" if self.ok else "FAILED"
         text = (
             f"{self.name}: host harness {status}: {self.points} points, {self.tiles} tiles; "

@@ -37,6 +37,7 @@ class KernelTestReport:
         return all(err <= bound for _, err, bound in self.rows)
 
     def summary(self) -> str:
+        """One line: the verdict and each kernel's error against its bound."""
         status = "ok" if self.ok else "FAILED"
         cells = "; ".join(f"{what}: {err:.2e} (<= {bound:.2e})" for what, err, bound in self.rows)
         return f"{self.name}: kernels {status}: {cells}"
