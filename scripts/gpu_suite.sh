@@ -58,6 +58,9 @@ if [ "${ATTNC_SKIP_TESTS:-0}" != "1" ]; then
         > "$OUT/gpu_tests.log" 2>&1
     rc=$?
     tail -n 15 "$OUT/gpu_tests.log"
+    echo "outcomes per test file (from the log, also when the time limit stopped the run):"
+    grep -oE "(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) tests/gpu/[A-Za-z0-9_/]+\.py" \
+        "$OUT/gpu_tests.log" | sort | uniq -c
     # pytest exit 5: no tests collected; 124/137: stopped by the time limit
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         echo "GPU tests stopped after ${test_limit} s (ATTNC_TEST_LIMIT); running the benchmarks"

@@ -5,7 +5,8 @@
 # different files overlap (the JIT cache's file locks keep one build per module). The files in
 # SERIAL_TESTS run afterwards in one process: they time plan() against a busy GPU, or give a
 # child process a deadline, which other tests sharing the GPU and the host would upset.
-# Extra arguments go to every pytest call. Exit status: the first failing pytest's, where
+# Every test's outcome is printed as it ends (-v), so a run stopped by a time limit still
+# shows which tests passed. Extra arguments go to every pytest call. Exit status: the first failing pytest's, where
 # 5 (no tests collected) counts as success.
 set -u
 SERIAL_TESTS=(tests/gpu/test_decode_plan_host.py tests/gpu/test_prefill_repeat.py)
@@ -24,12 +25,12 @@ note() {  # keep the first failure's exit status
 if [ "$workers" -gt 0 ] && python3 -c "import xdist" 2> /dev/null; then
     ignore=()
     for f in "${SERIAL_TESTS[@]}"; do ignore+=(--ignore "$f"); done
-    python3 -m pytest -m gpu tests/gpu -q -rf -n "$workers" --dist loadfile "${ignore[@]}" "$@"
+    python3 -m pytest -m gpu tests/gpu -v -rf -n "$workers" --dist loadfile "${ignore[@]}" "$@"
     note $?
-    python3 -m pytest -m gpu -q -rf "${SERIAL_TESTS[@]}" "$@"
+    python3 -m pytest -m gpu -v -rf "${SERIAL_TESTS[@]}" "$@"
     note $?
 else
-    python3 -m pytest -m gpu tests/gpu -q -rf "$@"
+    python3 -m pytest -m gpu tests/gpu -v -rf "$@"
     note $?
 fi
 exit "$status"
