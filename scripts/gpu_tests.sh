@@ -12,8 +12,10 @@ set -u
 SERIAL_TESTS=(tests/gpu/test_decode_plan_host.py tests/gpu/test_prefill_repeat.py)
 workers="${ATTNC_TEST_WORKERS:-6}"
 case "$workers" in
-    ""|*[!0-9]*) echo "ATTNC_TEST_WORKERS must be a whole number (0 = one process), got '$workers'" >&2
-                 exit 2 ;;
+    *[!0-9]*)
+        printf 'ATTNC_TEST_WORKERS must be a whole number (0 = one process), got %q\n' \
+            "$workers" >&2
+        exit 2 ;;
 esac
 
 status=0
