@@ -581,3 +581,12 @@ def test_only_refuses_a_text_in_no_row_of_the_run(capsys):
             parse_args(argv)
         err = capsys.readouterr().err
         assert text in err and "rows: causal, L=8192" in err
+
+
+def test_only_shows_control_characters_escaped(capsys):
+    from benchmarks.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--suite", "prefill", "--only", "L=\x1b[31m"])
+    err = capsys.readouterr().err
+    assert "'L=\\x1b[31m' is in no row" in err and "\x1b" not in err
