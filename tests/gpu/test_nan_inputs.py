@@ -147,3 +147,34 @@ def test_prefill_nan_keys_past_a_range_never_reach_it(backend):
     torch.testing.assert_close(o[:120].float(), ref_o[:120], atol=2e-2, rtol=2e-2)
     torch.testing.assert_close(lse[:120], ref_lse[:120], atol=2e-2, rtol=2e-2)
     assert torch.isnan(lse[120:]).all()
+
+
+STRICT_ALIBI = """
+variant strict_alibi {
+    param slopes: tensor<f32>[num_qo_heads];
+    score = score + slopes[qo_head] * (kv_idx - q_pos);
+    mask = kv_idx < q_pos;
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stepped_bias_with_infinite_and_nan_slopes(backend):
+    """A bias linear in kv_idx (the Hopper template steps it from key to key) with slopes +inf,
+    NaN, 0.5 and 0.25, under a mask that hides the key at distance 0. Slope +inf gives every
+    visible key bias -inf: the reference's rows are empty (output 0, LSE -inf), and stepping
+    the bias (-inf + inf) must not make them NaN. A NaN slope makes every row with a key NaN."""
+    from attnc.codegen.functor import emit_functor
+    from attnc.codegen.module import analysed
+
+    variant = attnc.load(source=STRICT_ALIBI)
+    assert "kBiasStep = true" in emit_functor(analysed(variant.ir))  # the bias is stepped
+    q, k, v = _qkv(96, 96, seed=6)
+    slopes = torch.tensor([math.inf, math.nan, 0.5, 0.25], device="cuda")
+    nan_rows = _same_nan_rows(variant, q, k, v, backend, slopes=slopes)
+    assert not nan_rows[:, 0].any() and nan_rows[1:, 1].all() and not nan_rows[:, 2:].any()
+    o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, slopes=slopes)
+    assert torch.isneginf(lse[:, 0]).all() and (o[:, 0] == 0).all()
+    ref = variant.reference(q.double(), k.double(), v.double(), slopes=slopes.double())
+    err = (o[1:, 2:].double() - ref[1:, 2:]).norm() / ref[1:, 2:].norm()
+    assert err < 1e-2, err

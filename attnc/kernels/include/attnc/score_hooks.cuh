@@ -33,50 +33,24 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
   }
 }
 
-// Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
-// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element. kPerRowTerms: compute
-// terms once per row and tile, relative to this lane's first key kv0 + 2 * tq, and reach each
-// element from them: on masked tiles the row's interval of keys (when V gives one,
-// row_kv_range), on every tile the affine bias and its step (when V gives one,
-// score_bias_step). The Hopper consumers opt in; the FA2 and decode kernels have no registers
-// to spare for these terms.
-template <bool kMasked, bool kPerRowTerms = false, class V, int MQ, int NS>
-__device__ __forceinline__ void transform_scores(const V& var,
-                                                 const typename V::Row (&rows)[MQ][2],
-                                                 const float (&mult)[MQ][2],
-                                                 float (&s)[MQ][NS][4], int kv0, int kv1,
-                                                 int tq, float sm_scale) {
-  const int base = kv0 + 2 * tq;  // this lane's first key
-  // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
-  // this lane's first key, then two compares with constants per element.
-  constexpr bool kRowInterval =
-      kPerRowTerms && kMasked && V::kHasMask && variant_row_interval<V>::value;
+// Per-row terms of transform_scores, relative to a lane's first key: the row's interval of
+// keys on masked tiles (lo, hi), and an affine bias linear in kv_idx (bias0 at the first key,
+// step per key).
+template <int MQ>
+struct RowTerms {
   int lo[MQ][2] = {}, hi[MQ][2] = {};
-  if constexpr (kRowInterval) {
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const KvRange rr = var.row_kv_range(rows[mi][h]);
-        lo[mi][h] = rr.begin - base;
-        hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
-      }
-  }
-  // An affine bias linear in kv_idx: its value at this lane's first key (which may lie past
-  // kv1; score_bias is safe there) and its step, once per row; then one FFMA per element,
-  // the key's offset from the first key being a constant.
-  constexpr bool kStepBias = kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
-                             !V::kScoreIsIdentity && variant_bias_step<V>::value;
-  float bias0[MQ][2] = {}, bias_step[MQ][2] = {};
-  if constexpr (kStepBias) {
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        bias0[mi][h] = var.score_bias(rows[mi][h], base) * kLog2e;
-        bias_step[mi][h] = var.score_bias_step(rows[mi][h]) * kLog2e;
-      }
-  }
+  float bias0[MQ][2] = {}, step[MQ][2] = {};
+};
+
+// The element loop of transform_scores. kRowInterval: the mask is the interval of terms.lo /
+// hi; kStepBias: the bias is terms.bias0 + terms.step * (key offset), else evaluated per
+// element (V::score_bias or the general score).
+template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS>
+__device__ __forceinline__ void transform_tile(const V& var,
+                                               const typename V::Row (&rows)[MQ][2],
+                                               const float (&mult)[MQ][2],
+                                               float (&s)[MQ][NS][4], int kv0, int kv1, int tq,
+                                               float sm_scale, const RowTerms<MQ>& terms) {
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
@@ -88,7 +62,7 @@ __device__ __forceinline__ void transform_scores(const V& var,
         bool vis = true;
         if constexpr (kRowInterval) {
           const int off = n * 8 + (e % 2);
-          vis = off >= lo[mi][e / 2] && off < hi[mi][e / 2];
+          vis = off >= terms.lo[mi][e / 2] && off < terms.hi[mi][e / 2];
         } else if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
           // Evaluated for every element, at an index kept inside the request, so the
           // tensor loads of the tile issue together (no branch per element).
@@ -105,7 +79,8 @@ __device__ __forceinline__ void transform_scores(const V& var,
           x = raw;  // scaled by mult inside the exp2
         } else if constexpr (kStepBias) {
           const float off = static_cast<float>(n * 8 + (e % 2));
-          x = fmaf(raw, mult[mi][e / 2], fmaf(bias_step[mi][e / 2], off, bias0[mi][e / 2]));
+          x = fmaf(raw, mult[mi][e / 2],
+                   fmaf(terms.step[mi][e / 2], off, terms.bias0[mi][e / 2]));
         } else if constexpr (V::kAffineScore) {
           x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
         } else {
@@ -116,6 +91,63 @@ __device__ __forceinline__ void transform_scores(const V& var,
       }
     }
   }
+}
+
+// Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
+// kMasked: evaluate the bound kv_idx < kv1 and V::mask per element. kPerRowTerms: compute
+// terms once per row and tile, relative to this lane's first key kv0 + 2 * tq, and reach each
+// element from them: on masked tiles the row's interval of keys (when V gives one,
+// row_kv_range), on every tile the affine bias and its step (when V gives one,
+// score_bias_step). The Hopper consumers opt in; the FA2 and decode kernels have no registers
+// to spare for these terms.
+template <bool kMasked, bool kPerRowTerms = false, class V, int MQ, int NS>
+__device__ __forceinline__ void transform_scores(const V& var,
+                                                 const typename V::Row (&rows)[MQ][2],
+                                                 const float (&mult)[MQ][2],
+                                                 float (&s)[MQ][NS][4], int kv0, int kv1,
+                                                 int tq, float sm_scale) {
+  const int base = kv0 + 2 * tq;  // this lane's first key
+  RowTerms<MQ> terms;
+  // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
+  // this lane's first key, then two compares with constants per element.
+  constexpr bool kRowInterval =
+      kPerRowTerms && kMasked && V::kHasMask && variant_row_interval<V>::value;
+  if constexpr (kRowInterval) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const KvRange rr = var.row_kv_range(rows[mi][h]);
+        terms.lo[mi][h] = rr.begin - base;
+        terms.hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
+      }
+  }
+  // An affine bias linear in kv_idx: its value at this lane's first key (which may lie past
+  // kv1; score_bias is safe there) and its step, once per row; then one FFMA per element,
+  // the key's offset from the first key being a constant. A row whose value or step is not
+  // finite (a slope of inf or NaN, or one whose log2 step overflows) would turn that FFMA into
+  // NaN (inf * 0, inf - inf) where the bias itself is +-inf: this lane's tile then evaluates
+  // the bias per element, as the reference does.
+  constexpr bool kStepBias = kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
+                             !V::kScoreIsIdentity && variant_bias_step<V>::value;
+  if constexpr (kStepBias) {
+    bool finite = true;
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        terms.bias0[mi][h] = var.score_bias(rows[mi][h], base) * kLog2e;
+        terms.step[mi][h] = var.score_bias_step(rows[mi][h]) * kLog2e;
+        finite = finite && isfinite(terms.bias0[mi][h]) && isfinite(terms.step[mi][h]);
+      }
+    if (!finite) {
+      transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
+                                                   terms);
+      return;
+    }
+  }
+  transform_tile<kMasked, kRowInterval, kStepBias>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
+                                                   terms);
 }
 
 }  // namespace attnc
