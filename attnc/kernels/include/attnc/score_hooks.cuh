@@ -140,7 +140,8 @@ __device__ __forceinline__ void transform_scores(const V& var,
         terms.step[mi][h] = var.score_bias_step(rows[mi][h]) * kLog2e;
         finite = finite && isfinite(terms.bias0[mi][h]) && isfinite(terms.step[mi][h]);
       }
-    if (!finite) {
+    // Decided for the whole warp, so the branch stays uniform (the fallback is cold code).
+    if (!__all_sync(0xffffffffu, finite)) {
       transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
                                                    terms);
       return;
