@@ -1,10 +1,10 @@
 """attnc against FA4 on causal rows, timed alternately in one process, round after round.
 
-The suite measures each system once per row, in separate processes, at whatever power state
-the card is in when its turn comes; on an H200 at its power cap a single figure moves by
-several percent with that state. Here both systems share one process and one input set, and
-each round times them in turn (the order flips every round) after the same idle pause, two
-ways:
+The suite measures FA4 in its anchor child, a separate process with its own input sets;
+through run 27 it timed FA4 once per row, at whatever power state the card was in when its
+turn came, and on an H200 at its power cap a single figure moves by several percent with
+that state. Here both systems share one process and one input set, and each round times
+them in turn (the order flips every round) after the same idle pause, two ways:
 
 - ``do_bench``: triton's ``do_bench`` median (256 MB L2 flush before each call), the suite's
   method;

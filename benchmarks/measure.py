@@ -91,7 +91,8 @@ def measure_case(
     kernel timed right after other systems runs at lower clocks than one timed after a pause,
     so without it the systems timed last in a row are put at a disadvantage. ``rounds``: the
     systems are timed that many times, in column order, then in reverse, and so on; a
-    system's figure is the median of its rounds (a system that times itself is timed once).
+    system's figure is the median of its rounds (a system that times itself, like the anchor
+    child, is asked to time the row again in each round when it can; else it is timed once).
     """
     outcomes: dict[str, Outcome] = {}
     prepared: dict[str, list] = {}
@@ -135,12 +136,15 @@ def _time_rounds(
     systems: list, prepared: dict, rep: int, rounds: int, cooldown_s: float, sleep: Callable
 ) -> dict[str, list]:
     """Per system name, its (ms, note) per round, or the exception that stopped its timing.
-    Round r goes through ``systems`` in order when r is even, in reverse when odd."""
+    Round r goes through ``systems`` in order when r is even, in reverse when odd. A system
+    measured elsewhere (``timed_ms``) is timed there again in each round when it can be
+    (``retime``: the anchor child keeps the row's inputs), else its one figure stands."""
     times: dict[str, list] = {s.name: [] for s in systems}
     for r in range(rounds):
         for system in systems if r % 2 == 0 else systems[::-1]:
             preps, found = prepared[system.name], times[system.name]
-            if preps[0].timed_ms is not None:
+            elsewhere = preps[0].timed_ms is not None
+            if elsewhere and preps[0].retime is None:
                 if not found:
                     found.append((preps[0].timed_ms, ""))
                 continue
@@ -149,7 +153,10 @@ def _time_rounds(
             if cooldown_s > 0:
                 sleep(cooldown_s)
             try:
-                found.append(bench_ms([p.run for p in preps], graph=system.graph, rep=rep))
+                if elsewhere:
+                    found.append((preps[0].retime(), ""))
+                else:
+                    found.append(bench_ms([p.run for p in preps], graph=system.graph, rep=rep))
             except Exception as exc:
                 found.append(exc)
     return times

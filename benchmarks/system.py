@@ -15,7 +15,9 @@ class Prepared:
     """``run()`` is timed; ``canon(run())`` gives the output in the shared layout to compare.
 
     ``timed_ms``: the median time of one call, already measured elsewhere (a child process);
-    ``run()`` then only hands back the output. ``compare=False``: the output computes another
+    ``run()`` then only hands back the output. ``retime``: with ``timed_ms``, times the row
+    again where it was measured and returns the new median ms, so such a system takes part in
+    every timing round (None: timed once). ``compare=False``: the output computes another
     function than the row's (a stand-in timed for reference) and is not cross-checked.
     """
 
@@ -24,6 +26,7 @@ class Prepared:
     note: str = ""
     timed_ms: float | None = None
     compare: bool = True
+    retime: Callable[[], float] | None = None
 
 
 class System:

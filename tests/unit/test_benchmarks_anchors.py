@@ -17,17 +17,20 @@ def _case(key: str, q_len: int = 2048, kv_len: int = 2048, **kw) -> PrefillCase:
 class _Sys:
     graph = False
 
-    def __init__(self, name, out, *, compare=True, timed_ms=None, is_attnc=False):
+    def __init__(self, name, out, *, compare=True, timed_ms=None, is_attnc=False, retime=None):
         self.name, self.out, self.compare, self.timed_ms = name, out, compare, timed_ms
         self.is_attnc = is_attnc
         self.timed_elsewhere = timed_ms is not None
         self.prepared_sets = 0
+        self.retime = retime
 
     def prepare(self, case, data):
         from benchmarks.system import Prepared
 
         self.prepared_sets += 1
-        return Prepared(lambda: self.out, compare=self.compare, timed_ms=self.timed_ms)
+        return Prepared(
+            lambda: self.out, compare=self.compare, timed_ms=self.timed_ms, retime=self.retime
+        )
 
 
 def test_stand_in_is_timed_not_compared_and_child_time_is_used(monkeypatch):
@@ -267,6 +270,54 @@ def test_rounds_alternate_the_order_and_take_the_median(monkeypatch):
     assert out["fa3"].value == pytest.approx(2000.0) and "median of 3 rounds" in out["fa3"].note
     assert out["attnc"].value == pytest.approx(2000.0)
     assert out["fa4"].value == pytest.approx(1000.0)
+
+
+def test_a_child_system_that_can_retime_is_timed_in_every_round(monkeypatch):
+    """The anchor child's system takes its turn in each round (after the same pause as the
+    others), and its figure is the median of those rounds, not of its preparation's timing."""
+    import torch
+
+    from benchmarks import measure
+
+    order: list[str] = []
+    ms = {"fa3": iter([1.0, 1.0, 1.0]), "fa4": iter([4.0, 2.0, 3.0])}
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def bench(fns, graph=False, rep=100):
+        order.append(fns[0]())
+        return next(ms["fa3"]), ""
+
+    def retime():
+        order.append("fa4")
+        return next(ms["fa4"])
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(measure, "bench_ms", bench)
+    child = _Sys("fa4", "fa4", compare=False, timed_ms=9.0, retime=retime)
+    fa3 = _Sys("fa3", "fa3", compare=False)
+    out = measure.measure_case(
+        None, [child, fa3], [None], 4e12, log=lambda _: None, rounds=3, cooldown_s=0.5,
+        sleep=sleeps.append,
+    )  # fmt: skip
+    assert order == ["fa4", "fa3", "fa3", "fa4", "fa4", "fa3"]
+    assert out["fa4"].value == pytest.approx(4e12 / 3e-3 / 1e12)  # median 3.0 ms, not 9.0
+    assert "median of 3 rounds" in out["fa4"].note
+    assert len(sleeps) == 1 + 6  # before the child's preparation, then before every timing
+
+
+def test_a_child_retime_that_fails_makes_the_system_an_error(monkeypatch):
+    import torch
+
+    from benchmarks import measure
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    def retime():
+        raise RuntimeError("child gone")
+
+    child = _Sys("fa4", "fa4", compare=False, timed_ms=1.0, retime=retime)
+    out = measure.measure_case(None, [child], [None], 4e12, log=lambda _: None, rounds=2)
+    assert out["fa4"].status == "error" and "child gone" in out["fa4"].note
 
 
 def test_a_round_that_fails_makes_the_system_an_error(monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 
 from benchmarks import child_systems, workloads
 from benchmarks.outcome import Missing, Outcome, Unsupported
+from benchmarks.system import Prepared
 from benchmarks.workloads import VARIANTS, PrefillCase
 
 
@@ -79,6 +80,11 @@ FAKE_CHILD = textwrap.dedent(
         if req["case"]["variant"]["stdlib"] == "sigmoid":
             print(P + json.dumps({"status": "error", "note": "TypeError: bad"}), flush=True)
             continue
+        if req.get("retime"):
+            ok = "out" not in req and req["system"] == "fa4"
+            print(P + json.dumps({"status": "ok", "ms": 0.75} if ok else
+                                 {"status": "error", "note": "ValueError: not held"}), flush=True)
+            continue
         import torch
         torch.save(torch.full((3, 2), 2.0), req["out"])
         print("partial" + P + json.dumps({"status": "ok", "ms": 0.5, "note": "n",
@@ -122,6 +128,19 @@ def test_child_anchor_ok_reply_carries_time_output_and_stand_in(fake_child):
     assert prep.run().tolist() == [[2.0, 2.0]] * 3
     again = child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("softcap"), None)
     assert again.timed_ms == 0.5 and child.starts == 1  # one child for the whole run
+
+
+def test_child_anchor_retimes_the_row_it_holds(fake_child):
+    """retime() sends the same request without ``out`` and with ``retime``; the child's new
+    median comes back, and a child error becomes the round's exception."""
+    from benchmarks.outcome import Failed
+
+    fake_child("ok")
+    prep = child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
+    assert prep.timed_ms == 0.5 and prep.retime is not None and prep.retime() == 0.75
+    other = child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("causal"), None)
+    with pytest.raises(Failed, match="not held"):
+        other.retime()
 
 
 def test_child_anchor_failures_become_cells(fake_child):
@@ -210,6 +229,40 @@ def test_child_server_measures_with_the_parents_inputs(monkeypatch, tmp_path):
 
     Fake.prepare = broken  # type: ignore[method-assign]
     assert child_server.measure(req) == {"status": "n/a", "note": "not expressible"}
+
+
+def test_child_server_retimes_the_kept_row_and_drops_it_for_another(monkeypatch, tmp_path):
+    """A retime of the row just prepared times its kept sets again (no new inputs, no output
+    file); a retime of another row is an error naming it; a new row replaces the kept one."""
+    import torch
+
+    from benchmarks import child_server, inputs, timing
+    from benchmarks.child_server import case_to_dict
+
+    made = []
+
+    class Fake:
+        def prepare(self, case, data):
+            made.append(data)
+            return Prepared(lambda: torch.ones(2, 2), compare=True)
+
+    benches = iter([(0.5, ""), (0.25, ""), (0.125, "")])
+    monkeypatch.setattr(child_server, "make_system", lambda name, autotune=False: Fake())
+    monkeypatch.setattr(inputs, "make_prefill_sets", lambda case: [1.0, 2.0])
+    monkeypatch.setattr(timing, "bench_ms", lambda fns, graph=False, rep=100: next(benches))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(child_server, "_KEPT", {})
+    path = str(tmp_path / "out.pt")
+    row = {"system": "fa4", "case": case_to_dict(_case("causal")), "rep": 5}
+    assert child_server.measure({**row, "out": path})["ms"] == 0.5
+    assert child_server.measure({**row, "retime": True})["ms"] == 0.25
+    assert made == [1.0, 2.0]  # the retime made no new sets
+    other = {**row, "case": case_to_dict(_case("softcap")), "retime": True}
+    reply = child_server.measure(other)
+    assert reply["status"] == "error" and "does not hold this row" in reply["note"]
+    assert child_server.measure({**row, "out": path})["ms"] == 0.125
+    assert made == [1.0, 2.0, 1.0, 2.0]
 
 
 def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeypatch):
