@@ -117,6 +117,8 @@ def check_out(out: object, q: torch.Tensor) -> torch.Tensor:
 
 def overlaps_itself(t: torch.Tensor) -> bool:
     """True when two elements of ``t`` share an address (a zero or too small stride)."""
+    if t.is_contiguous():  # row-major strides: one address per element
+        return False
     dims = sorted((t.stride(i), t.shape[i]) for i in range(t.dim()) if t.shape[i] > 1)
     extent = 1  # elements spanned by the dims seen so far
     for stride, size in dims:
@@ -137,6 +139,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _last_offset(t: torch.Tensor) -> int:
+    if t.is_contiguous():
+        return t.numel() - 1
     return sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
 
 

@@ -10,6 +10,7 @@ arrive resolved (``checks.params.resolve_params``) and are packed once per launc
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -68,10 +69,44 @@ def _kv_strides(k: torch.Tensor, kv_layout: int) -> tuple[int, int, int]:
     return k.stride(0), k.stride(2), k.stride(1)
 
 
-def _ptr(t: torch.Tensor | None, byte_offset: int = 0) -> int | None:
-    if t is None or byte_offset < 0:
-        return None
-    return t.data_ptr() + byte_offset
+@functools.lru_cache(maxsize=64)
+def _plan_fields(meta: tuple[int, ...], workspace_ptr: int) -> abi.AttncPrefillArgs:
+    """``AttncPrefillArgs`` with the fields a plan fixes (``meta``: sizes, layout, the lists'
+    places in the workspace at ``workspace_ptr``) set and the per-call ones zero; kept for
+    the plans in use, so a launch copies it instead of filling every field again."""
+    m = dict(zip(META_FIELDS, meta, strict=True))
+
+    def at(name: str) -> int | None:
+        off = m[name]
+        return None if off < 0 else workspace_ptr + off
+
+    return abi.AttncPrefillArgs(
+        qo_indptr=at("off_qo_indptr"),
+        kv_indptr=at("off_kv_indptr"),
+        kv_indices=at("off_kv_indices"),
+        kv_last_page_len=at("off_kv_last_page_len"),
+        items=at("off_items"),
+        merge_items=at("off_merge_items"),
+        part_o=at("off_part_o"),
+        part_lse=at("off_part_lse"),
+        batch_size=m["batch_size"],
+        num_work=m["num_work"],
+        num_merge=m["num_merge"],
+        num_qo_heads=m["num_qo_heads"],
+        num_kv_heads=m["num_kv_heads"],
+        head_dim=m["head_dim"],
+        page_size=m["page_size"],
+        kv_layout=m["kv_layout"],
+        tile_q_tokens=m["tile_q_tokens"],
+        page_status=m["page_status"] or None,
+        kv_token_start=at("off_kv_token_start"),
+        tile_map=at("off_tile_map"),
+        tile_map_start=at("off_tile_map_start"),
+        tile_map_kv_block=m["tile_map_kv_block"],
+    )
+
+
+_KV_LAYOUT = META_FIELDS.index("kv_layout")
 
 
 def build_args(
@@ -83,48 +118,18 @@ def build_args(
 ) -> abi.AttncPrefillArgs:
     """Fill ``AttncPrefillArgs`` from tensors, the plan's ``meta`` and a params struct."""
     q, k, v, o, lse, workspace = tensors
-    m = dict(zip(META_FIELDS, meta, strict=True))
-    page, tok, head = _kv_strides(k, m["kv_layout"])
-    return abi.AttncPrefillArgs(
-        q=q.data_ptr(),
-        k=k.data_ptr(),
-        v=v.data_ptr(),
-        o=o.data_ptr(),
-        lse=_ptr(lse),
-        qo_indptr=_ptr(workspace, m["off_qo_indptr"]),
-        kv_indptr=_ptr(workspace, m["off_kv_indptr"]),
-        kv_indices=_ptr(workspace, m["off_kv_indices"]),
-        kv_last_page_len=_ptr(workspace, m["off_kv_last_page_len"]),
-        items=_ptr(workspace, m["off_items"]),
-        merge_items=_ptr(workspace, m["off_merge_items"]),
-        part_o=_ptr(workspace, m["off_part_o"]),
-        part_lse=_ptr(workspace, m["off_part_lse"]),
-        q_stride_tok=q.stride(0),
-        q_stride_head=q.stride(1),
-        o_stride_tok=o.stride(0),
-        o_stride_head=o.stride(1),
-        kv_stride_page=page,
-        kv_stride_tok=tok,
-        kv_stride_head=head,
-        batch_size=m["batch_size"],
-        num_work=m["num_work"],
-        num_merge=m["num_merge"],
-        num_qo_heads=m["num_qo_heads"],
-        num_kv_heads=m["num_kv_heads"],
-        head_dim=m["head_dim"],
-        page_size=m["page_size"],
-        kv_layout=m["kv_layout"],
-        tile_q_tokens=m["tile_q_tokens"],
-        sm_scale=sm_scale,
-        variant_params=ctypes.addressof(params),
-        variant_params_size=params_size,
-        page_status=m["page_status"] or None,
-        num_pages=pool_size(k.shape[0]),  # paged: pages; ragged: tokens
-        kv_token_start=_ptr(workspace, m["off_kv_token_start"]),
-        tile_map=_ptr(workspace, m["off_tile_map"]),
-        tile_map_start=_ptr(workspace, m["off_tile_map_start"]),
-        tile_map_kv_block=m["tile_map_kv_block"],
-    )
+    args = abi.AttncPrefillArgs.from_buffer_copy(_plan_fields(tuple(meta), workspace.data_ptr()))
+    args.q, args.k, args.v, args.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    args.lse = None if lse is None else lse.data_ptr()
+    args.q_stride_tok, args.q_stride_head = q.stride(0), q.stride(1)
+    args.o_stride_tok, args.o_stride_head = o.stride(0), o.stride(1)
+    page, tok, head = _kv_strides(k, meta[_KV_LAYOUT])
+    args.kv_stride_page, args.kv_stride_tok, args.kv_stride_head = page, tok, head
+    args.sm_scale = sm_scale
+    args.variant_params = ctypes.addressof(params)
+    args.variant_params_size = params_size
+    args.num_pages = pool_size(k.shape[0])  # paged: pages; ragged: tokens
+    return args
 
 
 def launch(
