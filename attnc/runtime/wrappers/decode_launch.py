@@ -14,15 +14,9 @@ from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.wrappers.cuda_stream import raw_stream
 
-_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-
-
-def raw_stream(device: torch.device) -> int:
-    """The current CUDA stream of ``device`` as an integer handle."""
-    if _GET_RAW_STREAM is not None:
-        return int(_GET_RAW_STREAM(device.index if device.index is not None else 0))
-    return int(torch.cuda.current_stream(device).cuda_stream)
+__all__ = ["fill_call_fields", "raw_stream"]
 
 
 def fill_call_fields(

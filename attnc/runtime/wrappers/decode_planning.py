@@ -29,7 +29,7 @@ from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
-from attnc.runtime.wrappers import decode_launch
+from attnc.runtime.wrappers import cuda_stream, decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
 from attnc.runtime.wrappers.decode_plan_inputs import (
     DecodeShape,
@@ -42,7 +42,7 @@ from attnc.runtime.wrappers.decode_plan_inputs import (
 MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
 MAX_CTAS_PER_SM = 8
-_GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_GET_RAW_STREAM = cuda_stream.GET_RAW_STREAM
 _Tensor = torch.Tensor
 _I32 = torch.int32
 

@@ -12,6 +12,7 @@ import threading
 import torch
 
 from attnc.runtime.build import jit
+from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _LIB: ctypes.CDLL | None = None
@@ -72,7 +73,7 @@ def merge_state(
     o = torch.empty_like(o_a)
     lse = torch.empty_like(lse_a)
     rows = lse_a.numel()
-    stream = torch.cuda.current_stream(o_a.device).cuda_stream
+    stream = raw_stream(o_a.device)
     rc = _library().attnc_merge_state(
         o_a.data_ptr(), lse_a.data_ptr(), o_b.data_ptr(), lse_b.data_ptr(),
         o.data_ptr(), lse.data_ptr(), rows, o_a.shape[-1], _DTYPE_CODES[o_a.dtype], stream,

@@ -19,6 +19,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
 
@@ -144,7 +145,7 @@ def launch(
     size = ctypes.sizeof(module.params_type)
     args = build_args(meta, tensors, sm_scale, params, size)
     if meta[1] > 0:
-        stream = torch.cuda.current_stream(tensors.q.device).cuda_stream
+        stream = raw_stream(tensors.q.device)
         module.launch(args, stream)
     lse = tensors.lse
     if lse is not None and module.ir.normalize != "softmax":  # type: ignore[attr-defined]

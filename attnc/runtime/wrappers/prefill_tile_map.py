@@ -24,6 +24,7 @@ from attnc.runtime.planning.tile_map import (
 )
 from attnc.runtime.planning.workspace import ALIGN
 from attnc.runtime.wrappers import prefill_launch
+from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 DEFAULT_MAP_SHARE = 8  # the map may take 1/8 of the workspace by default
@@ -190,13 +191,13 @@ def _launch(
         heads_bytes=head.total_bytes,
         map_host=base + head.total_bytes,
     )
-    stream = torch.cuda.current_stream(workspace.device)
+    stream = raw_stream(workspace.device)
     build_on_device(
         module,
         workspace.data_ptr(),
         {**offsets, "tile_map": offset},
         args,
-        stream.cuda_stream,
+        stream,
         copies,
     )  # the one synchronisation of a plan with a map
     return staging.bytes[head.total_bytes : head.total_bytes + entries]
