@@ -15,9 +15,10 @@ calls with ``timing.bench_ms`` and answers on one line that starts with ``REPLY_
     {"status": "ok", "ms": ..., "note": ..., "compare": bool}
     {"status": "missing" | "n/a" | "error", "note": reason}
 
-The child keeps the last request's prepared input sets. A request with ``"retime": true``
-and no ``out`` for the same system, case and autotune times those sets again (the suite's
-rounds: every system of a row is timed once per round); any other request drops them first.
+The child keeps the prepared input sets of the current row, per system. A request with
+``"retime": true`` and no ``out`` for a system and case it holds times those sets again (the
+suite's rounds: every system of a row is timed once per round); a request for another row
+drops every kept set first.
 
 Its first line is ``{"ready": true, "missing": "" | reason}`` (reason: FA4 not importable).
 Anything else the libraries print goes to stderr. The child exits at the end of stdin or
@@ -81,30 +82,38 @@ def probe() -> str:
     return ""
 
 
-# The last prepared row: (system, case, autotune) as JSON, and its Prepared per input set.
-_KEPT: dict[str, object] = {}
+# The prepared input sets of the current row (its case as JSON): Prepared lists per
+# (system, autotune), so that both child systems of a row (fa4, flex_flash) can be timed again.
+_KEPT: dict[str, dict] = {"case": {}, "systems": {}}
 
 
-def _row_key(request: dict) -> str:
-    keys = (request["system"], request["case"], bool(request.get("autotune", False)))
-    return json.dumps(keys, sort_keys=True)
+def _keys(request: dict) -> tuple[str, str]:
+    case = json.dumps(request["case"], sort_keys=True)
+    return case, json.dumps([request["system"], bool(request.get("autotune", False))])
 
 
 def _prepared(request: dict) -> list:
-    """The row's Prepared per input set: the kept ones for a retime of the same row, else
-    made afresh (the kept ones dropped first, so two rows never hold memory together)."""
-    key = _row_key(request)
-    if request.get("retime") and _KEPT.get("key") == key:
-        return _KEPT["preps"]  # type: ignore[return-value]
+    """The system's Prepared per input set: the kept ones for a retime of the current row,
+    else made afresh. A request for another row drops every kept set first, so two rows
+    never hold memory together."""
+    case_key, system_key = _keys(request)
+    kept = _KEPT["systems"] if _KEPT["case"] == case_key else {}
     if request.get("retime"):
-        raise ValueError("retime: the child does not hold this row (prepare it first)")
-    _KEPT.clear()
+        if system_key not in kept:
+            raise ValueError(
+                f"retime: the child does not hold {request['system']!r} on this row "
+                "(prepare it first)"
+            )
+        return kept[system_key]
+    if _KEPT["case"] != case_key:
+        _KEPT["case"], _KEPT["systems"] = case_key, {}
+    _KEPT["systems"].pop(system_key, None)
     from benchmarks.inputs import make_prefill_sets
 
     case = case_from_dict(request["case"])
     system = make_system(request["system"], bool(request.get("autotune", False)))
     preps = [system.prepare(case, data) for data in make_prefill_sets(case)]
-    _KEPT.update(key=key, preps=preps)
+    _KEPT["systems"][system_key] = preps
     return preps
 
 

@@ -279,8 +279,9 @@ class ChildPrefill(System):
         retime_payload = {k: v for k, v in payload.items() if k != "out"}
         retime_payload["retime"] = True
 
-        def retime() -> float:
-            return float(self._ask(retime_payload)["ms"])
+        def retime() -> tuple[float, str]:
+            again = self._ask(retime_payload)
+            return float(again["ms"]), str(again.get("note", ""))
 
         compare = bool(reply.get("compare", True))
         return Prepared(

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections.abc import Callable
 
 import numpy as np
 
 DEFAULT_SHAPES = "48x64,32x64,128x128,64x64"
+MIN_SIDE, MAX_SIDE = 8, 8192
 Visible = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -33,9 +35,15 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     shapes = []
     for item in text.split(","):
         parts = item.strip().split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise ValueError(f"--shapes: {item!r} is not TOKENSxKEYS with both > 0")
-        shapes.append((int(parts[0]), int(parts[1])))
+        if len(parts) != 2 or not all(re.fullmatch(r"[0-9]{1,5}", p) for p in parts):
+            raise ValueError(f"--shapes: {item!r} is not TOKENSxKEYS")
+        rows, keys = int(parts[0]), int(parts[1])
+        if not (MIN_SIDE <= rows <= MAX_SIDE and MIN_SIDE <= keys <= MAX_SIDE):
+            raise ValueError(
+                f"--shapes: {item!r} needs both sides in [{MIN_SIDE}, {MAX_SIDE}] "
+                "(smaller tiles would take minutes to count)"
+            )
+        shapes.append((rows, keys))
     return shapes
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 
@@ -37,7 +38,7 @@ def parse_rows(text: str) -> list[tuple[int, int]]:
     rows = []
     for item in text.split(","):
         parts = item.strip().split(":")
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(re.fullmatch(r"[0-9]{1,7}", p) for p in parts):
             raise ValueError(f"--rows: {item!r} is not LEN:HEAD_DIM")
         length, head_dim = int(parts[0]), int(parts[1])
         if length < 1 or head_dim not in HEAD_DIMS:
@@ -131,8 +132,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = parse_rows(args.rows)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.rounds < 1 or not 0.0 <= args.pause <= 60.0:
-        parser.error("--rounds must be >= 1 and --pause between 0 and 60 seconds")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if not 0.0 <= args.pause <= 60.0:  # also false for NaN
+        parser.error(f"--pause must be between 0 and 60 seconds, got {args.pause!r}")
     import torch
 
     workspace = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")

@@ -154,7 +154,7 @@ def _time_rounds(
                 sleep(cooldown_s)
             try:
                 if elsewhere:
-                    found.append((preps[0].retime(), ""))
+                    found.append(preps[0].retime())
                 else:
                     found.append(bench_ms([p.run for p in preps], graph=system.graph, rep=rep))
             except Exception as exc:

@@ -16,8 +16,8 @@ class Prepared:
 
     ``timed_ms``: the median time of one call, already measured elsewhere (a child process);
     ``run()`` then only hands back the output. ``retime``: with ``timed_ms``, times the row
-    again where it was measured and returns the new median ms, so such a system takes part in
-    every timing round (None: timed once). ``compare=False``: the output computes another
+    again where it was measured and returns the new median ms and its note, so such a system
+    takes part in every timing round (None: timed once). ``compare=False``: the output computes another
     function than the row's (a stand-in timed for reference) and is not cross-checked.
     """
 
@@ -26,7 +26,7 @@ class Prepared:
     note: str = ""
     timed_ms: float | None = None
     compare: bool = True
-    retime: Callable[[], float] | None = None
+    retime: Callable[[], tuple[float, str]] | None = None
 
 
 class System:

@@ -289,7 +289,7 @@ def test_a_child_system_that_can_retime_is_timed_in_every_round(monkeypatch):
 
     def retime():
         order.append("fa4")
-        return next(ms["fa4"])
+        return next(ms["fa4"]), ""
 
     sleeps: list[float] = []
     monkeypatch.setattr(measure, "bench_ms", bench)

@@ -137,7 +137,7 @@ def test_child_anchor_retimes_the_row_it_holds(fake_child):
 
     fake_child("ok")
     prep = child_systems.ChildPrefill("fa4", rep=5).prepare(_case("causal"), None)
-    assert prep.timed_ms == 0.5 and prep.retime is not None and prep.retime() == 0.75
+    assert prep.timed_ms == 0.5 and prep.retime is not None and prep.retime() == (0.75, "")
     other = child_systems.ChildPrefill("flex_flash", rep=5).prepare(_case("causal"), None)
     with pytest.raises(Failed, match="not held"):
         other.retime()
@@ -252,7 +252,7 @@ def test_child_server_retimes_the_kept_row_and_drops_it_for_another(monkeypatch,
     monkeypatch.setattr(timing, "bench_ms", lambda fns, graph=False, rep=100: next(benches))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(child_server, "_KEPT", {})
+    monkeypatch.setattr(child_server, "_KEPT", {"case": "", "systems": {}})
     path = str(tmp_path / "out.pt")
     row = {"system": "fa4", "case": case_to_dict(_case("causal")), "rep": 5}
     assert child_server.measure({**row, "out": path})["ms"] == 0.5
@@ -260,9 +260,48 @@ def test_child_server_retimes_the_kept_row_and_drops_it_for_another(monkeypatch,
     assert made == [1.0, 2.0]  # the retime made no new sets
     other = {**row, "case": case_to_dict(_case("softcap")), "retime": True}
     reply = child_server.measure(other)
-    assert reply["status"] == "error" and "does not hold this row" in reply["note"]
+    assert reply["status"] == "error" and "does not hold 'fa4' on this row" in reply["note"]
     assert child_server.measure({**row, "out": path})["ms"] == 0.125
     assert made == [1.0, 2.0, 1.0, 2.0]
+
+
+def test_child_server_keeps_both_child_systems_of_a_row(monkeypatch, tmp_path):
+    """fa4 and flex_flash prepared on one row can both be timed again, in either order; a
+    request for the next row drops both."""
+    import torch
+
+    from benchmarks import child_server, inputs, timing
+    from benchmarks.child_server import case_to_dict
+
+    made = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def prepare(self, case, data):
+            made.append(self.name)
+            return Prepared(lambda: torch.ones(2, 2), note=self.name, compare=True)
+
+    monkeypatch.setattr(child_server, "make_system", lambda name, autotune=False: Fake(name))
+    monkeypatch.setattr(inputs, "make_prefill_sets", lambda case: [1.0])
+    monkeypatch.setattr(timing, "bench_ms", lambda fns, graph=False, rep=100: (0.5, ""))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(child_server, "_KEPT", {"case": "", "systems": {}})
+    path = str(tmp_path / "out.pt")
+    causal = case_to_dict(_case("causal"))
+    for name in ("fa4", "flex_flash"):
+        reply = child_server.measure({"system": name, "case": causal, "rep": 5, "out": path})
+        assert reply["status"] == "ok"
+    for name in ("fa4", "flex_flash", "fa4"):
+        again = child_server.measure({"system": name, "case": causal, "rep": 5, "retime": True})
+        assert again == {"status": "ok", "ms": 0.5, "note": name, "compare": True}
+    assert made == ["fa4", "flex_flash"]
+    softcap = case_to_dict(_case("softcap"))
+    child_server.measure({"system": "flex_flash", "case": softcap, "rep": 5, "out": path})
+    stale = child_server.measure({"system": "fa4", "case": causal, "rep": 5, "retime": True})
+    assert stale["status"] == "error" and "does not hold 'fa4'" in stale["note"]
 
 
 def test_real_child_server_answers_missing_without_cuda_or_fa4(tmp_path, monkeypatch):

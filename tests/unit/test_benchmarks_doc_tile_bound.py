@@ -8,7 +8,7 @@ from benchmarks import doc_tile_bound as tb
 
 def test_shapes_parse_and_refuse_escaped():
     assert tb.parse_shapes("192x64, 64x64") == [(192, 64), (64, 64)]
-    for bad in ("192", "0x64", "ax64", "64x64x1", "64x\x1b"):
+    for bad in ("192", "0x64", "ax64", "64x64x1", "64x\x1b", "\u00b2x64", "1x1", "4x64"):
         with pytest.raises(ValueError) as err:
             tb.parse_shapes(bad)
         assert "\x1b" not in str(err.value)

@@ -10,7 +10,9 @@ def test_rows_parse_in_order():
     assert alt.parse_rows(alt.DEFAULT_ROWS) == [(8192, 128), (8192, 64), (2048, 128)]
 
 
-@pytest.mark.parametrize("text", ["8192", "8192:96", "0:128", "8k:128", "1:2:3", "8192:128\x1b"])
+@pytest.mark.parametrize(
+    "text", ["8192", "8192:96", "0:128", "8k:128", "1:2:3", "8192:128\x1b", "\u00b2:128"]
+)
 def test_bad_rows_are_named_escaped(text):
     with pytest.raises(ValueError) as err:
         alt.parse_rows(text)

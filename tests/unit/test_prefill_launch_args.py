@@ -69,10 +69,11 @@ def _tensors(layout, lse):
         k = torch.empty(20, 2, 16, 8, 128, dtype=torch.bfloat16)[:, 0]
     else:
         k = torch.empty(20, 2, 8, 16, 128, dtype=torch.bfloat16)[:, 1]
+    v = torch.empty_like(k)  # its own address: a k/v swap shows
     out_lse = torch.empty(96, 32) if lse else None
-    return pl.PrefillTensors(
-        q, k, k, torch.empty_like(q), out_lse, torch.empty(1 << 16, dtype=torch.uint8)
-    )
+    o = torch.empty(32, 96, 128, dtype=torch.bfloat16).transpose(0, 1)  # strides unlike q's
+    workspace = torch.empty(1 << 16, dtype=torch.uint8)
+    return pl.PrefillTensors(q, k, v, o, out_lse, workspace)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@ GET_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def raw_stream(device: torch.device) -> int:
-    """The current CUDA stream of ``device`` as an integer handle."""
+    """The current CUDA stream of ``device`` (without an index: the current device) as an
+    integer handle."""
     if GET_RAW_STREAM is not None:
-        return int(GET_RAW_STREAM(device.index if device.index is not None else 0))
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return int(GET_RAW_STREAM(index))
     return int(torch.cuda.current_stream(device).cuda_stream)

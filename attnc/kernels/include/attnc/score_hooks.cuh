@@ -141,6 +141,8 @@ __device__ __forceinline__ void transform_scores(const V& var,
         finite = finite && isfinite(terms.bias0[mi][h]) && isfinite(terms.step[mi][h]);
       }
     // Decided for the whole warp, so the branch stays uniform (the fallback is cold code).
+    // Every lane of the warp reaches this vote: the kernels call transform_scores from
+    // warp-uniform control flow (all 32 lanes, the full mask below).
     if (!__all_sync(0xffffffffu, finite)) {
       transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
                                                    terms);
