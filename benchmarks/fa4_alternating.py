@@ -27,6 +27,8 @@ import re
 import statistics
 import time
 
+from benchmarks.timing_probe import stream_ms
+
 HQ, HKV = 32, 8
 DEFAULT_ROWS = "8192:128,8192:64,2048:128"
 HEAD_DIMS = (64, 128, 256)
@@ -51,21 +53,6 @@ def causal_flops(length: int, head_dim: int) -> float:
     """FLOPs of causal attention over the length x length pairs with i >= j (half the square,
     as the suite counts them), 32 query heads."""
     return 4.0 * HQ * head_dim * length * length / 2
-
-
-def _stream_ms(fn, reps: int = 20) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
 
 
 def _systems(length: int, head_dim: int, workspace):
@@ -110,7 +97,7 @@ def measure(length: int, head_dim: int, rounds: int, pause_s: float, workspace) 
                 torch.cuda.synchronize()
                 time.sleep(pause_s)
                 fn = fns[name]
-                ms = do_bench(fn, warmup=25, rep=100) if method == "do_bench" else _stream_ms(fn)
+                ms = do_bench(fn, warmup=25, rep=100) if method == "do_bench" else stream_ms(fn)
                 times[name][method].append(float(ms))
     row: dict = {"row": f"causal:{length}:{head_dim}", "rel_diff_vs_fa4": round(rel, 5)}
     for name, by_method in times.items():

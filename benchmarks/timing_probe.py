@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 
 
-def _stream_ms(fn, reps: int = 20) -> float:
+def stream_ms(fn, reps: int = 20) -> float:
     """Milliseconds per call of ``reps`` calls queued back to back."""
     import torch
 
@@ -171,12 +171,12 @@ def _row(spec: str, backend: str, ncu: bool = False, cooldown: float = 0.0) -> d
     time.sleep(cooldown)
     flush_ms = testing.do_bench(run, warmup=25, rep=100, return_mode="median")
     time.sleep(cooldown)
-    stream_ms = _stream_ms(run)
+    queued_ms = stream_ms(run)
     time.sleep(cooldown)
     kernels = _kernel_ms(run)
     return {
         "row": spec, "backend": backend,
-        "ms_do_bench_flush": round(flush_ms, 4), "ms_stream": round(stream_ms, 4),
+        "ms_do_bench_flush": round(flush_ms, 4), "ms_stream": round(queued_ms, 4),
         "ms_kernels": {k: round(v, 4) for k, v in kernels.items()},
         "ms_kernels_sum": round(sum(kernels.values()), 4),
     }  # fmt: skip
