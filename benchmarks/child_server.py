@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any
 
 REPLY_PREFIX = "@@bench-child "
 
@@ -84,7 +85,7 @@ def probe() -> str:
 
 # The prepared input sets of the current row (its case as JSON): Prepared lists per
 # (system, autotune), so that both child systems of a row (fa4, flex_flash) can be timed again.
-_KEPT: dict[str, dict] = {"case": {}, "systems": {}}
+_KEPT: dict[str, Any] = {"case": "", "systems": {}}
 
 
 def _keys(request: dict) -> tuple[str, str]:
