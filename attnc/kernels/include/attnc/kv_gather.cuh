@@ -6,33 +6,11 @@
 
 #include <stdint.h>
 
+#include "fast_divmod.cuh"
 #include "page_check.cuh"
 #include "prefill_args.h"
 
 namespace attnc {
-
-// Unsigned division by a run-time divisor d >= 1 for dividends n < 2^31 with one IMAD.HI, one
-// IADD and one SHF (Granlund-Montgomery with a 33-bit multiplier split as m + 2^32).
-struct FastDiv {
-  uint32_t mul;
-  uint32_t shift;
-  int d;
-
-  __host__ __device__ __forceinline__ static FastDiv make(int d) {
-    FastDiv f;
-    f.d = d;
-    uint32_t l = 0;
-    while ((1u << l) < static_cast<uint32_t>(d)) ++l;  // l = ceil(log2 d)
-    // mul = floor(2^32 * (2^l - d) / d) + 1
-    f.mul = static_cast<uint32_t>(((static_cast<uint64_t>((1ull << l) - d)) << 32) / d + 1);
-    f.shift = l;
-    return f;
-  }
-  __device__ __forceinline__ int div(int n) const {
-    const uint32_t hi = __umulhi(mul, static_cast<uint32_t>(n));
-    return static_cast<int>((hi + static_cast<uint32_t>(n)) >> shift);
-  }
-};
 
 struct KvRows {
   const int32_t* page_ids;  // paged: this request's pages; ragged: NULL

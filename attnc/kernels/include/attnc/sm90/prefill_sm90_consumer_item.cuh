@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../cp_async.cuh"
+#include "../fast_divmod.cuh"
 #include "../online_softmax.cuh"
 #include "../prefill_args.h"
 #include "../variant_contract.cuh"
@@ -25,25 +26,27 @@ namespace sm90 {
 
 // Consumer wg copies its 64 rows of item `it`'s Q tile into the swizzled Q tile (rows past
 // the item zero-filled), once every warp of the warpgroup is done reading the tile (their
-// last S = Q K^T has completed).
+// last S = Q K^T has completed). A packed row is split into token and head by `group`
+// (FastDiv), from a pointer to the item's first token and head.
 template <class T, class Shape>
 __device__ __forceinline__ void issue_q_rows(const AttncPrefillArgs& a, const PrefillSm90Item& it,
-                                             uint32_t s_q, int wg) {
+                                             const FastDiv& group, uint32_t s_q, int wg) {
   constexpr int CH = Shape::kHeadDim / 8;
   constexpr int kRowStep = 128 / CH;
   const int tid = threadIdx.x % 128;
   const int c = tid % CH;
-  const T* q = static_cast<const T*>(a.q);
+  const T* q = static_cast<const T*>(a.q) +
+               static_cast<int64_t>(it.q_start + it.q0) * a.q_stride_tok +
+               static_cast<int64_t>(it.kv_head * group.d) * a.q_stride_head + c * 8;
   named_sync(kQBarrier + wg, 128);
 #pragma unroll
   for (int i = 0; i < 64 / kRowStep; ++i) {
     const int r = 64 * wg + tid / CH + i * kRowStep;
     const bool ok = r < it.rows_valid;
-    const int rr = ok ? r : 0;
-    const int64_t off =
-        static_cast<int64_t>(it.q_start + it.q0 + rr / it.group) * a.q_stride_tok +
-        static_cast<int64_t>(it.kv_head * it.group + rr % it.group) * a.q_stride_head;
-    cp_async_16(s_q + swizzled_offset(Shape::kRows, r, c), q + off + c * 8, ok);
+    int token, head;
+    group.divmod(ok ? r : 0, token, head);
+    cp_async_16(s_q + swizzled_offset(Shape::kRows, r, c),
+                q + token * a.q_stride_tok + head * a.q_stride_head, ok);
   }
   cp_async_commit();
 }
@@ -63,7 +66,6 @@ struct ConsumerItem {
   int q_start;    // the request's first query token
   int q0;         // the tile's first query token in the request
   int rows_valid; // packed rows of the tile
-  int group;
   int kv_head;
   RequestInfo request;
   typename V::Row rows[1][2];
@@ -79,11 +81,11 @@ struct ConsumerItem {
 // Finds the next item of this CTA at or after round r that has query rows (the producer skips
 // the same ones); r moves past it. False when none is left.
 __device__ __forceinline__ bool next_valid_item(const AttncPrefillArgs& a, const ItemWalk& walk,
-                                                int& r, int& w, PrefillSm90Item& it) {
+                                                int group, int& r, int& w, PrefillSm90Item& it) {
   for (; r < walk.rounds; ++r) {
     w = walk.item(r);
     if (w >= a.num_work) continue;
-    it = PrefillSm90Item::load(a, w);
+    it = PrefillSm90Item::load(a, w, group);
     if (it.valid()) {
       ++r;
       return true;
@@ -97,19 +99,18 @@ __device__ __forceinline__ bool next_valid_item(const AttncPrefillArgs& a, const
 // (set_up_rows), so that the set-up of an item started ahead does not hold registers while
 // the previous item finishes.
 template <class V, class T, class Shape>
-__device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, uint32_t s_q, int wg,
-                                                const ItemWalk& walk, int& r,
-                                                ConsumerItem<V>& ci) {
+__device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, const FastDiv& group,
+                                                uint32_t s_q, int wg, const ItemWalk& walk,
+                                                int& r, ConsumerItem<V>& ci) {
   PrefillSm90Item it;
   int w = 0;
-  if (!next_valid_item(a, walk, r, w, it)) return false;
-  issue_q_rows<T, Shape>(a, it, s_q, wg);
+  if (!next_valid_item(a, walk, group.d, r, w, it)) return false;
+  issue_q_rows<T, Shape>(a, it, group, s_q, wg);
   ci.w = w;
   ci.part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
   ci.q_start = it.q_start;
   ci.q0 = it.q0;
   ci.rows_valid = it.rows_valid;
-  ci.group = it.group;
   ci.kv_head = it.kv_head;
   ci.request = it.request_info(a);
   return true;
@@ -120,13 +121,15 @@ __device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, uint3
 // the item owns it).
 template <class V>
 __device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg,
-                                            ConsumerItem<V>& ci) {
+                                            const FastDiv& group, ConsumerItem<V>& ci) {
   const int warp = (threadIdx.x / 32) % 4;
   const int g = (threadIdx.x % 32) / 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = min(64 * wg + 16 * warp + g + 8 * h, ci.rows_valid - 1);
-    ci.rows[0][h] = var.row(ci.q0 + row / ci.group, ci.kv_head * ci.group + row % ci.group);
+    int token, head;
+    group.divmod(row, token, head);
+    ci.rows[0][h] = var.row(ci.q0 + token, ci.kv_head * group.d + head);
     ci.mult[0][h] = V::kAffineScore ? var.score_scale(ci.rows[0][h]) * sm_scale * kLog2e : 1.f;
     ci.m[0][h] = -CUDART_INF_F;
     ci.l[0][h] = 0.f;

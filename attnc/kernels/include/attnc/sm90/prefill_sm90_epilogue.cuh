@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "../fast_divmod.cuh"
 #include "../mma.cuh"
 #include "../online_softmax.cuh"
 #include "../prefill_args.h"
@@ -17,6 +18,7 @@ namespace sm90 {
 // Row r = 64 * wg + 16 * warp + lane / 4 + 8 * h of item ci's packed rows.
 template <class V, class T, int D>
 __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, const V& var,
+                                                   const FastDiv& group,
                                                    const ConsumerItem<V>& ci, int wg,
                                                    const float (&o)[1][D / 8][4]) {
   constexpr int NO = D / 8;
@@ -37,9 +39,12 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       end.lse = ci.l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
     }
     if (r >= ci.rows_valid) continue;
-    const int head = ci.kv_head * ci.group + r % ci.group;
+    int token_in_tile, head_in_group;
+    group.divmod(r, token_in_tile, head_in_group);
+    const int head = ci.kv_head * group.d + head_in_group;
     if (part_row >= 0) {
-      const int64_t prow = part_row + static_cast<int64_t>(r / ci.group) * a.num_qo_heads + head;
+      const int64_t prow =
+          part_row + static_cast<int64_t>(token_in_tile) * a.num_qo_heads + head;
       float* pdst = a.part_o + prow * D + 2 * tq;
 #pragma unroll
       for (int n = 0; n < NO; ++n)
@@ -48,7 +53,7 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
       if (tq == 0) a.part_lse[prow] = end.lse;
       continue;
     }
-    const int token = ci.q_start + ci.q0 + r / ci.group;
+    const int token = ci.q_start + ci.q0 + token_in_tile;
     T* dst = o_ptr + static_cast<int64_t>(token) * a.o_stride_tok +
              static_cast<int64_t>(head) * a.o_stride_head + 2 * tq;
 #pragma unroll

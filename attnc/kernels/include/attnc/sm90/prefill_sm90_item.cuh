@@ -53,8 +53,10 @@ struct PrefillSm90Item {
   TileMapRow map;  // the item's tile-map row (set_range; cols null: classes from V::classify)
 
   // Decodes item w (range and num_tiles are set by set_range); valid() is false for a tile
-  // past the request's queries.
-  __device__ __forceinline__ static PrefillSm90Item load(const AttncPrefillArgs& a, int w) {
+  // past the request's queries. `group` is num_qo_heads / num_kv_heads (divided once per
+  // launch by the caller).
+  __device__ __forceinline__ static PrefillSm90Item load(const AttncPrefillArgs& a, int w,
+                                                         int group) {
     PrefillSm90Item it;
     const int32_t* item = a.items + static_cast<int64_t>(w) * ATTNC_PI_SIZE;
     it.request = item[ATTNC_PI_REQUEST];
@@ -62,7 +64,7 @@ struct PrefillSm90Item {
     it.kv_head = item[ATTNC_PI_KV_HEAD];
     it.chunk_begin = item[ATTNC_PI_KV_BEGIN];
     it.chunk_end = item[ATTNC_PI_KV_END];
-    it.group = a.num_qo_heads / a.num_kv_heads;
+    it.group = group;
     it.q_start = a.qo_indptr[it.request];
     it.q_len = a.qo_indptr[it.request + 1] - it.q_start;
     it.q0 = it.q_tile * a.tile_q_tokens;

@@ -106,6 +106,7 @@ struct Sm90Consumer {
   const int wg;
   const int tq = (threadIdx.x % 32) % 4;
   const SmemDesc q_desc;  // this warpgroup's rows of each Q block
+  const FastDiv group;    // num_qo_heads / num_kv_heads: splits packed rows into token, head
   float o[1][D / 8][4];
   float s[1][NS][4];
   uint32_t p[KK][4];      // the weights of the tile whose P V is next
@@ -128,6 +129,7 @@ struct Sm90Consumer {
         sm(sm_),
         wg(wg_),
         q_desc(desc_k_major(sm_.q() + wg_ * 64 * 128)),
+        group(FastDiv::make(prm_.args.num_qo_heads / prm_.args.num_kv_heads)),
         walk(ItemWalk::make(prm_.args.num_work)) {}
 
   __device__ __forceinline__ void issue_s(int stage) {
@@ -186,7 +188,7 @@ struct Sm90Consumer {
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
   }
   __device__ __forceinline__ bool start(ConsumerItem<V>& into) {
-    return start_next_item<V, T, Shape>(prm.args, sm.q(), wg, walk, r, into);
+    return start_next_item<V, T, Shape>(prm.args, group, sm.q(), wg, walk, r, into);
   }
   // When the stage just read is the running item's last tile, start the next item.
   __device__ __forceinline__ void note_last() {
@@ -220,7 +222,7 @@ struct Sm90Consumer {
     mbar_wait(sm.full_v(cur.stage), cur.phase);
     mbar_arrive(sm.empty_v(cur.stage));
     cur.advance<Shape::kStages>();
-    prefill_sm90_store<V, T, D>(prm.args, ci.functor(prm.params), ci, wg, o);
+    prefill_sm90_store<V, T, D>(prm.args, ci.functor(prm.params), group, ci, wg, o);
   }
   // The first tile of a fresh run (no wgmma in flight).
   __device__ __forceinline__ void first_tile(const V& var) {
@@ -259,7 +261,7 @@ struct Sm90Consumer {
     wgmma_fence();
     issue_pv();
     took_pv();
-    prefill_sm90_store<V, T, D>(prm.args, var, ci, wg, o);
+    prefill_sm90_store<V, T, D>(prm.args, var, group, ci, wg, o);
   }
   // The next item's first S goes out with ci's last P V; its rows are set up meanwhile, and
   // ci's rows are stored while the new S is in softmax.
@@ -267,13 +269,13 @@ struct Sm90Consumer {
     wait_q_rows(wg);
     issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
-    set_up_rows(next_var, prm.args.sm_scale, wg, nx);
+    set_up_rows(next_var, prm.args.sm_scale, wg, group, nx);
     wgmma_wait<1>();
     pin(s[0]);
     mbar_arrive(sm.empty_k(cur.stage));
     scores(next_var, nx);  // the next item's O starts at 0: no rescale
     took_pv();
-    prefill_sm90_store<V, T, D>(prm.args, var, ci, wg, o);
+    prefill_sm90_store<V, T, D>(prm.args, var, group, ci, wg, o);
     zero_o();
     ci = nx;
     var = next_var;
@@ -309,7 +311,7 @@ struct Sm90Consumer {
     while (have) {
       // A fresh run: ci's Q copy is issued, no wgmma is in flight.
       zero_o();
-      set_up_rows(ci.functor(prm.params), prm.args.sm_scale, wg, ci);
+      set_up_rows(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
       wait_q_rows(wg);
       if (!pending) wait_k();
       pending = false;

@@ -248,13 +248,14 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   constexpr int KVT = Shape::kKvTile;
   const AttncPrefillArgs& a = p.args;
   const FastDiv page_div = FastDiv::make(a.kv_layout == ATTNC_KV_RAGGED ? 1 : a.page_size);
+  const int group = a.num_qo_heads / a.num_kv_heads;
   int stage = 0;
   int phase = 0;
   const ItemWalk walk = ItemWalk::make(a.num_work);
   for (int r = 0; r < walk.rounds; ++r) {
     const int w = walk.item(r);
     if (w >= a.num_work) continue;
-    PrefillSm90Item it = PrefillSm90Item::load(a, w);
+    PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
     if (!it.valid()) continue;
     const V var(p.params, it.request_info(a));
     it.set_range<V, KVT>(var, a);
