@@ -28,16 +28,22 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
   const int tq = lane % 4;
   const int part_row = ci.part_row;
   T* o_ptr = static_cast<T*>(a.o);
+  // Both rows' ends first: their quad sums and reciprocals overlap instead of each waiting
+  // behind the other row's stores.
+  SoftmaxRowEnd ends[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float c = V::kScoreIsIdentity ? ci.mult[0][h] : 1.f;
+    ends[h] = output_row_end(var, ci.rows[0][h], ci.m[0][h], ci.l[0][h], c, part_row < 0,
+                             /*poisoned=*/false);
+    if constexpr (!V::kUseSoftmax) {
+      ends[h].lse = ci.l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
+    }
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = 64 * wg + 16 * warp + g + 8 * h;
-    const float c = V::kScoreIsIdentity ? ci.mult[0][h] : 1.f;
-    SoftmaxRowEnd end =
-        output_row_end(var, ci.rows[0][h], ci.m[0][h], ci.l[0][h], c, part_row < 0,
-                       /*poisoned=*/false);
-    if constexpr (!V::kUseSoftmax) {
-      end.lse = ci.l[0][h] == 0.f ? 0.f : CUDART_NAN_F;  // NaN: the item met a bad page id
-    }
+    const SoftmaxRowEnd& end = ends[h];
     if (r >= ci.rows_valid) continue;
     int token_in_tile, head_in_group;
     group.divmod(r, token_in_tile, head_in_group);
