@@ -5,7 +5,10 @@ with one document (causal's tiles with the data mask), and causal 8K on uniform(
 middle of three ``do_bench`` medians, each after a second of idle GPU (as the
 suite's ``--cooldown``).
 
-    python -m benchmarks.doc_probe
+    python -m benchmarks.doc_probe [--ncu]
+
+``--ncu`` only launches the doc_causal row five times, untimed, for a profiler
+(``scripts/ncu_sass.sh doc python3 -m benchmarks.doc_probe --ncu``).
 """
 
 from __future__ import annotations
@@ -39,13 +42,32 @@ def _uniform_qkv(n: int, seed: int = 0):
     return make(lb.HQ), make(lb.HKV), make(lb.HKV)
 
 
-def main() -> None:
+def launch_only(doc) -> None:
+    """Five untimed calls of the doc_causal row (under a profiler)."""
     import torch
 
+    _, run, _ = _prefill("doc_causal", [8192], "auto", {"doc": doc}, {"doc": doc})
+    for _ in range(5):
+        run()
+    torch.cuda.synchronize()
+
+
+def main() -> None:
+    import argparse
+
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--ncu", action="store_true", help="launch the doc_causal row only, untimed")
+    args = ap.parse_args()
     lens = _doc_lengths(8192, 8)
     print("doc lengths", lens)
     doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lens)])
     doc = doc.cuda()
+    if args.ncu:
+        launch_only(doc)
+        return
     one = torch.zeros(8192, dtype=torch.int32, device="cuda")
     row("causal 8K randn", "causal", [8192], {}, _causal_pairs([8192]))
     row("doc_causal 8K", "doc_causal", [8192], {"doc": doc}, _causal_pairs(lens))
