@@ -115,13 +115,13 @@ def report(instructions: list[Instruction], top: int) -> list[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("page", type=Path, help="the exported SASS source page (CSV)")
     ap.add_argument("--top", type=int, default=12, help="groups to print (default 12)")
     ap.add_argument("--show", type=int, help="list the group that ran this many times")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.top < 1:
         ap.error("--top must be at least 1")
     try:

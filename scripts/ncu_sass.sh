@@ -13,7 +13,9 @@ fi
 tag=$1
 shift
 case "$tag" in
-    *[!A-Za-z0-9_.-]*) echo "TAG must be letters, digits, '_', '.' or '-', got: $tag" >&2; exit 2 ;;
+    "" | *[!A-Za-z0-9_.-]*)
+        printf "TAG must be letters, digits, '_', '.' or '-', got %q\n" "$tag" >&2
+        exit 2 ;;
 esac
 dest="${OUT:-.}"
 ncu_bin="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"

@@ -8,7 +8,7 @@ import csv
 
 import pytest
 
-from benchmarks.ncu_sass_groups import group_by_count, read_page, report
+from benchmarks.ncu_sass_groups import group_by_count, main, read_page, report
 
 HEADER = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
           "stall_wait", "stall_short_sb", "stall_wait (Not Issued)"]  # fmt: skip
@@ -48,3 +48,16 @@ def test_refuses_a_page_without_the_counters(tmp_path):
     path = _page(tmp_path, header=["Address", "Source"], rows=[["0x10", "NOP"]])
     with pytest.raises(ValueError, match="page.csv"):
         read_page(path)
+
+
+def test_the_command_line_names_a_bad_argument_or_file(tmp_path, capsys):
+    page = _page(tmp_path)
+    with pytest.raises(SystemExit):
+        main([str(page), "--top", "0"])
+    assert "--top must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "missing.csv")])
+    assert "missing.csv" in capsys.readouterr().err
+    main([str(page), "--show", "12"])
+    out = capsys.readouterr().out
+    assert "STG.E [R6.64], R7" in out and out.startswith("4 instructions")

@@ -34,3 +34,11 @@ def test_item_work_counts_non_empty_blocks_in_the_causal_range():
     ], dtype=np.int32)  # fmt: skip
     assert 2 * tile == 96
     assert pb.item_work(items, classes, item_cost=0.5).tolist() == [1.5, 1.5, 1.5, 0.0]
+
+
+def test_item_cost_out_of_range_is_refused(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        pb.main(["--item-cost", "-1"])
+    assert "--item-cost must be in [0, 1000], got -1.0" in capsys.readouterr().err
