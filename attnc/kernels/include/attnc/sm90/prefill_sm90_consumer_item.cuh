@@ -61,7 +61,6 @@ __device__ __forceinline__ void wait_q_rows(int wg) {
 // One item as consumer warpgroup wg runs it.
 template <class V>
 struct ConsumerItem {
-  int w;          // work item index
   int part_row;   // >= 0: a split tile's first partial row (ATTNC_PI_PART_ROW)
   int q_start;    // the request's first query token
   int q0;         // the tile's first query token in the request
@@ -106,7 +105,6 @@ __device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, const
   int w = 0;
   if (!next_valid_item(a, walk, group.d, r, w, it)) return false;
   issue_q_rows<T, Shape>(a, it, group, s_q, wg);
-  ci.w = w;
   ci.part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
   ci.q_start = it.q_start;
   ci.q0 = it.q0;
