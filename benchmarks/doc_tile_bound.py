@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections.abc import Callable
 
 import numpy as np
+
+from benchmarks.arg_lists import int_pairs
 
 DEFAULT_SHAPES = "48x64,32x64,128x128,64x64"
 MIN_SIDE, MAX_SIDE = 8, 8192
@@ -33,11 +34,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     """``TOKENSxKEYS,...`` as (query tokens, keys) pairs; a bad entry raises ValueError
     (shown escaped)."""
     shapes = []
-    for item in text.split(","):
-        parts = item.strip().split("x")
-        if len(parts) != 2 or not all(re.fullmatch(r"[0-9]{1,5}", p) for p in parts):
-            raise ValueError(f"--shapes: {item!r} is not TOKENSxKEYS")
-        rows, keys = int(parts[0]), int(parts[1])
+    for item, rows, keys in int_pairs(text, "--shapes", "x", "TOKENSxKEYS", 5):
         if not (MIN_SIDE <= rows <= MAX_SIDE and MIN_SIDE <= keys <= MAX_SIDE):
             raise ValueError(
                 f"--shapes: {item!r} needs both sides in [{MIN_SIDE}, {MAX_SIDE}] "

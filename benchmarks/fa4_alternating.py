@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import time
 
+from benchmarks.arg_lists import int_pairs
 from benchmarks.timing_probe import stream_ms
 
 HQ, HKV = 32, 8
@@ -38,11 +38,7 @@ def parse_rows(text: str) -> list[tuple[int, int]]:
     """``LEN:HEAD_DIM,...`` as (length, head_dim) pairs; a bad entry raises ValueError naming
     it (shown escaped)."""
     rows = []
-    for item in text.split(","):
-        parts = item.strip().split(":")
-        if len(parts) != 2 or not all(re.fullmatch(r"[0-9]{1,7}", p) for p in parts):
-            raise ValueError(f"--rows: {item!r} is not LEN:HEAD_DIM")
-        length, head_dim = int(parts[0]), int(parts[1])
+    for item, length, head_dim in int_pairs(text, "--rows", ":", "LEN:HEAD_DIM", 7):
         if length < 1 or head_dim not in HEAD_DIMS:
             raise ValueError(f"--rows: {item!r} needs a length >= 1 and a head_dim in {HEAD_DIMS}")
         rows.append((length, head_dim))
