@@ -1,5 +1,5 @@
-// Owns: the producer warpgroup of the Hopper prefill: for every work item of this CTA (in
-// ItemWalk order), the walk over the item's non-empty KV tiles
+// Owns: the producer warpgroup of the Hopper prefill: the CTA's work items, taken one at a
+// time (ItemFetch); for each, the walk over its non-empty KV tiles
 // (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages.
 // Tiles wholly inside the item's range load by TMA: one elected thread issues the boxes of a
 // ragged tile; for a paged tile the lanes of warp 0 each read one page id and issue that
@@ -240,8 +240,51 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
 }
 
+// The CTA's items: CTA b runs item b first, then takes the next untaken item of the list
+// (item 0's ATTNC_PI_NEXT counts the items taken past the first gridDim.x) each
+// time it starts one, so the CTA that finishes first runs the next heaviest item: the plan lists items
+// heaviest first, and a fixed walk balanced documents 3% and, without the tile map's costs,
+// 9.5% worse than this (benchmarks/plan_balance.py). Thread 0 takes an index and hands it to
+// the producer's threads through two alternating shared words: it writes word k & 1 again only
+// two takes later, after a barrier every thread passes once it has read the word.
+template <class Shape>
+struct ItemFetch {
+  int32_t* counters;  // item 0's ATTNC_PI_NEXT and ATTNC_PI_CTAS_DONE
+  int k = 0;
+
+  __device__ __forceinline__ explicit ItemFetch(const AttncPrefillArgs& a)
+      : counters(const_cast<int32_t*>(a.items) + ATTNC_PI_NEXT) {}
+
+  // Thread 0 takes the item after the one starting (its index is in the register returned
+  // to thread 0 alone; the others read it with `taken` after the item's last stage barrier).
+  __device__ __forceinline__ int take(const PrefillSm90Smem<Shape>& sm) {
+    int w = 0;
+    if (threadIdx.x == 0) {
+      w = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
+      st_shared(sm.fetched(k & 1), w);
+    }
+    return w;
+  }
+  // The index the last take handed over (after a producer barrier that follows it).
+  __device__ __forceinline__ int taken(const PrefillSm90Smem<Shape>& sm) {
+    const int w = ld_shared(sm.fetched(k & 1));
+    ++k;
+    return w;
+  }
+  // After the CTA's last take: the launch's last CTA to get here resets the counters.
+  __device__ __forceinline__ void finish() const {
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    if (atomicAdd(counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+      atomicExch(counters, 0);
+      atomicExch(counters + 1, 0);
+    }
+  }
+};
+
 // Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
-// last flagged), or a single kNoTile stage.
+// last flagged), or a single kNoTile stage (an item without query rows too: the consumers
+// then read only the item it names). Every stage names the item that follows.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
                                                      const PrefillSm90Smem<Shape>& sm) {
@@ -251,27 +294,25 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   const int group = a.num_qo_heads / a.num_kv_heads;
   int stage = 0;
   int phase = 0;
-  const ItemWalk walk = ItemWalk::make(a.num_work);
-  for (int r = 0; r < walk.rounds; ++r) {
-    const int w = walk.item(r);
-    if (w >= a.num_work) continue;
+  ItemFetch<Shape> fetch(a);
+  for (int w = static_cast<int>(blockIdx.x); w < a.num_work;) {
+    const int next = fetch.take(sm);
     PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
-    if (!it.valid()) continue;
     const V var(p.params, it.request_info(a));
-    it.set_range<V, KVT>(var, a);
+    it.set_range<V, KVT>(var, a);  // an item without query rows has no tile
     TileClass cls;
     int t = it.next_tile<V, KVT>(var, 0, cls);
     const bool none = t >= it.num_tiles;
     do {
       StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
-                     StageInfo::kLast | StageInfo::kNoTile};
+                     StageInfo::kLast | StageInfo::kNoTile, next};
       TileClass next_cls = TileClass::kEmpty;
-      const int next = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
+      const int following = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
       if (!none) {
         info.kv0 = it.tile_begin(t, KVT);
         info.kv1 = min(info.kv0 + KVT, it.range.end);
         info.cls = static_cast<int>(cls);
-        info.flags = next >= it.num_tiles ? StageInfo::kLast : 0;
+        info.flags = following >= it.num_tiles ? StageInfo::kLast : 0;
         if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
       }
@@ -288,10 +329,12 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         stage = 0;
         phase ^= 1;
       }
-      t = next;
+      t = following;
       cls = next_cls;
     } while (t < it.num_tiles);
+    w = fetch.taken(sm);
   }
+  fetch.finish();
   cp_async_wait<0>();
 }
 
