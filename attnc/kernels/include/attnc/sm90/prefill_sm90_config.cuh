@@ -116,9 +116,9 @@ __device__ __forceinline__ int ld_shared(uint32_t addr) {
 }
 
 // What the producer tells the consumers about the tile in a stage, written before its
-// arrival on full_k: keys [kv0, kv1), the tile class, flags, and the item the CTA runs after
-// this stage's item (read by the consumers at the item's last stage: the CTA's items are taken
-// by the producer, ItemFetch; >= num_work when none is left). Class and flags share a word.
+// arrival on full_k: keys [kv0, kv1), the tile class, flags, and on the item's last stage the
+// item the CTA runs next (the producer takes the CTA's items, ItemFetch; >= num_work when none
+// is left). Class and flags share a word.
 struct StageInfo {
   static constexpr int kLast = 1;     // the item's last stage
   static constexpr int kNoTile = 2;   // the item has no non-empty tile: nothing was loaded

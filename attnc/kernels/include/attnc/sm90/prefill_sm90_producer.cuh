@@ -246,7 +246,7 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
 // heaviest first, and a fixed walk balanced documents 3% and, without the tile map's costs,
 // 9.5% worse than this (benchmarks/plan_balance.py). Thread 0 takes an index and hands it to
 // the producer's threads through two alternating shared words: it writes word k & 1 again only
-// two takes later, after a barrier every thread passes once it has read the word.
+// two items later, after a barrier every thread passes once it has read the word.
 template <class Shape>
 struct ItemFetch {
   int32_t* counters;  // item 0's ATTNC_PI_NEXT and ATTNC_PI_CTAS_DONE
@@ -255,17 +255,17 @@ struct ItemFetch {
   __device__ __forceinline__ explicit ItemFetch(const AttncPrefillArgs& a)
       : counters(const_cast<int32_t*>(a.items) + ATTNC_PI_NEXT) {}
 
-  // Thread 0 takes the item after the one starting (its index is in the register returned
-  // to thread 0 alone; the others read it with `taken` after the item's last stage barrier).
-  __device__ __forceinline__ int take(const PrefillSm90Smem<Shape>& sm) {
-    int w = 0;
-    if (threadIdx.x == 0) {
-      w = static_cast<int>(gridDim.x) + atomicAdd(counters, 1);
-      st_shared(sm.fetched(k & 1), w);
-    }
-    return w;
+  // Thread 0 takes the item after the one starting: the atomic's result stays in thread 0's
+  // register until the item's last stage (`hand_over`), so its latency does not hold up the
+  // item's first loads, which thread 0 issues.
+  __device__ __forceinline__ int take() const {
+    return threadIdx.x == 0 ? static_cast<int>(gridDim.x) + atomicAdd(counters, 1) : 0;
   }
-  // The index the last take handed over (after a producer barrier that follows it).
+  // Thread 0, at the item's last stage: the index for the other producer threads.
+  __device__ __forceinline__ void hand_over(const PrefillSm90Smem<Shape>& sm, int w) const {
+    st_shared(sm.fetched(k & 1), w);
+  }
+  // The index handed over, after the producer barrier that follows the item's last stage.
   __device__ __forceinline__ int taken(const PrefillSm90Smem<Shape>& sm) {
     const int w = ld_shared(sm.fetched(k & 1));
     ++k;
@@ -284,7 +284,7 @@ struct ItemFetch {
 
 // Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
 // last flagged), or a single kNoTile stage (an item without query rows too: the consumers
-// then read only the item it names). Every stage names the item that follows.
+// then read only the item it names). Its last stage names the item that follows.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
                                                      const PrefillSm90Smem<Shape>& sm) {
@@ -296,7 +296,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   int phase = 0;
   ItemFetch<Shape> fetch(a);
   for (int w = static_cast<int>(blockIdx.x); w < a.num_work;) {
-    const int next = fetch.take(sm);
+    const int next = fetch.take();
     PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
     const V var(p.params, it.request_info(a));
     it.set_range<V, KVT>(var, a);  // an item without query rows has no tile
@@ -305,7 +305,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
     const bool none = t >= it.num_tiles;
     do {
       StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
-                     StageInfo::kLast | StageInfo::kNoTile, next};
+                     StageInfo::kLast | StageInfo::kNoTile, 0};
       TileClass next_cls = TileClass::kEmpty;
       const int following = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
       if (!none) {
@@ -315,6 +315,10 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         info.flags = following >= it.num_tiles ? StageInfo::kLast : 0;
         if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
+      }
+      if ((info.flags & StageInfo::kLast) && threadIdx.x == 0) {  // the first use of `next`
+        info.next = next;
+        fetch.hand_over(sm, next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
       // The four producer warps stay within one stage of each other. Every producer thread
