@@ -258,8 +258,14 @@ struct ItemFetch {
   // Thread 0 takes the item after the one starting: the atomic's result stays in thread 0's
   // register until the item's last stage (`hand_over`), so its latency does not hold up the
   // item's first loads, which thread 0 issues.
+  // (`take` returns the count; `index` turns it into the item index where it is used.)
   __device__ __forceinline__ int take() const {
-    return threadIdx.x == 0 ? static_cast<int>(gridDim.x) + atomicAdd(counters, 1) : 0;
+    int taken_before = 0;
+    if (threadIdx.x == 0) taken_before = atomicAdd(counters, 1);
+    return taken_before;
+  }
+  __device__ __forceinline__ static int index(int taken_before) {
+    return static_cast<int>(gridDim.x) + taken_before;
   }
   // Thread 0, at the item's last stage: the index for the other producer threads.
   __device__ __forceinline__ void hand_over(const PrefillSm90Smem<Shape>& sm, int w) const {
@@ -317,8 +323,8 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
           info.flags |= StageInfo::kCpAsync;
       }
       if ((info.flags & StageInfo::kLast) && threadIdx.x == 0) {  // the first use of `next`
-        info.next = next;
-        fetch.hand_over(sm, next);
+        info.next = ItemFetch<Shape>::index(next);
+        fetch.hand_over(sm, info.next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
       // The four producer warps stay within one stage of each other. Every producer thread
