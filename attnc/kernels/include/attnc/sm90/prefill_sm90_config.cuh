@@ -61,7 +61,7 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kInfoOffset = kBarOffset + kBarBytes;
   static constexpr uint32_t kInfoBytes = kStages * 16;  // one StageInfo per stage
   // Two words through which the producer's thread 0 hands the item index it took to the
-  // other producer threads (ItemFetch).
+  // other producer threads (ItemOrder, item_order.cuh).
   static constexpr uint32_t kFetchOffset = kInfoOffset + kInfoBytes;
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
   static constexpr int kSmemBytes = static_cast<int>(kFetchOffset + 8 + 1024);
@@ -117,7 +117,7 @@ __device__ __forceinline__ int ld_shared(uint32_t addr) {
 
 // What the producer tells the consumers about the tile in a stage, written before its
 // arrival on full_k: keys [kv0, kv1), the tile class, flags, and on the item's last stage the
-// item the CTA runs next (the producer takes the CTA's items, ItemFetch; >= num_work when none
+// item the CTA runs next (the producer picks the CTA's items, ItemOrder; >= num_work when none
 // is left). Class and flags share a word.
 struct StageInfo {
   static constexpr int kLast = 1;     // the item's last stage

@@ -1,8 +1,9 @@
 // Owns: the Hopper (sm_90a) prefill kernel for one variant functor V and CTA shape: a
-// persistent CTA of 1 + Shape::kConsumers warpgroups runs item blockIdx.x, then takes the
-// next untaken item of the plan's list (heaviest first) each time it starts one (ItemFetch).
-// Warpgroup 0 takes the items, names each next one to the consumers on the stages it
-// publishes, and produces K/V stages (prefill_sm90_producer.cuh) with few registers; warpgroups 1.. (two or three) each run 64
+// persistent CTA of 1 + Shape::kConsumers warpgroups runs item blockIdx.x, then the items
+// its producer picks (ItemOrder, item_order.cuh: an alternating walk, or for masks that read
+// token tensors the next untaken item of the plan's list). Warpgroup 0 picks the items, names
+// each next one to the consumers on the item's last stage, and produces K/V stages
+// (prefill_sm90_producer.cuh) with few registers; warpgroups 1.. (two or three) each run 64
 // packed query rows of every item as one stream of stages (prefill_sm90_mainloop.cuh) with
 // many registers, and store their rows (prefill_sm90_epilogue.cuh). Packed row r of an item
 // is token r / group, head kv_head * group + r % group, as in the FA2 kernel.

@@ -1,5 +1,5 @@
-// Owns: the producer warpgroup of the Hopper prefill: the CTA's work items, taken one at a
-// time (ItemFetch); for each, the walk over its non-empty KV tiles
+// Owns: the producer warpgroup of the Hopper prefill: the CTA's work items (in ItemOrder,
+// item_order.cuh); for each, the walk over its non-empty KV tiles
 // (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages.
 // Tiles wholly inside the item's range load by TMA: one elected thread issues the boxes of a
 // ragged tile; for a paged tile the lanes of warp 0 each read one page id and issue that
@@ -14,6 +14,7 @@
 #include "../page_check.cuh"
 #include "../prefill_args.h"
 #include "mbarrier.cuh"
+#include "item_order.cuh"
 #include "prefill_sm90_config.cuh"
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_params.cuh"
@@ -240,54 +241,6 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
 }
 
-// The CTA's items: CTA b runs item b first, then takes the next untaken item of the list
-// (item 0's ATTNC_PI_NEXT counts the items taken past the first gridDim.x) each
-// time it starts one, so the CTA that finishes first runs the next heaviest item: the plan lists items
-// heaviest first, and a fixed walk balanced documents 3% and, without the tile map's costs,
-// 9.5% worse than this (benchmarks/plan_balance.py). Thread 0 takes an index and hands it to
-// the producer's threads through two alternating shared words: it writes word k & 1 again only
-// two items later, after a barrier every thread passes once it has read the word.
-template <class Shape>
-struct ItemFetch {
-  int32_t* counters;  // item 0's ATTNC_PI_NEXT and ATTNC_PI_CTAS_DONE
-  int k = 0;
-
-  __device__ __forceinline__ explicit ItemFetch(const AttncPrefillArgs& a)
-      : counters(const_cast<int32_t*>(a.items) + ATTNC_PI_NEXT) {}
-
-  // Thread 0 takes the item after the one starting: the atomic's result stays in thread 0's
-  // register until the item's last stage (`hand_over`), so its latency does not hold up the
-  // item's first loads, which thread 0 issues.
-  // (`take` returns the count; `index` turns it into the item index where it is used.)
-  __device__ __forceinline__ int take() const {
-    int taken_before = 0;
-    if (threadIdx.x == 0) taken_before = atomicAdd(counters, 1);
-    return taken_before;
-  }
-  __device__ __forceinline__ static int index(int taken_before) {
-    return static_cast<int>(gridDim.x) + taken_before;
-  }
-  // Thread 0, at the item's last stage: the index for the other producer threads.
-  __device__ __forceinline__ void hand_over(const PrefillSm90Smem<Shape>& sm, int w) const {
-    st_shared(sm.fetched(k & 1), w);
-  }
-  // The index handed over, after the producer barrier that follows the item's last stage.
-  __device__ __forceinline__ int taken(const PrefillSm90Smem<Shape>& sm) {
-    const int w = ld_shared(sm.fetched(k & 1));
-    ++k;
-    return w;
-  }
-  // After the CTA's last take: the launch's last CTA to get here resets the counters.
-  __device__ __forceinline__ void finish() const {
-    if (threadIdx.x != 0) return;
-    __threadfence();
-    if (atomicAdd(counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
-      atomicExch(counters, 0);
-      atomicExch(counters + 1, 0);
-    }
-  }
-};
-
 // Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
 // last flagged), or a single kNoTile stage (an item without query rows too: the consumers
 // then read only the item it names). Its last stage names the item that follows.
@@ -300,9 +253,10 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   const int group = a.num_qo_heads / a.num_kv_heads;
   int stage = 0;
   int phase = 0;
-  ItemFetch<Shape> fetch(a);
+  using Order = ItemOrder<Shape, variant_mask_reads_tokens<V>::value>;
+  Order order(a);
   for (int w = static_cast<int>(blockIdx.x); w < a.num_work;) {
-    const int next = fetch.take();
+    const int next = order.pick();
     PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
     const V var(p.params, it.request_info(a));
     it.set_range<V, KVT>(var, a);  // an item without query rows has no tile
@@ -323,8 +277,8 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
           info.flags |= StageInfo::kCpAsync;
       }
       if ((info.flags & StageInfo::kLast) && threadIdx.x == 0) {  // the first use of `next`
-        info.next = ItemFetch<Shape>::index(next);
-        fetch.hand_over(sm, info.next);
+        info.next = Order::index(next);
+        order.hand_over(sm, info.next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
       // The four producer warps stay within one stage of each other. Every producer thread
@@ -342,9 +296,9 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
       t = following;
       cls = next_cls;
     } while (t < it.num_tiles);
-    w = fetch.taken(sm);
+    w = order.handed(sm);
   }
-  fetch.finish();
+  order.finish();
   cp_async_wait<0>();
 }
 
