@@ -1,8 +1,9 @@
 """How evenly the Hopper prefill's work items spread over the CTAs (no GPU), for the document
 workload planned with and without its tile map, and for causal 8K: the busiest CTA's work
-over the mean, when CTAs take items the way the kernel does today (a static walk: CTA b takes
-item b of each round of gridDim items, the direction alternating per round) and when each CTA
-would take the next item of the list as it becomes free (a dynamic fetch).
+over the mean, when CTAs take items by the kernel's static walk (CTA b takes item b of each
+round of gridDim items, the direction alternating per round; every variant but those whose
+masks read token tensors) and when each CTA takes the next item of the list as it becomes
+free (the dynamic fetch those masks use).
 
 An item's true work is its non-EMPTY 64-key map blocks (the kernel skips EMPTY blocks by the
 map whether or not the plan saw it) plus ``--item-cost`` tile equivalents for the item
@@ -31,7 +32,7 @@ TILE_Q, KV_BLOCK, CTAS = 48, 64, 132
 
 def static_walk_loads(costs: np.ndarray, ctas: int) -> np.ndarray:
     """Each CTA's work when CTA b takes item r * ctas + b in even rounds r and
-    r * ctas + ctas - 1 - b in odd ones (ItemWalk, prefill_sm90_item.cuh)."""
+    r * ctas + ctas - 1 - b in odd ones (the alternating walk, sm90/item_order.cuh)."""
     loads = np.zeros(ctas)
     for r in range(-(-len(costs) // ctas)):
         for b in range(ctas):

@@ -305,3 +305,69 @@ def test_map_skips_other_documents_8k():
     tiles = -(-8192 // tile)
     causal = 8 * sum(min(8192, (t + 1) * tile) for t in range(tiles))
     assert w.tile_map is not None and 0 < loaded <= causal // 2, (loaded, causal)
+
+
+def _item_counters(w, ws):
+    """Item 0's spare words (ATTNC_PI_NEXT, ATTNC_PI_CTAS_DONE) in the workspace."""
+    at = w._plan.layout.offsets["items"]
+    return ws[at : at + 32].view(torch.int32).cpu()[6:8].tolist()
+
+
+def _sm90_or_skip():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the dynamic item fetch is the Hopper kernel's")
+
+
+def test_item_counters_are_zero_after_every_launch_and_runs_repeat():
+    """With a mask that reads token tensors the Hopper kernel's CTAs take items from a counter
+    in item 0's spare words, and its last CTA sets both back to 0: after each of several
+    launches (more items than CTAs, some split) they read 0, and every launch's output is the
+    first's, bit for bit, and right against the float64 reference."""
+    _sm90_or_skip()
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(5)
+    lens = [3000, 700, 129, 4096]
+    q, k, v = _inputs(gen, lens, lens)
+    params, request = _params("doc_causal", lens, gen)
+    indptr = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32)
+    ws = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, ws, backend="sm90")
+    w.plan(indptr, indptr, HQ, HKV, D, params=params)
+    assert w._plan.result.num_items > 132, "the test needs more items than the H200's SMs"
+    first, lse = w.run(q, (k, v), return_lse=True, **params)
+    first = first.clone()
+    for _ in range(4):
+        out = w.run(q, (k, v), **params)
+        torch.cuda.synchronize()
+        assert _item_counters(w, ws) == [0, 0]
+        assert torch.equal(out, first)
+    at = indptr.tolist()
+    for i in (0, 3):
+        rows = slice(at[i], at[i + 1])
+        _check(variant, q[rows], k[rows], v[rows], first[rows], lse[rows], request(i))
+
+
+def test_dynamic_fetch_skips_items_past_a_requests_queries():
+    """The dynamic item fetch with a plan listing query tiles the device's qo_indptr no longer
+    covers (the query cut from 2048 to 1000 tokens after plan()): the launch ends, the rows
+    past the cut are not written, the rows before it are finite, and the counters read 0.
+    (The cut moves the rows' causal positions, so they are not compared with the planned
+    run; test_prefill_sm90.py compares them under the walk, with a mask-free variant.)"""
+    _sm90_or_skip()
+    variant = _variant("doc_causal")
+    gen = torch.Generator().manual_seed(6)
+    n, cut = 2048, 1000
+    q, k, v = _inputs(gen, [n], [n])
+    doc = torch.zeros(n, dtype=torch.int32, device="cuda")  # one document
+    ws = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, ws, backend="sm90")
+    i = torch.tensor([0, n], dtype=torch.int32)
+    w.plan(i, i, HQ, HKV, D, params={"doc": doc})
+    at = w._plan.layout.offsets["qo_indptr"]
+    ws[at : at + 8].view(torch.int32).copy_(torch.tensor([0, cut], dtype=torch.int32))
+    out = torch.full_like(q, float("nan"))
+    w.run(q, (k, v), out=out, doc=doc)
+    torch.cuda.synchronize()
+    assert out[cut:].isnan().all()
+    assert torch.isfinite(out[:cut]).all()
+    assert _item_counters(w, ws) == [0, 0]

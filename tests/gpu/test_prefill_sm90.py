@@ -295,3 +295,31 @@ def test_a_variant_that_spills_with_three_consumers_takes_two():
     ref16 = variant.reference(q, k, v)
     assert torch.isfinite(out).all()
     assert _rel_err(out, ref64) <= 3 * _rel_err(ref16, ref64) + 2e-4
+
+
+def test_items_past_a_requests_queries_are_skipped(built, monkeypatch):
+    """A plan lists query tiles the device's qo_indptr no longer covers (here: the request's
+    query length cut from 2048 to 1000 in the workspace after plan()): CTAs whose first item,
+    or a later one, lies past the queries skip it (the producer publishes one empty stage that
+    names the next item). The rows still covered come out bit for bit as before, and the rows
+    past them are not written. (test_lang_v2.py does the same under the dynamic item fetch.)"""
+    _use_module(monkeypatch, built[("vanilla", "bf16", 128, "sm90")])
+    gen = torch.Generator().manual_seed(11)
+    hq, hkv, d, nq, nkv, cut = 32, 8, 128, 2048, 256, 1000
+    q = torch.randn(nq, hq, d, generator=gen).to("cuda", torch.bfloat16)
+    k = torch.randn(nkv, hkv, d, generator=gen).to("cuda", torch.bfloat16)
+    v = torch.randn(nkv, hkv, d, generator=gen).to("cuda", torch.bfloat16)
+    ws = torch.empty(32 << 20, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(attnc.load("stdlib:vanilla"), ws)
+    w.plan(torch.tensor([0, nq], dtype=torch.int32), torch.tensor([0, nkv], dtype=torch.int32),
+           hq, hkv, d, dtype=torch.bfloat16)  # fmt: skip
+    result = w._plan.result
+    assert result.num_items > 132 and result.num_merge == 0, "needs many unsplit items"
+    full = w.run(q, (k, v)).clone()
+    at = w._plan.layout.offsets["qo_indptr"]
+    ws[at : at + 8].view(torch.int32).copy_(torch.tensor([0, cut], dtype=torch.int32))
+    out = torch.full_like(full, float("nan"))
+    w.run(q, (k, v), out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(out[:cut], full[:cut])
+    assert out[cut:].isnan().all()

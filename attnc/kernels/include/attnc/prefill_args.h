@@ -28,6 +28,11 @@ enum AttncPrefillItem {
   ATTNC_PI_KV_BEGIN = 3,
   ATTNC_PI_KV_END = 4,
   ATTNC_PI_PART_ROW = 5,
+  // Item 0 only, written by the Hopper kernel (the planner leaves them 0): the items CTAs
+  // have taken past their first, and the CTAs that have taken their last; the launch's last
+  // CTA sets both back to 0, so every launch (a CUDA graph's replays too) starts afresh.
+  ATTNC_PI_NEXT = 6,
+  ATTNC_PI_CTAS_DONE = 7,
   ATTNC_PI_SIZE = 8,
 };
 

@@ -59,9 +59,12 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kBarOffset = kVOffset + kStages * kTileBytes;
   static constexpr uint32_t kBarBytes = 4 * kStages * 8;  // full/empty x K/V per stage
   static constexpr uint32_t kInfoOffset = kBarOffset + kBarBytes;
-  static constexpr uint32_t kInfoBytes = kStages * 16;  // one StageInfo per stage
+  static constexpr uint32_t kInfoBytes = kStages * 32;  // one StageInfo per stage
+  // Two words through which the producer's thread 0 hands the item index it took to the
+  // other producer threads (ItemOrder, item_order.cuh).
+  static constexpr uint32_t kFetchOffset = kInfoOffset + kInfoBytes;
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
-  static constexpr int kSmemBytes = static_cast<int>(kInfoOffset + kInfoBytes + 1024);
+  static constexpr int kSmemBytes = static_cast<int>(kFetchOffset + 8 + 1024);
 };
 
 // Shared-memory addresses of one CTA (base 1024-byte aligned).
@@ -92,12 +95,30 @@ struct PrefillSm90Smem {
   }
   // The StageInfo the producer publishes with the stage's K (read after full_k).
   __device__ __forceinline__ uint32_t info(int stage) const {
-    return base + Shape::kInfoOffset + 16 * stage;
+    return base + Shape::kInfoOffset + 32 * stage;
+  }
+  // Word i (0 or 1) of the item index the producer's thread 0 took.
+  __device__ __forceinline__ uint32_t fetched(int i) const {
+    return base + Shape::kFetchOffset + 4 * i;
   }
 };
 
+// One 32-bit word of the CTA's shared memory (the map's single words: fetched,
+// StageInfo::next). Volatile, so kept in order with each other and with the barriers (also
+// volatile asm) that publish them; no "memory" clobber, which made ptxas spill consumers.
+__device__ __forceinline__ void st_shared(uint32_t addr, int value) {
+  asm volatile("st.shared.s32 [%0], %1;\n" ::"r"(addr), "r"(value));
+}
+__device__ __forceinline__ int ld_shared(uint32_t addr) {
+  int value;
+  asm volatile("ld.shared.s32 %0, [%1];\n" : "=r"(value) : "r"(addr));
+  return value;
+}
+
 // What the producer tells the consumers about the tile in a stage, written before its
-// arrival on full_k: keys [kv0, kv1), the tile class, and flags.
+// arrival on full_k: keys [kv0, kv1), the tile class, flags, and on the item's last stage the
+// item the CTA runs next (the producer picks the CTA's items, ItemOrder; >= num_work when none
+// is left).
 struct StageInfo {
   static constexpr int kLast = 1;     // the item's last stage
   static constexpr int kNoTile = 2;   // the item has no non-empty tile: nothing was loaded
@@ -108,20 +129,27 @@ struct StageInfo {
   int kv1;
   int cls;    // TileClass
   int flags;
+  int next;   // the CTA's next item
 
+  // Keys, class and flags in the first 16 bytes (one vector load), `next` in the next word.
   __device__ __forceinline__ void store(uint32_t addr) const {
     asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(kv0), "r"(kv1),
                  "r"(cls), "r"(flags)
                  : "memory");
+    st_shared(addr + 16, next);
   }
+  // Reads all but `next` (read_next reads it only where it is used, so that it holds no
+  // register while the stage's scores are computed).
   __device__ __forceinline__ static StageInfo load(uint32_t addr) {
     StageInfo s;
     asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(s.kv0), "=r"(s.kv1), "=r"(s.cls), "=r"(s.flags)
                  : "r"(addr)
                  : "memory");
+    s.next = 0;
     return s;
   }
+  __device__ __forceinline__ static int read_next(uint32_t addr) { return ld_shared(addr + 16); }
 };
 
 // Named barrier ids (0 is __syncthreads): consumer w waits at kSchedBarrier + w for its turn

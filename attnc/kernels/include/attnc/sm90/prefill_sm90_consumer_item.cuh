@@ -77,33 +77,16 @@ struct ConsumerItem {
   }
 };
 
-// Finds the next item of this CTA at or after round r that has query rows (the producer skips
-// the same ones); r moves past it. False when none is left.
-__device__ __forceinline__ bool next_valid_item(const AttncPrefillArgs& a, const ItemWalk& walk,
-                                                int group, int& r, int& w, PrefillSm90Item& it) {
-  for (; r < walk.rounds; ++r) {
-    w = walk.item(r);
-    if (w >= a.num_work) continue;
-    it = PrefillSm90Item::load(a, w, group);
-    if (it.valid()) {
-      ++r;
-      return true;
-    }
-  }
-  return false;
-}
-
-// Starts the next valid item after round r into `ci`: decodes it and issues its Q copy (the
-// Q tile must be free: the previous item's last S has completed). Its rows are set up later
-// (set_up_rows), so that the set-up of an item started ahead does not hold registers while
-// the previous item finishes.
+// Starts item w into `ci` (false when w >= num_work: the CTA has no more): decodes it and
+// issues its Q copy (the Q tile must be free: the previous item's last S has completed). An
+// item past its request's queries (rows_valid <= 0: a plan made for longer queries, such as a
+// CUDA graph's) zero-fills Q and is skipped (Sm90Consumer::run). Its rows are set up later (set_up_rows), so that the
+// set-up of an item started ahead does not hold registers while the previous item finishes.
 template <class V, class T, class Shape>
-__device__ __forceinline__ bool start_next_item(const AttncPrefillArgs& a, const FastDiv& group,
-                                                uint32_t s_q, int wg, const ItemWalk& walk,
-                                                int& r, ConsumerItem<V>& ci) {
-  PrefillSm90Item it;
-  int w = 0;
-  if (!next_valid_item(a, walk, group.d, r, w, it)) return false;
+__device__ __forceinline__ bool start_item(const AttncPrefillArgs& a, const FastDiv& group,
+                                           uint32_t s_q, int wg, int w, ConsumerItem<V>& ci) {
+  if (w >= a.num_work) return false;
+  const PrefillSm90Item it = PrefillSm90Item::load(a, w, group.d);
   issue_q_rows<T, Shape>(a, it, group, s_q, wg);
   ci.part_row = a.items[static_cast<int64_t>(w) * ATTNC_PI_SIZE + ATTNC_PI_PART_ROW];
   ci.q_start = it.q_start;

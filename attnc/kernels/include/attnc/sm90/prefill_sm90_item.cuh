@@ -15,27 +15,6 @@
 namespace attnc {
 namespace sm90 {
 
-// The work items of this CTA in order. The plan lists items heaviest first; CTA b takes item
-// b of the first round of gridDim.x items, item gridDim.x - 1 - b of the second, and so on
-// (ATTNC_SM90_ITEM_ORDER 1, the default: alternating direction, so a CTA that got a heavy item
-// in one round gets a light one in the next), or items b, b + gridDim.x, ... (0).
-#ifndef ATTNC_SM90_ITEM_ORDER
-#define ATTNC_SM90_ITEM_ORDER 1
-#endif
-struct ItemWalk {
-  int rounds;
-
-  __device__ __forceinline__ static ItemWalk make(int num_work) {
-    return ItemWalk{(num_work + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x)};
-  }
-  // Item of round r for this CTA (may be >= num_work in the last round: skip it).
-  __device__ __forceinline__ int item(int r) const {
-    const int b = static_cast<int>(blockIdx.x);
-    const int g = static_cast<int>(gridDim.x);
-    return (ATTNC_SM90_ITEM_ORDER == 1 && (r & 1)) ? r * g + (g - 1 - b) : r * g + b;
-  }
-};
-
 struct PrefillSm90Item {
   int request;
   int kv_head;

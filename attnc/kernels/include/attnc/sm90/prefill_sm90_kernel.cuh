@@ -1,6 +1,8 @@
 // Owns: the Hopper (sm_90a) prefill kernel for one variant functor V and CTA shape: a
-// persistent CTA of 1 + Shape::kConsumers warpgroups walks its work items (ItemWalk: round r
-// of gridDim.x items, heaviest first as the plan lists them). Warpgroup 0 produces K/V stages
+// persistent CTA of 1 + Shape::kConsumers warpgroups runs item blockIdx.x, then the items
+// its producer picks (ItemOrder, item_order.cuh: an alternating walk, or for masks that read
+// token tensors the next untaken item of the plan's list). Warpgroup 0 picks the items, names
+// each next one to the consumers on the item's last stage, and produces K/V stages
 // (prefill_sm90_producer.cuh) with few registers; warpgroups 1.. (two or three) each run 64
 // packed query rows of every item as one stream of stages (prefill_sm90_mainloop.cuh) with
 // many registers, and store their rows (prefill_sm90_epilogue.cuh). Packed row r of an item

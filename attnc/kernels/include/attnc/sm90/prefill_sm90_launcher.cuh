@@ -14,8 +14,9 @@
 // rows / group (128 rows, or 192 for the lighter variants at head_dim 64 and 128 when the
 // longest query reaches kThreeConsumersMinQ and their three-consumer kernel needs no more
 // local memory than the two-consumer one: the module holds both shapes),
-// attnc_prefill_ctas_per_sm answers 1, and work items run in a persistent loop (ItemWalk,
-// prefill_sm90_item.cuh) instead of one CTA each. Every other fact of prefill_launcher.cuh
+// attnc_prefill_ctas_per_sm answers 1, and work items run in a persistent loop (ItemOrder,
+// item_order.cuh; the dynamic fetch counts in item 0's spare words, which the kernel leaves
+// 0 when it ends) instead of one CTA each. Every other fact of prefill_launcher.cuh
 // holds (strides, alignment, LSE, partial rows, merge).
 #pragma once
 

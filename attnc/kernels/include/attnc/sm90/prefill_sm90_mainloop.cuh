@@ -118,8 +118,6 @@ struct Sm90Consumer {
   StageInfo info{};       // what the producer said about the stage last read
   bool last = false;      // info is the running item's last tile
   bool have_next = false;  // nx holds the item after it (started once the last S completed)
-  ItemWalk walk;
-  int r = 0;
   ConsumerItem<V> ci;  // the item running
   ConsumerItem<V> nx;  // the item after it, once started
 
@@ -129,8 +127,7 @@ struct Sm90Consumer {
         sm(sm_),
         wg(wg_),
         q_desc(desc_k_major(sm_.q() + wg_ * 64 * 128)),
-        group(FastDiv::make(prm_.args.num_qo_heads / prm_.args.num_kv_heads)),
-        walk(ItemWalk::make(prm_.args.num_work)) {}
+        group(FastDiv::make(prm_.args.num_qo_heads / prm_.args.num_kv_heads)) {}
 
   __device__ __forceinline__ void issue_s(int stage) {
     const SmemDesc qd = q_desc.warp_uniform();
@@ -187,20 +184,24 @@ struct Sm90Consumer {
     info = StageInfo::load(sm.info(cur.stage));
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
   }
-  __device__ __forceinline__ bool start(ConsumerItem<V>& into) {
-    return start_next_item<V, T, Shape>(prm.args, group, sm.q(), wg, walk, r, into);
+  // Starts item w (the CTA's first, or the one the producer named with the last stage).
+  __device__ __forceinline__ bool start(ConsumerItem<V>& into, int w) {
+    return start_item<V, T, Shape>(prm.args, group, sm.q(), wg, w, into);
   }
-  // When the stage just read is the running item's last tile, start the next item.
-  __device__ __forceinline__ void note_last() {
-    last = info.flags & StageInfo::kLast;
-    have_next = last && start(nx);
-  }
-  // After S of the stage just read has completed: hand K back, then note_last.
-  __device__ __forceinline__ void took_s() {
+  // After S of the stage just read has completed: notes whether the stage is the running
+  // item's last, reads the item after it (named by the stage, read before the stage is handed
+  // back, as the producer may then overwrite it; read on every stage: a read only on the last
+  // made ptxas spill the sigmoid kernel), and hands K back.
+  __device__ __forceinline__ int took_s_only() {
     pin(s[0]);
+    last = info.flags & StageInfo::kLast;
+    const int next = StageInfo::read_next(sm.info(cur.stage));
     mbar_arrive(sm.empty_k(cur.stage));
-    note_last();
+    return next;
   }
+  // When the stage just read was the running item's last tile, start the next item.
+  __device__ __forceinline__ void start_next(int next) { have_next = last && start(nx, next); }
+  __device__ __forceinline__ void took_s() { start_next(took_s_only()); }
   // The weights of the stage just read become the next P V's.
   __device__ __forceinline__ void hold_p() {
     pack_p<T>(p, s);
@@ -216,13 +217,15 @@ struct Sm90Consumer {
     mbar_arrive(sm.empty_v(pv.stage));
   }
 
-  // An item without tiles: hand its stage back and store its rows (empty or sink-only).
-  __device__ __forceinline__ void skip_item() {
+  // Hands back the stage just read (a kNoTile stage: nothing was loaded) and returns the item
+  // it names.
+  __device__ __forceinline__ int release_no_tile_stage() {
+    const int next = StageInfo::read_next(sm.info(cur.stage));
     mbar_arrive(sm.empty_k(cur.stage));
     mbar_wait(sm.full_v(cur.stage), cur.phase);
     mbar_arrive(sm.empty_v(cur.stage));
     cur.advance<Shape::kStages>();
-    prefill_sm90_store<V, T, D>(prm.args, ci.functor(prm.params), group, ci, wg, o);
+    return next;
   }
   // The first tile of a fresh run (no wgmma in flight).
   __device__ __forceinline__ void first_tile(const V& var) {
@@ -271,15 +274,14 @@ struct Sm90Consumer {
     const V next_var = nx.functor(prm.params);
     set_up_rows(next_var, prm.args.sm_scale, wg, group, nx);
     wgmma_wait<1>();
-    pin(s[0]);
-    mbar_arrive(sm.empty_k(cur.stage));
+    const int next = took_s_only();
     scores(next_var, nx);  // the next item's O starts at 0: no rescale
     took_pv();
     prefill_sm90_store<V, T, D>(prm.args, var, group, ci, wg, o);
     zero_o();
     ci = nx;
     var = next_var;
-    note_last();
+    start_next(next);
     hold_p();
   }
   // One run of items that follow each other without draining, from ci's first tile (already
@@ -306,18 +308,26 @@ struct Sm90Consumer {
   }
   __device__ __forceinline__ void run() {
     if (wg == NC - 1) named_arrive(kSchedBarrier + 0, 256);  // consumer 0 issues first
-    bool have = start(ci);
+    bool have = start(ci, static_cast<int>(blockIdx.x));
     bool pending = false;  // the first stage of ci was already read (into `info`)
     while (have) {
+      if (ci.rows_valid <= 0) {  // no query rows: the producer published one kNoTile stage
+        wait_q_rows(wg);
+        if (!pending) wait_k();
+        pending = false;
+        have = start(ci, release_no_tile_stage());
+        continue;
+      }
       // A fresh run: ci's Q copy is issued, no wgmma is in flight.
       zero_o();
       set_up_rows(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
       wait_q_rows(wg);
       if (!pending) wait_k();
       pending = false;
-      if (info.flags & StageInfo::kNoTile) {
-        skip_item();
-        have = start(ci);
+      if (info.flags & StageInfo::kNoTile) {  // no tile: store its rows (empty or sink-only)
+        const int next = release_no_tile_stage();
+        prefill_sm90_store<V, T, D>(prm.args, ci.functor(prm.params), group, ci, wg, o);
+        have = start(ci, next);
         continue;
       }
       have = run_stream(pending);

@@ -1,5 +1,5 @@
-// Owns: the producer warpgroup of the Hopper prefill: for every work item of this CTA (in
-// ItemWalk order), the walk over the item's non-empty KV tiles
+// Owns: the producer warpgroup of the Hopper prefill: the CTA's work items (in ItemOrder,
+// item_order.cuh); for each, the walk over its non-empty KV tiles
 // (EMPTY tiles are never loaded) and the loads of their K and V into the pipeline stages.
 // Tiles wholly inside the item's range load by TMA: one elected thread issues the boxes of a
 // ragged tile; for a paged tile the lanes of warp 0 each read one page id and issue that
@@ -14,6 +14,7 @@
 #include "../page_check.cuh"
 #include "../prefill_args.h"
 #include "mbarrier.cuh"
+#include "item_order.cuh"
 #include "prefill_sm90_config.cuh"
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_params.cuh"
@@ -241,7 +242,8 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
 }
 
 // Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
-// last flagged), or a single kNoTile stage.
+// last flagged), or a single kNoTile stage (an item without query rows too: the consumers
+// then read only the item it names). Its last stage names the item that follows.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
                                                      const PrefillSm90Smem<Shape>& sm) {
@@ -251,29 +253,32 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   const int group = a.num_qo_heads / a.num_kv_heads;
   int stage = 0;
   int phase = 0;
-  const ItemWalk walk = ItemWalk::make(a.num_work);
-  for (int r = 0; r < walk.rounds; ++r) {
-    const int w = walk.item(r);
-    if (w >= a.num_work) continue;
+  using Order = ItemOrder<Shape, variant_mask_reads_tokens<V>::value>;
+  Order order(a);
+  for (int w = static_cast<int>(blockIdx.x); w < a.num_work;) {
+    const int next = order.pick();
     PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
-    if (!it.valid()) continue;
     const V var(p.params, it.request_info(a));
-    it.set_range<V, KVT>(var, a);
+    it.set_range<V, KVT>(var, a);  // an item without query rows has no tile
     TileClass cls;
     int t = it.next_tile<V, KVT>(var, 0, cls);
     const bool none = t >= it.num_tiles;
     do {
       StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
-                     StageInfo::kLast | StageInfo::kNoTile};
+                     StageInfo::kLast | StageInfo::kNoTile, 0};
       TileClass next_cls = TileClass::kEmpty;
-      const int next = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
+      const int following = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
       if (!none) {
         info.kv0 = it.tile_begin(t, KVT);
         info.kv1 = min(info.kv0 + KVT, it.range.end);
         info.cls = static_cast<int>(cls);
-        info.flags = next >= it.num_tiles ? StageInfo::kLast : 0;
+        info.flags = following >= it.num_tiles ? StageInfo::kLast : 0;
         if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
+      }
+      if ((info.flags & StageInfo::kLast) && threadIdx.x == 0) {  // the first use of `next`
+        info.next = Order::index(next);
+        order.hand_over(sm, info.next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
       // The four producer warps stay within one stage of each other. Every producer thread
@@ -288,10 +293,12 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         stage = 0;
         phase ^= 1;
       }
-      t = next;
+      t = following;
       cls = next_cls;
     } while (t < it.num_tiles);
+    w = order.handed(sm);
   }
+  order.finish();
   cp_async_wait<0>();
 }
 
