@@ -65,6 +65,7 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kFetchOffset = kInfoOffset + kInfoBytes;
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
   static constexpr int kSmemBytes = static_cast<int>(kFetchOffset + 8 + 1024);
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may hold");
 };
 
 // Shared-memory addresses of one CTA (base 1024-byte aligned).
