@@ -48,6 +48,8 @@ def reorder(items: np.ndarray, order: str, seed: int = 0) -> np.ndarray:
     return out
 
 
+# "planned" first and last: the two rows bracket the others, so drift in the card's clocks
+# over the run shows as a difference between them.
 ORDERS = ("planned", "closed_form", "reversed", "shuffled", "by_head", "planned")
 
 
