@@ -217,8 +217,9 @@ def test_paged(built, monkeypatch, name, page_size, layout):
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("page_size", [8, 64, 128, 256, 24])
 def test_paged_tma_boxes(built, monkeypatch, page_size, layout):
-    """Pages that tile the 128-key stages (8 to 128 keys: one TMA box per page; 256: one box per
-    tile inside a page) load by TMA, 24 by cp.async; the unused pages hold NaN."""
+    """Paged KV by TMA boxes of the largest power of two dividing both the page and the
+    128-key stage (8 to 128 keys: one box per page; 256: one box per tile inside a page; 24:
+    8-key boxes, three to a page); the unused pages hold NaN."""
     _check(built, monkeypatch, "causal", torch.bfloat16, 128, 4, [(577, 1153)], layout, page_size)
     _check(built, monkeypatch, "sliding_window", torch.bfloat16, 128, 4, [(300, 1153)], layout,
            page_size)  # fmt: skip
@@ -265,6 +266,16 @@ def test_three_consumers_groups_paged_and_split(built, monkeypatch, name, group)
     if group == 1:
         plan = _check(built, monkeypatch, name, torch.bfloat16, 64, 1, [(LONG, 4 * LONG)])
         assert plan.schedule.num_merge > 0, "the plan was expected to split the long KV range"
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page_size", [32, 64, 48, 8])
+def test_three_consumer_pages_that_do_not_tile_80_keys(built, monkeypatch, page_size, layout):
+    """Three consumers at head_dim 128 read 80-key stages: pages of 32, 64 and 48 keys load by
+    16-key TMA boxes (several to a page), 8-key pages by 8-key boxes."""
+    for name in ("causal", "sliding_window"):
+        _check(built, monkeypatch, name, torch.bfloat16, 128, 4, [(LONG, LONG + 37), (5, 300)],
+               layout, page_size)  # fmt: skip
 
 
 def test_tile_and_occupancy_answers(built):

@@ -6,8 +6,9 @@
 // query rows each: three (192 rows) for the lighter variants at head_dim 64 and 128 (see
 // Sm90Consumers), so one warpgroup's softmax runs under two others' GEMMs, and each K/V
 // stage serves 192 rows; two (128 rows) otherwise. Keys per stage: 128 at head_dim 64 and
-// for two consumers at 128; 64 at 256, and for three consumers at 128 (their registers hold
-// O and a 64-key S, not a 128-key one). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
+// for two consumers at 128; 64 at 256; 80 for three consumers at 128 (their 160 registers
+// hold O and an 80-key S: with 96 keys ptxas serialises the wgmmas and spills; 80 pays a
+// tile's bookkeeping on a quarter more keys than 64). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
 // EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
 // launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
 // (smem_desc.cuh); every tile starts 1024-byte aligned.
@@ -33,12 +34,12 @@ struct PrefillSm90Shape {
   static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
 #else
   static constexpr int kKvTile =  // keys per stage (= S tile)
-      HEAD_DIM == 256 || (HEAD_DIM == 128 && CONSUMERS == 3) ? 64 : 128;
+      HEAD_DIM == 256 ? 64 : HEAD_DIM == 128 && CONSUMERS == 3 ? 80 : 128;
 #endif
 #ifdef ATTNC_SM90_STAGES
   static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
 #else
-  static constexpr int kStages = HEAD_DIM == 256 ? 2 : kKvTile == 64 ? 4 : 3;
+  static constexpr int kStages = HEAD_DIM == 256 ? 2 : kKvTile <= 80 ? 4 : 3;
 #endif
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Register split of the CTA's pool (kThreads x the launch bound's share, 168 for 384

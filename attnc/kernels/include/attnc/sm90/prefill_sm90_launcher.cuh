@@ -41,18 +41,21 @@
 namespace attnc {
 namespace sm90 {
 
-// Rows per TMA box of a paged cache when its pages tile the KV tiles evenly (page_size a
-// multiple of 8, the swizzle atom, and a divisor or multiple of kKvTile) in boxes of at least
-// ATTNC_SM90_PAGED_TMA_MIN_ROWS rows (smaller pages gather by cp.async), else 0: no TMA.
+// Rows per TMA box of a paged cache: the largest power of two that divides both page_size and
+// kKvTile (a box then never crosses a page, and a tile is whole boxes) when that is at least
+// ATTNC_SM90_PAGED_TMA_MIN_ROWS (the swizzle atom's 8 rows), else 0: pages smaller than that,
+// or of no such common size (24 keys against 128), gather by cp.async. The 80-key stages of
+// three consumers at head_dim 128 take 16-row boxes from pages of 16, 32, 64 or more keys.
 #ifndef ATTNC_SM90_PAGED_TMA_MIN_ROWS
 #define ATTNC_SM90_PAGED_TMA_MIN_ROWS 8
 #endif
 template <class Shape>
 int paged_box_rows(int page_size) {
   constexpr int KVT = Shape::kKvTile;
-  if (page_size < ATTNC_SM90_PAGED_TMA_MIN_ROWS || page_size % 8 != 0) return 0;
-  if (page_size <= KVT) return KVT % page_size == 0 ? page_size : 0;
-  return page_size % KVT == 0 ? KVT : 0;
+  if (page_size < ATTNC_SM90_PAGED_TMA_MIN_ROWS) return 0;
+  const int common = page_size & -page_size;  // largest power of two dividing page_size
+  const int rows = common < (KVT & -KVT) ? common : (KVT & -KVT);
+  return rows >= ATTNC_SM90_PAGED_TMA_MIN_ROWS ? rows : 0;
 }
 
 // TMA maps of K and V. Ragged ([tokens, H_kv, D] with the argument strides): the token extent

@@ -24,6 +24,7 @@
 #define ATTNC_WGMMA_ACC_BLOCKS_32(j) \
   ATTNC_WGMMA_ACC_BLOCKS_16(j), ATTNC_WGMMA_ACC_BLOCKS_16((j) + 16)
 #define ATTNC_WGMMA_ACC_64 ATTNC_WGMMA_ACC_BLOCKS_8(0)
+#define ATTNC_WGMMA_ACC_80 ATTNC_WGMMA_ACC_BLOCKS_8(0), ATTNC_WGMMA_ACC_BLOCKS_2(8)
 #define ATTNC_WGMMA_ACC_128 ATTNC_WGMMA_ACC_BLOCKS_16(0)
 #define ATTNC_WGMMA_ACC_256 ATTNC_WGMMA_ACC_BLOCKS_32(0)
 
@@ -31,6 +32,7 @@
 #define ATTNC_WGMMA_REGS_64                                                        \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"          \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define ATTNC_WGMMA_REGS_80 ATTNC_WGMMA_REGS_64 ",%32, %33, %34, %35, %36, %37, %38, %39"
 #define ATTNC_WGMMA_REGS_128                                                          \
   ATTNC_WGMMA_REGS_64                                                                 \
   ",%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
@@ -79,11 +81,12 @@
 namespace attnc {
 namespace sm90 {
 
-/// One m64nNk16 wgmma (ss and rs forms) for input type T; specialised for N in 64, 128, 256.
+/// One m64nNk16 wgmma (ss and rs forms) for input type T; specialised for N in 64, 80, 128, 256.
 template <class T, int N>
 struct Wgmma;
 
 ATTNC_WGMMA_BOTH_TYPES(64, 32, 33, 34, 35, 36, 37, 38)
+ATTNC_WGMMA_BOTH_TYPES(80, 40, 41, 42, 43, 44, 45, 46)
 ATTNC_WGMMA_BOTH_TYPES(128, 64, 65, 66, 67, 68, 69, 70)
 ATTNC_WGMMA_BOTH_TYPES(256, 128, 129, 130, 131, 132, 133, 134)
 
