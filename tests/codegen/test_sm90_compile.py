@@ -106,7 +106,7 @@ LIGHT_AT_128 = LIGHT | {"doc_causal"}
 CONFIGS = [
     ("__nv_bfloat16", 128, None),
     ("half", 64, None),  # two or three consumer warpgroups, by variant
-    ("__nv_bfloat16", 256, ["causal"]),
+    ("__nv_bfloat16", 256, ["causal", "softcap"]),
 ]
 
 
@@ -187,6 +187,28 @@ def test_light_variants_run_three_consumers(builds):
         for head_dim, light in ((64, LIGHT), (128, LIGHT_AT_128)):
             want = {"0xa0", "0xd8"} if name in light else {"0xd8"}
             assert counts[(head_dim, name)] == want, (name, head_dim, counts)
+
+
+def test_keys_per_stage(builds):
+    """S tiles of 80 keys (HGMMA 64x80) in the three-consumer kernels at head_dim 128 and in
+    causal's kernel at 256 (a light variant with an affine score); 64 keys in soft-cap's at 256
+    (its tanh spills with 80); 128 in the two-consumer kernels at 128."""
+    shapes: dict[tuple[int, str, str], set[str]] = {}
+    for dtype, head_dim, _, obj in builds:
+        if dtype != "__nv_bfloat16":
+            continue
+        for name, body in dump_sass(obj).items():
+            if "prefill_sm90_kernel" not in name:
+                continue
+            variant = re.search(r"Variant_([a-z_]+?)(?:\d|$)", name).group(1)  # type: ignore[union-attr]
+            consumers = re.search(r"PrefillSm90ShapeILi\d+ELi(\d)", name).group(1)  # type: ignore[union-attr]
+            # S = Q K^T reads both operands from shared memory: "HGMMA.64xNx16... Rd, gdesc[".
+            ss = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16 R\d+, gdesc\[", body)
+            shapes[(head_dim, variant, consumers)] = set(ss)
+    assert shapes[(128, "causal", "3")] == {"80"}, shapes
+    assert shapes[(128, "causal", "2")] == {"128"}, shapes
+    assert shapes[(256, "causal", "2")] == {"80"}, shapes
+    assert shapes[(256, "softcap", "2")] == {"64"}, shapes
 
 
 def test_alibi_steps_its_bias_per_key(builds):

@@ -35,6 +35,8 @@ CONFIGS = [(v, torch.bfloat16, d) for d in (128, 64) for v in VARIANTS] + [
     ("causal", torch.bfloat16, 256),
     ("alibi", torch.float16, 256),
     ("sliding_window", torch.float16, 64),
+    ("sliding_window", torch.bfloat16, 256),
+    ("softcap", torch.float16, 256),
 ]
 
 
@@ -228,7 +230,8 @@ def test_paged_tma_boxes(built, monkeypatch, page_size, layout):
 @pytest.mark.parametrize(
     "name, dtype, d",
     [("causal", torch.float16, 64), ("sliding_window", torch.float16, 64),
-     ("causal", torch.bfloat16, 256), ("alibi", torch.float16, 256)],
+     ("causal", torch.bfloat16, 256), ("alibi", torch.float16, 256),
+     ("sliding_window", torch.bfloat16, 256), ("softcap", torch.float16, 256)],
 )  # fmt: skip
 def test_head_dims_and_dtypes(built, monkeypatch, name, dtype, d):
     _check(built, monkeypatch, name, dtype, d, 4, [(577, 577), (17, 127)])
@@ -236,9 +239,9 @@ def test_head_dims_and_dtypes(built, monkeypatch, name, dtype, d):
 
 
 # At head_dim 64 and 128 these run three consumer warpgroups (192 packed rows) in plans whose
-# longest query has at least 4096 tokens; the rest (and shorter plans) run two.
+# longest query has at least 2048 tokens; the rest (and shorter plans) run two.
 THREE_CONSUMERS = {"vanilla", "causal", "softcap", "sliding_window", "prefix_lm"}
-LONG = 4096
+LONG = 2048  # kThreeConsumersMinQ
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -270,11 +273,13 @@ def test_three_consumers_groups_paged_and_split(built, monkeypatch, name, group)
 
 @pytest.mark.parametrize("layout", ["NHD", "HND"])
 @pytest.mark.parametrize("page_size", [32, 64, 48, 8])
-def test_three_consumer_pages_that_do_not_tile_80_keys(built, monkeypatch, page_size, layout):
-    """Three consumers at head_dim 128 read 80-key stages: pages of 32, 64 and 48 keys load by
-    16-key TMA boxes (several to a page), 8-key pages by 8-key boxes."""
+@pytest.mark.parametrize("d", [128, 256])
+def test_80_key_stages_with_pages_that_do_not_tile_them(built, monkeypatch, d, page_size, layout):
+    """80-key stages (three consumers at head_dim 128; causal and windows at 256): pages of
+    32, 64 and 48 keys load by 16-key TMA boxes (several to a page), 8-key pages by 8-key
+    boxes."""
     for name in ("causal", "sliding_window"):
-        _check(built, monkeypatch, name, torch.bfloat16, 128, 4, [(LONG, LONG + 37)], layout,
+        _check(built, monkeypatch, name, torch.bfloat16, d, 4, [(LONG, LONG + 37)], layout,
                page_size)  # fmt: skip
 
 

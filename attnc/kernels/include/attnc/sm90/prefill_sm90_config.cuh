@@ -5,10 +5,8 @@
 // One CTA = warpgroup 0 (producer: K/V loads) + kConsumers consumer warpgroups of 64 packed
 // query rows each: three (192 rows) for the lighter variants at head_dim 64 and 128 (see
 // Sm90Consumers), so one warpgroup's softmax runs under two others' GEMMs, and each K/V
-// stage serves 192 rows; two (128 rows) otherwise. Keys per stage: 128 at head_dim 64 and
-// for two consumers at 128; 64 at 256; 80 for three consumers at 128 (their 160 registers
-// hold O and an 80-key S: with 96 keys ptxas serialises the wgmmas and spills; 80 pays a
-// tile's bookkeeping on a quarter more keys than 64). Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
+// stage serves 192 rows; two (128 rows) otherwise. Keys per stage: sm90_default_kv_tile,
+// and Sm90TwoShapeOf for head_dim 256. Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
 // EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
 // launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
 // (smem_desc.cuh); every tile starts 1024-byte aligned.
@@ -16,12 +14,22 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "../variant_contract.cuh"
 
 namespace attnc {
 namespace sm90 {
 
-template <int HEAD_DIM, int CONSUMERS = 2>
+// Keys per stage (= S tile) by default: 128 at head_dim 64 and for two consumers at 128; 64
+// at 256; 80 for three consumers at 128 (their 160 registers hold O and an 80-key S: with 96
+// keys ptxas serialises the wgmmas and spills; 80 pays a tile's bookkeeping on a quarter more
+// keys than 64). Sm90TwoShapeOf gives light variants with affine scores 80 at 256.
+constexpr int sm90_default_kv_tile(int head_dim, int consumers) {
+  return head_dim == 256 ? 64 : head_dim == 128 && consumers == 3 ? 80 : 128;
+}
+
+template <int HEAD_DIM, int CONSUMERS = 2, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS)>
 struct PrefillSm90Shape {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
@@ -30,11 +38,12 @@ struct PrefillSm90Shape {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kConsumers = CONSUMERS;  // consumer warpgroups
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per item
+  static_assert(KV_TILE % 16 == 0 && KV_TILE >= 64 && KV_TILE <= 128,
+                "attnc sm90 prefill: 64 to 128 keys per stage, a multiple of 16");
 #ifdef ATTNC_SM90_KV_TILE
   static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
 #else
-  static constexpr int kKvTile =  // keys per stage (= S tile)
-      HEAD_DIM == 256 ? 64 : HEAD_DIM == 128 && CONSUMERS == 3 ? 80 : 128;
+  static constexpr int kKvTile = KV_TILE;  // keys per stage (= S tile)
 #endif
 #ifdef ATTNC_SM90_STAGES
   static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
@@ -182,9 +191,25 @@ struct Sm90Consumers {
 #endif
 };
 
-// The CTA shape of variant V's kernel at HEAD_DIM.
+// The two-consumer shape of variant V's kernel at HEAD_DIM: at 256, 80-key stages (two of
+// them, 224 KB) for light variants whose score is affine in S and whose mask reads no
+// per-token tensor (the light class at head_dim 64): the 64-key kernel's per-tile work on a
+// quarter more keys (RESULTS.md, run 32). 64 keys for the rest: soft-cap's tanh and the
+// document mask spill with 80. Else sm90_default_kv_tile.
 template <class V, int HEAD_DIM>
-using Sm90ShapeOf = PrefillSm90Shape<HEAD_DIM, Sm90Consumers<V, HEAD_DIM>::value>;
+struct Sm90TwoKeys {
+  static constexpr int value = HEAD_DIM == 256 && Sm90Consumers<V, 64>::kLight && V::kAffineScore
+                                   ? 80
+                                   : sm90_default_kv_tile(HEAD_DIM, 2);
+};
+template <class V, int HEAD_DIM>
+using Sm90TwoShapeOf = PrefillSm90Shape<HEAD_DIM, 2, Sm90TwoKeys<V, HEAD_DIM>::value>;
+
+// The CTA shape of variant V's kernel at HEAD_DIM with the most consumers it takes.
+template <class V, int HEAD_DIM>
+using Sm90ShapeOf =
+    typename std::conditional<Sm90Consumers<V, HEAD_DIM>::value == 3, PrefillSm90Shape<HEAD_DIM, 3>,
+                              Sm90TwoShapeOf<V, HEAD_DIM>>::type;
 
 // Whether a plan tile of `rows` packed rows runs on variant V's three-consumer shape (the
 // launch and the occupancy query ask this; prefill_sm90_tile_q_tokens sizes the tile).
@@ -195,8 +220,9 @@ __host__ __device__ constexpr bool takes_three_consumers(long long rows) {
 
 // The longest query from which a light variant's plan takes the three-consumer shape: its
 // 192-row items are fewer, so shorter queries (at 1024 of 8192 keys: 171 items of one cost
-// on 132 SMs, against 256 with 128 rows) balance worse (RESULTS.md, run 25).
-constexpr int kThreeConsumersMinQ = 4096;
+// on 132 SMs, against 256 with 128 rows) balance worse (RESULTS.md, run 25). From 2048 (run
+// 32, 80-key stages): sliding window 1024 at 2K -9.5% kernel time, causal 2K unchanged.
+constexpr int kThreeConsumersMinQ = 2048;
 
 // Query tokens per work item: as many as fill the packed rows of the shape for max_q_len
 // (0 when the group alone does not fit, or an argument is out of range).

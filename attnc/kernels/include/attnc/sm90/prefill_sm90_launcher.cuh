@@ -132,7 +132,7 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
 template <class V, class T, int HEAD_DIM>
 int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
   static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
-  using Two = PrefillSm90Shape<HEAD_DIM, 2>;
+  using Two = Sm90TwoShapeOf<V, HEAD_DIM>;
   using Widest = Sm90ShapeOf<V, HEAD_DIM>;
   const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
   if (status != 0) return status;
@@ -181,7 +181,7 @@ bool three_consumers_serve() {
     return false;
   } else {
     const long long three = sm90_shape_local_bytes<V, T, Widest>();
-    return three <= 0 || three <= sm90_shape_local_bytes<V, T, PrefillSm90Shape<HEAD_DIM, 2>>();
+    return three <= 0 || three <= sm90_shape_local_bytes<V, T, Sm90TwoShapeOf<V, HEAD_DIM>>();
   }
 }
 
@@ -200,7 +200,7 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
   if (tile <= 0) return 0;
   if (takes_three_consumers<V, HEAD_DIM>(static_cast<long long>(tile) * group))
     return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();
-  return sm90_shape_ctas_per_sm<V, T, PrefillSm90Shape<HEAD_DIM, 2>>();
+  return sm90_shape_ctas_per_sm<V, T, Sm90TwoShapeOf<V, HEAD_DIM>>();
 }
 
 }  // namespace sm90
