@@ -221,7 +221,8 @@ __host__ __device__ constexpr bool takes_three_consumers(long long rows) {
 // The longest query from which a light variant's plan takes the three-consumer shape: its
 // 192-row items are fewer, so shorter queries (at 1024 of 8192 keys: 171 items of one cost
 // on 132 SMs, against 256 with 128 rows) balance worse (RESULTS.md, run 25). From 2048 (run
-// 32, 80-key stages): sliding window 1024 at 2K -9.5% kernel time, causal 2K unchanged.
+// 32, 80-key stages): kernel time at 2K -9% for sliding window 1024 and -11% for causal at
+// head_dim 64, +0.4 to +2% for causal at 128.
 constexpr int kThreeConsumersMinQ = 2048;
 
 // Query tokens per work item: as many as fill the packed rows of the shape for max_q_len
