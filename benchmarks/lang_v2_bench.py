@@ -58,8 +58,11 @@ def _workspace():
     return torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
 
-def _prefill(name: str, lens: list[int], backend: str, params: dict, plan_params: dict):
-    """A planned BatchPrefillWrapper over ragged requests ``lens`` (q = kv); returns run()."""
+def _prefill(
+    name: str, lens: list[int], backend: str, params: dict, plan_params: dict, wait: bool = True
+):
+    """A planned BatchPrefillWrapper over ragged requests ``lens`` (q = kv); returns run()
+    (``wait``: the wrapper's wait_for_tile_map)."""
     import torch
 
     import attnc
@@ -68,7 +71,9 @@ def _prefill(name: str, lens: list[int], backend: str, params: dict, plan_params
     n = sum(lens)
     q, k, v = _qkv(n)
     indptr = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-    w = BatchPrefillWrapper(attnc.load(f"stdlib:{name}"), _workspace(), backend=backend)
+    w = BatchPrefillWrapper(
+        attnc.load(f"stdlib:{name}"), _workspace(), backend=backend, wait_for_tile_map=wait
+    )
     w.plan(indptr, indptr, HQ, HKV, D, dtype=torch.bfloat16, params=plan_params)
     return w, (lambda: w.run(q, (k, v), **params)), indptr
 

@@ -4,7 +4,9 @@ head_dim 128, with the ``doc_causal`` tile map (``doc``) and without it (``nodoc
 variant planned without its tensor, tiles keep the causal range), median of many calls with a
 per-stage breakdown. Also ``paged``: the same 8K request in pages of 16 without the map, and
 ``doc_alternating``: calls alternate between that batch and another (8000 tokens, 7
-documents, another tensor), so nothing of the previous call's checks can be reused.
+documents, another tensor), so nothing of the previous call's checks can be reused; and with
+``--cuda``, ``doc_nowait``: the doc row on a wrapper with ``wait_for_tile_map=False`` (the
+classifier and the item step queued, nothing waited for).
 
     python -m benchmarks.plan_time            # on the CPU: a stand-in module (Hopper tile of
                                               # 32 query tokens, 132 CTAs), the map built once
@@ -126,6 +128,7 @@ def instrument(stages: Stages) -> None:
     stages.wrap(prefill_batch, "checked_batch", "checks")
     stages.wrap(BatchPrefillWrapper, "_plan_params", "params")
     stages.wrap(BatchPrefillWrapper, "_build_map", "map")
+    stages.wrap(BatchPrefillWrapper, "_queue_map", "map")
     stages.wrap(prefill_planner.PrefillPlanner, "_run", "planner")
     stages.wrap(BatchPrefillWrapper, "_copy_to_workspace", "copy")
 
@@ -175,6 +178,13 @@ def run(cuda: bool, calls: int) -> dict[str, dict[str, float]]:
         ),
         "doc_alternating": alternating,
     }
+    if cuda:  # a CPU workspace builds the map first whatever the wrapper says
+        nowait = BatchPrefillWrapper(
+            variant,
+            torch.empty(WS_BYTES, dtype=torch.uint8, device=device),
+            wait_for_tile_map=False,
+        )
+        rows["doc_nowait"] = lambda: nowait.plan(qo, kv, HQ, HKV, D, params={"doc": doc})
     return {name: measure(fn, stages, calls) for name, fn in rows.items()}
 
 

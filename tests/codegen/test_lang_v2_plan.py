@@ -198,3 +198,54 @@ def test_host_plan_places_map_and_token_starts():
     assert kv_token_starts(torch.tensor([3, 0, 5])).tolist() == [0, 3, 3, 8]
     again = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
     assert again.layout.offsets["tile_map_start"] == host.layout.offsets["tile_map_start"]
+
+
+def test_host_plan_with_the_map_left_to_the_device():
+    """map_on_device: the closed-form work list (as without a map), with the map's layout: its
+    starts written and its place fixed, for the classifier the device runs after the copy."""
+    shape = PlanShape(4, 2, 64, tile_q_tokens=64, num_ctas=8, workspace_bytes=1 << 20)
+    qo = torch.tensor([0, 300, 1000])
+    closed = make_host_plan(qo, qo.clone(), None, None, 1, shape, None, None, 4096)
+    host = make_host_plan(qo, qo.clone(), None, None, 1, shape, None, None, 4096, True)
+    assert closed.tile_map_offset == -1 and closed.tile_map_start is None
+    assert host.tile_map_offset == (1 << 20) - 4096
+    lens = np.array([300, 700])
+    assert host.tile_map_start.tolist() == tile_map.map_starts(lens, lens, 64).tolist()
+    assert (host.schedule.items == closed.schedule.items).all()
+    with pytest.raises(
+        ValueError, match="workspace_buffer: the tile map needs 25 bytes, the wrapper keeps 1"
+    ):
+        make_host_plan(qo[:2], qo[:2].clone(), None, None, 1, shape, None, None, 1, True)
+
+
+def test_a_plan_that_does_not_wait_needs_a_cuda_workspace(variant):
+    """wait_for_tile_map=False on a CPU workspace (or with a host map builder) builds the map
+    first, as the default does: the same plan and map."""
+    qo = torch.tensor([0, 300, 1000], dtype=torch.int32)
+    doc = torch.cat([documents([100, 200]), documents([50, 400, 250])])
+    plans = []
+    for wait in (True, False):
+        w = BatchPrefillWrapper(
+            variant, torch.zeros(4 << 20, dtype=torch.uint8), backend="fa2", wait_for_tile_map=wait
+        )
+        w._map_builder = brute_force_builder
+        w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
+        assert w.tile_map is not None
+        plans.append((w._meta, w._workspace.clone()))
+    assert plans[0][0] == plans[1][0] and torch.equal(plans[0][1], plans[1][1])
+    with pytest.raises(TypeError, match="wait_for_tile_map: expected a bool, got 0"):
+        BatchPrefillWrapper(variant, torch.empty(4 << 20, dtype=torch.uint8), wait_for_tile_map=0)
+
+
+def test_queue_tile_map_refuses_a_reserve_without_room_for_the_items():
+    """The queued map step needs the map and a copy of the work list in the map's reserve;
+    without room it queues nothing and says so (plan() then waits for the map)."""
+    from attnc.runtime.wrappers import prefill_tile_map
+
+    inputs = prefill_tile_map.MapInputs(
+        torch.tensor([0, 64], dtype=torch.int32), torch.tensor([0, 64], dtype=torch.int32),
+        np.array([64]), np.array([64]), np.array([0, 1]), 64, (4, 2, 64), 0.125,
+    )  # fmt: skip
+    ws = torch.empty(1 << 16, dtype=torch.uint8)
+    args = (None, ws, inputs, {}, None, 256 + 32 * 8)
+    assert prefill_tile_map.queue_tile_map(*args, {}, 9) is False

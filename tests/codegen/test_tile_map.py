@@ -196,6 +196,7 @@ def test_kernel_compiles_without_spills(tmp_path: Path, arch: list[str]) -> None
     cubin = _compile_kernel(tmp_path, arch)
     sass = sass_of(cubin)
     assert "tile_map_kernel" in sass
+    assert "item_map_order_kernel" in sass  # the step of plans that do not wait for the map
     assert "LDL" not in sass and "STL" not in sass
 
 
@@ -212,26 +213,29 @@ def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
     module = get_prefill_module(attnc.load("stdlib:doc_causal").ir, "bfloat16", 64, arch="80")
     lib = module.lib  # type: ignore[attr-defined]
     assert hasattr(lib, "attnc_build_tile_map")
+    assert hasattr(lib, "attnc_order_items_by_map")
     lib.attnc_tile_map_abi_version.restype = ctypes.c_int
     assert lib.attnc_tile_map_abi_version() == TILE_MAP_ABI_VERSION
 
 
-def test_args_struct_matches_the_ctypes_mirror(tmp_path: Path) -> None:
-    """AttncTileMapArgs: size and every field offset equal the runtime's ctypes mirror."""
+@pytest.mark.parametrize("struct", ["AttncTileMapArgs", "AttncItemOrderArgs"])
+def test_args_struct_matches_the_ctypes_mirror(tmp_path: Path, struct: str) -> None:
+    """The C argument structs: size and every field offset equal the runtime's ctypes mirror."""
     if shutil.which("g++") is None:
         pytest.skip("needs g++")
-    from attnc.runtime.planning.tile_map import AttncTileMapArgs
+    from attnc.runtime.planning import tile_map
 
-    names = [name for name, _ in AttncTileMapArgs._fields_]
-    lines = "\n".join(f'  std::printf("%zu\\n", offsetof(AttncTileMapArgs, {n}));' for n in names)
+    mirror = getattr(tile_map, struct)
+    names = [name for name, _ in mirror._fields_]
+    lines = "\n".join(f'  std::printf("%zu\\n", offsetof({struct}, {n}));' for n in names)
     src = tmp_path / "layout.cpp"
     src.write_text(
         '#include <cstddef>\n#include <cstdio>\n#include "attnc/tile_map.cuh"\nint main() {\n'
-        f'{lines}\n  std::printf("%zu\\n", sizeof(AttncTileMapArgs));\n  return 0;\n}}\n'
+        f'{lines}\n  std::printf("%zu\\n", sizeof({struct}));\n  return 0;\n}}\n'
     )
     exe = _build_host(src, tmp_path / "layout")
     out = [
         int(x) for x in subprocess.run([str(exe)], capture_output=True, text=True).stdout.split()
     ]
-    want = [getattr(AttncTileMapArgs, n).offset for n in names] + [ctypes.sizeof(AttncTileMapArgs)]
+    want = [getattr(mirror, n).offset for n in names] + [ctypes.sizeof(mirror)]
     assert out == want

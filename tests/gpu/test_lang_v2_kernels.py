@@ -52,9 +52,9 @@ def _reference(variant, qs, ks, vs, per_request):
     return torch.cat(outs), torch.cat(lses)
 
 
-def _prefill(variant, backend, qs, ks, vs, params, plan_params=None):
+def _prefill(variant, backend, qs, ks, vs, params, plan_params=None, wait=True):
     ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-    w = BatchPrefillWrapper(variant, ws, backend=backend)
+    w = BatchPrefillWrapper(variant, ws, backend=backend, wait_for_tile_map=wait)
     q = torch.cat(qs)
     w.plan(_indptr([x.shape[0] for x in qs]), _indptr([x.shape[0] for x in ks]), q.shape[1],
            ks[0].shape[1], q.shape[2], dtype=q.dtype, params=plan_params)  # fmt: skip
@@ -123,6 +123,82 @@ def test_prefill_document_mask_with_tile_map(backend, lens):
     o, lse, w = _prefill(variant, backend, qs, ks, vs, {"doc": doc}, plan_params={"doc": doc})
     ref_o, ref_lse = _reference(variant, qs, ks, vs, lambda b: {"doc": docs[b].cuda()})
     _check(o, lse, ref_o, ref_lse)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "lens, group", [([(300, 300), (1, 77), (129, 1000)], 4), ([(2100, 2100)], 4), ([(17, 4099)], 1)]
+)
+def test_document_mask_with_a_map_plan_did_not_wait_for(backend, lens, group):
+    """wait_for_tile_map=False: items planned by the closed form, then cut to their map rows
+    and ordered by them on the device. Same output as the plan that waits (bit for bit where
+    neither splits a tile: the same tiles per item, in another order), within the fp64
+    tolerance where the closed form splits KV ranges the map would not."""
+    variant = attnc.load("stdlib:doc_causal")
+    hkv = 2
+    qs, ks, vs = _batch(lens, hkv * group, hkv, seed=7)
+    g = torch.Generator().manual_seed(13)
+    docs = []
+    for _, kv in lens:
+        cuts = torch.randint(1, 400, (kv,), generator=g).cumsum(0)
+        docs.append((torch.arange(kv)[:, None] >= cuts[None, :]).sum(1).to(torch.int32))
+    doc = torch.cat(docs).cuda()
+    args = (variant, backend, qs, ks, vs, {"doc": doc})
+    o, lse, w = _prefill(*args, plan_params={"doc": doc}, wait=False)
+    assert w.tile_map is None  # no host copy: the map stayed on the device
+    o2, lse2, w2 = _prefill(*args, plan_params={"doc": doc})
+    ref_o, ref_lse = _reference(variant, qs, ks, vs, lambda b: {"doc": docs[b].cuda()})
+    _check(o, lse, ref_o, ref_lse)
+    if w._plan.schedule.num_merge == 0 and w2._plan.schedule.num_merge == 0:
+        assert torch.equal(o, o2) and torch.equal(lse, lse2)
+    # The device step cut every item where a waiting plan starts it (its first non-EMPTY map
+    # column; the end may differ past the diagonal, where every key is masked) and kept the
+    # same non-empty items (their order by map columns is checked on the CPU:
+    # tests/codegen/test_item_map_order.py).
+    n = int(w._plan.result.num_items)
+    at = int(w._plan.result.off_items)
+    items = w._workspace[at : at + 32 * n].view(torch.int32).view(n, 8).cpu()
+    assert (items[:, 6:] == 0).all()
+    if w._plan.schedule.num_merge == 0 and w2._plan.schedule.num_merge == 0:
+        planned = w2._plan.schedule.items
+
+        def starts(rows):
+            return {(int(r[0]), int(r[1]), int(r[2])): int(r[3]) for r in rows if r[4] > r[3]}
+
+        assert starts(items) == starts(planned)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_replay_of_a_map_plan_did_not_wait_for(backend):
+    """A CUDA graph captured on run() replays a re-planned map and work list that plan()
+    queued without waiting (the map and the items keep their places in the workspace)."""
+    variant = attnc.load("stdlib:doc_causal")
+    lens = [(700, 700)]
+    qs, ks, vs = _batch(lens, 8, 2, seed=21)
+    q, k, v = qs[0], ks[0], vs[0]
+    ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, ws, backend=backend, wait_for_tile_map=False)
+    indptr = _indptr([700])
+    docs = [
+        torch.div(torch.arange(700), n, rounding_mode="floor").to(torch.int32) for n in (90, 333)
+    ]
+    doc = docs[0].cuda()
+    w.plan(indptr, indptr, 8, 2, 128, dtype=q.dtype, params={"doc": doc})
+    out = torch.empty_like(q)
+    w.run(q, (k, v), out=out, doc=doc)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        w.run(q, (k, v), out=out, doc=doc)
+    meta = list(w._meta)
+    for values in docs:
+        doc.copy_(values.cuda())
+        w.plan(indptr, indptr, 8, 2, 128, dtype=q.dtype, params={"doc": doc})
+        assert w._meta == meta, "the re-plan changed the launch: the graph would replay stale args"
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = variant.reference(q.double(), k.double(), v.double(), doc=values.cuda())
+        assert _rel(out, ref) <= O_TOL
 
 
 @pytest.mark.parametrize("split", [False, True])

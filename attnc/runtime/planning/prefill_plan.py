@@ -239,21 +239,43 @@ def host_plan(
     head_dim: int,
     program: RangeProgram | None = None,
     tile_map: np.ndarray | None = None,
+    map_on_device: bool = False,
 ) -> HostPlan:
     """Plan the batch ``planner`` last checked, in the shape it was configured with (its
     buffers hold the lists until its next plan).
 
     With ``tile_map`` (the uint8 host copy of the map ``plan()`` built) tiles are ranged and
     costed by their non-empty map blocks; the map itself sits in the last ``map_reserve``
-    bytes. Raises ``ValueError`` naming ``workspace_buffer`` when the lists alone do not fit.
+    bytes. With ``map_on_device`` instead, tiles keep their closed-form ranges and costs, but
+    the plan has a map's layout (its starts written, its region in the last ``map_reserve``
+    bytes) for a map the device builds after the copy. Raises ``ValueError`` naming
+    ``workspace_buffer`` when the lists alone, or the map, do not fit.
     """
     planner.plan(program, tile_map)
     p = planner.params
-    offset = -1 if tile_map is None else map_region_offset(p.workspace_bytes, p.map_reserve)
+    mapped = tile_map is not None or map_on_device
+    offset = map_region_offset(p.workspace_bytes, p.map_reserve) if mapped else -1
+    if tile_map is None and map_on_device:
+        _write_map_starts(planner)
     return HostPlan(
         planner.buffer, PrefillResult.from_buffer_copy(planner.result), planner.chunk_cost,
         head_dim, p.page_size, p.tile_q_tokens, offset,
     )  # fmt: skip
+
+
+def _write_map_starts(planner: PrefillPlanner) -> None:
+    """Write each request's map start (``tile_map.map_starts``) into the planned lists, for a
+    map built on the device after the copy."""
+    p, r = planner.params, planner.result
+    starts = planner.map_starts(int(p.tile_q_tokens))
+    entries = int(starts[-1])
+    if entries > p.map_reserve:
+        raise ValueError(
+            f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "
+            f"{p.map_reserve} (max_tile_map_bytes)"
+        )
+    at = int(r.off_tile_map_start)
+    planner.buffer[at : at + 4 * (int(r.batch) + 1)].view(np.int32)[:] = starts
 
 
 def make_host_plan(
@@ -266,6 +288,7 @@ def make_host_plan(
     tile_ranges: RangeProgram | None = None,
     tile_map: np.ndarray | None = None,
     map_reserve: int = 0,
+    map_on_device: bool = False,
 ) -> HostPlan:
     """Schedule and workspace layout from checked host index tensors (CPU), with a planner
     of its own (the plan owns its buffers); see ``host_plan``."""
@@ -285,4 +308,4 @@ def make_host_plan(
         shape.num_ctas, shape.workspace_bytes, map_reserve, shape.kv_align, KV_BLOCK,
     )  # fmt: skip
     host_map = None if tile_map is None else np.ascontiguousarray(tile_map, dtype=np.uint8)
-    return host_plan(planner, shape.head_dim, tile_ranges, host_map)
+    return host_plan(planner, shape.head_dim, tile_ranges, host_map, map_on_device)

@@ -1,7 +1,9 @@
 """Owns: the plan-time tile map of a mask that reads per-token tensors: its layout (request
 b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the launch of the
 module's generated classifier (``attnc_build_tile_map``, attnc/tile_map.cuh) on the
-workspace, and the per-query-tile summaries the scheduler ranges and costs tiles by (EMPTY
+workspace, the device step that cuts and orders a plan's items by the map when the plan did not
+wait for it (``attnc_order_items_by_map``, attnc/item_map_order.cuh), and the per-query-tile
+summaries the scheduler ranges and costs tiles by (EMPTY
 blocks are neither loaded nor costed).
 """
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TILE_MAP_ABI_VERSION = 2  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
+TILE_MAP_ABI_VERSION = 3  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
 KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
 EMPTY, FULL, PARTIAL = 0, 1, 2
 
@@ -39,6 +41,21 @@ class AttncTileMapArgs(ctypes.Structure):
         ("mask_heads", _I32),
         ("num_entries", _I32),
         ("sm_scale", ctypes.c_float),
+    ]
+
+
+class AttncItemOrderArgs(ctypes.Structure):
+    """Field-for-field mirror of ``AttncItemOrderArgs`` (attnc/item_map_order.cuh)."""
+
+    _fields_ = [
+        ("items", _P),
+        ("scratch", _P),
+        ("tile_map", _P),
+        ("tile_map_start", _P),
+        ("kv_token_start", _P),
+        ("num_items", _I32),
+        ("batch_size", _I32),
+        ("kv_block", _I32),
     ]
 
 
@@ -75,27 +92,38 @@ def build_on_device(
     ``tile_map``, ``tile_map_start``, ``qo_indptr`` and ``kv_token_start``. With ``copies``
     the module also copies the head lists up first and the map down after, and waits for the
     stream: one call for the whole step."""
+    argtypes = [ctypes.POINTER(AttncTileMapArgs), ctypes.POINTER(AttncTileMapCopies), _P]
+    fn = _entry(module, "attnc_build_tile_map", argtypes)
+    args.tile_map = workspace_ptr + offsets["tile_map"]
+    args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
+    args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
+    args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
+    step = None if copies is None else ctypes.byref(copies)
+    module.raise_on_error(fn(ctypes.byref(args), step, ctypes.c_void_p(stream)))  # type: ignore[attr-defined,operator]
+
+
+def _entry(module: object, name: str, argtypes: list[object]) -> object:
+    """The module's ``name`` with ctypes signatures set, its tile-map ABI checked once."""
     lib = module.lib  # type: ignore[attr-defined]
-    fn = lib.attnc_build_tile_map
+    fn = getattr(lib, name)
     if fn.argtypes is None:
-        fn.argtypes = [
-            ctypes.POINTER(AttncTileMapArgs),
-            ctypes.POINTER(AttncTileMapCopies),
-            ctypes.c_void_p,
-        ]
-        fn.restype = ctypes.c_int
         lib.attnc_tile_map_abi_version.restype = ctypes.c_int
         found = int(lib.attnc_tile_map_abi_version())
         if found != TILE_MAP_ABI_VERSION:
             raise RuntimeError(
                 f"tile map: module ABI {found}, this runtime expects {TILE_MAP_ABI_VERSION}"
             )
-    args.tile_map = workspace_ptr + offsets["tile_map"]
-    args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
-    args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
-    args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
-    step = None if copies is None else ctypes.byref(copies)
-    module.raise_on_error(fn(ctypes.byref(args), step, ctypes.c_void_p(stream)))  # type: ignore[attr-defined]
+        fn.argtypes = argtypes
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def order_items_on_device(module: object, args: AttncItemOrderArgs, stream: int) -> None:
+    """Queue on ``stream`` the module's step that cuts each work item's KV range to its map
+    row and orders the items by their non-EMPTY map columns (largest first); ``args`` point
+    into the workspace (the classifier must be queued before)."""
+    fn = _entry(module, "attnc_order_items_by_map", [ctypes.POINTER(AttncItemOrderArgs), _P])
+    module.raise_on_error(fn(ctypes.byref(args), ctypes.c_void_p(stream)))  # type: ignore[attr-defined,operator]
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,12 @@ class BatchPrefillWrapper:
     A mask that reads per-token tensors (``tensor<...>[kv_len]`` / ``[q_len]``) gets a tile
     map when ``plan(params=...)`` is given them: it lives in the last ``max_tile_map_bytes``
     of the workspace (default: an eighth, at most 64 MiB), a place fixed for the wrapper.
+    ``plan()`` builds it on the device and waits for it, then ranges and costs tiles by it.
+    With ``wait_for_tile_map=False`` (a CUDA workspace) it does not wait: tiles are planned
+    by the mask's closed form, and the map's classifier and a step that cuts each work item
+    to its map row and orders the items by it are queued on the stream after the plan's copy
+    (``tile_map()`` is then None; the map and a copy of the work list must fit in
+    ``max_tile_map_bytes``, else that plan waits).
     """
 
     _map_builder: prefill_tile_map.HostMapBuilder | None = None  # tests: a CPU-built map
@@ -59,8 +65,12 @@ class BatchPrefillWrapper:
         kv_layout: str = "NHD",
         backend: str | None = None,
         max_tile_map_bytes: int | None = None,
+        wait_for_tile_map: bool = True,
     ):
         tensors.check_kv_layout(kv_layout)
+        if not isinstance(wait_for_tile_map, bool):
+            raise TypeError(f"wait_for_tile_map: expected a bool, got {wait_for_tile_map!r}")
+        self._wait_for_map = wait_for_tile_map
         self.backend = check_backend(backend)
         self.variant = variant
         self.kv_layout = kv_layout
@@ -146,20 +156,29 @@ class BatchPrefillWrapper:
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
         sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
-        host_map = None
+        host_map, queued = None, None
         if self._reads.needs_tile_map:
-            host_map = self._build_map(module, scalars, plan_tensors, (qo_t, kv_t, tile, sm))
+            found = self._map_inputs(scalars, plan_tensors, (qo_t, kv_t, tile, sm))
+            if found is not None and self._queues_map():
+                queued = found
+            elif found is not None:
+                host_map = self._build_map(module, found)
         planner.configure(
             num_qo_heads, num_kv_heads, head_dim, tile,
             _device_ctas(module, self._workspace.device, head_dim, group, max_q),
             self._workspace.numel(), self._map_reserve,
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
-        host = host_plan(planner, head_dim, planned_mask.program, host_map)
+        host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)
+        self._copy_to_workspace(host)
+        if queued is not None and not self._queue_map(module, host, queued):
+            host_map = self._build_map(module, queued)  # no room for the queued step: wait
+            self._wait_for_copy()
+            host = host_plan(planner, head_dim, planned_mask.program, host_map)
+            self._copy_to_workspace(host)
         self._planned_mask = planned_mask
         self._map_host = None if host_map is None else (host_map, tile)
         self._map_summary = None
-        self._copy_to_workspace(host)
         self._plan, self._module = host, module
         self._heads = heads
         self._batch_sizes = self._sizes_of[1]
@@ -170,7 +189,7 @@ class BatchPrefillWrapper:
         self._max_page = int(host.max_page)
         self._paged, self._page_size = bool(host.paged), int(host.page_size)
         status = self._page_status.ptr if host.paged else 0
-        self._meta = _launch_meta(host, self._heads, self._kv_code(host), status)
+        self._meta = prefill_launch.launch_meta(host, self._heads, self._kv_code(host), status)
 
     def _plan_params(
         self, params: Mapping[str, object], heads: tuple[int, int, int], batch: tuple[int, ...]
@@ -272,16 +291,36 @@ class BatchPrefillWrapper:
                 self._copied.synchronize()
             self._copied = None
 
-    def _build_map(
+    def _queues_map(self) -> bool:
+        """Whether plan() queues the map without waiting (wait_for_tile_map=False on a CUDA
+        workspace; a CPU workspace or a host map builder always builds first)."""
+        return not self._wait_for_map and self._host_workspace is None and not self._map_builder
+
+    def _queue_map(self, module: PrefillModule, host: HostPlan, found: _MapStep) -> bool:
+        """Queue the classifier and the item step after the plan's copy (False: no room)."""
+        values, inputs = found
+        return prefill_tile_map.queue_tile_map(
+            module, self._workspace, inputs, values, self._reads, self._map_reserve,
+            host.layout.offsets, int(host.result.num_items),
+        )  # fmt: skip
+
+    def _build_map(self, module: PrefillModule, found: _MapStep) -> np.ndarray:
+        """The uint8 host copy of this plan's tile map, built and waited for."""
+        values, inputs = found
+        return prefill_tile_map.build_tile_map(
+            module, self._workspace, inputs, values, self._reads, self._map_reserve,
+            self._map_builder, self._map_staging, self._host_workspace,
+        )  # fmt: skip
+
+    def _map_inputs(
         self,
-        module: PrefillModule,
         scalars: Mapping[str, object],
         plan_tensors: Mapping[str, torch.Tensor],
         batch: tuple[torch.Tensor, torch.Tensor, int, float],
-    ) -> np.ndarray | None:
-        """The uint8 host copy of this plan's tile map (None: plan() was not given every
-        param the mask reads: tiles keep their closed-form classes). ``batch``: the checked
-        qo_indptr and kv_indptr, the tile size and sm_scale."""
+    ) -> _MapStep | None:
+        """The classifier's param values and inputs for this plan (None: plan() was not given
+        every param the mask reads: tiles keep their closed-form classes). ``batch``: the
+        checked qo_indptr and kv_indptr, the tile size and sm_scale."""
         heads = self._checked_heads
         sizes = dict(zip(("num_qo_heads", "num_kv_heads", "head_dim"), heads, strict=True))
         sizes.update(self._sizes_of[1])
@@ -296,10 +335,7 @@ class BatchPrefillWrapper:
             qo_t, kv_t, planner.q_lens, planner.kv_lens, planner.map_starts(tile), tile,
             self._checked_heads, sm,  # type: ignore[arg-type]
         )  # fmt: skip
-        return prefill_tile_map.build_tile_map(
-            module, self._workspace, inputs, values, self._reads, self._map_reserve,
-            self._map_builder, self._map_staging, self._host_workspace,
-        )  # fmt: skip
+        return values, inputs
 
     def _kv_code(self, host: HostPlan) -> int:
         if not host.paged:
@@ -411,37 +447,10 @@ class BatchPrefillWrapper:
         self._page_status.raise_if_set()
 
 
-def _launch_meta(
-    host: HostPlan, heads: tuple[int, int, int], kv_code: int, page_status: int
-) -> list[int]:
-    """The ``prefill_launch.META_FIELDS`` of a plan."""
-    r = host.result
-    mapped = host.tile_map_offset >= 0
-    return [
-        r.batch,  # requests
-        r.num_items,
-        r.num_merge,
-        host.tile_q_tokens,
-        host.page_size,
-        kv_code,
-        *heads,
-        r.off_qo_indptr,
-        r.off_kv_indptr,
-        r.off_kv_indices,  # -1: ragged
-        r.off_kv_last_page_len,
-        r.off_items,
-        r.off_merge_items,
-        host.part_o_offset,
-        host.part_lse_offset,
-        page_status,
-        r.off_kv_token_start,
-        host.tile_map_offset,
-        r.off_tile_map_start if mapped else -1,
-        KV_BLOCK,
-    ]
-
-
 _CHOICES = 64  # module choices a wrapper remembers
+
+# A plan's map step: the classifier's param values and inputs.
+_MapStep = tuple[dict[str, object], prefill_tile_map.MapInputs]
 
 
 def _plain_ints(*values: object) -> bool:

@@ -12,16 +12,20 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.planning.tile_map import KV_BLOCK
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
+
+if TYPE_CHECKING:
+    from attnc.runtime.planning.prefill_plan import HostPlan
 
 META_FIELDS = (
     "batch_size",
@@ -182,3 +186,34 @@ def prefill_op(
 
 
 register_attention_fake(prefill_op, q_index=1, contiguous_o=True)
+
+
+def launch_meta(
+    host: HostPlan, heads: tuple[int, int, int], kv_code: int, page_status: int
+) -> list[int]:
+    """The ``META_FIELDS`` of a plan (``kv_code``: abi.KV_*; ``page_status``: the address of
+    the page-status word of paged plans, else 0)."""
+    r = host.result
+    mapped = host.tile_map_offset >= 0
+    return [
+        r.batch,  # requests
+        r.num_items,
+        r.num_merge,
+        host.tile_q_tokens,
+        host.page_size,
+        kv_code,
+        *heads,
+        r.off_qo_indptr,
+        r.off_kv_indptr,
+        r.off_kv_indices,  # -1: ragged
+        r.off_kv_last_page_len,
+        r.off_items,
+        r.off_merge_items,
+        host.part_o_offset,
+        host.part_lse_offset,
+        page_status,
+        r.off_kv_token_start,
+        host.tile_map_offset,
+        r.off_tile_map_start if mapped else -1,
+        KV_BLOCK,
+    ]

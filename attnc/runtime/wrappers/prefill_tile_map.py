@@ -2,7 +2,9 @@
 tensors: the param values the classifier needs, the map's place in the workspace, its build
 (the module's ``attnc_build_tile_map`` on the device, or a host builder for a CPU workspace)
 and the host copy the planner ranges and costs tiles by, through a pinned staging buffer the
-wrapper keeps (``PinnedStaging``).
+wrapper keeps (``PinnedStaging``); or, for a plan that does not wait for the map
+(``queue_tile_map``), the classifier and the device step that cuts and orders the planned
+items by the map, queued on the stream after the plan's copy.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.plan_params import MaskReads
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
+    AttncItemOrderArgs,
     AttncTileMapArgs,
     AttncTileMapCopies,
     build_on_device,
+    order_items_on_device,
 )
-from attnc.runtime.planning.workspace import ALIGN
+from attnc.runtime.planning.workspace import ALIGN, ITEM_INTS, aligned
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
@@ -144,6 +148,75 @@ def build_tile_map(
     return _launch(module, workspace, inputs, starts, values, reads, offset, staging)
 
 
+def classifier_args(
+    module: object, inputs: MapInputs, values: Mapping[str, object], reads: MaskReads
+) -> tuple[AttncTileMapArgs, object]:
+    """The classifier's arguments (device pointers unset) and the packed variant params they
+    point to (keep it alive until the launch returns)."""
+    batch = inputs.qo_indptr.shape[0] - 1
+    params = prefill_launch.pack_params(module, values)  # type: ignore[arg-type]
+    hq, hkv, d = inputs.heads
+    args = AttncTileMapArgs(
+        variant_params=ctypes.addressof(params),
+        variant_params_size=ctypes.sizeof(params),
+        batch_size=batch,
+        num_qo_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=d,
+        tile_q_tokens=inputs.tile_q_tokens,
+        kv_block=KV_BLOCK,
+        mask_heads=hq if reads.reads_heads else 1,
+        num_entries=int(inputs.map_starts[-1]),
+        sm_scale=inputs.sm_scale,
+    )
+    return args, params
+
+
+def queue_tile_map(
+    module: object,
+    workspace: torch.Tensor,
+    inputs: MapInputs,
+    values: Mapping[str, object],
+    reads: MaskReads,
+    map_reserve: int,
+    regions: Mapping[str, int],
+    num_items: int,
+) -> bool:
+    """Queue on the workspace's current stream, after the plan's copy: the classifier into the
+    map region, then the step that cuts each item's KV range to its map row and orders the
+    items by their non-EMPTY columns (the work list at ``regions["items"]``, copied first into
+    scratch bytes after the map). Nothing waits. False (nothing queued) when the map and the
+    scratch copy do not fit in ``map_reserve``: the caller builds and waits instead."""
+    entries = int(inputs.map_starts[-1])
+    scratch = aligned(entries)
+    if scratch + 4 * ITEM_INTS * num_items > map_reserve:
+        return False
+    offset = prefill_plan.map_region_offset(workspace.numel(), map_reserve)
+    base = workspace.data_ptr()
+    stream = raw_stream(workspace.device)
+    args, params = classifier_args(module, inputs, values, reads)
+    offsets = {
+        "tile_map": offset,
+        "tile_map_start": regions["tile_map_start"],
+        "qo_indptr": regions["qo_indptr"],
+        "kv_token_start": regions["kv_token_start"],
+    }
+    build_on_device(module, base, offsets, args, stream)
+    del params  # copied by the launch
+    order = AttncItemOrderArgs(
+        items=base + regions["items"],
+        scratch=base + offset + scratch,
+        tile_map=base + offset,
+        tile_map_start=base + regions["tile_map_start"],
+        kv_token_start=base + regions["kv_token_start"],
+        num_items=num_items,
+        batch_size=inputs.qo_indptr.shape[0] - 1,
+        kv_block=KV_BLOCK,
+    )
+    order_items_on_device(module, order, stream)
+    return True
+
+
 def _launch(
     module: object,
     workspace: torch.Tensor,
@@ -159,21 +232,7 @@ def _launch(
     batch = inputs.qo_indptr.shape[0] - 1
     head = prefill_plan.head_layout(batch)
     entries = int(starts[-1])
-    params = prefill_launch.pack_params(module, values)  # type: ignore[arg-type]
-    hq, hkv, d = inputs.heads
-    args = AttncTileMapArgs(
-        variant_params=ctypes.addressof(params),
-        variant_params_size=ctypes.sizeof(params),
-        batch_size=batch,
-        num_qo_heads=hq,
-        num_kv_heads=hkv,
-        head_dim=d,
-        tile_q_tokens=inputs.tile_q_tokens,
-        kv_block=KV_BLOCK,
-        mask_heads=hq if reads.reads_heads else 1,
-        num_entries=entries,
-        sm_scale=inputs.sm_scale,
-    )
+    args, params = classifier_args(module, inputs, values, reads)
     pinned = staging.get(head.total_bytes + entries)
     words = staging.words
     offsets = head.offsets

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "abi_codes.h"
+#include "item_map_order.cuh"
 #include "mask_bounds.cuh"
 #include "variant_contract.cuh"
 
@@ -30,7 +31,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#define ATTNC_TILE_MAP_ABI_VERSION 2
+#define ATTNC_TILE_MAP_ABI_VERSION 3
 
 // Arguments of attnc_build_tile_map (mirrored by attnc/runtime/planning/tile_map.py).
 typedef struct AttncTileMapArgs {
@@ -325,14 +326,20 @@ int build_tile_map_step(const AttncTileMapArgs& a, const AttncTileMapCopies* cop
 
 }  // namespace attnc
 
-// Defines attnc_build_tile_map (0 or an error code; `copies` may be null: launch only) and
-// attnc_tile_map_abi_version for V.
+// Defines attnc_build_tile_map (0 or an error code; `copies` may be null: launch only),
+// attnc_order_items_by_map (item_map_order.cuh: a plan's items cut to the map and ordered by
+// it on the stream, after the classifier) and attnc_tile_map_abi_version for V.
 #define ATTNC_DEFINE_TILE_MAP_BUILDER(V)                                                    \
   extern "C" __attribute__((visibility("default"))) int attnc_build_tile_map(              \
       const AttncTileMapArgs* args, const AttncTileMapCopies* copies, void* cuda_stream) {  \
     if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
     return ::attnc::build_tile_map_step<V>(*args, copies,                                   \
                                            static_cast<cudaStream_t>(cuda_stream));         \
+  }                                                                                         \
+  extern "C" __attribute__((visibility("default"))) int attnc_order_items_by_map(          \
+      const AttncItemOrderArgs* args, void* cuda_stream) {                                  \
+    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
+    return ::attnc::launch_item_map_order(*args, static_cast<cudaStream_t>(cuda_stream));   \
   }                                                                                         \
   extern "C" __attribute__((visibility("default"))) int attnc_tile_map_abi_version(void) { \
     return ATTNC_TILE_MAP_ABI_VERSION;                                                      \
