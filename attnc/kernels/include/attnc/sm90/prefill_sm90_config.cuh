@@ -7,9 +7,9 @@
 // Sm90Consumers), so one warpgroup's softmax runs under two others' GEMMs, and each K/V
 // stage serves 192 rows; two (128 rows) otherwise. Keys per stage: sm90_default_kv_tile,
 // and Sm90TwoShapeOf for head_dim 256. Timing experiments (tests/gpu/kernel_harness/run_sm90.sh
-// EXTRA=...) may override ATTNC_SM90_STAGES and ATTNC_SM90_KV_TILE; ATTNC_SM90_NO_TMA makes the
-// launcher load every K/V tile by cp.async. Tiles live in 128-byte swizzled column blocks
-// (smem_desc.cuh); every tile starts 1024-byte aligned.
+// EXTRA=...) may override ATTNC_SM90_STAGES, ATTNC_SM90_KV_TILE and ATTNC_SM90_HEAVY_KV_TILE;
+// ATTNC_SM90_NO_TMA makes the launcher load every K/V tile by cp.async. Tiles live in
+// 128-byte swizzled column blocks (smem_desc.cuh); every tile starts 1024-byte aligned.
 #pragma once
 
 #include <stdint.h>
@@ -38,8 +38,8 @@ struct PrefillSm90Shape {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kConsumers = CONSUMERS;  // consumer warpgroups
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per item
-  static_assert(KV_TILE % 16 == 0 && KV_TILE >= 64 && KV_TILE <= 128,
-                "attnc sm90 prefill: 64 to 128 keys per stage, a multiple of 16");
+  static_assert(KV_TILE % 16 == 0 && KV_TILE >= 64 && KV_TILE <= 144,
+                "attnc sm90 prefill: 64 to 144 keys per stage, a multiple of 16");
 #ifdef ATTNC_SM90_KV_TILE
   static constexpr int kKvTile = ATTNC_SM90_KV_TILE;  // timing experiments only
 #else
@@ -48,7 +48,7 @@ struct PrefillSm90Shape {
 #ifdef ATTNC_SM90_STAGES
   static constexpr int kStages = ATTNC_SM90_STAGES;  // timing experiments only
 #else
-  static constexpr int kStages = HEAD_DIM == 256 ? 2 : kKvTile <= 80 ? 4 : 3;
+  static constexpr int kStages = HEAD_DIM == 256 || kKvTile > 128 ? 2 : kKvTile <= 80 ? 4 : 3;
 #endif
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // Register split of the CTA's pool (kThreads x the launch bound's share, 168 for 384
@@ -196,11 +196,21 @@ struct Sm90Consumers {
 // per-token tensor (the light class at head_dim 64): the 64-key kernel's per-tile work on a
 // quarter more keys (RESULTS.md, run 32). 64 keys for the rest: soft-cap's tanh and the
 // document mask spill with 80. Else sm90_default_kv_tile.
+// ATTNC_SM90_HEAVY_KV_TILE (timing experiments only; 144 fits ALiBi and sigmoid in 216
+// registers, with two stages) sets it for the variants outside the light class at 128.
 template <class V, int HEAD_DIM>
 struct Sm90TwoKeys {
-  static constexpr int value = HEAD_DIM == 256 && Sm90Consumers<V, 64>::kLight && V::kAffineScore
-                                   ? 80
-                                   : sm90_default_kv_tile(HEAD_DIM, 2);
+#ifdef ATTNC_SM90_HEAVY_KV_TILE
+  static constexpr int kHeavy =
+      HEAD_DIM == 128 && !Sm90Consumers<V, 128>::kLight ? ATTNC_SM90_HEAVY_KV_TILE : 0;
+#else
+  static constexpr int kHeavy = 0;
+#endif
+  static constexpr bool kLight256 =
+      HEAD_DIM == 256 && Sm90Consumers<V, 64>::kLight && V::kAffineScore;
+  static constexpr int value = kHeavy   ? kHeavy
+                               : kLight256 ? 80
+                                           : sm90_default_kv_tile(HEAD_DIM, 2);
 };
 template <class V, int HEAD_DIM>
 using Sm90TwoShapeOf = PrefillSm90Shape<HEAD_DIM, 2, Sm90TwoKeys<V, HEAD_DIM>::value>;

@@ -26,6 +26,7 @@
 #define ATTNC_WGMMA_ACC_64 ATTNC_WGMMA_ACC_BLOCKS_8(0)
 #define ATTNC_WGMMA_ACC_80 ATTNC_WGMMA_ACC_BLOCKS_8(0), ATTNC_WGMMA_ACC_BLOCKS_2(8)
 #define ATTNC_WGMMA_ACC_128 ATTNC_WGMMA_ACC_BLOCKS_16(0)
+#define ATTNC_WGMMA_ACC_144 ATTNC_WGMMA_ACC_BLOCKS_16(0), ATTNC_WGMMA_ACC_BLOCKS_2(16)
 #define ATTNC_WGMMA_ACC_256 ATTNC_WGMMA_ACC_BLOCKS_32(0)
 
 // PTX accumulator registers %0 .. %(N / 2 - 1); the operands after them are numbered from N / 2.
@@ -37,6 +38,7 @@
   ATTNC_WGMMA_REGS_64                                                                 \
   ",%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define ATTNC_WGMMA_REGS_144 ATTNC_WGMMA_REGS_128 ",%64, %65, %66, %67, %68, %69, %70, %71"
 #define ATTNC_WGMMA_REGS_256                                                                 \
   ATTNC_WGMMA_REGS_128                                                                       \
   ",%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"         \
@@ -81,13 +83,15 @@
 namespace attnc {
 namespace sm90 {
 
-/// One m64nNk16 wgmma (ss and rs forms) for input type T; specialised for N in 64, 80, 128, 256.
+/// One m64nNk16 wgmma (ss and rs forms) for input type T; specialised for N in 64, 80, 128,
+/// 144 (timing experiments: ATTNC_SM90_HEAVY_KV_TILE), 256.
 template <class T, int N>
 struct Wgmma;
 
 ATTNC_WGMMA_BOTH_TYPES(64, 32, 33, 34, 35, 36, 37, 38)
 ATTNC_WGMMA_BOTH_TYPES(80, 40, 41, 42, 43, 44, 45, 46)
 ATTNC_WGMMA_BOTH_TYPES(128, 64, 65, 66, 67, 68, 69, 70)
+ATTNC_WGMMA_BOTH_TYPES(144, 72, 73, 74, 75, 76, 77, 78)
 ATTNC_WGMMA_BOTH_TYPES(256, 128, 129, 130, 131, 132, 133, 134)
 
 }  // namespace sm90
