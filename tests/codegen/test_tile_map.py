@@ -213,7 +213,24 @@ def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
     module = get_prefill_module(attnc.load("stdlib:doc_causal").ir, "bfloat16", 64, arch="80")
     lib = module.lib  # type: ignore[attr-defined]
     assert hasattr(lib, "attnc_build_tile_map")
-    assert hasattr(lib, "attnc_order_items_by_map")
+    # The item step refuses bad arguments before any CUDA call (so this runs without a GPU).
+    from attnc.runtime.planning.tile_map import AttncItemOrderArgs
+
+    order = lib.attnc_order_items_by_map
+    order.argtypes = [ctypes.POINTER(AttncItemOrderArgs), ctypes.c_void_p]
+    order.restype = ctypes.c_int
+    bad_layout = 10003  # ATTNC_E_BAD_LAYOUT
+    assert order(None, None) == bad_layout
+    fine = dict(items=8, scratch=8, tile_map=8, tile_map_start=8, kv_token_start=8)
+    assert order(ctypes.byref(AttncItemOrderArgs(num_items=0, kv_block=64)), None) == 0
+    for broken in (
+        {"num_items": -1, "batch_size": 1, "kv_block": 64},
+        {"num_items": 3, "batch_size": 1, "kv_block": 0},
+        {"num_items": 3, "batch_size": 0, "kv_block": 64},
+        {"num_items": 3, "batch_size": 1, "kv_block": 64, "scratch": None},
+    ):
+        args = AttncItemOrderArgs(**{**fine, **broken})
+        assert order(ctypes.byref(args), None) == bad_layout, broken
     lib.attnc_tile_map_abi_version.restype = ctypes.c_int
     assert lib.attnc_tile_map_abi_version() == TILE_MAP_ABI_VERSION
 
