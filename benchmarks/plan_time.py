@@ -9,7 +9,7 @@ documents, another tensor), so nothing of the previous call's checks can be reus
 classifier and the item step queued, nothing waited for).
 
     python -m benchmarks.plan_time            # on the CPU: a stand-in module (Hopper tile of
-                                              # 32 query tokens, 132 CTAs), the map built once
+                                              # 48 query tokens, 132 CTAs), the map built once
                                               # by a host builder and cached
     python -m benchmarks.plan_time --cuda     # the real module and map classifier on a CUDA
                                               # workspace (GPU machine)
@@ -93,11 +93,12 @@ class Stages:
 
 @contextmanager
 def stand_in(variant: object) -> Iterator[None]:
-    """On the CPU: the module choice and the device CTAs of a Hopper module, 32-token tiles."""
+    """On the CPU: the module choice and the device CTAs of a Hopper module, 48-token tiles
+    (three consumers, 192 packed rows at 32 / 8 heads)."""
     fields = {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)}
     module = type("StandIn", (), fields)()
     saved = prefill.choose_prefill_module, prefill._device_ctas
-    prefill.choose_prefill_module = lambda *a, **k: PrefillChoice("sm90", module, 32)
+    prefill.choose_prefill_module = lambda *a, **k: PrefillChoice("sm90", module, 48)
     prefill._device_ctas = lambda *a, **k: 132
     try:
         yield
