@@ -5,10 +5,11 @@
 // non-EMPTY column counts, largest first, ties in list order (the order a plan that waited
 // gives; the dynamic item fetch of the Hopper kernel runs them in list order).
 //
-// The per-item step and the order are __host__ __device__ or plain C++ (item_map_cost,
-// order_key, order_items_host), so a CPU build runs what the kernel runs and tests check it
-// against brute force. The kernel is one CTA: a histogram of the keys, a scan, and a stable
-// scatter of the items warp by warp.
+// The per-item arithmetic and the order are __host__ __device__ or plain C++ (item_columns,
+// cut_item, order_key, order_items_host), so a CPU build runs what the kernels run and tests
+// check it against brute force. Two kernels: a warp per item scans its map row (the whole
+// grid), then one CTA orders the items (a histogram of the keys, a scan, a stable scatter of
+// the items warp by warp).
 #pragma once
 
 #include <stdint.h>
@@ -48,30 +49,46 @@ struct ItemMapCost {
   int cost;
 };
 
-// Item `it` (ATTNC_PI_SIZE ints) of request `request`, whose KV holds kv_len keys and whose
-// map rows start at `row` (the item's query tile's row: cols = ceil(kv_len / kv_block)).
+// The item's range clamped to its request's keys, and the map columns [c0, c1) it touches.
+struct ItemColumns {
+  int begin, end, c0, c1;
+};
+ATTNC_HD ItemColumns item_columns(const int32_t* it, int kv_len, int kv_block) {
+  const int begin = it[ATTNC_PI_KV_BEGIN] < 0 ? 0 : it[ATTNC_PI_KV_BEGIN];
+  const int end = it[ATTNC_PI_KV_END] < kv_len ? it[ATTNC_PI_KV_END] : kv_len;
+  if (end <= begin) return ItemColumns{begin, begin, 0, 0};
+  return ItemColumns{begin, end, begin / kv_block, (end - 1) / kv_block + 1};
+}
+
+// The cut range from the first and last non-EMPTY columns and their count (count 0: none).
+ATTNC_HD ItemMapCost cut_item(const ItemColumns& c, int first, int last, int count,
+                              int kv_block) {
+  if (count == 0) return ItemMapCost{c.begin, c.begin, 0};
+  const int b = first * kv_block > c.begin ? first * kv_block : c.begin;
+  const int e = (last + 1) * kv_block < c.end ? (last + 1) * kv_block : c.end;
+  return ItemMapCost{b, e, count};
+}
+
+// Item `it` (ATTNC_PI_SIZE ints) of a request whose KV holds kv_len keys, its query tile's map
+// row at `row` (cols = ceil(kv_len / kv_block)): the scan one lane does (the CPU reference;
+// the kernel scans a row with a warp).
 ATTNC_HD ItemMapCost item_map_cost(const int32_t* it, const uint8_t* row, int kv_len,
                                    int kv_block) {
-  int begin = it[ATTNC_PI_KV_BEGIN] < 0 ? 0 : it[ATTNC_PI_KV_BEGIN];
-  int end = it[ATTNC_PI_KV_END] < kv_len ? it[ATTNC_PI_KV_END] : kv_len;
-  if (end <= begin) return ItemMapCost{begin, begin, 0};
-  int first = -1, last = -1, cost = 0;
-  for (int c = begin / kv_block; c <= (end - 1) / kv_block; ++c) {
+  const ItemColumns cols = item_columns(it, kv_len, kv_block);
+  int first = -1, last = -1, count = 0;
+  for (int c = cols.c0; c < cols.c1; ++c) {
     if (row[c] == 0u) continue;  // TileClass::kEmpty
     if (first < 0) first = c;
     last = c;
-    ++cost;
+    ++count;
   }
-  if (cost == 0) return ItemMapCost{begin, begin, 0};
-  const int b = first * kv_block > begin ? first * kv_block : begin;
-  const int e = (last + 1) * kv_block < end ? (last + 1) * kv_block : end;
-  return ItemMapCost{b, e, cost};
+  return cut_item(cols, first, last, count, kv_block);
 }
 
 // The sort key of a cost (larger first).
 ATTNC_HD int order_key(int cost) { return cost < kItemOrderKeys - 1 ? cost : kItemOrderKeys - 1; }
 
-// The request of item i's map row and the row itself, from the arguments.
+// The map row of item `it` and its request's keys, from the arguments.
 ATTNC_HD const uint8_t* item_map_row(const AttncItemOrderArgs& a, const int32_t* it,
                                      int* kv_len) {
   const int r = it[ATTNC_PI_REQUEST];
@@ -80,45 +97,79 @@ ATTNC_HD const uint8_t* item_map_row(const AttncItemOrderArgs& a, const int32_t*
   return a.tile_map + a.tile_map_start[r] + static_cast<int64_t>(it[ATTNC_PI_Q_TILE]) * cols;
 }
 
-// Copies item `src` to `dst` with the range of `c`; the counters of item 0 (ATTNC_PI_NEXT,
-// ATTNC_PI_CTAS_DONE) start at 0 wherever an item lands.
-ATTNC_HD void write_item(int32_t* dst, const int32_t* src, const ItemMapCost& c) {
+// Copies item `src` to `dst`; the counters of item 0 (ATTNC_PI_NEXT, ATTNC_PI_CTAS_DONE)
+// start at 0 wherever an item lands.
+ATTNC_HD void write_item(int32_t* dst, const int32_t* src) {
   for (int f = 0; f < ATTNC_PI_SIZE; ++f) dst[f] = src[f];
-  dst[ATTNC_PI_KV_BEGIN] = c.begin;
-  dst[ATTNC_PI_KV_END] = c.end;
   dst[ATTNC_PI_NEXT] = 0;
   dst[ATTNC_PI_CTAS_DONE] = 0;
 }
 
-// The whole step on the CPU (the reference of the kernel below): scratch holds the list,
+// The whole step on the CPU (the reference of the kernels below): scratch holds the list,
 // items receives it cut and ordered. Requests are assumed valid (the planner's own lists).
 inline void order_items_host(const AttncItemOrderArgs& a) {
   const int n = a.num_items;
   int count[kItemOrderKeys] = {0};
-  for (int i = 0; i < n; ++i) {
-    const int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
+  for (int i = 0; i < n; ++i) {  // cut, the cost parked in the item's ATTNC_PI_NEXT word
+    int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
     int kv_len = 0;
     const uint8_t* row = item_map_row(a, it, &kv_len);
-    ++count[order_key(item_map_cost(it, row, kv_len, a.kv_block).cost)];
+    const ItemMapCost c = item_map_cost(it, row, kv_len, a.kv_block);
+    it[ATTNC_PI_KV_BEGIN] = c.begin;
+    it[ATTNC_PI_KV_END] = c.end;
+    it[ATTNC_PI_NEXT] = c.cost;
+    ++count[order_key(c.cost)];
   }
   int next[kItemOrderKeys];
   int at = 0;
   for (int k = kItemOrderKeys - 1; k >= 0; --k) next[k] = at, at += count[k];
   for (int i = 0; i < n; ++i) {
     const int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
-    int kv_len = 0;
-    const uint8_t* row = item_map_row(a, it, &kv_len);
-    const ItemMapCost c = item_map_cost(it, row, kv_len, a.kv_block);
-    write_item(a.items + static_cast<int64_t>(next[order_key(c.cost)]++) * ATTNC_PI_SIZE, it, c);
+    const int place = next[order_key(it[ATTNC_PI_NEXT])]++;
+    write_item(a.items + static_cast<int64_t>(place) * ATTNC_PI_SIZE, it);
   }
 }
 
 #ifdef __CUDACC__
-// One CTA of kItemOrderThreads: (1) every thread costs its items (i = t, t + 1024, ...) and
-// counts their keys in shared memory; (2) the counts become each key's first place (larger
-// keys first) by a block scan; (3) chunks of 1024 items in list order, the 32 warps of a
-// chunk in turn: lanes of one key take consecutive places (__match_any_sync), so the order
-// is stable and the same on every run.
+constexpr int kItemCostThreads = 256;  // a warp per item
+
+// Step 1, a warp per item over the whole grid: the lanes read 32 consecutive columns of the
+// item's map row at a time, a ballot gives the first and last non-EMPTY ones and their count;
+// lane 0 writes the cut range back into scratch and parks the cost in ATTNC_PI_NEXT.
+__global__ void __launch_bounds__(kItemCostThreads) item_map_cost_kernel(AttncItemOrderArgs a) {
+  const int lane = threadIdx.x % 32;
+  const int warps = gridDim.x * (kItemCostThreads / 32);
+  for (int i = blockIdx.x * (kItemCostThreads / 32) + threadIdx.x / 32; i < a.num_items;
+       i += warps) {
+    int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
+    int kv_len = 0;
+    const uint8_t* row = item_map_row(a, it, &kv_len);
+    const ItemColumns cols = item_columns(it, kv_len, a.kv_block);
+    int first = -1, last = -1, count = 0;
+    for (int c0 = cols.c0; c0 < cols.c1; c0 += 32) {
+      const int c = c0 + lane;
+      const unsigned votes = __ballot_sync(0xffffffffu, c < cols.c1 && row[c] != 0u);
+      if (votes != 0u) {
+        if (first < 0) first = c0 + __ffs(votes) - 1;
+        last = c0 + 31 - __clz(votes);
+        count += __popc(votes);
+      }
+    }
+    const ItemMapCost m = cut_item(cols, first, last, count, a.kv_block);
+    __syncwarp();  // every lane has read the item before lane 0 writes it
+    if (lane == 0) {
+      it[ATTNC_PI_KV_BEGIN] = m.begin;
+      it[ATTNC_PI_KV_END] = m.end;
+      it[ATTNC_PI_NEXT] = m.cost;
+    }
+    __syncwarp();
+  }
+}
+
+// Step 2, one CTA of kItemOrderThreads: the keys of the parked costs counted in shared
+// memory, the counts turned into each key's first place (larger keys first) by a block scan,
+// then chunks of 1024 items in list order, the 32 warps of a chunk in turn: lanes of one key
+// take consecutive places (__match_any_sync), so the order is stable and the same every run.
 __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(AttncItemOrderArgs a) {
   __shared__ int next[kItemOrderKeys];
   __shared__ int partial[kItemOrderThreads];
@@ -126,12 +177,9 @@ __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(Attnc
   const int t = threadIdx.x;
   for (int k = t; k < kItemOrderKeys; k += kItemOrderThreads) next[k] = 0;
   __syncthreads();
-  for (int i = t; i < a.num_items; i += kItemOrderThreads) {
-    const int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
-    int kv_len = 0;
-    const uint8_t* row = item_map_row(a, it, &kv_len);
-    atomicAdd(&next[order_key(item_map_cost(it, row, kv_len, a.kv_block).cost)], 1);
-  }
+  for (int i = t; i < a.num_items; i += kItemOrderThreads)
+    atomicAdd(&next[order_key(a.scratch[static_cast<int64_t>(i) * ATTNC_PI_SIZE + ATTNC_PI_NEXT])],
+              1);
   __syncthreads();
   // Thread t owns keys (from the largest) kItemOrderKeys - 1 - (t * kPer + j).
   int own[kPer];
@@ -159,14 +207,8 @@ __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(Attnc
     const int i = base + t;
     const bool mine = i < a.num_items;
     const int32_t* it = a.scratch + static_cast<int64_t>(mine ? i : 0) * ATTNC_PI_SIZE;
-    ItemMapCost c{0, 0, 0};
-    int key = -1 - lane;  // a key no other lane has: lanes past the list stay alone
-    if (mine) {
-      int kv_len = 0;
-      const uint8_t* row = item_map_row(a, it, &kv_len);
-      c = item_map_cost(it, row, kv_len, a.kv_block);
-      key = order_key(c.cost);
-    }
+    // A key no other lane has for lanes past the list: they stay alone and write nothing.
+    const int key = mine ? order_key(it[ATTNC_PI_NEXT]) : -1 - lane;
     const unsigned same = __match_any_sync(0xffffffffu, key);
     const int rank = __popc(same & ((1u << lane) - 1u));
     const int leader = __ffs(same) - 1;
@@ -175,7 +217,7 @@ __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(Attnc
         int first = 0;
         if (lane == leader) first = next[key];
         first = __shfl_sync(same, first, leader);
-        write_item(a.items + static_cast<int64_t>(first + rank) * ATTNC_PI_SIZE, it, c);
+        write_item(a.items + static_cast<int64_t>(first + rank) * ATTNC_PI_SIZE, it);
         if (lane == leader) next[key] = first + __popc(same);
       }
       __syncthreads();
@@ -183,7 +225,7 @@ __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(Attnc
   }
 }
 
-// Checks the arguments, copies the list into scratch and launches the kernel on `stream`.
+// Checks the arguments, copies the list into scratch and launches both steps on `stream`.
 inline int launch_item_map_order(const AttncItemOrderArgs& a, cudaStream_t stream) {
   if (a.num_items < 0 || a.batch_size < 0 || a.kv_block <= 0) return ATTNC_E_BAD_LAYOUT;
   if (a.num_items == 0) return 0;
@@ -192,6 +234,11 @@ inline int launch_item_map_order(const AttncItemOrderArgs& a, cudaStream_t strea
     return ATTNC_E_BAD_LAYOUT;
   const size_t bytes = static_cast<size_t>(a.num_items) * ATTNC_PI_SIZE * sizeof(int32_t);
   cudaError_t st = cudaMemcpyAsync(a.scratch, a.items, bytes, cudaMemcpyDeviceToDevice, stream);
+  if (st != cudaSuccess) return static_cast<int>(st);
+  constexpr int kWarps = kItemCostThreads / 32;
+  const int needed = (a.num_items + kWarps - 1) / kWarps;
+  item_map_cost_kernel<<<needed < 1024 ? needed : 1024, kItemCostThreads, 0, stream>>>(a);
+  st = cudaGetLastError();
   if (st != cudaSuccess) return static_cast<int>(st);
   item_map_order_kernel<<<1, kItemOrderThreads, 0, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
