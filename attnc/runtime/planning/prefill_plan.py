@@ -263,17 +263,22 @@ def host_plan(
     )  # fmt: skip
 
 
+def check_map_fits(entries: int, map_reserve: int) -> None:
+    """Raise the ``ValueError`` naming ``workspace_buffer`` when a map of ``entries`` bytes
+    does not fit in the wrapper's ``map_reserve``."""
+    if entries > map_reserve:
+        raise ValueError(
+            f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "
+            f"{map_reserve} (max_tile_map_bytes)"
+        )
+
+
 def _write_map_starts(planner: PrefillPlanner) -> None:
     """Write each request's map start (``tile_map.map_starts``) into the planned lists, for a
     map built on the device after the copy."""
     p, r = planner.params, planner.result
     starts = planner.map_starts(int(p.tile_q_tokens))
-    entries = int(starts[-1])
-    if entries > p.map_reserve:
-        raise ValueError(
-            f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "
-            f"{p.map_reserve} (max_tile_map_bytes)"
-        )
+    check_map_fits(int(starts[-1]), int(p.map_reserve))
     at = int(r.off_tile_map_start)
     planner.buffer[at : at + 4 * (int(r.batch) + 1)].view(np.int32)[:] = starts
 

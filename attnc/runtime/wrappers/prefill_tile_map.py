@@ -124,11 +124,7 @@ def build_tile_map(
     (``host_workspace``: the numpy view of a CPU workspace)."""
     starts = inputs.map_starts
     entries = int(starts[-1])
-    if entries > map_reserve:
-        raise ValueError(
-            f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "
-            f"{map_reserve} (max_tile_map_bytes)"
-        )
+    prefill_plan.check_map_fits(entries, map_reserve)
     offset = prefill_plan.map_region_offset(workspace.numel(), map_reserve)
     if host_builder is not None or not workspace.is_cuda:
         if host_builder is None:
