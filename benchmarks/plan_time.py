@@ -1,26 +1,30 @@
 """Host time of ``BatchPrefillWrapper.plan()`` for issue 13's document workload: one ragged
 request of 8K tokens packed from 8 documents (seeded cuts), 32 query / 8 KV heads,
-head_dim 128, with the ``doc_causal`` tile map (``doc``) and without it (``nodoc``: the same
+head_dim 128, with the ``doc_causal`` tile map waited for (``doc``: ``wait_for_tile_map=True``)
+and without it (``nodoc``: the same
 variant planned without its tensor, tiles keep the causal range), median of many calls with a
 per-stage breakdown. Also ``paged``: the same 8K request in pages of 16 without the map, and
 ``doc_alternating``: calls alternate between that batch and another (8000 tokens, 7
 documents, another tensor), so nothing of the previous call's checks can be reused; and with
 ``--cuda``, ``doc_nowait``: the doc row on a wrapper with ``wait_for_tile_map=False`` (the
-classifier and the item step queued, nothing waited for).
+default: the plan's copy, the classifier and the item step queued in one call, nothing
+waited for).
 
     python -m benchmarks.plan_time            # on the CPU: a stand-in module (Hopper tile of
                                               # 48 query tokens, 132 CTAs), the map built once
                                               # by a host builder and cached
     python -m benchmarks.plan_time --cuda     # the real module and map classifier on a CUDA
                                               # workspace (GPU machine)
-    python -m benchmarks.plan_time --cuda --kernels   # also the GPU kernels of the doc row's
-                                              # plan() (the classifier), mean us per plan
+    python -m benchmarks.plan_time --cuda --kernels   # also the GPU work of the doc_nowait row's
+                                              # plan() (the copy, the classifier, the item
+                                              # step), mean us per plan
 
 Stages (microseconds per call, median): ``checks`` (the index tensors, in the host planner),
 ``params`` (the plan-time params and the mask's closed-form ranges), ``map`` (build and the
-one synchronisation: on the GPU the classifier, the head lists up and the map down),
-``planner`` (the C++ plan: tile ranges from the closed form and the map, chunks, order,
-packed lists), ``copy`` (the lists to the workspace), ``python`` (the rest of ``plan()``:
+one synchronisation: on the GPU the classifier, the head lists up and the map down; for
+``doc_nowait`` the one queued call that also copies the lists), ``planner`` (the C++ plan:
+tile ranges from the closed form and the map, chunks, order, packed lists), ``copy`` (the
+lists to the workspace; none for ``doc_nowait``), ``python`` (the rest of ``plan()``:
 module choice, shapes, launch metadata).
 """
 
@@ -139,7 +143,8 @@ def run(cuda: bool, calls: int) -> dict[str, dict[str, float]]:
     device = "cuda" if cuda else "cpu"
     variant = attnc.load("stdlib:doc_causal")
     doc = doc_ids().to(device)
-    w = BatchPrefillWrapper(variant, torch.empty(WS_BYTES, dtype=torch.uint8, device=device))
+    workspace = torch.empty(WS_BYTES, dtype=torch.uint8, device=device)
+    w = BatchPrefillWrapper(variant, workspace, wait_for_tile_map=True)
     if not cuda:
         cached: dict[tuple[int, int], np.ndarray] = {}
 
@@ -194,7 +199,9 @@ def kernel_us(calls: int = 50) -> dict[str, float]:
     from torch.profiler import ProfilerActivity, profile
 
     w = BatchPrefillWrapper(
-        attnc.load("stdlib:doc_causal"), torch.empty(WS_BYTES, dtype=torch.uint8, device="cuda")
+        attnc.load("stdlib:doc_causal"),
+        torch.empty(WS_BYTES, dtype=torch.uint8, device="cuda"),
+        wait_for_tile_map=False,
     )
     qo = torch.tensor([0, TOKENS], dtype=torch.int32)
     doc = doc_ids().to("cuda")

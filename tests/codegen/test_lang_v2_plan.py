@@ -238,8 +238,9 @@ def test_a_plan_that_does_not_wait_needs_a_cuda_workspace(variant):
 
 
 def test_queue_tile_map_refuses_a_reserve_without_room_for_the_items():
-    """The queued map step needs the map and a copy of the work list in the map's reserve;
-    without room it queues nothing and says so (plan() then waits for the map)."""
+    """The queued map step needs the map and the cut work list in the map's reserve;
+    without room it queues nothing (not even the plan's copy) and says so (plan() then copies
+    the plan, builds the map and waits for it)."""
     from attnc.runtime.wrappers import prefill_tile_map
 
     inputs = prefill_tile_map.MapInputs(
@@ -248,4 +249,4 @@ def test_queue_tile_map_refuses_a_reserve_without_room_for_the_items():
     )  # fmt: skip
     ws = torch.empty(1 << 16, dtype=torch.uint8)
     args = (None, ws, inputs, {}, None, 256 + 32 * 8)
-    assert prefill_tile_map.queue_tile_map(*args, {}, 9) is False
+    assert prefill_tile_map.queue_tile_map(*args, (0, 0, {}, 9)) is False

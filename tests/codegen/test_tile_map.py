@@ -214,16 +214,32 @@ def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
     module = get_prefill_module(attnc.load("stdlib:doc_causal").ir, "bfloat16", 64, arch="80")
     lib = module.lib  # type: ignore[attr-defined]
     assert hasattr(lib, "attnc_build_tile_map")
-    # The item step refuses bad arguments before any CUDA call (so this runs without a GPU).
-    from attnc.runtime.planning.tile_map import AttncItemOrderArgs
+    # The queued step refuses bad arguments before any CUDA call (so this runs without a GPU).
+    from attnc.runtime.planning.tile_map import (
+        AttncItemOrderArgs,
+        AttncPlanUpload,
+        AttncTileMapArgs,
+    )
 
-    order = lib.attnc_order_items_by_map
-    order.argtypes = [ctypes.POINTER(AttncItemOrderArgs), ctypes.c_void_p]
-    order.restype = ctypes.c_int
+    queue = lib.attnc_queue_tile_map
+    queue.argtypes = [
+        ctypes.POINTER(AttncTileMapArgs),
+        ctypes.POINTER(AttncItemOrderArgs),
+        ctypes.POINTER(AttncPlanUpload),
+        ctypes.c_void_p,
+    ]
+    queue.restype = ctypes.c_int
     bad_layout = 10003  # ATTNC_E_BAD_LAYOUT
-    assert order(None, None) == bad_layout
+    map_args = ctypes.byref(AttncTileMapArgs())
+    upload = AttncPlanUpload(host=8, device=8, bytes=64)
     fine = dict(items=8, scratch=8, tile_map=8, tile_map_start=8, kv_token_start=8)
-    assert order(ctypes.byref(AttncItemOrderArgs(num_items=0, kv_block=64)), None) == 0
+    order = AttncItemOrderArgs(**fine, num_items=3, batch_size=1, kv_block=64)
+    assert queue(None, ctypes.byref(order), ctypes.byref(upload), None) == bad_layout
+    assert queue(map_args, None, ctypes.byref(upload), None) == bad_layout
+    assert queue(map_args, ctypes.byref(order), None, None) == bad_layout
+    for broken_upload in ({"bytes": 0}, {"host": None}, {"device": None}):
+        bad = AttncPlanUpload(**{"host": 8, "device": 8, "bytes": 64, **broken_upload})
+        assert queue(map_args, ctypes.byref(order), ctypes.byref(bad), None) == bad_layout
     for broken in (
         {"num_items": -1, "batch_size": 1, "kv_block": 64},
         {"num_items": 3, "batch_size": 1, "kv_block": 0},
@@ -231,12 +247,12 @@ def test_jit_module_exports_the_map_builder(tmp_path, monkeypatch) -> None:
         {"num_items": 3, "batch_size": 1, "kv_block": 64, "scratch": None},
     ):
         args = AttncItemOrderArgs(**{**fine, **broken})
-        assert order(ctypes.byref(args), None) == bad_layout, broken
+        assert queue(map_args, ctypes.byref(args), ctypes.byref(upload), None) == bad_layout
     lib.attnc_tile_map_abi_version.restype = ctypes.c_int
     assert lib.attnc_tile_map_abi_version() == TILE_MAP_ABI_VERSION
 
 
-@pytest.mark.parametrize("struct", ["AttncTileMapArgs", "AttncItemOrderArgs"])
+@pytest.mark.parametrize("struct", ["AttncTileMapArgs", "AttncItemOrderArgs", "AttncPlanUpload"])
 def test_args_struct_matches_the_ctypes_mirror(tmp_path: Path, struct: str) -> None:
     """The C argument structs: size and every field offset equal the runtime's ctypes mirror."""
     if shutil.which("g++") is None:

@@ -141,9 +141,11 @@ def test_batch_prefill(name, layout, backend):
     batch_params, one = _params(name, KV_LENS, gen)
     i32 = dict(dtype=torch.int32)
     qo = torch.tensor([0, *itertools.accumulate(Q_LENS)], **i32)
-    w = BatchPrefillWrapper(
-        variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"), backend=backend
-    )
+    # The ragged plans wait for the tile map (host summary, host-ranged items); the paged
+    # ones take the default, the map and the items' cut and order queued on the device.
+    waits = layout == "ragged"
+    workspace = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, workspace, backend=backend, wait_for_tile_map=waits)
     try:
         if layout == "ragged":
             kv = torch.tensor([0, *itertools.accumulate(KV_LENS)], **i32)
@@ -158,7 +160,7 @@ def test_batch_prefill(name, layout, backend):
         if backend == "sm90" and "cannot serve" in str(err):
             pytest.skip(str(err))
         raise
-    assert (w.tile_map is not None) == (name == "doc_causal")
+    assert (w.tile_map is not None) == (name == "doc_causal" and waits)
     qs, ks = [0, *itertools.accumulate(Q_LENS)], [0, *itertools.accumulate(KV_LENS)]
     for i in range(len(Q_LENS)):
         a, b, c, e = qs[i], qs[i + 1], ks[i], ks[i + 1]
@@ -296,7 +298,8 @@ def test_map_skips_other_documents_8k():
             for i, (a, b) in enumerate(itertools.pairwise(bounds))
         ]
     ).cuda()
-    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    workspace = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+    w = BatchPrefillWrapper(variant, workspace, wait_for_tile_map=True)
     i = torch.tensor([0, 8192], dtype=torch.int32)
     w.plan(i, i, 32, 8, 128, params={"doc": doc})
     items = w._plan.schedule.items

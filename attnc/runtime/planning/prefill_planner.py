@@ -189,6 +189,11 @@ class PrefillPlanner:
         if rc != abi.PLAN_OK:
             raise RuntimeError(f"attnc: prefill plan: the planner returned {rc}")
 
+    @property
+    def out_address(self) -> int:
+        """The address of the buffer the packed lists are written into (``out_tensor``'s)."""
+        return int(self._p.out or 0)
+
     def _grow(self, needed: int) -> None:
         size = max(needed, 2 * self._out.shape[0], 64 * ALIGN)
         self.out_tensor = torch.empty(size, dtype=torch.uint8, pin_memory=self._pinned)

@@ -1,8 +1,9 @@
 """Owns: the plan-time tile map of a mask that reads per-token tensors: its layout (request
 b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the launch of the
 module's generated classifier (``attnc_build_tile_map``, attnc/tile_map.cuh) on the
-workspace, the device step that cuts and orders a plan's items by the map when the plan did not
-wait for it (``attnc_order_items_by_map``, attnc/item_map_order.cuh), and the per-query-tile
+workspace, the queued steps of a plan that does not wait for its map (``attnc_queue_tile_map``:
+the plan's lists up, the classifier, then the step that cuts and orders the plan's items by the
+map, attnc/item_map_order.cuh), and the per-query-tile
 summaries the scheduler ranges and costs tiles by (EMPTY
 blocks are neither loaded nor costed).
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-TILE_MAP_ABI_VERSION = 3  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
+TILE_MAP_ABI_VERSION = 4  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
 KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
 EMPTY, FULL, PARTIAL = 0, 1, 2
 
@@ -71,6 +72,13 @@ class AttncTileMapCopies(ctypes.Structure):
     ]
 
 
+class AttncPlanUpload(ctypes.Structure):
+    """Field-for-field mirror of ``AttncPlanUpload`` (attnc/tile_map.cuh): the plan's packed
+    lists, from page-locked host memory into the workspace."""
+
+    _fields_ = [("host", _P), ("device", _P), ("bytes", ctypes.c_int64)]
+
+
 def map_starts(
     q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = KV_BLOCK
 ) -> np.ndarray:
@@ -118,12 +126,26 @@ def _entry(module: object, name: str, argtypes: list[object]) -> object:
     return fn
 
 
-def order_items_on_device(module: object, args: AttncItemOrderArgs, stream: int) -> None:
-    """Queue on ``stream`` the module's step that cuts each work item's KV range to its map
-    row and orders the items by their non-EMPTY map columns (largest first); ``args`` point
-    into the workspace (the classifier must be queued before)."""
-    fn = _entry(module, "attnc_order_items_by_map", [ctypes.POINTER(AttncItemOrderArgs), _P])
-    module.raise_on_error(fn(ctypes.byref(args), ctypes.c_void_p(stream)))  # type: ignore[attr-defined,operator]
+def queue_on_device(
+    module: object,
+    args: AttncTileMapArgs,
+    order: AttncItemOrderArgs,
+    upload: AttncPlanUpload,
+    stream: int,
+) -> None:
+    """Queue on ``stream``, in one call into the module: the plan's lists up (``upload``), the
+    classifier (``args``, its pointers set), then the step that cuts each work item's KV range
+    to its map row and orders the items by their non-EMPTY map columns, largest first
+    (``order``, pointing into the workspace). Nothing waits."""
+    argtypes = [
+        ctypes.POINTER(AttncTileMapArgs),
+        ctypes.POINTER(AttncItemOrderArgs),
+        ctypes.POINTER(AttncPlanUpload),
+        _P,
+    ]
+    fn = _entry(module, "attnc_queue_tile_map", argtypes)
+    status = fn(ctypes.byref(args), ctypes.byref(order), ctypes.byref(upload), _P(stream))  # type: ignore[operator]
+    module.raise_on_error(status)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

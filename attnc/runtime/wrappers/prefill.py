@@ -46,12 +46,13 @@ class BatchPrefillWrapper:
     A mask that reads per-token tensors (``tensor<...>[kv_len]`` / ``[q_len]``) gets a tile
     map when ``plan(params=...)`` is given them: it lives in the last ``max_tile_map_bytes``
     of the workspace (default: an eighth, at most 64 MiB), a place fixed for the wrapper.
-    ``plan()`` builds it on the device and waits for it, then ranges and costs tiles by it.
-    With ``wait_for_tile_map=False`` (a CUDA workspace) it does not wait: tiles are planned
-    by the mask's closed form, and the map's classifier and a step that cuts each work item
-    to its map row and orders the items by it are queued on the stream after the plan's copy
-    (``tile_map()`` is then None; the map and a copy of the work list must fit in
-    ``max_tile_map_bytes``, else that plan waits).
+    By default (``wait_for_tile_map=False``) ``plan()`` on a CUDA workspace does not wait
+    for it: tiles are planned by the mask's closed form, and the plan's copy, the map's
+    classifier and a step that cuts each work item to its map row and orders the items by
+    it are queued on the stream (``tile_map`` is then None; the map and the cut work list
+    must fit in ``max_tile_map_bytes``, else that plan waits). With
+    ``wait_for_tile_map=True``, and always on a CPU workspace, ``plan()`` builds the map and
+    waits for it, then ranges and costs tiles by it (``tile_map`` summarises it).
     """
 
     _map_builder: prefill_tile_map.HostMapBuilder | None = None  # tests: a CPU-built map
@@ -65,7 +66,7 @@ class BatchPrefillWrapper:
         kv_layout: str = "NHD",
         backend: str | None = None,
         max_tile_map_bytes: int | None = None,
-        wait_for_tile_map: bool = True,
+        wait_for_tile_map: bool = False,
     ):
         tensors.check_kv_layout(kv_layout)
         if not isinstance(wait_for_tile_map, bool):
@@ -170,11 +171,12 @@ class BatchPrefillWrapper:
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
         host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)
-        self._copy_to_workspace(host)
-        if queued is not None and not self._queue_map(module, host, queued):
-            host_map = self._build_map(module, queued)  # no room for the queued step: wait
-            self._wait_for_copy()
-            host = host_plan(planner, head_dim, planned_mask.program, host_map)
+        if queued is not None and self._queue_map(module, host, queued):
+            self._mark_copy()
+        else:
+            if queued is not None:  # no room for the queued step: build the map and wait
+                host_map = self._build_map(module, queued)
+                host = host_plan(planner, head_dim, planned_mask.program, host_map)
             self._copy_to_workspace(host)
         self._planned_mask = planned_mask
         self._map_host = None if host_map is None else (host_map, tile)
@@ -297,11 +299,13 @@ class BatchPrefillWrapper:
         return not self._wait_for_map and self._host_workspace is None and not self._map_builder
 
     def _queue_map(self, module: PrefillModule, host: HostPlan, found: _MapStep) -> bool:
-        """Queue the classifier and the item step after the plan's copy (False: no room)."""
+        """Queue the plan's copy, the classifier and the item step (False: no room for the
+        map and its scratch; nothing queued)."""
         values, inputs = found
+        lists = (self._planner.out_address, host.buffer.shape[0])  # type: ignore[union-attr]
         return prefill_tile_map.queue_tile_map(
             module, self._workspace, inputs, values, self._reads, self._map_reserve,
-            host.layout.offsets, int(host.result.num_items),
+            (*lists, host.layout.offsets, int(host.result.num_items)),
         )  # fmt: skip
 
     def _build_map(self, module: PrefillModule, found: _MapStep) -> np.ndarray:
@@ -352,10 +356,15 @@ class BatchPrefillWrapper:
         source = self._planner.out_tensor[:n]  # type: ignore[union-attr]
         self._workspace[:n].copy_(source, non_blocking=True)
         if self._workspace.is_cuda:
-            if self._copy_event is None:
-                self._copy_event = torch.cuda.Event()
-            self._copy_event.record(torch.cuda.current_stream(self._workspace.device))
-            self._copied = self._copy_event
+            self._mark_copy()
+
+    def _mark_copy(self) -> None:
+        """Record on the current stream the event after which the planner's buffer, the
+        source of the copy just queued, may be written again."""
+        if self._copy_event is None:
+            self._copy_event = torch.cuda.Event()
+        self._copy_event.record(torch.cuda.current_stream(self._workspace.device))
+        self._copied = self._copy_event
 
     def run(
         self,

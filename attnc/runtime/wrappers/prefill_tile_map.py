@@ -3,8 +3,8 @@ tensors: the param values the classifier needs, the map's place in the workspace
 (the module's ``attnc_build_tile_map`` on the device, or a host builder for a CPU workspace)
 and the host copy the planner ranges and costs tiles by, through a pinned staging buffer the
 wrapper keeps (``PinnedStaging``); or, for a plan that does not wait for the map
-(``queue_tile_map``), the classifier and the device step that cuts and orders the planned
-items by the map, queued on the stream after the plan's copy.
+(``queue_tile_map``), the plan's copy, the classifier and the device step that cuts and orders
+the planned items by the map, queued on the stream in one call.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ from attnc.runtime.planning.plan_params import MaskReads
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncItemOrderArgs,
+    AttncPlanUpload,
     AttncTileMapArgs,
     AttncTileMapCopies,
     build_on_device,
-    order_items_on_device,
+    queue_on_device,
 )
 from attnc.runtime.planning.workspace import ALIGN, ITEM_INTS, aligned
 from attnc.runtime.wrappers import prefill_launch
@@ -175,41 +176,41 @@ def queue_tile_map(
     values: Mapping[str, object],
     reads: MaskReads,
     map_reserve: int,
-    regions: Mapping[str, int],
-    num_items: int,
+    plan: tuple[int, int, Mapping[str, int], int],
 ) -> bool:
-    """Queue on the workspace's current stream, after the plan's copy: the classifier into the
-    map region, then the step that cuts each item's KV range to its map row and orders the
-    items by their non-EMPTY columns (the work list at ``regions["items"]``, copied first into
-    scratch bytes after the map). Nothing waits. False (nothing queued) when the map and the
-    scratch copy do not fit in ``map_reserve``: the caller builds and waits instead."""
+    """Queue on the workspace's current stream, in one call into the module: the plan's
+    packed lists (``plan``: the address and bytes of the page-locked buffer holding them,
+    their regions, the item count)
+    copied to the workspace, the classifier into the map region, then the step that cuts each
+    item's KV range to its map row and orders the items by their non-EMPTY columns (cut into
+    scratch bytes after the map, then written back in order). Nothing waits. False (nothing
+    queued) when the map and the scratch do not fit in ``map_reserve``: the caller copies the
+    plan, builds the map and waits instead."""
+    lists, lists_bytes, regions, num_items = plan
     entries = int(inputs.map_starts[-1])
     scratch = aligned(entries)
     if scratch + 4 * ITEM_INTS * num_items > map_reserve:
         return False
     offset = prefill_plan.map_region_offset(workspace.numel(), map_reserve)
     base = workspace.data_ptr()
-    stream = raw_stream(workspace.device)
     args, params = classifier_args(module, inputs, values, reads)
-    offsets = {
-        "tile_map": offset,
-        "tile_map_start": regions["tile_map_start"],
-        "qo_indptr": regions["qo_indptr"],
-        "kv_token_start": regions["kv_token_start"],
-    }
-    build_on_device(module, base, offsets, args, stream)
-    del params  # copied by the launch
+    args.tile_map = base + offset
+    args.tile_map_start = base + regions["tile_map_start"]
+    args.qo_indptr = base + regions["qo_indptr"]
+    args.kv_token_start = base + regions["kv_token_start"]
     order = AttncItemOrderArgs(
         items=base + regions["items"],
         scratch=base + offset + scratch,
-        tile_map=base + offset,
-        tile_map_start=base + regions["tile_map_start"],
-        kv_token_start=base + regions["kv_token_start"],
+        tile_map=args.tile_map,
+        tile_map_start=args.tile_map_start,
+        kv_token_start=args.kv_token_start,
         num_items=num_items,
         batch_size=inputs.qo_indptr.shape[0] - 1,
         kv_block=KV_BLOCK,
     )
-    order_items_on_device(module, order, stream)
+    upload = AttncPlanUpload(host=lists, device=base, bytes=lists_bytes)
+    queue_on_device(module, args, order, upload, raw_stream(workspace.device))
+    del params  # copied by the launch
     return True
 
 

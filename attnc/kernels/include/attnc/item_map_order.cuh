@@ -1,5 +1,5 @@
 // Owns: the work items of a plan that did not wait for its tile map, finished on the device
-// once the classifier has run (`attnc_order_items_by_map`, exported by the tile-map builder):
+// once the classifier has run (`attnc_queue_tile_map`, exported by the tile-map builder):
 // each item's KV range is cut to the span of its map row's non-EMPTY columns (the range a
 // plan that waited would have given it), and the items are put in the order of their
 // non-EMPTY column counts, largest first, ties in list order (the order a plan that waited
@@ -8,7 +8,7 @@
 // The per-item arithmetic and the order are __host__ __device__ or plain C++ (item_columns,
 // cut_item, order_key, order_items_host), so a CPU build runs what the kernels run and tests
 // check it against brute force. Two kernels: a warp per item scans its map row (the whole
-// grid), then one CTA orders the items (a histogram of the keys, a scan, a stable scatter of
+// grid) and writes the cut item into scratch, then one CTA orders the items back (a histogram of the keys, a scan, a stable scatter of
 // the items warp by warp).
 #pragma once
 
@@ -22,10 +22,11 @@
 #include <cuda_runtime.h>
 #endif
 
-// Arguments of attnc_order_items_by_map (mirrored by attnc/runtime/planning/tile_map.py).
+// The item step's arguments to attnc_queue_tile_map (mirrored by
+// attnc/runtime/planning/tile_map.py).
 typedef struct AttncItemOrderArgs {
   int32_t* items;                  // [num_items, ATTNC_PI_SIZE] in and out (the workspace's)
-  int32_t* scratch;                // [num_items, ATTNC_PI_SIZE]: the list copied before
+  int32_t* scratch;                // [num_items, ATTNC_PI_SIZE]: the cut items, before ordering
   const uint8_t* tile_map;         // the classifier's map
   const int32_t* tile_map_start;   // [batch + 1]
   const int32_t* kv_token_start;   // [batch + 1]: request b has kv_token_start[b + 1] - [b] keys
@@ -105,13 +106,15 @@ ATTNC_HD void write_item(int32_t* dst, const int32_t* src) {
   dst[ATTNC_PI_CTAS_DONE] = 0;
 }
 
-// The whole step on the CPU (the reference of the kernels below): scratch holds the list,
-// items receives it cut and ordered. Requests are assumed valid (the planner's own lists).
+// The whole step on the CPU (the reference of the kernels below): items holds the list, cut
+// into scratch, then written back cut and ordered. Requests are assumed valid (the planner's
+// own lists).
 inline void order_items_host(const AttncItemOrderArgs& a) {
   const int n = a.num_items;
   int count[kItemOrderKeys] = {0};
   for (int i = 0; i < n; ++i) {  // cut, the cost parked in the item's ATTNC_PI_NEXT word
     int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
+    for (int f = 0; f < ATTNC_PI_SIZE; ++f) it[f] = a.items[static_cast<int64_t>(i) * ATTNC_PI_SIZE + f];
     int kv_len = 0;
     const uint8_t* row = item_map_row(a, it, &kv_len);
     const ItemMapCost c = item_map_cost(it, row, kv_len, a.kv_block);
@@ -135,13 +138,15 @@ constexpr int kItemCostThreads = 256;  // a warp per item
 
 // Step 1, a warp per item over the whole grid: the lanes read 32 consecutive columns of the
 // item's map row at a time, a ballot gives the first and last non-EMPTY ones and their count;
-// lane 0 writes the cut range back into scratch and parks the cost in ATTNC_PI_NEXT.
+// the lanes write the item into scratch, with the cut range and the cost parked in
+// ATTNC_PI_NEXT (items is only read here: step 2 writes it).
 __global__ void __launch_bounds__(kItemCostThreads) item_map_cost_kernel(AttncItemOrderArgs a) {
+  static_assert(ATTNC_PI_SIZE <= 32, "a lane per item field");
   const int lane = threadIdx.x % 32;
   const int warps = gridDim.x * (kItemCostThreads / 32);
   for (int i = blockIdx.x * (kItemCostThreads / 32) + threadIdx.x / 32; i < a.num_items;
        i += warps) {
-    int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
+    const int32_t* it = a.items + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
     int kv_len = 0;
     const uint8_t* row = item_map_row(a, it, &kv_len);
     const ItemColumns cols = item_columns(it, kv_len, a.kv_block);
@@ -156,13 +161,13 @@ __global__ void __launch_bounds__(kItemCostThreads) item_map_cost_kernel(AttncIt
       }
     }
     const ItemMapCost m = cut_item(cols, first, last, count, a.kv_block);
-    __syncwarp();  // every lane has read the item before lane 0 writes it
-    if (lane == 0) {
-      it[ATTNC_PI_KV_BEGIN] = m.begin;
-      it[ATTNC_PI_KV_END] = m.end;
-      it[ATTNC_PI_NEXT] = m.cost;
+    if (lane < ATTNC_PI_SIZE) {
+      const int value = lane == ATTNC_PI_KV_BEGIN ? m.begin
+                        : lane == ATTNC_PI_KV_END ? m.end
+                        : lane == ATTNC_PI_NEXT   ? m.cost
+                                                  : it[lane];
+      a.scratch[static_cast<int64_t>(i) * ATTNC_PI_SIZE + lane] = value;
     }
-    __syncwarp();
   }
 }
 
@@ -225,16 +230,21 @@ __global__ void __launch_bounds__(kItemOrderThreads) item_map_order_kernel(Attnc
   }
 }
 
-// Checks the arguments, copies the list into scratch and launches both steps on `stream`.
-inline int launch_item_map_order(const AttncItemOrderArgs& a, cudaStream_t stream) {
+// 0 when the step's arguments are usable (an empty list is), else ATTNC_E_BAD_LAYOUT.
+inline int check_item_map_order(const AttncItemOrderArgs& a) {
   if (a.num_items < 0 || a.batch_size < 0 || a.kv_block <= 0) return ATTNC_E_BAD_LAYOUT;
   if (a.num_items == 0) return 0;
   if (a.items == nullptr || a.scratch == nullptr || a.tile_map == nullptr ||
       a.tile_map_start == nullptr || a.kv_token_start == nullptr || a.batch_size == 0)
     return ATTNC_E_BAD_LAYOUT;
-  const size_t bytes = static_cast<size_t>(a.num_items) * ATTNC_PI_SIZE * sizeof(int32_t);
-  cudaError_t st = cudaMemcpyAsync(a.scratch, a.items, bytes, cudaMemcpyDeviceToDevice, stream);
-  if (st != cudaSuccess) return static_cast<int>(st);
+  return 0;
+}
+
+// Checks the arguments and launches both steps on `stream`.
+inline int launch_item_map_order(const AttncItemOrderArgs& a, cudaStream_t stream) {
+  const int bad = check_item_map_order(a);
+  if (bad != 0 || a.num_items == 0) return bad;
+  cudaError_t st;
   constexpr int kWarps = kItemCostThreads / 32;
   const int needed = (a.num_items + kWarps - 1) / kWarps;
   item_map_cost_kernel<<<needed < 1024 ? needed : 1024, kItemCostThreads, 0, stream>>>(a);

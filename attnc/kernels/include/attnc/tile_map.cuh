@@ -5,7 +5,8 @@
 // decides, V::row / V::mask on every (query, key, head) of the pair; and
 // ATTNC_DEFINE_TILE_MAP_BUILDER, which exports the extern "C" builder a
 // prefill module offers the planner (`attnc_build_tile_map`: the classifier, optionally with
-// the copies around it and the wait, AttncTileMapCopies).
+// the copies around it and the wait, AttncTileMapCopies; `attnc_queue_tile_map`: for a plan
+// that does not wait, its lists up, the classifier and the item step, queued, AttncPlanUpload).
 //
 // Map layout (the one prefill_args.h describes): request b's map starts at
 // tile_map[tile_map_start[b]] and is row-major [ceil(q_len_b / tile_q_tokens)]
@@ -31,7 +32,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#define ATTNC_TILE_MAP_ABI_VERSION 3
+#define ATTNC_TILE_MAP_ABI_VERSION 4
 
 // Arguments of attnc_build_tile_map (mirrored by attnc/runtime/planning/tile_map.py).
 typedef struct AttncTileMapArgs {
@@ -61,6 +62,14 @@ typedef struct AttncTileMapCopies {
   int64_t heads_bytes;
   uint8_t* map_host;       // [num_entries] out: the map
 } AttncTileMapCopies;
+
+// The plan's packed lists, from page-locked host memory into the workspace: the first step
+// attnc_queue_tile_map queues (the classifier and the item step read them).
+typedef struct AttncPlanUpload {
+  const void* host;
+  void* device;
+  int64_t bytes;
+} AttncPlanUpload;
 
 namespace attnc {
 
@@ -324,11 +333,31 @@ int build_tile_map_step(const AttncTileMapArgs& a, const AttncTileMapCopies* cop
   return static_cast<int>(cudaStreamSynchronize(stream));
 }
 
+// attnc_queue_tile_map's body: on `stream`, the plan's lists up, the classifier, then the
+// item step (item_map_order.cuh); nothing waits. The upload and the item step are checked
+// before anything is queued.
+template <class V>
+int queue_tile_map_step(const AttncTileMapArgs& a, const AttncItemOrderArgs& order,
+                        const AttncPlanUpload& upload, cudaStream_t stream) {
+  if (upload.bytes <= 0 || upload.host == nullptr || upload.device == nullptr)
+    return ATTNC_E_BAD_LAYOUT;
+  const int bad = check_item_map_order(order);
+  if (bad != 0) return bad;
+  const cudaError_t st = cudaMemcpyAsync(upload.device, upload.host,
+                                         static_cast<size_t>(upload.bytes),
+                                         cudaMemcpyHostToDevice, stream);
+  if (st != cudaSuccess) return static_cast<int>(st);
+  const int launched = launch_tile_map<V>(a, stream);
+  if (launched != 0) return launched;
+  return launch_item_map_order(order, stream);
+}
+
 }  // namespace attnc
 
 // Defines attnc_build_tile_map (0 or an error code; `copies` may be null: launch only),
-// attnc_order_items_by_map (item_map_order.cuh: a plan's items cut to the map and ordered by
-// it on the stream, after the classifier) and attnc_tile_map_abi_version for V.
+// attnc_queue_tile_map (the plan's lists up, the classifier, then item_map_order.cuh's step
+// that cuts a plan's items to the map and orders them by it, all queued on the stream) and
+// attnc_tile_map_abi_version for V.
 #define ATTNC_DEFINE_TILE_MAP_BUILDER(V)                                                    \
   extern "C" __attribute__((visibility("default"))) int attnc_build_tile_map(              \
       const AttncTileMapArgs* args, const AttncTileMapCopies* copies, void* cuda_stream) {  \
@@ -336,10 +365,13 @@ int build_tile_map_step(const AttncTileMapArgs& a, const AttncTileMapCopies* cop
     return ::attnc::build_tile_map_step<V>(*args, copies,                                   \
                                            static_cast<cudaStream_t>(cuda_stream));         \
   }                                                                                         \
-  extern "C" __attribute__((visibility("default"))) int attnc_order_items_by_map(          \
-      const AttncItemOrderArgs* args, void* cuda_stream) {                                  \
-    if (args == nullptr) return ATTNC_E_BAD_LAYOUT;                                         \
-    return ::attnc::launch_item_map_order(*args, static_cast<cudaStream_t>(cuda_stream));   \
+  extern "C" __attribute__((visibility("default"))) int attnc_queue_tile_map(              \
+      const AttncTileMapArgs* args, const AttncItemOrderArgs* order,                        \
+      const AttncPlanUpload* upload, void* cuda_stream) {                                   \
+    if (args == nullptr || order == nullptr || upload == nullptr)                           \
+      return ATTNC_E_BAD_LAYOUT;                                                            \
+    return ::attnc::queue_tile_map_step<V>(*args, *order, *upload,                          \
+                                           static_cast<cudaStream_t>(cuda_stream));         \
   }                                                                                         \
   extern "C" __attribute__((visibility("default"))) int attnc_tile_map_abi_version(void) { \
     return ATTNC_TILE_MAP_ABI_VERSION;                                                      \
