@@ -25,6 +25,10 @@ HQ, HKV, D = 32, 8, 128
 WORKSPACE = 128 << 20
 
 
+def _workspace() -> torch.Tensor:
+    return torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
+
+
 def _docs(lengths: list[int], seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     parts = []
@@ -56,7 +60,7 @@ def test_device_lists_equal_the_host_planner(seed, paged):
     rng = np.random.default_rng(seed)
     lens = [int(n) for n in rng.integers(1, 3000, int(rng.integers(1, 5)))]
     variant = attnc.load("stdlib:doc_causal")
-    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    w = BatchPrefillWrapper(variant, _workspace(), wait_for_tile_map=True)
     qo = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
     doc = _docs(lens, seed)
     kw: dict = {}
@@ -84,7 +88,7 @@ def test_device_lists_equal_the_host_planner(seed, paged):
 
 def test_replans_reuse_the_pinned_buffers():
     variant = attnc.load("stdlib:doc_causal")
-    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    w = BatchPrefillWrapper(variant, _workspace(), wait_for_tile_map=True)
     qo = torch.tensor([0, 4096], dtype=torch.int32)
     doc = _docs([4096], 0)
     w.plan(qo, qo, HQ, HKV, D, params={"doc": doc})
@@ -116,7 +120,7 @@ def test_map_plan_waits_in_the_module_not_in_torch(monkeypatch):
     synchronisation, with or without a map, and still reads the map of this plan's tensor
     on a busy stream (the staging of the plan before held another map)."""
     variant = attnc.load("stdlib:doc_causal")
-    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    w = BatchPrefillWrapper(variant, _workspace(), wait_for_tile_map=True)
     qo = torch.tensor([0, 8192], dtype=torch.int32)
     few, many = _docs([8192], 1), _docs([1024] * 8, 2)
     w.plan(qo, qo, HQ, HKV, D, params={"doc": many})
@@ -139,7 +143,7 @@ def test_replan_waits_for_the_last_copy():
     """Two plans back to back on a busy stream: the second overwrites the pinned lists only
     after the first copy left them (the workspace ends with the second plan's lists)."""
     variant = attnc.load("stdlib:causal")
-    w = BatchPrefillWrapper(variant, torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda"))
+    w = BatchPrefillWrapper(variant, _workspace())
     a = torch.tensor([0, 8192], dtype=torch.int32)
     b = torch.tensor([0, 100, 8192], dtype=torch.int32)
     big = torch.randn(4096, 4096, device="cuda")
@@ -151,3 +155,31 @@ def test_replan_waits_for_the_last_copy():
         torch.cuda.synchronize()
         got = w._workspace[: w._plan.buffer.shape[0]].cpu().numpy()
         assert np.array_equal(got, w._plan.buffer) and not np.array_equal(first[:64], got[:64])
+
+
+def test_queued_map_replan_waits_for_the_last_copy():
+    """The same with the queued map step (the default, wait_for_tile_map=False), whose module
+    call copies the lists: the workspace ends with the second plan's lists (the work items
+    aside, which the device step cut and re-ordered)."""
+    variant = attnc.load("stdlib:doc_causal")
+    w = BatchPrefillWrapper(variant, _workspace())
+    a = torch.tensor([0, 8192], dtype=torch.int32)
+    b = torch.tensor([0, 100, 8192], dtype=torch.int32)
+    doc_a, doc_b = _docs([8192], 1), _docs([100, 8092], 2)
+    big = torch.randn(4096, 4096, device="cuda")
+    for _ in range(3):
+        big = big @ big  # keep the stream busy while plan() queues its copy
+        w.plan(a, a, HQ, HKV, D, params={"doc": doc_a})
+        w.plan(b, b, HQ, HKV, D, params={"doc": doc_b})
+        assert w.tile_map is None  # queued: no host copy of the map
+        torch.cuda.synchronize()
+        plan = w._plan
+        items = plan.layout.offsets["items"]
+        got = w._workspace[:items].cpu().numpy()
+        assert np.array_equal(got, plan.buffer[:items])
+        n = int(plan.result.num_items) * 8 * 4
+        got_items = w._workspace[items : items + n].view(torch.int32).view(-1, 8).cpu().numpy()
+        want_items = plan.buffer[items : items + n].view(np.int32).reshape(-1, 8)
+        # the same (request, query tile, KV head, part_row) items, each range within the plan's
+        key = [0, 1, 2, 5]
+        assert sorted(map(tuple, got_items[:, key])) == sorted(map(tuple, want_items[:, key]))
