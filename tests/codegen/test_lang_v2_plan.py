@@ -250,3 +250,62 @@ def test_queue_tile_map_refuses_a_reserve_without_room_for_the_items():
     ws = torch.empty(1 << 16, dtype=torch.uint8)
     args = (None, ws, inputs, {}, None, 256 + 32 * 8)
     assert prefill_tile_map.queue_tile_map(*args, (0, 0, {}, 9)) is False
+
+
+class _Entry:
+    """A stand-in for a ctypes function of a module: records its arguments."""
+
+    argtypes = None
+    restype = None
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def test_queue_tile_map_points_every_step_at_the_plan(monkeypatch):
+    """The one queued call gets the plan's lists to upload (the page-locked buffer, to the
+    workspace's start), the classifier pointed at the plan's regions and the map region, and
+    the item step at the items, the map and the scratch after the map."""
+    from attnc.runtime.planning.plan_params import variant_mask_reads
+    from attnc.runtime.planning.workspace import aligned
+    from attnc.runtime.wrappers import prefill_tile_map
+
+    variant = attnc.load("stdlib:doc_causal")
+    seen = {}
+
+    def queue(args, order, upload, stream):
+        seen.update(args=args._obj, order=order._obj, upload=upload._obj, stream=stream)
+        return 0
+
+    lib = type("Lib", (), {})()
+    lib.attnc_queue_tile_map = _Entry(queue)
+    lib.attnc_tile_map_abi_version = _Entry(lambda: tile_map.TILE_MAP_ABI_VERSION)
+    module = type("Module", (), {})()
+    module.lib, module.ir = lib, variant.ir
+    module.params_type = abi.params_struct(variant.params)
+    module.raise_on_error = lambda rc: None if rc == 0 else pytest.fail(f"status {rc}")
+    monkeypatch.setattr(prefill_tile_map, "raw_stream", lambda device: 77)
+    inputs = prefill_tile_map.MapInputs(
+        torch.tensor([0, 64], dtype=torch.int32), torch.tensor([0, 64], dtype=torch.int32),
+        np.array([64]), np.array([64]), np.array([0, 3]), 64, (4, 2, 64), 0.125,
+    )  # fmt: skip
+    ws = torch.empty(1 << 20, dtype=torch.uint8)
+    doc = torch.zeros(64, dtype=torch.int32)
+    reserve = 1 << 16
+    regions = {"qo_indptr": 0, "kv_indptr": 128, "kv_token_start": 256, "tile_map_start": 384,
+               "items": 512}  # fmt: skip
+    args = (module, ws, inputs, {"doc": doc}, variant_mask_reads(variant), reserve)
+    assert prefill_tile_map.queue_tile_map(*args, (12345, 2048, regions, 9)) is True
+    base = ws.data_ptr()
+    offset = (1 << 20) - reserve
+    a, order, upload = seen["args"], seen["order"], seen["upload"]
+    assert (upload.host, upload.device, upload.bytes) == (12345, base, 2048)
+    assert (a.tile_map, a.tile_map_start) == (base + offset, base + 384)
+    assert (a.qo_indptr, a.kv_token_start, a.num_entries) == (base, base + 256, 3)
+    assert (order.items, order.scratch) == (base + 512, base + offset + aligned(3))
+    assert (order.tile_map, order.tile_map_start) == (a.tile_map, a.tile_map_start)
+    assert (order.kv_token_start, order.num_items, order.batch_size) == (base + 256, 9, 1)
+    assert order.kv_block == tile_map.KV_BLOCK and seen["stream"].value == 77

@@ -11,6 +11,7 @@ blocks are neither loaded nor costed).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +89,17 @@ def map_starts(
     return np.concatenate([[0], np.cumsum(rows * cols)]).astype(np.int64)
 
 
+def point_into_workspace(
+    args: AttncTileMapArgs, workspace_ptr: int, offsets: Mapping[str, int]
+) -> None:
+    """Point the classifier's arguments at the workspace regions ``offsets`` names:
+    ``tile_map``, ``tile_map_start``, ``qo_indptr`` and ``kv_token_start``."""
+    args.tile_map = workspace_ptr + offsets["tile_map"]
+    args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
+    args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
+    args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
+
+
 def build_on_device(
     module: object,
     workspace_ptr: int,
@@ -102,10 +114,7 @@ def build_on_device(
     stream: one call for the whole step."""
     argtypes = [ctypes.POINTER(AttncTileMapArgs), ctypes.POINTER(AttncTileMapCopies), _P]
     fn = _entry(module, "attnc_build_tile_map", argtypes)
-    args.tile_map = workspace_ptr + offsets["tile_map"]
-    args.tile_map_start = workspace_ptr + offsets["tile_map_start"]
-    args.qo_indptr = workspace_ptr + offsets["qo_indptr"]
-    args.kv_token_start = workspace_ptr + offsets["kv_token_start"]
+    point_into_workspace(args, workspace_ptr, offsets)
     step = None if copies is None else ctypes.byref(copies)
     module.raise_on_error(fn(ctypes.byref(args), step, ctypes.c_void_p(stream)))  # type: ignore[attr-defined,operator]
 

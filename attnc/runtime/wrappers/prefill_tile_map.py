@@ -25,6 +25,7 @@ from attnc.runtime.planning.tile_map import (
     AttncTileMapArgs,
     AttncTileMapCopies,
     build_on_device,
+    point_into_workspace,
     queue_on_device,
 )
 from attnc.runtime.planning.workspace import ALIGN, ITEM_INTS, aligned
@@ -179,13 +180,12 @@ def queue_tile_map(
     plan: tuple[int, int, Mapping[str, int], int],
 ) -> bool:
     """Queue on the workspace's current stream, in one call into the module: the plan's
-    packed lists (``plan``: the address and bytes of the page-locked buffer holding them,
-    their regions, the item count)
-    copied to the workspace, the classifier into the map region, then the step that cuts each
-    item's KV range to its map row and orders the items by their non-EMPTY columns (cut into
-    scratch bytes after the map, then written back in order). Nothing waits. False (nothing
-    queued) when the map and the scratch do not fit in ``map_reserve``: the caller copies the
-    plan, builds the map and waits instead."""
+    packed lists copied to the workspace (``plan``: the address and bytes of the page-locked
+    buffer holding them, their regions, the item count), the classifier into the map region,
+    then the step that cuts each item's KV range to its map row and orders the items by their
+    non-EMPTY columns (cut into scratch bytes after the map, then written back in order).
+    Nothing waits. False (nothing queued) when the map and the scratch do not fit in
+    ``map_reserve``: the caller copies the plan, builds the map and waits instead."""
     lists, lists_bytes, regions, num_items = plan
     entries = int(inputs.map_starts[-1])
     scratch = aligned(entries)
@@ -194,10 +194,7 @@ def queue_tile_map(
     offset = prefill_plan.map_region_offset(workspace.numel(), map_reserve)
     base = workspace.data_ptr()
     args, params = classifier_args(module, inputs, values, reads)
-    args.tile_map = base + offset
-    args.tile_map_start = base + regions["tile_map_start"]
-    args.qo_indptr = base + regions["qo_indptr"]
-    args.kv_token_start = base + regions["kv_token_start"]
+    point_into_workspace(args, base, {**regions, "tile_map": offset})
     order = AttncItemOrderArgs(
         items=base + regions["items"],
         scratch=base + offset + scratch,
