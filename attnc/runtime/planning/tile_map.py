@@ -3,9 +3,8 @@ b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the 
 module's generated classifier (``attnc_build_tile_map``, attnc/tile_map.cuh) on the
 workspace, the queued steps of a plan that does not wait for its map (``attnc_queue_tile_map``:
 the plan's lists up, the classifier, then the step that cuts and orders the plan's items by the
-map, attnc/item_map_order.cuh), and the per-query-tile
-summaries the scheduler ranges and costs tiles by (EMPTY
-blocks are neither loaded nor costed).
+map, attnc/item_map_order.cuh), and the per-query-tile summaries the scheduler ranges and costs
+tiles by (EMPTY blocks are neither loaded nor costed).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@
 // The per-item arithmetic and the order are __host__ __device__ or plain C++ (item_columns,
 // cut_item, order_key, order_items_host), so a CPU build runs what the kernels run and tests
 // check it against brute force. Two kernels: a warp per item scans its map row (the whole
-// grid) and writes the cut item into scratch, then one CTA orders the items back (a histogram of the keys, a scan, a stable scatter of
-// the items warp by warp).
+// grid) and writes the cut item into scratch, then one CTA orders the items back into the
+// list (a histogram of the keys, a scan, a stable scatter of the items warp by warp).
 #pragma once
 
 #include <stdint.h>
@@ -114,7 +114,8 @@ inline void order_items_host(const AttncItemOrderArgs& a) {
   int count[kItemOrderKeys] = {0};
   for (int i = 0; i < n; ++i) {  // cut, the cost parked in the item's ATTNC_PI_NEXT word
     int32_t* it = a.scratch + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
-    for (int f = 0; f < ATTNC_PI_SIZE; ++f) it[f] = a.items[static_cast<int64_t>(i) * ATTNC_PI_SIZE + f];
+    const int32_t* listed = a.items + static_cast<int64_t>(i) * ATTNC_PI_SIZE;
+    for (int f = 0; f < ATTNC_PI_SIZE; ++f) it[f] = listed[f];
     int kv_len = 0;
     const uint8_t* row = item_map_row(a, it, &kv_len);
     const ItemMapCost c = item_map_cost(it, row, kv_len, a.kv_block);
@@ -244,11 +245,10 @@ inline int check_item_map_order(const AttncItemOrderArgs& a) {
 inline int launch_item_map_order(const AttncItemOrderArgs& a, cudaStream_t stream) {
   const int bad = check_item_map_order(a);
   if (bad != 0 || a.num_items == 0) return bad;
-  cudaError_t st;
   constexpr int kWarps = kItemCostThreads / 32;
   const int needed = (a.num_items + kWarps - 1) / kWarps;
   item_map_cost_kernel<<<needed < 1024 ? needed : 1024, kItemCostThreads, 0, stream>>>(a);
-  st = cudaGetLastError();
+  const cudaError_t st = cudaGetLastError();
   if (st != cudaSuccess) return static_cast<int>(st);
   item_map_order_kernel<<<1, kItemOrderThreads, 0, stream>>>(a);
   return static_cast<int>(cudaGetLastError());
