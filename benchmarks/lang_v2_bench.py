@@ -16,7 +16,7 @@ suite's (``benchmarks.timing.bench_ms``: triton ``do_bench``, cold L2), each tim
 ``--cooldown`` seconds of idle GPU (default 1, as the suite: the card lowers its clocks after
 a busy stretch). Prints a markdown table and writes JSON (``--out``). Usage:
 ``python -m benchmarks.lang_v2_bench [--out FILE] [--backend auto|fa2|sm90] [--flashinfer]
-[--cooldown SECONDS]``.
+[--cooldown SECONDS] [--rows documents,windows,sinks]``.
 """
 
 from __future__ import annotations
@@ -243,6 +243,9 @@ def _decode_tbs(name: str, params: dict) -> float:
     return 2.0 * batch * kv * HKV * D * 2 / (ms * 1e-3) / 1e12
 
 
+ROW_GROUPS = {"documents": documents, "windows": windows, "sinks": sinks}
+
+
 def main() -> None:
     """Run every row (each one guarded: a failing row reports its error), print and save."""
     ap = argparse.ArgumentParser(description=__doc__)
@@ -254,7 +257,16 @@ def main() -> None:
         help="also FlashInfer's attention-sink path (its JIT build takes ~90 s)",
     )
     ap.add_argument("--cooldown", type=float, default=1.0, help="idle seconds before each timing")
+    ap.add_argument(
+        "--rows",
+        default=",".join(ROW_GROUPS),
+        help=f"comma-separated groups to run, of {', '.join(ROW_GROUPS)} (default: all)",
+    )
     args = ap.parse_args()
+    groups = [g for g in args.rows.split(",") if g]
+    unknown = [g for g in groups if g not in ROW_GROUPS]
+    if unknown or not groups:
+        ap.error(f"--rows: {', '.join(unknown) or 'nothing'}: groups are {', '.join(ROW_GROUPS)}")
     from benchmarks.timing import pause_error
 
     bad_pause = pause_error(args.cooldown)
@@ -263,7 +275,7 @@ def main() -> None:
     global _PAUSE_S
     _PAUSE_S = args.cooldown
     out: dict[str, object] = {"backend": args.backend, "cooldown_s": args.cooldown}
-    rows = [documents, windows, sinks] + ([flashinfer_sinks] if args.flashinfer else [])
+    rows = [ROW_GROUPS[g] for g in groups] + ([flashinfer_sinks] if args.flashinfer else [])
     for row in rows:
         try:
             row(args.backend, out)

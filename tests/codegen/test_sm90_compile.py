@@ -98,7 +98,15 @@ def sass_by_function(sass: str) -> dict[str, str]:
 
 
 # The light stdlib variants: three consumer warpgroups at head_dim 64 and 128 (a second kernel).
-LIGHT = {"causal", "prefix_lm", "sliding_window", "softcap", "vanilla", "per_request_window"}
+LIGHT = {
+    "causal",
+    "prefix_lm",
+    "sliding_window",
+    "softcap",
+    "vanilla",
+    "per_request_window",
+    "gpt_oss_local",  # a sink adds no per-tile work
+}
 # Masks that read per-token tensors run three consumers at head_dim 128 only (they spill at 64).
 LIGHT_AT_128 = LIGHT | {"doc_causal"}
 

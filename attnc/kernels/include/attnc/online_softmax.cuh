@@ -69,11 +69,19 @@ ATTNC_HD float sink_in_m_units(const V& var, const typename V::Row& row, float c
   }
 }
 
-// Rows of an item that owns the sink start at it (see kSinkAtEnd): m = the sink in m units,
-// and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one lane of
-// the row over all lanes and warps whose states are later combined); O stays 0. A sink of
-// -inf needs no special case: the first finite key rescales that 1 by exp2(-inf) = 0, and a
-// row without keys ends with O 0 and LSE -inf.
+// One row of an item that owns the sink starts at it (see kSinkAtEnd), given the row's sink
+// logit `sink` (natural-log units, variant_sink) and c (as for sink_in_m_units): m = the sink
+// in m units, and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one
+// lane of the row over all lanes and warps whose states are later combined); O stays 0. A
+// sink of -inf needs no special case: the first finite key rescales that 1 by exp2(-inf) = 0,
+// and a row without keys ends with O 0 and LSE -inf.
+template <class V>
+ATTNC_HD void start_row_at_sink(float sink, float c, float& m, float& l, bool owner) {
+  m = sink * kLog2e / c;
+  if constexpr (!kSinkAtEnd<V>) l = owner ? 1.f : 0.f;
+}
+
+// Every row of an item that owns the sink starts at it (start_row_at_sink).
 template <class V, int MQ>
 ATTNC_HD void start_rows_at_sink(const V& var, const typename V::Row (&rows)[MQ][2],
                                  const float (&mult)[MQ][2], float (&m)[MQ][2],
@@ -82,10 +90,9 @@ ATTNC_HD void start_rows_at_sink(const V& var, const typename V::Row (&rows)[MQ]
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      m[mi][h] = sink_in_m_units(var, rows[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f);
-      if constexpr (!kSinkAtEnd<V>) l[mi][h] = owner ? 1.f : 0.f;
-    }
+    for (int h = 0; h < 2; ++h)
+      start_row_at_sink<V>(variant_sink(var, rows[mi][h]),
+                           V::kScoreIsIdentity ? mult[mi][h] : 1.f, m[mi][h], l[mi][h], owner);
 }
 
 // The end of a finished softmax row: the factor 1 / denominator for O, the natural-log LSE and

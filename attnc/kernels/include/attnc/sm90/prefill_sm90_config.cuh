@@ -172,8 +172,10 @@ constexpr int kQBarrier = kSchedBarrier + kMaxConsumers;
 constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
 // Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
-// lighter variants (softmax, no sink, no stepped bias; at 64 also no per-token mask tensor,
-// whose data mask spills there with three), else two.
+// lighter variants (softmax, no stepped bias; at 64 also no per-token mask tensor, whose data
+// mask spills there with three), else two. A sink adds one row value to the final rescale and
+// none to the per-tile work, so a sink variant is light when its sink-free twin is (on two
+// consumers the window-128 sink row ran 16% below its twin on three, RESULTS.md run 34).
 // Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
 // at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
 // variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
@@ -181,7 +183,7 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 // (timing experiments only).
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
-  static constexpr bool kLight = V::kUseSoftmax && !variant_has_sink<V>::value &&
+  static constexpr bool kLight = V::kUseSoftmax &&
                                  (!variant_mask_reads_tokens<V>::value || HEAD_DIM == 128) &&
                                  !variant_bias_step<V>::value;
 #ifdef ATTNC_SM90_CONSUMERS

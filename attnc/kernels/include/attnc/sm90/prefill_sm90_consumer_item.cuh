@@ -71,11 +71,45 @@ struct ConsumerItem {
   float mult[1][2];
   float m[1][2];
   float l[1][2];
+  float sink[2];  // the rows' sink logits (sink variants; read when the item starts)
 
   __device__ __forceinline__ V functor(const typename V::Params& params) const {
     return V(params, request);
   }
 };
+
+// This thread's packed row h (0 or 1) of consumer wg's 64, clamped to the item's last row.
+__device__ __forceinline__ int thread_packed_row(int wg, int h, int rows_valid) {
+  const int warp = (threadIdx.x / 32) % 4;
+  const int g = (threadIdx.x % 32) / 4;
+  return min(64 * wg + 16 * warp + g + 8 * h, rows_valid - 1);
+}
+
+// V::row of this thread's packed row h of consumer wg in item ci.
+template <class V>
+__device__ __forceinline__ typename V::Row thread_row(const V& var, const FastDiv& group, int wg,
+                                                      int h, const ConsumerItem<V>& ci) {
+  int token, head;
+  group.divmod(thread_packed_row(wg, h, ci.rows_valid), token, head);
+  return var.row(ci.q0 + token, ci.kv_head * group.d + head);
+}
+
+// Reads the sink logits of the rows of an unsplit item (split tiles get the sink in the merge
+// kernel). Where kSinksReadAtStart<Shape>, start_item reads them, so that the loads complete
+// under the previous item's last tile instead of stalling the item's first softmax (window-128
+// sink prefill at head_dim 128: +1%, RESULTS.md run 35); elsewhere set_up_rows does, as the two
+// registers held through that tile made ptxas spill (head_dim 64 with three consumers, 256 with
+// 80-key stages).
+template <class Shape>
+constexpr bool kSinksReadAtStart = Shape::kHeadDim == 128;
+
+template <class V>
+__device__ __forceinline__ void read_sinks(const V& var, const FastDiv& group, int wg,
+                                           ConsumerItem<V>& ci) {
+  if (ci.part_row >= 0 || ci.rows_valid <= 0) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) ci.sink[h] = variant_sink(var, thread_row(var, group, wg, h, ci));
+}
 
 // Starts item w into `ci` (false when w >= num_work: the CTA has no more): decodes it and
 // issues its Q copy (the Q tile must be free: the previous item's last S has completed). An
@@ -83,7 +117,8 @@ struct ConsumerItem {
 // CUDA graph's) zero-fills Q and is skipped (Sm90Consumer::run). Its rows are set up later (set_up_rows), so that the
 // set-up of an item started ahead does not hold registers while the previous item finishes.
 template <class V, class T, class Shape>
-__device__ __forceinline__ bool start_item(const AttncPrefillArgs& a, const FastDiv& group,
+__device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
+                                           const typename V::Params& params, const FastDiv& group,
                                            uint32_t s_q, int wg, int w, ConsumerItem<V>& ci) {
   if (w >= a.num_work) return false;
   const PrefillSm90Item it = PrefillSm90Item::load(a, w, group.d);
@@ -94,30 +129,32 @@ __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a, const Fast
   ci.rows_valid = it.rows_valid;
   ci.kv_head = it.kv_head;
   ci.request = it.request_info(a);
+  if constexpr (variant_has_sink<V>::value && kSinksReadAtStart<Shape>)
+    read_sinks(ci.functor(params), group, wg, ci);
   return true;
 }
 
 // The rows of consumer warpgroup wg in item ci: their hoisted values (V::row, the exp2
-// multiplier) and the start of their online softmax (m = -inf, l = 0, or at the sink when
-// the item owns it).
-template <class V>
+// multiplier) and the start of their online softmax (m = -inf, l = 0, or at the sink when the
+// item owns it; read_sinks).
+template <class V, class Shape>
 __device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg,
                                             const FastDiv& group, ConsumerItem<V>& ci) {
-  const int warp = (threadIdx.x / 32) % 4;
-  const int g = (threadIdx.x % 32) / 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = min(64 * wg + 16 * warp + g + 8 * h, ci.rows_valid - 1);
-    int token, head;
-    group.divmod(row, token, head);
-    ci.rows[0][h] = var.row(ci.q0 + token, ci.kv_head * group.d + head);
+    ci.rows[0][h] = thread_row(var, group, wg, h, ci);
     ci.mult[0][h] = V::kAffineScore ? var.score_scale(ci.rows[0][h]) * sm_scale * kLog2e : 1.f;
     ci.m[0][h] = -CUDART_INF_F;
     ci.l[0][h] = 0.f;
   }
   if constexpr (variant_has_sink<V>::value) {
-    // An unsplit item owns the sink (split tiles get it in the merge kernel).
-    if (ci.part_row < 0) start_rows_at_sink(var, ci.rows, ci.mult, ci.m, ci.l, threadIdx.x % 4 == 0);
+    if constexpr (!kSinksReadAtStart<Shape>) read_sinks(var, group, wg, ci);
+    if (ci.part_row < 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        start_row_at_sink<V>(ci.sink[h], V::kScoreIsIdentity ? ci.mult[0][h] : 1.f, ci.m[0][h],
+                             ci.l[0][h], threadIdx.x % 4 == 0);
+    }
   }
 }
 

@@ -186,7 +186,7 @@ struct Sm90Consumer {
   }
   // Starts item w (the CTA's first, or the one the producer named with the last stage).
   __device__ __forceinline__ bool start(ConsumerItem<V>& into, int w) {
-    return start_item<V, T, Shape>(prm.args, group, sm.q(), wg, w, into);
+    return start_item<V, T, Shape>(prm.args, prm.params, group, sm.q(), wg, w, into);
   }
   // After S of the stage just read has completed: notes whether the stage is the running
   // item's last, reads the item after it (named by the stage, read before the stage is handed
@@ -272,7 +272,7 @@ struct Sm90Consumer {
     wait_q_rows(wg);
     issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
-    set_up_rows(next_var, prm.args.sm_scale, wg, group, nx);
+    set_up_rows<V, Shape>(next_var, prm.args.sm_scale, wg, group, nx);
     wgmma_wait<1>();
     const int next = took_s_only();
     scores(next_var, nx);  // the next item's O starts at 0: no rescale
@@ -320,7 +320,7 @@ struct Sm90Consumer {
       }
       // A fresh run: ci's Q copy is issued, no wgmma is in flight.
       zero_o();
-      set_up_rows(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
+      set_up_rows<V, Shape>(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
       wait_q_rows(wg);
       if (!pending) wait_k();
       pending = false;
