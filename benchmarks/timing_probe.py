@@ -121,10 +121,19 @@ def planned_run(spec: str, backend: str):
 
 def probe_tensor_params(name: str, num_qo_heads: int, device: str) -> dict[str, object]:
     """The tensor params a probe row cannot spell as ``param=number``: ALiBi's standard
-    slopes (as the prefill suite passes them); other variants need none."""
+    slopes (as the prefill suite passes them), gpt_oss_local's sink logits (one per head,
+    seeded); other variants need none."""
+    import torch
+
     from benchmarks.inputs import alibi_slopes
 
-    return {"slopes": alibi_slopes(num_qo_heads, device)} if name == "alibi" else {}
+    if name == "alibi":
+        return {"slopes": alibi_slopes(num_qo_heads, device)}
+    if name == "gpt_oss_local":
+        gen = torch.Generator(device=device).manual_seed(1)
+        sinks = torch.randn(num_qo_heads, device=device, dtype=torch.float32, generator=gen)
+        return {"sinks": sinks}
+    return {}
 
 
 def _with_defaults(spec: str, variant, params: dict[str, int | float]) -> dict[str, object]:

@@ -138,3 +138,17 @@ def test_timing_probe_gives_alibi_its_slopes():
     expected = torch.tensor([2.0 ** (-8.0 * h / 32) for h in range(1, 33)])
     torch.testing.assert_close(got["slopes"], expected, rtol=0, atol=0)
     assert timing_probe.probe_tensor_params("causal", 32, "cpu") == {}
+
+
+def test_timing_probe_gives_gpt_oss_local_its_sinks():
+    """A gpt_oss_local row needs its sink logits (no default); the probe passes one f32 per
+    query head, the same values on every call (trees timed against each other agree)."""
+    torch = pytest.importorskip("torch")
+    import attnc
+
+    got = timing_probe.probe_tensor_params("gpt_oss_local", 32, "cpu")
+    tensors = {p.name for p in attnc.load("stdlib:gpt_oss_local").params if p.default is None}
+    assert tensors <= set(got)
+    assert got["sinks"].shape == (32,) and got["sinks"].dtype == torch.float32
+    again = timing_probe.probe_tensor_params("gpt_oss_local", 32, "cpu")
+    torch.testing.assert_close(got["sinks"], again["sinks"], rtol=0, atol=0)
