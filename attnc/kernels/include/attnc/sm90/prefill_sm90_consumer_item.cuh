@@ -94,12 +94,15 @@ __device__ __forceinline__ typename V::Row thread_row(const V& var, const FastDi
   return var.row(ci.q0 + token, ci.kv_head * group.d + head);
 }
 
-// Reads the sink logits of the rows of an unsplit item (split tiles get the sink in the merge
-// kernel). Where kSinksReadAtStart<Shape>, start_item reads them, so that the loads complete
-// under the previous item's last tile instead of stalling the item's first softmax (window-128
-// sink prefill at head_dim 128: +1%, RESULTS.md run 35); elsewhere set_up_rows does, as the two
-// registers held through that tile made ptxas spill (head_dim 64 with three consumers, 256 with
-// 80-key stages).
+// Reads the sink logits of the rows of an unsplit item into ci.sink (split tiles get the sink
+// in the merge kernel). Where kSinksReadAtStart<Shape>, start_item reads them, so that the
+// loads complete under the previous item's last tile instead of stalling the item's first
+// softmax (window-128 sink prefill at head_dim 128: +1%, RESULTS.md run 35). Elsewhere
+// set_up_rows reads each row's sink from the row it has just set up and ci.sink holds nothing:
+// the registers held through the last tile made ptxas spill there (head_dim 64 with three
+// consumers, 256 with 80-key stages), and a ci.sink written on some items only is carried from
+// item to item, which made the d=64 three-consumer kernel re-derive thread indices in its tile
+// loop (56 S2R against 43 when set_up_rows reads the rows; RESULTS.md run 35, item 7).
 template <class Shape>
 constexpr bool kSinksReadAtStart = Shape::kHeadDim == 128;
 
@@ -148,12 +151,14 @@ __device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg
     ci.l[0][h] = 0.f;
   }
   if constexpr (variant_has_sink<V>::value) {
-    if constexpr (!kSinksReadAtStart<Shape>) read_sinks(var, group, wg, ci);
     if (ci.part_row < 0) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        start_row_at_sink<V>(ci.sink[h], V::kScoreIsIdentity ? ci.mult[0][h] : 1.f, ci.m[0][h],
+      for (int h = 0; h < 2; ++h) {
+        const float sink =
+            kSinksReadAtStart<Shape> ? ci.sink[h] : variant_sink(var, ci.rows[0][h]);
+        start_row_at_sink<V>(sink, V::kScoreIsIdentity ? ci.mult[0][h] : 1.f, ci.m[0][h],
                              ci.l[0][h], threadIdx.x % 4 == 0);
+      }
     }
   }
 }
