@@ -364,3 +364,21 @@ def test_suite_rows_time_with_the_run_settings(monkeypatch):
     args = cli.parse_args(["--cooldown", "0.5", "--rounds", "3", "--rep", "7"])
     suites._measure(None, [], [None], 1.0, args, print)
     assert seen["cooldown_s"] == 0.5 and seen["rounds"] == 3 and seen["rep"] == 7
+
+
+@pytest.mark.parametrize("rows", ["foo", "sinks,docs", ","])
+def test_lang_v2_bench_refuses_unknown_row_groups_before_any_gpu_work(rows):
+    """``--rows`` names groups; an unknown one (or none) is a usage error naming it and the
+    groups there are, before any GPU work."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.lang_v2_bench", "--rows", rows],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert "groups are documents, windows, sinks" in proc.stderr
+    bad = [g for g in rows.split(",") if g] or ["nothing"]
+    assert all(g in proc.stderr for g in bad)

@@ -71,7 +71,7 @@ struct ConsumerItem {
   float mult[1][2];
   float m[1][2];
   float l[1][2];
-  float sink[2];  // the rows' sink logits (sink variants; read when the item starts)
+  float sink[2];  // the rows' sink logits where read_sinks reads them at item start
 
   __device__ __forceinline__ V functor(const typename V::Params& params) const {
     return V(params, request);
