@@ -96,6 +96,28 @@ def test_prefill_sinks(backend, lens, window):
         assert w._plan.schedule.num_merge > 0, "the plan was expected to split the KV range"
 
 
+# A plan whose longest query has 2048 tokens or more (kThreeConsumersMinQ) runs the sink
+# variant's Hopper kernel on three consumer warpgroups (192 packed rows) at head_dim 64 and
+# 128, and on 80-key stages at 256: the shapes the batches above, all shorter, never reach.
+LONG = 2048
+
+
+@pytest.mark.skipif("sm90" not in BACKENDS, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("window", [128, 100000])
+def test_prefill_sinks_with_a_long_query_on_the_widest_hopper_shapes(d, window):
+    variant = attnc.load("stdlib:gpt_oss_local")
+    hq, hkv = 8, 2
+    lens = [(LONG, LONG), (17, 300), (1, 1)]
+    qs, ks, vs = _batch(lens, hq, hkv, d=d, seed=d + window % 7)
+    params = {"sinks": _sinks(hq), "window": window}
+    o, lse, w = _prefill(variant, "sm90", qs, ks, vs, params, plan_params={"window": window})
+    if d < 256:
+        assert w._module.tile_q_tokens(d, hq // hkv, LONG) == 192 // (hq // hkv)
+    ref_o, ref_lse = _reference(variant, qs, ks, vs, lambda b: params)
+    _check(o, lse, ref_o, ref_lse)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_prefill_row_without_keys_is_zero_with_the_sink_as_lse(backend):
     variant = attnc.load("stdlib:gpt_oss_local")
