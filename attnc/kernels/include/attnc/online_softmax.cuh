@@ -55,12 +55,16 @@ ATTNC_HD float row_log2(float x) { return ATTNC_DEVICE_OR_HOST(__log2f(x), log2f
 template <class V>
 constexpr bool kSinkAtEnd = variant_has_sink<V>::value && V::kHasOutput;
 
-// The sink logit of a row in the units of its running max m (c maps those units to log2:
-// the exp2 multiplier for identity scores, 1 otherwise); -inf for a variant without a sink.
+// A sink logit (natural-log units, variant_sink) in the units of a row's running max m (c
+// maps those units to log2: the exp2 multiplier for identity scores, 1 otherwise).
+ATTNC_HD float sink_logit_in_m_units(float sink, float c) { return sink * kLog2e / c; }
+
+// The sink logit of a row in m units (sink_logit_in_m_units); -inf for a variant without a
+// sink.
 template <class V>
 ATTNC_HD float sink_in_m_units(const V& var, const typename V::Row& row, float c) {
   if constexpr (variant_has_sink<V>::value) {
-    return variant_sink(var, row) * kLog2e / c;
+    return sink_logit_in_m_units(variant_sink(var, row), c);
   } else {
     (void)var;
     (void)row;
@@ -70,14 +74,14 @@ ATTNC_HD float sink_in_m_units(const V& var, const typename V::Row& row, float c
 }
 
 // One row of an item that owns the sink starts at it (see kSinkAtEnd), given the row's sink
-// logit `sink` (natural-log units, variant_sink) and c (as for sink_in_m_units): m = the sink
-// in m units, and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one
+// logit `sink` (natural-log units, variant_sink) and c (as for sink_logit_in_m_units): m = the
+// sink in m units, and unless kSinkAtEnd<V> the sink's weight 1 in l on the row's `owner` lane (one
 // lane of the row over all lanes and warps whose states are later combined); O stays 0. A
 // sink of -inf needs no special case: the first finite key rescales that 1 by exp2(-inf) = 0,
 // and a row without keys ends with O 0 and LSE -inf.
 template <class V>
 ATTNC_HD void start_row_at_sink(float sink, float c, float& m, float& l, bool owner) {
-  m = sink * kLog2e / c;
+  m = sink_logit_in_m_units(sink, c);
   if constexpr (!kSinkAtEnd<V>) l = owner ? 1.f : 0.f;
 }
 

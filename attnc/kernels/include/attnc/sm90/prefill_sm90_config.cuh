@@ -173,9 +173,10 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
 // Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
 // lighter variants (softmax, no stepped bias; at 64 also no per-token mask tensor, whose data
-// mask spills there with three), else two. A sink adds one row value to the final rescale and
-// none to the per-tile work, so a sink variant is light when its sink-free twin is (on two
-// consumers the window-128 sink row ran 16% below its twin on three, RESULTS.md run 34).
+// mask spills there with three), else two. A sink sets where a row's softmax starts (and, with
+// an output transform, adds one term at its end) and adds nothing to the per-tile work, so a
+// sink variant is light when its sink-free twin is (on two consumers the window-128 sink row
+// ran 16% below its twin on three, RESULTS.md run 34).
 // Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
 // at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
 // variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ

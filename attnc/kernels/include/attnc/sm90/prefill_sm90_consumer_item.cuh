@@ -117,8 +117,9 @@ __device__ __forceinline__ void read_sinks(const V& var, const FastDiv& group, i
 // Starts item w into `ci` (false when w >= num_work: the CTA has no more): decodes it and
 // issues its Q copy (the Q tile must be free: the previous item's last S has completed). An
 // item past its request's queries (rows_valid <= 0: a plan made for longer queries, such as a
-// CUDA graph's) zero-fills Q and is skipped (Sm90Consumer::run). Its rows are set up later (set_up_rows), so that the
-// set-up of an item started ahead does not hold registers while the previous item finishes.
+// CUDA graph's) zero-fills Q and is skipped (Sm90Consumer::run). Its rows are set up later
+// (set_up_rows), so that the set-up of an item started ahead does not hold registers while the
+// previous item finishes; only the sink logits are read here, where kSinksReadAtStart.
 template <class V, class T, class Shape>
 __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
                                            const typename V::Params& params, const FastDiv& group,
