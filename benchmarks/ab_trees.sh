@@ -30,7 +30,7 @@ for name in ('lark', 'jinja2', 'sympy'):
         names.append(name)
 print(' '.join(names))
 raise SystemExit(1 if names else 0)" 2>&1); then
-  echo "ab_trees.sh: python3 cannot import ${missing:-the dependencies} (install the carried wheels first, e.g. pip install --no-index --target /tmp/site .whl/*.whl, and put /tmp/site on PYTHONPATH)" >&2
+  echo "ab_trees.sh: python3 cannot import ${missing:-the dependencies} (install the carried wheels first, e.g. python3 -m pip install --no-deps --no-index --target /tmp/site .whl/*.whl, and put /tmp/site on PYTHONPATH; without --no-deps pip looks for pytest-xdist's pytest among the wheels and installs nothing)" >&2
   exit 2
 fi
 for tree in "$@"; do

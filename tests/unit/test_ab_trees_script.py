@@ -42,4 +42,5 @@ def test_a_python_without_lark_is_refused(tmp_path):
     run = _run("benchmarks.plan_time", str(ROOT), env=env)
     assert run.returncode == 2
     assert "cannot import lark" in run.stderr
+    assert "--no-deps" in run.stderr  # the install line it suggests works with xdist's wheel
     assert "===" not in run.stdout
