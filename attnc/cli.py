@@ -54,9 +54,19 @@ def _points(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {ascii(text)}") from None
     if not 1 <= value <= MAX_POINTS:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_POINTS}, got {value}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {ascii(text)}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
 
 
@@ -132,7 +142,9 @@ def _add_build_parser(sub) -> None:
     build.add_argument(
         "-o", "--output-dir", metavar="DIR", help="cache directory to fill (default: the cache)"
     )
-    build.add_argument("-j", "--jobs", type=int, default=None, help="parallel nvcc processes")
+    build.add_argument(
+        "-j", "--jobs", type=_jobs, default=None, help="parallel nvcc processes (default: CPUs)"
+    )
     build.set_defaults(func=_cmd_build)
 
 
@@ -245,9 +257,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from attnc.compiler.pipeline import resolve_source
-    from attnc.runtime.build import aot, cache
+    from attnc.runtime.build import aot, cache, toolchain
     from attnc.runtime.build.variant_cache import compile_cached
 
+    toolchain.normalize_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
         os.environ["ATTNC_CACHE_DIR"] = str(Path(args.output_dir).resolve())
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)

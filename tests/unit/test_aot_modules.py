@@ -116,3 +116,20 @@ def test_parse_lists():
 def test_bad_kind(causal):
     with pytest.raises(ValueError, match="--kind"):
         aot.deployment_modules([causal], "80", ("bfloat16",), (128,), "both")
+
+
+@pytest.mark.parametrize("call", [lambda: aot.parse_dtypes("bf\x1b[31m"),
+                                  lambda: aot.parse_head_dims("6\x1b[31m4")])  # fmt: skip
+def test_bad_choices_are_echoed_escaped(call):
+    with pytest.raises(ValueError) as err:
+        call()
+    assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
+
+
+@pytest.mark.parametrize("arch", ["75", (7, 5), "sm_70", "abc", "9.x", "", "8\x1b0", "90a;x"])
+def test_an_arch_older_than_sm80_or_not_an_arch_is_refused_before_nvcc(arch, causal):
+    from attnc.runtime.build import toolchain
+
+    with pytest.raises(toolchain.UnsupportedArch, match="sm_80 and newer") as err:
+        aot.build_deployment([causal], arch, ("bfloat16",), (128,))
+    assert "\x1b" not in str(err.value)

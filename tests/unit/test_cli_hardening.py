@@ -70,6 +70,26 @@ def test_points_is_bounded(capsys, points):
     assert "--points" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("jobs", ["0", "-3", "many", "\x1b[31m"])
+def test_build_jobs_must_be_positive(capsys, jobs):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["build", "stdlib:causal", "--arch", "80", "-j", jobs])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "-j/--jobs" in err and "\x1b" not in err
+
+
+def test_build_refuses_an_old_arch_before_compiling(capsys, monkeypatch):
+    from attnc.runtime.build import variant_cache
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before the arch was checked")
+
+    monkeypatch.setattr(variant_cache, "compile_cached", no_compile)
+    status = cli.main(["build", "stdlib:causal", "--arch", "75"])
+    err = capsys.readouterr().err
+    assert status == 1 and "arch '75'" in err and "sm_80 and newer" in err
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--version"])

@@ -63,10 +63,26 @@ def test_file_locks_reentrant_over_distinct_paths(tmp_path):
         (89, "89"),
         ("8.9", "89"),
         ((12, 0), "120"),
+        ("10.0", "100"),
+        ("sm_100a", "100a"),
     ],
 )
 def test_normalize_arch(arch, expected):
     assert toolchain.normalize_arch(arch) == expected
+
+
+@pytest.mark.parametrize("arch", ["75", (7, 5), 70, "7.5", "sm_86;", "1000", "abc", "", "9.x"])
+def test_normalize_arch_refuses_what_attnc_cannot_build_for(arch):
+    with pytest.raises(toolchain.UnsupportedArch, match="sm_80 and newer"):
+        toolchain.normalize_arch(arch)
+
+
+def test_a_device_older_than_sm80_is_named(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (7, 5))
+    with pytest.raises(toolchain.UnsupportedArch, match="compute capability 7.5"):
+        toolchain.current_arch()
 
 
 def test_nvcc_flags():

@@ -44,7 +44,7 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in DTYPES]
     if bad or not names:
-        raise ValueError(f"--dtype: expected bf16 and/or fp16 (comma separated), got '{text}'")
+        raise ValueError(f"--dtype: expected bf16 and/or fp16 (comma separated), got {ascii(text)}")
     return tuple(dict.fromkeys(DTYPES[n] for n in names))
 
 
@@ -56,7 +56,7 @@ def parse_head_dims(text: str) -> tuple[int, ...]:
         dims = []
     if not dims or any(d not in HEAD_DIMS for d in dims):
         choices = ", ".join(map(str, HEAD_DIMS))
-        raise ValueError(f"--head-dim: expected {choices} (comma separated), got '{text}'")
+        raise ValueError(f"--head-dim: expected {choices} (comma separated), got {ascii(text)}")
     return tuple(dict.fromkeys(dims))
 
 

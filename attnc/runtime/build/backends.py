@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnc.runtime.build import jit, toolchain
+from attnc.runtime.build import jit
 from attnc.runtime.build.modules import (
     PrefillModule,
     get_prefill_module,
@@ -56,7 +56,7 @@ def _sm90_refusal(kv_layout: str, head_dim: int, device: torch.device) -> str | 
     """Why the Hopper template cannot serve this request (``None``: it can)."""
     if device.type != "cuda":
         return "the workspace is not on a CUDA device"
-    if toolchain.normalize_arch(torch.cuda.get_device_capability(device)) != "90a":
+    if torch.cuda.get_device_capability(device)[0] != 9:
         return "the GPU is not a Hopper (sm_90) part"
     if not sm90_prefill_available():
         return "this install has no Hopper prefill template"

@@ -47,17 +47,35 @@ def find_nvcc() -> str:
     return found
 
 
+class UnsupportedArch(ValueError):
+    """An arch attnc cannot build for: not a CUDA arch, or one older than sm_80."""
+
+
+# What a normalised arch looks like: major and minor digits (no dot), an optional suffix letter.
+_ARCH = re.compile(r"(\d{1,2})(\d)([af]?)")
+
+
 def normalize_arch(arch: str | int | tuple[int, int]) -> str:
-    """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``."""
+    """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``. Raises
+    :class:`UnsupportedArch` for anything that is not a CUDA arch of sm_80 or newer (attnc's
+    kernels use sm_80 instructions: cp.async, bf16 mma), before nvcc is run."""
     if isinstance(arch, tuple):
         major, minor = arch
-        return "90a" if major == 9 else f"{major}{minor}"
-    text = str(arch).lower().removeprefix("sm_").removeprefix("compute_")
-    if text in ("90", "9.0"):
-        return "90a"
-    if "." in text:
-        major_text, minor_text = text.split(".", 1)
-        return normalize_arch((int(major_text), int(minor_text)))
+        text = "90a" if major == 9 else f"{major}{minor}"
+    else:
+        text = str(arch).lower().removeprefix("sm_").removeprefix("compute_")
+        if text in ("90", "9.0"):
+            text = "90a"
+        elif "." in text:
+            major_text, _, minor_text = text.partition(".")
+            if major_text.isdigit() and minor_text.isdigit():
+                text = normalize_arch((int(major_text), int(minor_text)))
+    found = _ARCH.fullmatch(text)
+    if found is None or int(found.group(1)) < 8:
+        raise UnsupportedArch(
+            f"arch {ascii(str(arch))}: attnc builds for CUDA archs sm_80 and newer "
+            "(80, 86, 89, 90a, 100, 120, ...)"
+        )
     return text
 
 
@@ -67,7 +85,14 @@ def current_arch() -> str:
 
     if not torch.cuda.is_available():
         raise ToolNotFound("attnc: no CUDA device; pass arch= explicitly to build")
-    return normalize_arch(tuple(torch.cuda.get_device_capability()))  # type: ignore[arg-type]
+    major, minor = torch.cuda.get_device_capability()
+    try:
+        return normalize_arch((major, minor))
+    except UnsupportedArch:
+        raise UnsupportedArch(
+            f"attnc: the CUDA device has compute capability {major}.{minor}; attnc's kernels "
+            "need 8.0 or newer"
+        ) from None
 
 
 def nvcc_flags(arch: str, include_dirs: tuple[str, ...], extra: tuple[str, ...] = ()) -> list[str]:
