@@ -11,6 +11,7 @@ from attnc.dsl.source_text import read_source
 STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "stdlib_variants")
 STDLIB_PREFIX = "stdlib:"
 _SOURCE_WORD = re.compile(r"\bvariant\b")  # not the folder name stdlib_variants/
+_STDLIB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def resolve_source(spec: str) -> tuple[str, str]:
@@ -22,9 +23,10 @@ def resolve_source(spec: str) -> tuple[str, str]:
     if spec.startswith(STDLIB_PREFIX):
         name = spec[len(STDLIB_PREFIX) :]
         path = os.path.join(STDLIB_DIR, f"{name}.attn")
-        if not os.path.isfile(path):
+        # A plain file name only: no separators (stdlib:../x, stdlib:/abs/path leave the folder).
+        if not _STDLIB_NAME.fullmatch(name) or not os.path.isfile(path):
             raise FileNotFoundError(
-                f"no stdlib variant '{name}'; available: {', '.join(stdlib_names())}"
+                f"no stdlib variant {ascii(name)}; available: {', '.join(stdlib_names())}"
             )
         return read_source(path), path
     if os.path.isfile(spec):

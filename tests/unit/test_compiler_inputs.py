@@ -66,6 +66,17 @@ def test_invalid_utf8_is_a_located_error(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("name", ["nope", "\x1b[31mred", "../cli", "/etc/passwd", "a/../causal"])
+def test_stdlib_names_are_plain_file_names_and_echoed_escaped(tmp_path: Path, name: str) -> None:
+    (tmp_path / "abs.attn").write_text("variant abs { score = score; }\n")
+    for spec in (f"stdlib:{name}", f"stdlib:{tmp_path / 'abs'}"):
+        with pytest.raises(FileNotFoundError) as err:
+            resolve_source(spec)
+        text = str(err.value)
+        assert text.startswith("no stdlib variant ") and "available: alibi" in text
+        assert "\x1b" not in text
+
+
 def _imports(path: Path) -> set[str]:
     """Modules of attnc.compiler that ``path`` imports, at any depth of its code."""
     found = set()
