@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from attnc.dsl.errors import AttnError
+from attnc.dsl.errors import AttnError, printable
 from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
@@ -54,7 +54,7 @@ def _points(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {ascii(text)}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{printable(text)}'") from None
     if not 1 <= value <= MAX_POINTS:
         raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_POINTS}, got {value}")
     return value
@@ -64,7 +64,9 @@ def _jobs(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {ascii(text)}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number, got '{printable(text)}'"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return value
@@ -181,7 +183,7 @@ def _select(compiled, name: str | None):
     chosen = [c for c in compiled if c.variant.name == name]
     if not chosen:
         names = ", ".join(c.variant.name for c in compiled)
-        raise LookupError(f"no variant '{name}'; the file defines: {names}")
+        raise LookupError(f"no variant '{printable(name)}'; the file defines: {names}")
     return chosen
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 
+from attnc.dsl.errors import printable
 from attnc.dsl.source_text import read_source
 
 STDLIB_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "stdlib_variants")
@@ -26,7 +27,7 @@ def resolve_source(spec: str) -> tuple[str, str]:
         # A plain file name only: no separators (stdlib:../x, stdlib:/abs/path leave the folder).
         if not _STDLIB_NAME.fullmatch(name) or not os.path.isfile(path):
             raise FileNotFoundError(
-                f"no stdlib variant {ascii(name)}; available: {', '.join(stdlib_names())}"
+                f"no stdlib variant '{printable(name)}'; available: {', '.join(stdlib_names())}"
             )
         return read_source(path), path
     if os.path.isfile(spec):

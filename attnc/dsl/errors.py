@@ -8,6 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def printable(text: str) -> str:
+    """``text`` with every non-printable character written as its escape (``\\x1b``,
+    ``\\n``), so that a message quoting user text (a path, a name, a value) cannot drive the
+    terminal it is printed on. Printable non-ASCII text stays as it is."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 @dataclass(frozen=True)
 class Loc:
     """A position in a source file (1-based line and column)."""
@@ -19,7 +28,7 @@ class Loc:
     end_col: int = 0
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        return f"{printable(self.file)}:{self.line}:{self.col}"
 
 
 NO_LOC = Loc("<builtin>", 0, 0)
@@ -40,11 +49,14 @@ class Diagnostic:
         if self.source_line is None or self.loc.line <= 0:
             return head
         line = self.source_line.rstrip("\n").expandtabs(1)
-        caret_col = max(self.loc.col, 1)
-        width = 1
+        start = max(self.loc.col, 1) - 1
+        end = start + 1
         if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
-            width = self.loc.end_col - self.loc.col
-        return f"{head}\n    {line}\n    {' ' * (caret_col - 1)}^{'~' * (width - 1)}"
+            end = self.loc.end_col - 1
+        # Columns count characters of the line; the caret counts them as they are printed.
+        pad = len(printable(line[:start])) + max(start - len(line), 0)
+        width = max(len(printable(line[start:end])), 1)
+        return f"{head}\n    {printable(line)}\n    {' ' * pad}^{'~' * (width - 1)}"
 
 
 class SourceMap:

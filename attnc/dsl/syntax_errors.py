@@ -8,7 +8,7 @@ from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from attnc.dsl.build import end_of_text
-from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.errors import AttnError, Loc, printable
 
 # How each terminal is called in a message, in the order alternatives are listed.
 TERMINAL_WORDS: dict[str, str] = {
@@ -69,14 +69,10 @@ TOP_START = frozenset({"IMPORT", "DEF", "VARIANT"})
 TYPE_START = frozenset({"F32", "I32", "BOOL", "TENSOR"})
 
 
-def _printable(text: str) -> str:
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
 def _found(tok: Token) -> str:
     if tok.type == "$END":
         return "end of file"
-    text = _printable(str(tok))
+    text = printable(str(tok))
     return f"'{text if len(text) <= 24 else text[:21] + '...'}'"
 
 
@@ -174,7 +170,7 @@ def _char_error(err: UnexpectedCharacters, text: str, file: str) -> AttnError:
         rest = text[pos:].split("\n", 1)[0]
         return AttnError(Loc(file, line, col, line, col + len(rest)), "unterminated string")
     return AttnError(
-        Loc(file, line, col, line, col + 1), f"unexpected character '{_printable(char)}'"
+        Loc(file, line, col, line, col + 1), f"unexpected character '{printable(char)}'"
     )
 
 

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from attnc.dsl.errors import printable
+
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """ValueError naming the tensor for shape/dtype/device problems of one request."""
@@ -220,7 +222,7 @@ def request_reference(
     known = {p.name for p in variant.params}
     for name in params:
         if name not in known:
-            raise ValueError(f"variant '{variant.name}': unknown param '{name}'")
+            raise ValueError(f"variant '{variant.name}': unknown param '{printable(str(name))}'")
     resolved: dict[str, Any] = {}
     for p in variant.params:
         value = params.get(p.name, p.default)

@@ -13,7 +13,7 @@ import torch
 
 from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
-from attnc.dsl.errors import Diagnostic
+from attnc.dsl.errors import Diagnostic, printable
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.reference import check_qkv, reference_attention
 
@@ -196,7 +196,9 @@ def load(
         if c.variant.name == variant:
             return Variant(c, warnings)
     names = ", ".join(c.variant.name for c in compiled)
-    raise ValueError(f"{file} has no variant '{variant}'; it defines: {names}")
+    raise ValueError(
+        f"{printable(file)} has no variant '{printable(str(variant))}'; it defines: {names}"
+    )
 
 
 def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 
 from attnc.compiler import ir
+from attnc.dsl.errors import printable
 from attnc.runtime.checks.params import check_plan_params, describe_decl
 
 F32_MAX = 3.4028234663852886e38
@@ -22,11 +23,11 @@ _FALSE = ("0", "false", "no", "off")
 def split_assignment(text: str) -> tuple[str, str]:
     """``"NAME=VALUE"`` -> ``("NAME", "VALUE")``, both stripped."""
     if "=" not in text:
-        raise ValueError(f"--param expects NAME=VALUE, got '{text}'")
+        raise ValueError(f"--param expects NAME=VALUE, got '{printable(text)}'")
     name, value = text.split("=", 1)
     name, value = name.strip(), value.strip()
     if not name:
-        raise ValueError(f"--param expects NAME=VALUE, got '{text}' (no name)")
+        raise ValueError(f"--param expects NAME=VALUE, got '{printable(text)}' (no name)")
     return name, value
 
 
@@ -41,19 +42,19 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
     if decl.dtype == ir.BOOL:
         if text.lower() in _TRUE + _FALSE:
             return text.lower() in _TRUE
-        raise ValueError(f"{where}: expected true or false, got '{text}'")
+        raise ValueError(f"{where}: expected true or false, got '{printable(text)}'")
     if decl.dtype == ir.I32:
         try:
             return int(text, 10)
         except ValueError:
-            raise ValueError(f"{where}: expected an integer, got '{text}'") from None
+            raise ValueError(f"{where}: expected an integer, got '{printable(text)}'") from None
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"{where}: expected a number, got '{text}'") from None
+        raise ValueError(f"{where}: expected a number, got '{printable(text)}'") from None
     literal_special = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
     if (not math.isfinite(value) and not literal_special) or abs(value) > F32_MAX:
-        raise ValueError(f"{where}: '{text}' is out of the f32 range")
+        raise ValueError(f"{where}: '{printable(text)}' is out of the f32 range")
     return value
 
 

@@ -90,6 +90,32 @@ def test_build_refuses_an_old_arch_before_compiling(capsys, monkeypatch):
     assert status == 1 and "arch '75'" in err and "sm_80 and newer" in err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--param", "cap=\x1b[31m"),
+        ("--param", "\x1b[31m=1"),
+        ("--param", "\x1b[31m"),
+        ("--variant", "\x1b[31m"),
+    ],
+)
+def test_bad_text_is_echoed_escaped(capsys, no_harness, args):
+    status, err = _test(capsys, "stdlib:softcap", *args)
+    assert status == 1 and "\\x1b[31m" in err and "\x1b" not in err
+
+
+def test_api_errors_echo_names_escaped():
+    with pytest.raises(ValueError) as err:
+        attnc.load("stdlib:softcap", variant="\x1bq")
+    assert "'\\x1bq'" in str(err.value) and "\x1b" not in str(err.value)
+    from attnc.runtime.checks.params import check_plan_params
+
+    decls = attnc.load("stdlib:softcap").compiled.variant.params
+    with pytest.raises(ValueError) as err:
+        check_plan_params(decls, {"\x1bcap": 1.0}, variant_name="softcap")
+    assert "\\x1bcap" in str(err.value) and "\x1b" not in str(err.value)
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["--version"])

@@ -109,6 +109,18 @@ def test_rendered_diagnostic(source: str, rendered: str) -> None:
     assert str(error_of(source)) == rendered
 
 
+def test_control_characters_in_the_path_and_the_line_are_printed_escaped() -> None:
+    """A path or a source line holding terminal escapes prints them as escapes, and the caret
+    stays under the character the column names (the escape is wider than one column)."""
+    err = error_of('variant v { doc "\x1b[2J"; score = score $ 1; }', file="b\x1b]0;x\x07.attn")
+    assert str(err) == (
+        "b\\x1b]0;x\\x07.attn:1:39: error: unexpected character '$'\n"
+        '    variant v { doc "\\x1b[2J"; score = score $ 1; }\n'
+        "                                             ^"
+    )
+    assert "\x1b" not in str(err) and "\x07" not in str(err)
+
+
 @pytest.mark.parametrize(
     ("source", "loc", "message"),
     [

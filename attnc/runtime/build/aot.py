@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnc.compiler.results import Compiled
+from attnc.dsl.errors import printable
 from attnc.runtime.build import jit, modules, toolchain
 from attnc.runtime.checks.tensors import HEAD_DIMS
 
@@ -44,7 +45,9 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     bad = [n for n in names if n not in DTYPES]
     if bad or not names:
-        raise ValueError(f"--dtype: expected bf16 and/or fp16 (comma separated), got {ascii(text)}")
+        raise ValueError(
+            f"--dtype: expected bf16 and/or fp16 (comma separated), got '{printable(text)}'"
+        )
     return tuple(dict.fromkeys(DTYPES[n] for n in names))
 
 
@@ -56,7 +59,9 @@ def parse_head_dims(text: str) -> tuple[int, ...]:
         dims = []
     if not dims or any(d not in HEAD_DIMS for d in dims):
         choices = ", ".join(map(str, HEAD_DIMS))
-        raise ValueError(f"--head-dim: expected {choices} (comma separated), got {ascii(text)}")
+        raise ValueError(
+            f"--head-dim: expected {choices} (comma separated), got '{printable(text)}'"
+        )
     return tuple(dict.fromkeys(dims))
 
 

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from attnc.dsl.errors import printable
+
 BASE_FLAGS = (
     "-std=c++17",
     "-O3",
@@ -73,7 +75,7 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     found = _ARCH.fullmatch(text)
     if found is None or int(found.group(1)) < 8:
         raise UnsupportedArch(
-            f"arch {ascii(str(arch))}: attnc builds for CUDA archs sm_80 and newer "
+            f"arch '{printable(str(arch))}': attnc builds for CUDA archs sm_80 and newer "
             "(80, 86, 89, 90a, 100, 120, ...)"
         )
     return text

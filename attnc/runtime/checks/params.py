@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from attnc.compiler.ir import ParamDecl
+from attnc.dsl.errors import printable
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 # What the batch-sized dims of language v2 count, for error messages.
@@ -99,7 +100,7 @@ def _reject_unknown(decls: Sequence[ParamDecl], kwargs: Mapping[str, object], pr
     for key in kwargs:
         if key in names:
             continue
-        msg = f"{prefix}: unknown param '{key}'"
+        msg = f"{prefix}: unknown param '{printable(str(key))}'"
         close = difflib.get_close_matches(key, names, n=1)
         if close:
             msg += f"; did you mean '{close[0]}'?"
