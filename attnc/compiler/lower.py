@@ -13,7 +13,7 @@ from typing import TypeVar
 from attnc.compiler import ir
 from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
-from attnc.dsl.errors import AttnError, Diagnostic, Loc, warning
+from attnc.dsl.errors import AttnError, Diagnostic, Loc, printable, warning
 from attnc.dsl.limits import MAX_IR_DEPTH, too_deep_message
 
 ASSIGNABLE = ("score", "mask", "output", "sink")
@@ -43,7 +43,7 @@ class Program:
                 return v
         names = [v.name for v in self.variants]
         raise LookupError(
-            f"no variant '{name}'{suggest(name, names)}; variants: {', '.join(names)}"
+            f"no variant '{printable(name)}'{suggest(name, names)}; variants: {', '.join(names)}"
         )
 
 

@@ -44,8 +44,9 @@ class Diagnostic:
     source_line: str | None = field(default=None, compare=False)
 
     def render(self) -> str:
-        """``file:line:col: severity: message`` followed by the source line and a caret."""
-        head = f"{self.loc}: {self.severity}: {self.message}"
+        """``file:line:col: severity: message`` followed by the source line and a caret (user
+        text in any of them printed with its control characters escaped)."""
+        head = f"{self.loc}: {self.severity}: {printable(self.message)}"
         if self.source_line is None or self.loc.line <= 0:
             return head
         line = self.source_line.rstrip("\n").expandtabs(1)

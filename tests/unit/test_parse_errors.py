@@ -223,3 +223,14 @@ def test_error_after_previous_line_points_after_last_token() -> None:
         "    def f(a) = a\n"
         "                ^"
     )
+
+
+def test_user_text_inside_a_message_is_printed_escaped(tmp_path) -> None:
+    from attnc.compiler.pipeline import compile_source
+
+    spec = tmp_path / "v.attn"
+    spec.write_text('import "\x1b[2Jx.attn";\nvariant v { score = score; }\n')
+    with pytest.raises(AttnError) as err:
+        compile_source(spec.read_text(), str(spec))
+    assert "import not found: '\\x1b[2Jx.attn'" in str(err.value)
+    assert "\x1b" not in str(err.value)
