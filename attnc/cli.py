@@ -213,7 +213,7 @@ def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
         path = os.path.join(args.output_dir, fname)
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-        print(f"wrote {path}")
+        print(f"wrote {printable(str(path))}")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -278,10 +278,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
     )
     for module, path in built:
         if module.head_dim:
-            print(f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {path}")
+            print(
+                f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {printable(str(path))}"
+            )
         else:  # a module every variant shares
-            print(f"{module.kind}: {path}")
-    progress(f"done: {len(built)} module(s) in {cache.cache_dir()}")
+            print(f"{module.kind}: {printable(str(path))}")
+    progress(f"done: {len(built)} module(s) in {printable(str(cache.cache_dir()))}")
     return 0
 
 

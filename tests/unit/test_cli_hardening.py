@@ -104,6 +104,25 @@ def test_bad_text_is_echoed_escaped(capsys, no_harness, args):
     assert status == 1 and "\\x1b[31m" in err and "\x1b" not in err
 
 
+def test_output_paths_are_printed_escaped(capsys, tmp_path, monkeypatch):
+    out = tmp_path / "o\x1b[2J"
+    assert cli.main(["compile", "stdlib:causal", "-o", str(out)]) == 0
+    assert (out / "causal.cuh").is_file()
+    printed = capsys.readouterr().out
+    assert "o\\x1b[2J/causal.cuh" in printed and "\x1b" not in printed
+
+    from attnc.runtime.build import aot
+
+    def fake_build(chosen, arch, dtypes, head_dims, kind, jobs=None, progress=None):
+        module = aot.AotModule("causal", "prefill", "bfloat16", 128, None, arch)
+        return [(module, str(out / "m.so"))]
+
+    monkeypatch.setattr(aot, "build_deployment", fake_build)
+    assert cli.main(["build", "stdlib:causal", "--arch", "80", "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "o\\x1b[2J/m.so" in captured.out and "\x1b" not in captured.out + captured.err
+
+
 def test_api_errors_echo_names_escaped():
     with pytest.raises(ValueError) as err:
         attnc.load("stdlib:softcap", variant="\x1bq")
