@@ -134,6 +134,18 @@ def test_verbose_prints_command_and_cache_path(monkeypatch, capfd):
     assert "attnc: building adder (nvcc) ... " in err
 
 
+def test_a_cache_path_with_control_characters_is_printed_escaped(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c\x1b[2Jd"))
+    monkeypatch.setenv("ATTNC_VERBOSE", "1")
+    path = jit.build_module("adder", _source(4), arch=ARCH)
+    assert _call_add(path, 1, 1) == 6
+    with pytest.raises(jit.BuildError) as e:
+        jit.build_module("bad", "not C++ at all\n", arch=ARCH)
+    err = capfd.readouterr().err
+    assert "c\\x1b[2Jd" in err and "\x1b" not in err
+    assert "c\\x1b[2Jd" in str(e.value) and "\x1b" not in str(e.value)
+
+
 def test_cache_path_a_shell_would_expand(tmp_path, monkeypatch):
     marker = tmp_path / "pwned"
     monkeypatch.setenv("ATTNC_PWN_MARKER", str(marker))

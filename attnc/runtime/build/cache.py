@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from attnc.dsl.errors import printable
 from attnc.version import PACKAGE_DIR, __version__
 
 INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
@@ -134,13 +135,13 @@ def _acquire(fh: object, path: Path, deadline: float) -> None:
         now = time.monotonic()
         if now >= deadline:
             raise LockTimeout(
-                f"attnc: gave up waiting for the build lock {path}, held by {_holder(fh)}, "
+                f"attnc: gave up waiting for the build lock {printable(str(path))}, held by {_holder(fh)}, "
                 f"after {lock_timeout():g} s (ATTNC_LOCK_TIMEOUT); if that build is hung, "
                 "stop it (or delete the lock file once it is gone) and retry"
             )
         if now >= next_notice:
             print(
-                f"attnc: waiting for the build lock {path}, held by {_holder(fh)}",
+                f"attnc: waiting for the build lock {printable(str(path))}, held by {_holder(fh)}",
                 file=sys.stderr,
             )
             next_notice = now + LOCK_NOTICE_EVERY_S

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnc.dsl.errors import printable
 from attnc.runtime.build import artifact, cache, ninja_build, toolchain
 
 PROGRESS_AFTER_S = 1.0
@@ -101,7 +102,7 @@ def _is_built(plan: _Plan, quiet: bool = False) -> bool:
         return False
     problem = artifact.library_problem(plan.library, plan.stamp)
     if problem is not None and not quiet:
-        print(f"attnc: rebuilding {plan.library}: {problem}", file=sys.stderr)
+        print(f"attnc: rebuilding {printable(str(plan.library))}: {problem}", file=sys.stderr)
     return problem is None
 
 
@@ -115,11 +116,11 @@ def _write_files(plan: _Plan) -> None:
 def _build_error(failed: Sequence[tuple[_Plan, _Outcome]]) -> BuildError:
     parts = ["attnc: nvcc failed"]
     for plan, outcome in failed:
-        parts.append(f"  generated file: {plan.source}")
-        parts.append(f"  command: {shlex.join(outcome.command)}")
+        parts.append(f"  generated file: {printable(str(plan.source))}")
+        parts.append(f"  command: {printable(shlex.join(outcome.command))}")
     parts.append("compiler output:")
     for _, outcome in failed:
-        parts.append(outcome.output.rstrip())
+        parts.extend(printable(line) for line in outcome.output.rstrip().splitlines())
         parts.append(str(outcome.failure))
     return BuildError("\n".join(parts))
 
@@ -186,7 +187,7 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
         )
     if verbose():
         for plan in plans:
-            print(f"attnc: {shlex.join(plan.command)}", file=sys.stderr)
+            print(f"attnc: {printable(shlex.join(plan.command))}", file=sys.stderr)
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
     def compile_and_report(plan: _Plan) -> _Outcome:
@@ -222,7 +223,9 @@ def build_modules(
     plans = [_plan(s, arch, nvcc, headers) for s in specs]
     if verbose():
         for plan in plans:
-            print(f"attnc: module {plan.spec.name}: {plan.directory}", file=sys.stderr)
+            print(
+                f"attnc: module {plan.spec.name}: {printable(str(plan.directory))}", file=sys.stderr
+            )
     missing = [p for p in plans if not _is_built(p)]
     if missing:
         with cache.file_locks([p.lock for p in missing]):
