@@ -57,21 +57,23 @@ class UnsupportedArch(ValueError):
 _ARCH = re.compile(r"(\d{1,2})(\d)([af]?)")
 
 
+def _arch_of_capability(major: int, minor: int) -> str:
+    return "90a" if major == 9 else f"{major}{minor}"
+
+
 def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``. Raises
     :class:`UnsupportedArch` for anything that is not a CUDA arch of sm_80 or newer (attnc's
     kernels use sm_80 instructions: cp.async, bf16 mma), before nvcc is run."""
     if isinstance(arch, tuple):
-        major, minor = arch
-        text = "90a" if major == 9 else f"{major}{minor}"
+        text = _arch_of_capability(*arch)
     else:
         text = str(arch).lower().removeprefix("sm_").removeprefix("compute_")
-        if text in ("90", "9.0"):
+        major_text, dot, minor_text = text.partition(".")
+        if text == "90":
             text = "90a"
-        elif "." in text:
-            major_text, _, minor_text = text.partition(".")
-            if major_text.isdigit() and minor_text.isdigit():
-                text = normalize_arch((int(major_text), int(minor_text)))
+        elif dot and major_text.isdigit() and minor_text.isdigit():
+            text = _arch_of_capability(int(major_text), int(minor_text))
     found = _ARCH.fullmatch(text)
     if found is None or int(found.group(1)) < 8:
         raise UnsupportedArch(
