@@ -119,3 +119,14 @@ def test_speed_flags_follow_the_nvcc_version(monkeypatch, tmp_path):
         assert toolchain.speed_flags(str(fake)) == want, release
     toolchain.nvcc_version.cache_clear()
     assert toolchain.speed_flags(str(tmp_path / "missing")) == ()
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_a_cache_root_that_is_a_file_is_named(tmp_path, monkeypatch, below):
+    root = tmp_path / "afile"
+    root.write_text("")
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(root / below) if below else str(root))
+    with pytest.raises(NotADirectoryError) as err:
+        with cache.file_lock(cache.cache_dir() / "m_0" / "m.lock"):
+            pass
+    assert "part of its path is a file" in str(err.value) and "ATTNC_CACHE_DIR" in str(err.value)

@@ -33,6 +33,18 @@ def cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "attnc"
 
 
+def make_dir(directory: Path) -> None:
+    """``directory`` and its parents, created where missing; an error naming the cache root
+    when a part of the path is a file (``ATTNC_CACHE_DIR`` set to a file, say)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotADirectoryError(
+            f"cannot make the directory {printable(str(directory))}: part of its path is a "
+            f"file (the cache root is {printable(str(cache_dir()))}; ATTNC_CACHE_DIR sets it)"
+        ) from None
+
+
 def header_digest(include_dir: Path = INCLUDE_DIR) -> str:
     """sha256 over the relative path and contents of every file under ``include_dir``."""
     h = hashlib.sha256()
@@ -158,7 +170,7 @@ def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
     """
     if deadline is None:
         deadline = time.monotonic() + lock_timeout()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     with open(path, "a+b") as fh:
         _acquire(fh, path, deadline)
         try:

@@ -107,7 +107,7 @@ def _is_built(plan: _Plan, quiet: bool = False) -> bool:
 
 
 def _write_files(plan: _Plan) -> None:
-    plan.directory.mkdir(parents=True, exist_ok=True)
+    cache.make_dir(plan.directory)
     cache.write_if_changed(plan.source, plan.spec.source)
     by_hand = [*plan.command[:-3], "-o", str(plan.library), str(plan.source)]
     cache.write_if_changed(plan.build_file, ninja_build.render_build_file(by_hand))
