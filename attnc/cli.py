@@ -48,28 +48,26 @@ def _silence_stdout() -> None:
         pass
 
 
-def _points(text: str) -> int:
-    from attnc.testing.host_test import MAX_POINTS
-
+def _whole_number(text: str, low: int, high: int | None = None) -> int:
+    """``text`` as an integer in [low, high] (no upper bound when high is None)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got '{printable(text)}'") from None
-    if not 1 <= value <= MAX_POINTS:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_POINTS}, got {value}")
+    if value < low or (high is not None and value > high):
+        bounds = f"between {low} and {high}" if high is not None else f"{low} or more"
+        raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")
     return value
+
+
+def _points(text: str) -> int:
+    from attnc.testing.host_test import MAX_POINTS
+
+    return _whole_number(text, 1, MAX_POINTS)
 
 
 def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number, got '{printable(text)}'"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+    return _whole_number(text, 1)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -262,7 +260,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from attnc.runtime.build import aot, cache, toolchain
     from attnc.runtime.build.variant_cache import compile_cached
 
-    toolchain.normalize_arch(args.arch)  # a bad --arch fails before any compile
+    arch = toolchain.normalize_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
         os.environ["ATTNC_CACHE_DIR"] = str(Path(args.output_dir).resolve())
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
@@ -274,7 +272,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         print(f"attnc build: {line}", file=sys.stderr, flush=True)
 
     built = aot.build_deployment(
-        chosen, args.arch, dtypes, head_dims, args.kind, jobs=args.jobs, progress=progress
+        chosen, arch, dtypes, head_dims, args.kind, jobs=args.jobs, progress=progress
     )
     for module, path in built:
         if module.head_dim:
