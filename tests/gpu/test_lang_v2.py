@@ -13,6 +13,8 @@ import itertools
 
 import pytest
 import torch
+from batch_check import check_request as _check
+from batch_check import paged_cache as _paged
 from tile_map_oracle import doc_causal_map
 
 import attnc
@@ -42,7 +44,6 @@ SOURCES = {
     }""",
 }
 HQ, HKV, D = 8, 2, 128
-ERR_FACTOR, ERR_FLOOR = 3.0, 2e-4
 Q_LENS, KV_LENS = [17, 1, 577, 300, 64], [17, 300, 1200, 300, 2049]
 WORKSPACE = 64 << 20
 
@@ -76,53 +77,11 @@ def _params(name, kv_lens, gen):
     return {"sinks": sinks}, lambda i: {"sinks": sinks, "window": 128}
 
 
-def _rel(x, ref):
-    return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-
-
-def _check(variant, q, k, v, o, lse, params):
-    """One request against the float64 reference (and the eager error bound)."""
-    ref, ref_lse = variant.reference(q.double(), k.double(), v.double(), return_lse=True, **params)
-    eager = variant.reference(q, k, v, **params)
-    assert not torch.isnan(o).any()
-    assert _rel(o, ref) <= ERR_FACTOR * _rel(eager, ref) + ERR_FLOOR
-    finite = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), finite)
-    if finite.any():
-        torch.testing.assert_close(lse[finite].double(), ref_lse[finite], atol=2e-2, rtol=1e-3)
-
-
 def _inputs(gen, q_lens, kv_lens, dtype=torch.bfloat16):
     q = torch.randn(sum(q_lens), HQ, D, generator=gen).to("cuda", dtype)
     k = torch.randn(sum(kv_lens), HKV, D, generator=gen).to("cuda", dtype)
     v = torch.randn(sum(kv_lens), HKV, D, generator=gen).to("cuda", dtype)
     return q, k, v
-
-
-def _paged(k, v, kv_lens, page_size, gen):
-    """Scatter per-request K/V into a shuffled NHD page cache."""
-    pages = [-(-n // page_size) for n in kv_lens]
-    total = sum(pages) + 2
-    perm = torch.randperm(total, generator=gen)
-    cache = torch.zeros(total, 2, page_size, HKV, D, dtype=k.dtype, device="cuda")
-    indptr, start, tok = [0], 0, 0
-    for n, p in zip(kv_lens, pages, strict=True):
-        ids = perm[start : start + p].cuda()
-        kp = torch.zeros(p * page_size, HKV, D, dtype=k.dtype, device="cuda")
-        vp = torch.zeros_like(kp)
-        kp[:n], vp[:n] = k[tok : tok + n], v[tok : tok + n]
-        cache[ids, 0] = kp.view(p, page_size, HKV, D)
-        cache[ids, 1] = vp.view(p, page_size, HKV, D)
-        start, tok = start + p, tok + n
-        indptr.append(start)
-    last = [n - (p - 1) * page_size for n, p in zip(kv_lens, pages, strict=True)]
-    i32 = dict(dtype=torch.int32)
-    return (
-        cache,
-        torch.tensor(indptr, **i32),
-        perm[:start].to(torch.int32),
-        torch.tensor(last, **i32),
-    )
 
 
 def _backend_or_skip(backend, layout):
