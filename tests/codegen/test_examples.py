@@ -37,7 +37,8 @@ def test_example_passes_host_harness(path):
 
 
 def test_example_script_runs_on_cpu():
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(path))
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "run_variant.py"),
          str(ROOT / "examples" / "gemma_local.attn"), "--variant", "gemma_local"],

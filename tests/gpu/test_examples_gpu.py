@@ -228,7 +228,8 @@ SCRIPTS = {
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_example_script_runs_its_kernels(script):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))  # keep the caller's packages
     proc = subprocess.run(
         [sys.executable, str(EXAMPLES / script)], capture_output=True, text=True, env=env,
         timeout=600,

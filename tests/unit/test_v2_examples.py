@@ -21,7 +21,8 @@ SCRIPTS = {
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_example_runs_on_cpu(script: str) -> None:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(ROOT))
+    path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=os.pathsep.join(path))
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / script)],
         capture_output=True,
