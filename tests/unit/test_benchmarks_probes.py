@@ -1,6 +1,6 @@
 """The probes' argument checks and reports, without a GPU: ``timing_probe``'s row syntax,
-``clock_probe``'s rows and ``stress_prefill``'s parent (its children are replaced by canned
-results)."""
+``clock_probe``'s and ``burst_probe``'s rows and ``stress_prefill``'s parent (its children
+are replaced by canned results)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,15 @@ def test_clock_probe_checks_before_any_gpu_work():
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 2 and "'gemm:x'" in done.stderr
+
+
+def test_burst_probe_checks_before_any_gpu_work():
+    """A bad row is an argparse error (exit 2) naming it, before any row is planned."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.burst_probe", "--rows", "causal:8192:128,causal:x:128"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2 and "'causal:x:128'" in done.stderr
 
 
 def _run_parent(monkeypatch, capsys, argv, outcome):
