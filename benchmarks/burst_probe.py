@@ -17,7 +17,7 @@ import json
 import subprocess
 import time
 
-from benchmarks.timing_probe import _kernel_ms, parse_row, planned_run
+from benchmarks.timing_probe import _kernel_ms, check_rows, planned_run
 
 BURSTS = (10, 25, 50, 100, 200, 400, 800)
 
@@ -65,11 +65,7 @@ def main() -> None:
     ap.add_argument("--rows", default="causal:8192:128,causal:8192:256")
     ap.add_argument("--backend", default="sm90")
     args = ap.parse_args()
-    for spec in args.rows.split(","):
-        try:
-            parse_row(spec)
-        except ValueError as exc:
-            ap.error(str(exc))
+    check_rows(ap, args.rows)
     import torch
 
     for spec in args.rows.split(","):

@@ -89,6 +89,16 @@ def parse_row(spec: str) -> tuple[str, int, int, dict[str, int | float]]:
     return name, int(n_text), int(d_text), params
 
 
+def check_rows(ap: argparse.ArgumentParser, rows: str) -> None:
+    """Every comma-separated row of ``rows`` parses (parse_row), else an argparse error (exit
+    2) naming the part that is wrong, before any GPU work."""
+    for spec in rows.split(","):
+        try:
+            parse_row(spec)
+        except ValueError as exc:
+            ap.error(str(exc))
+
+
 def planned_run(spec: str, backend: str):
     """``run()`` of one planned row (``variant:len:hd[:param=value]``: one request of random
     bf16 inputs, 32/8 heads), ready to call; the probes time it."""
@@ -209,11 +219,7 @@ def main() -> None:
     bad_pause = pause_error(args.cooldown)
     if bad_pause is not None:
         ap.error(bad_pause)
-    for spec in args.rows.split(","):
-        try:
-            parse_row(spec)
-        except ValueError as exc:
-            ap.error(str(exc))
+    check_rows(ap, args.rows)
     for spec in args.rows.split(","):
         print(json.dumps(_row(spec, args.backend, args.ncu, args.cooldown)), flush=True)
 
