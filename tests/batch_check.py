@@ -1,5 +1,6 @@
-"""Helpers of the GPU batch tests: a shuffled page cache built from per-request K/V, and the
-check of one request against the float64 reference.
+"""Helpers of the GPU batch tests: a shuffled page cache built from per-request K/V, a batch
+planned and run over ragged or paged KV, and the check of each request against the float64
+reference.
 
 Accuracy rule as in tests/gpu/test_prefill.py: ||o - ref64|| / ||ref64|| <= ERR_FACTOR * eager
 + ERR_FLOOR, where ``eager`` is the same error of the reference run in the kernel's dtype; the
@@ -7,6 +8,8 @@ LSE is finite exactly where the reference's is, and close to it there.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 
@@ -56,3 +59,32 @@ def paged_cache(k, v, kv_lens, page_size, gen):
         perm[:start].to(torch.int32),
         torch.tensor(last, **i32),
     )
+
+
+def offsets(lens) -> list[int]:
+    """[0, l0, l0 + l1, ...]: the indptr of consecutive requests."""
+    return [0, *itertools.accumulate(lens)]
+
+
+def plan_and_run(w, layout, q, k, v, q_lens, kv_lens, heads, head_dim, gen, params):
+    """Plan prefill wrapper ``w`` over the batch with KV ``ragged`` or ``paged16`` (a shuffled
+    16-token page cache drawn with ``gen``) and run it; returns (o, lse)."""
+    num_qo_heads, num_kv_heads = heads
+    i32 = dict(dtype=torch.int32)
+    qo = torch.tensor(offsets(q_lens), **i32)
+    if layout == "ragged":
+        kv = torch.tensor(offsets(kv_lens), **i32)
+        w.plan(qo, kv, num_qo_heads, num_kv_heads, head_dim, params=params)
+        return w.run(q, (k, v), return_lse=True, **params)
+    cache, indptr, idx, last = paged_cache(k, v, kv_lens, 16, gen)
+    w.plan(qo, indptr, num_qo_heads, num_kv_heads, head_dim, kv_indices=idx,
+           kv_last_page_len=last, page_size=16, params=params)  # fmt: skip
+    return w.run(q, cache, return_lse=True, **params)
+
+
+def check_batch(variant, q, k, v, o, lse, q_lens, kv_lens, one) -> None:
+    """check_request for every request i of the batch, with params ``one(i)``."""
+    qs, ks = offsets(q_lens), offsets(kv_lens)
+    for i in range(len(q_lens)):
+        a, b, c, e = qs[i], qs[i + 1], ks[i], ks[i + 1]
+        check_request(variant, q[a:b], k[c:e], v[c:e], o[a:b], lse[a:b], one(i))

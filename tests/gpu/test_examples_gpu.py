@@ -11,7 +11,6 @@ them); integer scalars get values short enough for their masks to bite at these 
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from batch_check import check_request, paged_cache
+from batch_check import check_batch, offsets, paged_cache, plan_and_run
 
 import attnc
 from attnc.compiler import ir
@@ -57,10 +56,6 @@ def _load(spec: tuple[str, str]):
     return attnc.load(str(EXAMPLES / spec[0]), spec[1])
 
 
-def _offsets(lens):
-    return [0, *itertools.accumulate(lens)]
-
-
 def _tensor(p: ir.ParamDecl, q_lens, kv_lens, gen):
     """A batch value of tensor param ``p`` and its slice for request i."""
     sizes = {"num_qo_heads": HQ, "num_kv_heads": HKV}
@@ -69,7 +64,7 @@ def _tensor(p: ir.ParamDecl, q_lens, kv_lens, gen):
     if token in ("kv_len", "q_len"):  # document ids: sorted runs per request
         lens = kv_lens if token == "kv_len" else q_lens
         runs = [torch.randint(0, 4, (n, *rest), generator=gen, **I32).sort(0).values for n in lens]
-        starts = _offsets(lens)
+        starts = offsets(lens)
         value = torch.cat(runs).cuda()
         return value, lambda i: value[starts[i] : starts[i + 1]]
     if token == "batch_size":  # per-request windows and prefix lengths
@@ -111,13 +106,6 @@ def _inputs(gen, q_lens, kv_lens, head_dim):
     return draw(sum(q_lens), HQ), draw(sum(kv_lens), HKV), draw(sum(kv_lens), HKV)
 
 
-def _check_batch(variant, q, k, v, o, lse, q_lens, kv_lens, one):
-    qs, ks = _offsets(q_lens), _offsets(kv_lens)
-    for i in range(len(q_lens)):
-        a, b, c, e = qs[i], qs[i + 1], ks[i], ks[i + 1]
-        check_request(variant, q[a:b], k[c:e], v[c:e], o[a:b], lse[a:b], one(i))
-
-
 def _skip_without_hopper(backend):
     if backend == "sm90" and torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the Hopper template needs sm_90")
@@ -138,18 +126,10 @@ def test_example_batch_prefill(spec, layout, backend, head_dim):
     gen = torch.Generator().manual_seed(11)
     q, k, v = _inputs(gen, Q_LENS, KV_LENS, head_dim)
     batch, one = _params(variant, Q_LENS, KV_LENS, seed=12)
-    qo = torch.tensor(_offsets(Q_LENS), **I32)
     ws = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
     w = BatchPrefillWrapper(variant, ws, backend=backend)
-    if layout == "ragged":
-        w.plan(qo, torch.tensor(_offsets(KV_LENS), **I32), HQ, HKV, head_dim, params=batch)
-        o, lse = w.run(q, (k, v), return_lse=True, **batch)
-    else:
-        cache, indptr, idx, last = paged_cache(k, v, KV_LENS, 16, gen)
-        w.plan(qo, indptr, HQ, HKV, head_dim, kv_indices=idx, kv_last_page_len=last,
-               page_size=16, params=batch)  # fmt: skip
-        o, lse = w.run(q, cache, return_lse=True, **batch)
-    _check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, one)
+    o, lse = plan_and_run(w, layout, q, k, v, Q_LENS, KV_LENS, (HQ, HKV), head_dim, gen, batch)
+    check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, one)
 
 
 @pytest.mark.parametrize("q_len", [1, 4])
@@ -167,7 +147,7 @@ def test_example_batch_decode(spec, q_len):
     plan_params = {name: value for name, value in batch.items() if name not in token}
     w.plan(indptr, idx, last, HQ, HKV, 128, 16, q_len_per_request=q_len, params=plan_params)
     o, lse = w.run(q, cache, return_lse=True, **batch)
-    _check_batch(variant, q, k, v, o, lse, q_lens, kv_lens, one)
+    check_batch(variant, q, k, v, o, lse, q_lens, kv_lens, one)
 
 
 @pytest.mark.parametrize("backend", ["fa2", "sm90"])
@@ -185,7 +165,7 @@ def test_example_graph_replay_after_replan(spec, backend):
     q, k, v = _inputs(gen, q_lens, kv_lens, 128)
     batch, _ = _params(variant, q_lens, kv_lens, seed=16)
     fresh, one = _params(variant, q_lens, kv_lens, seed=17)
-    qo, kv = torch.tensor(_offsets(q_lens), **I32), torch.tensor(_offsets(kv_lens), **I32)
+    qo, kv = torch.tensor(offsets(q_lens), **I32), torch.tensor(offsets(kv_lens), **I32)
     ws = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
     w = BatchPrefillWrapper(variant, ws, backend=backend)
     w.plan(qo, kv, HQ, HKV, 128, params=batch)
@@ -216,7 +196,7 @@ def test_example_graph_replay_after_replan(spec, backend):
             values[name] = value[i : i + 1] if isinstance(value, torch.Tensor) else value
         return values
 
-    _check_batch(variant, q, k, v, out, lse, q_lens, kv_lens, request)
+    check_batch(variant, q, k, v, out, lse, q_lens, kv_lens, request)
 
 
 SCRIPTS = {

@@ -13,6 +13,7 @@ import itertools
 
 import pytest
 import torch
+from batch_check import check_batch, plan_and_run
 from batch_check import check_request as _check
 from batch_check import paged_cache as _paged
 from tile_map_oracle import doc_causal_map
@@ -98,32 +99,19 @@ def test_batch_prefill(name, layout, backend):
     gen = torch.Generator().manual_seed(7)
     q, k, v = _inputs(gen, Q_LENS, KV_LENS)
     batch_params, one = _params(name, KV_LENS, gen)
-    i32 = dict(dtype=torch.int32)
-    qo = torch.tensor([0, *itertools.accumulate(Q_LENS)], **i32)
     # The ragged plans wait for the tile map (host summary, host-ranged items); the paged
     # ones take the default, the map and the items' cut and order queued on the device.
     waits = layout == "ragged"
     workspace = torch.empty(WORKSPACE, dtype=torch.uint8, device="cuda")
     w = BatchPrefillWrapper(variant, workspace, backend=backend, wait_for_tile_map=waits)
     try:
-        if layout == "ragged":
-            kv = torch.tensor([0, *itertools.accumulate(KV_LENS)], **i32)
-            w.plan(qo, kv, HQ, HKV, D, params=batch_params)
-            o, lse = w.run(q, (k, v), return_lse=True, **batch_params)
-        else:
-            cache, indptr, idx, last = _paged(k, v, KV_LENS, 16, gen)
-            w.plan(qo, indptr, HQ, HKV, D, kv_indices=idx, kv_last_page_len=last,
-                   page_size=16, params=batch_params)  # fmt: skip
-            o, lse = w.run(q, cache, return_lse=True, **batch_params)
+        o, lse = plan_and_run(w, layout, q, k, v, Q_LENS, KV_LENS, (HQ, HKV), D, gen, batch_params)
     except ValueError as err:
         if backend == "sm90" and "cannot serve" in str(err):
             pytest.skip(str(err))
         raise
     assert (w.tile_map is not None) == (name == "doc_causal" and waits)
-    qs, ks = [0, *itertools.accumulate(Q_LENS)], [0, *itertools.accumulate(KV_LENS)]
-    for i in range(len(Q_LENS)):
-        a, b, c, e = qs[i], qs[i + 1], ks[i], ks[i + 1]
-        _check(variant, q[a:b], k[c:e], v[c:e], o[a:b], lse[a:b], one(i))
+    check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, one)
 
 
 @pytest.mark.parametrize("backend", ["fa2", "sm90"])
