@@ -12,6 +12,7 @@ reference began to accumulate 16-bit inputs in float32).
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -40,6 +41,11 @@ CONFIGS = [(v, torch.bfloat16, d) for d in (128, 64) for v in VARIANTS] + [
 ]
 
 
+# Extra nvcc flags for the Hopper modules (test_sm90_producer_lag.py reruns some of these tests
+# with a fault injected into the kernel this way).
+SM90_FLAGS = tuple(os.environ.get("ATTNC_TEST_SM90_FLAGS", "").split())
+
+
 def _sources(name: str, dtype: torch.dtype, head_dim: int) -> list[jit.ModuleSpec]:
     from attnc.codegen.module import render_prefill_module, render_prefill_sm90_module
 
@@ -49,7 +55,7 @@ def _sources(name: str, dtype: torch.dtype, head_dim: int) -> list[jit.ModuleSpe
     fa2_flags = modules.prefill_arch_flags("90a")
     return [
         jit.ModuleSpec(f"{ir.name}_sm90t_{SHORT[dtype]}_d{head_dim}",
-                       render_prefill_sm90_module(ir, dname, head_dim)),
+                       render_prefill_sm90_module(ir, dname, head_dim), SM90_FLAGS),
         jit.ModuleSpec(f"{tag}_fa2t", render_prefill_module(ir, dname, head_dim), fa2_flags),
     ]  # fmt: skip
 

@@ -177,14 +177,20 @@ __device__ __forceinline__ void produce_paged_tma_stage(const PrefillSm90Params<
     }
   }
   if (__any_sync(0xffffffffu, bad)) info.flags |= StageInfo::kBadPage;
-  // Warps 0-1 issue K once its stage is free, warps 2-3 V once its stage is free.
-  mbar_wait(sm.empty_k(stage), phase ^ 1);
-  if (threadIdx.x == 0) info.store(sm.info(stage));
-  if (warp < 2) paged_boxes<Shape>(sm.k(stage), &p.tmap_k, sm.full_k(stage), it.kv_head,
-                                   p.page_rows, id, in_page, mine);
-  mbar_wait(sm.empty_v(stage), phase ^ 1);
-  if (warp >= 2) paged_boxes<Shape>(sm.v(stage), &p.tmap_v, sm.full_v(stage), it.kv_head,
-                                    p.page_rows, id, in_page, mine);
+  // Warps 0-1 issue K once its stage is free, warps 2-3 V once its stage is free. Only a warp
+  // that fills the stage waits for it (see produce_stage): at head_dim 64 (one column block)
+  // warps 1 and 3 fill nothing.
+  const bool fills = (warp & 1) < Shape::kHeadDim / 64;
+  if (warp < 2 && fills) {
+    mbar_wait(sm.empty_k(stage), phase ^ 1);
+    if (threadIdx.x == 0) info.store(sm.info(stage));
+    paged_boxes<Shape>(sm.k(stage), &p.tmap_k, sm.full_k(stage), it.kv_head, p.page_rows, id,
+                       in_page, mine);
+  } else if (fills) {
+    mbar_wait(sm.empty_v(stage), phase ^ 1);
+    paged_boxes<Shape>(sm.v(stage), &p.tmap_v, sm.full_v(stage), it.kv_head, p.page_rows, id,
+                       in_page, mine);
+  }
   __syncwarp();
 }
 
@@ -205,20 +211,23 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
     return;
   }
   if (!(info.flags & StageInfo::kCpAsync)) {
-    // TMA (or no data at all): thread 0 issues; every thread waits for the stage to be free,
-    // so no producer thread runs a pipeline round ahead of the barriers (a parity wait only
-    // tells apart phases one apart: a later cp.async stage would pass its wait on an old
-    // phase), and the warps stay converged for the producer's named barrier.
+    // TMA (or no data at all): thread 0 waits for the stage to be free and issues. Only the
+    // threads that fill a stage wait for it: a parity wait tells apart phases one apart only,
+    // and once the stage is issued the consumers may read and free it again, so a thread that
+    // reached the same wait later (a lagging warp) would see the parity back where it started
+    // and wait for a phase that only the next fill, held at the producer barrier by that very
+    // thread, can bring: the kernel hangs (RESULTS.md run 38; 4 us of lag at an item start was
+    // enough). The producer barrier after every stage keeps every thread within one stage of
+    // thread 0, so the waits of a later cp.async stage (by all threads) are unambiguous.
     const uint32_t bytes = load ? Shape::kTileBytes : 0;
     const int token = a.kv_indptr[it.request] + info.kv0;
-    mbar_wait(sm.empty_k(stage), phase ^ 1);
     if (tid == 0) {
+      mbar_wait(sm.empty_k(stage), phase ^ 1);
       info.store(sm.info(stage));
       tma_tile<D, KVT>(sm.k(stage), &p.tmap_k, sm.full_k(stage), it.kv_head, token, bytes, load);
-    }
-    mbar_wait(sm.empty_v(stage), phase ^ 1);
-    if (tid == 0)
+      mbar_wait(sm.empty_v(stage), phase ^ 1);
       tma_tile<D, KVT>(sm.v(stage), &p.tmap_v, sm.full_v(stage), it.kv_head, token, bytes, load);
+    }
     __syncwarp();
     return;
   }
@@ -260,6 +269,11 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
     PrefillSm90Item it = PrefillSm90Item::load(a, w, group);
     const V var(p.params, it.request_info(a));
     it.set_range<V, KVT>(var, a);  // an item without query rows has no tile
+#ifdef ATTNC_SM90_PRODUCER_LAG_NS
+    // Fault injection for tests/gpu/test_sm90_producer_lag.py: producer warps 1-3 start
+    // every item late, as a descheduled or slower warp would.
+    if (threadIdx.x >= 32) __nanosleep(ATTNC_SM90_PRODUCER_LAG_NS);
+#endif
     TileClass cls;
     int t = it.next_tile<V, KVT>(var, 0, cls);
     const bool none = t >= it.num_tiles;
@@ -281,13 +295,11 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         order.hand_over(sm, info.next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
-      // The four producer warps stay within one stage of each other. Every producer thread
-      // waits on the empty barriers by phase parity, which tells apart phases one apart
-      // only, while a TMA stage is issued by warp 0 alone (ragged) or by lanes of each warp
-      // (paged) and nothing else joins the warps (a cp.async stage does). A warp left two
-      // phases behind (a producer slower per tile than the consumers, such as a union
-      // classify in local memory) would wait for a phase completed twice already and,
-      // after the CTA's last stage, for ever.
+      // The four producer warps stay within one stage of each other. The empty barriers are
+      // waited for by phase parity, which tells apart phases one apart only, and a TMA stage
+      // is filled by thread 0 (ragged) or by the K and V warps (paged) while nothing else
+      // joins the warps (a cp.async stage does): without this barrier a warp could reach a
+      // cp.async stage a whole pipeline round ahead and pass its wait on an old phase.
       named_sync(kProducerBarrier, 128);
       if (++stage == Shape::kStages) {
         stage = 0;
