@@ -60,22 +60,18 @@ def test_clock_probe_bad_rows_name_the_row(spec, words):
     assert repr(spec) in str(err.value)
 
 
-def test_clock_probe_checks_before_any_gpu_work():
-    """A bad row is an argparse error (exit 2) naming it, before torch is touched."""
+@pytest.mark.parametrize(
+    "module, rows, bad",
+    [("benchmarks.clock_probe", "gemm:8192,gemm:x", "gemm:x"),
+     ("benchmarks.burst_probe", "causal:8192:128,causal:x:128", "causal:x:128")],
+)  # fmt: skip
+def test_probe_checks_rows_before_any_gpu_work(module, rows, bad):
+    """A bad row is an argparse error (exit 2) naming it, before torch is touched or any row
+    is planned."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.clock_probe", "--rows", "gemm:8192,gemm:x"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2 and "'gemm:x'" in done.stderr
-
-
-def test_burst_probe_checks_before_any_gpu_work():
-    """A bad row is an argparse error (exit 2) naming it, before any row is planned."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.burst_probe", "--rows", "causal:8192:128,causal:x:128"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert done.returncode == 2 and "'causal:x:128'" in done.stderr
+        [sys.executable, "-m", module, "--rows", rows], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and repr(bad) in done.stderr
 
 
 def _run_parent(monkeypatch, capsys, argv, outcome):
