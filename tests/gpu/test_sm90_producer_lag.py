@@ -11,6 +11,7 @@ fp64 reference in a child process, so that a hang fails the test instead of stal
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,16 +35,26 @@ SELECTED = (
 )
 
 
+def _child_pytest(*args: str, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+           str(HERE / "test_prefill_sm90.py"), "-k", SELECTED, *args]  # fmt: skip
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)  # fmt: skip
+
+
 def test_hopper_tests_pass_with_lagging_producer_warps(tmp_path):
     env = dict(os.environ)
     env["ATTNC_TEST_SM90_FLAGS"] = "-DATTNC_SM90_PRODUCER_LAG_NS=4000"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-           str(HERE / "test_prefill_sm90.py"), "-k", SELECTED]  # fmt: skip
+    listed = _child_pytest("--collect-only", env=env, timeout=300)
+    ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert listed.returncode == 0 and ids, (listed.stdout + listed.stderr)[-4000:]
     try:
-        run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900,
-                             check=False)  # fmt: skip
+        run = _child_pytest(env=env, timeout=900)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the Hopper tests with lagging producer warps hung (900 s): {e.stdout!r}")
     tail = (run.stdout + run.stderr)[-4000:]
     assert run.returncode == 0, tail
-    assert " passed" in run.stdout and "no tests ran" not in run.stdout, tail
+    # Every selected test ran and passed: none skipped, none deselected by a changed name.
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed is not None and int(passed.group(1)) == len(ids), tail
+    assert "skipped" not in run.stdout, tail
