@@ -40,6 +40,9 @@ MAX_CHUNKS = 64  # chunks per tile at most
 ITEM_INTS = 8  # prefill_args.h: ATTNC_PI_SIZE
 MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
 PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 per chunk)
+WALK_ITEM_COST = 112.0  # prefill_plan_walk.h: kWalkItemCost
+WALK_MAX_ROUNDS = 4  # prefill_plan_walk.h: kWalkMaxRounds
+WALK_SLACK = 0.02  # prefill_plan_walk.h: kWalkSlack
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,10 @@ def schedule_prefill(
     alpha: float = ALPHA,
     beta: float = BETA,
     min_chunk: int = MIN_CHUNK,
+    walk_ctas: int = 0,
 ) -> OracleSchedule:
-    """Work items and merge entries of one batched prefill (see the module doc)."""
+    """Work items and merge entries of one batched prefill (see the module doc); with
+    ``walk_ctas`` the items placed for the Hopper kernel's walk (``balance_walk``)."""
     kv = np.asarray(kv_lens, dtype=np.int64)
     req, j, q0, q1 = query_tiles(q_lens, tile_q_tokens)
     if tile_ranges is None:
@@ -136,6 +141,8 @@ def schedule_prefill(
     items3[:, :, 4] = end[order, None]
     items3[:, :, 5] = part[order, None]
 
+    items = items3.reshape(-1, ITEM_INTS)
+    items = items[balance_walk(np.repeat(cost[order], num_kv_heads) + WALK_ITEM_COST, walk_ctas)]
     tiles = np.flatnonzero(split)
     merge = np.zeros((tiles.shape[0], MERGE_INTS), dtype=np.int32)
     merge[:, 0] = req[tiles]
@@ -143,12 +150,74 @@ def schedule_prefill(
     merge[:, 2] = n[tiles]
     merge[:, 3] = part_base[tiles]
     return OracleSchedule(
-        items=items3.reshape(-1, ITEM_INTS),
+        items=items,
         merge_items=merge,
         part_rows=part_rows,
         chunk_size=int(chunk),
         cost=np.repeat(cost[order], num_kv_heads),
     )
+
+
+def _walk_ctas(n: int, g: int) -> np.ndarray:
+    """The CTA of each list position in the alternating walk over g CTAs."""
+    q = np.arange(n, dtype=np.int64)
+    r, k = q // g, q % g
+    return np.where(r % 2 == 0, k, g - 1 - k)
+
+
+def balance_walk(w: np.ndarray, walk_ctas: int) -> np.ndarray:
+    """The list index (heaviest first) to place at each position for the walk over
+    g = min(n, walk_ctas) CTAs, from the items' balance costs ``w`` (their cost plus
+    WALK_ITEM_COST, non-increasing). At most g times, the busiest CTA (the first) swaps one of
+    its items with a cheaper item of another CTA: for each of its positions in round order the
+    partner of lowest (pair's larger load, minus the partner CTA's load, position) whose
+    pair's larger load is below the busiest load, and of those the first position's of the
+    lowest pair's larger load. Then each CTA's items run heaviest first (ties: list order).
+    The identity without a walk, with one item or more than WALK_MAX_ROUNDS a CTA, or when no
+    CTA of the walk is WALK_SLACK above the mean."""
+    n = w.shape[0]
+    at = np.arange(n, dtype=np.int64)
+    if walk_ctas <= 0 or n == 0:
+        return at
+    g = min(n, walk_ctas)
+    rounds = -(-n // g)
+    if rounds < 2 or rounds > WALK_MAX_ROUNDS:
+        return at
+    cta = _walk_ctas(n, g)
+    load = np.zeros(g)
+    total = 0.0
+    for q in range(n):  # in position order, as the planner adds
+        load[cta[q]] += w[q]
+        total += w[q]
+    if not load.max() * g > total * (1.0 + WALK_SLACK):
+        return at
+    slots = [np.flatnonzero(cta == b) for b in range(g)]  # each in round order
+    positions = np.arange(n)
+    for _ in range(g):
+        bm = int(np.argmax(load))
+        lbm = load[bm]
+        lq = load[cta]
+        best = None
+        for x in slots[bm]:
+            d = w[at[x]] - w[at]
+            nm = np.maximum(lbm - d, lq + d)
+            q = np.flatnonzero((cta != bm) & (d > 0) & (nm < lbm))
+            if q.size == 0:
+                continue
+            pick = q[np.lexsort((positions[q], -lq[q], nm[q]))[0]]
+            if best is None or nm[pick] < best[2]:
+                best = (int(x), int(pick), nm[pick])
+        if best is None:
+            break
+        x, q, _ = best
+        d = w[at[x]] - w[at[q]]
+        at[x], at[q] = at[q], at[x]
+        load[bm] -= d
+        load[cta[q]] += d
+    for b in range(g):
+        mine = slots[b]
+        at[mine] = sorted(at[mine].tolist(), key=lambda i: (-w[i], i))
+    return at
 
 
 def _chunk_size(
@@ -236,6 +305,7 @@ def oracle_plan(
     sched = schedule_prefill(
         q_np, kv_np, shape.tile_q_tokens, shape.num_qo_heads, shape.num_kv_heads,
         shape.num_ctas, shape.kv_align, max_part_rows, tile_ranges, cost,
+        walk_ctas=getattr(shape, "walk_ctas", 0),
     )  # fmt: skip
     layout = place_int32({**base, "items": sched.items.size, "merge_items": sched.merge_items.size})
     arrays = {

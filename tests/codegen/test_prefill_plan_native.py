@@ -98,8 +98,10 @@ def _case(seed: int):
     small = rng.random() < 0.4  # partial states that do not fit: the chunk doubles
     extra = int(np.exp(rng.uniform(np.log(1e3), np.log(4e6)))) if small else 1 << 26
     ws = lists + reserve + extra
+    ctas = int(rng.choice([1, 4, 132, 264]))
+    walk = ctas if seed % 3 == 0 else 0  # a third of the plans placed for the Hopper walk
     shape = prefill_plan.PlanShape(
-        hq, hkv, int(rng.choice([64, 128])), tile, int(rng.choice([1, 4, 132, 264])), ws
+        hq, hkv, int(rng.choice([64, 128])), tile, ctas, ws, walk_ctas=walk
     )
     return _indices(rng, q, kv), shape, ranges, program, host_map, summary, reserve
 

@@ -19,12 +19,23 @@ constexpr int64_t kPartRowReserve = 32;  // list bytes a partial row may add (pr
 inline bool shape_ok(const AttncPrefillParams& p) {
   const bool counts = p.num_qo_heads >= 1 && p.num_kv_heads >= 1 && p.head_dim >= 1 &&
                       p.tile_q_tokens >= 1 && p.kv_align >= 1 && p.min_chunk >= 1 &&
-                      p.max_chunks >= 1 && p.num_ctas >= 0 && p.batch >= 0;
+                      p.max_chunks >= 1 && p.num_ctas >= 0 && p.batch >= 0 &&
+                      p.walk_ctas >= 0 && p.walk_ctas < (INT64_C(1) << 30);
   const bool costs = std::isfinite(p.alpha) && std::isfinite(p.beta) && p.beta > 0;
   const bool ranges = p.ranges.rows == nullptr || mask_ranges::rows_ok(p.ranges, p.batch);
   const bool map = p.tile_map == nullptr || p.kv_block >= 1;
   return counts && costs && ranges && map && p.num_qo_heads < (INT64_C(1) << 30) &&
          p.num_kv_heads < (INT64_C(1) << 30) && p.tile_q_tokens < (INT64_C(1) << 30);
+}
+
+// s.walk.at: the list index of each item position (prefill_plan_walk.h), from the n chunks'
+// costs in heaviest-first order, each repeated for the KV heads.
+inline void place_for_walk(const AttncPrefillParams& p, Scratch& s, int64_t n) {
+  const int64_t hkv = p.num_kv_heads;
+  s.walk.w.resize(n * hkv);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < hkv; ++h) s.walk.w[i * hkv + h] = s.chunk_cost[s.order[i]] + kWalkItemCost;
+  balance_walk(s.walk, p.walk_ctas);
 }
 
 // The plan of a checked batch (q_lens / kv_lens filled by check_batch) into p.out.
@@ -58,6 +69,7 @@ inline int plan(const AttncPrefillParams& p, AttncPrefillResult* r, Scratch& s) 
     r->error = ATTNC_PP_COST_BUFFER, r->needed_bytes = n;
     return ATTNC_PLAN_CAPACITY;
   }
+  place_for_walk(p, s, n);
   write_lists(p, s, l, n, split);
   if (p.out_cost != nullptr)
     for (int64_t i = 0; i < n; ++i) p.out_cost[i] = s.chunk_cost[s.order[i]];

@@ -45,6 +45,10 @@ typedef struct AttncPrefillParams {
   int64_t map_reserve;
   int64_t min_chunk;
   int64_t max_chunks;
+  // > 0: the kernel runs the list by the alternating walk over min(items, walk_ctas) CTAs
+  // (the Hopper template), and the items are placed for it (prefill_plan_walk.h); 0: the list
+  // stays heaviest first.
+  int64_t walk_ctas;
   double alpha;
   double beta;
   // Closed-form KV ranges of the mask (mask_range_rows.h; null rows: every tile may see its

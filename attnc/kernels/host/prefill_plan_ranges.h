@@ -11,6 +11,7 @@
 
 #include "mask_range_rows.h"
 #include "prefill_plan_abi.h"
+#include "prefill_plan_walk.h"
 
 namespace attnc {
 namespace prefill_plan {
@@ -90,6 +91,7 @@ struct Scratch {
   std::vector<int64_t> chunk_tile, chunk_begin, chunk_end, chunk_part, order;
   std::vector<double> chunk_cost;
   std::vector<uint64_t> keys;  // sort keys of the order
+  WalkScratch walk;            // the items' places for the alternating walk
 };
 
 // The query tiles of every request, in request order (prefill_schedule.query_tiles).

@@ -2,7 +2,8 @@
 // pack_int32): the regions one after another, each 256-byte aligned and zero padded, in the
 // order qo_indptr, kv_indptr, kv_token_start, tile_map_start, [kv_indices,
 // kv_last_page_len], items, merge_items; the items and merge rows are written straight from
-// the ordered chunks (prefill_plan_schedule.h). A paged plan holds num_indices page ids.
+// the ordered chunks (prefill_plan_schedule.h), the items in the places prefill_plan_walk.h
+// gives them. A paged plan holds num_indices page ids.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -78,15 +79,15 @@ inline void write_lists(const AttncPrefillParams& p, Scratch& s, const Layout& l
   }
   const int64_t hkv = p.num_kv_heads;
   int32_t* items = reinterpret_cast<int32_t*>(p.out + l.items);
-  for (int64_t i = 0; i < num_chunks; ++i) {
+  const std::vector<int64_t>& at = s.walk.at;  // list index (chunk * hkv + head) per position
+  for (int64_t q = 0; q < num_chunks * hkv; ++q) {
+    const int64_t i = at[q] / hkv, h = at[q] - i * hkv;
     const int64_t c = s.order[i], t = s.chunk_tile[c];
-    for (int64_t h = 0; h < hkv; ++h) {
-      int32_t* row = items + (i * hkv + h) * kItemInts;
-      row[0] = static_cast<int32_t>(s.req[t]), row[1] = static_cast<int32_t>(s.j[t]);
-      row[2] = static_cast<int32_t>(h), row[3] = static_cast<int32_t>(s.chunk_begin[c]);
-      row[4] = static_cast<int32_t>(s.chunk_end[c]), row[5] = static_cast<int32_t>(s.chunk_part[c]);
-      row[6] = row[7] = 0;
-    }
+    int32_t* row = items + q * kItemInts;
+    row[0] = static_cast<int32_t>(s.req[t]), row[1] = static_cast<int32_t>(s.j[t]);
+    row[2] = static_cast<int32_t>(h), row[3] = static_cast<int32_t>(s.chunk_begin[c]);
+    row[4] = static_cast<int32_t>(s.chunk_end[c]), row[5] = static_cast<int32_t>(s.chunk_part[c]);
+    row[6] = row[7] = 0;
   }
   const int64_t item_bytes = num_chunks * hkv * kItemInts * 4;
   const int64_t item_pad = l.merge_items - l.items - item_bytes;

@@ -232,6 +232,7 @@ class PlanShape:
     num_ctas: int  # CTAs the device holds at once (SMs x CTAs per SM)
     workspace_bytes: int
     kv_align: int = 128
+    walk_ctas: int = 0  # > 0: items placed for the Hopper kernel's walk (PrefillPlanner.configure)
 
 
 def host_plan(
@@ -311,6 +312,7 @@ def make_host_plan(
     planner.configure(
         shape.num_qo_heads, shape.num_kv_heads, shape.head_dim, shape.tile_q_tokens,
         shape.num_ctas, shape.workspace_bytes, map_reserve, shape.kv_align, KV_BLOCK,
+        shape.walk_ctas,
     )  # fmt: skip
     host_map = None if tile_map is None else np.ascontiguousarray(tile_map, dtype=np.uint8)
     return host_plan(planner, shape.head_dim, tile_ranges, host_map, map_on_device)

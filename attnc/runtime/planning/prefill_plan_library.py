@@ -34,7 +34,7 @@ class PrefillParams(ctypes.Structure):
         ("q_lens", _P), ("kv_lens", _P), ("lens_cap", _I64),
         *((name, _I64) for name in (
             "num_qo_heads", "num_kv_heads", "head_dim", "tile_q_tokens", "num_ctas", "kv_align",
-            "workspace_bytes", "map_reserve", "min_chunk", "max_chunks",
+            "workspace_bytes", "map_reserve", "min_chunk", "max_chunks", "walk_ctas",
         )),
         ("alpha", ctypes.c_double), ("beta", ctypes.c_double),
         ("ranges", RangeRows),

@@ -133,16 +133,19 @@ class PrefillPlanner:
     def configure(
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, tile_q_tokens: int,
         num_ctas: int, workspace_bytes: int, map_reserve: int = 0, kv_align: int = KV_ALIGN,
-        kv_block: int = KV_BLOCK,
+        kv_block: int = KV_BLOCK, walk_ctas: int = 0,
     ) -> None:  # fmt: skip
-        """The scalars of the following plans (ints)."""
+        """The scalars of the following plans (ints). ``walk_ctas`` > 0: the kernel runs the
+        list by the alternating walk over that many CTAs at most (the Hopper template), and
+        the items are placed for it (prefill_plan_walk.h); 0: the list stays heaviest first."""
         shape = (num_qo_heads, num_kv_heads, head_dim, tile_q_tokens, num_ctas, workspace_bytes,
-                 map_reserve, kv_align, kv_block)  # fmt: skip
+                 map_reserve, kv_align, kv_block, walk_ctas)  # fmt: skip
         if shape == self._shape:
             return
         p = self._p
         p.num_qo_heads, p.num_kv_heads, p.head_dim, p.tile_q_tokens = shape[:4]
-        p.num_ctas, p.workspace_bytes, p.map_reserve, p.kv_align, p.kv_block = shape[4:]
+        (p.num_ctas, p.workspace_bytes, p.map_reserve, p.kv_align, p.kv_block,
+         p.walk_ctas) = shape[4:]  # fmt: skip
         self._shape = shape
 
     def plan(self, program: RangeProgram | None = None, tile_map: np.ndarray | None = None) -> None:

@@ -164,10 +164,13 @@ class BatchPrefillWrapper:
                 queued = found
             elif found is not None:
                 host_map = self._build_map(module, found)
+        ctas = _device_ctas(module, self._workspace.device, head_dim, group, max_q)
+        # The Hopper kernel runs a list without a tile map by the alternating walk, one CTA
+        # an SM; masks that read token tensors take items as CTAs finish instead.
+        walk = ctas if choice.backend == "sm90" and not self._reads.needs_tile_map else 0
         planner.configure(
-            num_qo_heads, num_kv_heads, head_dim, tile,
-            _device_ctas(module, self._workspace.device, head_dim, group, max_q),
-            self._workspace.numel(), self._map_reserve,
+            num_qo_heads, num_kv_heads, head_dim, tile, ctas, self._workspace.numel(),
+            self._map_reserve, walk_ctas=walk,
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
         host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)

@@ -1,0 +1,113 @@
+"""The work list placed for the Hopper kernel's alternating walk (prefill_plan_walk.h): the
+C++ planner against the numpy oracle (balance_walk) on plans of two to four items a CTA, the
+placed list a permutation of the heaviest-first one, and the balance it buys on a causal 2K
+prefill (the row that ran 7% faster with it, RESULTS.md run 39)."""
+
+from __future__ import annotations
+
+import numpy as np
+import prefill_schedule_oracle as oracle
+import pytest
+import torch
+from mask_ranges_oracle import tile_kv_ranges
+
+import attnc
+from attnc.runtime.build import toolchain
+from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning.mask_ranges import tile_range_program
+
+pytestmark = pytest.mark.nvcc
+
+try:
+    toolchain.find_nvcc()
+except toolchain.ToolNotFound:
+    pytest.skip("nvcc not found", allow_module_level=True)
+
+CAUSAL = "mask = kv_idx <= q_pos;"
+
+
+def _ranges(body: str):
+    analysis = attnc.load(source=f"variant v {{\n {body}\n}}").compiled.mask_analysis
+    return tile_kv_ranges(analysis, {}), tile_range_program(analysis, {})
+
+
+def _indptr(lengths) -> torch.Tensor:
+    return torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+
+def _plans(q, kv, shape, body):
+    ranges, program = _ranges(body) if body else (None, None)
+    qo, kvp = _indptr(q), _indptr(kv)
+    want = oracle.oracle_plan(qo, kvp, None, None, 1, shape, ranges)
+    got = prefill_plan.make_host_plan(qo, kvp, None, None, 1, shape, program)
+    return got, want
+
+
+def _cta_loads(items: np.ndarray, cost_of, g: int) -> np.ndarray:
+    """Per-CTA sums of cost_of(item row) over the walk's positions."""
+    n = items.shape[0]
+    q = np.arange(n)
+    r, k = q // g, q % g
+    cta = np.where(r % 2 == 0, k, g - 1 - k)
+    loads = np.zeros(g)
+    np.add.at(loads, cta, [cost_of(row) for row in items])
+    return loads
+
+
+def _walk_case(seed: int):
+    """A random batch and its shapes without and with a walk of two to four items a CTA."""
+    rng = np.random.default_rng(1000 + seed)
+    batch = int(rng.integers(1, 6))
+    q = rng.integers(1, 900, batch)
+    kv = q + rng.integers(0, 1200, batch)
+    hq, hkv = [(4, 4), (8, 2), (32, 8), (6, 1)][seed % 4]
+    tile = int(rng.choice([16, 32, 64]))
+    body = [CAUSAL, "", "mask = kv_idx <= q_pos && q_pos - kv_idx < 200;"][seed % 3]
+    flat = prefill_plan.PlanShape(hq, hkv, 128, tile, 132, 1 << 26)
+    items = _plans(q, kv, flat, body)[1].schedule.items.shape[0]
+    walk = int(rng.integers(-(-items // 4), max(items - 1, 1) + 1))
+    shape = prefill_plan.PlanShape(hq, hkv, 128, tile, 132, 1 << 26, walk_ctas=walk)
+    return q, kv, flat, shape, body
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_walk_plans_identical_and_a_permutation(seed):
+    q, kv, flat, shape, body = _walk_case(seed)
+    got, want = _plans(q, kv, shape, body)
+    assert np.array_equal(got.buffer, want.packed)
+    assert np.array_equal(got.schedule.items, want.schedule.items)
+    heaviest_first = _plans(q, kv, flat, body)[0].schedule.items
+    key = lambda rows: sorted(map(tuple, rows.tolist()))  # noqa: E731
+    assert key(got.schedule.items) == key(heaviest_first)
+
+
+def test_walk_moves_items_in_many_of_those_plans():
+    """The comparison above is not only of lists the walk left alone."""
+    moved = 0
+    for seed in range(120):
+        q, kv, flat, shape, body = _walk_case(seed)
+        placed = _plans(q, kv, shape, body)[1].schedule.items
+        moved += not np.array_equal(placed, _plans(q, kv, flat, body)[1].schedule.items)
+    assert moved >= 20
+
+
+def test_walk_balances_a_causal_2k_prefill():
+    """One 2048-token causal request, 32/8 heads, 48-token tiles over 132 CTAs: the walk of the
+    heaviest-first list leaves its busiest CTA 10% or more above the mean; placed for the walk,
+    within 4% of it. Costs are the planner's (tokens + KV) plus the item switch."""
+    ranges, program = _ranges(CAUSAL)
+    qo = _indptr([2048])
+    flat = prefill_plan.PlanShape(32, 8, 128, 48, 132, 1 << 26)
+    walk = prefill_plan.PlanShape(32, 8, 128, 48, 132, 1 << 26, walk_ctas=132)
+    plain = prefill_plan.make_host_plan(qo, qo, None, None, 1, flat, program).schedule.items
+    placed = prefill_plan.make_host_plan(qo, qo, None, None, 1, walk, program).schedule.items
+
+    def cost(row):
+        tokens = min(48, 2048 - int(row[1]) * 48)
+        return tokens + (int(row[4]) - int(row[3])) + oracle.WALK_ITEM_COST
+
+    before, after = _cta_loads(plain, cost, 132), _cta_loads(placed, cost, 132)
+    assert before.sum() == pytest.approx(after.sum())
+    assert before.max() / before.mean() > 1.10
+    assert after.max() / after.mean() < 1.04
+    assert ranges is not None
