@@ -1,5 +1,6 @@
 // Owns: which work items a persistent Hopper prefill CTA runs, in which order. CTA b runs item
-// b first (the plan lists items heaviest first). The producer then picks each next item as the
+// b first (the plan lists items heaviest first, or placed for the walk by the host planner's
+// prefill_plan_walk.h). The producer then picks each next item as the
 // running one starts and names it to the consumers on the item's last stage:
 // - the alternating walk (variants whose masks do not read token tensors): round r of
 //   gridDim.x items, CTA b taking item r * gridDim.x + b in even rounds and
