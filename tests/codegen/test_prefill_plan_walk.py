@@ -111,3 +111,11 @@ def test_walk_balances_a_causal_2k_prefill():
     assert before.max() / before.mean() > 1.10
     assert after.max() / after.mean() < 1.04
     assert ranges is not None
+
+
+@pytest.mark.parametrize("walk", [-1, 1 << 30])
+def test_walk_ctas_beyond_the_limits_is_refused(walk):
+    qo = torch.tensor([0, 100])
+    shape = prefill_plan.PlanShape(4, 2, 64, 32, 4, 1 << 20, walk_ctas=walk)
+    with pytest.raises(ValueError, match="beyond the planner's limits"):
+        prefill_plan.make_host_plan(qo, qo, None, None, 1, shape)
