@@ -33,8 +33,10 @@ inline bool shape_ok(const AttncPrefillParams& p) {
 inline void place_for_walk(const AttncPrefillParams& p, Scratch& s, int64_t n) {
   const int64_t hkv = p.num_kv_heads;
   s.walk.w.resize(n * hkv);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t h = 0; h < hkv; ++h) s.walk.w[i * hkv + h] = s.chunk_cost[s.order[i]] + kWalkItemCost;
+  for (int64_t i = 0; i < n; ++i) {
+    const double w = s.chunk_cost[s.order[i]] + kWalkItemCost;
+    for (int64_t h = 0; h < hkv; ++h) s.walk.w[i * hkv + h] = w;
+  }
   balance_walk(s.walk, p.walk_ctas);
 }
 

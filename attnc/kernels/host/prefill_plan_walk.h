@@ -42,7 +42,7 @@ struct WalkScratch {
                                         // (load, -position)
 };
 
-// Position of CTA b's item of round r (of g CTAs).
+// Position of CTA b's item of round r (of g CTAs): alternating_walk_item of item_order.cuh.
 inline int64_t walk_position(int64_t r, int64_t b, int64_t g) {
   return (r & 1) ? r * g + (g - 1 - b) : r * g + b;
 }
