@@ -106,9 +106,9 @@ inline void try_value(const WalkScratch& ws, int64_t x, int64_t v, int64_t bm, d
 }
 
 // The best swap of position x out of the busiest CTA bm (load lbm) with a cheaper item whose
-// pair's larger load is below lbm (q < 0: none); lmin is the lowest load of another CTA. A
-// value moving d can leave no pair's larger load below max(lbm - d, lmin + d), a bound that
-// falls and then rises with d (with the value index): the values are tried from the one
+// pair's larger load is below lbm (q < 0: none); lmin is at most the lowest load of another
+// CTA. A value moving d can leave no pair's larger load below max(lbm - d, lmin + d), a bound
+// that falls and then rises with d (with the value index): the values are tried from the one
 // nearest d = (lbm - lmin) / 2 outwards, each way until the bound, on its rising side,
 // exceeds the best found (or lbm).
 inline WalkSwap best_partner(const WalkScratch& ws, int64_t x, int64_t bm, double lbm,
@@ -213,11 +213,13 @@ inline void balance_walk(WalkScratch& ws, int64_t walk_ctas) {
   for (int64_t q = 0; q < n; ++q) ws.lq[q] = ws.load[ws.cta[q]];
   group_values(ws, n);
   for (int64_t step = 0; step < g; ++step) {
-    const int64_t bm = std::max_element(ws.load.begin(), ws.load.end()) - ws.load.begin();
-    const double lbm = ws.load[bm];
-    double lmin = lbm;
-    for (int64_t b = 0; b < g; ++b)
-      if (b != bm) lmin = std::min(lmin, ws.load[b]);
+    int64_t bm = 0;  // the busiest CTA (the first of equals), and the lowest load of all
+    double lbm = ws.load[0], lmin = ws.load[0];
+    for (int64_t b = 1; b < g; ++b) {
+      const double l = ws.load[b];
+      if (l > lbm) lbm = l, bm = b;
+      if (l < lmin) lmin = l;
+    }
     WalkSwap best;
     for (int64_t r = 0; r < rounds; ++r) {  // bm's positions in round order
       const int64_t x = walk_position(r, bm, g);
