@@ -107,3 +107,24 @@ def test_prebuild_builds_the_module_the_choice_takes(fake_modules, monkeypatch):
     _prebuild("auto", kv_layout="paged")  # refused: auto falls back to FA2
     _prebuild("sm90", kv_layout="paged")  # refused: the choice raises, nothing to build
     assert built == ["fa2"]
+
+
+@pytest.mark.parametrize(
+    "backend,mask,want",
+    [
+        ("sm90", "mask = kv_idx <= q_pos;", 132),
+        ("sm90", "", 132),
+        ("sm90", "param doc: tensor<i32>[kv_len];\n mask = doc[kv_idx] == doc[q_pos];", 0),
+        ("fa2", "mask = kv_idx <= q_pos;", 0),
+    ],
+)
+def test_only_the_hopper_walk_gets_its_items_placed(backend, mask, want):
+    """The planner places items for the alternating walk (walk_ctas > 0) only for the Hopper
+    kernel without a tile map: a token mask's CTAs take items as they finish, FA2 runs an item
+    a CTA, and both want the heaviest-first list."""
+    import attnc
+    from attnc.runtime.planning.plan_params import variant_mask_reads
+    from attnc.runtime.wrappers.prefill import walk_ctas
+
+    variant = attnc.load(source=f"variant v {{\n {mask}\n}}")
+    assert walk_ctas(backend, variant_mask_reads(variant), 132) == want

@@ -26,7 +26,12 @@ from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import token_sizes
 from attnc.runtime.planning import prefill_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
-from attnc.runtime.planning.plan_params import params_keys, split_plan_params, variant_mask_reads
+from attnc.runtime.planning.plan_params import (
+    MaskReads,
+    params_keys,
+    split_plan_params,
+    variant_mask_reads,
+)
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
@@ -165,12 +170,9 @@ class BatchPrefillWrapper:
             elif found is not None:
                 host_map = self._build_map(module, found)
         ctas = _device_ctas(module, self._workspace.device, head_dim, group, max_q)
-        # The Hopper kernel runs a list without a tile map by the alternating walk, one CTA
-        # an SM; masks that read token tensors take items as CTAs finish instead.
-        walk = ctas if choice.backend == "sm90" and not self._reads.needs_tile_map else 0
         planner.configure(
             num_qo_heads, num_kv_heads, head_dim, tile, ctas, self._workspace.numel(),
-            self._map_reserve, walk_ctas=walk,
+            self._map_reserve, walk_ctas=walk_ctas(choice.backend, self._reads, ctas),
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
         host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)
@@ -463,6 +465,14 @@ _CHOICES = 64  # module choices a wrapper remembers
 
 # A plan's map step: the classifier's param values and inputs.
 _MapStep = tuple[dict[str, object], prefill_tile_map.MapInputs]
+
+
+def walk_ctas(backend: str, reads: MaskReads, ctas: int) -> int:
+    """The planner's ``walk_ctas`` for a plan run by ``backend`` on ``ctas`` CTAs: the Hopper
+    kernel takes a list without a tile map by the alternating walk (one CTA an SM), so its
+    items are placed for it; a mask that reads token tensors makes its CTAs take items as they
+    finish, and the FA2 kernel runs an item a CTA: both keep the heaviest-first list (0)."""
+    return ctas if backend == "sm90" and not reads.needs_tile_map else 0
 
 
 def _plain_ints(*values: object) -> bool:
