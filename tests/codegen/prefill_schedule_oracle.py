@@ -47,13 +47,14 @@ WALK_SLACK = 0.02  # prefill_plan_walk.h: kWalkSlack
 
 @dataclass(frozen=True)
 class OracleSchedule:
-    """Items (heaviest first) and merge entries; ``part_rows`` partial rows are used."""
+    """Items (heaviest first, or placed for the walk: ``balance_walk``) and merge entries;
+    ``part_rows`` partial rows are used."""
 
     items: np.ndarray  # int32 [num_items, ITEM_INTS]
     merge_items: np.ndarray  # int32 [num_merge, MERGE_INTS]
     part_rows: int
     chunk_size: int  # KV tokens per chunk of split tiles; 0 when nothing is split
-    cost: np.ndarray  # float64 [num_items], in item order
+    cost: np.ndarray  # float64 [num_items], heaviest first (the list's order without a walk)
 
     @property
     def num_items(self) -> int:

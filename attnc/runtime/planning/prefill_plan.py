@@ -59,15 +59,15 @@ def map_region_offset(workspace_bytes: int, map_reserve: int) -> int:
 
 @dataclass(frozen=True)
 class PrefillSchedule:
-    """Items (heaviest first) and merge entries of a plan's packed lists; ``part_rows``
-    partial rows are used. The arrays are views of the planner's buffer (valid until its
-    next plan)."""
+    """Items (heaviest first, or placed for the Hopper walk: ``walk_ctas``) and merge entries
+    of a plan's packed lists; ``part_rows`` partial rows are used. The arrays are views of the
+    planner's buffer (valid until its next plan)."""
 
     buffer: np.ndarray  # uint8: the packed lists
     layout: Int32Regions
     part_rows: int
     chunk_size: int  # KV tokens per chunk of split tiles; 0 when nothing is split
-    chunk_cost: np.ndarray  # float64 [num_items / num_kv_heads], in item order
+    chunk_cost: np.ndarray  # float64 [num_items / num_kv_heads], heaviest first
 
     def _rows(self, name: str, width: int) -> np.ndarray:
         at, n = self.layout.offsets[name], self.layout.counts[name]
@@ -93,7 +93,8 @@ class PrefillSchedule:
 
     @property
     def cost(self) -> np.ndarray:
-        """float64 [num_items]: each item's cost (its chunk's, for every KV head)."""
+        """float64 [num_items]: the items' costs (their chunk's, for every KV head) in the
+        heaviest-first order, which is the list's unless the items were placed for the walk."""
         heads = self.num_items // max(self.chunk_cost.shape[0], 1)
         return np.repeat(self.chunk_cost, heads)
 
