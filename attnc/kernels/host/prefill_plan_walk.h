@@ -1,7 +1,7 @@
 // Owns: where each work item sits in the list for the Hopper kernel's alternating walk
 // (attnc/sm90/item_order.cuh: CTA b of G runs position b, then 2G - 1 - b, then 2G + b, ...).
-// The walk alone balances the CTAs well when each runs many items, but with two to four items
-// a CTA the heaviest-first list leaves some CTAs a whole light item behind the rest (a
+// The walk alone balances the CTAs well when each runs many items, but with two to eight items
+// a CTA the heaviest-first list can leave some CTAs a whole light item behind the rest (a
 // causal 2K prefill: the busiest CTA 13% above the mean, the kernel 7% slower than with the
 // items rebalanced; RESULTS.md run 39). So the items are swapped between CTAs, keeping each
 // CTA's count and so the walk's positions: while some swap lowers the busiest CTA without
@@ -23,7 +23,7 @@ namespace prefill_plan {
 // KV tokens an item switch costs a Hopper CTA beyond the alpha * l_q the cost model charges
 // for a 48-token tile: about two 80-key tiles of time (RESULTS.md run 39).
 constexpr double kWalkItemCost = 112.0;
-constexpr int64_t kWalkMaxRounds = 4;  // more items a CTA: the walk alone is within ~2%
+constexpr int64_t kWalkMaxRounds = 8;  // more items a CTA: the walk alone is within ~2%
 constexpr double kWalkSlack = 0.02;  // a walk whose busiest CTA is within this of the mean stays
 
 // Position of CTA b's item of round r (of g CTAs): alternating_walk_item of item_order.cuh.
@@ -307,25 +307,19 @@ inline void exchange(WalkScratch& ws, int64_t x, int64_t q) {
 }
 
 // Each CTA runs its items heaviest first (ties: list order), which is list order, the list
-// being heaviest first: sorted (a network of min and max) for the CTAs a swap changed, the
-// others' already so.
+// being heaviest first: sorted (an insertion sort of at most kWalkMaxRounds) for the CTAs a
+// swap changed, the others' already so.
 inline void heaviest_first_per_cta(WalkScratch& ws, int64_t g, int64_t rounds) {
-  static_assert(kWalkMaxRounds == 4, "the sorting network is for four items");
   const int64_t n = static_cast<int64_t>(ws.at.size());
+  int64_t m[kWalkMaxRounds], pos[kWalkMaxRounds];
   for (int64_t b = 0; b < g; ++b) {
     if (!ws.moved[b]) continue;
-    int64_t m[4], pos[4];
-    for (int64_t r = 0; r < 4; ++r) {
-      pos[r] = walk_position(r, b, g);
-      m[r] = r < rounds && pos[r] < n ? ws.at[pos[r]] : std::numeric_limits<int64_t>::max();
-    }
-    const auto order = [&m](int i, int j) {
-      const int64_t a = std::min(m[i], m[j]), c = std::max(m[i], m[j]);
-      m[i] = a, m[j] = c;
-    };
-    order(0, 1), order(2, 3), order(0, 2), order(1, 3), order(1, 2);
-    for (int64_t r = 0; r < rounds; ++r)
-      if (pos[r] < n) ws.at[pos[r]] = m[r];
+    int64_t k = 0;
+    for (int64_t r = 0; r < rounds && walk_position(r, b, g) < n; ++r)
+      pos[k] = walk_position(r, b, g), m[k] = ws.at[pos[k]], ++k;
+    for (int64_t i = 1; i < k; ++i)
+      for (int64_t j = i; j > 0 && m[j] < m[j - 1]; --j) std::swap(m[j], m[j - 1]);
+    for (int64_t i = 0; i < k; ++i) ws.at[pos[i]] = m[i];
   }
 }
 
