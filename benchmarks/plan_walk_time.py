@@ -2,9 +2,10 @@
 kernel's alternating walk (``walk_ctas``, attnc/kernels/host/prefill_plan_walk.h): one causal
 request of L tokens, 32 query / 8 KV heads, head_dim 128, the Hopper tile of 48 query tokens
 over 132 CTAs. The placement runs where CTAs take two to eight items and the walk alone leaves
-one more than 2% above the mean (L = 2048 and 2560 here); 4096 runs it and finds no swap. Needs no GPU (the planner is host code).
+one more than 2% above the mean (L = 2048, 2560 and 3584 here); 4096 runs it and finds no
+swap. Needs no GPU (the planner is host code).
 
-    python -m benchmarks.plan_walk_time [--lengths 2048,2560,4096,8192] [--calls 200]
+    python -m benchmarks.plan_walk_time [--lengths 2048,2560,3584,4096,8192] [--calls 200]
 
 Prints one JSON line per length: microseconds per ``plan()`` (minimum over five batches of
 ``--calls`` calls), without and with the placement.
@@ -47,7 +48,7 @@ def plan_us(length: int, walk_ctas: int, calls: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="2048,2560,4096,8192")
+    parser.add_argument("--lengths", default="2048,2560,3584,4096,8192")
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args(argv)
     for length in (int(x) for x in args.lengths.split(",")):
