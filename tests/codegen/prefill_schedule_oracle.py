@@ -41,7 +41,7 @@ ITEM_INTS = 8  # prefill_args.h: ATTNC_PI_SIZE
 MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
 PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 per chunk)
 WALK_ITEM_COST = 112.0  # prefill_plan_walk.h: kWalkItemCost
-WALK_MAX_ROUNDS = 8  # prefill_plan_walk.h: kWalkMaxRounds
+WALK_MAX_ROUNDS = 5  # prefill_plan_walk.h: kWalkMaxRounds
 WALK_SLACK = 0.02  # prefill_plan_walk.h: kWalkSlack
 
 

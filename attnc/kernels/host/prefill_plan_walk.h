@@ -1,6 +1,6 @@
 // Owns: where each work item sits in the list for the Hopper kernel's alternating walk
 // (attnc/sm90/item_order.cuh: CTA b of G runs position b, then 2G - 1 - b, then 2G + b, ...).
-// The walk alone balances the CTAs well when each runs many items, but with two to eight items
+// The walk alone balances the CTAs well when each runs many items, but with two to five items
 // a CTA the heaviest-first list can leave some CTAs a whole light item behind the rest (a
 // causal 2K prefill: the busiest CTA 13% above the mean, the kernel 7% slower than with the
 // items rebalanced; RESULTS.md run 39). So the items are swapped between CTAs, keeping each
@@ -23,7 +23,7 @@ namespace prefill_plan {
 // KV tokens an item switch costs a Hopper CTA beyond the alpha * l_q the cost model charges
 // for a 48-token tile: about two 80-key tiles of time (RESULTS.md run 39).
 constexpr double kWalkItemCost = 112.0;
-constexpr int64_t kWalkMaxRounds = 8;  // more items a CTA: the walk alone is within ~2%
+constexpr int64_t kWalkMaxRounds = 5;  // more items a CTA: as listed (host time, RESULTS run 40)
 constexpr double kWalkSlack = 0.02;  // a walk whose busiest CTA is within this of the mean stays
 
 // Position of CTA b's item of round r (of g CTAs): alternating_walk_item of item_order.cuh.
