@@ -34,7 +34,7 @@ def plan_us(length: int, walk_ctas: int, calls: int) -> float:
     planner = PrefillPlanner()
     if not planner.check(indptr, indptr, None, None, 1):
         raise RuntimeError(f"the planner refused a {length}-token request")
-    planner.configure(HQ, HKV, D, TILE, CTAS, WS_BYTES, 0, 128, 128, walk_ctas)
+    planner.configure(HQ, HKV, D, TILE, CTAS, WS_BYTES, walk_ctas=walk_ctas)  # as the runtime does
     for _ in range(20):
         planner.plan(program)
     best = float("inf")
