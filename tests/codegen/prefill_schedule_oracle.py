@@ -17,6 +17,7 @@ the workspace. ``oracle_plan`` packs the lists as ``BatchPrefillWrapper.plan()``
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ PART_ROW_RESERVE = 32  # list bytes a partial row may add (one item of 8 int32 p
 WALK_ITEM_COST = 112.0  # prefill_plan_walk.h: kWalkItemCost
 WALK_MAX_ROUNDS = 5  # prefill_plan_walk.h: kWalkMaxRounds
 WALK_SLACK = 0.02  # prefill_plan_walk.h: kWalkSlack
+WALK_STEPS_PER_CTA = 4  # prefill_plan_walk.h: kWalkStepsPerCta
 
 
 @dataclass(frozen=True)
@@ -169,13 +171,14 @@ def _walk_ctas(n: int, g: int) -> np.ndarray:
 def balance_walk(w: np.ndarray, walk_ctas: int) -> np.ndarray:
     """The list index (heaviest first) to place at each position for the walk over
     g = min(n, walk_ctas) CTAs, from the items' balance costs ``w`` (their cost plus
-    WALK_ITEM_COST, non-increasing). At most g times, the busiest CTA (the first) swaps one of
-    its items with a cheaper item of another CTA: for each of its positions in round order the
-    partner of lowest (pair's larger load, minus the partner CTA's load, position) whose
-    pair's larger load is below the busiest load, and of those the first position's of the
-    lowest pair's larger load. Then each CTA's items run heaviest first (ties: list order).
-    The identity without a walk, with one item or more than WALK_MAX_ROUNDS a CTA, or when no
-    CTA of the walk is WALK_SLACK above the mean."""
+    WALK_ITEM_COST, non-increasing). At most WALK_STEPS_PER_CTA * g times, the busiest CTA
+    (the lowest index of the highest load) exchanges items with the least loaded CTA below its
+    load (ties: the lower index) for which an exchange moving 0 < d < (their loads' gap)
+    exists: one item for one if any, else two for two, the one of lowest |gap - 2d| (the first
+    of equals, positions taken in itertools.combinations order). It stops when no CTA can
+    take any. Then each CTA's items run heaviest first (ties: list order). The identity
+    without a walk, with one item or more than WALK_MAX_ROUNDS a CTA, or when no CTA of the
+    walk is WALK_SLACK above the mean."""
     n = w.shape[0]
     at = np.arange(n, dtype=np.int64)
     if walk_ctas <= 0 or n == 0:
@@ -185,40 +188,57 @@ def balance_walk(w: np.ndarray, walk_ctas: int) -> np.ndarray:
     if rounds < 2 or rounds > WALK_MAX_ROUNDS:
         return at
     cta = _walk_ctas(n, g)
-    load = np.zeros(g)
+    cost = [float(x) for x in w]
+    load = [0.0] * g
     total = 0.0
     for q in range(n):  # in position order, as the planner adds
-        load[cta[q]] += w[q]
-        total += w[q]
-    if not load.max() * g > total * (1.0 + WALK_SLACK):
+        load[cta[q]] += cost[q]
+        total += cost[q]
+    if not max(load) * g > total * (1.0 + WALK_SLACK):
         return at
-    slots = [np.flatnonzero(cta == b) for b in range(g)]  # each in round order
-    positions = np.arange(n)
-    for _ in range(g):
-        bm = int(np.argmax(load))
-        lbm = load[bm]
-        lq = load[cta]
-        best = None
-        for x in slots[bm]:
-            d = w[at[x]] - w[at]
-            nm = np.maximum(lbm - d, lq + d)
-            q = np.flatnonzero((cta != bm) & (d > 0) & (nm < lbm))
-            if q.size == 0:
-                continue
-            pick = q[np.lexsort((positions[q], -lq[q], nm[q]))[0]]
-            if best is None or nm[pick] < best[2]:
-                best = (int(x), int(pick), nm[pick])
-        if best is None:
+    slots = [np.flatnonzero(cta == b).tolist() for b in range(g)]  # each in round order
+    place = list(range(n))
+    for _ in range(WALK_STEPS_PER_CTA * g):
+        if not _exchange_step(cost, place, load, slots):
             break
-        x, q, _ = best
-        d = w[at[x]] - w[at[q]]
-        at[x], at[q] = at[q], at[x]
-        load[bm] -= d
-        load[cta[q]] += d
+    at = np.array(place, dtype=np.int64)
     for b in range(g):
         mine = slots[b]
         at[mine] = sorted(at[mine].tolist(), key=lambda i: (-w[i], i))
     return at
+
+
+def _exchange_step(cost: list, place: list, load: list, slots: list) -> bool:
+    """One exchange of balance_walk (place and load updated); False when none exists."""
+    order = sorted(range(len(load)), key=lambda b: (load[b], b))
+    la = load[order[-1]]
+    a = min(b for b in range(len(load)) if load[b] == la)
+
+    def weight(xs: tuple) -> float:
+        return cost[place[xs[0]]] if len(xs) == 1 else cost[place[xs[0]]] + cost[place[xs[1]]]
+
+    for b in order:
+        if not load[b] < la:
+            return False
+        gap = la - load[b]
+        best = None
+        for k in (1, 2):
+            if best is not None:
+                break
+            for xa in itertools.combinations(slots[a], k):
+                for xb in itertools.combinations(slots[b], k):
+                    d = weight(xa) - weight(xb)
+                    if 0.0 < d < gap and (best is None or abs(gap - 2.0 * d) < best[0]):
+                        best = (abs(gap - 2.0 * d), xa, xb, d)
+        if best is None:
+            continue
+        _, xa, xb, d = best
+        for x, q in zip(xa, xb, strict=True):
+            place[x], place[q] = place[q], place[x]
+        load[a] -= d
+        load[b] += d
+        return True
+    return False
 
 
 def _chunk_size(
