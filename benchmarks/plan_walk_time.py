@@ -2,8 +2,8 @@
 kernel's alternating walk (``walk_ctas``, attnc/kernels/host/prefill_plan_walk.h): one causal
 request of L tokens, 32 query / 8 KV heads, head_dim 128, the Hopper tile of 48 query tokens
 over 132 CTAs. The placement runs where CTAs take two to five items and the walk alone leaves
-one more than 2% above the mean (L = 2048, 2560 and 3584 here); 4096 runs it and finds no
-swap. Needs no GPU (the planner is host code).
+one more than 2% above the mean (L = 2048, 2560 and 3584 here); 4096 (six items a CTA) and
+8192 are left as listed. Needs no GPU (the planner is host code).
 
     python -m benchmarks.plan_walk_time [--lengths 2048,2560,3584,4096,8192] [--calls 200]
 
