@@ -1,7 +1,7 @@
 """The work list placed for the Hopper kernel's alternating walk (prefill_plan_walk.h): the
 C++ planner against the numpy oracle (balance_walk) on plans of two to five items a CTA, the
 placed list a permutation of the heaviest-first one, and the balance it buys on causal
-prefills of 2048, 2560 and 3584 tokens (RESULTS.md runs 39 and 40)."""
+prefills of 2048, 2560 and 3584 tokens (RESULTS.md runs 39 to 41)."""
 
 from __future__ import annotations
 
