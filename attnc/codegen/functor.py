@@ -27,6 +27,7 @@ from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
 from attnc.compiler.score_log2 import score_log2
+from attnc.compiler.score_raw import score_raw
 from attnc.compiler.token_index import reads_token_tensor
 from attnc.dsl.limits import deep_recursion
 
@@ -241,7 +242,8 @@ def _emit_functor(compiled: Compiled) -> str:
     affine: AffineScore | None = compiled.affine
     hoister = _Hoister(v)
     log2_score = score_log2(v.score) if affine is None and v.normalize == "softmax" else None
-    element_exprs = [x for x in (v.score, v.mask, v.output, log2_score) if x is not None]
+    raw_score = score_raw(v.score) if v.score is not None and v.normalize == "none" else None
+    element_exprs = [x for x in (v.score, v.mask, v.output, log2_score, raw_score) if x is not None]
     if affine is not None:
         element_exprs += [affine.scale, affine.bias]
     for x in element_exprs:
@@ -272,6 +274,7 @@ def _emit_functor(compiled: Compiled) -> str:
         has_output=v.output is not None,
         score=_body(v.score, ctx) if v.score is not None else Body((), "s"),
         score_log2=_body(log2_score, ctx) if log2_score is not None else None,
+        score_raw=_body(raw_score, ctx) if raw_score is not None else None,
         score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
         bias_step=step is not None,

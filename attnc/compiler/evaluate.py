@@ -67,6 +67,14 @@ def _sigmoid(x: float) -> float:
     return e / (1.0 + e)
 
 
+def _inv1p_exp2(y: float) -> float:
+    """1 / (1 + 2^y) (score_raw's form of the sigmoid), without overflow."""
+    if y <= 0:
+        return 1.0 / (1.0 + 2.0**y)
+    e = 2.0 ** (-y)
+    return e / (1.0 + e)
+
+
 def _softplus(x: float) -> float:
     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
@@ -104,6 +112,7 @@ MATH = {
     "sqrt": lambda x: math.sqrt(x) if x >= 0 else math.nan,
     "rsqrt": lambda x: (1.0 / math.sqrt(x)) if x > 0 else (math.inf if x == 0 else math.nan),
     "sigmoid": _sigmoid,
+    "inv1p_exp2": _inv1p_exp2,  # written by the compiler only (score_raw)
     "softplus": _softplus,
     "floor": lambda x: float(math.floor(x)) if math.isfinite(x) else x,
     "ceil": lambda x: float(math.ceil(x)) if math.isfinite(x) else x,

@@ -42,6 +42,7 @@ class HostTestReport:
     affine_error: float = 0.0
     sink_error: float = 0.0
     log2_error: float = 0.0  # the score in log2 units from the raw dot product (kernels' form)
+    raw_error: float = 0.0  # without softmax: the weight from the raw dot product (kernels' form)
     # score_bias stepped from a key by k (kernels' form with a bias step) vs at key + k
     bias_step_error: float = 0.0
     mask_mismatches: int = 0
@@ -55,6 +56,7 @@ class HostTestReport:
             self.affine_error,
             self.sink_error,
             self.log2_error,
+            self.raw_error,
             self.bias_step_error,
         )
         return (
@@ -70,7 +72,7 @@ class HostTestReport:
             f"{self.name}: host harness {status}: {self.points} points, {self.tiles} tiles; "
             f"relative error score {self.score_error:.2e}, output {self.output_error:.2e}, "
             f"affine form {self.affine_error:.2e}, sink {self.sink_error:.2e}, "
-            f"log2 form {self.log2_error:.2e}, bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
+            f"log2 form {self.log2_error:.2e}, raw form {self.raw_error:.2e}, bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
             f"tile violations {len(self.tile_violations)}"
         )
         if self.tile_violations:
@@ -389,6 +391,8 @@ def _compare_points(module, c: Compiled, case: _Case, got, report: HostTestRepor
             if c.affine is None and c.variant.normalize == "softmax":
                 ref_log2 = ref_score * LOG2E
                 report.log2_error = max(report.log2_error, _rel(vals[:, 7], ref_log2))
+            if c.variant.normalize == "none":
+                report.raw_error = max(report.raw_error, _rel(vals[:, 7], ref_score))
             if getattr(module, "HAS_SINK", False):
                 ref_sink = module.sink(env, tensors).expand(len(got)).to(torch.float64)
                 report.sink_error = max(report.sink_error, _rel(vals[:, 5], ref_sink))

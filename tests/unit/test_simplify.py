@@ -338,3 +338,39 @@ def test_score_log2_folds_the_scale_and_log2e_into_hoisted_constants() -> None:
         got = evaluate(folded, {"score": raw, "sm_scale": scale, "cap": cap})
         want = LOG2E * cap * math.tanh(raw * scale / cap)
         assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_score_raw_folds_the_scale_and_bias_into_the_sigmoid_exp2() -> None:
+    """Without softmax, sigmoid(score + bias) of the raw dot product costs one multiply per
+    element before its exp2 (three before: sm_scale, + bias, -log2 e), and means the same
+    value, also where the sigmoid saturates."""
+    from attnc.compiler.score_raw import INV1P_EXP2, score_raw
+
+    s = score_of("    param bias: f32 = 0.0;\n    score = sigmoid(score + bias);")
+    folded = score_raw(s)
+    assert isinstance(folded, ir.Call) and folded.fn == INV1P_EXP2
+    assert _element_multiplies(folded) == 1
+    cases = [(3.0, 0.125, -9.0), (-40.0, 0.09, 2.0), (0.5, 1.0, 0.0), (900.0, 1.0, 0.0)]
+    cases += [(-900.0, 1.0, 0.0)]
+    for raw, scale, bias in cases:
+        got = evaluate(folded, {"score": raw, "sm_scale": scale, "bias": bias})
+        want = _sigmoid(raw * scale + bias)
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-300)
+
+
+def test_score_raw_rewrites_nested_sigmoids() -> None:
+    """Every sigmoid, nested ones too, becomes inv1p_exp2 of its argument in log2 units."""
+    from attnc.compiler.score_raw import INV1P_EXP2, score_raw
+
+    s = score_of("    score = sigmoid(sigmoid(score) * 3.0) - sigmoid(score);")
+    folded = score_raw(s)
+    calls = [n.fn for n in ir.postorder(folded) if isinstance(n, ir.Call)]
+    assert calls and set(calls) == {INV1P_EXP2}
+    for raw, scale in [(1.5, 0.5), (-20.0, 0.25)]:
+        got = evaluate(folded, {"score": raw, "sm_scale": scale})
+        want = _sigmoid(_sigmoid(raw * scale) * 3.0) - _sigmoid(raw * scale)
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x > -700 else 0.0

@@ -31,9 +31,13 @@ struct Variant_sigmoid {
 
   Params p;
   attnc::RequestInfo r;
+  float c0;
+  float c1;
 
   ATTNC_HD Variant_sigmoid(const Params& params, const attnc::RequestInfo& request)
       : p(params), r(request) {
+    c0 = (-(1.442695f * p.p_bias));
+    c1 = (1.442695f * r.sm_scale);
   }
 
   ATTNC_HD Row row(int q_idx, int qo_head) const {
@@ -47,6 +51,12 @@ struct Variant_sigmoid {
 
   ATTNC_HD float score(const Row& row, float s, int kv_idx) const {
     return attnc::vm::sigmoid_((p.p_bias + s));
+  }
+
+  // score(row, s * sm_scale, kv_idx) of the raw dot product s, simplified (sigmoids in log2
+  // units).
+  ATTNC_HD float score_raw(const Row& row, float s, int kv_idx) const {
+    return attnc::vm::inv1p_exp2_((c0 - (s * c1)));
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }

@@ -73,7 +73,7 @@ __device__ __forceinline__ void transform_tile(const V& var,
         const float raw = s[mi][n][e];
         float x;
         if constexpr (!V::kUseSoftmax) {
-          x = var.score(row, raw * sm_scale, kv_idx);
+          x = variant_score_raw(var, row, raw, kv_idx, sm_scale);
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity) {
           x = raw;  // scaled by mult inside the exp2

@@ -41,6 +41,10 @@
 //                                           simplified expression of the raw dot product (its
 //                                           constants folded and hoisted); read it through
 //                                           variant_score_log2
+//   float score_raw(const Row&, float raw, int kv_idx) const;
+//                                           without softmax: score(row, raw * sm_scale,
+//                                           kv_idx) as one simplified expression of the raw
+//                                           dot product; read it through variant_score_raw
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
@@ -158,6 +162,27 @@ ATTNC_HD float variant_score_log2(const V& var, const typename V::Row& row, floa
     return var.score_log2(row, raw, kv_idx);
   } else {
     return var.score(row, raw * sm_scale, kv_idx) * 1.4426950408889634f;
+  }
+}
+
+// variant_has_score_raw<V>::value: V has `float score_raw(const Row&, float, int) const`.
+template <typename V, typename = void>
+struct variant_has_score_raw : std::false_type {};
+template <typename V>
+struct variant_has_score_raw<
+    V, std::void_t<decltype(std::declval<const V&>().score_raw(
+           std::declval<const typename V::Row&>(), 0.f, 0))>> : std::true_type {};
+
+// The weight of raw dot product `raw` of a variant without softmax: V::score_raw when V has
+// it, else score(row, raw * sm_scale, kv_idx).
+template <typename V>
+ATTNC_HD float variant_score_raw(const V& var, const typename V::Row& row, float raw,
+                                 int kv_idx, float sm_scale) {
+  if constexpr (variant_has_score_raw<V>::value) {
+    (void)sm_scale;
+    return var.score_raw(row, raw, kv_idx);
+  } else {
+    return var.score(row, raw * sm_scale, kv_idx);
   }
 }
 

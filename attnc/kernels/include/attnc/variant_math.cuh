@@ -62,6 +62,18 @@ ATTNC_HD float sigmoid_(float x) {
 #endif
 }
 
+// 1 / (1 + 2^y): the sigmoid of -y * ln(2), the form the compiler gives a sigmoid in a
+// functor's score_raw, so that the scale and offset of its argument fold into one FFMA.
+ATTNC_HD float inv1p_exp2_(float y) {
+#if defined(__CUDA_ARCH__)
+  return rcp_ftz(1.0f + ex2_ftz(y));  // as sigmoid_: 2^y = +inf gives 0
+#else
+  if (y <= 0.0f) return 1.0f / (1.0f + exp2f(y));
+  const float e = exp2f(-y);
+  return e / (1.0f + e);
+#endif
+}
+
 // log(1 + e^x) = max(x, 0) + log1p(e^-|x|).
 ATTNC_HD float softplus_(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
