@@ -18,6 +18,7 @@ from attnc.dsl import ast
 from attnc.dsl.build import AstBuilder, end_of_text
 from attnc.dsl.errors import SOURCES, AttnError
 from attnc.dsl.limits import MAX_EXPR_DEPTH, deep_recursion, too_deep_message
+from attnc.dsl.parser_cache import cached_parser
 from attnc.dsl.syntax_errors import translate
 
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
@@ -31,17 +32,20 @@ def grammar_parser(strict: bool = False) -> Lark:
 
     ``strict`` (needs the optional ``interegular`` package) makes Lark reject shift/reduce
     conflicts and colliding terminals; a unit test builds it that way, so the grammar stays
-    free of both and parsing without it (three times faster to build) behaves the same.
+    free of both and parsing without it (three times faster to build) behaves the same. The
+    parser without ``strict`` is kept on disk between processes (``parser_cache.py``).
     """
-    return Lark(
-        GRAMMAR_PATH.read_text(encoding="utf-8"),
-        parser="lalr",
-        lexer="contextual",
-        propagate_positions=True,
-        maybe_placeholders=True,
-        strict=strict,
-        start=["module", "expr_only"],
-    )
+    grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    options: dict[str, Any] = {
+        "parser": "lalr",
+        "lexer": "contextual",
+        "propagate_positions": True,
+        "maybe_placeholders": True,
+        "start": ["module", "expr_only"],
+    }
+    if strict:
+        return Lark(grammar, strict=True, **options)
+    return cached_parser(grammar, options, lambda: Lark(grammar, **options))
 
 
 def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[Any]], T]) -> T:

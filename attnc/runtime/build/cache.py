@@ -21,16 +21,11 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
 from attnc.version import PACKAGE_DIR, __version__
 
 INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
-
-
-def cache_dir() -> Path:
-    """The cache root: ``$ATTNC_CACHE_DIR`` or ``~/.cache/attnc``."""
-    env = os.environ.get("ATTNC_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "attnc"
 
 
 def make_dir(directory: Path) -> None:

@@ -1,0 +1,120 @@
+"""The built `.attn` parser kept on disk, so a new process does not rebuild its tables.
+
+Building the LALR tables takes 0.3 s, and over a second where the optional ``interegular``
+package is installed (Lark then checks every pair of terminals for collisions); reading the
+saved tables takes about 60 ms. The file is ``<cache root>/parser/attn-<key>.lark``, where the
+key hashes the grammar text, the Lark options, Lark's version and Python's, so any change
+builds a new file. It holds a header line naming the key, then Lark's serialised tables as one
+Python literal, read back with ``ast.literal_eval`` (data only: no pickle, nothing executed)
+and handed to Lark's loader of serialised tables. Files over 4 MiB are not read.
+
+The cache is an optimisation and never an error: a file that cannot be read or does not load
+(truncated, corrupt, from another Lark) is replaced by a fresh build, and a cache root that
+cannot be written leaves the parser built in memory. Set ``ATTNC_VERBOSE=1`` to see why a file
+was not used.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import lark
+from lark import Lark
+from lark.grammar import Rule
+from lark.lexer import TerminalDef
+
+from attnc.cache_root import cache_dir
+from attnc.dsl.errors import printable
+
+FORMAT = "attnc parser tables v1"
+MAX_BYTES = 4 << 20
+
+
+def _key(grammar: str, options: dict[str, object]) -> str:
+    h = hashlib.sha256()
+    for part in (FORMAT, grammar, repr(sorted(options.items())), lark.__version__, sys.version):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def parser_file(grammar: str, options: dict[str, object]) -> Path:
+    """Where the parser of ``grammar`` built with ``options`` is kept."""
+    return cache_dir() / "parser" / f"attn-{_key(grammar, options)[:16]}.lark"
+
+
+def _header(key: str) -> str:
+    return f"{FORMAT} {key}\n"
+
+
+def _read_tables(path: Path, key: str) -> dict[str, object] | None:
+    """The serialised tables in ``path``; None when it is missing; ValueError when it is not
+    this key's file of tables."""
+    try:
+        with path.open("r", encoding="utf-8") as f:
+            text = f.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    if len(text) > MAX_BYTES:
+        raise ValueError(f"over {MAX_BYTES} bytes")
+    header, _, body = text.partition("\n")
+    if header + "\n" != _header(key):
+        raise ValueError("not this grammar's tables (header differs)")
+    tables = ast.literal_eval(body)
+    if not (isinstance(tables, dict) and set(tables) == {"data", "memo"}):
+        raise ValueError("not a table of data and memo")
+    return tables
+
+
+def _say(message: str) -> None:
+    if os.environ.get("ATTNC_VERBOSE", "") not in ("", "0"):
+        print(f"attnc: {printable(message)}", file=sys.stderr)
+
+
+def _load(path: Path, key: str) -> Lark | None:
+    try:
+        tables = _read_tables(path, key)
+        if tables is None:
+            return None
+        return Lark._load_from_dict(tables["data"], tables["memo"])  # type: ignore[no-any-return]
+    except Exception as exc:  # any damage to the file, or a Lark without the loader
+        _say(f"parser cache {path} not used ({type(exc).__name__}: {exc}); rebuilding it")
+        return None
+
+
+def _save(parser: Lark, path: Path, key: str) -> None:
+    """Write ``parser``'s tables to ``path`` through a temporary file renamed into place, so
+    that a reader never sees half a file."""
+    tmp: str | None = None
+    try:
+        data, memo = parser.memo_serialize([TerminalDef, Rule])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".attn-", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_header(key))
+            f.write(repr({"data": data, "memo": memo}))
+        os.replace(tmp, path)
+        tmp = None
+    except (OSError, ValueError) as exc:
+        _say(f"parser cache {path} not written ({type(exc).__name__}: {exc})")
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def cached_parser(grammar: str, options: dict[str, object], build: Callable[[], Lark]) -> Lark:
+    """The parser saved for ``grammar`` and ``options``, else ``build()``, saved for next
+    time."""
+    key = _key(grammar, options)
+    path = parser_file(grammar, options)
+    parser = _load(path, key)
+    if parser is None:
+        parser = build()
+        _save(parser, path, key)
+    return parser
