@@ -231,6 +231,30 @@ def _body(e: ir.Expr, ctx: CudaContext) -> Body:
     return Body(tuple(locals_), render(e, local_ctx))
 
 
+@dataclass(frozen=True)
+class FunctorTraits:
+    """The functor's compile-time flags the kernel templates choose their shapes by."""
+
+    use_softmax: bool  # kUseSoftmax
+    mask_reads_tokens: bool  # kMaskReadsTokens
+    bias_step: bool  # kBiasStep
+
+
+def _bias_step_expr(compiled: Compiled) -> ir.Expr | None:
+    affine = compiled.affine
+    return bias_step(affine.bias) if affine is not None and not affine.identity else None
+
+
+def functor_traits(compiled: Compiled) -> FunctorTraits:
+    """The flags ``emit_functor`` writes into the functor of ``compiled``."""
+    v = compiled.variant
+    return FunctorTraits(
+        use_softmax=v.normalize == "softmax",
+        mask_reads_tokens=v.mask is not None and reads_token_tensor(v.mask, v.params),
+        bias_step=_bias_step_expr(compiled) is not None,
+    )
+
+
 def emit_functor(compiled: Compiled) -> str:
     """The C++ text of the functor struct (a self-contained header)."""
     with deep_recursion():
@@ -252,8 +276,9 @@ def _emit_functor(compiled: Compiled) -> str:
     request_ctx = hoister.context(REQUEST_NAMES, None)
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
-    reads_tokens = v.mask is not None and reads_token_tensor(v.mask, v.params)
-    step = bias_step(affine.bias) if affine is not None and not affine.identity else None
+    traits = functor_traits(compiled)
+    reads_tokens = traits.mask_reads_tokens
+    step = _bias_step_expr(compiled)
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens
@@ -267,7 +292,7 @@ def _emit_functor(compiled: Compiled) -> str:
         param_fields=param_fields(v),
         request_values=hoister.request_values(),
         row_values=hoister.row_values(),
-        use_softmax=v.normalize == "softmax",
+        use_softmax=traits.use_softmax,
         has_mask=v.mask is not None,
         score_identity=affine is not None and affine.identity,
         affine=affine is not None,

@@ -181,3 +181,59 @@ def test_truncated_library_is_rebuilt_by_the_next_process():
     assert proc.stdout.strip() == "44"
     assert "attnc: rebuilding" in proc.stderr
     assert path.stat().st_size == len(data)
+
+
+# A module of two sources: the entry point in the main one calls a hidden function the second
+# one defines (how a Hopper module's three-consumer kernel is reached, attnc/codegen/module.py).
+SPLIT_MAIN = """
+int attnc_test_part(int a);
+extern "C" __attribute__((visibility("default"))) int attnc_test_add(int a, int b) {
+  return attnc_test_part(a) + b;
+}
+"""
+SPLIT_PART = """
+__global__ void attnc_test_part_kernel(int* out) { *out = 1; }
+int attnc_test_part(int a) { return a + PART_OFFSET; }
+"""
+
+
+def _split_spec(offset: int, part: str = SPLIT_PART) -> jit.ModuleSpec:
+    return jit.ModuleSpec("split", SPLIT_MAIN, parts=(f"#define PART_OFFSET {offset}\n" + part,))
+
+
+def test_module_of_two_sources_links_into_one_library():
+    path = jit.build_modules([_split_spec(40)], arch=ARCH)[0]
+    assert _call_add(path, 1, 2) == 43
+    names = sorted(p.name for p in path.parent.iterdir())
+    assert names == ["build.ninja", "built.ok", "split.cu", "split.part1.cu", "split.so"]
+    ninja = (path.parent / "build.ninja").read_text()
+    assert ninja.count("\nbuild ") == 3 and " -c " in ninja and "split.part1.o" in ninja
+    assert "split.part1.cu" in (path.parent / "built.ok").read_text()  # every command recorded
+
+
+def test_a_part_is_in_the_cache_key():
+    a = jit.build_modules([_split_spec(1)], arch=ARCH)[0]
+    b = jit.build_modules([_split_spec(2)], arch=ARCH)[0]
+    assert a.parent != b.parent
+    assert (_call_add(a, 0, 0), _call_add(b, 0, 0)) == (1, 2)
+
+
+def test_a_failing_part_names_its_file():
+    with pytest.raises(jit.BuildError) as e:
+        jit.build_modules([_split_spec(1, "this is not C++\n")], arch=ARCH)
+    text = str(e.value)
+    assert "split.part1.cu" in text.split("command:")[0]
+    assert " -c " in text
+    directory = next((p for p in (jit.cache.cache_dir()).iterdir() if p.is_dir()))
+    assert not any(p.suffix in (".o", ".partial") for p in directory.iterdir())
+
+
+def test_module_of_two_sources_under_a_path_a_shell_would_expand(tmp_path, monkeypatch):
+    marker = tmp_path / "pwned"
+    monkeypatch.setenv("ATTNC_PWN_MARKER", str(marker))
+    root = tmp_path / "c$HOME`touch $ATTNC_PWN_MARKER`d"
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
+    path = jit.build_modules([_split_spec(9)], arch=ARCH)[0]
+    assert path.parent.parent == root
+    assert _call_add(path, 1, 1) == 11
+    assert not marker.exists()

@@ -197,6 +197,71 @@ def test_light_variants_run_three_consumers(builds):
             assert counts[(head_dim, name)] == want, (name, head_dim, counts)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_split_build_predicts_the_three_consumer_kernel(head_dim):
+    """The module renderer's copy of the light-class rule (it builds a module with a
+    three-consumer kernel from two sources) answers as the kernels above do."""
+    from attnc.codegen.module import sm90_has_three_consumer_kernel
+
+    light = {64: LIGHT, 128: LIGHT_AT_128, 256: set()}[head_dim]
+    for name in stdlib_names():
+        compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
+        got = sm90_has_three_consumer_kernel(compiled[0].variant, head_dim)
+        assert got == (name in light), (name, head_dim)
+
+
+def test_module_of_two_sources_holds_both_kernels(tmp_path, monkeypatch):
+    """A light variant's Hopper module, built by the runtime from its two sources, holds the
+    two- and three-consumer kernels, exports only the C entries, and its main source names
+    the second."""
+    from attnc.runtime.build import jit, modules
+
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    compiled, _ = compile_source(*resolve_source("stdlib:causal"))
+    spec = modules.PREFILL_SM90_MODULES.spec(compiled[0].variant, "bfloat16", 128, "90a")
+    assert len(spec.parts) == 1 and "#define ATTNC_SM90_WIDE_ELSEWHERE 1" in spec.source
+    assert "ATTNC_DEFINE_PREFILL_SM90_WIDE(Variant_causal, __nv_bfloat16, 128)" in spec.parts[0]
+    library = jit.build_modules([spec], arch="90a")[0]
+    kernels = [n for n in dump_sass(library) if "prefill_sm90_kernel" in n]
+    shapes = sorted(re.search(r"PrefillSm90ShapeILi128ELi(\d)", n).group(1) for n in kernels)  # type: ignore[union-attr]
+    assert shapes == ["2", "3"], kernels
+    nm = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True
+    )
+    exported = {line.split()[-1] for line in nm.stdout.splitlines() if " T " in line}
+    assert all(name.startswith("attnc_") for name in exported), exported
+    assert "attnc_prefill" in exported and not any("wide" in name for name in exported)
+
+
+def test_split_build_of_a_variant_without_three_consumers_fails(tmp_path):
+    """The renderer's rule is checked by the build: a heavy variant (ALiBi's stepped bias)
+    rendered as two sources fails at the static_assert that names the macro."""
+    from attnc.codegen.module import render_module
+
+    compiled, _ = compile_source(*resolve_source("stdlib:alibi"))
+    text = render_module(
+        "prefill_sm90_module.cu.j2", compiled[0].variant, "bfloat16", 128, wide_elsewhere=True
+    )
+    tu = tmp_path / "alibi_split.cu"
+    tu.write_text(text)
+    cmd = [
+        "nvcc",
+        "-std=c++17",
+        "-O0",
+        ARCH,
+        f"-I{INCLUDE}",
+        "-c",
+        str(tu),
+        "-o",
+        str(tmp_path / "x.o"),
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert run.returncode != 0
+    assert "ATTNC_SM90_WIDE_ELSEWHERE: this variant has no three-consumer kernel" in (
+        run.stdout + run.stderr
+    )
+
+
 def test_keys_per_stage(builds):
     """S tiles of 80 keys (HGMMA 64x80) in the three-consumer kernels at head_dim 128 and in
     causal's kernel at 256 (a light variant with an affine score); 64 keys in soft-cap's at 256

@@ -1,7 +1,8 @@
 """JIT building and loading of torch-free CUDA modules.
 
 ``build_module``/``build_modules`` turn CUDA source text into shared libraries in the cache
-(see ``cache.py``), running nvcc without a shell (several modules in parallel). nvcc writes a
+(see ``cache.py``), running nvcc without a shell (several modules in parallel, and the sources
+of a module of several in parallel, see ``nvcc_run.py``). nvcc writes a
 ``.partial`` file that is checked (a whole ELF file) and renamed into place; its size and
 sha256 go into the build record, and a library that no longer matches its record is rebuilt
 (see ``artifact.py``). ``load_library`` opens each library once with ctypes, after the same
@@ -15,7 +16,6 @@ import ctypes
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnc.dsl.errors import printable
-from attnc.runtime.build import artifact, cache, ninja_build, toolchain
+from attnc.runtime.build import artifact, cache, ninja_build, nvcc_run, toolchain
 
 PROGRESS_AFTER_S = 1.0
 Progress = Callable[[str], None]
@@ -39,11 +39,18 @@ class BuildError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModuleSpec:
-    """One module to build: a readable ``name`` and its CUDA ``source`` text."""
+    """One module to build: a readable ``name`` and its CUDA ``source`` text; ``parts``, the
+    text of further translation units compiled in parallel with ``source`` and linked into
+    the same library (hidden symbols of one resolve in another)."""
 
     name: str
     source: str
     extra_flags: tuple[str, ...] = field(default=())
+    parts: tuple[str, ...] = field(default=())
+
+    def texts(self) -> tuple[str, ...]:
+        """``source``, then ``parts``."""
+        return (self.source, *self.parts)
 
 
 @dataclass(frozen=True)
@@ -52,22 +59,30 @@ class _Plan:
 
     spec: ModuleSpec
     directory: Path
-    source: Path
+    sources: tuple[Path, ...]  # NAME.cu, then NAME.part1.cu, ... for spec.parts
     library: Path
     partial: Path
     build_file: Path
     stamp: Path
     lock: Path
-    command: list[str]
+    nvcc: str
+    flags: tuple[str, ...]
+
+    @property
+    def source(self) -> Path:
+        """The main source file."""
+        return self.sources[0]
+
+    def steps(self, where: Path | None = None, output: Path | None = None) -> nvcc_run.Steps:
+        """The nvcc commands, with the sources in ``where`` (default: the module directory),
+        writing ``output`` (default: the partial file)."""
+        folder = where or self.directory
+        sources = [folder / s.name for s in self.sources]
+        return nvcc_run.steps(self.nvcc, self.flags, sources, output or folder / self.partial.name)
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """What one nvcc run did: the command it ran, its output, and why it failed (or None)."""
-
-    command: list[str]
-    output: str
-    failure: str | None
+def _commands_text(build: nvcc_run.Steps) -> str:
+    return " && ".join(shlex.join(c) for c in build.all())
 
 
 def verbose() -> bool:
@@ -77,23 +92,23 @@ def verbose() -> bool:
 
 def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
     flags = toolchain.nvcc_flags(arch, (str(cache.INCLUDE_DIR),), spec.extra_flags)
-    key = cache.cache_key(spec.name, spec.source, flags, arch, headers)
+    key_text = "\x1e".join(spec.texts())  # a module of one source keeps its key
+    key = cache.cache_key(spec.name, key_text, flags, arch, headers)
     directory = cache.cache_dir() / key
     name = cache.safe_name(spec.name)
-    source, library = directory / f"{name}.cu", directory / f"{name}.so"
-    partial = directory / f"{name}.so.partial"
+    sources = [directory / f"{name}.cu"]
+    sources += [directory / f"{name}.part{i}.cu" for i in range(1, len(spec.parts) + 1)]
     return _Plan(
         spec=spec,
         directory=directory,
-        source=source,
-        library=library,
-        partial=partial,
+        sources=tuple(sources),
+        library=directory / f"{name}.so",
+        partial=directory / f"{name}.so.partial",
         build_file=directory / "build.ninja",
         stamp=directory / "built.ok",
         lock=directory.with_name(f"{key}.lock"),
-        command=ninja_build.nvcc_command(
-            nvcc, [*flags, *toolchain.speed_flags(nvcc)], source, partial
-        ),
+        nvcc=nvcc,
+        flags=(*flags, *toolchain.speed_flags(nvcc)),
     )
 
 
@@ -108,15 +123,18 @@ def _is_built(plan: _Plan, quiet: bool = False) -> bool:
 
 def _write_files(plan: _Plan) -> None:
     cache.make_dir(plan.directory)
-    cache.write_if_changed(plan.source, plan.spec.source)
-    by_hand = [*plan.command[:-3], "-o", str(plan.library), str(plan.source)]
+    for path, text in zip(plan.sources, plan.spec.texts(), strict=True):
+        cache.write_if_changed(path, text)
+    by_hand = plan.steps(output=plan.library).all()
     cache.write_if_changed(plan.build_file, ninja_build.render_build_file(by_hand))
 
 
-def _build_error(failed: Sequence[tuple[_Plan, _Outcome]]) -> BuildError:
+def _build_error(failed: Sequence[tuple[_Plan, nvcc_run.Outcome]]) -> BuildError:
     parts = ["attnc: nvcc failed"]
     for plan, outcome in failed:
-        parts.append(f"  generated file: {printable(str(plan.source))}")
+        failing = Path(outcome.command[-1])  # the source of a failed compile, else an object
+        shown = plan.directory / failing.name if failing.suffix == ".cu" else plan.source
+        parts.append(f"  generated file: {printable(str(shown))}")
         parts.append(f"  command: {printable(shlex.join(outcome.command))}")
     parts.append("compiler output:")
     for _, outcome in failed:
@@ -141,42 +159,38 @@ def _nvcc_env() -> dict[str, str] | None:
     return {**os.environ, "TMPDIR": _staging_root()}
 
 
-def _compile(plan: _Plan) -> _Outcome:
+def _compile(plan: _Plan) -> nvcc_run.Outcome:
     """Run nvcc (no shell) into the partial file, check it, and rename it into place.
 
     nvcc passes the source's absolute path to its sub-tools through a shell, so a module
     directory whose path a shell would expand is built in a temporary directory instead."""
     plan.partial.unlink(missing_ok=True)
-    command, staging = plan.command, None
+    staging = None
     if not cache.shell_safe(plan.directory):
         staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=_staging_root()))
-        shutil.copyfile(plan.source, staging / plan.source.name)
-        command = [*plan.command[:-3], "-o", str(staging / plan.partial.name)]
-        command.append(str(staging / plan.source.name))
+        for source in plan.sources:
+            shutil.copyfile(source, staging / source.name)
+    build = plan.steps(staging)
     try:
-        proc = subprocess.run(
-            command, cwd=staging or plan.directory, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, errors="replace", check=False, env=_nvcc_env(),
-        )  # fmt: skip
-        if staging is not None and proc.returncode == 0:
+        outcome = nvcc_run.run_steps(build, staging or plan.directory, _nvcc_env())
+        if staging is not None and outcome.failure is None:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
-    except OSError as exc:
-        return _Outcome(command, "", f"cannot run {command[0]}: {exc}")
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
-    if proc.returncode != 0:
+    if outcome.failure is not None:
         plan.partial.unlink(missing_ok=True)
-        return _Outcome(command, proc.stdout, f"(exit status {proc.returncode})")
+        return outcome
     problem = artifact.elf_problem(plan.partial)
     if problem is not None:
         plan.partial.unlink(missing_ok=True)
-        return _Outcome(command, proc.stdout, f"nvcc exited 0 but its output is {problem}")
-    record = artifact.record_text(plan.partial, shlex.join(command))
+        failure = f"nvcc exited 0 but its output is {problem}"
+        return nvcc_run.Outcome(outcome.command, outcome.output, failure)
+    record = artifact.record_text(plan.partial, _commands_text(build))
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
     artifact.mark_sound(plan.library, plan.stamp)
-    return _Outcome(command, proc.stdout, None)
+    return outcome
 
 
 def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | None) -> None:
@@ -187,10 +201,10 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
         )
     if verbose():
         for plan in plans:
-            print(f"attnc: {printable(shlex.join(plan.command))}", file=sys.stderr)
+            print(f"attnc: {printable(_commands_text(plan.steps()))}", file=sys.stderr)
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
-    def compile_and_report(plan: _Plan) -> _Outcome:
+    def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:
         start = time.perf_counter()
         outcome = _compile(plan)
         if progress is not None:

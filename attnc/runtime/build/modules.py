@@ -80,7 +80,7 @@ class ModuleRegistry(Generic[M]):
     def __init__(
         self,
         kind: str,
-        render: Callable[[object, str, int], str],
+        render: Callable[[object, str, int], tuple[str, ...]],
         make: Callable[[str, ctypes.CDLL, object, str], M],
         declare: Callable[[ctypes.CDLL], None],
         version_symbol: str,
@@ -147,16 +147,17 @@ class ModuleRegistry(Generic[M]):
         self, ir: object, dtype: torch.dtype | str, head_dim: int, arch: str
     ) -> jit.ModuleSpec:
         """What gets built for ``ir`` at ``dtype``/``head_dim`` on ``arch`` (normalised): the
-        same name, source and flags, hence the same cache entry, as :meth:`get` uses."""
+        same name, sources and flags, hence the same cache entry, as :meth:`get` uses."""
         dname = dtype_name(dtype)
         name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
-        return jit.ModuleSpec(name, self._render(ir, dname, head_dim), self._arch_flags(arch))
+        source, *parts = self._render(ir, dname, head_dim)
+        return jit.ModuleSpec(name, source, self._arch_flags(arch), tuple(parts))
 
 
-def _render_prefill(ir: object, dtype: str, head_dim: int) -> str:
+def _render_prefill(ir: object, dtype: str, head_dim: int) -> tuple[str, ...]:
     from attnc.codegen.module import render_prefill_module
 
-    return render_prefill_module(ir, dtype, head_dim)  # type: ignore[arg-type]
+    return (render_prefill_module(ir, dtype, head_dim),)  # type: ignore[arg-type]
 
 
 def prefill_arch_flags(arch: str) -> tuple[str, ...]:
@@ -181,10 +182,10 @@ load_prefill_module = PREFILL_MODULES.load
 get_prefill_module = PREFILL_MODULES.get
 
 
-def _render_prefill_sm90(ir: object, dtype: str, head_dim: int) -> str:
-    from attnc.codegen.module import render_prefill_sm90_module
+def _render_prefill_sm90(ir: object, dtype: str, head_dim: int) -> tuple[str, ...]:
+    from attnc.codegen.module import render_prefill_sm90_sources
 
-    return render_prefill_sm90_module(ir, dtype, head_dim)  # type: ignore[arg-type]
+    return render_prefill_sm90_sources(ir, dtype, head_dim)  # type: ignore[arg-type]
 
 
 def sm90_prefill_available() -> bool:
@@ -192,7 +193,7 @@ def sm90_prefill_available() -> bool:
     from attnc.codegen import module, templates
 
     template = Path(templates.__file__).parent / "prefill_sm90_module.cu.j2"
-    return hasattr(module, "render_prefill_sm90_module") and template.is_file()
+    return hasattr(module, "render_prefill_sm90_sources") and template.is_file()
 
 
 # The Hopper prefill module: the same C ABI as the FA2 one, built for sm_90a only.
@@ -252,10 +253,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.attnc_decode_shape.restype = ctypes.c_int
 
 
-def _render_decode(ir: object, dtype: str, head_dim: int) -> str:
+def _render_decode(ir: object, dtype: str, head_dim: int) -> tuple[str, ...]:
     from attnc.codegen.decode_module import render_decode_module
 
-    return render_decode_module(ir, dtype, head_dim)  # type: ignore[arg-type]
+    return (render_decode_module(ir, dtype, head_dim),)  # type: ignore[arg-type]
 
 
 DECODE_MODULES: ModuleRegistry[DecodeModule] = ModuleRegistry(

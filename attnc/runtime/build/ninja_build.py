@@ -1,7 +1,8 @@
-"""Owns: the nvcc command line of a module and the ``build.ninja`` written next to it.
+"""Owns: the ``build.ninja`` written next to each module.
 
-The library is built by running nvcc directly (no shell; see ``jit.py``). The ``build.ninja``
-in each module directory repeats that command for rebuilding by hand (``ninja -C <dir>``):
+The library is built by running nvcc directly (no shell; the commands come from
+``nvcc_run.py``). The ``build.ninja`` in each module directory repeats those commands for
+rebuilding by hand (``ninja -C <dir>``):
 every argument is shell-quoted and ninja-escaped, and paths appear literally in the command
 (never through ``$in``/``$out``), so no path character reaches a shell unquoted.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 
 def _ninja_path(text: str) -> str:
@@ -27,21 +27,24 @@ def _ninja_value(text: str) -> str:
     return text.replace("$", "$$")
 
 
-def nvcc_command(nvcc: str, flags: Sequence[str], source: Path, output: Path) -> list[str]:
-    """The exact nvcc command line that builds ``output`` from ``source``."""
-    return [nvcc, *flags, "-o", str(output), str(source)]
+def _output_and_inputs(command: Sequence[str]) -> tuple[str, list[str]]:
+    """OUTPUT and the INPUTs of a command ending in ``-o OUTPUT INPUT...``."""
+    at = len(command) - 1 - list(reversed(command)).index("-o")
+    return command[at + 1], list(command[at + 2 :])
 
 
-def render_build_file(command: Sequence[str]) -> str:
-    """Text of a ``build.ninja`` that runs ``command`` (an nvcc command ending in
-    ``-o OUTPUT SOURCE``) to build OUTPUT from SOURCE."""
-    output, source = command[-2], command[-1]
-    return (
-        "ninja_required_version = 1.3\n\n"
-        "rule nvcc\n"
-        "  command = $nvcc_command\n"
-        "  description = nvcc $out\n\n"
-        f"build {_ninja_path(output)}: nvcc {_ninja_path(source)}\n"
-        f"  nvcc_command = {_ninja_value(shlex.join(command))}\n"
-        f"default {_ninja_path(output)}\n"
-    )
+def render_build_file(commands: Sequence[Sequence[str]]) -> str:
+    """Text of a ``build.ninja`` that runs ``commands`` (each ending in ``-o OUTPUT
+    INPUT...``; the last one builds the library) to build the last OUTPUT."""
+    lines = [
+        "ninja_required_version = 1.3\n",
+        "rule nvcc",
+        "  command = $nvcc_command",
+        "  description = nvcc $out\n",
+    ]
+    for command in commands:
+        output, inputs = _output_and_inputs(command)
+        lines.append(f"build {_ninja_path(output)}: nvcc {' '.join(map(_ninja_path, inputs))}")
+        lines.append(f"  nvcc_command = {_ninja_value(shlex.join(command))}")
+    lines.append(f"default {_ninja_path(_output_and_inputs(commands[-1])[0])}")
+    return "\n".join(lines) + "\n"

@@ -8,7 +8,12 @@
 //   #include "attnc/sm90/prefill_sm90_launcher.cuh"
 //   <the variant functor struct>
 //   ATTNC_DEFINE_PREFILL_SM90_MODULE(Name, __nv_bfloat16 or half, HEAD_DIM)
-// and must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a).
+// and must be compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a). A module with a
+// three-consumer kernel may instead be two sources linked into one library (WideShape below):
+// the same text with `#define ATTNC_SM90_WIDE_ELSEWHERE 1` first, and
+//   #include "attnc/sm90/prefill_sm90_launcher.cuh"
+//   <the variant functor struct>
+//   ATTNC_DEFINE_PREFILL_SM90_WIDE(Name, __nv_bfloat16 or half, HEAD_DIM)
 //
 // Differences from the FA2 module a caller sees: attnc_prefill_tile_q_tokens answers
 // rows / group (128 rows, or 192 for the lighter variants at head_dim 64 and 128 when the
@@ -126,24 +131,6 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// Checks the arguments, then launches the shape the plan's tile was sized for: three
-// consumers when its packed rows exceed two consumers' 128
-// (prefill_sm90_module_tile_q_tokens).
-template <class V, class T, int HEAD_DIM>
-int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
-  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
-  using Two = Sm90TwoShapeOf<V, HEAD_DIM>;
-  using Widest = Sm90ShapeOf<V, HEAD_DIM>;
-  const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
-  if (status != 0) return status;
-  const int group = a.num_qo_heads / a.num_kv_heads;
-  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
-  if (a.tile_q_tokens <= 0 || rows > Widest::kRows) return ATTNC_E_BAD_TILE;
-  if (a.num_work == 0) return 0;
-  if (takes_three_consumers<V, HEAD_DIM>(rows)) return launch_sm90_shape<V, T, Widest>(a, stream);
-  return launch_sm90_shape<V, T, Two>(a, stream);
-}
-
 // CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
 template <class V, class T, class Shape>
 int sm90_shape_ctas_per_sm() {
@@ -170,6 +157,57 @@ long long sm90_shape_local_bytes() {
   return bytes;
 }
 
+// A module's three-consumer kernel, compiled in this translation unit or, in a split build,
+// in a second one. nvcc compiles a translation unit's kernels one after the other, and the
+// three-consumer kernel is about half of a light variant's build, so the runtime builds such a
+// module from two sources in parallel (the first call of a new variant waits on the longer
+// one). A split build defines ATTNC_SM90_WIDE_ELSEWHERE in the module's main source, which
+// then declares these three functions, and compiles the second source, which defines them with
+// ATTNC_DEFINE_PREFILL_SM90_WIDE. They have hidden visibility like everything of the module
+// but its extern "C" entries: one module per shared library, so the names need no variant.
+int wide_launch(const AttncPrefillArgs& a, cudaStream_t stream);
+int wide_ctas_per_sm();
+long long wide_local_bytes();
+
+template <class V, class T, int HEAD_DIM>
+struct WideShape {
+  using Shape = Sm90ShapeOf<V, HEAD_DIM>;
+#ifdef ATTNC_SM90_WIDE_ELSEWHERE
+  static_assert(Shape::kConsumers == 3,
+                "ATTNC_SM90_WIDE_ELSEWHERE: this variant has no three-consumer kernel at this "
+                "head_dim, so its module is built from one source");
+  static int launch(const AttncPrefillArgs& a, cudaStream_t stream) {
+    return wide_launch(a, stream);
+  }
+  static int ctas_per_sm() { return wide_ctas_per_sm(); }
+  static long long local_bytes() { return wide_local_bytes(); }
+#else
+  static int launch(const AttncPrefillArgs& a, cudaStream_t stream) {
+    return launch_sm90_shape<V, T, Shape>(a, stream);
+  }
+  static int ctas_per_sm() { return sm90_shape_ctas_per_sm<V, T, Shape>(); }
+  static long long local_bytes() { return sm90_shape_local_bytes<V, T, Shape>(); }
+#endif
+};
+
+// Checks the arguments, then launches the shape the plan's tile was sized for: three
+// consumers when its packed rows exceed two consumers' 128
+// (prefill_sm90_module_tile_q_tokens).
+template <class V, class T, int HEAD_DIM>
+int launch_prefill_sm90(const AttncPrefillArgs& a, cudaStream_t stream) {
+  static_assert(launch_checks::Instantiation<V, T, HEAD_DIM>::kOk, "");
+  using Two = Sm90TwoShapeOf<V, HEAD_DIM>;
+  using Widest = Sm90ShapeOf<V, HEAD_DIM>;
+  const int status = ::attnc::detail::check_prefill_args<V>(a, HEAD_DIM);
+  if (status != 0) return status;
+  const int group = a.num_qo_heads / a.num_kv_heads;
+  const long long rows = static_cast<long long>(a.tile_q_tokens) * group;
+  if (a.tile_q_tokens <= 0 || rows > Widest::kRows) return ATTNC_E_BAD_TILE;
+  if (a.num_work == 0) return 0;
+  if (takes_three_consumers<V, HEAD_DIM>(rows)) return WideShape<V, T, HEAD_DIM>::launch(a, stream);
+  return launch_sm90_shape<V, T, Two>(a, stream);
+}
+
 // Whether variant V's three-consumer kernel serves the plans that would take it: it needs no
 // more local memory than the two-consumer one. The light class is a compile-time trait, and
 // a heavier user variant in it can spill with three consumers' 160 registers where it does
@@ -180,7 +218,7 @@ bool three_consumers_serve() {
   if constexpr (Widest::kConsumers != 3) {
     return false;
   } else {
-    const long long three = sm90_shape_local_bytes<V, T, Widest>();
+    const long long three = WideShape<V, T, HEAD_DIM>::local_bytes();
     return three <= 0 || three <= sm90_shape_local_bytes<V, T, Sm90TwoShapeOf<V, HEAD_DIM>>();
   }
 }
@@ -199,7 +237,7 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
   const int tile = prefill_sm90_module_tile_q_tokens<V, T, HEAD_DIM>(head_dim, group, max_q_len);
   if (tile <= 0) return 0;
   if (takes_three_consumers<V, HEAD_DIM>(static_cast<long long>(tile) * group))
-    return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();
+    return WideShape<V, T, HEAD_DIM>::ctas_per_sm();
   return sm90_shape_ctas_per_sm<V, T, Sm90TwoShapeOf<V, HEAD_DIM>>();
 }
 
@@ -213,3 +251,18 @@ int prefill_sm90_ctas_per_sm(int head_dim, int group, int max_q_len) {
       (::attnc::sm90::launch_prefill_sm90<V, T, HEAD_DIM>), \
       (::attnc::sm90::prefill_sm90_module_tile_q_tokens<V, T, HEAD_DIM>), \
       (::attnc::sm90::prefill_sm90_ctas_per_sm<V, T, HEAD_DIM>))
+
+// The second source of a split build (see WideShape): the three functions of V's
+// three-consumer kernel, which the main source (built with ATTNC_SM90_WIDE_ELSEWHERE) calls.
+#define ATTNC_DEFINE_PREFILL_SM90_WIDE(V, T, HEAD_DIM)                                        \
+  static_assert(::attnc::sm90::Sm90ShapeOf<V, HEAD_DIM>::kConsumers == 3,                    \
+                "ATTNC_DEFINE_PREFILL_SM90_WIDE: no three-consumer kernel at this head_dim"); \
+  int ::attnc::sm90::wide_launch(const AttncPrefillArgs& a, cudaStream_t stream) {           \
+    return launch_sm90_shape<V, T, Sm90ShapeOf<V, HEAD_DIM>>(a, stream);                     \
+  }                                                                                          \
+  int ::attnc::sm90::wide_ctas_per_sm() {                                                    \
+    return sm90_shape_ctas_per_sm<V, T, Sm90ShapeOf<V, HEAD_DIM>>();                         \
+  }                                                                                          \
+  long long ::attnc::sm90::wide_local_bytes() {                                              \
+    return sm90_shape_local_bytes<V, T, Sm90ShapeOf<V, HEAD_DIM>>();                         \
+  }

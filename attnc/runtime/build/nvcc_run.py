@@ -1,0 +1,85 @@
+"""Owns: the nvcc commands that build one module's library, and running them (no shell).
+
+A module of one source is one command (``nvcc -shared -o LIB SRC``). A module of several
+sources (a Hopper prefill module whose two kernels compile apart, see
+``attnc/codegen/module.py``) compiles each source to an object in parallel, then links the
+objects into the library: nvcc compiles a translation unit's kernels one after the other, so
+the wall time becomes that of the longest source. Every command ends in ``-o OUTPUT INPUT...``
+(``ninja_build.py`` reads them so).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The commands that build ``output``: ``objects`` (run in parallel, none for a module of
+    one source), then ``final``, which writes ``output``."""
+
+    objects: tuple[tuple[str, ...], ...]
+    final: tuple[str, ...]
+
+    def all(self) -> tuple[tuple[str, ...], ...]:
+        """Every command, in an order that builds the library."""
+        return (*self.objects, self.final)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the commands did: the last one run, its output, and why it failed (or None)."""
+
+    command: tuple[str, ...]
+    output: str
+    failure: str | None
+
+
+def object_path(source: Path) -> Path:
+    """The object file one source of a module of several compiles to."""
+    return source.with_suffix(".o")
+
+
+def steps(nvcc: str, flags: Sequence[str], sources: Sequence[Path], output: Path) -> Steps:
+    """The commands that build ``output`` from ``sources`` with ``flags`` (which hold
+    ``-shared``: for several sources each object takes ``-c`` in its place)."""
+    if not sources:
+        raise ValueError("a module needs at least one source")
+    if len(sources) == 1:
+        return Steps((), (nvcc, *flags, "-o", str(output), str(sources[0])))
+    object_flags = ["-c" if f == "-shared" else f for f in flags]
+    objects = tuple((nvcc, *object_flags, "-o", str(object_path(s)), str(s)) for s in sources)
+    link = (nvcc, "-shared", "-o", str(output), *(str(object_path(s)) for s in sources))
+    return Steps(objects, link)
+
+
+def _run(command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Outcome:
+    try:
+        proc = subprocess.run(
+            list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", check=False, env=env,
+        )  # fmt: skip
+    except OSError as exc:
+        return Outcome(tuple(command), "", f"cannot run {command[0]}: {exc}")
+    failure = None if proc.returncode == 0 else f"(exit status {proc.returncode})"
+    return Outcome(tuple(command), proc.stdout, failure)
+
+
+def run_steps(build: Steps, cwd: Path, env: Mapping[str, str] | None = None) -> Outcome:
+    """Run ``build``'s object commands in parallel, then its final command unless one failed
+    (the first failure is returned); the objects are removed either way."""
+    try:
+        if build.objects:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(build.objects)) as pool:
+                outcomes = list(pool.map(lambda c: _run(c, cwd, env), build.objects))
+            failed = [o for o in outcomes if o.failure is not None]
+            if failed:
+                return failed[0]
+        return _run(build.final, cwd, env)
+    finally:
+        for command in build.objects:
+            Path(command[-2]).unlink(missing_ok=True)
