@@ -42,7 +42,9 @@ def render_prefill_module(variant: ir.VariantIR, dtype: str, head_dim: int) -> s
 def render_prefill_sm90_module(variant: ir.VariantIR, dtype: str, head_dim: int) -> str:
     """Text of the .cu file of the Hopper (sm_90a) prefill module of ``variant``: the same
     functor and C ABI as ``render_prefill_module``, built only for sm_90a."""
-    return render_module("prefill_sm90_module.cu.j2", variant, dtype, head_dim)
+    return render_module(
+        "prefill_sm90_module.cu.j2", variant, dtype, head_dim, wide_elsewhere=False
+    )
 
 
 def sm90_has_three_consumer_kernel(variant: ir.VariantIR, head_dim: int) -> bool:
