@@ -224,7 +224,7 @@ def test_a_failing_part_names_its_file():
     text = str(e.value)
     assert "split.part1.cu" in text.split("command:")[0]
     assert " -c " in text
-    directory = next((p for p in (jit.cache.cache_dir()).iterdir() if p.is_dir()))
+    directory = next(p for p in (jit.cache.cache_dir()).iterdir() if p.is_dir())
     assert not any(p.suffix in (".o", ".partial") for p in directory.iterdir())
 
 
