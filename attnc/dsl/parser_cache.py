@@ -2,11 +2,13 @@
 
 Building the LALR tables takes 0.3 s, and over a second where the optional ``interegular``
 package is installed (Lark then checks every pair of terminals for collisions); reading the
-saved tables takes about 60 ms. The file is ``<cache root>/parser/attn-<key>.lark``, where the
-key hashes the grammar text, the Lark options, Lark's version and Python's, so any change
-builds a new file. It holds a header line naming the key, then Lark's serialised tables as one
-Python literal, read back with ``ast.literal_eval`` (data only: no pickle, nothing executed)
-and handed to Lark's loader of serialised tables. Files over 4 MiB are not read.
+saved tables takes a few milliseconds. The file is ``<cache root>/parser/attn-<key>.lark``,
+where the key hashes the grammar text, the Lark options, Lark's version and Python's, so any
+change builds a new file. It holds a header line naming the key, then Lark's serialised tables
+as JSON (data only: no pickle, nothing executed), handed to Lark's loader of serialised
+tables. Lark's tables hold tuples and dicts with int keys, which JSON lacks, so every dict is
+written as ``{"d": [[key, value], ...]}`` and every tuple as ``{"t": [...]}``; any other
+JSON object is refused. Files over 4 MiB are not read.
 
 The cache is an optimisation and never an error: a file that cannot be read or does not load
 (truncated, corrupt, from another Lark) is replaced by a fresh build, and a cache root that
@@ -16,8 +18,8 @@ was not used.
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import json
 import os
 import sys
 import tempfile
@@ -32,7 +34,7 @@ from lark.lexer import TerminalDef
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
 
-FORMAT = "attnc parser tables v1"
+FORMAT = "attnc parser tables v2"
 MAX_BYTES = 4 << 20
 
 
@@ -47,6 +49,30 @@ def _key(grammar: str, options: dict[str, object]) -> str:
 def parser_file(grammar: str, options: dict[str, object]) -> Path:
     """Where the parser of ``grammar`` built with ``options`` is kept."""
     return cache_dir() / "parser" / f"attn-{_key(grammar, options)[:16]}.lark"
+
+
+def _encode(value: object) -> object:
+    """Lark's serialised tables as JSON values (dicts and tuples tagged, see above)."""
+    if isinstance(value, dict):
+        return {"d": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"t": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"a serialised table holds a {type(value).__name__}")
+
+
+def _decode_object(obj: dict[str, object]) -> object:
+    """One JSON object back to the dict or tuple it tags (object_hook, innermost first)."""
+    if set(obj) == {"d"} and isinstance(obj["d"], list):
+        pairs = obj["d"]
+        if all(isinstance(p, list) and len(p) == 2 for p in pairs):
+            return {k: v for k, v in pairs}
+    if set(obj) == {"t"} and isinstance(obj["t"], list):
+        return tuple(obj["t"])
+    raise ValueError(f"an untagged JSON object with keys {sorted(obj)[:4]}")
 
 
 def _header(key: str) -> str:
@@ -66,7 +92,7 @@ def _read_tables(path: Path, key: str) -> dict[str, object] | None:
     header, _, body = text.partition("\n")
     if header + "\n" != _header(key):
         raise ValueError("not this grammar's tables (header differs)")
-    tables = ast.literal_eval(body)
+    tables = json.loads(body, object_hook=_decode_object)
     if not (isinstance(tables, dict) and set(tables) == {"data", "memo"}):
         raise ValueError("not a table of data and memo")
     return tables
@@ -98,10 +124,10 @@ def _save(parser: Lark, path: Path, key: str) -> None:
         fd, tmp = tempfile.mkstemp(prefix=".attn-", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_header(key))
-            f.write(repr({"data": data, "memo": memo}))
+            json.dump(_encode({"data": data, "memo": memo}), f, separators=(",", ":"))
         os.replace(tmp, path)
         tmp = None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         _say(f"parser cache {path} not written ({type(exc).__name__}: {exc})")
     finally:
         if tmp is not None:

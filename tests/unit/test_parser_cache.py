@@ -78,10 +78,17 @@ DAMAGE = {
     "empty": lambda whole: b"",
     "text": lambda whole: b"not tables at all",
     "truncated": lambda whole: whole[: len(whole) // 2],
-    "other-key": lambda whole: whole.replace(b" v1 ", b" v1 0", 1),
+    "other-key": lambda whole: (
+        parser_cache.FORMAT.encode() + b" " + b"0" * 64 + b"\n" + whole.partition(b"\n")[2]
+    ),
     "code": lambda whole: _header() + b"__import__('os').system('touch /tmp/attnc-pwned')",
-    "wrong-shape": lambda whole: _header() + b"{'data': 1, 'memo': 2}",
+    "nan": lambda whole: _header() + b'{"d": [["data", NaN]]}',
+    "untagged": lambda whole: _header() + b'{"data": 1, "memo": 2}',
+    "wrong-shape": lambda whole: _header() + b'{"d": [["data", 1], ["memo", 2]]}',
+    "unhashable-key": lambda whole: _header() + b'{"d": [[[1], 2]]}',
+    "python-literal": lambda whole: _header() + b"{'data': {}, 'memo': {}}",
     "nested": lambda whole: _header() + b"[" * 100_000 + b"]" * 100_000,
+    "nested-tags": lambda whole: _header() + b'{"t":[' * 5_000 + b"]}" * 5_000,
     "oversized": lambda whole: _header() + b"#" * (parser_cache.MAX_BYTES + 10),
     "not-utf8": lambda whole: _header() + b"\xff\xfe{}",
 }
