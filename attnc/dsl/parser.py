@@ -24,6 +24,14 @@ from attnc.dsl.syntax_errors import translate
 GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 NESTED_TOO_DEEPLY = too_deep_message("expression", MAX_EXPR_DEPTH)
 T = TypeVar("T")
+# The Lark options of the shared parser (also part of its cache key, parser_cache.py).
+PARSER_OPTIONS: dict[str, Any] = {
+    "parser": "lalr",
+    "lexer": "contextual",
+    "propagate_positions": True,
+    "maybe_placeholders": True,
+    "start": ["module", "expr_only"],
+}
 
 
 @functools.lru_cache(maxsize=2)
@@ -36,16 +44,9 @@ def grammar_parser(strict: bool = False) -> Lark:
     parser without ``strict`` is kept on disk between processes (``parser_cache.py``).
     """
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
-    options: dict[str, Any] = {
-        "parser": "lalr",
-        "lexer": "contextual",
-        "propagate_positions": True,
-        "maybe_placeholders": True,
-        "start": ["module", "expr_only"],
-    }
     if strict:
-        return Lark(grammar, strict=True, **options)
-    return cached_parser(grammar, options, lambda: Lark(grammar, **options))
+        return Lark(grammar, strict=True, **PARSER_OPTIONS)
+    return cached_parser(grammar, PARSER_OPTIONS, lambda: Lark(grammar, **PARSER_OPTIONS))
 
 
 def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[Any]], T]) -> T:

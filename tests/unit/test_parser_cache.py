@@ -9,16 +9,10 @@ import pytest
 from lark import Lark
 
 from attnc.dsl import parser_cache
-from attnc.dsl.parser import GRAMMAR_PATH, grammar_parser, parse_module
+from attnc.dsl.parser import GRAMMAR_PATH, PARSER_OPTIONS, grammar_parser, parse_module
 from attnc.version import PACKAGE_DIR
 
-OPTIONS: dict[str, object] = {
-    "parser": "lalr",
-    "lexer": "contextual",
-    "propagate_positions": True,
-    "maybe_placeholders": True,
-    "start": ["module", "expr_only"],
-}
+OPTIONS: dict[str, object] = PARSER_OPTIONS
 GRAMMAR = GRAMMAR_PATH.read_text(encoding="utf-8")
 STDLIB = sorted((PACKAGE_DIR / "stdlib_variants").glob("*.attn"))
 
