@@ -181,7 +181,9 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 // at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
 // variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
 // take two. ATTNC_SM90_CONSUMERS=2 or 3 forces the widest count at head_dim 64 and 128
-// (timing experiments only).
+// (timing experiments only; the runtime builds a light variant's module from two sources,
+// which the forced count can contradict: WideShape's static_assert then stops the build).
+// attnc/codegen/module.py (sm90_has_three_consumer_kernel) repeats the light-class rule.
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax &&
