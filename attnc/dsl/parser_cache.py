@@ -33,6 +33,7 @@ from lark.lexer import TerminalDef
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
+from attnc.verbose import verbose
 
 FORMAT = "attnc parser tables v2"
 MAX_BYTES = 4 << 20
@@ -99,7 +100,7 @@ def _read_tables(path: Path, key: str) -> dict[str, object] | None:
 
 
 def _say(message: str) -> None:
-    if os.environ.get("ATTNC_VERBOSE", "") not in ("", "0"):
+    if verbose():
         print(f"attnc: {printable(message)}", file=sys.stderr)
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attnc.dsl.errors import printable
 from attnc.runtime.build import artifact, cache, ninja_build, nvcc_run, toolchain
+from attnc.verbose import verbose
 
 PROGRESS_AFTER_S = 1.0
 Progress = Callable[[str], None]
@@ -83,11 +84,6 @@ class _Plan:
 
 def _commands_text(build: nvcc_run.Steps) -> str:
     return " && ".join(shlex.join(c) for c in build.all())
-
-
-def verbose() -> bool:
-    """True when ``ATTNC_VERBOSE`` asks for commands and cache paths on stderr."""
-    return os.environ.get("ATTNC_VERBOSE", "") not in ("", "0")
 
 
 def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
