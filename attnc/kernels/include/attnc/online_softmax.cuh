@@ -188,26 +188,22 @@ __device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float
 #endif
 #endif
 
-// One row half h (row g or g + 8 of the fragment) of one mma row block s of log2-domain
-// logits through the online-softmax step: the reference max m moves to the tile's max only
-// when that exceeds it by more than ATTNC_RESCALE_SLACK (always from -inf to a finite max;
-// never while both are -inf: the NaN compares false); the logits become the weights p, whose
-// sum (this lane's columns) is added to l after l is rescaled by alpha = exp2((m_old - m_new)
-// * c), the factor O needs too (1 when m stays). Returns whether m moved.
-template <class V, int NS>
-__device__ __forceinline__ bool softmax_row_step(float (&s)[NS][4], int h, float& m, float& l,
-                                                 float mult, float& alpha) {
-  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+// The largest logit of row half h (row g or g + 8 of the fragment) among this lane's columns.
+template <int NS>
+__device__ __forceinline__ float lane_row_max(const float (&s)[NS][4], int h) {
   float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
 #pragma unroll
   for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-  mx = quad_max(mx);
-  const float c = V::kScoreIsIdentity ? mult : 1.f;
-  const bool move = (mx - m) * c > kSlack;
-  const float m_ref = move ? mx : m;
-  alpha = move ? fast_exp2((m - mx) * c) : 1.f;
-  m = m_ref;
-  const float shift = -safe_max(m_ref) * c;
+  return mx;
+}
+
+// Row half h of one mma row block s of log2-domain logits with its reference max m already
+// decided: the logits become the weights p = exp2(s * c - m * c), whose sum (this lane's
+// columns) is added to l after l is rescaled by alpha.
+template <int NS>
+__device__ __forceinline__ void row_weights(float (&s)[NS][4], int h, float m, float c,
+                                            float alpha, float& l) {
+  const float shift = -safe_max(m) * c;
   float sum = 0.f;
 #pragma unroll
   for (int n = 0; n < NS; ++n) {
@@ -219,7 +215,54 @@ __device__ __forceinline__ bool softmax_row_step(float (&s)[NS][4], int h, float
     }
   }
   l = fmaf(l, alpha, sum);
-  return move;
+}
+
+// The online-softmax step of a warp's rows on one tile of log2-domain logits s (replaced by
+// the weights): a row's reference max m moves to the tile's row max only when that exceeds it
+// by more than ATTNC_RESCALE_SLACK (always from -inf to a finite max; never while both are
+// -inf: the NaN compares false), and alpha = exp2((m_old - m_new) * c) is the factor l (done
+// here) and O (by the caller) need; 1 when m stays. Returns whether some row of the warp moved.
+// A row moves only if the lane holding its max sees its own columns exceed m + slack, so one
+// warp vote on the lanes' own maxima decides whether any row can move: in the steady state
+// (no row moves) the tile skips the shuffles of the row maxima, and the weights, sums and
+// alphas are exactly those of the full step.
+template <class V, int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (&m)[MQ][2],
+                                                  float (&l)[MQ][2], const float (&mult)[MQ][2],
+                                                  float (&alpha)[MQ][2]) {
+  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  float mx[MQ][2];
+  bool exceeds = false;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+      mx[mi][h] = lane_row_max(s[mi], h);
+      exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c > kSlack;
+      alpha[mi][h] = 1.f;
+    }
+  const bool any_moves = __any_sync(0xffffffffu, exceeds);
+  if (any_moves) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+        const float row_max = quad_max(mx[mi][h]);
+        if ((row_max - m[mi][h]) * c > kSlack) {
+          alpha[mi][h] = fast_exp2((m[mi][h] - row_max) * c);
+          m[mi][h] = row_max;
+        }
+      }
+  }
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_weights(s[mi], h, m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, alpha[mi][h],
+                  l[mi][h]);
+  return any_moves;
 }
 
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
@@ -231,18 +274,8 @@ __device__ __forceinline__ void warp_softmax_step(float (&s)[MQ][NS][4], float (
                                                   float (&l)[MQ][2], float (&o)[MQ][NO][4],
                                                   const float (&mult)[MQ][2]) {
   float alpha[MQ][2];
-  bool rescale = false;
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const bool moved =
-          softmax_row_step<V, NS>(s[mi], h, m[mi][h], l[mi][h], mult[mi][h], alpha[mi][h]);
-      rescale = rescale || moved;
-    }
-  }
-  // Rescaling by exactly 1 changes nothing: skip it when no row of the warp needs it.
-  if (__any_sync(0xffffffffu, rescale)) {
+  // Rescaling by exactly 1 changes nothing: skip it when no row of the warp moved.
+  if (warp_softmax_rows<V>(s, m, l, mult, alpha)) {
 #pragma unroll
     for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll

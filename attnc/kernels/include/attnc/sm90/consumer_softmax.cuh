@@ -1,6 +1,6 @@
 // Owns: the online-softmax step of a Hopper consumer warpgroup on one S tile held as wgmma
 // accumulators (the mma.sync C layout, so rows g and g + 8 of each warp, 4 lanes per row):
-// softmax_row_step of online_softmax.cuh on each row (reference max with rescale slack, row
+// warp_softmax_rows of online_softmax.cuh (reference max with rescale slack, row
 // sums), and the O rescale factors -- returned instead of applied, because O is still being
 // accumulated by an in-flight wgmma when the step runs.
 #pragma once
@@ -16,13 +16,11 @@ template <class V, int NS>
 __device__ __forceinline__ bool softmax_step(float (&s)[1][NS][4], float (&m)[1][2],
                                              float (&l)[1][2], const float (&mult)[1][2],
                                              float (&alpha)[2]) {
-  bool rescale = false;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool moved = softmax_row_step<V, NS>(s[0], h, m[0][h], l[0][h], mult[0][h], alpha[h]);
-    rescale = rescale || moved;
-  }
-  return __any_sync(0xffffffffu, rescale);
+  float a[1][2];
+  const bool moved = warp_softmax_rows<V>(s, m, l, mult, a);
+  alpha[0] = a[0][0];
+  alpha[1] = a[0][1];
+  return moved;
 }
 
 template <int NO>
