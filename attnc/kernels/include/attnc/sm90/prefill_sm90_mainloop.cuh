@@ -116,6 +116,7 @@ struct Sm90Consumer {
   bool pv_fence = false;  // that stage was filled by cp.async
   int pv_steps = 0;       // its k-steps that hold keys of the tile
   StageInfo info{};       // what the producer said about the stage last read
+  bool masked = false;    // that stage's tile evaluates V::mask (PARTIAL, or short)
   bool last = false;      // info is the running item's last tile
   bool have_next = false;  // nx holds the item after it (started once the last S completed)
   ConsumerItem<V> ci;  // the item running
@@ -160,8 +161,6 @@ struct Sm90Consumer {
   // rescaled.
   __device__ __forceinline__ bool scores(const V& var, ConsumerItem<V>& c) {
     const float sm_scale = prm.args.sm_scale;
-    const bool masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
-                        info.kv1 - info.kv0 < KVT;
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
@@ -182,26 +181,31 @@ struct Sm90Consumer {
   __device__ __forceinline__ void wait_k() {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
     info = StageInfo::load(sm.info(cur.stage));
+    masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
+             info.kv1 - info.kv0 < KVT;
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
   }
   // Starts item w (the CTA's first, or the one the producer named with the last stage).
   __device__ __forceinline__ bool start(ConsumerItem<V>& into, int w) {
     return start_item<V, T, Shape>(prm.args, prm.params, group, sm.q(), wg, w, into);
   }
+  // The item after the running one, named by the stage just read. Read while that stage's S
+  // is in flight, so that the tile's bookkeeping after the S wait does not start with a
+  // shared-memory load (read on every stage: a read only on the last made ptxas spill the
+  // sigmoid kernel); the stage is handed back only after S, so the producer has not
+  // overwritten it.
+  __device__ __forceinline__ int next_named() const {
+    return StageInfo::read_next(sm.info(cur.stage));
+  }
   // After S of the stage just read has completed: notes whether the stage is the running
-  // item's last, reads the item after it (named by the stage, read before the stage is handed
-  // back, as the producer may then overwrite it; read on every stage: a read only on the last
-  // made ptxas spill the sigmoid kernel), and hands K back.
-  __device__ __forceinline__ int took_s_only() {
+  // item's last and hands K back.
+  __device__ __forceinline__ void took_s() {
     pin(s[0]);
     last = info.flags & StageInfo::kLast;
-    const int next = StageInfo::read_next(sm.info(cur.stage));
     mbar_arrive(sm.empty_k(cur.stage));
-    return next;
   }
   // When the stage just read was the running item's last tile, start the next item.
   __device__ __forceinline__ void start_next(int next) { have_next = last && start(nx, next); }
-  __device__ __forceinline__ void took_s() { start_next(took_s_only()); }
   // The weights of the stage just read become the next P V's.
   __device__ __forceinline__ void hold_p() {
     pack_p<T>(p, s);
@@ -233,8 +237,10 @@ struct Sm90Consumer {
     wgmma_fence();
     issue_s(cur.stage);
     pass_turn();
+    const int next = next_named();
     wgmma_wait<0>();
     took_s();
+    start_next(next);
     scores(var, ci);  // O is still 0: no rescale
     hold_p();
   }
@@ -251,8 +257,10 @@ struct Sm90Consumer {
   __device__ __forceinline__ void next_tile(const V& var) {
     wait_k();
     issue_s_and_pv();
+    const int next = next_named();
     wgmma_wait<1>();
     took_s();
+    start_next(next);
     const bool rescale = scores(var, ci);
     took_pv();
     if (rescale) rescale_o(o, alpha);
@@ -273,8 +281,9 @@ struct Sm90Consumer {
     issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
     set_up_rows<V, Shape>(next_var, prm.args.sm_scale, wg, group, nx);
+    const int next = next_named();
     wgmma_wait<1>();
-    const int next = took_s_only();
+    took_s();
     scores(next_var, nx);  // the next item's O starts at 0: no rescale
     took_pv();
     prefill_sm90_store<V, T, D>(prm.args, var, group, ci, wg, o);
