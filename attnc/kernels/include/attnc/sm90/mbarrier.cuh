@@ -1,7 +1,7 @@
 // Owns: the shared-memory mbarrier operations of the Hopper kernels: init (with the fence
 // that publishes it), plain arrive, arrive with an expected transaction byte count (TMA),
 // the asynchronous arrive that fires when this thread's earlier cp.async copies land, and the
-// parity wait.
+// parity test and wait.
 #pragma once
 
 #include <stdint.h>
@@ -33,6 +33,20 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 // thread issued before has completed (no net arrival of its own).
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Whether the phase of parity `parity` has completed, without waiting (so that its latency can
+// overlap another barrier's wait).
+__device__ __forceinline__ bool mbar_test(uint32_t bar, int parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
 }
 
 // Waits until the phase of parity `parity` has completed.

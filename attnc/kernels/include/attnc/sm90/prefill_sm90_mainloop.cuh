@@ -244,9 +244,11 @@ struct Sm90Consumer {
     scores(var, ci);  // O is still 0: no rescale
     hold_p();
   }
-  // In the GEMM turn: S of the stage just read, then the P V held in p (once its V is in).
-  __device__ __forceinline__ void issue_s_and_pv() {
-    wait_stage(sm.full_v(pv.stage), pv.phase, !pv_fence);
+  // In the GEMM turn: S of the stage just read, then the P V held in p (once its V is in;
+  // v_in: its barrier was seen complete already).
+  __device__ __forceinline__ void issue_s_and_pv(bool v_in = false) {
+    if (!v_in) mbar_wait(sm.full_v(pv.stage), pv.phase);
+    if (pv_fence) fence_proxy_async();
     take_turn();
     wgmma_fence();
     issue_s(cur.stage);
@@ -255,8 +257,9 @@ struct Sm90Consumer {
   }
   // A tile after the first of the same item: its S goes out with the P V before it.
   __device__ __forceinline__ void next_tile(const V& var) {
+    const bool v_in = mbar_test(sm.full_v(pv.stage), pv.phase);  // overlaps the K wait
     wait_k();
-    issue_s_and_pv();
+    issue_s_and_pv(v_in);
     const int next = next_named();
     wgmma_wait<1>();
     took_s();
