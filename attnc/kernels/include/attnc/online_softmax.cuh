@@ -189,12 +189,18 @@ __device__ __forceinline__ void clear_softmax_state(float (&o)[MQ][NO][4], float
 #endif
 
 // The largest logit of row half h (row g or g + 8 of the fragment) among this lane's columns.
+// Taken as a tree (depth 1 + ceil(log2 NS) instead of NS): the same value in any order, NaNs
+// included (fmaxf drops a NaN operand), and a shorter chain ahead of the exp2s.
 template <int NS>
 __device__ __forceinline__ float lane_row_max(const float (&s)[NS][4], int h) {
-  float mx = fmaxf(s[0][2 * h], s[0][2 * h + 1]);
+  float v[NS];
 #pragma unroll
-  for (int n = 1; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-  return mx;
+  for (int n = 0; n < NS; ++n) v[n] = fmaxf(s[n][2 * h], s[n][2 * h + 1]);
+#pragma unroll
+  for (int w = 1; w < NS; w *= 2)
+#pragma unroll
+    for (int n = 0; n + w < NS; n += 2 * w) v[n] = fmaxf(v[n], v[n + w]);
+  return v[0];
 }
 
 // Row half h of one mma row block s of log2-domain logits with its reference max m already
