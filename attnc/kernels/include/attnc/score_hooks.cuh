@@ -33,6 +33,10 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
   }
 }
 
+// The steepest stepped bias, in log2 units a key, that transform_scores steps from a lane's
+// first key; steeper rows are evaluated per element (see there).
+constexpr float kMaxStepPerKey = 16.f;
+
 // Per-row terms of transform_scores, relative to a lane's first key: the row's interval of
 // keys on masked tiles (lo, hi), and an affine bias linear in kv_idx (bias0 at the first key,
 // step per key).
@@ -126,24 +130,29 @@ __device__ __forceinline__ void transform_scores(const V& var,
   // kv1; score_bias is safe there) and its step, once per row; then one FFMA per element,
   // the key's offset from the first key being a constant. A row whose value or step is not
   // finite (a slope of inf or NaN, or one whose log2 step overflows) would turn that FFMA into
-  // NaN (inf * 0, inf - inf) where the bias itself is +-inf: this lane's tile then evaluates
-  // the bias per element, as the reference does.
+  // NaN (inf * 0, inf - inf) where the bias itself is +-inf; a row steeper than kMaxStepPerKey
+  // would keep the f32 rounding of its bias at the lane's first key (up to step x the tile's
+  // width, 2^-24 of it) in the logits of its last keys, where the reference's bias is near 0
+  // (at the limit about 1.2e-4 log2 units on 128-key tiles). Such a warp's tile evaluates the
+  // bias per element, as the reference does.
   constexpr bool kStepBias = kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
                              !V::kScoreIsIdentity && variant_bias_step<V>::value;
   if constexpr (kStepBias) {
-    bool finite = true;
+    bool steppable = true;
 #pragma unroll
     for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         terms.bias0[mi][h] = var.score_bias(rows[mi][h], base) * kLog2e;
         terms.step[mi][h] = var.score_bias_step(rows[mi][h]) * kLog2e;
-        finite = finite && isfinite(terms.bias0[mi][h]) && isfinite(terms.step[mi][h]);
+        // A NaN or infinite step fails the compare.
+        steppable = steppable && isfinite(terms.bias0[mi][h]) &&
+                    fabsf(terms.step[mi][h]) <= kMaxStepPerKey;
       }
     // Decided for the whole warp, so the branch stays uniform (the fallback is cold code).
     // Every lane of the warp reaches this vote: the kernels call transform_scores from
     // warp-uniform control flow (all 32 lanes, the full mask below).
-    if (!__all_sync(0xffffffffu, finite)) {
+    if (!__all_sync(0xffffffffu, steppable)) {
       transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
                                                    terms);
       return;
