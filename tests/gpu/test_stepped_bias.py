@@ -45,7 +45,7 @@ def test_steep_alibi_slopes_match_the_float64_reference(backend, d, q_len, kv_le
 
     lse_err = (lse.double() - ref_lse.double()).abs().amax(0)  # per head
     bad = {SLOPES[h]: round(e, 5) for h, e in enumerate(lse_err.tolist()) if e > LSE_TOL}
-    assert not bad, f"LSE off the float64 reference by more than {LSE_TOL} (slope: error)"
+    assert not bad, f"LSE off the float64 reference by more than {LSE_TOL} (slope: error): {bad}"
     for h in range(hq):
         err, floor = _rel_err(o[:, h], ref_o[:, h]), _rel_err(ref16[:, h], ref_o[:, h])
         assert err <= 3 * floor + 2e-4, f"head {h} (slope {SLOPES[h]}): {err} > 3 x {floor}"
