@@ -7,6 +7,7 @@ with CPU tensors (pass ``device_type="cpu"``); the runtime uses ``device_type="c
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -31,6 +32,27 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX
     if not minimum <= number <= maximum:
         raise ValueError(f"{name}: must be in [{minimum}, {maximum}], got {number}")
     return number
+
+
+def check_sm_scale(sm_scale: object, head_dim: int) -> float:
+    """The softmax scale as a Python float: ``1 / sqrt(head_dim)`` for None, else a real
+    number (a Python or numpy float or int, a one-element tensor; never a bool) that is finite
+    and > 0. The kernels keep the running row max of raw dot products for variants whose score
+    is the plain scaled dot product, which is the max of the logits only for a positive
+    scale: a scale <= 0 gave NaN there, and a NaN or infinite one NaN everywhere."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(sm_scale, bool) or isinstance(sm_scale, (str, bytes)):
+        raise ValueError(f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}")
+    try:
+        value = float(sm_scale)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(
+            f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}"
+        ) from None
+    if not (math.isfinite(value) and value > 0.0):
+        raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
+    return value
 
 
 def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:

@@ -12,7 +12,6 @@ path; the fast path only recognises the scalars of the last checked plan.
 from __future__ import annotations
 
 import ctypes
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -262,11 +261,11 @@ class DecodePlanning:
         tensors.check_dtype_arg(dtype)
         page_size = tensors.check_int("page_size", page_size)
         q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
+        scale = tensors.check_sm_scale(sm_scale, head_dim)
         indptr = tensors.host_int32("kv_indptr", kv_indptr)
         last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
         pages_dev = self._check_indices(kv_indices)
         ids = kv_indices.detach().contiguous()
-        scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
         module, rows, kv_tile, per_sm = self._module_for(
             dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
         )

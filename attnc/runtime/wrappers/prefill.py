@@ -6,7 +6,6 @@ and the ``attnc::prefill`` custom op in ``prefill_launch.py``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -148,6 +147,7 @@ class BatchPrefillWrapper:
         num_qo_heads, num_kv_heads, head_dim = heads
         if dtype not in tensors.KV_DTYPES:
             tensors.check_dtype_arg(dtype)
+        sm = tensors.check_sm_scale(sm_scale, head_dim)
         if self._planner is None:
             self._first_builds(dtype, head_dim, paged=kv_indices is not None)
         planner = self._planner if self._planner is not None else self._host_planner()
@@ -161,7 +161,6 @@ class BatchPrefillWrapper:
         choice = self._module_choice(dtype, head_dim, group, max_q, paged)
         module, tile = choice.module, choice.tile_q_tokens
         self.planned_backend = choice.backend
-        sm = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
         host_map, queued = None, None
         if self._reads.needs_tile_map:
             found = self._map_inputs(scalars, plan_tensors, (qo_t, kv_t, tile, sm))
