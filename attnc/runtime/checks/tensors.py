@@ -39,10 +39,10 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     number (a Python or numpy float or int, a one-element tensor; never a bool) that is finite
     and > 0. The kernels keep the running row max of raw dot products for variants whose score
     is the plain scaled dot product, which is the max of the logits only for a positive
-    scale: a scale <= 0 gave NaN there, and a NaN or infinite one NaN everywhere."""
+    scale."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(sm_scale, bool) or isinstance(sm_scale, (str, bytes)):
+    if isinstance(sm_scale, (bool, str, bytes)):
         raise ValueError(f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}")
     try:
         value = float(sm_scale)  # type: ignore[arg-type]
