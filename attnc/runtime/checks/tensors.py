@@ -43,16 +43,18 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(sm_scale, (bool, str, bytes)):
-        raise ValueError(f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}")
+        raise _not_a_float(sm_scale)
     try:
         value = float(sm_scale)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(
-            f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}"
-        ) from None
+        raise _not_a_float(sm_scale) from None
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
     return value
+
+
+def _not_a_float(sm_scale: object) -> ValueError:
+    return ValueError(f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}")
 
 
 def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
