@@ -89,7 +89,7 @@ def test_fa4_semantics_match_the_benchmark_reference(key, shape):
 
     from benchmarks.inputs import variant_params
     from benchmarks.workloads import Mask, VariantSpec
-    from tests.unit.test_benchmarks_workloads import _reference_attention
+    from tests.unit.test_benchmarks_anchor_mods import _reference_attention
 
     variant = VARIANTS[key]
     if key == "sliding_window":  # a window narrower than the shape, so it cuts
