@@ -52,12 +52,14 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
                 token_loc(tok, file), f"float literal '{_short(text)}' is out of range for f32"
             )
         return value, True
-    if len(text.lstrip("0")) > 10 or int(text) > I32_MAX:
+    # Leading zeros are dropped first: int() refuses texts of more than 4300 digits.
+    digits = text.lstrip("0") or "0"
+    if len(digits) > 10 or int(digits) > I32_MAX:
         raise AttnError(
             token_loc(tok, file),
             f"integer literal '{_short(text)}' is too large for i32 (at most {I32_MAX})",
         )
-    return int(text), False
+    return int(digits), False
 
 
 def string_value(tok: Token, file: str) -> str:
