@@ -171,7 +171,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             continue
         _print_warnings(warnings)
         names = ", ".join(c.variant.name for c in compiled) or "no variants"
-        print(f"{spec}: ok ({names})")
+        print(f"{printable(spec)}: ok ({names})")
     return status
 
 

@@ -181,3 +181,12 @@ def test_readme_states_what_ci_runs():
     assert len(commands) >= 4
     for command in commands:
         assert command in readme, command
+
+
+@pytest.mark.parametrize("name", ["o\x1b[2J.attn", "bad\udcff.attn"])
+def test_check_echoes_the_checked_path_escaped(capsys, tmp_path, name):
+    path = tmp_path / name
+    path.write_text("variant v { score = score; }\n", encoding="utf-8")
+    assert cli.main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith(": ok (v)\n") and out.isascii() and out[:-1].isprintable()
