@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
+from attnc.dsl.errors import printable
 from attnc.dsl.limits import deep_recursion
 from attnc.dsl.printer import BINARY_PREC
 
@@ -80,10 +81,11 @@ def _paren(text: str, prec: int, min_prec: int) -> str:
 
 
 def format_variant(v: ir.VariantIR) -> str:
-    """Declarations and expressions of a variant, one per line."""
-    lines = [f"variant {v.name}  # {v.file}"]
+    """Declarations and expressions of a variant, one per line (its file name and doc with
+    their control characters escaped, so each stays on its line and cannot drive a terminal)."""
+    lines = [f"variant {v.name}  # {printable(v.file)}"]
     if v.doc:
-        lines.append(f"  doc: {v.doc}")
+        lines.append(f"  doc: {printable(v.doc)}")
     for p in v.params:
         if p.kind == "tensor":
             lines.append(f"  param {p.name}: tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]")

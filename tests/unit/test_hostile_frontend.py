@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from attnc.codegen import stages
+from attnc.compiler.pipeline import compile_source
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError
 from attnc.dsl.parser import parse_expr
@@ -21,3 +23,12 @@ def test_long_zero_padded_literal_too_large_for_i32_is_located() -> None:
         parse_expr(text, "z.attn")
     assert (info.value.loc.file, info.value.loc.col) == ("z.attn", 5)
     assert "too large for i32" in info.value.message
+
+
+@pytest.mark.parametrize("stage", ["ir", "opt"])
+def test_ir_dumps_escape_the_file_name_and_doc(stage: str) -> None:
+    source = 'variant v {\n    doc "\u202egnp.exe \x1b[2J";\n    score = score;\n}\n'
+    compiled, _ = compile_source(source, "dir\n*/x\x1b.attn")
+    _, text = stages.emit_stage(compiled[0], stage)
+    assert text.startswith("variant v  # dir\\n*/x\\x1b.attn\n  doc: \\u202egnp.exe \\x1b[2J\n")
+    assert all(line.isprintable() for line in text.split("\n"))
