@@ -79,14 +79,15 @@ def _softplus(x: float) -> float:
     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
 
 
-def _safe(fn):
+def _overflow_to_inf(fn):
+    """``fn`` (an exponential, growing with x) with Python's OverflowError read as ``inf``,
+    as IEEE arithmetic gives it."""
+
     def call(x: float) -> float:
         try:
             return fn(x)
-        except (ValueError, OverflowError):
-            if fn is math.exp:
-                return math.inf
-            return math.nan
+        except OverflowError:
+            return math.inf
 
     return call
 
@@ -105,8 +106,8 @@ def _log2(x: float) -> float:
 
 MATH = {
     "tanh": math.tanh,
-    "exp": _safe(math.exp),
-    "exp2": _safe(lambda x: 2.0**x),
+    "exp": _overflow_to_inf(math.exp),
+    "exp2": _overflow_to_inf(lambda x: 2.0**x),
     "log": _log,
     "log2": _log2,
     "sqrt": lambda x: math.sqrt(x) if x >= 0 else math.nan,

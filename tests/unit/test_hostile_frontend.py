@@ -3,9 +3,13 @@ and now compiles correctly or fails with a located error."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from attnc.codegen import stages
+from attnc.compiler import ir
+from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError
@@ -32,3 +36,12 @@ def test_ir_dumps_escape_the_file_name_and_doc(stage: str) -> None:
     _, text = stages.emit_stage(compiled[0], stage)
     assert text.startswith("variant v  # dir\\n*/x\\x1b.attn\n  doc: \\u202egnp.exe \\x1b[2J\n")
     assert all(line.isprintable() for line in text.split("\n"))
+
+
+@pytest.mark.parametrize("call", ["exp2(2000.0)", "exp(1000.0)", "exp2(1e30)"])
+def test_exponentials_past_the_double_range_fold_to_inf(call: str) -> None:
+    # min(score, inf) is score; folded to nan, every score of the kernels was nan.
+    compiled, _ = compile_source(f"variant v {{ score = min(score, {call}); }}", "x.attn")
+    score = compiled[0].variant.score
+    assert isinstance(score, ir.Call) and score.args[1] == ir.Const(math.inf, ir.F32)
+    assert evaluate(score, {"score": 1.5}) == 1.5
