@@ -6,7 +6,9 @@ values and f32 values tensors of the reference's float dtype, which (with the de
 from the built-in ``sm_scale`` (no param can shadow a built-in, so user names never collide with
 what the generated code reads). User names only appear as quoted dictionary keys. i32 ``+ - *``
 and negation wrap like two's complement i32 (``_wrap``); integer ``/`` and ``%`` truncate like
-C. f32 constants are f32 values (``inf`` and ``nan`` included) spelled as Python floats.
+C; ``min``, ``max`` and ``clamp`` compare as the kernels do (``a < b ? a : b``, so a NaN
+operand gives what the kernels give). f32 constants are f32 values (``inf`` and ``nan``
+included) spelled as Python floats.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ CALLS = {
     "sigmoid": "torch.sigmoid",
     "softplus": "_softplus",
     "abs": "torch.abs",
-    "min": "torch.minimum",
-    "max": "torch.maximum",
+    "min": "_min",
+    "max": "_max",
     "clamp": "_clamp",
     "floor": "torch.floor",
     "ceil": "torch.ceil",

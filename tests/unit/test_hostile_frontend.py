@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from attnc.codegen import stages
+from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
@@ -45,3 +47,21 @@ def test_exponentials_past_the_double_range_fold_to_inf(call: str) -> None:
     score = compiled[0].variant.score
     assert isinstance(score, ir.Call) and score.args[1] == ir.Const(math.inf, ir.F32)
     assert evaluate(score, {"score": 1.5}) == 1.5
+
+
+@pytest.mark.parametrize(
+    "expr",
+    ["min(c, score)", "min(score, c)", "max(c, score)", "max(score, c)", "clamp(c, score, 2.0)"],
+)
+@pytest.mark.parametrize("c", [math.nan, -math.inf, 0.5])
+def test_reference_min_max_clamp_agree_with_the_kernels_on_nan(expr: str, c: float) -> None:
+    # The kernels compute min as a < b ? a : b; torch.minimum gave nan for any nan operand.
+    source = f"variant v {{ param c: f32 = 1.0; score = {expr}; }}"
+    compiled, _ = compile_source(source, "x.attn")
+    module = load_reference(compiled[0].variant)
+    f64 = torch.float64
+    env = {"score": torch.tensor(1.25, dtype=f64), "sm_scale": torch.tensor(1.0, dtype=f64)}
+    env["c"] = torch.tensor(c, dtype=f64)
+    got = float(module.score(env, {}))
+    want = evaluate(compiled[0].variant.score, {"score": 1.25, "c": c})
+    assert got == want or (math.isnan(got) and math.isnan(want))
