@@ -1,7 +1,8 @@
 """Resolve ``import "file.attn";`` into an ordered list of parsed modules.
 
-Paths are relative to the importing file. Each file is parsed once; a cycle or a missing
-file is a located error at the import statement.
+Paths are relative to the importing file. Each file is parsed once; a cycle, a missing file
+or a chain of imports longer than :data:`~attnc.dsl.limits.MAX_IMPORT_DEPTH` is a located
+error at the import statement.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 
 from attnc.dsl import ast
 from attnc.dsl.errors import SOURCES, AttnError
+from attnc.dsl.limits import MAX_IMPORT_DEPTH, too_deep_message
 from attnc.dsl.parser import parse_module
 from attnc.dsl.source_text import decode_source
 
@@ -38,6 +40,8 @@ def _visit(module: ast.Module, ordered: list[ast.Module], done: set[str], stack:
                 )
             if canon in done:
                 continue
+            if len(stack) > MAX_IMPORT_DEPTH:
+                raise AttnError(item.loc, too_deep_message("imports", MAX_IMPORT_DEPTH))
             _visit(_parse_file(path, item), ordered, done, stack)
     stack.pop()
     done.add(key)

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 MAX_EXPR_DEPTH = 2000
 # Deepest expression after lets and defs are substituted.
 MAX_IR_DEPTH = 2000
+# Longest chain of imports (a file importing one that imports another ...).
+MAX_IMPORT_DEPTH = 100
 # Python frames the deepest pass may need per nesting level, with a margin.
 _FRAMES_PER_LEVEL = 12
 RECURSION_LIMIT = 1000 + _FRAMES_PER_LEVEL * max(MAX_EXPR_DEPTH, MAX_IR_DEPTH)

@@ -15,6 +15,7 @@ from attnc.codegen.torch_ref import emit_reference_source, load_reference
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
 from attnc.dsl.errors import AttnError
+from attnc.dsl.limits import MAX_IMPORT_DEPTH
 from attnc.dsl.parser import grammar_parser
 
 
@@ -104,3 +105,30 @@ def test_too_long_sum_is_a_located_error_naming_the_limit() -> None:
         compile_source(f"variant s {{\n mask = {body} > 0;\n}}", "deep.attn")
     assert err.value.message == "expression nested too deeply (more than 2000 levels, the limit)"
     assert err.value.loc.line == 2
+
+
+def import_chain(folder, files: int) -> str:
+    """``files`` files, each importing the next; the source of a variant importing the first."""
+    for i in range(files):
+        head = f'import "m{i + 1}.attn";\n' if i + 1 < files else ""
+        (folder / f"m{i}.attn").write_text(f"{head}def g{i}() = 1.0;\n", encoding="utf-8")
+    return 'import "m0.attn";\nvariant v { score = score * g0(); }\n'
+
+
+def test_a_hundred_chained_imports_compile(tmp_path) -> None:
+    source = import_chain(tmp_path, MAX_IMPORT_DEPTH)
+    compiled, _ = compile_source(source, str(tmp_path / "top.attn"))
+    assert compiled[0].variant.name == "v"
+
+
+def test_too_long_import_chain_is_a_located_error_naming_the_limit(tmp_path) -> None:
+    # A thousand levels once ran out of Python stack while parsing a valid file, reported
+    # as "not valid .attn text" at some import in the middle.
+    source = import_chain(tmp_path, 1000)
+    with pytest.raises(AttnError) as info:
+        compile_source(source, str(tmp_path / "top.attn"))
+    last = MAX_IMPORT_DEPTH - 1
+    assert info.value.loc.file == str(tmp_path / f"m{last}.attn")
+    assert info.value.message == (
+        f"imports nested too deeply (more than {MAX_IMPORT_DEPTH} levels, the limit)"
+    )
