@@ -70,6 +70,11 @@ def _jobs(text: str) -> int:
     return _whole_number(text, 1)
 
 
+def _seed(text: str) -> int:
+    # The range torch.manual_seed takes.
+    return _whole_number(text, -(2**63), 2**64 - 1)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnc",
@@ -111,7 +116,7 @@ def _build_parser() -> argparse.ArgumentParser:
     test.add_argument(
         "--points", type=_points, default=2000, help="random points per variant (at most 10^6)"
     )
-    test.add_argument("--seed", type=int, default=0)
+    test.add_argument("--seed", type=_seed, default=0)
     test.add_argument("--no-gpu", action="store_true", help="skip the kernel test even with a GPU")
     test.add_argument(
         "--param",

@@ -70,6 +70,19 @@ def test_points_is_bounded(capsys, points):
     assert "--points" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seed", [str(2**64), str(-(2**63) - 1), "1.5"])
+def test_seed_out_of_torch_range_names_the_argument(capsys, no_harness, seed):
+    # 2**64 once reached torch.manual_seed: "attnc: error: Overflow when unpacking long long".
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["test", "stdlib:causal", "--no-gpu", "--seed", seed])
+    assert exc.value.code == 2 and "--seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", [str(2**64 - 1), "-1"])
+def test_seeds_in_range_reach_the_harness(capsys, no_harness, seed):
+    assert cli.main(["test", "stdlib:causal", "--no-gpu", "--seed", seed]) == 0
+
+
 @pytest.mark.parametrize("jobs", ["0", "-3", "many", "\x1b[31m"])
 def test_build_jobs_must_be_positive(capsys, jobs):
     with pytest.raises(SystemExit) as exc:
