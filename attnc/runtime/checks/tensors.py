@@ -98,6 +98,12 @@ def check_dtype_arg(dtype: torch.dtype) -> None:
         raise ValueError(f"dtype: must be torch.bfloat16 or torch.float16, got {dtype}")
 
 
+def is_dense(t: torch.Tensor) -> bool:
+    """True for an ordinary strided tensor: not sparse, nested or mkldnn (those have no data
+    pointer, sizes or strides the kernels can read)."""
+    return t.layout is torch.strided and not t.is_nested
+
+
 def check_data_tensor(
     name: str, t: object, shape: Sequence[int | None], device_type: str = "cuda"
 ) -> torch.Tensor:

@@ -13,6 +13,7 @@ import torch
 
 from attnc.compiler import ir
 from attnc.runtime.checks.params import check_plan_params, resolve_params
+from attnc.runtime.checks.tensors import is_dense
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 def _passes(decl: ir.ParamDecl, value: object, sizes: Mapping[str, int], device: object) -> bool:
     """True when ``value`` passes ``resolve_params``'s tensor checks unchanged (its declared
     dtype and shape, ``device``, contiguous); anything else goes through those checks."""
-    if not isinstance(value, torch.Tensor):
+    if not isinstance(value, torch.Tensor) or not is_dense(value):
         return False
     shape = tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in decl.dims)
     return (
@@ -133,6 +134,8 @@ def params_keys(
     checked: list[object] = []
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
+            if not is_dense(value):
+                return None
             meta = (name, value.shape, value.stride(), value.dtype, value.device)
             same.append((meta, id(value), value.data_ptr(), value._version))
             checked.append(meta)

@@ -18,6 +18,7 @@ import torch
 
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.checks.tensors import is_dense
 
 MAX_CACHED_CALLS = 128
 _SCALAR_TYPES = (int, float, bool)
@@ -133,6 +134,8 @@ def call_key(
     param_key: list[object] = []
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
+            if not is_dense(value):
+                return None
             param_key.append((name, id(value), value.data_ptr()))
         elif type(value) in _SCALAR_TYPES:
             param_key.append((name, type(value), value))

@@ -1,0 +1,66 @@
+"""Hostile inputs to the runtime's host side: each is refused with a ValueError or TypeError
+that names the argument, never a raw RuntimeError, AttributeError or a silently wrong plan."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401 (a fixture)
+
+I32 = dict(dtype=torch.int32)
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="host planner needs nvcc")
+
+
+def _sparse(t: torch.Tensor) -> torch.Tensor:
+    return t.to_sparse()
+
+
+def _nested(t: torch.Tensor) -> torch.Tensor:
+    return torch.nested.nested_tensor([t[:1], t[1:]])
+
+
+NOT_DENSE = [pytest.param(_sparse, id="sparse"), pytest.param(_nested, id="nested")]
+
+
+def _prefill(variant: str) -> BatchPrefillWrapper:
+    """A prefill wrapper on a CPU workspace whose module choice needs no GPU."""
+    w = BatchPrefillWrapper(attnc.load(variant), torch.empty(1 << 20, dtype=torch.uint8))
+    module = type("Module", (), {"module_id": "cpu", "ir": w.variant.ir})()
+    w._module_choice = lambda *args: PrefillChoice("fa2", module, 128)  # type: ignore[method-assign]
+    return w
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+def test_a_tensor_param_that_is_not_dense_is_refused_by_name(make) -> None:
+    slopes = make(torch.rand(4))
+    q, k = torch.randn(3, 4, 64), torch.randn(3, 2, 64)
+    with pytest.raises(ValueError, match=r"^variant 'alibi': param 'slopes' .*: expected a dense"):
+        attnc.load("stdlib:alibi").reference(q, k, k, slopes=slopes)
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+def test_plan_refuses_a_tensor_param_that_is_not_dense(make) -> None:
+    w = _prefill("stdlib:per_request_window")
+    indptr = torch.tensor([0, 4, 8], **I32)
+    window = make(torch.tensor([3, 4], **I32))
+    with pytest.raises(ValueError, match=r"^variant 'per_request_window': param 'window' .*dense"):
+        w.plan(indptr, indptr, 4, 2, 128, params={"window": window})
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+def test_decode_run_refuses_a_tensor_param_that_is_not_dense(cpu_decode, make) -> None:  # noqa: F811
+    w = cpu_decode("alibi")
+    q, cache = _inputs()
+    with pytest.raises(ValueError, match=r"^variant 'alibi': param 'slopes' .*: expected a dense"):
+        w.run(q, cache, slopes=make(torch.rand(4)))
