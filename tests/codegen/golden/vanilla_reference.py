@@ -50,8 +50,19 @@ def _softplus(x):
     return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
 
 
+def _min(a, b):
+    # a < b ? a : b, as the kernels compute it: a NaN first operand gives b (torch.minimum
+    # would give NaN).
+    return torch.where(a < b, a, b)
+
+
+def _max(a, b):
+    # a > b ? a : b, as the kernels compute it (NaN included).
+    return torch.where(a > b, a, b)
+
+
 def _clamp(x, lo, hi):
-    return torch.minimum(torch.maximum(x, lo), hi)
+    return _min(_max(x, lo), hi)
 
 
 USE_SOFTMAX = True
