@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from attnc.dsl.errors import printable
+from attnc.runtime.checks.tensors import is_dense, layout_name
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -39,6 +40,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if not is_dense(t):
+            raise ValueError(f"{name} must be a dense tensor, got a {layout_name(t)} one")
         if t.dim() != 3:
             raise ValueError(
                 f"{name} must have 3 dims [len, heads, head_dim], got shape {tuple(t.shape)}"

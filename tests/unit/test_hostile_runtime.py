@@ -10,6 +10,7 @@ import torch
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.checks import tensors
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401 (a fixture)
 
@@ -64,3 +65,42 @@ def test_decode_run_refuses_a_tensor_param_that_is_not_dense(cpu_decode, make) -
     q, cache = _inputs()
     with pytest.raises(ValueError, match=r"^variant 'alibi': param 'slopes' .*: expected a dense"):
         w.run(q, cache, slopes=make(torch.rand(4)))
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_reference_refuses_data_tensors_that_are_not_dense(make, name) -> None:
+    qkv = {"q": torch.randn(3, 4, 64), "k": torch.randn(3, 2, 64), "v": torch.randn(3, 2, 64)}
+    qkv[name] = make(qkv[name])
+    with pytest.raises(ValueError, match=f"^{name} must be a dense tensor, got a"):
+        attnc.load("stdlib:causal").reference(qkv["q"], qkv["k"], qkv["v"])
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+def test_data_tensor_checks_refuse_tensors_that_are_not_dense(make) -> None:
+    q = torch.zeros(6, 4, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="^k: expected a dense tensor, got a"):
+        tensors.check_data_tensor("k", make(q), (None, 4, 64), "cpu")
+    with pytest.raises(ValueError, match="^out: expected a dense tensor, got a"):
+        tensors.check_out(make(q.clone()), q)
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.parametrize("make", NOT_DENSE)
+def test_decode_run_refuses_a_kv_cache_that_is_not_dense(cpu_decode, make) -> None:  # noqa: F811
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    with pytest.raises(ValueError, match="^kv: expected a dense tensor, got a"):
+        w.run(q, make(cache))
+    with pytest.raises(ValueError, match="^q: expected a dense tensor, got a"):
+        w.run(make(q), cache)
+
+
+def test_merge_state_refuses_states_that_are_not_dense() -> None:
+    from attnc.runtime.wrappers.merge import _check
+
+    o, lse = torch.zeros(4, 2, 64), torch.zeros(4, 2)
+    with pytest.raises(ValueError, match="^o_a: expected a dense tensor, got a sparse_coo one"):
+        _check(o.to_sparse(), lse, o, lse)

@@ -14,7 +14,7 @@ import torch
 
 from attnc.compiler.ir import ParamDecl
 from attnc.dsl.errors import printable
-from attnc.runtime.checks.tensors import is_dense
+from attnc.runtime.checks.tensors import is_dense, layout_name
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 # What the batch-sized dims of language v2 count, for error messages.
@@ -155,8 +155,9 @@ def _check_tensor(
             f"{_where(prefix, decl)}: expected a torch.Tensor, got {_type_name(value)}"
         )
     if not is_dense(value):
-        kind = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
-        raise ValueError(f"{_where(prefix, decl)}: expected a dense tensor, got a {kind} one")
+        raise ValueError(
+            f"{_where(prefix, decl)}: expected a dense tensor, got a {layout_name(value)} one"
+        )
     unknown = [d for d in decl.dims if not isinstance(d, int) and d not in sizes]
     if unknown:
         raise ValueError(

@@ -104,6 +104,11 @@ def is_dense(t: torch.Tensor) -> bool:
     return t.layout is torch.strided and not t.is_nested
 
 
+def layout_name(t: torch.Tensor) -> str:
+    """How an error names the layout of a tensor that is not dense (``sparse_coo``, ...)."""
+    return "nested" if t.is_nested else str(t.layout).removeprefix("torch.")
+
+
 def check_data_tensor(
     name: str, t: object, shape: Sequence[int | None], device_type: str = "cuda"
 ) -> torch.Tensor:
@@ -111,6 +116,8 @@ def check_data_tensor(
     (``None`` = any size), with a contiguous last dim."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if not is_dense(t):
+        raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
     if t.device.type != device_type:
         raise ValueError(f"{name}: must be on a {device_type} device, got {t.device}")
     if t.dtype not in KV_DTYPES:

@@ -215,7 +215,12 @@ class BatchDecodeWrapper(DecodePlanning):
             raise ValueError(f"q: expected a torch.Tensor, got {type(q).__name__}")
         if q.dtype != shape.dtype:
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
-        if tuple(q.shape) != want or q.device != self._device or q.stride(-1) != 1:
+        if (
+            not tensors.is_dense(q)
+            or tuple(q.shape) != want
+            or q.device != self._device
+            or q.stride(-1) != 1
+        ):
             tensors.check_data_tensor("q", q, want)
             if q.device != self._device:
                 raise ValueError(f"q: on {q.device}, workspace_buffer on {self._device}")

@@ -112,21 +112,23 @@ def call_key(
 ) -> tuple[object, ...] | None:
     """Everything the checks of ``run()`` depend on, or None when the call is not cacheable
     (see the module docstring)."""
-    if not isinstance(q, torch.Tensor):
+    if not isinstance(q, torch.Tensor) or not is_dense(q):
         return None
     if out is None:
         out_key: object = None
-    elif isinstance(out, torch.Tensor):
+    elif isinstance(out, torch.Tensor) and is_dense(out):
         out_key = (out.shape, out.stride(), out.dtype, out.device)
     else:
         return None
-    if isinstance(kv, torch.Tensor):
+    if isinstance(kv, torch.Tensor) and is_dense(kv):
         kv_key: object = tensor_key(kv)
     elif (
         isinstance(kv, (tuple, list))
         and len(kv) == 2
         and isinstance(kv[0], torch.Tensor)
         and isinstance(kv[1], torch.Tensor)
+        and is_dense(kv[0])
+        and is_dense(kv[1])
     ):
         kv_key = (tensor_key(kv[0]), tensor_key(kv[1]))
     else:

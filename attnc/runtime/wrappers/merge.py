@@ -12,6 +12,7 @@ import threading
 import torch
 
 from attnc.runtime.build import jit
+from attnc.runtime.checks.tensors import is_dense, layout_name
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -41,6 +42,8 @@ def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: tor
     for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if not is_dense(t):
+            raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
         if t.device.type != "cuda":
             raise ValueError(f"{name}: must be on a cuda device, got {t.device}")
     if o_a.dtype not in _DTYPE_CODES:
