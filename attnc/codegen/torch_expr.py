@@ -54,17 +54,34 @@ def _const(e: ir.Const) -> str:
     return f"_bool(env, {bool(e.value)})"
 
 
-def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None) -> str:
+def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None, guarded: bool = False) -> str:
     """Python expression text computing ``e`` with torch; sub-expressions in ``names`` are
-    spelled as those (local) names."""
-    return _TorchText(names or {}).render(e)
+    spelled as those (local) names. ``guarded``: ``e`` is only used where a ``?:`` or
+    ``&&``/``||`` above it selects it (its tensor reads may be out of range elsewhere)."""
+    return _TorchText(names or {}, guarded).render(e)
 
 
 class _TorchText(ExprText):
-    """Renders one expression, with some sub-expressions already bound to local names."""
+    """Renders one expression, with some sub-expressions already bound to local names.
+
+    torch evaluates both branches of ``torch.where`` and both sides of ``&``/``|``, where the
+    kernels evaluate one branch of ``?:`` and the right side of ``&&``/``||`` only when it
+    decides: tensor reads there are guarded (:func:`guarded_children`) and never raise."""
 
     not_template = "(~{x})"  # elementwise on a bool tensor
     wrapping_neg_template = "_wrap(-{x})"
+
+    def __init__(self, names: dict[ir.Expr, str], guarded: bool) -> None:
+        super().__init__(names)
+        self.guarded = guarded
+
+    def render_guarded(self, e: ir.Expr) -> str:
+        """The text of ``e`` where a guard above selects it."""
+        outer, self.guarded = self.guarded, True
+        try:
+            return self.render(e)
+        finally:
+            self.guarded = outer
 
     def const(self, e: ir.Const) -> str:
         """A constant tensor of the reference's type."""
@@ -81,14 +98,16 @@ class _TorchText(ExprText):
     def tensor_load(self, e: ir.TensorLoad) -> str:
         """A gather from the tensor param ``P[name]``."""
         indices = self.args(e.indices)
+        load = "_load_guarded" if self.guarded else "_load"
         first = e.indices[0]
         if isinstance(first, ir.Builtin) and first.name == "q_pos":
-            return f"_load_at_pos(P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
-        return f"_load(P[{e.name!r}], {indices})"
+            return f"_load_at_pos({load}, P[{e.name!r}], {indices})"  # q_pos < 0 reads 0
+        return f"{load}(P[{e.name!r}], {indices})"
 
     def select(self, e: ir.Select) -> str:
-        """``torch.where``."""
-        return f"torch.where({self.args((e.cond, e.a, e.b))})"
+        """``torch.where``, its branches guarded."""
+        a, b = self.render_guarded(e.a), self.render_guarded(e.b)
+        return f"torch.where({self.render(e.cond)}, {a}, {b})"
 
     def cast(self, e: ir.Cast) -> str:
         """``.to`` the reference's float type or int64."""
@@ -103,8 +122,10 @@ class _TorchText(ExprText):
         return f"{CALLS[e.fn]}({args})"
 
     def binary(self, e: ir.Binary) -> str:
-        """Torch operators; i32 ``+ - * /`` wrap and ``/ %`` truncate like C."""
-        a, b = self.render(e.a), self.render(e.b)
+        """Torch operators; i32 ``+ - * /`` wrap and ``/ %`` truncate like C; the right side
+        of ``&&``/``||`` is guarded."""
+        a = self.render(e.a)
+        b = self.render_guarded(e.b) if e.op in ir.LOGICAL else self.render(e.b)
         if e.op == "/" and e.type == ir.I32:
             return f"_wrap(_idiv({a}, {b}))"
         if e.op in ("+", "-", "*") and e.type == ir.I32:
@@ -115,3 +136,13 @@ class _TorchText(ExprText):
             return f"torch.fmod({a}, {b})"
         op = {"&&": "&", "||": "|"}.get(e.op, e.op)
         return f"({a} {op} {b})"
+
+
+def guarded_children(e: ir.Expr) -> tuple[tuple[ir.Expr, bool], ...]:
+    """``e``'s children, each with whether the kernels evaluate it only under a guard (the
+    branches of ``?:``, the right side of ``&&``/``||``)."""
+    if isinstance(e, ir.Select):
+        return ((e.cond, False), (e.a, True), (e.b, True))
+    if isinstance(e, ir.Binary) and e.op in ir.LOGICAL:
+        return ((e.a, False), (e.b, True))
+    return tuple((c, False) for c in ir.children(e))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
-from attnc.codegen.torch_expr import render_torch
+from attnc.codegen.torch_expr import guarded_children, render_torch
 from attnc.compiler import ir
 from attnc.dsl.limits import deep_recursion
 
@@ -36,13 +36,24 @@ def python_body(e: ir.Expr | None, default: str) -> PythonBody:
             uses[id(c)] = uses.get(id(c), 0) + 1
     names: dict[ir.Expr, str] = {}
     lines: list[tuple[str, str]] = []
+    unguarded = _unguarded(nodes)
     for node in nodes:
         deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
         if (uses.get(id(node), 0) > 1 or deep) and ir.children(node) and node not in names:
             name = f"_t{len(lines)}"
-            lines.append((name, render_torch(node, names)))
+            lines.append((name, render_torch(node, names, guarded=id(node) not in unguarded)))
             names[node] = name
     return PythonBody(tuple(lines), render_torch(e, names))
+
+
+def _unguarded(nodes: list[ir.Expr]) -> set[int]:
+    """ids of the nodes (``nodes``: a postorder, root last) the kernels evaluate on some path
+    from the root that passes no guard (see :func:`guarded_children`)."""
+    found = {id(nodes[-1])}
+    for node in reversed(nodes):  # every parent before its children
+        if id(node) in found:
+            found.update(id(c) for c, guarded in guarded_children(node) if not guarded)
+    return found
 
 
 def emit_reference_source(v: ir.VariantIR) -> str:

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import attnc
 from attnc.codegen import stages
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
@@ -65,3 +66,27 @@ def test_reference_min_max_clamp_agree_with_the_kernels_on_nan(expr: str, c: flo
     got = float(module.score(env, {}))
     want = evaluate(compiled[0].variant.score, {"score": 1.25, "c": c})
     assert got == want or (math.isnan(got) and math.isnan(want))
+
+
+GUARDED_READS = [
+    "score = kv_idx < 4 ? score + t[kv_idx] : score;",
+    "let x = t[kv_idx]; score = kv_idx < 4 ? score + x * x : score;",
+    "mask = kv_idx < 4 && t[kv_idx] > 0.0;",
+    "mask = kv_idx >= 4 || t[kv_idx] > 0.0;",
+]
+
+
+@pytest.mark.parametrize("body", GUARDED_READS)
+def test_reference_reads_a_tensor_only_where_the_source_guards_it(body: str) -> None:
+    # torch evaluates both branches; an IndexError came from keys the guard rules out.
+    variant = attnc.load(f"variant g {{ param t: tensor<f32>[4]; {body} }}")
+    q, k = torch.randn(6, 2, 8), torch.randn(6, 2, 8)
+    out = variant.reference(q, k, k, t=torch.ones(4))
+    assert out.shape == (6, 2, 8) and not out.isnan().any()
+
+
+def test_reference_still_raises_on_an_unguarded_read_out_of_range() -> None:
+    variant = attnc.load("variant g { param t: tensor<f32>[4]; score = score + t[kv_idx]; }")
+    q, k = torch.randn(6, 2, 8), torch.randn(6, 2, 8)
+    with pytest.raises(IndexError):
+        variant.reference(q, k, k, t=torch.ones(4))

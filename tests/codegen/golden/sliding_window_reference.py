@@ -28,9 +28,22 @@ def _load(tensor, *indices):
     return tensor[tuple(i.long() for i in indices)]
 
 
-def _load_at_pos(tensor, pos, *indices):
+def _load_guarded(tensor, *indices):
+    # A read under ?: or on the right of && / ||: the kernels make it only where its guard
+    # holds, so an index out of range elsewhere is no error; such an element reads as NaN (f32)
+    # or 0 (i32) and is discarded by the guard.
+    idx = [i.long() for i in indices]
+    ok = torch.ones((), dtype=torch.bool, device=tensor.device)
+    for i, size in zip(idx, tensor.shape):
+        ok = ok & (i >= 0) & (i < size)
+    found = tensor[tuple(torch.where(ok, i, 0) for i in idx)]
+    fill = float("nan") if found.is_floating_point() else 0
+    return torch.where(ok, found, torch.full_like(found, fill))
+
+
+def _load_at_pos(load, tensor, pos, *indices):
     # A read at q_pos < 0 (a row of a request with q_len > kv_len) gives 0, as in the kernels.
-    found = _load(tensor, pos.clamp_min(0), *indices)
+    found = load(tensor, pos.clamp_min(0), *indices)
     return torch.where(pos >= 0, found, torch.zeros_like(found))
 
 
