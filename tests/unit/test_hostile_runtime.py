@@ -11,6 +11,7 @@ import torch
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.checks import tensors
+from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401 (a fixture)
 
@@ -104,3 +105,36 @@ def test_merge_state_refuses_states_that_are_not_dense() -> None:
     o, lse = torch.zeros(4, 2, 64), torch.zeros(4, 2)
     with pytest.raises(ValueError, match="^o_a: expected a dense tensor, got a sparse_coo one"):
         _check(o.to_sparse(), lse, o, lse)
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+@pytest.mark.parametrize("params", [[("window", 3)], "window=3", 3])
+def test_prefill_plan_params_must_be_a_mapping(params) -> None:
+    indptr = torch.tensor([0, 4], **I32)
+    with pytest.raises(TypeError, match="^params: expected a mapping of param names to values"):
+        _prefill("stdlib:sliding_window").plan(indptr, indptr, 4, 2, 128, params=params)
+
+
+@needs_nvcc
+@pytest.mark.nvcc
+def test_prefill_plan_param_names_that_are_not_strings_are_unknown_params() -> None:
+    indptr = torch.tensor([0, 4], **I32)
+    with pytest.raises(ValueError, match="^variant 'sliding_window': unknown param '1'; params"):
+        _prefill("stdlib:sliding_window").plan(indptr, indptr, 4, 2, 128, params={1: 3})
+
+
+@pytest.mark.parametrize("params", [[("window", 3)], "window=3"])
+def test_decode_plan_params_must_be_a_mapping(cpu_decode, params) -> None:  # noqa: F811
+    w = cpu_decode("sliding_window")
+    w._page_status = PageStatus(torch.device("cpu"))
+    indptr, last = torch.tensor([0, 1], **I32), torch.tensor([1], **I32)
+    with pytest.raises(TypeError, match="^params: expected a mapping of param names to values"):
+        w.plan(indptr, indptr, last, 4, 2, 16, 4, params=params)
+
+
+def test_run_time_param_names_that_are_not_strings_are_unknown_params() -> None:
+    q = torch.randn(3, 4, 64)
+    values = attnc.load("stdlib:softcap").resolve_for
+    with pytest.raises(ValueError, match="^variant 'softcap': unknown param '7'; params are: cap"):
+        values({7: 1.0, "cap": 2.0}, (4, 2, 64), q.device, {})

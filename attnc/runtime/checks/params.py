@@ -77,6 +77,18 @@ def resolve_params(
     return resolved
 
 
+def check_params_arg(params: object) -> Mapping[str, object]:
+    """``plan()``'s ``params`` argument: None (no params, ``{}``) or a mapping of param names
+    to values (a ``TypeError`` otherwise; unknown names are refused by the param checks)."""
+    if params is None:
+        return {}
+    if type(params) is dict or isinstance(params, Mapping):
+        return params
+    raise TypeError(
+        f"params: expected a mapping of param names to values, got {type(params).__name__}"
+    )
+
+
 def check_plan_params(
     decls: Sequence[ParamDecl], kwargs: Mapping[str, object], *, variant_name: str
 ) -> dict[str, object]:
@@ -102,7 +114,7 @@ def _reject_unknown(decls: Sequence[ParamDecl], kwargs: Mapping[str, object], pr
         if key in names:
             continue
         msg = f"{prefix}: unknown param '{printable(str(key))}'"
-        close = difflib.get_close_matches(key, names, n=1)
+        close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) else []
         if close:
             msg += f"; did you mean '{close[0]}'?"
         elif names:

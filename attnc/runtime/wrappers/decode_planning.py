@@ -23,7 +23,7 @@ from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import token_sizes
+from attnc.runtime.checks.params import check_params_arg, token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
@@ -158,9 +158,10 @@ class DecodePlanning:
             self._launched = self.use_cuda_graph
         planned = self._planned_mask
         program = None
+        params = check_params_arg(params)
         if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
-            program = self._mask_ranges(params or {}, sizes)
+            program = self._mask_ranges(params, sizes)
         fast = self._fast
         # Fast path: the scalars of the last plan (same types, so their checks pass again),
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on

@@ -22,7 +22,7 @@ from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import token_sizes
+from attnc.runtime.checks.params import check_params_arg, token_sizes
 from attnc.runtime.planning import prefill_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import (
@@ -156,7 +156,9 @@ class BatchPrefillWrapper:
         )
         checked = planner.result
         batch = (checked.total_q, checked.total_kv, planner.batch)
-        scalars, plan_tensors, planned_mask = self._plan_params(params or {}, heads, batch)
+        scalars, plan_tensors, planned_mask = self._plan_params(
+            check_params_arg(params), heads, batch
+        )
         group, max_q = num_qo_heads // num_kv_heads, max(checked.max_q, 1)
         choice = self._module_choice(dtype, head_dim, group, max_q, paged)
         module, tile = choice.module, choice.tile_q_tokens
