@@ -138,3 +138,22 @@ def test_run_time_param_names_that_are_not_strings_are_unknown_params() -> None:
     values = attnc.load("stdlib:softcap").resolve_for
     with pytest.raises(ValueError, match="^variant 'softcap': unknown param '7'; params are: cap"):
         values({7: 1.0, "cap": 2.0}, (4, 2, 64), q.device, {})
+
+
+@pytest.mark.parametrize(
+    ("capacity", "message"),
+    [
+        ({"max_num_pages": -1000}, r"max_num_pages: must be in \[1, 2147483647\], got -1000"),
+        ({"max_num_pages": 4096.0}, "max_num_pages: expected an int, got float 4096.0"),
+        ({"max_work_items": -5}, r"max_work_items: must be in \[1, 2147483647\], got -5"),
+        ({"max_work_items": 0}, r"max_work_items: must be in \[1, 2147483647\], got 0"),
+        ({"max_work_items": 2.5}, "max_work_items: expected an int, got float 2.5"),
+        ({"max_batch_size": True}, "max_batch_size: expected an int, got bool True"),
+    ],
+)
+def test_decode_capacities_are_checked_before_the_layout(capacity, message) -> None:
+    """A negative max_num_pages placed kv_token_start inside the work items; floats made the
+    region offsets floats."""
+    workspace = torch.empty(1 << 20, dtype=torch.uint8)  # the check comes before its device's
+    with pytest.raises(ValueError, match=f"^{message}"):
+        attnc.BatchDecodeWrapper(attnc.load("stdlib:causal"), workspace, **capacity)

@@ -46,6 +46,11 @@ _Tensor = torch.Tensor
 _I32 = torch.int32
 
 
+def _count(name: str, value: int | None, default: int) -> int:
+    """A capacity argument: ``default`` for None, else an int >= 1 (``check_int``)."""
+    return default if value is None else tensors.check_int(name, value)
+
+
 def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
@@ -76,20 +81,20 @@ class DecodePlanning:
         max_num_pages: int | None = None,
     ) -> None:
         tensors.check_kv_layout(kv_layout)
+        # The capacities are ints >= 1, checked before the regions are placed by them.
+        max_batch = _count("max_batch_size", max_batch_size, DEFAULT_MAX_BATCH)
+        max_items = _count("max_work_items", max_work_items, max(16384, 64 * max_batch))
+        max_pages = (
+            None if max_num_pages is None else tensors.check_int("max_num_pages", max_num_pages)
+        )
         self._ws = tensors.workspace_bytes(workspace_buffer, require_cuda=True)
         self.variant = variant
         self.kv_layout = kv_layout
         self.use_cuda_graph = bool(use_cuda_graph)
         self._device = self._ws.device
         self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
-        max_batch = (
-            DEFAULT_MAX_BATCH
-            if max_batch_size is None
-            else tensors.check_int("max_batch_size", max_batch_size)
-        )
-        max_items = max_work_items or max(16384, 64 * max_batch)
         self.layout = make_layout(
-            self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_num_pages
+            self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_pages
         )
         work_bytes = self.layout.work_bytes(max_items)
         self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
