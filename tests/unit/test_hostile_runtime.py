@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attnc
-from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.build.backends import PrefillChoice, check_backend
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
@@ -157,3 +157,12 @@ def test_decode_capacities_are_checked_before_the_layout(capacity, message) -> N
     workspace = torch.empty(1 << 20, dtype=torch.uint8)  # the check comes before its device's
     with pytest.raises(ValueError, match=f"^{message}"):
         attnc.BatchDecodeWrapper(attnc.load("stdlib:causal"), workspace, **capacity)
+
+
+def test_a_bad_default_backend_names_the_environment_variable(monkeypatch) -> None:
+    """The caller passed no backend=: the error names where the bad value came from."""
+    monkeypatch.setenv("ATTNC_PREFILL_BACKEND", "FA2")
+    with pytest.raises(ValueError, match=r"^ATTNC_PREFILL_BACKEND \(the default backend\): "):
+        BatchPrefillWrapper(attnc.load("stdlib:causal"), torch.empty(64, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="^backend: expected one of"):
+        check_backend("fa3")

@@ -43,11 +43,13 @@ class PrefillChoice:
 
 def check_backend(backend: object) -> str:
     """``backend`` as given, checked (``None`` means the process default)."""
+    name = "backend"
     if backend is None:
+        name = "ATTNC_PREFILL_BACKEND (the default backend)"
         backend = os.environ.get("ATTNC_PREFILL_BACKEND", "auto") or "auto"
     if not isinstance(backend, str) or backend not in PREFILL_BACKENDS:
         raise ValueError(
-            f"backend: expected one of {', '.join(map(repr, PREFILL_BACKENDS))}, got {backend!r}"
+            f"{name}: expected one of {', '.join(map(repr, PREFILL_BACKENDS))}, got {backend!r}"
         )
     return backend
 
