@@ -10,6 +10,7 @@ import torch
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice, check_backend
+from attnc.runtime.build.toolchain import UnsupportedArch, normalize_arch
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
@@ -166,3 +167,9 @@ def test_a_bad_default_backend_names_the_environment_variable(monkeypatch) -> No
         BatchPrefillWrapper(attnc.load("stdlib:causal"), torch.empty(64, dtype=torch.uint8))
     with pytest.raises(ValueError, match="^backend: expected one of"):
         check_backend("fa3")
+
+
+@pytest.mark.parametrize("arch", [(9,), (8, 0, 0), ()])
+def test_a_capability_tuple_of_another_length_is_an_unsupported_arch(arch) -> None:
+    with pytest.raises(UnsupportedArch, match=r"^arch '\("):
+        normalize_arch(arch)

@@ -66,7 +66,7 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     :class:`UnsupportedArch` for anything that is not a CUDA arch of sm_80 or newer (attnc's
     kernels use sm_80 instructions: cp.async, bf16 mma), before nvcc is run."""
     if isinstance(arch, tuple):
-        text = _arch_of_capability(*arch)
+        text = _arch_of_capability(*arch) if len(arch) == 2 else ""
     else:
         text = str(arch).lower().removeprefix("sm_").removeprefix("compute_")
         major_text, dot, minor_text = text.partition(".")
