@@ -10,6 +10,7 @@ import torch
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice, check_backend
+from attnc.runtime.build.cache import make_dir
 from attnc.runtime.build.toolchain import UnsupportedArch, normalize_arch
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus
@@ -173,3 +174,13 @@ def test_a_bad_default_backend_names_the_environment_variable(monkeypatch) -> No
 def test_a_capability_tuple_of_another_length_is_an_unsupported_arch(arch) -> None:
     with pytest.raises(UnsupportedArch, match=r"^arch '\("):
         normalize_arch(arch)
+
+
+@pytest.mark.parametrize("below", ["", "modules"])
+def test_a_cache_root_in_a_symlink_loop_is_named(tmp_path, monkeypatch, below) -> None:
+    """The loop itself was called a file; a directory below it raised a bare ELOOP OSError."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "a"))
+    with pytest.raises(NotADirectoryError, match="a symbolic link that loops .*ATTNC_CACHE_DIR"):
+        make_dir(tmp_path / "a" / below)

@@ -10,6 +10,7 @@ up after ``$ATTNC_LOCK_TIMEOUT`` seconds (default 900; ``inf`` waits forever).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import math
@@ -30,13 +31,17 @@ INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
 
 def make_dir(directory: Path) -> None:
     """``directory`` and its parents, created where missing; an error naming the cache root
-    when a part of the path is a file (``ATTNC_CACHE_DIR`` set to a file, say)."""
+    when a part of the path is a file or a symbolic link that loops (``ATTNC_CACHE_DIR`` set
+    to one, say)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
+    except OSError as exc:
+        if not isinstance(exc, (FileExistsError, NotADirectoryError)) and exc.errno != errno.ELOOP:
+            raise
         raise NotADirectoryError(
             f"cannot make the directory {printable(str(directory))}: part of its path is a "
-            f"file (the cache root is {printable(str(cache_dir()))}; ATTNC_CACHE_DIR sets it)"
+            f"file or a symbolic link that loops (the cache root is "
+            f"{printable(str(cache_dir()))}; ATTNC_CACHE_DIR sets it)"
         ) from None
 
 
