@@ -14,7 +14,7 @@ from attnc.compiler import ir
 from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, printable, warning
-from attnc.dsl.limits import MAX_IR_DEPTH, too_deep_message
+from attnc.dsl.limits import MAX_IR_DEPTH, MAX_PARAMS, too_deep_message
 
 ASSIGNABLE = ("score", "mask", "output", "sink")
 NORMALIZE_MODES = ("softmax", "none")
@@ -191,6 +191,10 @@ class _VariantLowering:
 
     def _param(self, item: ast.Param) -> None:
         self._declare(item.name, item.loc, "param")
+        if len(self.params) == MAX_PARAMS:
+            raise AttnError(
+                item.loc, f"too many params (more than {MAX_PARAMS}, the limit of one variant)"
+            )
         decl = _param_decl(item)
         self.params.append(decl)
         if decl.kind == "tensor":

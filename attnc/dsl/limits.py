@@ -17,6 +17,9 @@ MAX_EXPR_DEPTH = 2000
 MAX_IR_DEPTH = 2000
 # Longest chain of imports (a file importing one that imports another ...).
 MAX_IMPORT_DEPTH = 100
+# Most params of one variant. Their struct is a kernel argument, and a kernel's arguments
+# are limited (32764 bytes on sm_80 and newer); 1024 params take at most 8 KB of it.
+MAX_PARAMS = 1024
 # Python frames the deepest pass may need per nesting level, with a margin.
 _FRAMES_PER_LEVEL = 12
 RECURSION_LIMIT = 1000 + _FRAMES_PER_LEVEL * max(MAX_EXPR_DEPTH, MAX_IR_DEPTH)

@@ -15,7 +15,7 @@ from attnc.codegen.torch_ref import emit_reference_source, load_reference
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
 from attnc.dsl.errors import AttnError
-from attnc.dsl.limits import MAX_IMPORT_DEPTH
+from attnc.dsl.limits import MAX_IMPORT_DEPTH, MAX_PARAMS
 from attnc.dsl.parser import grammar_parser
 
 
@@ -131,4 +131,25 @@ def test_too_long_import_chain_is_a_located_error_naming_the_limit(tmp_path) -> 
     assert info.value.loc.file == str(tmp_path / f"m{last}.attn")
     assert info.value.message == (
         f"imports nested too deeply (more than {MAX_IMPORT_DEPTH} levels, the limit)"
+    )
+
+
+def params_source(count: int) -> str:
+    decls = "\n".join(f"    param p{i}: f32 = 0.0;" for i in range(count))
+    return f"variant v {{\n{decls}\n    score = score + p0 + p{count - 1};\n}}\n"
+
+
+def test_the_most_params_compile() -> None:
+    compiled, _ = compile_source(params_source(MAX_PARAMS), "many.attn")
+    assert len(compiled[0].variant.params) == MAX_PARAMS
+
+
+def test_too_many_params_is_a_located_error_naming_the_limit() -> None:
+    # 9000 f32 params compiled, then failed in nvcc: "Formal parameter space overflowed
+    # (36264 bytes required, max 32764 bytes allowed)" for every kernel of the module.
+    with pytest.raises(AttnError) as info:
+        compile_source(params_source(9000), "many.attn")
+    assert (info.value.loc.file, info.value.loc.line) == ("many.attn", MAX_PARAMS + 2)
+    assert (
+        info.value.message == f"too many params (more than {MAX_PARAMS}, the limit of one variant)"
     )
