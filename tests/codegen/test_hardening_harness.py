@@ -91,3 +91,15 @@ def test_deep_dag_of_defs() -> None:
     defs = ["def g0(x) = x;"]
     defs += [f"def g{i}(x) = tanh(g{i - 1}(x)) * 0.5 + g{i - 1}(x) * 0.25;" for i in range(1, 31)]
     assert_ok(compiled("\n".join(defs) + "\nvariant deep { score = g30(score); }"))
+
+
+def test_abs_of_the_most_negative_i32_wraps() -> None:
+    # abs(-2147483648) wraps to -2147483648 in the language; C++'s -x there is undefined, so
+    # the kernels' abs must not negate a signed int.
+    c = compiled(
+        "variant abs_min { param n: i32 = 0; "
+        "score = score + float(abs(n + kv_idx) % 7) * 0.01; "
+        "mask = abs(n + kv_idx) < 0 || kv_idx <= q_pos; }"
+    )
+    for n in (-2147483648, -2147483647 - 3, 5):
+        assert_ok(c, fixed_params={"n": n})

@@ -92,7 +92,9 @@ ATTNC_HD int imod_(int a, int b) {
 }
 
 ATTNC_HD float abs_(float x) { return fabsf(x); }
-ATTNC_HD int abs_(int x) { return x < 0 ? -x : x; }
+// Negated as unsigned: abs(INT_MIN) wraps to INT_MIN as the language says (-x is undefined
+// in C++ there, and compilers fold abs_(x) < 0 to false).
+ATTNC_HD int abs_(int x) { return x < 0 ? static_cast<int>(0u - static_cast<unsigned>(x)) : x; }
 ATTNC_HD float min_(float a, float b) { return a < b ? a : b; }
 ATTNC_HD int min_(int a, int b) { return a < b ? a : b; }
 ATTNC_HD float max_(float a, float b) { return a > b ? a : b; }
