@@ -157,3 +157,14 @@ def test_timing_probe_gives_gpt_oss_local_its_sinks():
     assert got["sinks"].shape == (32,) and got["sinks"].dtype == torch.float32
     again = timing_probe.probe_tensor_params("gpt_oss_local", 32, "cpu")
     torch.testing.assert_close(got["sinks"], again["sinks"], rtol=0, atol=0)
+
+
+def test_prefill_run_host_times_launching_calls_and_restores_the_checks():
+    from attnc.runtime.checks import tensors
+    from benchmarks import prefill_run_host
+
+    check = tensors.check_data_tensor
+    result = prefill_run_host.measure("causal", 64, 20)  # raises unless every call launched
+    assert set(result) == {"run_us", "run_out_us"}
+    assert all(0 < us < 1e5 for us in result.values())
+    assert tensors.check_data_tensor is check
