@@ -3,7 +3,9 @@ resolution, argument struct and launch call of one eager call, with the module r
 stand-in whose launch only counts calls (``benchmarks.plan_time.stand_in``'s Hopper choice)
 and the device checks run for ``cpu`` tensors. One ragged request of ``--tokens`` tokens,
 32 query / 8 KV heads, head_dim 128, bf16; mean microseconds per call, with and without
-``out=``. On a GPU host the launch itself and the stream query come on top.
+``out=``: ``run`` repeats a call of the plan (the plan's call memo answers), ``checked``
+is every call as the plan's first (all checks, then remembered). On a GPU host the launch
+itself and the stream query come on top.
 
     python -m benchmarks.prefill_run_host [--variant causal] [--tokens 2048] [--calls 5000]
 """
@@ -19,7 +21,7 @@ import torch
 
 import attnc
 from attnc.runtime.checks import tensors
-from attnc.runtime.wrappers import prefill, prefill_launch
+from attnc.runtime.wrappers import prefill_launch, prefill_run
 from benchmarks.plan_time import stand_in
 
 HQ, HKV, D = 32, 8, 128
@@ -31,7 +33,7 @@ def cpu_checks() -> Iterator[None]:
     saved = (
         tensors.check_data_tensor,
         tensors.same_device_index,
-        prefill.ragged_kv,
+        prefill_run.ragged_kv,
         prefill_launch.raw_stream,
     )
     check, ragged = saved[0], saved[2]
@@ -39,7 +41,7 @@ def cpu_checks() -> Iterator[None]:
         name, t, shape, "cpu"
     )
     tensors.same_device_index = lambda a, b: True
-    prefill.ragged_kv = lambda kv, hkv, d, device_type: ragged(kv, hkv, d, "cpu")
+    prefill_run.ragged_kv = lambda kv, hkv, d, device_type: ragged(kv, hkv, d, "cpu")
     prefill_launch.raw_stream = lambda device: 0
     try:
         yield
@@ -47,7 +49,7 @@ def cpu_checks() -> Iterator[None]:
         (
             tensors.check_data_tensor,
             tensors.same_device_index,
-            prefill.ragged_kv,
+            prefill_run.ragged_kv,
             prefill_launch.raw_stream,
         ) = saved
 
@@ -63,7 +65,8 @@ def mean_us(call: Callable[[], object], calls: int) -> float:
 
 
 def measure(variant_name: str, tokens: int, calls: int) -> dict[str, float]:
-    """Mean us per ``run()`` without and with ``out=``; checks that every call launched."""
+    """Mean us per ``run()`` without and with ``out=``, repeated and as a plan's first call;
+    checks that every call launched."""
     variant = attnc.load(f"stdlib:{variant_name}")
     launches = [0]
     with stand_in(variant), cpu_checks():
@@ -75,12 +78,20 @@ def measure(variant_name: str, tokens: int, calls: int) -> dict[str, float]:
         q = torch.randn(tokens, HQ, D, generator=gen).to(torch.bfloat16)
         k, v = (torch.randn(tokens, HKV, D, generator=gen).to(torch.bfloat16) for _ in "kv")
         out = torch.empty_like(q)
+        memo = wrapper._memo
+
+        def checked(**kw: object) -> None:
+            memo.clear()  # every call as the plan's first: all checks, then remembered
+            wrapper.run(q, (k, v), **kw)
+
         result = {
             "run_us": mean_us(lambda: wrapper.run(q, (k, v)), calls),
             "run_out_us": mean_us(lambda: wrapper.run(q, (k, v), out=out), calls),
+            "checked_us": mean_us(checked, calls),
+            "checked_out_us": mean_us(lambda: checked(out=out), calls),
         }
-    if launches[0] != 2 * (calls + 200):
-        raise RuntimeError(f"expected {2 * (calls + 200)} launches, counted {launches[0]}")
+    if launches[0] != 4 * (calls + 200):
+        raise RuntimeError(f"expected {4 * (calls + 200)} launches, counted {launches[0]}")
     return result
 
 

@@ -165,6 +165,6 @@ def test_prefill_run_host_times_launching_calls_and_restores_the_checks():
 
     check = tensors.check_data_tensor
     result = prefill_run_host.measure("causal", 64, 20)  # raises unless every call launched
-    assert set(result) == {"run_us", "run_out_us"}
+    assert set(result) == {"run_us", "run_out_us", "checked_us", "checked_out_us"}
     assert all(0 < us < 1e5 for us in result.values())
     assert tensors.check_data_tensor is check

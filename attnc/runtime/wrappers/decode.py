@@ -25,14 +25,13 @@ from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.wrappers import decode_launch
+from attnc.runtime.wrappers.call_keys import call_key, spans_overlap
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
     CachedCall,
     apply_call,
-    call_key,
     kv_identity,
     remember_call,
-    spans_overlap,
 )
 from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper

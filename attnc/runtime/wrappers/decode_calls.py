@@ -18,10 +18,9 @@ import torch
 
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.page_status import pool_size
-from attnc.runtime.checks.tensors import is_dense
+from attnc.runtime.wrappers.call_keys import byte_span
 
 MAX_CACHED_CALLS = 128
-_SCALAR_TYPES = (int, float, bool)
 
 
 @dataclass(frozen=True)
@@ -45,16 +44,6 @@ class CachedCall:
     params: dict[str, object]
     q_span: int
     o_span: int
-
-
-def byte_span(t: torch.Tensor) -> int:
-    """Bytes from ``t.data_ptr()`` to one past the last element ``t`` can address."""
-    if t.is_contiguous():
-        return t.numel() * t.element_size()
-    if t.numel() == 0:
-        return 0
-    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
-    return (last + 1) * t.element_size()
 
 
 def remember_call(
@@ -94,56 +83,6 @@ def apply_call(args: AttncDecodeArgs, hit: CachedCall) -> None:
     a.kv_stride_page, a.kv_stride_tok = hit.kv_stride_page, hit.kv_stride_tok
     a.kv_stride_head = hit.kv_stride_head
     a.variant_params = hit.variant_params
-
-
-def spans_overlap(a_ptr: int, a_span: int, b_ptr: int, b_span: int) -> bool:
-    """True when the byte ranges ``[a_ptr, a_ptr + a_span)`` and ``[b_ptr, b_ptr + b_span)``
-    share a byte."""
-    return a_ptr < b_ptr + b_span and b_ptr < a_ptr + a_span and a_span > 0 and b_span > 0
-
-
-def tensor_key(t: torch.Tensor) -> tuple[object, ...]:
-    """A tensor by data pointer, shape, strides, dtype and device."""
-    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
-
-
-def call_key(
-    q: object, kv: object, out: object, return_lse: bool, params: Mapping[str, object]
-) -> tuple[object, ...] | None:
-    """Everything the checks of ``run()`` depend on, or None when the call is not cacheable
-    (see the module docstring)."""
-    if not isinstance(q, torch.Tensor) or not is_dense(q):
-        return None
-    if out is None:
-        out_key: object = None
-    elif isinstance(out, torch.Tensor) and is_dense(out):
-        out_key = (out.shape, out.stride(), out.dtype, out.device)
-    else:
-        return None
-    if isinstance(kv, torch.Tensor) and is_dense(kv):
-        kv_key: object = tensor_key(kv)
-    elif (
-        isinstance(kv, (tuple, list))
-        and len(kv) == 2
-        and isinstance(kv[0], torch.Tensor)
-        and isinstance(kv[1], torch.Tensor)
-        and is_dense(kv[0])
-        and is_dense(kv[1])
-    ):
-        kv_key = (tensor_key(kv[0]), tensor_key(kv[1]))
-    else:
-        return None
-    param_key: list[object] = []
-    for name, value in params.items():
-        if isinstance(value, torch.Tensor):
-            if not is_dense(value):
-                return None
-            param_key.append((name, id(value), value.data_ptr()))
-        elif type(value) in _SCALAR_TYPES:
-            param_key.append((name, type(value), value))
-        else:
-            return None
-    return (q.shape, q.stride(), q.dtype, q.device, kv_key, out_key, return_lse, *param_key)
 
 
 def kv_identity(kv: object) -> tuple[int, ...]:

@@ -1,7 +1,9 @@
 """Owns: the batch prefill API, ``BatchPrefillWrapper`` (plan once per step, run per layer).
 
-One-request prefill (``Variant.prefill``) lives in ``single_prefill.py``; the ctypes launch
-and the ``attnc::prefill`` custom op in ``prefill_launch.py``.
+This file holds ``plan()`` and what it prepares; ``run()`` lives in ``prefill_run.py`` (with
+the plan's call memo in ``prefill_calls.py``). One-request prefill (``Variant.prefill``) lives
+in ``single_prefill.py``; the ctypes launch and the ``attnc::prefill`` custom op in
+``prefill_launch.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from attnc.runtime.build.backends import (
 )
 from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import check_params_arg, token_sizes
 from attnc.runtime.planning import prefill_plan_library
@@ -34,12 +35,11 @@ from attnc.runtime.planning.plan_params import (
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
-from attnc.runtime.wrappers import prefill_batch, prefill_launch, prefill_tile_map
-from attnc.runtime.wrappers.op_fakes import traced_result
-from attnc.runtime.wrappers.params_lists import split_params
+from attnc.runtime.wrappers import prefill_batch, prefill_calls, prefill_launch, prefill_tile_map
+from attnc.runtime.wrappers.prefill_run import PrefillRunner
 
 
-class BatchPrefillWrapper:
+class BatchPrefillWrapper(PrefillRunner):
     """Prefill over a batch of requests with ragged or paged KV.
 
     ``plan()`` runs on the CPU once per batch step (checks the index tensors, builds the work
@@ -111,6 +111,7 @@ class BatchPrefillWrapper:
             )
         self._map_reserve = reserve
         self._batch_sizes: dict[str, int] = {}  # token_sizes of the plan
+        self._memo: dict[tuple[object, ...], prefill_calls.MemoCall] = {}  # run()'s, this plan's
 
     def plan(
         self,
@@ -188,6 +189,7 @@ class BatchPrefillWrapper:
         self._map_host = None if host_map is None else (host_map, tile)
         self._map_summary = None
         self._plan, self._module = host, module
+        self._memo = {}
         self._heads = heads
         self._batch_sizes = self._sizes_of[1]
         self._dtype = dtype
@@ -371,95 +373,6 @@ class BatchPrefillWrapper:
             self._copy_event = torch.cuda.Event()
         self._copy_event.record(torch.cuda.current_stream(self._workspace.device))
         self._copied = self._copy_event
-
-    def run(
-        self,
-        q: torch.Tensor,
-        kv: object,
-        *,
-        return_lse: bool = False,
-        out: torch.Tensor | None = None,
-        **params: object,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Attention for the planned batch: O ``[total_q, H_qo, D]`` (and LSE ``[total_q, H_qo]``
-        float32, natural log, when ``return_lse``)."""
-        self._require_plan()
-        hq, hkv, d = self._heads
-        q = tensors.check_data_tensor("q", q, (self._total_q, hq, d))
-        if q.dtype != self._dtype:
-            raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
-        views = self.kv_views(kv)
-        tensors.check_same_kind("k", views.k, "q", q)
-        if not tensors.same_device_index(self._workspace, q):
-            raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
-        values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
-        self.check_planned_values(values)
-        if out is not None and not torch.compiler.is_compiling():
-            out = tensors.check_out(out, q)
-        return self.run_checked(q, views, out, return_lse, values)
-
-    def check_planned_values(self, values: Mapping[str, object]) -> None:
-        """The resolved ``values`` agree with the mask params given to ``plan()``."""
-        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
-
-    def _require_plan(self) -> HostPlan:
-        if self._plan is None:
-            raise RuntimeError("BatchPrefillWrapper.run() called before plan()")
-        return self._plan
-
-    def kv_views(self, kv: object) -> KvViews:
-        """The checked K/V views of ``run()``'s ``kv`` for the current plan."""
-        self._require_plan()
-        _, hkv, d = self._heads
-        if not self._paged:  # plain attributes: torch.compile traces this (no ctypes reads)
-            views = ragged_kv(kv, hkv, d, "cuda")
-            if views.k.shape[0] != self._total_kv:
-                raise ValueError(
-                    f"kv_indptr: last value {self._total_kv} does not match "
-                    f"k.shape[0] = {views.k.shape[0]}"
-                )
-            return views
-        views = paged_kv(kv, self.kv_layout, self._page_size, hkv, d, "cuda")
-        tensors.check_pages_in_range(self._max_page, views.num_pages)
-        return views
-
-    def run_checked(
-        self,
-        q: torch.Tensor,
-        views: KvViews,
-        out: torch.Tensor | None,
-        return_lse: bool,
-        values: Mapping[str, object],
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Launch on checked tensors and resolved param ``values`` (eagerly through ctypes,
-        under ``torch.compile`` through the ``attnc::prefill`` custom op)."""
-        module: PrefillModule = self._module
-        meta = self._meta
-        if torch.compiler.is_compiling():
-            decls = module.ir.params  # type: ignore[attr-defined]
-            ints, floats, tensor_params = split_params(decls, values)
-            o, lse = prefill_launch.prefill_op(
-                module.module_id, q, views.k, views.v, self._workspace, meta,
-                self._sm_scale, ints, floats, tensor_params, return_lse,
-            )  # fmt: skip
-            return traced_result(o, lse, q, out, return_lse)
-        o = out if out is not None else torch.empty_like(q)
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
-        params = prefill_launch.pack_params(module, values)
-        launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
-        prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
-        if self._debug_checks:
-            self._page_status.check_after_run()
-        return (o, lse) if lse is not None else o
-
-    def check(self) -> None:
-        """Synchronise the device and raise the ``ValueError`` (naming ``kv_indices``, the
-        request and the page id) of a page id a paged kernel found outside ``[0, num_pages)``
-        since the last check; the word is cleared. Such a page is never read; the rows of the
-        work items that met it are NaN. ``plan()`` checks the ids on the host, so only a
-        corrupted or device-updated copy of the table gets here; with
-        ``ATTNC_DEBUG_CHECKS=1`` every ``run()`` checks."""
-        self._page_status.raise_if_set()
 
 
 _CHOICES = 64  # module choices a wrapper remembers

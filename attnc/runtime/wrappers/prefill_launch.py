@@ -143,15 +143,28 @@ def launch(
     tensors: PrefillTensors,
     sm_scale: float,
     params: ctypes.Structure,
-) -> None:
+) -> abi.AttncPrefillArgs:
     """Run the module on the current CUDA stream, writing ``tensors.o`` (and ``tensors.lse``
-    when given); ``params`` is the packed ``Params`` struct (``pack_params``)."""
+    when given); ``params`` is the packed ``Params`` struct (``pack_params``). Returns the
+    argument struct it launched with."""
     size = ctypes.sizeof(module.params_type)
     args = build_args(meta, tensors, sm_scale, params, size)
+    launch_args(module, meta, args, tensors.q.device, tensors.lse)
+    return args
+
+
+def launch_args(
+    module: PrefillModule,
+    meta: Sequence[int],
+    args: abi.AttncPrefillArgs,
+    device: torch.device,
+    lse: torch.Tensor | None,
+) -> None:
+    """Run the module with a filled argument struct on ``device``'s current stream (nothing
+    to launch for a plan without work items); ``lse`` is zeroed for variants without
+    softmax, whose kernels do not write it."""
     if meta[1] > 0:
-        stream = raw_stream(tensors.q.device)
-        module.launch(args, stream)
-    lse = tensors.lse
+        module.launch(args, raw_stream(device))
     if lse is not None and module.ir.normalize != "softmax":  # type: ignore[attr-defined]
         lse.zero_()
 

@@ -1,0 +1,86 @@
+"""Owns: the keys of the eager call caches of the wrappers' ``run()`` (decode's call cache,
+``decode_calls.py``, and prefill's call memo, ``prefill_calls.py``): what a call's checks
+looked at, and the byte spans for the ``out`` / ``q`` overlap test of a repeated call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import torch
+
+from attnc.runtime.checks.tensors import is_dense
+
+_SCALAR_TYPES = (int, float, bool)
+
+
+def byte_span(t: torch.Tensor) -> int:
+    """Bytes from ``t.data_ptr()`` to one past the last element ``t`` can address."""
+    if t.is_contiguous():
+        return t.numel() * t.element_size()
+    if t.numel() == 0:
+        return 0
+    last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
+
+
+def spans_overlap(a_ptr: int, a_span: int, b_ptr: int, b_span: int) -> bool:
+    """True when the byte ranges ``[a_ptr, a_ptr + a_span)`` and ``[b_ptr, b_ptr + b_span)``
+    share a byte."""
+    return a_ptr < b_ptr + b_span and b_ptr < a_ptr + a_span and a_span > 0 and b_span > 0
+
+
+def tensor_key(t: torch.Tensor) -> tuple[object, ...]:
+    """A tensor by data pointer, shape, strides, dtype and device."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+
+
+def tensor_meta(t: torch.Tensor) -> tuple[object, ...]:
+    """A tensor by shape, strides, dtype and device (not by address)."""
+    return (t.shape, t.stride(), t.dtype, t.device)
+
+
+def call_key(
+    q: object,
+    kv: object,
+    out: object,
+    return_lse: bool,
+    params: Mapping[str, object],
+    kv_key: Callable[[torch.Tensor], tuple[object, ...]] = tensor_key,
+) -> tuple[object, ...] | None:
+    """Everything the checks of a ``run()`` depend on, or None when the call is not
+    cacheable: q and ``out`` by :func:`tensor_meta`, the KV tensors by ``kv_key``, scalar
+    params by type and value, tensor params by identity and data pointer. Only ordinary
+    dense tensors and int / float / bool scalars are cacheable."""
+    if not isinstance(q, torch.Tensor) or not is_dense(q):
+        return None
+    if out is None:
+        out_key: object = None
+    elif isinstance(out, torch.Tensor) and is_dense(out):
+        out_key = tensor_meta(out)
+    else:
+        return None
+    if isinstance(kv, torch.Tensor) and is_dense(kv):
+        kv_part: object = kv_key(kv)
+    elif (
+        isinstance(kv, (tuple, list))
+        and len(kv) == 2
+        and isinstance(kv[0], torch.Tensor)
+        and isinstance(kv[1], torch.Tensor)
+        and is_dense(kv[0])
+        and is_dense(kv[1])
+    ):
+        kv_part = (kv_key(kv[0]), kv_key(kv[1]))
+    else:
+        return None
+    param_key: list[object] = []
+    for name, value in params.items():
+        if isinstance(value, torch.Tensor):
+            if not is_dense(value):
+                return None
+            param_key.append((name, id(value), value.data_ptr()))
+        elif type(value) in _SCALAR_TYPES:
+            param_key.append((name, type(value), value))
+        else:
+            return None
+    return (tensor_meta(q), kv_part, out_key, return_lse, *param_key)

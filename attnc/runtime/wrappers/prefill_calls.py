@@ -1,0 +1,106 @@
+"""Owns: the eager call memo of ``BatchPrefillWrapper.run()`` within one plan.
+
+A model calls ``run()`` once per layer with tensors of the same shapes: each layer its own q,
+output and KV cache. After a fully checked call, ``run()`` remembers the launch argument
+struct it built, keyed by what its checks looked at (``call_keys.call_key``: q, ``out`` and
+the KV tensors by shape, strides, dtype and device, not by address; params by value, or by
+identity and address for tensors). A later call of the same plan with the same key is
+launched from a copy of that struct with the new q / K / V / O / LSE addresses, after
+only the test that ``out`` does not overlap ``q`` and, when the plan was given mask
+params, the test that they are unchanged. ``plan()`` empties the memo, so every check that
+depends on the plan (row and token counts, page range, batch-sized params) holds for an
+entry as long as it lives.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+from attnc.runtime.abi import AttncPrefillArgs
+from attnc.runtime.checks.kv import KvViews
+from attnc.runtime.wrappers.call_keys import byte_span, call_key, spans_overlap, tensor_meta
+
+MAX_MEMO_CALLS = 64
+
+
+@dataclass(frozen=True)
+class MemoCall:
+    """A checked call's launch struct (its q/k/v/o/lse addresses are rewritten per call),
+    the objects it points into (the params struct, the params' tensors), K's and V's byte
+    offsets from the addresses of the ``kv`` argument's tensors, the byte spans of q and
+    ``out`` (0 without ``out``) and the resolved param values (for the planned-mask test)."""
+
+    args: bytes
+    params_struct: ctypes.Structure
+    params: dict[str, object]
+    values: Mapping[str, object]
+    k_offset: int
+    v_offset: int
+    q_span: int
+    o_span: int
+
+
+def memo_key(
+    q: object, kv: object, out: object, return_lse: bool, params: Mapping[str, object]
+) -> tuple[object, ...] | None:
+    """The memo key of a call, or None when it is not memoised."""
+    return call_key(q, kv, out, return_lse, params, kv_key=tensor_meta)
+
+
+def kv_addresses(kv: object) -> tuple[int, int]:
+    """The addresses K and V are measured from: a ``(k, v)`` tuple's two tensors, or one
+    cache tensor's (a key was made, so ``kv`` is one of the two forms)."""
+    if isinstance(kv, torch.Tensor):
+        base = kv.data_ptr()
+        return base, base
+    return kv[0].data_ptr(), kv[1].data_ptr()  # type: ignore[index]
+
+
+def remember(
+    args: AttncPrefillArgs,
+    kv: object,
+    views: KvViews,
+    q: torch.Tensor,
+    out: torch.Tensor | None,
+    struct: ctypes.Structure,
+    params: Mapping[str, object],
+    values: Mapping[str, object],
+) -> MemoCall | None:
+    """The memo entry of the checked call launched with ``args``, or None when it may not be
+    memoised: a tensor param or K / V was replaced by a copy (a later call would not see
+    the caller's tensor), or K / V do not lie at fixed offsets from the ``kv`` tensors."""
+    for name, given in params.items():
+        if isinstance(given, torch.Tensor) and values.get(name) is not given:
+            return None
+    k_base, v_base = kv_addresses(kv)
+    k_offset, v_offset = views.k.data_ptr() - k_base, views.v.data_ptr() - v_base
+    if isinstance(kv, (tuple, list)) and (views.k is not kv[0] or views.v is not kv[1]):
+        return None
+    spans = (byte_span(q), byte_span(out)) if out is not None else (0, 0)
+    return MemoCall(bytes(args), struct, dict(params), values, k_offset, v_offset, *spans)
+
+
+def replay_args(
+    hit: MemoCall,
+    q: torch.Tensor,
+    kv: object,
+    o: torch.Tensor,
+    lse: torch.Tensor | None,
+) -> AttncPrefillArgs:
+    """The launch struct of ``hit`` with this call's addresses."""
+    args = AttncPrefillArgs.from_buffer_copy(hit.args)
+    k_base, v_base = kv_addresses(kv)
+    args.q, args.o = q.data_ptr(), o.data_ptr()
+    args.k, args.v = k_base + hit.k_offset, v_base + hit.v_offset
+    args.lse = None if lse is None else lse.data_ptr()
+    return args
+
+
+def out_overlaps_q(hit: MemoCall, q: torch.Tensor, out: torch.Tensor) -> bool:
+    """Whether this call's ``out`` may share memory with its ``q`` (the spans of the
+    remembered call, at this call's addresses)."""
+    return spans_overlap(out.data_ptr(), hit.o_span, q.data_ptr(), hit.q_span)

@@ -1,0 +1,191 @@
+"""Owns: the run side of ``BatchPrefillWrapper``: ``run()`` (the checks of a call, or the
+plan's call memo, ``prefill_calls.py``), the eager launch and the page-id report
+(``check()``). ``plan()`` and what it prepares for ``run()`` live in ``prefill.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from attnc.runtime import abi
+from attnc.runtime.build.modules import PrefillModule
+from attnc.runtime.checks import tensors
+from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
+from attnc.runtime.checks.page_status import PageStatus
+from attnc.runtime.planning.mask_ranges import PlannedMask
+from attnc.runtime.planning.prefill_plan import HostPlan
+from attnc.runtime.wrappers import prefill_calls, prefill_launch
+from attnc.runtime.wrappers.op_fakes import traced_result
+from attnc.runtime.wrappers.params_lists import split_params
+
+# A call's memo key, and its kv and params as given.
+_MemoRequest = tuple[tuple[object, ...], object, Mapping[str, object]]
+
+
+class PrefillRunner:
+    """``run()`` and ``check()`` of a planned ``BatchPrefillWrapper`` (the attributes below
+    are set by its ``plan()``)."""
+
+    variant: object
+    kv_layout: str
+    _plan: HostPlan | None
+    _module: PrefillModule
+    _meta: list[int]
+    _heads: tuple[int, int, int]
+    _dtype: torch.dtype
+    _sm_scale: float
+    _total_q: int
+    _total_kv: int
+    _max_page: int
+    _paged: bool
+    _page_size: int
+    _batch_sizes: dict[str, int]
+    _planned_mask: PlannedMask
+    _workspace: torch.Tensor
+    _page_status: PageStatus
+    _debug_checks: bool
+    _memo: dict[tuple[object, ...], prefill_calls.MemoCall]
+
+    def run(
+        self,
+        q: torch.Tensor,
+        kv: object,
+        *,
+        return_lse: bool = False,
+        out: torch.Tensor | None = None,
+        **params: object,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attention for the planned batch: O ``[total_q, H_qo, D]`` (and LSE ``[total_q, H_qo]``
+        float32, natural log, when ``return_lse``)."""
+        self._require_plan()
+        key = None
+        if not torch.compiler.is_compiling():
+            key = prefill_calls.memo_key(q, kv, out, return_lse, params)
+            hit = self._memo.get(key) if key is not None else None
+            if hit is not None:
+                return self._run_memo(hit, q, kv, out, return_lse)
+        hq, hkv, d = self._heads
+        q = tensors.check_data_tensor("q", q, (self._total_q, hq, d))
+        if q.dtype != self._dtype:
+            raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
+        views = self.kv_views(kv)
+        tensors.check_same_kind("k", views.k, "q", q)
+        if not tensors.same_device_index(self._workspace, q):
+            raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
+        values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
+        self.check_planned_values(values)
+        if out is not None and not torch.compiler.is_compiling():
+            out = tensors.check_out(out, q)
+        memo = None if key is None else (key, kv, params)
+        return self.run_checked(q, views, out, return_lse, values, memo)
+
+    def _run_memo(
+        self,
+        hit: prefill_calls.MemoCall,
+        q: torch.Tensor,
+        kv: object,
+        out: torch.Tensor | None,
+        return_lse: bool,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Launch a call whose checks a remembered call of this plan passed."""
+        if self._planned_mask.values or self._planned_mask.tensors:
+            self.check_planned_values(hit.values)  # the planned tensors are unchanged
+        if out is None:
+            o = torch.empty_like(q)
+        else:
+            if prefill_calls.out_overlaps_q(hit, q, out):
+                tensors.check_out(out, q)  # raises: out overlaps q
+            o = out
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        args = prefill_calls.replay_args(hit, q, kv, o, lse)
+        prefill_launch.launch_args(self._module, self._meta, args, q.device, lse)
+        if self._debug_checks:
+            self._page_status.check_after_run()
+        return (o, lse) if lse is not None else o
+
+    def check_planned_values(self, values: Mapping[str, object]) -> None:
+        """The resolved ``values`` agree with the mask params given to ``plan()``."""
+        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
+
+    def _require_plan(self) -> HostPlan:
+        if self._plan is None:
+            raise RuntimeError("BatchPrefillWrapper.run() called before plan()")
+        return self._plan
+
+    def kv_views(self, kv: object) -> KvViews:
+        """The checked K/V views of ``run()``'s ``kv`` for the current plan."""
+        self._require_plan()
+        _, hkv, d = self._heads
+        if not self._paged:  # plain attributes: torch.compile traces this (no ctypes reads)
+            views = ragged_kv(kv, hkv, d, "cuda")
+            if views.k.shape[0] != self._total_kv:
+                raise ValueError(
+                    f"kv_indptr: last value {self._total_kv} does not match "
+                    f"k.shape[0] = {views.k.shape[0]}"
+                )
+            return views
+        views = paged_kv(kv, self.kv_layout, self._page_size, hkv, d, "cuda")
+        tensors.check_pages_in_range(self._max_page, views.num_pages)
+        return views
+
+    def run_checked(
+        self,
+        q: torch.Tensor,
+        views: KvViews,
+        out: torch.Tensor | None,
+        return_lse: bool,
+        values: Mapping[str, object],
+        memo: _MemoRequest | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Launch on checked tensors and resolved param ``values`` (eagerly through ctypes,
+        under ``torch.compile`` through the ``attnc::prefill`` custom op). ``memo``: the
+        call's memo key, its ``kv`` and ``params`` as given, to remember the eager launch
+        for later calls of the plan."""
+        module: PrefillModule = self._module
+        meta = self._meta
+        if torch.compiler.is_compiling():
+            decls = module.ir.params  # type: ignore[attr-defined]
+            ints, floats, tensor_params = split_params(decls, values)
+            o, lse = prefill_launch.prefill_op(
+                module.module_id, q, views.k, views.v, self._workspace, meta,
+                self._sm_scale, ints, floats, tensor_params, return_lse,
+            )  # fmt: skip
+            return traced_result(o, lse, q, out, return_lse)
+        o = out if out is not None else torch.empty_like(q)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        params = prefill_launch.pack_params(module, values)
+        launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
+        args = prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
+        if self._debug_checks:
+            self._page_status.check_after_run()
+        if memo is not None:
+            self._remember(memo, args, views, q, out, params, values)
+        return (o, lse) if lse is not None else o
+
+    def _remember(
+        self,
+        memo: _MemoRequest,
+        args: abi.AttncPrefillArgs,
+        views: KvViews,
+        q: torch.Tensor,
+        out: torch.Tensor | None,
+        struct: object,
+        values: Mapping[str, object],
+    ) -> None:
+        key, kv, given = memo
+        entry = prefill_calls.remember(args, kv, views, q, out, struct, given, values)  # type: ignore[arg-type]
+        if entry is not None:
+            if len(self._memo) >= prefill_calls.MAX_MEMO_CALLS:
+                self._memo.clear()
+            self._memo[key] = entry
+
+    def check(self) -> None:
+        """Synchronise the device and raise the ``ValueError`` (naming ``kv_indices``, the
+        request and the page id) of a page id a paged kernel found outside ``[0, num_pages)``
+        since the last check; the word is cleared. Such a page is never read; the rows of the
+        work items that met it are NaN. ``plan()`` checks the ids on the host, so only a
+        corrupted or device-updated copy of the table gets here; with
+        ``ATTNC_DEBUG_CHECKS=1`` every ``run()`` checks."""
+        self._page_status.raise_if_set()
