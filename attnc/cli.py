@@ -166,6 +166,7 @@ def _print_warnings(warnings) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    # Every file is checked, whatever fails before it; the status says whether any failed.
     status = 0
     for spec in args.files:
         try:
@@ -174,10 +175,21 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(err.render(), file=sys.stderr)
             status = 1
             continue
+        except (OSError, LookupError, ValueError, RuntimeError) as err:
+            print(f"attnc: error: {printable(spec)}: {_load_failure(spec, err)}", file=sys.stderr)
+            status = 1
+            continue
         _print_warnings(warnings)
         names = ", ".join(c.variant.name for c in compiled) or "no variants"
         print(f"{printable(spec)}: ok ({names})")
     return status
+
+
+def _load_failure(spec: str, err: Exception) -> str:
+    """Why ``spec`` could not be loaded, for a message that already names ``spec``."""
+    if isinstance(err, OSError) and err.strerror and err.filename == spec:
+        return err.strerror  # "No such file or directory", without repeating the path
+    return str(err)
 
 
 def _select(compiled, name: str | None):

@@ -93,6 +93,21 @@ def test_missing_file_is_an_error(capsys, tmp_path):
     assert "No such file" in err
 
 
+def test_check_reports_every_failing_file_and_goes_on(capsys, tmp_path):
+    good = tmp_path / "good.attn"
+    good.write_text("variant v { score = score; }\n", encoding="utf-8")
+    missing = tmp_path / "m\x1b[2J.attn"
+    specs = [str(good), str(missing), "stdlib:nope", str(tmp_path), "stdlib:causal"]
+    status, out, err = run(capsys, "check", *specs)
+    assert status == 1
+    assert out == f"{good}: ok (v)\nstdlib:causal: ok (causal)\n"
+    lines = err.splitlines()
+    assert lines[0] == f"attnc: error: {tmp_path}/m\\x1b[2J.attn: No such file or directory"
+    assert lines[1].startswith("attnc: error: stdlib:nope: no stdlib variant 'nope'")
+    assert lines[2] == f"attnc: error: {tmp_path}: Is a directory"
+    assert len(lines) == 3 and "\x1b" not in err
+
+
 def test_help_lists_every_command():
     out = subprocess.run(
         [sys.executable, "-m", "attnc.cli", "--help"], capture_output=True, text=True, check=True
