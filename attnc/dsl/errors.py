@@ -33,6 +33,10 @@ class Loc:
 
 NO_LOC = Loc("<builtin>", 0, 0)
 
+EXCERPT_CONTEXT = 100
+"""Characters of a source line quoted on each side of a diagnostic's caret; a longer line is
+cut, ``...`` marking each cut (a minified 200 KB line prints a few hundred characters)."""
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -54,10 +58,22 @@ class Diagnostic:
         end = start + 1
         if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
             end = self.loc.end_col - 1
-        # Columns count characters of the line; the caret counts them as they are printed.
-        pad = len(printable(line[:start])) + max(start - len(line), 0)
-        width = max(len(printable(line[start:end])), 1)
-        return f"{head}\n    {printable(line)}\n    {' ' * pad}^{'~' * (width - 1)}"
+        return f"{head}\n{_excerpt(line, start, end)}"
+
+
+def _excerpt(line: str, start: int, end: int) -> str:
+    """``line`` cut to :data:`EXCERPT_CONTEXT` characters on each side of index ``start``
+    (``...`` where it was cut), and under it a caret at ``start`` with ``~`` up to ``end``."""
+    left = max(min(start, len(line)) - EXCERPT_CONTEXT, 0)
+    right = min(start + 1 + EXCERPT_CONTEXT, len(line))
+    before = "..." if left > 0 else ""
+    after = "..." if right < len(line) else ""
+    end = min(end, max(right, start + 1))
+    # Columns count characters of the line; the caret counts them as they are printed.
+    pad = len(before) + len(printable(line[left:start])) + max(start - len(line), 0)
+    width = max(len(printable(line[start:end])), 1)
+    quoted = f"{before}{printable(line[left:right])}{after}"
+    return f"    {quoted}\n    {' ' * pad}^{'~' * (width - 1)}"
 
 
 class SourceMap:

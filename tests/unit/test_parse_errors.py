@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.errors import EXCERPT_CONTEXT, AttnError, Loc
 from attnc.dsl.parser import parse_expr, parse_module
+
+C = EXCERPT_CONTEXT
 
 
 def error_of(text: str, file: str = "bad.attn") -> AttnError:
@@ -234,3 +236,33 @@ def test_user_text_inside_a_message_is_printed_escaped(tmp_path) -> None:
         compile_source(spec.read_text(), str(spec))
     assert "import not found: '\\x1b[2Jx.attn'" in str(err.value)
     assert "\x1b" not in str(err.value)
+
+
+def test_a_long_line_is_quoted_around_the_caret_only() -> None:
+    """A 200 KB line quotes EXCERPT_CONTEXT characters each side of the caret, ``...`` at the
+    cuts; the output once held the whole line and a caret line as long."""
+    pad = " " * 200_000
+    head, line, caret = str(error_of(f"variant v {{{pad}score = score $ 1;{pad}}}")).split("\n")
+    assert head == "bad.attn:1:200026: error: unexpected character '$'"
+    assert line == "    ..." + " " * (C - 14) + "score = score $ 1;" + " " * (C - 3) + "..."
+    assert caret == "    " + " " * (3 + C) + "^"
+
+
+def test_a_long_span_is_underlined_up_to_the_cut() -> None:
+    text = "variant v { param w: i32 = " + "9" * 200_000 + "; }"
+    _, line, caret = str(error_of(text)).split("\n")
+    assert line == "    variant v { param w: i32 = " + "9" * (C + 1) + "..."
+    assert caret == "    " + " " * 27 + "^" + "~" * C
+
+
+@pytest.mark.parametrize(
+    "before", ["", "\t\x1b", "漢字\t", "x" * (C - 30) + "\t\x1b\t", "a\x7f" * C]
+)
+def test_the_caret_stays_under_its_character_in_a_cut_line(before: str) -> None:
+    """Tabs (one column) and escaped characters left of the caret, near or past the cut."""
+    left = f'variant v {{ doc "{before}"; score = score '
+    _, line, caret = str(error_of(left + "$ " + "z" * 3 * C)).split("\n")
+    assert line[caret.index("^")] == "$"
+    assert line.endswith(" " + "z" * (C - 1) + "...")
+    assert line.startswith("    ...") == (len(left) > C)
+    assert "\t" not in line and "\x1b" not in line and "\x7f" not in line
