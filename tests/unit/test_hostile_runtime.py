@@ -184,3 +184,20 @@ def test_a_cache_root_in_a_symlink_loop_is_named(tmp_path, monkeypatch, below) -
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "a"))
     with pytest.raises(NotADirectoryError, match="a symbolic link that loops .*ATTNC_CACHE_DIR"):
         make_dir(tmp_path / "a" / below)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "message"),
+    [(0, "got 0"), (2**31, "got 2147483648")],
+    ids=["empty", "past-int32"],
+)
+def test_merge_state_refuses_a_head_dim_the_kernel_does_not_serve(head_dim, message) -> None:
+    """Head_dim 0 returned an unwritten lse (the launcher returns before the kernel); a head_dim
+    past int32 was truncated by the launcher's int32 argument."""
+    from attnc.runtime.wrappers.merge import _check
+
+    o, lse = torch.zeros(1, 1, 1).expand(4, 2, head_dim), torch.zeros(4, 2)
+    with pytest.raises(
+        ValueError, match=rf"^o_a: head_dim \(last dim\) must be in \[1, {2**31 - 1}\], {message}"
+    ):
+        _check(o, lse, o, lse)

@@ -12,7 +12,7 @@ import threading
 import torch
 
 from attnc.runtime.build import jit
-from attnc.runtime.checks.tensors import is_dense, layout_name
+from attnc.runtime.checks.tensors import I32_MAX, is_dense, layout_name
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -39,13 +39,24 @@ def _library() -> ctypes.CDLL:
 
 
 def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
+    """Every problem of the four states as a ``ValueError`` naming the argument: the kinds,
+    then the dtypes and shapes, then the devices."""
     for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if not is_dense(t):
             raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
+    _check_shapes(o_a, lse_a, o_b, lse_b)
+    for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
         if t.device.type != "cuda":
             raise ValueError(f"{name}: must be on a cuda device, got {t.device}")
+    if not (o_a.device == o_b.device == lse_a.device == lse_b.device):
+        raise ValueError("o_b/lse_a/lse_b: must be on the device of o_a")
+
+
+def _check_shapes(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> None:
     if o_a.dtype not in _DTYPE_CODES:
         raise ValueError(f"o_a: dtype must be float32, bfloat16 or float16, got {o_a.dtype}")
     if o_b.dtype != o_a.dtype or o_b.shape != o_a.shape:
@@ -55,14 +66,17 @@ def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: tor
         )
     if o_a.dim() < 2:
         raise ValueError(f"o_a: expected [..., head_dim], got shape {list(o_a.shape)}")
+    if not 1 <= o_a.shape[-1] <= I32_MAX:  # lse is written by a row's first element
+        raise ValueError(
+            f"o_a: head_dim (last dim) must be in [1, {I32_MAX}], got {o_a.shape[-1]} "
+            f"(shape {list(o_a.shape)})"
+        )
     for name, t in (("lse_a", lse_a), ("lse_b", lse_b)):
         if t.dtype != torch.float32 or t.shape != o_a.shape[:-1]:
             raise ValueError(
                 f"{name}: expected float32 of shape {list(o_a.shape[:-1])}, "
                 f"got {t.dtype} of shape {list(t.shape)}"
             )
-    if not (o_a.device == o_b.device == lse_a.device == lse_b.device):
-        raise ValueError("o_b/lse_a/lse_b: must be on the device of o_a")
 
 
 @torch.library.custom_op("attnc::merge_state", mutates_args=())
