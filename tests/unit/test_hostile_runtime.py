@@ -201,3 +201,20 @@ def test_merge_state_refuses_a_head_dim_the_kernel_does_not_serve(head_dim, mess
         ValueError, match=rf"^o_a: head_dim \(last dim\) must be in \[1, {2**31 - 1}\], {message}"
     ):
         _check(o, lse, o, lse)
+
+
+@pytest.mark.parametrize(
+    ("arch", "shown"),
+    [
+        (80.0, "80.0"),
+        (8.6, "8.6"),
+        (True, "True"),
+        ((9.0, 0), r"\(9.0, 0\)"),
+        ((8, True), r"\(8, True\)"),
+    ],
+)
+def test_an_arch_that_is_a_float_or_a_bool_is_an_unsupported_arch(arch, shown) -> None:
+    """80.0 became "800", which nvcc then refused with its own error; 8.6 and (9.0, 0) were
+    taken as 86 and 90a, and True failed with a message naming no type."""
+    with pytest.raises(UnsupportedArch, match=rf"^arch '{shown}': expected a string, an int or"):
+        normalize_arch(arch)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import numbers
 import os
 import re
 import shutil
@@ -61,10 +62,32 @@ def _arch_of_capability(major: int, minor: int) -> str:
     return "90a" if major == 9 else f"{major}{minor}"
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_arch_type(arch: object) -> None:
+    """Refuse a float or a bool, alone or in a tuple, as :class:`UnsupportedArch`: ``80.0``
+    would otherwise read as "800" and ``8.6`` as "86"."""
+    if isinstance(arch, tuple):
+        if all(_is_int(part) for part in arch):
+            return
+        got = "a tuple of " + ", ".join(type(part).__name__ for part in arch)
+    elif isinstance(arch, str) or _is_int(arch):
+        return
+    else:
+        got = type(arch).__name__
+    raise UnsupportedArch(
+        f"arch '{printable(str(arch))}': expected a string, an int or a (major, minor) tuple "
+        f"of ints, got {got}"
+    )
+
+
 def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``. Raises
     :class:`UnsupportedArch` for anything that is not a CUDA arch of sm_80 or newer (attnc's
     kernels use sm_80 instructions: cp.async, bf16 mma), before nvcc is run."""
+    _check_arch_type(arch)
     if isinstance(arch, tuple):
         text = _arch_of_capability(*arch) if len(arch) == 2 else ""
     else:
