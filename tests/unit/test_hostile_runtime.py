@@ -10,7 +10,7 @@ import torch
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice, check_backend
-from attnc.runtime.build.cache import make_dir
+from attnc.runtime.build.cache import file_lock, make_dir
 from attnc.runtime.build.toolchain import UnsupportedArch, normalize_arch
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus
@@ -218,3 +218,12 @@ def test_an_arch_that_is_a_float_or_a_bool_is_an_unsupported_arch(arch, shown) -
     taken as 86 and 90a, and True failed with a message naming no type."""
     with pytest.raises(UnsupportedArch, match=rf"^arch '{shown}': expected a string, an int or"):
         normalize_arch(arch)
+
+
+def test_a_build_lock_that_is_a_directory_is_named(tmp_path, monkeypatch) -> None:
+    """It raised a bare IsADirectoryError from open()."""
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    (tmp_path / "m.lock").mkdir()
+    message = r"^cannot use .*m\.lock as a build lock: it is a directory, not a file; remove it .*ATTNC_CACHE_DIR"
+    with pytest.raises(IsADirectoryError, match=message), file_lock(tmp_path / "m.lock"):
+        pass

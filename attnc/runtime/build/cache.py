@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
@@ -161,6 +162,19 @@ def _acquire(fh: object, path: Path, deadline: float) -> None:
         delay = min(delay * 2, 0.5)
 
 
+def _open_lock(path: Path) -> BinaryIO:
+    """The lock file at ``path``, opened for appending (created when missing); an error
+    naming it and the cache root when it is a directory."""
+    try:
+        return open(path, "a+b")
+    except IsADirectoryError:
+        raise IsADirectoryError(
+            f"cannot use {printable(str(path))} as a build lock: it is a directory, not a "
+            f"file; remove it (the cache root is {printable(str(cache_dir()))}; "
+            f"ATTNC_CACHE_DIR sets it)"
+        ) from None
+
+
 @contextlib.contextmanager
 def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
     """Hold an exclusive ``fcntl`` lock on ``path`` (created when missing) for the block.
@@ -171,7 +185,7 @@ def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
     if deadline is None:
         deadline = time.monotonic() + lock_timeout()
     make_dir(path.parent)
-    with open(path, "a+b") as fh:
+    with _open_lock(path) as fh:
         _acquire(fh, path, deadline)
         try:
             yield
