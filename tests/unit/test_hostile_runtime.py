@@ -9,11 +9,13 @@ import pytest
 import torch
 
 import attnc
+from attnc import verbose
+from attnc.runtime.build import variant_cache
 from attnc.runtime.build.backends import PrefillChoice, check_backend
 from attnc.runtime.build.cache import file_lock, make_dir
 from attnc.runtime.build.toolchain import UnsupportedArch, normalize_arch
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.page_status import PageStatus
+from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401 (a fixture)
 
@@ -227,3 +229,36 @@ def test_a_build_lock_that_is_a_directory_is_named(tmp_path, monkeypatch) -> Non
     message = r"^cannot use .*m\.lock as a build lock: it is a directory, not a file; remove it .*ATTNC_CACHE_DIR"
     with pytest.raises(IsADirectoryError, match=message), file_lock(tmp_path / "m.lock"):
         pass
+
+
+FLAGS = [
+    pytest.param("ATTNC_DEBUG_CHECKS", debug_checks_enabled, id="debug-checks"),
+    pytest.param("ATTNC_VERBOSE", verbose.verbose, id="verbose"),
+    pytest.param("ATTNC_COMPILE_CACHE", variant_cache.enabled, id="compile-cache"),
+]
+
+
+@pytest.mark.parametrize(("name", "read"), FLAGS)
+@pytest.mark.parametrize(
+    ("text", "on"),
+    [("", False), ("0", False), (" False ", False), ("no", False), ("OFF", False)]
+    + [("1", True), ("true", True), (" Yes", True), ("on", True)],
+)
+def test_an_environment_flag_reads_the_usual_words(monkeypatch, name, read, text, on) -> None:
+    """ATTNC_DEBUG_CHECKS=false turned on a synchronising check on every run(): each flag was
+    on for anything but empty or 0."""
+    monkeypatch.setenv(name, text)
+    assert read() is on
+
+
+@pytest.mark.parametrize(("name", "read"), FLAGS)
+def test_an_environment_flag_of_another_word_names_the_variable(monkeypatch, name, read) -> None:
+    monkeypatch.setenv(name, "enabled")
+    with pytest.raises(ValueError, match=f"^{name}: expected 1, true, yes or on .*got 'enabled'"):
+        read()
+
+
+def test_an_unset_environment_flag_is_its_default(monkeypatch) -> None:
+    for name in ("ATTNC_DEBUG_CHECKS", "ATTNC_VERBOSE", "ATTNC_COMPILE_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    assert not debug_checks_enabled() and not verbose.verbose() and variant_cache.enabled()

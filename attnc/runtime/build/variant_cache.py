@@ -30,6 +30,7 @@ from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
+from attnc.verbose import env_flag
 from attnc.version import PACKAGE_DIR
 
 FORMAT = 3  # bump when the entry layout changes (3: VariantIR.sink, token tensor dims)
@@ -38,8 +39,9 @@ MAX_ENTRY_BYTES = 64 << 20
 
 
 def enabled() -> bool:
-    """False when ``ATTNC_COMPILE_CACHE=0`` (or empty)."""
-    return os.environ.get("ATTNC_COMPILE_CACHE", "1") not in ("0", "")
+    """False when ``ATTNC_COMPILE_CACHE`` is off (:func:`attnc.verbose.env_flag`; on when
+    unset)."""
+    return env_flag("ATTNC_COMPILE_CACHE", default=True)
 
 
 @lru_cache(maxsize=1)

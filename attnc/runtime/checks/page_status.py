@@ -12,9 +12,9 @@ itself never reads it (no synchronisation on the eager path).
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from attnc.verbose import env_flag
 
 # ATTNC_PAGE_STATUS_CLEAR (all ones) as the int64 the status tensor holds.
 CLEAR = -1
@@ -23,9 +23,9 @@ _INT32_MAX = 2**31 - 1
 
 
 def debug_checks_enabled() -> bool:
-    """True when ``ATTNC_DEBUG_CHECKS`` is set to anything but empty or ``0``: ``run()`` then
+    """True when ``ATTNC_DEBUG_CHECKS`` is on (:func:`attnc.verbose.env_flag`): ``run()`` then
     synchronises after each launch and raises a page-id error at once."""
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    return env_flag(DEBUG_ENV)
 
 
 def decode_status(value: int) -> tuple[int, int] | None:
