@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -16,6 +17,8 @@ from attnc.dsl.errors import AttnError, printable
 from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+"""How an integer is written on the command line: ASCII digits, an optional sign."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,12 +51,18 @@ def _silence_stdout() -> None:
         pass
 
 
+def _integer(text: str) -> int:
+    """``text`` as an integer written in ASCII digits with an optional sign: ``int()`` alone
+    also takes other scripts' digits (``١٢٨`` is 128), ``1_000`` and surrounding spaces."""
+    if INTEGER_TEXT.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{printable(text)}'")
+    return int(text)
+
+
 def _whole_number(text: str, low: int, high: int | None = None) -> int:
-    """``text`` as an integer in [low, high] (no upper bound when high is None)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got '{printable(text)}'") from None
+    """``text`` as an integer in [low, high] (no upper bound when high is None); the type of
+    every integer option (argparse names the option in the error)."""
+    value = _integer(text)
     if value < low or (high is not None and value > high):
         bounds = f"between {low} and {high}" if high is not None else f"{low} or more"
         raise argparse.ArgumentTypeError(f"must be {bounds}, got {value}")

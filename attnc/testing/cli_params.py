@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from attnc.cli import INTEGER_TEXT
 from attnc.compiler import ir
 from attnc.dsl.errors import printable
 from attnc.runtime.checks.params import check_plan_params, describe_decl
@@ -44,10 +45,9 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
             return text.lower() in _TRUE
         raise ValueError(f"{where}: expected true or false, got '{printable(text)}'")
     if decl.dtype == ir.I32:
-        try:
-            return int(text, 10)
-        except ValueError:
-            raise ValueError(f"{where}: expected an integer, got '{printable(text)}'") from None
+        if INTEGER_TEXT.fullmatch(text) is None:  # int() would also read "١٢٨" as 128
+            raise ValueError(f"{where}: expected an integer, got '{printable(text)}'")
+        return int(text)
     try:
         value = float(text)
     except ValueError:

@@ -44,6 +44,7 @@ def _test(capsys, *args):
         ("stdlib:softcap", "cap=1e39", "--param cap (f32): '1e39' is out of the f32 range"),
         ("stdlib:sliding_window", "window=2147483648", "param 'window' (i32): value 2147483648"),
         ("stdlib:sliding_window", "window=1.5", "--param window (i32): expected an integer"),
+        ("stdlib:sliding_window", "window=\u0661\u0662", "(i32): expected an integer, got '\u0661"),
         ("stdlib:softcap", "=3", "expects NAME=VALUE"),
         ("stdlib:softcap", "cap", "expects NAME=VALUE"),
     ],
@@ -89,6 +90,50 @@ def test_build_jobs_must_be_positive(capsys, jobs):
         cli.main(["build", "stdlib:causal", "--arch", "80", "-j", jobs])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "-j/--jobs" in err and "\x1b" not in err
+
+
+# Python's int() reads every script's decimal digits ("\u0661\u0662\u0668" is 128), "1_28"
+# and surrounding spaces; the command line takes an optional sign and ASCII digits.
+NOT_ASCII_INTEGERS = ["\u0661\u0662\u0668", "\uff11\uff12\uff18", "1_28", " 128"]
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_INTEGERS)
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["test", "stdlib:causal", "--no-gpu", "--seed"], "--seed"),
+        (["test", "stdlib:causal", "--no-gpu", "--points"], "--points"),
+        (["build", "stdlib:causal", "--arch", "80", "-j"], "-j/--jobs"),
+    ],
+)
+def test_integer_options_take_ascii_digits_only(capsys, no_harness, args, option, text):
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*args, text])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"argument {option}: expected an integer, got '{text}'" in err
+    assert not no_harness
+
+
+@pytest.mark.parametrize("text", NOT_ASCII_INTEGERS[:2])
+def test_build_head_dim_takes_ascii_digits_only(capsys, monkeypatch, text):
+    from attnc.runtime.build import aot, variant_cache
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled before --head-dim was checked")
+
+    monkeypatch.setattr(variant_cache, "compile_cached", no_compile)
+    status = cli.main(["build", "stdlib:causal", "--arch", "80", "--head-dim", f"64,{text}"])
+    err = capsys.readouterr().err
+    assert (
+        status == 1
+        and f"--head-dim: expected 64, 128, 256 (comma separated), got '64,{text}'" in err
+    )
+    assert aot.parse_head_dims(" 128, 64,128") == (128, 64)
+
+
+@pytest.mark.parametrize("text", ["+3", "-0", "007"])
+def test_signed_ascii_integers_are_taken(capsys, no_harness, text):
+    assert cli.main(["test", "stdlib:causal", "--no-gpu", "--seed", text]) == 0
 
 
 def test_build_refuses_an_old_arch_before_compiling(capsys, monkeypatch):

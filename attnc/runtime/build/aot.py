@@ -52,12 +52,10 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 
 
 def parse_head_dims(text: str) -> tuple[int, ...]:
-    """``"64,128"`` -> ``(64, 128)``; each one of :data:`HEAD_DIMS`."""
-    try:
-        dims = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        dims = []
-    if not dims or any(d not in HEAD_DIMS for d in dims):
+    """``"64,128"`` -> ``(64, 128)``; each one of :data:`HEAD_DIMS`, in ASCII digits."""
+    spelled = {str(d): d for d in HEAD_DIMS}  # int() would also read "١٢٨" as 128
+    dims = [spelled.get(t.strip(), 0) for t in text.split(",") if t.strip()]
+    if not dims or 0 in dims:
         choices = ", ".join(map(str, HEAD_DIMS))
         raise ValueError(
             f"--head-dim: expected {choices} (comma separated), got '{printable(text)}'"
