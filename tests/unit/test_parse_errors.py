@@ -266,3 +266,18 @@ def test_the_caret_stays_under_its_character_in_a_cut_line(before: str) -> None:
     assert line.endswith(" " + "z" * (C - 1) + "...")
     assert line.startswith("    ...") == (len(left) > C)
     assert "\t" not in line and "\x1b" not in line and "\x7f" not in line
+
+
+@pytest.mark.parametrize(
+    ("source", "col"),
+    [
+        ("variant v { param w: i32 = \u0661\u0662\u0668; }", 28),
+        ("variant v { score = score * 1.\u0665; }", 31),
+        ("variant v { param t: tensor<f32>[\uff14]; }", 34),
+    ],
+)
+def test_numbers_are_ascii_digits_only(source: str, col: int) -> None:
+    """The lexer's digits were Python's \\d, which reads any script's decimal digits: the
+    first source below once declared w = 128."""
+    err = error_of(source)
+    assert err.loc.col == col and err.message.startswith("unexpected character '")
