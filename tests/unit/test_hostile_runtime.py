@@ -262,3 +262,22 @@ def test_an_unset_environment_flag_is_its_default(monkeypatch) -> None:
     for name in ("ATTNC_DEBUG_CHECKS", "ATTNC_VERBOSE", "ATTNC_COMPILE_CACHE"):
         monkeypatch.delenv(name, raising=False)
     assert not debug_checks_enabled() and not verbose.verbose() and variant_cache.enabled()
+
+
+@pytest.mark.parametrize(
+    ("hq", "hkv", "name", "got"),
+    [
+        (2**31 - 1, 1, "num_qo_heads", 2**31 - 1),
+        (2**30, 2**30, "num_qo_heads", 2**30),
+        (4, 2**30, "num_kv_heads", 2**30),
+    ],
+)
+def test_a_head_count_past_the_planners_limit_is_named(hq, hkv, name, got) -> None:
+    """The planners take heads below 2**30: prefill plan() passed 2**31 - 1 query heads on to
+    the planner, whose error named no argument."""
+    indptr = torch.tensor([0, 4], **I32)
+    message = rf"^{name}: must be in \[1, 1073741823\], got {got}$"
+    with pytest.raises(ValueError, match=message):
+        _prefill("stdlib:causal").plan(indptr, indptr, hq, hkv, 128)
+    with pytest.raises(ValueError, match=message):
+        tensors.check_heads(hq, hkv, 128)  # decode plan() checks its heads here too

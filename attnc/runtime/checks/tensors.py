@@ -21,6 +21,7 @@ KV_LAYOUTS = ("NHD", "HND")
 
 
 I32_MAX = 2**31 - 1
+MAX_HEADS = 2**30 - 1  # the host planners (prefill and decode) take head counts below 2**30
 
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX) -> int:
@@ -58,9 +59,10 @@ def _not_a_float(sm_scale: object) -> ValueError:
 
 
 def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
-    """Head counts and head_dim the kernels support (ints, not bools or floats)."""
-    check_int("num_qo_heads", num_qo_heads)
-    check_int("num_kv_heads", num_kv_heads)
+    """Head counts and head_dim the kernels support (ints, not bools or floats; head counts
+    up to ``MAX_HEADS``)."""
+    check_int("num_qo_heads", num_qo_heads, maximum=MAX_HEADS)
+    check_int("num_kv_heads", num_kv_heads, maximum=MAX_HEADS)
     check_int("head_dim", head_dim)
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim: must be one of {list(HEAD_DIMS)}, got {head_dim}")
