@@ -222,6 +222,16 @@ def test_an_arch_that_is_a_float_or_a_bool_is_an_unsupported_arch(arch, shown) -
         normalize_arch(arch)
 
 
+@pytest.mark.parametrize(
+    "arch", ["\u0668\u0660", "\u0668.\u0660", "sm_\u0669\u0660", "\uff18\uff10"]
+)
+def test_an_arch_in_digits_of_another_script_is_an_unsupported_arch(arch) -> None:
+    """'٨٠' (Arabic-Indic digits) was returned as the arch '٨٠' for nvcc to refuse; '٨.٠'
+    became '80' through str.isdigit."""
+    with pytest.raises(UnsupportedArch, match="attnc builds for CUDA archs sm_80 and newer"):
+        normalize_arch(arch)
+
+
 def test_a_build_lock_that_is_a_directory_is_named(tmp_path, monkeypatch) -> None:
     """It raised a bare IsADirectoryError from open()."""
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))

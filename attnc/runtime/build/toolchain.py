@@ -55,7 +55,7 @@ class UnsupportedArch(ValueError):
 
 
 # What a normalised arch looks like: major and minor digits (no dot), an optional suffix letter.
-_ARCH = re.compile(r"(\d{1,2})(\d)([af]?)")
+_ARCH = re.compile(r"([0-9]{1,2})([0-9])([af]?)")
 
 
 def _arch_of_capability(major: int, minor: int) -> str:
@@ -83,6 +83,11 @@ def _check_arch_type(arch: object) -> None:
     )
 
 
+def _ascii_digits(text: str) -> bool:
+    """True for a non-empty run of the digits 0-9 (``str.isdigit`` takes other scripts')."""
+    return text.isascii() and text.isdigit()
+
+
 def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     """``"sm_80"``, ``"80"``, ``80`` or ``(8, 0)`` -> ``"80"``; any 9.x -> ``"90a"``. Raises
     :class:`UnsupportedArch` for anything that is not a CUDA arch of sm_80 or newer (attnc's
@@ -95,7 +100,7 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> str:
         major_text, dot, minor_text = text.partition(".")
         if text == "90":
             text = "90a"
-        elif dot and major_text.isdigit() and minor_text.isdigit():
+        elif dot and _ascii_digits(major_text) and _ascii_digits(minor_text):
             text = _arch_of_capability(int(major_text), int(minor_text))
     found = _ARCH.fullmatch(text)
     if found is None or int(found.group(1)) < 8:
