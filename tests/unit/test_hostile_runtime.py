@@ -291,3 +291,21 @@ def test_a_head_count_past_the_planners_limit_is_named(hq, hkv, name, got) -> No
         _prefill("stdlib:causal").plan(indptr, indptr, hq, hkv, 128)
     with pytest.raises(ValueError, match=message):
         tensors.check_heads(hq, hkv, 128)  # decode plan() checks its heads here too
+
+
+def test_a_tensor_param_past_int32_elements_is_refused_by_name() -> None:
+    """The kernels index tensor params with 32-bit ints: a [kv_len, 64] tensor over 40M KV
+    tokens (2.56e9 elements) was accepted and its far elements would be read at wrapped
+    offsets. Expanded, so nothing is allocated."""
+    from attnc.compiler.pipeline import compile_source
+    from attnc.runtime.checks.params import resolve_params
+
+    src = "variant big { param t: tensor<f32>[kv_len, 64]; score = score + t[kv_idx, 0]; }"
+    decls = compile_source(src, "big.attn")[0][0].variant.params
+    tokens = 40_000_000
+    huge = torch.zeros(1, 1).expand(tokens, 64)
+    with pytest.raises(ValueError, match=r"param 't'.*2560000000 elements, more than the kernels"):
+        resolve_params(
+            decls, {"t": huge}, variant_name="big", num_qo_heads=8, num_kv_heads=8,
+            head_dim=64, batch_sizes={"kv_len": tokens, "q_len": 1, "batch_size": 1},
+        )  # fmt: skip

@@ -183,6 +183,11 @@ def _check_tensor(
         raise ValueError(
             f"{_where(prefix, decl)}: expected shape {list(shape)}{why}, got {list(value.shape)}"
         )
+    if value.numel() > _I32_MAX:  # the kernels index tensor params with 32-bit ints
+        raise ValueError(
+            f"{_where(prefix, decl)}: {value.numel()} elements, more than the kernels index "
+            f"(at most {_I32_MAX})"
+        )
     want = _TORCH_DTYPES[decl.dtype]
     if value.dtype != want:
         raise ValueError(
