@@ -24,7 +24,6 @@ read, so a NaN there changes nothing.
 
 from __future__ import annotations
 
-import math
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 import torch
 
 from attnc.dsl.errors import printable
-from attnc.runtime.checks.tensors import is_dense, layout_name
+from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -98,7 +97,7 @@ def reference_attention(
     caller has checked the inputs with :func:`check_qkv`."""
     q_len, hq, d = q.shape
     kv_len, hk, _ = k.shape
-    scale = 1.0 / math.sqrt(d) if sm_scale is None else float(sm_scale)
+    scale = sm_scale_value(sm_scale, d)
     ftype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
     group = hq // hk
     kx = k.repeat_interleave(group, dim=1).to(ftype)

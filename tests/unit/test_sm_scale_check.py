@@ -53,3 +53,22 @@ def test_prefill_plan_rejects_a_bad_scale_before_building(value, monkeypatch) ->
     indptr = torch.tensor([0, 4], dtype=torch.int32)
     with pytest.raises(ValueError, match="sm_scale"):
         w.plan(indptr, indptr, 4, 2, 128, sm_scale=value)
+
+
+@pytest.mark.parametrize("value", [True, "0.1", "abc", [0.1], torch.ones(2)])
+def test_the_reference_names_a_scale_that_is_not_a_number(value) -> None:
+    """The eager reference takes any number (NaN, 0 and negative scales included), but a
+    string ended in float()'s bare "could not convert string to float", "0.1" was read as
+    0.1 and True as 1.0."""
+    q = torch.randn(3, 2, 64)
+    with pytest.raises(ValueError, match=r"^sm_scale: expected a float, got "):
+        attnc.load("stdlib:causal").reference(q, q, q, sm_scale=value)
+
+
+@pytest.mark.parametrize("value", [-0.5, 0.0, math.nan, np.float32(0.25), torch.tensor(0.25)])
+def test_the_reference_takes_any_number(value) -> None:
+    q = torch.randn(3, 2, 64, dtype=torch.float64)
+    out = attnc.load("stdlib:vanilla").reference(q, q, q, sm_scale=value)
+    scores = torch.einsum("qhd,khd->hqk", q, q) * float(value)
+    want = torch.einsum("hqk,khd->qhd", scores.softmax(-1), q)
+    torch.testing.assert_close(out, want, equal_nan=True)

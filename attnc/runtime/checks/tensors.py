@@ -37,21 +37,27 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX
 
 def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     """The softmax scale as a Python float: ``1 / sqrt(head_dim)`` for None, else a real
-    number (a Python or numpy float or int, a one-element tensor; never a bool) that is finite
-    and > 0. The kernels keep the running row max of raw dot products for variants whose score
-    is the plain scaled dot product, which is the max of the logits only for a positive
-    scale."""
+    number (:func:`sm_scale_value`) that is finite and > 0. The kernels keep the running row
+    max of raw dot products for variants whose score is the plain scaled dot product, which
+    is the max of the logits only for a positive scale."""
+    value = sm_scale_value(sm_scale, head_dim)
+    if not (math.isfinite(value) and value > 0.0):
+        raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
+    return value
+
+
+def sm_scale_value(sm_scale: object, head_dim: int) -> float:
+    """The softmax scale as a Python float, any value (the eager reference takes NaN, 0 or a
+    negative scale): ``1 / sqrt(head_dim)`` for None, else a Python or numpy float or int or
+    a one-element tensor, never a bool or a string."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(sm_scale, (bool, str, bytes)):
         raise _not_a_float(sm_scale)
     try:
-        value = float(sm_scale)  # type: ignore[arg-type]
+        return float(sm_scale)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError):
         raise _not_a_float(sm_scale) from None
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
-    return value
 
 
 def _not_a_float(sm_scale: object) -> ValueError:
