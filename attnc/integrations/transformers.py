@@ -114,6 +114,7 @@ def attnc_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """The ``AttentionInterface`` entry. query ``[B, H_qo, Q, D]``, key/value ``[B, H_kv, KV, D]``
     -> (output ``[B, Q, H_qo, D]``, no attention weights)."""
+    _check_shapes(module, query, key, value)
     choice = variant_for_layer(
         module, dropout=dropout, sliding_window=sliding_window, softcap=softcap, kwargs=kwargs
     )
@@ -153,6 +154,33 @@ def attnc_attention_forward(
     out = query.new_zeros(batch, q_len, hq, head_dim)
     _unpack_into(out, o_packed, segments)
     return out, None
+
+
+def _check_shapes(
+    module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> None:
+    """ValueError unless query is ``[B, H_qo, Q, D]`` and key/value ``[B, H_kv, KV, D]`` of
+    one shape (UnsupportedMaskError for a value head_dim other than the key's)."""
+    name = layer_name(module)
+    for arg, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            found = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(
+                f"{name}: {arg}: expected a 4D tensor [batch, heads, seq, head_dim], got {found}"
+            )
+    if key.shape[0] != query.shape[0]:
+        raise ValueError(f"{name}: key: batch {key.shape[0]}, but query has {query.shape[0]}")
+    if key.shape[3] != query.shape[3]:
+        raise ValueError(f"{name}: key: head_dim {key.shape[3]}, but query has {query.shape[3]}")
+    if value.shape[3] != key.shape[3]:
+        raise UnsupportedMaskError(
+            f"{name}: value head_dim {value.shape[3]} differs from key head_dim {key.shape[3]}; "
+            "attnc variants need one head_dim"
+        )
+    if value.shape != key.shape:
+        raise ValueError(
+            f"{name}: value: shape {tuple(value.shape)} differs from key's {tuple(key.shape)}"
+        )
 
 
 def _run_decode(

@@ -1,0 +1,57 @@
+"""Hostile calls to the transformers backend's attention function (CPU, reference path): each
+is refused with a ValueError that names the argument and the problem, never a raw IndexError
+or a silently wrong result."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from attnc.integrations.transformers import attnc_attention_forward
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    """The reference path warns once that it is slow; not what these tests look at."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _qkv(batch=2, hq=4, hkv=2, q_len=5, kv_len=5, head_dim=16):
+    torch.manual_seed(0)
+    q = torch.randn(batch, hq, q_len, head_dim)
+    k = torch.randn(batch, hkv, kv_len, head_dim)
+    return q, k, torch.randn(batch, hkv, kv_len, head_dim)
+
+
+@pytest.mark.parametrize(
+    ("which", "bad", "message"),
+    [
+        ("key", lambda k: k[:1], "key: batch 1"),
+        ("value", lambda v: v[:, :, :4], "value: shape"),
+        ("value", lambda v: v[:, :1], "value: shape"),
+        ("key", lambda k: k[..., :8], "key: head_dim 8"),
+        ("query", lambda q: q[0], "query: expected a 4D tensor"),
+    ],
+)
+def test_query_key_value_shapes_that_disagree_are_named(which, bad, message):
+    """A value with fewer keys or heads than the key (same strides) was read past its end by
+    the in-place decode view; a key of another batch size ended in a raw IndexError."""
+    q, k, v = _qkv()
+    args = {"query": q, "key": k, "value": v}
+    args[which] = bad(args[which])
+    with pytest.raises(ValueError, match=message):
+        attnc_attention_forward(torch.nn.Module(), attention_mask=None, **args)
+
+
+def test_a_value_head_dim_other_than_the_keys_is_unsupported():
+    """Models whose value heads differ in size from the query/key heads (e.g. MLA) have no
+    attnc variant: an UnsupportedMaskError names both sizes."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedMaskError, match="value head_dim 8 .* key head_dim 16"):
+        attnc_attention_forward(torch.nn.Module(), q, k, v[..., :8], None)
