@@ -21,6 +21,7 @@ a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what a
 
 from __future__ import annotations
 
+import operator
 import weakref
 from dataclasses import dataclass
 from functools import cache
@@ -160,9 +161,7 @@ def _choose(call: LayerCall) -> LayerVariant:
     module, softcap, kwargs = call.module, call.softcap, call.kwargs
     name = layer_name(module)
     _reject_unsupported(module, name, call.dropout, kwargs)
-    window = None if call.sliding_window is None else int(call.sliding_window)
-    if window is not None and window < 1:
-        raise UnsupportedMaskError(f"{name}: sliding_window must be >= 1, got {window}")
+    window = _window(name, call.sliding_window)
     slopes = getattr(module, "alibi_slopes", None)
     sinks = kwargs.get("s_aux")
     if sinks is None:
@@ -182,6 +181,24 @@ def _choose(call: LayerCall) -> LayerVariant:
     if window is not None:
         return LayerVariant("stdlib:sliding_window", (("window", window),), window)
     return LayerVariant("stdlib:causal", (), None)
+
+
+def _window(name: str, value: Any) -> int | None:
+    """The layer's ``sliding_window`` as a whole number of keys >= 1 (None: no window)."""
+    if value is None:
+        return None
+    window = None
+    if not isinstance(value, (bool, str)):
+        try:
+            window = operator.index(value)  # int, NumPy and 0-d integer tensors
+        except TypeError:
+            if isinstance(value, float) and value.is_integer():
+                window = int(value)
+    if window is None or window < 1:
+        raise UnsupportedMaskError(
+            f"{name}: sliding_window must be a whole number of keys >= 1, got {value!r}"
+        )
+    return window
 
 
 def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bool) -> LayerVariant:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,3 +56,23 @@ def test_a_value_head_dim_other_than_the_keys_is_unsupported():
     q, k, v = _qkv()
     with pytest.raises(UnsupportedMaskError, match="value head_dim 8 .* key head_dim 16"):
         attnc_attention_forward(torch.nn.Module(), q, k, v[..., :8], None)
+
+
+@pytest.mark.parametrize("window", [2.5, float("nan"), float("inf"), "4", True])
+def test_a_sliding_window_that_is_not_a_whole_number_of_keys_is_named(window):
+    """2.5 was truncated to a window of 2 keys (transformers' mask keeps 3), "4" and True were
+    read as 4 and 1, NaN and inf ended in int()'s bare ValueError / OverflowError."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedMaskError, match="sliding_window must be a whole number"):
+        attnc_attention_forward(torch.nn.Module(), q, k, v, None, sliding_window=window)
+
+
+@pytest.mark.parametrize("window", [4.0, torch.tensor(4), np.int64(4)])
+def test_a_sliding_window_given_as_another_integral_type_is_read_exactly(window):
+    q, k, v = _qkv(q_len=9, kv_len=9)
+    layer = torch.nn.Module()
+    expected, _ = attnc_attention_forward(layer, q, k, v, None, sliding_window=4)
+    got, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, sliding_window=window)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
