@@ -15,7 +15,7 @@ The mapping (also in ``docs/clients.md``):
 Sinks need the language's ``sink = ...;``; without it (or with a reference that ignores it)
 the first layer with sinks raises :class:`UnsupportedMaskError` saying what is missing
 (:mod:`attnc.integrations.hf_sinks`). Settings without a variant (dropout while training,
-bidirectional layers, chunked attention, sinks or ALiBi combined with soft-cap, ALiBi with
+bidirectional and cross-attention layers, chunked attention, sinks or ALiBi combined with soft-cap, ALiBi with
 a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what attnc lacks.
 """
 
@@ -229,6 +229,11 @@ def _reject_unsupported(
     for key, what in _UNSUPPORTED_CONFIG.items():
         if getattr(config, key, None):
             raise UnsupportedMaskError(f"{name}: config `{key}` ({what}) has no attnc variant")
+    if getattr(module, "is_cross_attention", False) or "CrossAttention" in type(module).__name__:
+        raise UnsupportedMaskError(
+            f"{name}: cross-attention (keys of another sequence, e.g. image tokens) is not "
+            "mapped to attnc: its variants attend a request's own keys causally"
+        )
     if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
         raise UnsupportedMaskError(
             f"{name}: `is_causal=False` (bidirectional attention) is not mapped to attnc"

@@ -76,3 +76,24 @@ def test_a_sliding_window_given_as_another_integral_type_is_read_exactly(window)
     expected, _ = attnc_attention_forward(layer, q, k, v, None, sliding_window=4)
     got, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, sliding_window=window)
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+class TextCrossAttention(torch.nn.Module):
+    """Named like Mllama's cross-attention layers, which set no ``is_causal``."""
+
+
+def _flagged_cross_attention() -> torch.nn.Module:
+    layer = torch.nn.Module()
+    layer.is_cross_attention = True
+    return layer
+
+
+@pytest.mark.parametrize("make", [TextCrossAttention, _flagged_cross_attention])
+def test_a_cross_attention_layer_is_refused(make):
+    """Keys from another sequence (image tokens) were attended as a causal window aligned to
+    their end: without a mask, 3 text queries over 5 image keys saw 3, 4 and 5 of them."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv(q_len=3, kv_len=5)
+    with pytest.raises(UnsupportedMaskError, match="cross-attention"):
+        attnc_attention_forward(make(), q, k, v, None)
