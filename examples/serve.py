@@ -76,6 +76,9 @@ class Engine:
 
     def __init__(self, model: TinyLlama, cache: PagedKVCache, backend, *, max_batch: int,
                  chunk_tokens: int, record: bool = False):  # fmt: skip
+        for name, value in (("max_batch", max_batch), ("chunk_tokens", chunk_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.model, self.cache, self.backend = model, cache, backend
         self.max_batch, self.chunk_tokens, self.record = max_batch, chunk_tokens, record
         self.device = cache.layers[0].device

@@ -94,3 +94,16 @@ def test_a_deadline_stops_the_loop_and_the_report_says_so(one_thread):
     summary = report("torch", requests[:2], latencies, had_prefill, 2.0)
     assert summary["finished"] == 2 and summary["generated_tokens"] == 6
     assert summary["steps"] == len(latencies) and summary["step_p99_ms"] >= summary["step_p50_ms"]
+
+
+@pytest.mark.parametrize(("setting", "value"), [("max_batch", 0), ("chunk_tokens", 0),
+                                                ("chunk_tokens", -8), ("max_batch", 2.5)])  # fmt: skip
+def test_an_engine_that_could_never_make_progress_is_refused(setting, value):
+    """``chunk_tokens=0`` (``--chunk-tokens 0``) looped forever without prefilling a token;
+    ``max_batch=0`` admitted nothing and then blamed the cache's size."""
+    model = TinyLlama(SHAPE, torch.device("cpu"), dtype=torch.float32)
+    cache = PagedKVCache(SHAPE, 8, PAGE, torch.device("cpu"), torch.float32)
+    backend = make_backend("torch", Heads(4, 2, 32, PAGE, 8), torch.device("cpu"))
+    kwargs = {"max_batch": 3, "chunk_tokens": 17, setting: value}
+    with pytest.raises(ValueError, match=f"{setting} must be an integer >= 1, got {value}"):
+        Engine(model, cache, backend, **kwargs)
