@@ -203,6 +203,10 @@ def _window(name: str, value: Any) -> int | None:
 
 def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bool) -> LayerVariant:
     """gpt-oss's layers: a per-head sink logit, causal or over a sliding window."""
+    if not isinstance(sinks, torch.Tensor):
+        raise UnsupportedMaskError(
+            f"{name}: sinks (`s_aux`): expected a tensor [num_heads], got {type(sinks).__name__}"
+        )
     if biased:
         raise UnsupportedMaskError(
             f"{name}: attention sinks combined with softcap or ALiBi have no attnc variant"

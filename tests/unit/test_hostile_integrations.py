@@ -97,3 +97,10 @@ def test_a_cross_attention_layer_is_refused(make):
     q, k, v = _qkv(q_len=3, kv_len=5)
     with pytest.raises(UnsupportedMaskError, match="cross-attention"):
         attnc_attention_forward(make(), q, k, v, None)
+
+
+def test_sinks_that_are_not_a_tensor_are_named():
+    """A list of sink logits ended in a raw AttributeError ('list' has no 'detach')."""
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"sinks.*expected a tensor \[num_heads\], got list"):
+        attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=[0.0] * 4)
