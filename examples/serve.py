@@ -46,6 +46,19 @@ class Request:
     out: list[int] = field(default_factory=list)
     logits: list[torch.Tensor] = field(default_factory=list)  # recorded with --tiny
 
+    def __post_init__(self) -> None:
+        # A request that asks for no token would be dropped part-way through its prefill
+        # (it counts as finished as soon as it is admitted), and an empty prompt has no
+        # token to start from.
+        n = self.new_tokens
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"request {self.rid}: new_tokens must be an integer >= 1, got {n!r}")
+        if self.prompt.dim() != 1 or self.prompt.numel() < 1:
+            raise ValueError(
+                f"request {self.rid}: prompt must be a 1-D tensor of at least one token, "
+                f"got shape {tuple(self.prompt.shape)}"
+            )
+
     @property
     def in_prefill(self) -> bool:
         return self.length < self.prompt.numel()

@@ -107,3 +107,13 @@ def test_an_engine_that_could_never_make_progress_is_refused(setting, value):
     kwargs = {"max_batch": 3, "chunk_tokens": 17, setting: value}
     with pytest.raises(ValueError, match=f"{setting} must be an integer >= 1, got {value}"):
         Engine(model, cache, backend, **kwargs)
+
+
+@pytest.mark.parametrize(("new_tokens", "prompt"), [(0, 5), (-1, 5), (True, 5), (4, 0)])
+def test_a_request_that_cannot_generate_is_refused(new_tokens, prompt):
+    """``new_tokens=0`` (``--new-tokens 0``) counted a request finished as soon as it was
+    admitted, dropping it part-way through its prefill; an empty prompt has no token."""
+    from serve import Request
+
+    with pytest.raises(ValueError, match=r"request 3: (new_tokens|prompt) must be"):
+        Request(3, torch.zeros(prompt, dtype=torch.int64), new_tokens, 0)
