@@ -76,10 +76,10 @@ def remember(
     for name, given in params.items():
         if isinstance(given, torch.Tensor) and values.get(name) is not given:
             return None
-    k_base, v_base = kv_addresses(kv)
-    k_offset, v_offset = views.k.data_ptr() - k_base, views.v.data_ptr() - v_base
     if isinstance(kv, (tuple, list)) and (views.k is not kv[0] or views.v is not kv[1]):
         return None
+    k_base, v_base = kv_addresses(kv)
+    k_offset, v_offset = views.k.data_ptr() - k_base, views.v.data_ptr() - v_base
     spans = (byte_span(q), byte_span(out)) if out is not None else (0, 0)
     return MemoCall(bytes(args), struct, dict(params), values, k_offset, v_offset, *spans)
 

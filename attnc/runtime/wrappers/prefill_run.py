@@ -5,6 +5,7 @@ plan's call memo, ``prefill_calls.py``), the eager launch and the page-id report
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 
 import torch
@@ -92,18 +93,12 @@ class PrefillRunner:
         """Launch a call whose checks a remembered call of this plan passed."""
         if self._planned_mask.values or self._planned_mask.tensors:
             self.check_planned_values(hit.values)  # the planned tensors are unchanged
-        if out is None:
-            o = torch.empty_like(q)
-        else:
-            if prefill_calls.out_overlaps_q(hit, q, out):
-                tensors.check_out(out, q)  # raises: out overlaps q
-            o = out
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        if out is not None and prefill_calls.out_overlaps_q(hit, q, out):
+            tensors.check_out(out, q)  # raises: out overlaps q
+        o, lse = _outputs(q, out, return_lse)
         args = prefill_calls.replay_args(hit, q, kv, o, lse)
         prefill_launch.launch_args(self._module, self._meta, args, q.device, lse)
-        if self._debug_checks:
-            self._page_status.check_after_run()
-        return (o, lse) if lse is not None else o
+        return self._launched(o, lse)
 
     def check_planned_values(self, values: Mapping[str, object]) -> None:
         """The resolved ``values`` agree with the mask params given to ``plan()``."""
@@ -153,15 +148,20 @@ class PrefillRunner:
                 self._sm_scale, ints, floats, tensor_params, return_lse,
             )  # fmt: skip
             return traced_result(o, lse, q, out, return_lse)
-        o = out if out is not None else torch.empty_like(q)
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        o, lse = _outputs(q, out, return_lse)
         params = prefill_launch.pack_params(module, values)
         launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
         args = prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
-        if self._debug_checks:
-            self._page_status.check_after_run()
         if memo is not None:
             self._remember(memo, args, views, q, out, params, values)
+        return self._launched(o, lse)
+
+    def _launched(
+        self, o: torch.Tensor, lse: torch.Tensor | None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """After a launch: the page-id check under ``ATTNC_DEBUG_CHECKS``, and the result."""
+        if self._debug_checks:
+            self._page_status.check_after_run()
         return (o, lse) if lse is not None else o
 
     def _remember(
@@ -171,11 +171,11 @@ class PrefillRunner:
         views: KvViews,
         q: torch.Tensor,
         out: torch.Tensor | None,
-        struct: object,
+        struct: ctypes.Structure,
         values: Mapping[str, object],
     ) -> None:
         key, kv, given = memo
-        entry = prefill_calls.remember(args, kv, views, q, out, struct, given, values)  # type: ignore[arg-type]
+        entry = prefill_calls.remember(args, kv, views, q, out, struct, given, values)
         if entry is not None:
             if len(self._memo) >= prefill_calls.MAX_MEMO_CALLS:
                 self._memo.clear()
@@ -189,3 +189,12 @@ class PrefillRunner:
         corrupted or device-updated copy of the table gets here; with
         ``ATTNC_DEBUG_CHECKS=1`` every ``run()`` checks."""
         self._page_status.raise_if_set()
+
+
+def _outputs(
+    q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """O (``out`` when given, else a new tensor like ``q``) and, when asked for, a new LSE."""
+    o = out if out is not None else torch.empty_like(q)
+    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+    return o, lse
