@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 
 from attnc.dsl.errors import AttnError, printable
+from attnc.dsl.literals import INTEGER_TEXT
 from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
-INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 """How an integer is written on the command line: ASCII digits, an optional sign."""
 
 

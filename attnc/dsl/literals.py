@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from lark import Token
+import re
+from typing import TYPE_CHECKING
 
 from attnc.dsl.errors import AttnError, Loc
+
+if TYPE_CHECKING:  # the command line reads INTEGER_TEXT without importing lark
+    from lark import Token
 
 I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
 # Float literals are rounded to f32 (nearest, ties to even); from here on they round to inf.
 F32_OVERFLOW = 2.0**128 - 2.0**103
+# An integer written in ASCII digits with an optional sign, as the command line takes it:
+# ``int()`` alone also reads other scripts' digits (``١٢٨`` is 128), ``1_000`` and spaces.
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 
 # Words with a meaning in the grammar; none of them may name a variant, param, let or def.
 # `doc` is not among them: it only starts a variant item (`doc "...";`), so the contextual

@@ -21,6 +21,7 @@ a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what a
 
 from __future__ import annotations
 
+import math
 import operator
 import weakref
 from dataclasses import dataclass
@@ -158,10 +159,11 @@ def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
 
 
 def _choose(call: LayerCall) -> LayerVariant:
-    module, softcap, kwargs = call.module, call.softcap, call.kwargs
+    module, kwargs = call.module, call.kwargs
     name = layer_name(module)
     _reject_unsupported(module, name, call.dropout, kwargs)
     window = _window(name, call.sliding_window)
+    softcap = _softcap(name, call.softcap)
     slopes = getattr(module, "alibi_slopes", None)
     sinks = kwargs.get("s_aux")
     if sinks is None:
@@ -175,9 +177,9 @@ def _choose(call: LayerCall) -> LayerVariant:
             )
         return LayerVariant("stdlib:alibi", (("slopes", slopes),), None)
     if softcap is not None and window is not None:
-        return LayerVariant("softcap_window", (("cap", float(softcap)), ("window", window)), window)
+        return LayerVariant("softcap_window", (("cap", softcap), ("window", window)), window)
     if softcap is not None:
-        return LayerVariant("stdlib:softcap", (("cap", float(softcap)),), None)
+        return LayerVariant("stdlib:softcap", (("cap", softcap),), None)
     if window is not None:
         return LayerVariant("stdlib:sliding_window", (("window", window),), window)
     return LayerVariant("stdlib:causal", (), None)
@@ -199,6 +201,31 @@ def _window(name: str, value: Any) -> int | None:
             f"{name}: sliding_window must be a whole number of keys >= 1, got {value!r}"
         )
     return window
+
+
+def _softcap(name: str, value: Any) -> float | None:
+    """The layer's ``softcap`` as a finite nonzero float (None: no soft-cap). A string or a
+    bool is refused, not read as a number. A negative cap gives the same logits as its
+    magnitude (``cap * tanh(score / cap)`` is even in ``cap``) and is passed as given."""
+    if value is None:
+        return None
+    cap = None
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            cap = float(value)  # int, float, NumPy and one-element tensors
+        except (TypeError, ValueError, RuntimeError):
+            cap = None
+    if cap is None or not (math.isfinite(cap) and cap != 0.0):
+        raise UnsupportedMaskError(
+            f"{name}: softcap must be a finite nonzero number, got {_shown(value)}"
+        )
+    return cap
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: its repr, cut to 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bool) -> LayerVariant:

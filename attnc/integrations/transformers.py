@@ -43,7 +43,7 @@ from attnc.integrations.hf_masks import (
 )
 from attnc.integrations.hf_sinks import SINK_SOURCES, sink_kernel_gap
 from attnc.integrations.hf_variants import LayerVariant, layer_name, variant_for_layer
-from attnc.runtime.checks.tensors import HEAD_DIMS, KV_DTYPES
+from attnc.runtime.checks.tensors import HEAD_DIMS, KV_DTYPES, check_sm_scale
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
@@ -115,6 +115,7 @@ def attnc_attention_forward(
     """The ``AttentionInterface`` entry. query ``[B, H_qo, Q, D]``, key/value ``[B, H_kv, KV, D]``
     -> (output ``[B, Q, H_qo, D]``, no attention weights)."""
     _check_shapes(module, query, key, value)
+    scaling = _check_scaling(module, scaling, query.shape[3])
     choice = variant_for_layer(
         module, dropout=dropout, sliding_window=sliding_window, softcap=softcap, kwargs=kwargs
     )
@@ -181,6 +182,17 @@ def _check_shapes(
         raise ValueError(
             f"{name}: value: shape {tuple(value.shape)} differs from key's {tuple(key.shape)}"
         )
+
+
+def _check_scaling(module: torch.nn.Module, scaling: object, head_dim: int) -> float:
+    """The layer's ``scaling`` as the kernels' ``sm_scale``: a finite float > 0 (None gives
+    ``1 / sqrt(head_dim)``). A ValueError names the layer and ``scaling`` (Gemma-2 with a
+    negative ``query_pre_attn_scalar`` passes a complex number)."""
+    try:
+        return check_sm_scale(scaling, head_dim)
+    except ValueError as err:
+        detail = str(err).removeprefix("sm_scale: ")
+        raise ValueError(f"{layer_name(module)}: scaling: {detail}") from None
 
 
 def _run_decode(

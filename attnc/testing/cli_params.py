@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from attnc.cli import INTEGER_TEXT
 from attnc.compiler import ir
 from attnc.dsl.errors import printable
+from attnc.dsl.literals import F32_MAX, INTEGER_TEXT
 from attnc.runtime.checks.params import check_plan_params, describe_decl
 
-F32_MAX = 3.4028234663852886e38
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 

@@ -104,3 +104,41 @@ def test_sinks_that_are_not_a_tensor_are_named():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"sinks.*expected a tensor \[num_heads\], got list"):
         attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=[0.0] * 4)
+
+
+@pytest.mark.parametrize("cap", ["3", True, 0.0, float("nan"), float("inf"), [30.0]])
+def test_a_softcap_that_is_not_a_finite_nonzero_number_is_named(cap):
+    """A cap "3" was read as a cap of 3.0 and True as 1.0; a cap of 0 made every logit 0 (uniform
+    weights over the visible keys), NaN every output NaN; a list ended in a raw TypeError."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedMaskError, match="softcap must be a finite nonzero number"):
+        attnc_attention_forward(torch.nn.Module(), q, k, v, None, softcap=cap)
+
+
+@pytest.mark.parametrize("cap", [30, np.float32(30.0), torch.tensor(30.0), -30.0])
+def test_a_softcap_given_as_another_real_type_is_read_exactly(cap):
+    """Integers, NumPy and tensor scalars give the same logits as the float; so does a
+    negative cap (cap * tanh(score / cap) is even in cap)."""
+    q, k, v = _qkv()
+    expected, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, softcap=30.0)
+    got, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, softcap=cap)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "message"),
+    [
+        ((-256.0) ** -0.5, "scaling: expected a float, got complex"),
+        (-0.0625, "scaling: must be a finite number > 0"),
+        (float("nan"), "scaling: must be a finite number > 0"),
+        ("0.1", "scaling: expected a float, got str"),
+    ],
+)
+def test_a_scaling_the_kernels_cannot_take_is_named_as_scaling(scaling, message):
+    """Gemma-2 with a negative query_pre_attn_scalar passes a complex scale; the error named
+    `sm_scale`, an argument the model's user never wrote."""
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=message):
+        attnc_attention_forward(torch.nn.Module(), q, k, v, None, scaling=scaling)
