@@ -172,8 +172,8 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
         _DNF_MEMO.reset(token)
         _GUARDS.reset(guards_token)
         _DATA.reset(data_token)
-    if not dnf:
-        return MaskAnalysis("linear", (_FALSE,), reads_data=data)
+    if not dnf:  # false in exact arithmetic; where the i32 arithmetic wraps it may be true
+        return MaskAnalysis("linear", (_FALSE,), wrap_guards=guards, reads_data=data)
     if len(dnf) == 1:
         return MaskAnalysis("linear", dnf[0], wrap_guards=guards, reads_data=data)
     return MaskAnalysis("union", terms=tuple(dnf), wrap_guards=guards, reads_data=data)

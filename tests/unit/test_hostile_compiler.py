@@ -1,0 +1,62 @@
+"""Hostile `.attn` programs against the compiler: constant folding, simplification and mask
+analysis keep the meaning docs/language.md gives (i32 wrapping, IEEE inf and nan), checked
+against the evaluator on the unsimplified IR or against brute force over small tiles."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnc.compiler.evaluate import evaluate
+from attnc.compiler.mask_tiles import classify, kv_range
+from attnc.compiler.pipeline import Compiled, compile_source
+
+I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
+
+
+def compiled(body: str, file: str = "h.attn") -> Compiled:
+    """The one variant of ``variant v { body }`` through every pass."""
+    variants, _ = compile_source("variant v {\n" + body + "\n}\n", file)
+    return variants[0]
+
+
+def visible_pairs(c: Compiled, env: dict[str, int]) -> list[list[bool]]:
+    """vis[q][k] of the unsimplified mask over one request (brute force)."""
+    q_len, kv_len = env["q_len"], env["kv_len"]
+    rows = []
+    for q in range(q_len):
+        at = dict(env, q_idx=q, q_pos=q + kv_len - q_len)
+        rows.append([bool(evaluate(c.lowered.mask, dict(at, kv_idx=k))) for k in range(kv_len)])
+    return rows
+
+
+def assert_tiles_keep_every_visible_key(c: Compiled, env: dict[str, int]) -> None:
+    """No tile holding a visible pair is EMPTY, no tile holding a masked pair is FULL, and
+    every query range's KV range covers its visible keys."""
+    vis = visible_pairs(c, env)
+    q_len, kv_len = env["q_len"], env["kv_len"]
+    for q0 in range(q_len):
+        for q1 in range(q0 + 1, q_len + 1):
+            keys = [k for q in range(q0, q1) for k in range(kv_len) if vis[q][k]]
+            begin, end = kv_range(c.mask_analysis, q0, q1, env)
+            assert not keys or (begin <= min(keys) and max(keys) < end), (q0, q1, begin, end)
+            for k0 in range(kv_len):
+                for k1 in range(k0 + 1, kv_len + 1):
+                    cells = [vis[q][k] for q in range(q0, q1) for k in range(k0, k1)]
+                    found = classify(c.mask_analysis, q0, q1, k0, k1, env)
+                    assert found != "empty" or not any(cells), (q0, q1, k0, k1)
+                    assert found != "full" or all(cells), (q0, q1, k0, k1)
+
+
+@pytest.mark.parametrize(
+    ("mask", "n"),
+    [
+        ("n + 1 < n", I32_MAX),  # n + 1 wraps to INT_MIN: true for every pair
+        ("abs(n) < 0", I32_MIN),  # abs(INT_MIN) is INT_MIN
+        ("-n < 0 && n < 0", I32_MIN),
+    ],
+)
+def test_mask_false_in_exact_arithmetic_but_true_where_i32_wraps(mask: str, n: int) -> None:
+    c = compiled(f"param n: i32; mask = {mask};")
+    env = {"q_len": 3, "kv_len": 4, "n": n}
+    assert all(all(row) for row in visible_pairs(c, env))
+    assert_tiles_keep_every_visible_key(c, env)
