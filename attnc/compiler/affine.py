@@ -11,7 +11,7 @@ import sympy
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
 from attnc.compiler.results import AffineScore
-from attnc.compiler.simplify import SympyConverter, simplify_expr
+from attnc.compiler.simplify import NonFiniteConstant, SympyConverter, simplify_expr
 
 __all__ = ["AffineScore", "analyse_affine"]
 
@@ -24,7 +24,10 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
     if score is None or score == SCORE:
         return AffineScore(one, zero, True)
     conv = SympyConverter()
-    expr = conv.to_sympy(score)
+    try:
+        expr = conv.to_sympy(score)
+    except NonFiniteConstant:  # inf or nan: SymPy's reals would cancel it (inf - inf = 0)
+        return None
     score_symbols = [s for s, e in conv.leaves.items() if e == SCORE]
     if any(_contains_score(e) for e in conv.leaves.values() if e != SCORE):
         return None

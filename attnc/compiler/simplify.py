@@ -6,7 +6,9 @@ casts) becomes an opaque atom whose children are simplified recursively. i32 ari
 arithmetic modulo 2**32 (a ring, so SymPy's identities hold; folded constants are wrapped);
 an i32 value converted to f32 stays an atom, so wrapping happens where the source says.
 Constants are binary32 values; constant sub-expressions are folded with binary32 rounding,
-and ``inf``/``nan`` results stay IEEE constants that SymPy never sees. Division by a
+and ``inf``/``nan`` results stay IEEE constants that SymPy never sees: an arithmetic tree
+holding one is left as written (SymPy's real numbers would cancel ``x + inf - inf`` to ``x``
+and absorb ``(x + inf) * 0.0`` into ``0``, where IEEE gives ``nan``). Division by a
 request-level value becomes a multiplication by its reciprocal, which hoisting then moves
 out of the inner loop.
 """
@@ -163,6 +165,10 @@ class _TooLarge(Exception):
     """The SymPy form would be much larger than the IR it came from."""
 
 
+class NonFiniteConstant(Exception):
+    """An arithmetic tree holds an ``inf`` or ``nan`` constant, which SymPy must not see."""
+
+
 class SympyConverter:
     """IR <-> SymPy for one arithmetic tree."""
 
@@ -175,10 +181,13 @@ class SympyConverter:
 
     def roundtrip(self, e: ir.Expr) -> ir.Expr | None:
         """``e`` through SymPy and back (simplified), or None when SymPy finds an infinite or
-        undefined value, or its form would be much larger than ``e`` (then ``e`` stays as
-        written)."""
+        undefined value, holds an ``inf`` or ``nan`` constant, or its form would be much larger
+        than ``e`` (then ``e`` stays as written)."""
         self._root = e
-        expr = self.to_sympy(e)
+        try:
+            expr = self.to_sympy(e)
+        except NonFiniteConstant:
+            return None
         if expr.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo):
             return None
         try:
@@ -188,7 +197,8 @@ class SympyConverter:
 
     # ------------------------------------------------------------------ IR -> SymPy
     def to_sympy(self, e: ir.Expr) -> sympy.Expr:
-        """SymPy form of ``e`` (each distinct node converted once)."""
+        """SymPy form of ``e`` (each distinct node converted once); raises
+        :class:`NonFiniteConstant` where ``e`` holds ``inf`` or ``nan``."""
         found = self._to.get(id(e))
         if found is None:
             found = (e, self._to_sympy(e))
@@ -205,8 +215,8 @@ class SympyConverter:
         if isinstance(e, ir.Const):
             if e.type == ir.I32:
                 return sympy.Integer(int(e.value))
-            if not is_finite(float(e.value)):
-                return self._atom(e)  # inf and nan stay IEEE values, never SymPy's
+            if not _is_finite_constant(e):
+                raise NonFiniteConstant(e.value)  # inf and nan stay IEEE values, never SymPy's
             return sympy.Float(float(e.value), 17)
         if isinstance(e, ir.Unary) and e.op == "neg":
             return -self.to_sympy(e.x)
@@ -236,17 +246,16 @@ class SympyConverter:
             inner = simplify_expr(e)  # simplified once on its own, one atom here
         else:
             inner = _simplify_children(e)
+        if isinstance(inner, ir.Const) and not _is_finite_constant(inner):
+            raise NonFiniteConstant(inner.value)
         if inner is not e and isinstance(inner, ir.Const):
-            if inner.type != ir.F32 or is_finite(float(inner.value)):
-                return self.to_sympy(inner)
+            return self.to_sympy(inner)
         folded = None if isinstance(inner, ir.Const) else _fold_constant(inner)
         if folded is not None:
             return self.to_sympy(folded)
         if inner in self.symbols:
             return self.symbols[inner]
         name = inner.name if isinstance(inner, (ir.Builtin, ir.ParamRef)) else "t"
-        if isinstance(inner, ir.Const):
-            name = "c"
         sym = sympy.Symbol(f"{name}_{len(self.leaves)}", integer=inner.type == ir.I32, real=True)
         self.leaves[sym] = inner
         self.symbols[inner] = sym
@@ -384,6 +393,10 @@ class SympyConverter:
         for f in factors[1:]:
             result = ir.Binary("*", result, self.from_sympy(f, want, origin), want, loc=origin.loc)
         return result
+
+
+def _is_finite_constant(c: ir.Const) -> bool:
+    return c.type != ir.F32 or is_finite(float(c.value))
 
 
 def _is_negative(term: sympy.Expr) -> bool:

@@ -4,9 +4,13 @@ against the evaluator on the unsimplified IR or against brute force over small t
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
+from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
+from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.mask_tiles import classify, kv_range
 from attnc.compiler.pipeline import Compiled, compile_source
 
@@ -60,3 +64,35 @@ def test_mask_false_in_exact_arithmetic_but_true_where_i32_wraps(mask: str, n: i
     env = {"q_len": 3, "kv_len": 4, "n": n}
     assert all(all(row) for row in visible_pairs(c, env))
     assert_tiles_keep_every_visible_key(c, env)
+
+
+def score_values(c: Compiled, score: float) -> tuple[float, float]:
+    """The unsimplified and the optimised score at ``score`` (binary32, as the kernels)."""
+    env = {"score": score, "c": 2.0}
+    before = evaluate(c.lowered.score, env, binary32=True)
+    return before, evaluate(c.variant.score, env, binary32=True)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "let inf = 3.0e38 * 10.0; score = score + inf - inf;",
+        "let nan = 0.0 / (1.0 - 1.0); score = score + nan - nan;",
+        "let inf = 3.0e38 * 10.0; score = score * inf - score * inf;",
+        "let inf = 3.0e38 * 10.0; score = (score + inf) * 0.0;",
+        "let inf = 3.0e38 * 10.0; score = exp(score) * inf / inf;",
+        "param c: f32; let inf = 3.0e38 * 10.0; score = score + c * inf - inf * c;",
+    ],
+)
+def test_inf_and_nan_constants_are_not_cancelled_by_the_simplifier(body: str) -> None:
+    c = compiled(body)
+    before, after = score_values(c, 1.5)
+    assert math.isnan(before)
+    assert math.isnan(after), format_ir(c.variant.score)
+
+
+def test_affine_score_keeps_an_infinite_scale_apart() -> None:
+    c = compiled("let inf = 3.0e38 * 10.0; score = score * inf - score * inf;")
+    assert c.affine is None or not (
+        isinstance(c.affine.scale, ir.Const) and c.affine.scale.value == 0.0
+    )
