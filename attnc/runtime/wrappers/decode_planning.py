@@ -366,14 +366,17 @@ class DecodePlanning:
     def _set_token_sizes(self, q_len: int) -> None:
         """The batch sizes run() checks tensor params with (for a variant that reads a
         ``kv_len`` tensor, the step's KV tokens: the planner copied ``kv_token_start``, the
-        prefix sums of the planned KV lengths, into its fixed workspace region)."""
+        prefix sums of the planned KV lengths, into its fixed workspace region). Cached calls
+        checked their tensor params against the old sizes: they are dropped when these
+        change."""
         native = self._native
         assert native is not None
         batch, total = self._batch, native.total_kv
         if self._token_sizes_of != (batch, q_len, total):  # else the same as the last plan's
-            self._token_sizes = token_sizes(
-                batch * q_len, total if self._reads_kv_tokens else 0, batch
-            )
+            sizes = token_sizes(batch * q_len, total if self._reads_kv_tokens else 0, batch)
+            if sizes != self._token_sizes:
+                self._calls.clear()
+            self._token_sizes = sizes
             self._token_sizes_of = (batch, q_len, total)
 
     def _check_indices(self, kv_indices: object) -> bool:
