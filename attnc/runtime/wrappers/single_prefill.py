@@ -115,7 +115,10 @@ def _planned(
 ) -> BatchPrefillWrapper:
     """A wrapper planned for one request of this shape and these mask params, reused while they
     repeat (a new plan allocates a workspace and copies the work list to the device). Tensor
-    params (a tile map's, per-request bounds) are planned again on every call."""
+    params (a tile map's, per-request bounds) are planned again on every call. Plans are
+    found by the value of ``sm_scale`` (a tensor or numpy scale is read on every call)."""
+    if sm_scale is not None and type(sm_scale) is not float:
+        sm_scale = tensors.sm_scale_value(sm_scale, q.shape[2])
     key = (
         q.device,
         q.shape[0],
