@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import attnc
+from attnc.runtime.checks import tensors
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401 (a fixture)
 from tests.unit.test_prefill_call_memo import HKV, HQ, D, _Recorder, cpu_run  # noqa: F401
@@ -74,3 +75,97 @@ def test_single_prefill_reads_a_tensor_sm_scale_on_every_call(single_cpu) -> Non
     scale.fill_(0.25)
     variant.prefill(q, k, v, sm_scale=scale)
     assert [c["sm_scale"] for c in single_cpu["causal"].calls] == [0.5, 0.25]
+
+
+def _prefill_wrapper(name: str = "causal", workspace: torch.Tensor | None = None):
+    """A ragged causal plan of 5 + 9 tokens on a CPU workspace; the wrapper and its recorder."""
+    from attnc.runtime.build.backends import PrefillChoice
+
+    variant = attnc.load(f"stdlib:{name}")
+    recorder = _Recorder(variant)
+    if workspace is None:
+        workspace = torch.empty(1 << 22, dtype=torch.uint8)
+    w = BatchPrefillWrapper(variant, workspace)
+    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    return w, recorder
+
+
+def _view_at(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A contiguous view of ``shape`` over ``t``'s memory, from its first element."""
+    return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), t.storage_offset(), shape)
+
+
+def _arena(*sizes: int) -> list[torch.Tensor]:
+    """bf16 views [n, HKV, D] of one buffer, each starting where the last one ends."""
+    base = torch.randn(sum(sizes), HKV, D).to(torch.bfloat16)
+    return list(base.split(sizes))
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+@pytest.mark.parametrize("name", ["k", "v"])
+def test_prefill_out_overlapping_k_or_v_is_refused(cpu_run, name, repeated) -> None:  # noqa: F811
+    """The kernel reads every tile of K/V while other CTAs write O: an ``out`` over them
+    gave output computed from partly overwritten keys."""
+    w, rec = _prefill_wrapper()
+    q = torch.randn(14, HQ, D).to(torch.bfloat16)
+    k, v, spare = _arena(14, 14, 14)
+    kv = {"k": k, "v": v}
+    out = torch.cat([kv[name], spare]).view(14, HQ, D)  # a copy: fine
+    w.run(q, (k, v), out=out)
+    if not repeated:
+        w._memo.clear()  # the plan's first call: every check
+    aliased = _view_at(kv[name], (14, HQ, D))
+    with pytest.raises(ValueError, match=f"^out: overlaps {name} in memory"):
+        w.run(q, (k, v), out=aliased)
+    assert len(rec.calls) == 1
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+@pytest.mark.parametrize("name", ["q", "out"])
+def test_prefill_q_or_out_in_the_workspace_is_refused(cpu_run, name, repeated) -> None:  # noqa: F811
+    """The kernels write split-KV partial states into the workspace and read the work lists
+    from it: a q or out there was overwritten, or overwrote the lists."""
+    workspace = torch.empty(1 << 22, dtype=torch.uint8)
+    w, rec = _prefill_wrapper(workspace=workspace)
+    q = torch.randn(14, HQ, D).to(torch.bfloat16)
+    k, v = _arena(14, 14)
+    w.run(q, (k, v), out=torch.empty_like(q))
+    if not repeated:
+        w._memo.clear()
+    inside = workspace[1 << 21 :].view(torch.bfloat16)[: q.numel()].view(q.shape)
+    args = {"q": (inside, torch.empty_like(q)), "out": (q, inside)}[name]
+    with pytest.raises(ValueError, match=f"^{name}: overlaps workspace_buffer in memory"):
+        w.run(args[0], (k, v), out=args[1])
+    assert len(rec.calls) == 1
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_decode_out_overlapping_the_kv_cache_is_refused(cpu_decode, repeated) -> None:  # noqa: F811
+    """Other CTAs still read pages of the cache while a CTA writes its O rows."""
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    w.run(q, cache, out=torch.empty_like(q))
+    if not repeated:
+        w._calls.clear()
+    with pytest.raises(ValueError, match="^out: overlaps kv in memory"):
+        w.run(q, cache, out=_view_at(cache[3], q.shape))
+    assert len(w._module.calls) == 1
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+@pytest.mark.parametrize("name", ["q", "out"])
+def test_decode_q_or_out_in_the_workspace_is_refused(cpu_decode, name, repeated) -> None:  # noqa: F811
+    w = cpu_decode("vanilla")
+    workspace = torch.empty(1 << 20, dtype=torch.uint8)
+    w._workspace_range = tensors.byte_range(workspace)
+    q, cache = _inputs()
+    w.run(q, cache, out=torch.empty_like(q))
+    if not repeated:
+        w._calls.clear()
+    inside = workspace[4096:].view(torch.bfloat16)[: q.numel()].view(q.shape)
+    args = {"q": (inside, torch.empty_like(q)), "out": (q, inside)}[name]
+    with pytest.raises(ValueError, match=f"^{name}: overlaps workspace_buffer in memory"):
+        w.run(args[0], cache, out=args[1])
+    assert len(w._module.calls) == 1

@@ -164,6 +164,48 @@ def check_out(out: object, q: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def check_apart(name: str, t: torch.Tensor, others: Sequence[tuple[str, torch.Tensor]]) -> None:
+    """``t`` (an output the kernel writes) shares no memory with the named inputs it reads
+    while writing (K, V: other CTAs still load tiles of them); all on one device."""
+    start, end = byte_range(t)
+    for other_name, other in others:
+        other_start, other_end = byte_range(other)
+        if start < other_end and other_start < end and start < end and other_start < other_end:
+            raise ValueError(
+                f"{name}: overlaps {other_name} in memory; the kernel reads {other_name} "
+                f"while writing {name}"
+            )
+
+
+def check_outside_workspace(
+    workspace: tuple[int, int], named: Sequence[tuple[str, torch.Tensor | None]]
+) -> None:
+    """No tensor of ``named`` (None: absent) lies in the workspace's bytes
+    ``[start, end)``, which the kernels write (split-KV partial states) and read (the
+    plan's work lists) while they run."""
+    ws_start, ws_end = workspace
+    for name, t in named:
+        if t is None:
+            continue
+        start, end = byte_range(t)
+        if start < ws_end and ws_start < end and start < end:
+            raise ValueError(
+                f"{name}: overlaps workspace_buffer in memory; the kernels keep the plan's "
+                f"work lists and partial states there"
+            )
+
+
+def byte_range(t: torch.Tensor) -> tuple[int, int]:
+    """The addresses ``[first, one past the last)`` of the bytes ``t`` can address (an
+    empty range for an empty tensor)."""
+    start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.nbytes
+    if t.numel() == 0:
+        return start, start
+    return start, start + (_last_offset(t) + 1) * t.element_size()
+
+
 def overlaps_itself(t: torch.Tensor) -> bool:
     """True when two elements of ``t`` share an address (a zero or too small stride)."""
     if t.is_contiguous():  # row-major strides: one address per element
@@ -181,9 +223,8 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     """True when the byte ranges ``a`` and ``b`` address intersect (a conservative test)."""
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
         return False
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    a1 = a0 + _last_offset(a) * a.element_size() + a.element_size()
-    b1 = b0 + _last_offset(b) * b.element_size() + b.element_size()
+    a0, a1 = byte_range(a)
+    b0, b1 = byte_range(b)
     return a0 < b1 and b0 < a1
 
 

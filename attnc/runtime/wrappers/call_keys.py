@@ -1,6 +1,6 @@
 """Owns: the keys of the eager call caches of the wrappers' ``run()`` (decode's call cache,
 ``decode_calls.py``, and prefill's call memo, ``prefill_calls.py``): what a call's checks
-looked at, and the byte spans for the ``out`` / ``q`` overlap test of a repeated call.
+looked at, and the byte spans for the overlap tests of a repeated call.
 """
 
 from __future__ import annotations
@@ -22,12 +22,6 @@ def byte_span(t: torch.Tensor) -> int:
         return 0
     last = sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
     return (last + 1) * t.element_size()
-
-
-def spans_overlap(a_ptr: int, a_span: int, b_ptr: int, b_span: int) -> bool:
-    """True when the byte ranges ``[a_ptr, a_ptr + a_span)`` and ``[b_ptr, b_ptr + b_span)``
-    share a byte."""
-    return a_ptr < b_ptr + b_span and b_ptr < a_ptr + a_span and a_span > 0 and b_span > 0
 
 
 def tensor_key(t: torch.Tensor) -> tuple[object, ...]:

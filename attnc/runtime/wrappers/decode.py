@@ -25,12 +25,13 @@ from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.wrappers import decode_launch
-from attnc.runtime.wrappers.call_keys import call_key, spans_overlap
+from attnc.runtime.wrappers.call_keys import call_key
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
     CachedCall,
     apply_call,
     kv_identity,
+    may_alias,
     remember_call,
 )
 from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
@@ -88,7 +89,9 @@ class BatchDecodeWrapper(DecodePlanning):
             hit = self._calls.get(key)
             # Still valid for the current plan: as many q rows, every planned page in the cache.
             if hit is not None and hit.q_rows == self._q_rows and self._max_page < hit.num_pages:
-                return self._run_cached(hit, q, out, return_lse)
+                result = self._run_cached(hit, q, out, return_lse)
+                if result is not None:
+                    return result
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape)
@@ -97,7 +100,7 @@ class BatchDecodeWrapper(DecodePlanning):
                 self.variant.name,  # type: ignore[attr-defined]
                 values or self._resolve(params, shape, full=True),
             )
-        o = torch.empty_like(q) if out is None else tensors.check_out(out, q)
+        o = self._check_memory(q, views, out)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
         module = self._module
         assert module is not None
@@ -109,29 +112,46 @@ class BatchDecodeWrapper(DecodePlanning):
         if self._debug_checks:
             self._page_status.check_after_run()
         if key is not None:
-            hit = remember_call(self._args, q, out, views.num_pages, struct, params, values)
+            kv_range = _kv_range(views)
+            hit = remember_call(
+                self._args, q, out, views.num_pages, struct, params, values, kv_range
+            )
             if hit is not None:
                 if len(self._calls) >= MAX_CACHED_CALLS:
                     self._calls.clear()
                 self._calls[key] = self._applied = hit
         return (o, lse) if lse is not None else o
 
+    def _check_memory(
+        self, q: torch.Tensor, views: KvViews, out: torch.Tensor | None
+    ) -> torch.Tensor:
+        """O: ``out`` checked (apart from q and the KV cache), or a new tensor; q, the cache
+        and ``out`` apart from the workspace (``ValueError`` naming the tensor otherwise)."""
+        named = (("kv", views.k), ("kv", views.v))
+        if out is not None:
+            out = tensors.check_out(out, q)
+            tensors.check_apart("out", out, named)
+        tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+        return torch.empty_like(q) if out is None else out
+
     def _run_cached(
         self, hit: CachedCall, q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Launch with the fields of a cached call: only the q/o/lse pointers are new."""
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
+        """Launch with the fields of a cached call: only the q/o/lse pointers are new (None:
+        at these addresses q or ``out`` may share memory, which the checked call names)."""
+        qp = q.data_ptr()
+        op = None if out is None else out.data_ptr()
+        if may_alias(hit, qp, op, self._workspace_range):
+            return None
         a = self._args
         if self._applied is not hit:
             apply_call(a, hit)
             self._applied = hit
-        qp = q.data_ptr()
         if out is None:
             o = torch.empty_like(q)
             op = o.data_ptr()
         else:
-            o, op = out, out.data_ptr()
-            if spans_overlap(op, hit.o_span, qp, hit.q_span):
-                tensors.check_out(out, q)  # raises: out overlaps q
+            o = out
         a.q = qp
         a.o = op
         self._launched = True
@@ -257,6 +277,12 @@ class BatchDecodeWrapper(DecodePlanning):
             return {}
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
         return self.variant.resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined,no-any-return]
+
+
+def _kv_range(views: KvViews) -> tuple[int, int]:
+    """The bytes ``[start, end)`` of the KV cache's K and V halves together."""
+    k, v = tensors.byte_range(views.k), tensors.byte_range(views.v)
+    return min(k[0], v[0]), max(k[1], v[1])
 
 
 def _not_planned() -> RuntimeError:

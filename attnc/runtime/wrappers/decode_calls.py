@@ -4,8 +4,10 @@ After a fully checked call, ``run()`` remembers the per-call fields of the decod
 struct (K/V pointers, strides, the params struct) keyed by what its checks looked at: q and
 out by shape, strides, dtype and device, the KV cache also by data pointer, scalar params by
 type and value, tensor params by identity and data pointer. A later call with the same key
-re-checks only what depends on the current plan (row count, page range) and whether ``out``
-overlaps ``q``, writes the q/o/lse pointers and launches.
+re-checks only what depends on the current plan (row count, page range) and whether at the
+new addresses q or ``out`` may lie in the workspace or ``out`` overlap q or the KV cache
+(``may_alias``: the call is then checked in full, which names the problem), writes the
+q/o/lse pointers and launches.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ MAX_CACHED_CALLS = 128
 @dataclass(frozen=True)
 class CachedCall:
     """The per-call fields of a checked ``run()``, with the objects the params struct points
-    into, and the byte spans of q and out (for the overlap check of later calls)."""
+    into, the byte spans of q and out (0 without out) and the KV cache's bytes (for the
+    overlap checks of later calls)."""
 
     q_rows: int
     num_pages: int
@@ -44,6 +47,7 @@ class CachedCall:
     params: dict[str, object]
     q_span: int
     o_span: int
+    kv_range: tuple[int, int] = (0, 0)  # [start, end) addresses
 
 
 def remember_call(
@@ -54,11 +58,12 @@ def remember_call(
     struct: ctypes.Structure,
     params: Mapping[str, object],
     values: Mapping[str, object],
+    kv_range: tuple[int, int] = (0, 0),
 ) -> CachedCall | None:
     """The cache entry of the checked call whose fields are in ``args``, or None when it may
     not be cached: a tensor param was replaced by a copy (a later in-place update of the
-    caller's tensor would not be seen through the copy). The byte spans of q and ``out``
-    are kept only when the call had an ``out`` (later calls check it does not overlap q)."""
+    caller's tensor would not be seen through the copy). ``kv_range``: the KV cache's
+    bytes ``[start, end)``."""
     for name, given in params.items():
         if isinstance(given, torch.Tensor) and values.get(name) is not given:
             return None
@@ -68,8 +73,26 @@ def remember_call(
         q.shape[0], num_pages, a.k, a.v, a.q_stride_tok, a.q_stride_head, a.o_stride_tok,
         a.o_stride_head, a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head,
         a.variant_params, struct, dict(params),
-        0 if out is None else byte_span(q), 0 if out is None else byte_span(out),
+        byte_span(q), 0 if out is None else byte_span(out), kv_range,
     )  # fmt: skip
+
+
+def may_alias(hit: CachedCall, q_ptr: int, out_ptr: int | None, workspace: tuple[int, int]) -> bool:
+    """Whether, with the spans of ``hit`` at this call's addresses, q or ``out`` may lie in
+    the ``workspace`` bytes, or ``out`` overlap q or the KV cache."""
+    ws, ws_end = workspace
+    q_end = q_ptr + hit.q_span
+    if q_ptr < ws_end and ws < q_end:
+        return True
+    if out_ptr is None:
+        return False
+    o_end = out_ptr + hit.o_span
+    kv, kv_end = hit.kv_range
+    return (
+        (out_ptr < q_end and q_ptr < o_end)
+        or (out_ptr < kv_end and kv < o_end)
+        or (out_ptr < ws_end and ws < o_end)
+    )
 
 
 def apply_call(args: AttncDecodeArgs, hit: CachedCall) -> None:

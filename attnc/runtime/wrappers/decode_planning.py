@@ -68,6 +68,7 @@ class DecodePlanning:
     _launched = False
     # The plan-time scalars (name, type, value) the planned mask was made from.
     _mask_key: tuple[tuple[str, type, object], ...] | None = None
+    _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.tensors.byte_range)
 
     def __init__(
         self,
@@ -88,6 +89,7 @@ class DecodePlanning:
             None if max_num_pages is None else tensors.check_int("max_num_pages", max_num_pages)
         )
         self._ws = tensors.workspace_bytes(workspace_buffer, require_cuda=True)
+        self._workspace_range = tensors.byte_range(self._ws)
         self.variant = variant
         self.kv_layout = kv_layout
         self.use_cuda_graph = bool(use_cuda_graph)

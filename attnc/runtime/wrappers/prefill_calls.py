@@ -6,8 +6,10 @@ struct it built, keyed by what its checks looked at (``call_keys.call_key``: q, 
 the KV tensors by shape, strides, dtype and device, not by address; params by value, or by
 identity and address for tensors). A later call of the same plan with the same key is
 launched from a copy of that struct with the new q / K / V / O / LSE addresses, after
-only the test that ``out`` does not overlap ``q`` and, when the plan was given mask
-params, the test that they are unchanged. ``plan()`` empties the memo, so every check that
+only the tests that ``out`` does not overlap q, K or V, that none of them lies in the
+workspace (byte spans at the new addresses; a call that fails them is checked in full,
+which names the problem) and, when the plan was given mask params, that they are
+unchanged. ``plan()`` empties the memo, so every check that
 depends on the plan (row and token counts, page range, batch-sized params) holds for an
 entry as long as it lives.
 """
@@ -22,7 +24,7 @@ import torch
 
 from attnc.runtime.abi import AttncPrefillArgs
 from attnc.runtime.checks.kv import KvViews
-from attnc.runtime.wrappers.call_keys import byte_span, call_key, spans_overlap, tensor_meta
+from attnc.runtime.wrappers.call_keys import byte_span, call_key, tensor_meta
 
 MAX_MEMO_CALLS = 64
 
@@ -31,8 +33,9 @@ MAX_MEMO_CALLS = 64
 class MemoCall:
     """A checked call's launch struct (its q/k/v/o/lse addresses are rewritten per call),
     the objects it points into (the params struct, the params' tensors), K's and V's byte
-    offsets from the addresses of the ``kv`` argument's tensors, the byte spans of q and
-    ``out`` (0 without ``out``) and the resolved param values (for the planned-mask test)."""
+    offsets from the addresses of the ``kv`` argument's tensors, the byte spans of q, K, V
+    and ``out`` (0 without ``out``), the workspace's bytes and the resolved param values
+    (for the planned-mask test)."""
 
     args: bytes
     params_struct: ctypes.Structure
@@ -41,7 +44,10 @@ class MemoCall:
     k_offset: int
     v_offset: int
     q_span: int
+    k_span: int
+    v_span: int
     o_span: int
+    workspace: tuple[int, int]  # [start, end) addresses
 
 
 def memo_key(
@@ -64,43 +70,51 @@ def remember(
     args: AttncPrefillArgs,
     kv: object,
     views: KvViews,
-    q: torch.Tensor,
-    out: torch.Tensor | None,
+    memory: tuple[torch.Tensor, torch.Tensor | None, tuple[int, int]],
     struct: ctypes.Structure,
     params: Mapping[str, object],
     values: Mapping[str, object],
 ) -> MemoCall | None:
     """The memo entry of the checked call launched with ``args``, or None when it may not be
     memoised: a tensor param or K / V was replaced by a copy (a later call would not see
-    the caller's tensor), or K / V do not lie at fixed offsets from the ``kv`` tensors."""
+    the caller's tensor), or K / V do not lie at fixed offsets from the ``kv`` tensors.
+    ``memory``: the call's q and ``out`` and the workspace's bytes ``[start, end)``."""
     for name, given in params.items():
         if isinstance(given, torch.Tensor) and values.get(name) is not given:
             return None
     if isinstance(kv, (tuple, list)) and (views.k is not kv[0] or views.v is not kv[1]):
         return None
+    q, out, workspace = memory
     k_base, v_base = kv_addresses(kv)
     k_offset, v_offset = views.k.data_ptr() - k_base, views.v.data_ptr() - v_base
-    spans = (byte_span(q), byte_span(out)) if out is not None else (0, 0)
-    return MemoCall(bytes(args), struct, dict(params), values, k_offset, v_offset, *spans)
+    spans = (byte_span(q), byte_span(views.k), byte_span(views.v))
+    o_span = 0 if out is None else byte_span(out)
+    return MemoCall(
+        bytes(args), struct, dict(params), values, k_offset, v_offset, *spans, o_span, workspace
+    )  # fmt: skip
 
 
 def replay_args(
-    hit: MemoCall,
-    q: torch.Tensor,
-    kv: object,
-    o: torch.Tensor,
-    lse: torch.Tensor | None,
-) -> AttncPrefillArgs:
-    """The launch struct of ``hit`` with this call's addresses."""
-    args = AttncPrefillArgs.from_buffer_copy(hit.args)
+    hit: MemoCall, q: torch.Tensor, kv: object, out: torch.Tensor | None
+) -> AttncPrefillArgs | None:
+    """The launch struct of ``hit`` with this call's q / K / V addresses (O and LSE are the
+    caller's to set), or None when at these addresses ``out`` may overlap q, K or V, or one
+    of them the workspace."""
     k_base, v_base = kv_addresses(kv)
-    args.q, args.o = q.data_ptr(), o.data_ptr()
-    args.k, args.v = k_base + hit.k_offset, v_base + hit.v_offset
-    args.lse = None if lse is None else lse.data_ptr()
+    q_ptr, k_ptr, v_ptr = q.data_ptr(), k_base + hit.k_offset, v_base + hit.v_offset
+    ws, ws_end = hit.workspace
+    q_end, k_end, v_end = q_ptr + hit.q_span, k_ptr + hit.k_span, v_ptr + hit.v_span
+    if (q_ptr < ws_end and ws < q_end) or (k_ptr < ws_end and ws < k_end):
+        return None
+    if v_ptr < ws_end and ws < v_end:
+        return None
+    if out is not None:
+        o_ptr = out.data_ptr()
+        o_end = o_ptr + hit.o_span
+        if (o_ptr < q_end and q_ptr < o_end) or (o_ptr < k_end and k_ptr < o_end):
+            return None
+        if (o_ptr < v_end and v_ptr < o_end) or (o_ptr < ws_end and ws < o_end):
+            return None
+    args = AttncPrefillArgs.from_buffer_copy(hit.args)
+    args.q, args.k, args.v = q_ptr, k_ptr, v_ptr
     return args
-
-
-def out_overlaps_q(hit: MemoCall, q: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether this call's ``out`` may share memory with its ``q`` (the spans of the
-    remembered call, at this call's addresses)."""
-    return spans_overlap(out.data_ptr(), hit.o_span, q.data_ptr(), hit.q_span)

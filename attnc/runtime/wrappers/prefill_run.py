@@ -45,6 +45,7 @@ class PrefillRunner:
     _batch_sizes: dict[str, int]
     _planned_mask: PlannedMask
     _workspace: torch.Tensor
+    _workspace_range: tuple[int, int]  # its bytes [start, end)
     _page_status: PageStatus
     _debug_checks: bool
     _memo: dict[tuple[object, ...], prefill_calls.MemoCall]
@@ -66,7 +67,9 @@ class PrefillRunner:
             key = prefill_calls.memo_key(q, kv, out, return_lse, params)
             hit = self._memo.get(key) if key is not None else None
             if hit is not None:
-                return self._run_memo(hit, q, kv, out, return_lse)
+                result = self._run_memo(hit, q, kv, out, return_lse)
+                if result is not None:
+                    return result
         hq, hkv, d = self._heads
         q = tensors.check_data_tensor("q", q, (self._total_q, hq, d))
         if q.dtype != self._dtype:
@@ -77,10 +80,23 @@ class PrefillRunner:
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
         values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
-        if out is not None and not torch.compiler.is_compiling():
-            out = tensors.check_out(out, q)
+        if not torch.compiler.is_compiling():
+            out = self._check_memory(q, views, out)
         memo = None if key is None else (key, kv, params)
         return self.run_checked(q, views, out, return_lse, values, memo)
+
+    def _check_memory(
+        self, q: torch.Tensor, views: KvViews, out: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The checked ``out``, apart from q, K and V; q, K, V and ``out`` apart from the
+        workspace (``ValueError`` naming the tensor otherwise)."""
+        kv_names = ("kv", "kv") if self._paged else ("k", "v")
+        named = ((kv_names[0], views.k), (kv_names[1], views.v))
+        if out is not None:
+            out = tensors.check_out(out, q)
+            tensors.check_apart("out", out, named)
+        tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+        return out
 
     def _run_memo(
         self,
@@ -89,14 +105,17 @@ class PrefillRunner:
         kv: object,
         out: torch.Tensor | None,
         return_lse: bool,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Launch a call whose checks a remembered call of this plan passed."""
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
+        """Launch a call whose checks a remembered call of this plan passed (None: its
+        tensors may share memory, which the checks of a first call then name)."""
         if self._planned_mask.values or self._planned_mask.tensors:
             self.check_planned_values(hit.values)  # the planned tensors are unchanged
-        if out is not None and prefill_calls.out_overlaps_q(hit, q, out):
-            tensors.check_out(out, q)  # raises: out overlaps q
+        args = prefill_calls.replay_args(hit, q, kv, out)
+        if args is None:
+            return None
         o, lse = _outputs(q, out, return_lse)
-        args = prefill_calls.replay_args(hit, q, kv, o, lse)
+        args.o = o.data_ptr()
+        args.lse = None if lse is None else lse.data_ptr()
         prefill_launch.launch_args(self._module, self._meta, args, q.device, lse)
         return self._launched(o, lse)
 
@@ -175,7 +194,9 @@ class PrefillRunner:
         values: Mapping[str, object],
     ) -> None:
         key, kv, given = memo
-        entry = prefill_calls.remember(args, kv, views, q, out, struct, given, values)
+        entry = prefill_calls.remember(
+            args, kv, views, (q, out, self._workspace_range), struct, given, values
+        )
         if entry is not None:
             if len(self._memo) >= prefill_calls.MAX_MEMO_CALLS:
                 self._memo.clear()
