@@ -124,7 +124,9 @@ typedef struct AttncStepResult {
   int64_t max_page;  // largest host page id (-1: none, or ids on the device)
   int64_t cuda_error;  // cudaError_t of ATTNC_PLAN_CUDA
   AttncPlanSummary summary;  // ATTNC_PLAN_OK (num_items only for ATTNC_PLAN_CAPACITY)
-  int64_t total_kv;  // KV tokens of the step as int32 (kv_token_start's last entry; 0 without)
+  // KV tokens of the step as int32 (kv_token_start's last entry; 0 without), or their int64
+  // count past INT32_MAX with ATTNC_PLAN_OUT_OF_RANGE (they do not fit kv_token_start)
+  int64_t total_kv;
 } AttncStepResult;
 
 }  // extern "C"

@@ -176,6 +176,22 @@ inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
   return ATTNC_PLAN_OK;
 }
 
+// For a variant that reads a kv_len tensor: whether the step's KV tokens fit the int32
+// kv_token_start (and the int32 indices of that tensor); when not, r->total_kv holds their
+// count. A length beyond kMaxLen is left to plan() (ATTNC_PLAN_OUT_OF_RANGE either way).
+inline bool token_starts_fit(const AttncStepParams& s, AttncStepResult* r) {
+  if (s.dev_token_start == nullptr) return true;
+  int64_t total = 0;
+  for (int64_t i = 0; i < r->batch; ++i) {
+    const int64_t k = s.kv_out[i];
+    if (k < 0 || k > kMaxLen) return true;
+    total += k;  // fewer than 2^31 lengths below 2^31 each: no overflow
+  }
+  if (total <= kMaxLen) return true;
+  r->total_kv = total;
+  return false;
+}
+
 // kv_token_start of a variant that reads a kv_len tensor (after the wait): the prefix sums of
 // the KV lengths as int32 (wrapping, as torch's int32 cumsum) into token_stage, the total into
 // r->total_kv.
@@ -226,11 +242,14 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
 // negative host page id is found after the wait, in the pass that stages the ids; the
 // stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) / ATTNC_PLAN_OUT_OF_RANGE: the checks
 // passed (batch, nnz, max_page, kv_out, page_begin_out set) and the previous copies are
-// done, nothing written: the caller raises. ATTNC_PLAN_CUDA: a CUDA call failed
+// done, nothing written: the caller raises (r->total_kv > INT32_MAX: the step's KV tokens do
+// not fit the int32 kv_token_start of a variant that reads a kv_len tensor). ATTNC_PLAN_CUDA: a CUDA call failed
 // (r->cuda_error).
 inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
+  r->total_kv = 0;
   int rc = check_page_table(s, r, /*scan_ids=*/false);
   if (rc != ATTNC_PLAN_OK) return rc;
+  if (!token_starts_fit(s, r)) return ATTNC_PLAN_OUT_OF_RANGE;
   cudaError_t e = cuda().wait(s);
   if (e != cudaSuccess) return cuda_failed(r, e);
   rc = stage_host_ids(s, r);

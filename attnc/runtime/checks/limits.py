@@ -1,4 +1,5 @@
-"""Owns: the checks that a batch fits the kernels' 32-bit indices (KV tokens per request).
+"""Owns: the checks that a batch fits the kernels' 32-bit indices (KV tokens per request, and
+per batch for a variant that reads a ``kv_len`` tensor).
 
 The kernels index tokens with int32; a count past ``2**31 - 1`` would wrap silently on the
 device, so it is a ``ValueError`` naming the argument on the host.
@@ -24,3 +25,13 @@ def check_paged_kv_tokens(
             f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens ({int(pages[i])} pages of "
             f"page_size={page_size}), more than the kernels' int32 limit {I32_MAX}"
         )
+
+
+def kv_tokens_past_int32(total_kv: int) -> ValueError:
+    """A batch whose KV tokens together do not fit the int32 ``kv_token_start`` (and indices)
+    of a ``kv_len`` tensor param."""
+    return ValueError(
+        f"kv_indptr: the batch holds {total_kv} KV tokens, more than the kernels' int32 limit "
+        f"{I32_MAX} for a variant that reads a kv_len tensor (its entries are indexed over "
+        f"the whole batch); plan fewer requests per step"
+    )

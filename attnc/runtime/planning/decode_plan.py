@@ -23,6 +23,8 @@ import numpy as np
 
 from attnc.runtime import abi
 from attnc.runtime.checks import page_table
+from attnc.runtime.checks.limits import kv_tokens_past_int32
+from attnc.runtime.checks.tensors import I32_MAX
 from attnc.runtime.planning.decode_plan_library import (
     MAX_SPLIT_FACTORS,
     PlanParams,
@@ -296,6 +298,8 @@ class DecodePlanner:
                 f"decode plan: needs {needed} work items, the wrapper holds "
                 f"{st.plan.max_items} (raise max_batch_size or pass a larger max_work_items)"
             )
+        if rc == abi.PLAN_OUT_OF_RANGE and summary is None and r.total_kv > I32_MAX:
+            raise kv_tokens_past_int32(int(r.total_kv))
         if rc == abi.PLAN_OUT_OF_RANGE:
             raise ValueError(OUT_OF_RANGE_MESSAGE)
         raise RuntimeError(f"attnc: decode plan: {self.cuda_error(int(r.cuda_error))}")
