@@ -4,9 +4,11 @@ with a ValueError naming it instead of reaching a launch."""
 
 from __future__ import annotations
 
+import re
 import weakref
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -169,3 +171,20 @@ def test_decode_q_or_out_in_the_workspace_is_refused(cpu_decode, name, repeated)
     with pytest.raises(ValueError, match=f"^{name}: overlaps workspace_buffer in memory"):
         w.run(args[0], cache, out=args[1])
     assert len(w._module.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (np.bool_(True), "bool np.True_"),
+        (torch.tensor(True), "Tensor tensor(True)"),
+        (10**400, "int 1000"),
+    ],
+)
+def test_sm_scale_that_is_a_numpy_or_tensor_bool_or_an_int_past_float_is_named(
+    value, shown
+) -> None:
+    """numpy's and torch's True were taken as a scale of 1.0 (Python's True is refused), and
+    an int past the float range raised a bare OverflowError."""
+    with pytest.raises(ValueError, match=f"^sm_scale: expected a float, got {re.escape(shown)}"):
+        tensors.check_sm_scale(value, 128)

@@ -11,6 +11,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from attnc.runtime.checks import page_table
@@ -49,14 +50,17 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
 def sm_scale_value(sm_scale: object, head_dim: int) -> float:
     """The softmax scale as a Python float, any value (the eager reference takes NaN, 0 or a
     negative scale): ``1 / sqrt(head_dim)`` for None, else a Python or numpy float or int or
-    a one-element tensor, never a bool or a string."""
+    a one-element tensor, never a bool (Python's, numpy's or a bool tensor), a string or an
+    int past the float range."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(sm_scale, (bool, str, bytes)):
+    if isinstance(sm_scale, (bool, np.bool_, str, bytes)) or (
+        isinstance(sm_scale, torch.Tensor) and sm_scale.dtype == torch.bool
+    ):
         raise _not_a_float(sm_scale)
     try:
         return float(sm_scale)  # type: ignore[arg-type]
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         raise _not_a_float(sm_scale) from None
 
 
