@@ -188,3 +188,12 @@ def test_sm_scale_that_is_a_numpy_or_tensor_bool_or_an_int_past_float_is_named(
     an int past the float range raised a bare OverflowError."""
     with pytest.raises(ValueError, match=f"^sm_scale: expected a float, got {re.escape(shown)}"):
         tensors.check_sm_scale(value, 128)
+
+
+@pytest.mark.parametrize("wrapper", ["BatchPrefillWrapper", "BatchDecodeWrapper"])
+@pytest.mark.parametrize("variant", ["stdlib:causal", None])
+def test_a_wrapper_of_something_else_than_a_variant_names_the_argument(wrapper, variant) -> None:
+    """A variant's name in place of attnc.load(name) raised an AttributeError from deep
+    inside the constructor (prefill) or was reported as a workspace problem (decode)."""
+    with pytest.raises(TypeError, match="^variant: expected a variant from attnc.load"):
+        getattr(attnc, wrapper)(variant, torch.empty(1 << 20, dtype=torch.uint8))

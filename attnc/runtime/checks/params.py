@@ -77,6 +77,18 @@ def resolve_params(
     return resolved
 
 
+def check_variant(variant: object) -> None:
+    """A wrapper's ``variant``: a compiled variant (``attnc.load``), not its name or source
+    (a ``TypeError`` naming the argument otherwise)."""
+    from attnc.runtime.variant import Variant  # variant.py imports this module
+
+    if not isinstance(variant, Variant):
+        raise TypeError(
+            f"variant: expected a variant from attnc.load(), got {_type_name(variant)} "
+            f"{printable(repr(variant))[:80]}"
+        )
+
+
 def check_params_arg(params: object) -> Mapping[str, object]:
     """``plan()``'s ``params`` argument: None (no params, ``{}``) or a mapping of param names
     to values (a ``TypeError`` otherwise; unknown names are refused by the param checks)."""

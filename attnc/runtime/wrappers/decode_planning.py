@@ -23,7 +23,7 @@ from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import check_params_arg, token_sizes
+from attnc.runtime.checks.params import check_params_arg, check_variant, token_sizes
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
@@ -81,6 +81,7 @@ class DecodePlanning:
         max_work_items: int | None = None,
         max_num_pages: int | None = None,
     ) -> None:
+        check_variant(variant)
         tensors.check_kv_layout(kv_layout)
         # The capacities are ints >= 1, checked before the regions are placed by them.
         max_batch = _count("max_batch_size", max_batch_size, DEFAULT_MAX_BATCH)

@@ -23,7 +23,7 @@ from attnc.runtime.build.backends import (
 from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import check_params_arg, token_sizes
+from attnc.runtime.checks.params import check_params_arg, check_variant, token_sizes
 from attnc.runtime.planning import prefill_plan_library
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import (
@@ -72,6 +72,7 @@ class BatchPrefillWrapper(PrefillRunner):
         max_tile_map_bytes: int | None = None,
         wait_for_tile_map: bool = False,
     ):
+        check_variant(variant)
         tensors.check_kv_layout(kv_layout)
         if not isinstance(wait_for_tile_map, bool):
             raise TypeError(f"wait_for_tile_map: expected a bool, got {wait_for_tile_map!r}")
