@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import weakref
+from fractions import Fraction
 from types import SimpleNamespace
 
 import numpy as np
@@ -197,3 +198,21 @@ def test_a_wrapper_of_something_else_than_a_variant_names_the_argument(wrapper, 
     inside the constructor (prefill) or was reported as a workspace problem (decode)."""
     with pytest.raises(TypeError, match="^variant: expected a variant from attnc.load"):
         getattr(attnc, wrapper)(variant, torch.empty(1 << 20, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize(
+    ("variant", "value", "words"),
+    [
+        ("softcap", 10**400, r"param 'cap' \(f32\): value out of the float range"),
+        ("softcap", Fraction(10**400, 3), r"param 'cap' \(f32\): value out of the float range"),
+        ("sliding_window", 10**5000, r"param 'window' \(i32\): an int of 16610 bits does not"),
+    ],
+    ids=["int", "fraction", "digits"],
+)
+def test_a_scalar_param_past_the_float_or_printable_range_is_named(variant, value, words) -> None:
+    """float() of a huge int or fraction raised a bare OverflowError, and an i32 of 5000
+    digits raised Python's digit-limit ValueError while its message was formatted."""
+    v = attnc.load(f"stdlib:{variant}")
+    name = "cap" if variant == "softcap" else "window"
+    with pytest.raises(ValueError, match=f"^variant '{variant}': {words}"):
+        v.resolve_for({name: value}, (HQ, HKV, D), "cpu", {})

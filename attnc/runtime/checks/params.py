@@ -160,11 +160,21 @@ def _check_scalar(decl: ParamDecl, value: object, prefix: str) -> object:
             raise ValueError(f"{_where(prefix, decl)}: expected an int, got {_type_name(value)}")
         ivalue = int(value)  # type: ignore[call-overload]
         if not _I32_MIN <= ivalue <= _I32_MAX:
-            raise ValueError(f"{_where(prefix, decl)}: value {ivalue} does not fit in int32")
+            raise ValueError(f"{_where(prefix, decl)}: {_int_text(ivalue)} does not fit in int32")
         return ivalue
     if is_int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
-        return float(value)  # type: ignore[arg-type]
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            raise ValueError(f"{_where(prefix, decl)}: value out of the float range") from None
     raise ValueError(f"{_where(prefix, decl)}: expected a float, got {_type_name(value)}")
+
+
+def _int_text(value: int) -> str:
+    """``value N`` for an error message; the bit length of an int too long to print."""
+    if value.bit_length() > 256:
+        return f"an int of {value.bit_length()} bits"
+    return f"value {value}"
 
 
 def _check_tensor(
