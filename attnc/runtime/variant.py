@@ -15,6 +15,7 @@ from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic, printable
 from attnc.runtime.checks.params import resolve_params, token_sizes
+from attnc.runtime.checks.tensors import check_flag
 from attnc.runtime.reference import check_qkv, reference_attention
 
 
@@ -114,6 +115,7 @@ class Variant:
         natural-log LSE ``[q_len, H_qo]`` (float32 for 16-bit inputs).
         """
         check_qkv(q, k, v)
+        check_flag("return_lse", return_lse)
         resolved = self.resolve(q, k, params)
         return reference_attention(
             self._reference_module,
@@ -141,6 +143,7 @@ class Variant:
         ``backend``: ``"auto"`` (default: the Hopper template on sm_90 where it serves the
         request, else FA2), ``"fa2"`` or ``"sm90"``. Under ``torch.compile`` it traces to one
         ``attnc::single_prefill`` custom op (with the process default backend)."""
+        check_flag("return_lse", return_lse)
         return _single_prefill()(
             self, q, k, v, sm_scale=sm_scale, return_lse=return_lse, params=params,
             backend=backend,

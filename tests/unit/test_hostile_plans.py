@@ -216,3 +216,25 @@ def test_a_scalar_param_past_the_float_or_printable_range_is_named(variant, valu
     name = "cap" if variant == "softcap" else "window"
     with pytest.raises(ValueError, match=f"^variant '{variant}': {words}"):
         v.resolve_for({name: value}, (HQ, HKV, D), "cpu", {})
+
+
+@pytest.mark.parametrize("flag", ["no", 0, None, np.False_])
+def test_a_return_lse_that_is_not_a_bool_is_named(cpu_run, cpu_decode, single_cpu, flag) -> None:  # noqa: F811
+    """``return_lse="no"`` counted as on: every entry returned (O, LSE) where O was asked for.
+    Prefill, decode, the one-request prefill and the eager reference all refuse it."""
+    message = r"^return_lse: expected True or False, got "
+    w, rec = _prefill_wrapper()
+    q = torch.randn(14, HQ, D).to(torch.bfloat16)
+    k, v = _arena(14, 14)
+    with pytest.raises(TypeError, match=message):
+        w.run(q, (k, v), return_lse=flag)
+    dw = cpu_decode("causal")
+    dq, cache = _inputs()
+    with pytest.raises(TypeError, match=message):
+        dw.run(dq, cache, return_lse=flag)
+    variant = attnc.load("stdlib:causal")
+    with pytest.raises(TypeError, match=message):
+        variant.prefill(*_single_qkv(), return_lse=flag)
+    with pytest.raises(TypeError, match=message):
+        variant.reference(*(t.float() for t in _single_qkv()), return_lse=flag)
+    assert rec.calls == [] and dw._module.calls == []

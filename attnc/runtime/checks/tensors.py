@@ -36,6 +36,13 @@ def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX
     return number
 
 
+def check_flag(name: str, value: object) -> bool:
+    """An on/off argument: ``True`` or ``False`` (a string such as ``"no"`` would count as on)."""
+    if value is True or value is False:
+        return value
+    raise TypeError(f"{name}: expected True or False, got {type(value).__name__} {value!r}")
+
+
 def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     """The softmax scale as a Python float: ``1 / sqrt(head_dim)`` for None, else a real
     number (:func:`sm_scale_value`) that is finite and > 0. The kernels keep the running row

@@ -77,6 +77,8 @@ class BatchDecodeWrapper(DecodePlanning):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attention for the planned step: O ``[batch * q_len, H_qo, D]`` (and the natural-log
         LSE ``[batch * q_len, H_qo]`` float32 when ``return_lse``)."""
+        if return_lse is not False and return_lse is not True:
+            tensors.check_flag("return_lse", return_lse)
         if torch.compiler.is_compiling():
             return self._run_compiled(q, kv_cache, return_lse, out, params)
         shape = self._shape

@@ -62,6 +62,8 @@ class PrefillRunner:
         """Attention for the planned batch: O ``[total_q, H_qo, D]`` (and LSE ``[total_q, H_qo]``
         float32, natural log, when ``return_lse``)."""
         self._require_plan()
+        if return_lse is not False and return_lse is not True:
+            tensors.check_flag("return_lse", return_lse)
         key = None
         if not torch.compiler.is_compiling():
             key = prefill_calls.memo_key(q, kv, out, return_lse, params)
