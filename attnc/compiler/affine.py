@@ -11,7 +11,12 @@ import sympy
 from attnc.compiler import ir
 from attnc.compiler.hoist import level
 from attnc.compiler.results import AffineScore
-from attnc.compiler.simplify import NonFiniteConstant, SympyConverter, simplify_expr
+from attnc.compiler.simplify import (
+    NonFiniteConstant,
+    SympyConverter,
+    shared_as_atoms,
+    simplify_expr,
+)
 
 __all__ = ["AffineScore", "analyse_affine"]
 
@@ -25,7 +30,8 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
         return AffineScore(one, zero, True)
     conv = SympyConverter()
     try:
-        expr = conv.to_sympy(score)
+        with shared_as_atoms(score):
+            expr = conv.to_sympy(score)
     except NonFiniteConstant:  # inf or nan: SymPy's reals would cancel it (inf - inf = 0)
         return None
     score_symbols = [s for s, e in conv.leaves.items() if e == SCORE]
@@ -51,4 +57,9 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
 
 
 def _contains_score(e: ir.Expr) -> bool:
-    return any(n == SCORE for n in ir.walk(e))
+    """Whether ``e`` reads the incoming score (remembered per node)."""
+    return ir.bottom_up(e, "_reads_score", _own_reads_score)
+
+
+def _own_reads_score(e: ir.Expr) -> bool:
+    return e == SCORE or any(c.__dict__["_reads_score"] for c in ir.children(e))

@@ -15,6 +15,8 @@ out of the inner loop.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
 
@@ -69,6 +71,18 @@ def simplify_expr(e: ir.Expr) -> ir.Expr:
 # ids of the nodes with two or more parents in the expression being simplified: SymPy sees
 # each as one atom (simplified once on its own), so shared parts are converted once.
 _SHARED: ContextVar[frozenset[int]] = ContextVar("simplify_shared", default=frozenset())
+
+
+@contextmanager
+def shared_as_atoms(e: ir.Expr) -> Iterator[None]:
+    """Within the block, :class:`SympyConverter` reads each sub-expression of ``e`` with two
+    or more parents as one atom, as :func:`simplify_expr` does: a DAG then costs SymPy its
+    distinct nodes, not its unfolded tree (which doubles with every ``let a = b * (b + 1)``)."""
+    token = _SHARED.set(_shared_nodes(e))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
 
 
 def _shared_nodes(e: ir.Expr) -> frozenset[int]:

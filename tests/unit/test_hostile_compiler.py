@@ -5,6 +5,7 @@ against the evaluator on the unsimplified IR or against brute force over small t
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -96,3 +97,37 @@ def test_affine_score_keeps_an_infinite_scale_apart() -> None:
     assert c.affine is None or not (
         isinstance(c.affine.scale, ir.Const) and c.affine.scale.value == 0.0
     )
+
+
+def chain_of_lets(first: str, step: str, n: int) -> str:
+    """``let a0 = first;`` and n lets ``a{i+1} = step`` with ``{a}`` for ``a{i}``: a DAG
+    whose unfolded tree doubles with every let."""
+    lets = [f"let a0 = {first};"]
+    lets += [f"let a{i + 1} = {step.format(a=f'a{i}')};" for i in range(n)]
+    return " ".join(lets)
+
+
+@pytest.mark.parametrize(
+    ("first", "step", "score"),
+    [
+        ("float(q_idx) * 0.1", "{a} * (1.0 - {a})", "score + a18"),  # a row-level bias
+        ("float(kv_idx) * 0.1", "{a} * (1.0 - {a})", "score * 2.0 + a18"),  # element level
+        ("score", "{a} * {a} + {a}", "a18"),  # not affine
+    ],
+)
+def test_affine_analysis_of_a_shared_dag_takes_linear_time(
+    first: str, step: str, score: str
+) -> None:
+    body = chain_of_lets(first, step, 18) + f" score = {score};"
+    start = time.perf_counter()
+    c = compiled(body)
+    seconds = time.perf_counter() - start
+    assert seconds < 3.0  # exponential in the number of lets before (~2 minutes)
+    if first == "score":
+        assert c.affine is None
+        return
+    assert c.affine is not None
+    env = {"q_idx": 3, "kv_idx": 5, "score": 0.25}
+    scale, bias = (evaluate(x, env) for x in (c.affine.scale, c.affine.bias))
+    assert 0.0 < bias < 1.0
+    assert scale * 0.25 + bias == pytest.approx(evaluate(c.lowered.score, env), rel=1e-6)
