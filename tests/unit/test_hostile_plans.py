@@ -4,6 +4,7 @@ with a ValueError naming it instead of reaching a launch."""
 
 from __future__ import annotations
 
+import math
 import re
 import weakref
 from fractions import Fraction
@@ -205,17 +206,28 @@ def test_a_wrapper_of_something_else_than_a_variant_names_the_argument(wrapper, 
     [
         ("softcap", 10**400, r"param 'cap' \(f32\): value out of the float range"),
         ("softcap", Fraction(10**400, 3), r"param 'cap' \(f32\): value out of the float range"),
+        ("softcap", 1e300, r"param 'cap' \(f32\): value out of the float range \(f32 would"),
+        ("softcap", -3.5e38, r"param 'cap' \(f32\): value out of the float range \(f32 would"),
         ("sliding_window", 10**5000, r"param 'window' \(i32\): an int of 16610 bits does not"),
     ],
-    ids=["int", "fraction", "digits"],
+    ids=["int", "fraction", "1e300", "-3.5e38", "digits"],
 )
 def test_a_scalar_param_past_the_float_or_printable_range_is_named(variant, value, words) -> None:
     """float() of a huge int or fraction raised a bare OverflowError, and an i32 of 5000
-    digits raised Python's digit-limit ValueError while its message was formatted."""
+    digits raised Python's digit-limit ValueError while its message was formatted. A float
+    past float32's range was packed as inf: soft-cap's inf * tanh(score / inf) made every
+    logit NaN."""
     v = attnc.load(f"stdlib:{variant}")
     name = "cap" if variant == "softcap" else "window"
     with pytest.raises(ValueError, match=f"^variant '{variant}': {words}"):
         v.resolve_for({name: value}, (HQ, HKV, D), "cpu", {})
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, np.float64(math.inf), 3.4028234e38])
+def test_an_f32_param_of_inf_or_near_the_f32_maximum_is_taken(value) -> None:
+    """inf given as inf is a value (a variant may mean it); the largest float32 is too."""
+    v = attnc.load("stdlib:softcap")
+    assert v.resolve_for({"cap": value}, (HQ, HKV, D), "cpu", {})["cap"] == float(value)
 
 
 @pytest.mark.parametrize("flag", ["no", 0, None, np.False_])

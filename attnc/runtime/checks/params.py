@@ -7,6 +7,7 @@ converted silently (a float16 tensor for a ``tensor<f32>`` param is an error, no
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from collections.abc import Mapping, Sequence
 
@@ -14,6 +15,7 @@ import torch
 
 from attnc.compiler.ir import ParamDecl
 from attnc.dsl.errors import printable
+from attnc.dsl.literals import F32_OVERFLOW
 from attnc.runtime.checks.tensors import is_dense, layout_name
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
@@ -164,9 +166,15 @@ def _check_scalar(decl: ParamDecl, value: object, prefix: str) -> object:
         return ivalue
     if is_int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
         try:
-            return float(value)  # type: ignore[arg-type]
+            fvalue = float(value)  # type: ignore[arg-type]
         except OverflowError:
-            raise ValueError(f"{_where(prefix, decl)}: value out of the float range") from None
+            fvalue = math.inf
+        if abs(fvalue) >= F32_OVERFLOW and not (math.isinf(fvalue) and fvalue == value):
+            raise ValueError(
+                f"{_where(prefix, decl)}: value out of the float range "
+                "(f32 would round it to inf; pass inf itself to mean inf)"
+            )
+        return fvalue
     raise ValueError(f"{_where(prefix, decl)}: expected a float, got {_type_name(value)}")
 
 
