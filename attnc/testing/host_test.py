@@ -50,6 +50,7 @@ class HostTestReport:
 
     @property
     def ok(self) -> bool:
+        """Every error within TOLERANCE, no mask mismatch and no tile-class violation."""
         errors = (
             self.score_error,
             self.output_error,

@@ -34,6 +34,7 @@ class KernelTestReport:
 
     @property
     def ok(self) -> bool:
+        """Every kernel's error within its bound."""
         return all(err <= bound for _, err, bound in self.rows)
 
     def summary(self) -> str:

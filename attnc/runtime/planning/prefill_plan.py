@@ -85,10 +85,12 @@ class PrefillSchedule:
 
     @property
     def num_items(self) -> int:
+        """Work items in the list (a query tile of one request and KV head, or a chunk of one)."""
         return self.layout.counts["items"] // ITEM_INTS
 
     @property
     def num_merge(self) -> int:
+        """Query tiles whose split-KV chunks the merge kernel combines."""
         return self.layout.counts["merge_items"] // MERGE_INTS
 
     @property
@@ -150,6 +152,7 @@ class HostPlan:
 
     @property
     def paged(self) -> bool:
+        """Whether the plan reads a paged KV cache (it has an offset for page ids)."""
         return self.result.off_kv_indices >= 0
 
     @property
