@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from attnc.compiler import ir
-from attnc.compiler.lower_expr import Scope, cast, lower_expr, suggest
+from attnc.compiler.lower_expr import SUBSTITUTED, Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, printable, warning
 from attnc.dsl.limits import MAX_IR_DEPTH, MAX_PARAMS, too_deep_message
@@ -265,8 +265,7 @@ class _VariantLowering:
 def _within_depth(value: ir.Expr, loc: Loc) -> ir.Expr:
     """``value``, unless lets and defs made it deeper than the limit (an error at ``loc``)."""
     if ir.depth(value) > MAX_IR_DEPTH:
-        what = "expression (after substituting lets and defs)"
-        raise AttnError(loc, too_deep_message(what, MAX_IR_DEPTH))
+        raise AttnError(loc, too_deep_message(SUBSTITUTED, MAX_IR_DEPTH))
     return value
 
 

@@ -16,8 +16,11 @@ from attnc.compiler.numeric import I32_MAX, I32_MIN, is_finite, round_f32
 from attnc.compiler.token_index import first_index_error
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.limits import MAX_IR_DEPTH, too_deep_message
 
 INT32_MAX = I32_MAX
+# What the depth limit of lowered expressions is about, in its message.
+SUBSTITUTED = "expression (after substituting lets and defs)"
 
 
 @dataclass
@@ -33,6 +36,9 @@ class Scope:
     # (def name, argument nodes) -> the inlined body: a def called twice with the same
     # arguments yields one shared node, so nested defs stay a DAG, not an exponential tree.
     inlined: dict[tuple[str, tuple[ir.Expr, ...]], ir.Expr] = field(default_factory=dict)
+    # How many expressions are being lowered one inside another, def bodies included (one
+    # counter shared with the def scopes): past MAX_IR_DEPTH the IR is deeper than the limit.
+    nesting: list[int] = field(default_factory=lambda: [0])
 
     def child_for_def(self, d: ast.Def, args: dict[str, ir.Expr]) -> Scope:
         """Scope of a def body: its arguments plus built-ins (no lets or params of the caller)."""
@@ -44,6 +50,7 @@ class Scope:
             used_params=self.used_params,
             def_stack=self.def_stack + (d.name,),
             inlined=self.inlined,
+            nesting=self.nesting,
         )
 
     def visible_names(self) -> list[str]:
@@ -66,7 +73,18 @@ def lower_expr(e: ast.Expr, scope: Scope) -> ir.Expr:
     lowerer = _LOWERERS.get(type(e))
     if lowerer is None:
         raise AttnError(getattr(e, "loc", None) or Loc("<unknown>", 0, 0), "not an expression")
-    return lowerer(e, scope)
+    if isinstance(e, ast.Call) and e.func in scope.defs:
+        return lowerer(e, scope)  # def calls have their own limit (_inline_def)
+    # Every other level (but a unary plus) adds a node to the IR, so the count bounds the
+    # IR's depth and keeps the recursion within Python's, def bodies included.
+    nesting = scope.nesting
+    if nesting[0] >= MAX_IR_DEPTH:
+        raise AttnError(e.loc, too_deep_message(SUBSTITUTED, MAX_IR_DEPTH))
+    nesting[0] += 1
+    try:
+        return lowerer(e, scope)
+    finally:
+        nesting[0] -= 1
 
 
 def _num(e: ast.Num, scope: Scope) -> ir.Expr:
@@ -206,6 +224,8 @@ def _call(e: ast.Call, scope: Scope) -> ir.Expr:
 
 def _inline_def(e: ast.Call, scope: Scope) -> ir.Expr:
     d = scope.defs[e.func]
+    if len(scope.def_stack) >= MAX_IR_DEPTH:
+        raise AttnError(e.loc, too_deep_message("def calls", MAX_IR_DEPTH))
     if d.name in scope.def_stack:
         chain = " -> ".join(scope.def_stack[scope.def_stack.index(d.name) :] + (d.name,))
         raise AttnError(e.loc, f"recursive def '{d.name}' ({chain}); defs cannot recurse")

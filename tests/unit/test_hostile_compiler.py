@@ -14,6 +14,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.mask_tiles import classify, kv_range
 from attnc.compiler.pipeline import Compiled, compile_source
+from attnc.dsl.errors import AttnError
 
 I32_MAX, I32_MIN = 2**31 - 1, -(2**31)
 
@@ -131,3 +132,33 @@ def test_affine_analysis_of_a_shared_dag_takes_linear_time(
     scale, bias = (evaluate(x, env) for x in (c.affine.scale, c.affine.bias))
     assert 0.0 < bias < 1.0
     assert scale * 0.25 + bias == pytest.approx(evaluate(c.lowered.score, env), rel=1e-6)
+
+
+def lowering_error(text: str) -> str:
+    """The first line of the located error that compiling ``text`` raises."""
+    with pytest.raises(AttnError) as caught:
+        compile_source(text, "h.attn")
+    return str(caught.value).splitlines()[0]
+
+
+def def_chain(n: int, prefix: str = "") -> str:
+    """``def g0(x) = x;`` and ``def gi(x) = {prefix}g{i-1}(x);`` up to ``gn``, line i + 1."""
+    lines = ["def g0(x) = x;"] + [f"def g{i}(x) = {prefix}g{i - 1}(x);" for i in range(1, n + 1)]
+    return "\n".join(lines) + f"\nvariant v {{ score = g{n}(score); }}\n"
+
+
+def test_a_chain_of_thousands_of_defs_is_a_located_error() -> None:
+    # g2500 .. g501 are 2000 nested calls; the call of g500 in g501's body is one too many.
+    assert lowering_error(def_chain(2500)) == (
+        "h.attn:502:15: error: def calls nested too deeply (more than 2000 levels, the limit)"
+    )
+
+
+@pytest.mark.parametrize("op", ["-", "+"])
+def test_deep_def_bodies_calling_each_other_are_a_located_error(op: str) -> None:
+    # Each body nests 1500 levels around the next call: the 2001st level is the 501st
+    # operator of g19's body (line 20, column 13 + 501).
+    assert lowering_error(def_chain(20, op * 1500)) == (
+        "h.attn:20:514: error: expression (after substituting lets and defs) nested too "
+        "deeply (more than 2000 levels, the limit)"
+    )
