@@ -7,11 +7,13 @@ Cast. ``def`` helpers are inlined at their call sites (recursion is an error).
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from attnc.compiler import ir
+from attnc.compiler.evaluate import evaluate
 from attnc.compiler.numeric import I32_MAX, I32_MIN, is_finite, round_f32
 from attnc.compiler.token_index import first_index_error
 from attnc.dsl import ast
@@ -255,11 +257,33 @@ def cast(x: ir.Expr, target: str) -> ir.Expr:
     if isinstance(x, ir.Const) and x.type != ir.BOOL:
         if target == ir.F32:
             return ir.Const(round_f32(float(x.value)), target, loc=x.loc)
-        value = float(x.value)
-        if not (is_finite(value) and I32_MIN <= int(value) <= I32_MAX):
-            raise AttnError(x.loc, f"{value!r} converted to i32 is outside the i32 range")
-        return ir.Const(int(value), target, loc=x.loc)
+        value = _checked_i32(float(x.value), x.loc)
+        return ir.Const(value, target, loc=x.loc)
+    if target == ir.I32 and not _reads_inputs(x):
+        # A constant expression (int(3.0e38 * 10.0)) is checked like a literal: the kernels'
+        # and the reference's conversions of inf, nan and huge values differ.
+        _checked_i32(float(evaluate(x, {}, binary32=True)), x.loc)
     return ir.Cast(x, target, loc=x.loc)
+
+
+def _checked_i32(value: float, loc: Loc) -> int:
+    """``value`` truncated to i32; an error at ``loc`` when it has no i32 value."""
+    if math.isnan(value):
+        raise AttnError(loc, "nan converted to i32 is not a number")
+    if not (is_finite(value) and I32_MIN <= int(value) <= I32_MAX):
+        raise AttnError(loc, f"{value!r} converted to i32 is outside the i32 range")
+    return int(value)
+
+
+def _reads_inputs(x: ir.Expr) -> bool:
+    """Whether ``x`` reads a built-in, a param or a tensor (remembered per node)."""
+    return ir.bottom_up(x, "_reads_inputs", _own_reads_inputs)
+
+
+def _own_reads_inputs(e: ir.Expr) -> bool:
+    if isinstance(e, (ir.Builtin, ir.ParamRef, ir.TensorLoad)):
+        return True
+    return any(c.__dict__["_reads_inputs"] for c in ir.children(e))
 
 
 def _expect(x: ir.Expr, type_: str, loc: Loc, what: str) -> None:

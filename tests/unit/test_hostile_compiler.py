@@ -162,3 +162,23 @@ def test_deep_def_bodies_calling_each_other_are_a_located_error(op: str) -> None
         "h.attn:20:514: error: expression (after substituting lets and defs) nested too "
         "deeply (more than 2000 levels, the limit)"
     )
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("int(3.0e38 * 10.0)", "h.attn:2:23: error: inf converted to i32 is outside the i32 range"),
+        (
+            "int(1.0e30 * 10.0)",
+            "h.attn:2:23: error: 9.999999848243207e+30 converted to i32 is outside the i32 range",
+        ),
+        (
+            "int(2147483647.0 + 1.0)",
+            "h.attn:2:23: error: 2147483648.0 converted to i32 is outside the i32 range",
+        ),
+        ("int(0.0 / (1.0 - 1.0))", "h.attn:2:23: error: nan converted to i32 is not a number"),
+    ],
+)
+def test_constant_converted_to_i32_out_of_range_is_an_error(expr: str, message: str) -> None:
+    # As for a literal (int(1.0e30)): the kernels' and the reference's conversions differ.
+    assert lowering_error(f"variant v {{\n    score = float({expr}) + score;\n}}\n") == message
