@@ -160,11 +160,15 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 
 
 class Const(ExprNode):
+    """A literal or folded constant of ``type`` (f32, i32 or bool)."""
+
     value: float | int | bool
     type: str
 
 
 class Builtin(ExprNode):
+    """A value the kernel provides (see BUILTINS): ``score``, ``q_idx``, ``kv_idx`` ..."""
+
     name: str
     type: str
 
@@ -204,6 +208,8 @@ class Binary(ExprNode):
 
 
 class Select(ExprNode):
+    """``cond ? a : b`` (``a`` and ``b`` share ``type``)."""
+
     cond: Expr
     a: Expr
     b: Expr
@@ -245,6 +251,7 @@ class ParamDecl(Located):
 
     @property
     def required(self) -> bool:
+        """Whether every call must give the param (it has no default)."""
         return self.default is None
 
     @property

@@ -23,6 +23,8 @@ class Num(Located):
 
 
 class BoolLit(Located):
+    """``true`` or ``false``."""
+
     value: bool
 
 
@@ -48,6 +50,8 @@ class Binary(Located):
 
 
 class Ternary(Located):
+    """``cond ? then : otherwise``."""
+
     cond: Expr
     then: Expr
     otherwise: Expr
@@ -85,16 +89,22 @@ class TensorType(Located):
 
 
 class Doc(Located):
+    """``doc "...";``: the variant's one-line description (``text`` unescaped)."""
+
     text: str
 
 
 class Param(Located):
+    """``param name: type [= default];``."""
+
     name: str
     type: ScalarType | TensorType
     default: Expr | None
 
 
 class Let(Located):
+    """``let name = value;``: a named expression, shared wherever the name is used."""
+
     name: str
     value: Expr
 
@@ -123,6 +133,8 @@ VariantItem = Union[Doc, Param, Let, Assign, Normalize, KvLayout]
 
 
 class Variant(Located):
+    """``variant name { items }``."""
+
     name: str
     items: tuple[VariantItem, ...]
 

@@ -111,10 +111,12 @@ class AttnError(Exception):
 
     @property
     def loc(self) -> Loc:
+        """Where the error is: file, line and column span."""
         return self.diagnostic.loc
 
     @property
     def message(self) -> str:
+        """The error in plain words, without the location or the quoted line."""
         return self.diagnostic.message
 
     def render(self) -> str:
