@@ -7,8 +7,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+CACHE_DIR_VARIABLE = "ATTNC_CACHE_DIR"
+
+
+def _shown(text: str) -> str:
+    """``text`` with control characters escaped (``attnc.dsl.errors.printable``; imported
+    here so that this module stays free of the front end at import time)."""
+    from attnc.dsl.errors import printable
+
+    return printable(text)
+
 
 def cache_dir() -> Path:
-    """The cache root: ``$ATTNC_CACHE_DIR`` or ``~/.cache/attnc``."""
-    env = os.environ.get("ATTNC_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "attnc"
+    """The cache root, an absolute path: ``$ATTNC_CACHE_DIR`` (``~`` expanded, a relative
+    path taken from the working directory) or ``~/.cache/attnc``. A ``~user`` that names no
+    user, or a home directory that cannot be found, is a ``ValueError`` naming the variable."""
+    env = os.environ.get(CACHE_DIR_VARIABLE)
+    try:
+        root = Path(env).expanduser() if env else Path.home() / ".cache" / "attnc"
+    except RuntimeError:  # pathlib: "Could not determine home directory."
+        value = f"'{_shown(env)}'" if env else "unset, which means ~/.cache/attnc"
+        raise ValueError(
+            f"{CACHE_DIR_VARIABLE}: cannot find the home directory of the cache root "
+            f"({CACHE_DIR_VARIABLE} is {value}); set it to an absolute path"
+        ) from None
+    return root if root.is_absolute() else Path.cwd() / root

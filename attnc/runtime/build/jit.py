@@ -121,7 +121,9 @@ def _write_files(plan: _Plan) -> None:
     cache.make_dir(plan.directory)
     for path, text in zip(plan.sources, plan.spec.texts(), strict=True):
         cache.write_if_changed(path, text)
-    by_hand = plan.steps(output=plan.library).all()
+    # Named relative to the module directory (``ninja -C DIR``): the cache path, which may
+    # hold characters a ninja file cannot spell (a newline, ``|``), never appears in it.
+    by_hand = plan.steps(where=Path(), output=Path(plan.library.name)).all()
     cache.write_if_changed(plan.build_file, ninja_build.render_build_file(by_hand))
 
 

@@ -2,9 +2,9 @@
 
 The library is built by running nvcc directly (no shell; the commands come from
 ``nvcc_run.py``). The ``build.ninja`` in each module directory repeats those commands for
-rebuilding by hand (``ninja -C <dir>``):
-every argument is shell-quoted and ninja-escaped, and paths appear literally in the command
-(never through ``$in``/``$out``), so no path character reaches a shell unquoted.
+rebuilding by hand (``ninja -C <dir>``): the module's files are named relative to that
+directory, every argument is shell-quoted and ninja-escaped, and paths appear literally in the
+command (never through ``$in``/``$out``), so no path character reaches a shell unquoted.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""The build cache against hostile or unlucky input: odd ``ATTNC_CACHE_DIR`` and ``ATTNC_NVCC``
+values, cache entries copied from elsewhere, duplicate modules in one build, a failed build
+in a temporary directory, and the by-hand ``build.ninja``. nvcc is a fake here (no CUDA)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnc.runtime.build import cache, jit, toolchain
+
+ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
+NINJA = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
+
+
+@pytest.fixture
+def fake_nvcc(tmp_path, monkeypatch):
+    """A fake nvcc that copies an ELF file to its ``-o`` output (failing when
+    ``$FAKE_NVCC_FAIL`` is set); returns a function giving the command lines it ran."""
+    script = tmp_path / "bin" / "nvcc"
+    script.parent.mkdir()
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import os, sys
+            if "--version" in sys.argv:
+                print("Cuda compilation tools, release 12.8, V12.8.93")
+                sys.exit(0)
+            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
+                log.write(repr(sys.argv) + "\\n")
+            if os.environ.get("FAKE_NVCC_FAIL"):
+                print("probe.cu(1): error: expected a ';'")
+                sys.exit(2)
+            with open(sys.argv[sys.argv.index("-o") + 1], "wb") as f:
+                f.write(open({str(ELF)!r}, "rb").read())
+            """
+        )
+    )
+    script.chmod(0o755)
+    log = tmp_path / "nvcc.log"
+    log.write_text("")
+    monkeypatch.setenv("ATTNC_NVCC", str(script))
+    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("ATTNC_VERBOSE", "FAKE_NVCC_FAIL", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        monkeypatch.delenv(name, raising=False)
+    toolchain.nvcc_version.cache_clear()
+    return lambda: [eval(line) for line in log.read_text().splitlines()]  # noqa: S307
+
+
+def _build(source: str = "int x;\n") -> Path:
+    return jit.build_module("probe", source, arch="80")
+
+
+def test_a_relative_cache_dir_is_taken_from_the_working_directory(fake_nvcc, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNC_CACHE_DIR", "rel/cache")
+    assert cache.cache_dir() == tmp_path / "rel" / "cache"
+    library = _build()
+    assert library.is_absolute() and library.parent.parent == tmp_path / "rel" / "cache"
+    assert library.read_bytes() == ELF.read_bytes()
+
+
+@pytest.mark.parametrize("odd", ["new\nline", "carriage\rreturn", "pipe|bar", "sp ace:$x"])
+def test_a_cache_path_ninja_cannot_spell_still_builds_and_rebuilds_by_hand(
+    fake_nvcc, tmp_path, monkeypatch, odd
+):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / odd))
+    library = _build()
+    assert library.read_bytes() == ELF.read_bytes()
+    library.unlink()
+    proc = subprocess.run(
+        [NINJA, "-C", str(library.parent)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert library.read_bytes() == ELF.read_bytes()
+
+
+def test_a_cache_path_that_is_not_utf8_builds(fake_nvcc, tmp_path, monkeypatch):
+    root = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9")
+    monkeypatch.setenv("ATTNC_CACHE_DIR", root)
+    library = _build()
+    assert os.fsencode(str(library)).startswith(os.fsencode(root))
+    assert library.read_bytes() == ELF.read_bytes()
+
+
+def test_an_nvcc_path_that_is_not_utf8_builds(fake_nvcc, tmp_path, monkeypatch):
+    odd = Path(os.fsdecode(os.fsencode(str(tmp_path)) + b"/bin\xff"))
+    shutil.copytree(tmp_path / "bin", odd)
+    monkeypatch.setenv("ATTNC_NVCC", str(odd / "nvcc"))
+    assert _build().read_bytes() == ELF.read_bytes()
+
+
+def test_a_cache_dir_of_an_unknown_user_names_the_variable(monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", "~no_such_user_\x1b/cache")
+    with pytest.raises(ValueError) as err:
+        cache.cache_dir()
+    text = str(err.value)
+    assert "ATTNC_CACHE_DIR" in text and "~no_such_user_\\x1b/cache" in text
+    assert "\x1b" not in text
