@@ -105,3 +105,46 @@ def test_a_cache_dir_of_an_unknown_user_names_the_variable(monkeypatch):
     text = str(err.value)
     assert "ATTNC_CACHE_DIR" in text and "~no_such_user_\\x1b/cache" in text
     assert "\x1b" not in text
+
+
+def test_a_relative_nvcc_path_is_taken_from_the_working_directory(fake_nvcc, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNC_NVCC", "bin/nvcc")
+    assert _build().read_bytes() == ELF.read_bytes()
+    assert fake_nvcc()[0][0] == str(tmp_path / "bin" / "nvcc")
+
+
+def test_an_nvcc_that_is_not_there_names_the_variable(fake_nvcc, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_NVCC", str(tmp_path / "no\x1b[2Jnvcc"))
+    with pytest.raises(toolchain.ToolNotFound) as err:
+        _build()
+    text = str(err.value)
+    assert "ATTNC_NVCC" in text and "no\\x1b[2Jnvcc" in text and "\x1b" not in text
+
+
+def test_a_cached_module_loads_where_no_nvcc_is_installed(fake_nvcc, monkeypatch):
+    library = _build()
+
+    def no_nvcc() -> str:
+        raise toolchain.ToolNotFound("attnc: nvcc not found")
+
+    monkeypatch.setattr(toolchain, "find_nvcc", no_nvcc)
+    assert _build() == library
+    assert len(fake_nvcc()) == 1
+
+
+def test_the_same_module_twice_in_one_build_is_compiled_once(fake_nvcc):
+    spec = jit.ModuleSpec("twice", "int t;\n")
+    first, second = jit.build_modules([spec, spec], arch="80")
+    assert first == second and first.read_bytes() == ELF.read_bytes()
+    assert len(fake_nvcc()) == 1
+
+
+@pytest.mark.parametrize("variable", ["NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"])
+def test_nvcc_flags_from_the_environment_are_in_the_cache_key(fake_nvcc, monkeypatch, variable):
+    plain = _build()
+    monkeypatch.setenv(variable, "-G")  # nvcc reads it: a debug build, another binary
+    debug = _build()
+    assert debug != plain and len(fake_nvcc()) == 2
+    monkeypatch.delenv(variable)
+    assert _build() == plain and len(fake_nvcc()) == 2

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
+import dataclasses
 import os
 import shlex
 import shutil
@@ -66,8 +67,14 @@ class _Plan:
     build_file: Path
     stamp: Path
     lock: Path
-    nvcc: str
     flags: tuple[str, ...]
+    nvcc: str = ""  # found only when the module must be built (a cache hit needs no nvcc)
+
+    def with_nvcc(self, nvcc: str) -> _Plan:
+        """This plan, built by ``nvcc`` (with the flags that only make it faster)."""
+        return dataclasses.replace(
+            self, nvcc=nvcc, flags=(*self.flags, *toolchain.speed_flags(nvcc))
+        )
 
     @property
     def source(self) -> Path:
@@ -86,10 +93,11 @@ def _commands_text(build: nvcc_run.Steps) -> str:
     return " && ".join(shlex.join(c) for c in build.all())
 
 
-def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
+def _plan(spec: ModuleSpec, arch: str, headers: str) -> _Plan:
     flags = toolchain.nvcc_flags(arch, (str(cache.INCLUDE_DIR),), spec.extra_flags)
     key_text = "\x1e".join(spec.texts())  # a module of one source keeps its key
-    key = cache.cache_key(spec.name, key_text, flags, arch, headers)
+    key_flags = [*flags, *toolchain.environment_flags()]
+    key = cache.cache_key(spec.name, key_text, key_flags, arch, headers)
     directory = cache.cache_dir() / key
     name = cache.safe_name(spec.name)
     sources = [directory / f"{name}.cu"]
@@ -103,8 +111,7 @@ def _plan(spec: ModuleSpec, arch: str, nvcc: str, headers: str) -> _Plan:
         build_file=directory / "build.ninja",
         stamp=directory / "built.ok",
         lock=directory.with_name(f"{key}.lock"),
-        nvcc=nvcc,
-        flags=(*flags, *toolchain.speed_flags(nvcc)),
+        flags=tuple(flags),
     )
 
 
@@ -137,7 +144,7 @@ def _build_error(failed: Sequence[tuple[_Plan, nvcc_run.Outcome]]) -> BuildError
     parts.append("compiler output:")
     for _, outcome in failed:
         parts.extend(printable(line) for line in outcome.output.rstrip().splitlines())
-        parts.append(str(outcome.failure))
+        parts.append(printable(str(outcome.failure)))
     return BuildError("\n".join(parts))
 
 
@@ -231,19 +238,21 @@ def build_modules(
     ``progress``, when given, is called with one line per module as it finishes.
     """
     arch = toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
-    nvcc, headers = toolchain.find_nvcc(), cache.header_digest()
-    plans = [_plan(s, arch, nvcc, headers) for s in specs]
+    headers = cache.header_digest()
+    plans = [_plan(s, arch, headers) for s in specs]
     if verbose():
         for plan in plans:
             print(
                 f"attnc: module {plan.spec.name}: {printable(str(plan.directory))}", file=sys.stderr
             )
-    missing = [p for p in plans if not _is_built(p)]
+    unique = {p.directory: p for p in plans}.values()  # a module listed twice is built once
+    missing = [p for p in unique if not _is_built(p)]
     if missing:
+        nvcc = toolchain.runnable_nvcc()
         with cache.file_locks([p.lock for p in missing]):
             missing = [p for p in missing if not _is_built(p, quiet=True)]  # built meanwhile?
             if missing:
-                _build_with_progress(missing, jobs, progress)
+                _build_with_progress([p.with_nvcc(nvcc) for p in missing], jobs, progress)
     return [p.library for p in plans]
 
 

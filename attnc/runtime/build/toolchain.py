@@ -34,10 +34,12 @@ class ToolNotFound(RuntimeError):
 
 
 def find_nvcc() -> str:
-    """``$ATTNC_NVCC``, else ``$CUDA_HOME/bin/nvcc``, else ``nvcc`` on PATH."""
+    """``$ATTNC_NVCC``, else ``$CUDA_HOME/bin/nvcc``, else ``nvcc`` on PATH. A relative
+    ``ATTNC_NVCC`` holding a ``/`` is taken from the working directory (nvcc runs in the
+    module directory); a bare name is looked up on PATH when run."""
     env = os.environ.get("ATTNC_NVCC")
     if env:
-        return env
+        return str(Path.cwd() / env) if os.sep in env and not os.path.isabs(env) else env
     for var in ("CUDA_HOME", "CUDA_PATH"):
         home = os.environ.get(var)
         if home and (Path(home) / "bin" / "nvcc").is_file():
@@ -48,6 +50,29 @@ def find_nvcc() -> str:
     if found is None:
         raise ToolNotFound("attnc: nvcc not found; set ATTNC_NVCC or CUDA_HOME, or put it on PATH")
     return found
+
+
+def runnable_nvcc() -> str:
+    """:func:`find_nvcc`, checked to be an executable file (a bare name: one on PATH);
+    :class:`ToolNotFound` naming ``ATTNC_NVCC`` and its value otherwise."""
+    nvcc = find_nvcc()
+    if shutil.which(nvcc) is None:
+        env = os.environ.get("ATTNC_NVCC")
+        where = f"ATTNC_NVCC is '{printable(env)}'" if env else f"found '{printable(nvcc)}'"
+        raise ToolNotFound(
+            f"attnc: cannot run nvcc: {where}, which is not an executable file (nor a "
+            "program on PATH)"
+        )
+    return nvcc
+
+
+# nvcc adds the flags these variables hold to every command line: they change the binary.
+NVCC_FLAG_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+
+
+def environment_flags() -> tuple[str, ...]:
+    """``NAME=VALUE`` of each of :data:`NVCC_FLAG_VARIABLES` that is set (for cache keys)."""
+    return tuple(f"{v}={os.environ[v]}" for v in NVCC_FLAG_VARIABLES if os.environ.get(v))
 
 
 class UnsupportedArch(ValueError):
