@@ -5,6 +5,7 @@ in a temporary directory, and the by-hand ``build.ninja``. nvcc is a fake here (
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,9 @@ NINJA = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
 
 @pytest.fixture
 def fake_nvcc(tmp_path, monkeypatch):
-    """A fake nvcc that copies an ELF file to its ``-o`` output (failing when
-    ``$FAKE_NVCC_FAIL`` is set); returns a function giving the command lines it ran."""
+    """A fake nvcc that checks its inputs exist and copies an ELF file to its ``-o`` output
+    (``$FAKE_NVCC_FAIL``: ``always`` fails, ``link`` fails linking objects); returns a function
+    giving the command lines it ran."""
     script = tmp_path / "bin" / "nvcc"
     script.parent.mkdir()
     script.write_text(
@@ -35,7 +37,15 @@ def fake_nvcc(tmp_path, monkeypatch):
                 sys.exit(0)
             with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
                 log.write(repr(sys.argv) + "\\n")
-            if os.environ.get("FAKE_NVCC_FAIL"):
+            at = sys.argv.index("-o")
+            inputs = sys.argv[at + 2 :]
+            missing = [i for i in inputs if not os.path.isfile(i)]
+            if missing:
+                print("nvcc fatal   : Could not open input file", missing[0])
+                sys.exit(1)
+            fail = os.environ.get("FAKE_NVCC_FAIL", "")
+            linking = "-c" not in sys.argv and inputs[0].endswith(".o")
+            if fail == "always" or (fail == "link" and linking):
                 print("probe.cu(1): error: expected a ';'")
                 sys.exit(2)
             with open(sys.argv[sys.argv.index("-o") + 1], "wb") as f:
@@ -148,3 +158,33 @@ def test_nvcc_flags_from_the_environment_are_in_the_cache_key(fake_nvcc, monkeyp
     assert debug != plain and len(fake_nvcc()) == 2
     monkeypatch.delenv(variable)
     assert _build() == plain and len(fake_nvcc()) == 2
+
+
+def _command_to_repeat(error: jit.BuildError) -> str:
+    return str(error).split("command: ", 1)[1].splitlines()[0]
+
+
+def test_a_failed_build_in_a_temporary_copy_prints_a_command_that_can_be_repeated(
+    fake_nvcc, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c$HOME`x`"))  # built in a copy
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "always")
+    with pytest.raises(jit.BuildError) as err:
+        _build()
+    command = shlex.split(_command_to_repeat(err.value))
+    assert Path(command[-1]).read_text() == "int x;\n"
+    assert "temporary copy" in str(err.value)
+    monkeypatch.delenv("FAKE_NVCC_FAIL")
+    subprocess.run(command, check=True, capture_output=True)
+    assert Path(command[command.index("-o") + 1]).read_bytes() == ELF.read_bytes()
+
+
+def test_a_failed_link_prints_every_command_to_repeat(fake_nvcc, monkeypatch):
+    monkeypatch.setenv("FAKE_NVCC_FAIL", "link")
+    with pytest.raises(jit.BuildError) as err:
+        jit.build_modules([jit.ModuleSpec("two", "int a;\n", parts=("int b;\n",))], arch="80")
+    command = _command_to_repeat(err.value)
+    again = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
+    assert "expected a ';'" in again.stdout  # the same failure, not a missing object file
+    monkeypatch.delenv("FAKE_NVCC_FAIL")
+    subprocess.run(["sh", "-c", command], check=True, capture_output=True)

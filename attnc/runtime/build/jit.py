@@ -89,8 +89,8 @@ class _Plan:
         return nvcc_run.steps(self.nvcc, self.flags, sources, output or folder / self.partial.name)
 
 
-def _commands_text(build: nvcc_run.Steps) -> str:
-    return " && ".join(shlex.join(c) for c in build.all())
+def _commands_text(commands: Sequence[Sequence[str]]) -> str:
+    return " && ".join(shlex.join(c) for c in commands)
 
 
 def _plan(spec: ModuleSpec, arch: str, headers: str) -> _Plan:
@@ -140,7 +140,12 @@ def _build_error(failed: Sequence[tuple[_Plan, nvcc_run.Outcome]]) -> BuildError
         failing = Path(outcome.command[-1])  # the source of a failed compile, else an object
         shown = plan.directory / failing.name if failing.suffix == ".cu" else plan.source
         parts.append(f"  generated file: {printable(str(shown))}")
-        parts.append(f"  command: {printable(shlex.join(outcome.command))}")
+        parts.append(f"  command: {printable(_commands_text(outcome.commands_to_repeat()))}")
+        if failing.parent != plan.directory:
+            parts.append(
+                f"  (nvcc ran in the temporary copy {printable(str(failing.parent))}, kept for "
+                "repeating the command: nvcc's shell would expand the cache path)"
+            )
     parts.append("compiler output:")
     for _, outcome in failed:
         parts.extend(printable(line) for line in outcome.output.rstrip().splitlines())
@@ -176,13 +181,14 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
         for source in plan.sources:
             shutil.copyfile(source, staging / source.name)
     build = plan.steps(staging)
+    outcome = None
     try:
         outcome = nvcc_run.run_steps(build, staging or plan.directory, _nvcc_env())
         if staging is not None and outcome.failure is None:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
     finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None and (outcome is None or outcome.failure is None):
+            shutil.rmtree(staging, ignore_errors=True)  # kept after a failure: see _build_error
     if outcome.failure is not None:
         plan.partial.unlink(missing_ok=True)
         return outcome
@@ -191,7 +197,7 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
         plan.partial.unlink(missing_ok=True)
         failure = f"nvcc exited 0 but its output is {problem}"
         return nvcc_run.Outcome(outcome.command, outcome.output, failure)
-    record = artifact.record_text(plan.partial, _commands_text(build))
+    record = artifact.record_text(plan.partial, _commands_text(build.all()))
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
     artifact.mark_sound(plan.library, plan.stamp)
@@ -206,7 +212,7 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
         )
     if verbose():
         for plan in plans:
-            print(f"attnc: {printable(_commands_text(plan.steps()))}", file=sys.stderr)
+            print(f"attnc: {printable(_commands_text(plan.steps().all()))}", file=sys.stderr)
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
     def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:

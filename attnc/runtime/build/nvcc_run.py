@@ -11,6 +11,7 @@ the wall time becomes that of the longest source. Every command ends in ``-o OUT
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,11 +33,18 @@ class Steps:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the commands did: the last one run, its output, and why it failed (or None)."""
+    """What the commands did: the last one run, its output, and why it failed (or None);
+    ``repeat``, the commands that repeat a failure when ``command`` alone does not (a link,
+    whose objects are removed: the object commands, then the link)."""
 
     command: tuple[str, ...]
     output: str
     failure: str | None
+    repeat: tuple[tuple[str, ...], ...] = ()
+
+    def commands_to_repeat(self) -> tuple[tuple[str, ...], ...]:
+        """The commands that repeat this outcome, in order."""
+        return self.repeat or (self.command,)
 
 
 def object_path(source: Path) -> Path:
@@ -71,7 +79,8 @@ def _run(command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Ou
 
 def run_steps(build: Steps, cwd: Path, env: Mapping[str, str] | None = None) -> Outcome:
     """Run ``build``'s object commands in parallel, then its final command unless one failed
-    (the first failure is returned); the objects are removed either way."""
+    (the first failure is returned); the objects are removed either way, so a failed link
+    is repeated by every command."""
     try:
         if build.objects:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(build.objects)) as pool:
@@ -79,7 +88,10 @@ def run_steps(build: Steps, cwd: Path, env: Mapping[str, str] | None = None) -> 
             failed = [o for o in outcomes if o.failure is not None]
             if failed:
                 return failed[0]
-        return _run(build.final, cwd, env)
+        outcome = _run(build.final, cwd, env)
+        if outcome.failure is not None and build.objects:
+            return dataclasses.replace(outcome, repeat=build.all())
+        return outcome
     finally:
         for command in build.objects:
             Path(command[-2]).unlink(missing_ok=True)
