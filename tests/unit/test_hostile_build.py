@@ -188,3 +188,57 @@ def test_a_failed_link_prints_every_command_to_repeat(fake_nvcc, monkeypatch):
     assert "expected a ';'" in again.stdout  # the same failure, not a missing object file
     monkeypatch.delenv("FAKE_NVCC_FAIL")
     subprocess.run(["sh", "-c", command], check=True, capture_output=True)
+
+
+def _entry_of(library: Path) -> tuple[bytes, str]:
+    return library.read_bytes(), (library.parent / "built.ok").read_text()
+
+
+def test_an_entry_copied_from_another_key_is_rebuilt(fake_nvcc):
+    other = _build("int other;\n")  # another module: another arch, dtype or head_dim alike
+    library = _build()
+    data, record = _entry_of(other)
+    library.write_bytes(data)
+    (library.parent / "built.ok").write_text(record)
+    later = library.stat().st_mtime_ns + 10**9
+    os.utime(library, ns=(later, later))
+    assert _build() == library and len(fake_nvcc()) == 3
+    assert library.parent.name in (library.parent / "built.ok").read_text()
+
+
+def test_a_module_directory_linked_to_another_key_is_rebuilt(fake_nvcc):
+    other = _build("int other;\n")
+    library = _build()
+    shutil.rmtree(library.parent)
+    library.parent.symlink_to(other.parent)
+    assert _build() == library and len(fake_nvcc()) == 3
+    assert _build("int other;\n") == other and len(fake_nvcc()) == 4  # and back
+
+
+def test_the_holder_of_a_build_lock_is_printed_escaped(tmp_path, monkeypatch, capfd):
+    import fcntl
+
+    lock = tmp_path / "m.lock"
+    lock.write_text("pid 1 on host \x1b]0;pwned\x07 since then\n")
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "0.1")
+    with open(lock, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        with pytest.raises(cache.LockTimeout) as err:
+            with cache.file_locks([lock]):
+                pass
+    text = str(err.value) + capfd.readouterr().err
+    assert "host \\x1b]0;pwned\\x07 since" in text and "\x1b" not in text and "\x07" not in text
+
+
+def test_a_read_only_cache_names_the_variable(fake_nvcc, monkeypatch):
+    import errno
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(cache, "open", read_only, raising=False)
+    with pytest.raises(OSError) as err:
+        _build()
+    text = str(err.value)
+    assert "Read-only file system" in text and "ATTNC_CACHE_DIR" in text
+    assert str(cache.cache_dir()) in text

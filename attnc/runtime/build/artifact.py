@@ -2,8 +2,10 @@
 
 A library is accepted only when it is a whole ELF file (header, program and section header
 tables inside the file) and matches the build record written next to it at build time
-(``built.ok``: JSON with its size and sha256). A library that fails either check is never
-handed to ``dlopen`` (a truncated ``.so`` makes the loader die with SIGBUS) and is rebuilt.
+(``built.ok``: JSON with its size, sha256 and cache key). A library that fails either check
+is never handed to ``dlopen`` (a truncated ``.so`` makes the loader die with SIGBUS) and is
+rebuilt, as is one whose record names another cache key (an entry copied or linked from
+another module: another arch, dtype or head_dim).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import struct
 import threading
 from pathlib import Path
+
+from attnc.dsl.errors import printable
 
 RECORD_FORMAT = 1
 _VERIFIED: dict[tuple[str, int, int, int], str | None] = {}
@@ -48,13 +52,15 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def record_text(library: Path, command: str) -> str:
-    """The build record of ``library`` (just built): its size, sha256 and build command."""
+def record_text(library: Path, command: str, key: str) -> str:
+    """The build record of ``library`` (just built): its size, sha256, build command and the
+    cache ``key`` it was built for."""
     record = {
         "format": RECORD_FORMAT,
         "size": library.stat().st_size,
         "sha256": file_sha256(library),
         "command": command,
+        "key": key,
     }
     return json.dumps(record, indent=1) + "\n"
 
@@ -69,13 +75,24 @@ def _read_record(stamp: Path) -> dict[str, object] | None:
     return record
 
 
-def _check(library: Path, stamp: Path | None) -> str | None:
+def _key_problem(record: dict[str, object], key: str | None) -> str | None:
+    if key is None or record.get("key") == key:
+        return None
+    if "key" not in record:
+        return "its build record names no cache key (written by an older attnc)"
+    return f"its build record is for {printable(str(record['key']))}, not {key}"
+
+
+def _check(library: Path, stamp: Path | None, key: str | None) -> str | None:
     problem = elf_problem(library)
     if problem is not None or stamp is None:
         return problem
     record = _read_record(stamp)
     if record is None:
         return f"its build record {stamp} is missing or unreadable"
+    problem = _key_problem(record, key)
+    if problem is not None:
+        return problem
     size = library.stat().st_size
     if record.get("size") != size:
         return f"its size {size} differs from the {record.get('size')} bytes built"
@@ -84,32 +101,32 @@ def _check(library: Path, stamp: Path | None) -> str | None:
     return None
 
 
-def _identity(library: Path, stamp: Path | None) -> tuple[str, int, int, int]:
+def _identity(library: Path, stamp: Path | None, key: str | None) -> tuple[str, int, int, int]:
     st = os.stat(library)
     stamp_mtime = os.stat(stamp).st_mtime_ns if stamp is not None else 0
-    return (f"{library}\0{stamp}\0{stamp_mtime}", st.st_size, st.st_mtime_ns, st.st_ino)
+    return (f"{library}\0{stamp}\0{stamp_mtime}\0{key}", st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def mark_sound(library: Path, stamp: Path) -> None:
-    """Remember that ``library`` matches ``stamp`` (both just written by this process), so
-    the first load after a build needs no second hash."""
-    key = _identity(library, stamp)
+def mark_sound(library: Path, stamp: Path, key: str) -> None:
+    """Remember that ``library`` matches ``stamp`` of cache ``key`` (both just written by this
+    process), so the first load after a build needs no second hash."""
     with _VERIFIED_LOCK:
-        _VERIFIED[key] = None
+        _VERIFIED[_identity(library, stamp, key)] = None
+        _VERIFIED[_identity(library, stamp, None)] = None
 
 
-def library_problem(library: Path, stamp: Path | None) -> str | None:
+def library_problem(library: Path, stamp: Path | None, key: str | None = None) -> str | None:
     """Why ``library`` must not be loaded (checked against the build record ``stamp`` when
-    given), or None when it is sound. The answer is memoised per file identity, so hashing
-    happens once per process and file."""
+    given, and that record against the cache ``key`` when given), or None when it is sound.
+    The answer is memoised per file identity, so hashing happens once per process and file."""
     try:
-        key = _identity(library, stamp)
+        identity = _identity(library, stamp, key)
     except OSError as exc:
         return f"cannot read it ({exc.strerror or exc})"
     with _VERIFIED_LOCK:
-        if key in _VERIFIED:
-            return _VERIFIED[key]
-    problem = _check(library, stamp)
+        if identity in _VERIFIED:
+            return _VERIFIED[identity]
+    problem = _check(library, stamp, key)
     with _VERIFIED_LOCK:
-        _VERIFIED[key] = problem
+        _VERIFIED[identity] = problem
     return problem

@@ -30,13 +30,28 @@ from attnc.version import PACKAGE_DIR, __version__
 INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
 
 
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _not_writable(path: Path, exc: OSError) -> OSError:
+    """``exc`` (a write to ``path`` refused) as the same kind of error, naming the cache root
+    and the variable that moves it."""
+    return type(exc)(
+        f"cannot write {printable(str(path))}: {exc.strerror}; the cache root "
+        f"{printable(str(cache_dir()))} must be writable to build a module that is not in it "
+        "(set ATTNC_CACHE_DIR to a writable directory)"
+    )
+
+
 def make_dir(directory: Path) -> None:
     """``directory`` and its parents, created where missing; an error naming the cache root
     when a part of the path is a file or a symbolic link that loops (``ATTNC_CACHE_DIR`` set
-    to one, say)."""
+    to one, say), or cannot be written."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        if exc.errno in _NOT_WRITABLE:
+            raise _not_writable(directory, exc) from None
         if not isinstance(exc, (FileExistsError, NotADirectoryError)) and exc.errno != errno.ELOOP:
             raise
         raise NotADirectoryError(
@@ -120,13 +135,14 @@ def lock_timeout() -> float:
 
 
 def _holder(fh: object) -> str:
-    """Who holds the lock, as its holder wrote it (best effort)."""
+    """Who holds the lock, as its holder wrote it (best effort; control characters
+    escaped)."""
     try:
         with open(fh.name, encoding="utf-8", errors="replace") as f:  # type: ignore[attr-defined]
             text = f.read(400).strip()
     except OSError:
         text = ""
-    return text or "an unknown process"
+    return printable(text) if text else "an unknown process"
 
 
 def _stamp_holder(fd: int) -> None:
@@ -166,10 +182,14 @@ def _acquire(fh: object, path: Path, deadline: float) -> None:
 
 def _open_lock(path: Path) -> BinaryIO:
     """The lock file at ``path``, opened for appending (created when missing); an error
-    naming it and the cache root when it is a directory."""
+    naming it and the cache root when it is a directory or cannot be written."""
     try:
         return open(path, "a+b")
-    except IsADirectoryError:
+    except OSError as exc:
+        if exc.errno in _NOT_WRITABLE:
+            raise _not_writable(path, exc) from None
+        if not isinstance(exc, IsADirectoryError):
+            raise
         raise IsADirectoryError(
             f"cannot use {printable(str(path))} as a build lock: it is a directory, not a "
             f"file; remove it (the cache root is {printable(str(cache_dir()))}; "

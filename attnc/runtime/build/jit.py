@@ -118,7 +118,7 @@ def _plan(spec: ModuleSpec, arch: str, headers: str) -> _Plan:
 def _is_built(plan: _Plan, quiet: bool = False) -> bool:
     if not (plan.stamp.is_file() and plan.library.is_file()):
         return False
-    problem = artifact.library_problem(plan.library, plan.stamp)
+    problem = artifact.library_problem(plan.library, plan.stamp, plan.directory.name)
     if problem is not None and not quiet:
         print(f"attnc: rebuilding {printable(str(plan.library))}: {problem}", file=sys.stderr)
     return problem is None
@@ -197,10 +197,10 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
         plan.partial.unlink(missing_ok=True)
         failure = f"nvcc exited 0 but its output is {problem}"
         return nvcc_run.Outcome(outcome.command, outcome.output, failure)
-    record = artifact.record_text(plan.partial, _commands_text(build.all()))
+    record = artifact.record_text(plan.partial, _commands_text(build.all()), plan.directory.name)
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
-    artifact.mark_sound(plan.library, plan.stamp)
+    artifact.mark_sound(plan.library, plan.stamp, plan.directory.name)
     return outcome
 
 
