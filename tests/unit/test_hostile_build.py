@@ -242,3 +242,80 @@ def test_a_read_only_cache_names_the_variable(fake_nvcc, monkeypatch):
     text = str(err.value)
     assert "Read-only file system" in text and "ATTNC_CACHE_DIR" in text
     assert str(cache.cache_dir()) in text
+
+
+class _Capabilities:
+    """torch.cuda faked: GPU 0 an sm_80 part, GPU 1 a Hopper; ``current`` is the current one."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import torch
+
+        self.current = 0
+        self.built: list[tuple[str, str]] = []
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", self.capability)
+
+    def capability(self, device: object = None) -> tuple[int, int]:
+        index = self.current if device is None else getattr(device, "index", device)
+        return (9, 0) if index == 1 else (8, 0)
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """Two GPUs of different archs; module builds and loads faked (recorded by name and arch)."""
+    from attnc.runtime.build import modules
+
+    gpus = _Capabilities(monkeypatch)
+    for registry in (modules.PREFILL_MODULES, modules.PREFILL_SM90_MODULES):
+        monkeypatch.setattr(registry, "_by_key", {})
+
+    def build(specs, *, arch=None, **kwargs):
+        gpus.built += [(s.name, arch) for s in specs]
+        return [Path(f"/nowhere/{s.name}_{arch}.so") for s in specs]
+
+    class Loaded:
+        def __init__(self, path):
+            self.path = path
+
+        def tile_q_tokens(self, *args):
+            return 128
+
+    monkeypatch.setattr(jit, "build_modules", build)
+    monkeypatch.setattr(modules.ModuleRegistry, "load", lambda self, path, ir, name: Loaded(path))
+    monkeypatch.setattr(
+        modules.ModuleRegistry,
+        "spec",
+        lambda self, ir, dtype, head_dim, arch: jit.ModuleSpec(f"{self.kind}{self._infix}", ""),
+    )
+    return gpus
+
+
+class _IR:
+    name = "probe"
+
+
+def test_a_module_for_the_current_gpu_follows_a_change_of_gpu(two_gpus):
+    from attnc.runtime.build import modules
+
+    ir = _IR()
+    first = modules.get_prefill_module(ir, "bfloat16", 128)
+    two_gpus.current = 1
+    second = modules.get_prefill_module(ir, "bfloat16", 128)
+    assert two_gpus.built == [("prefill", "80"), ("prefill", "90a")]
+    assert first.path != second.path
+    two_gpus.current = 0
+    assert modules.get_prefill_module(ir, "bfloat16", 128) is first
+
+
+@pytest.mark.parametrize("backend", ["auto", "fa2"])
+def test_a_prefill_module_is_built_for_the_workspace_gpu(two_gpus, backend):
+    import torch
+
+    from attnc.runtime.build import backends
+
+    choice = backends.choose_prefill_module(
+        _IR(), backend, dtype=torch.bfloat16, head_dim=128, group=1, max_q_len=64,
+        kv_layout="ragged", device=torch.device("cuda", 1),
+    )  # fmt: skip
+    assert two_gpus.built == [(f"prefill{'_sm90' if backend == 'auto' else ''}", "90a")]
+    assert choice.backend == ("sm90" if backend == "auto" else "fa2")

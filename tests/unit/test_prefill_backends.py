@@ -18,11 +18,11 @@ class _FakeModule:
 def fake_modules(monkeypatch):
     built: list[str] = []
 
-    def fa2(ir, dtype, head_dim):
+    def fa2(ir, dtype, head_dim, arch=None):
         built.append("fa2")
         return _FakeModule(32)
 
-    def sm90(ir, dtype, head_dim):
+    def sm90(ir, dtype, head_dim, arch=None):
         built.append("sm90")
         return _FakeModule(sm90.tile)
 

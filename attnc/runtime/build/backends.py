@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnc.runtime.build import jit
+from attnc.runtime.build import jit, toolchain
 from attnc.runtime.build.modules import (
     PrefillModule,
     get_prefill_module,
@@ -69,6 +69,12 @@ def _sm90_refusal(kv_layout: str, head_dim: int, device: torch.device) -> str | 
     return None
 
 
+def _arch_of(device: torch.device) -> str | None:
+    """The arch to build for ``device`` (the workspace's GPU, which need not be the current
+    one); None (the current device's) for a device that is not a GPU."""
+    return toolchain.device_arch(device) if device.type == "cuda" else None
+
+
 def choose_prefill_module(
     ir: object,
     backend: str,
@@ -85,7 +91,7 @@ def choose_prefill_module(
     if backend != "fa2":
         refusal = _sm90_refusal(kv_layout, head_dim, device)
         if refusal is None:
-            module = get_prefill_sm90_module(ir, dtype, head_dim)
+            module = get_prefill_sm90_module(ir, dtype, head_dim, "90a")
             tile = module.tile_q_tokens(head_dim, group, max_q_len)
             if tile > 0:
                 return PrefillChoice("sm90", module, tile)
@@ -94,7 +100,7 @@ def choose_prefill_module(
             raise ValueError(f"backend: 'sm90' cannot serve this request: {refusal}")
         if jit.verbose():
             print(f"attnc: prefill on the FA2 template: {refusal}", file=sys.stderr)
-    module = get_prefill_module(ir, dtype, head_dim)
+    module = get_prefill_module(ir, dtype, head_dim, _arch_of(device))
     return PrefillChoice("fa2", module, module.tile_q_tokens(head_dim, group, max_q_len))
 
 
@@ -112,6 +118,6 @@ def prebuild_prefill_module(
     (nothing for ``backend="sm90"`` when refused: the choice raises that). Only the rare
     request whose GQA group fits no Hopper tile falls back to FA2 after this."""
     if backend != "fa2" and _sm90_refusal(kv_layout, head_dim, device) is None:
-        get_prefill_sm90_module(ir, dtype, head_dim)
+        get_prefill_sm90_module(ir, dtype, head_dim, "90a")
     elif backend != "sm90":
-        get_prefill_module(ir, dtype, head_dim)
+        get_prefill_module(ir, dtype, head_dim, _arch_of(device))

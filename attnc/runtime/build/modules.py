@@ -129,14 +129,13 @@ class ModuleRegistry(Generic[M]):
     def get(
         self, ir: object, dtype: torch.dtype | str, head_dim: int, arch: str | None = None
     ) -> M:
-        """The module for ``ir`` at ``dtype``/``head_dim``, built on first use."""
+        """The module for ``ir`` at ``dtype``/``head_dim`` on ``arch`` (default: the current
+        CUDA device's), built on first use."""
         dname = dtype_name(dtype)
-        key = (ir, dname, head_dim, arch)
+        target = toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
+        key = (ir, dname, head_dim, target)
         module = self._by_key.get(key)
         if module is None:
-            target = (
-                toolchain.normalize_arch(arch) if arch is not None else toolchain.current_arch()
-            )
             spec = self.spec(ir, dname, head_dim, target)
             path = jit.build_modules([spec], arch=target)[0]
             module = self.load(path, ir, spec.name)

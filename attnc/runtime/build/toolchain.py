@@ -142,7 +142,15 @@ def current_arch() -> str:
 
     if not torch.cuda.is_available():
         raise ToolNotFound("attnc: no CUDA device; pass arch= explicitly to build")
-    major, minor = torch.cuda.get_device_capability()
+    return device_arch(None)
+
+
+def device_arch(device: object) -> str:
+    """The arch of CUDA ``device`` (a torch device or index; None: the current device);
+    :class:`UnsupportedArch` for one older than compute capability 8.0."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)  # type: ignore[arg-type]
     try:
         return normalize_arch((major, minor))
     except UnsupportedArch:
