@@ -319,3 +319,30 @@ def test_a_prefill_module_is_built_for_the_workspace_gpu(two_gpus, backend):
     )  # fmt: skip
     assert two_gpus.built == [(f"prefill{'_sm90' if backend == 'auto' else ''}", "90a")]
     assert choice.backend == ("sm90" if backend == "auto" else "fa2")
+
+
+def test_a_refused_library_is_named_escaped(fake_nvcc, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c\x1b[2Jd"))
+    library = _build()
+    library.write_bytes(b"not a library")
+    with pytest.raises(jit.BuildError) as err:
+        jit.load_library(library)
+    assert "c\\x1b[2Jd" in str(err.value) and "\x1b" not in str(err.value)
+
+
+def test_a_library_of_another_abi_version_is_named_escaped(tmp_path, monkeypatch):
+    from attnc.runtime.build import modules
+
+    class Library:
+        def attnc_decode_abi_version(self) -> int:
+            return -1
+
+    registry = modules.ModuleRegistry(
+        "decode", lambda *a: ("",), lambda *a: None, lambda lib: None,
+        "attnc_decode_abi_version", 7,
+    )  # fmt: skip
+    monkeypatch.setattr(jit, "load_library", lambda path: Library())
+    with pytest.raises(RuntimeError) as err:
+        registry.load(tmp_path / "c\x1b[2Jd" / "m.so", None, "m")
+    text = str(err.value)
+    assert "ABI version -1" in text and "c\\x1b[2Jd" in text and "\x1b" not in text

@@ -89,7 +89,7 @@ def _check(library: Path, stamp: Path | None, key: str | None) -> str | None:
         return problem
     record = _read_record(stamp)
     if record is None:
-        return f"its build record {stamp} is missing or unreadable"
+        return f"its build record {printable(str(stamp))} is missing or unreadable"
     problem = _key_problem(record, key)
     if problem is not None:
         return problem

@@ -297,8 +297,8 @@ def load_library(path: Path | str) -> ctypes.CDLL:
             problem = artifact.library_problem(library, stamp if stamp.is_file() else None)
             if problem is not None:
                 raise BuildError(
-                    f"attnc: refusing to load {library}: {problem}; it is rebuilt on next use "
-                    "(or clear the cache, ATTNC_CACHE_DIR)"
+                    f"attnc: refusing to load {printable(str(library))}: {problem}; it is rebuilt "
+                    "on next use (or clear the cache, ATTNC_CACHE_DIR)"
                 )
             lib = ctypes.CDLL(key)
             _LIBRARIES[key] = lib

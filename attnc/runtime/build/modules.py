@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 import torch
 
+from attnc.dsl.errors import printable
 from attnc.runtime import abi
 from attnc.runtime.build import jit, toolchain
 
@@ -111,7 +112,7 @@ class ModuleRegistry(Generic[M]):
             version = getattr(lib, self._version_symbol)()
             if version != self._version:
                 raise RuntimeError(
-                    f"attnc: {module_id} has {self.kind} ABI version {version}, "
+                    f"attnc: {printable(module_id)} has {self.kind} ABI version {version}, "
                     f"expected {self._version}; clear the cache (ATTNC_CACHE_DIR)"
                 )
             module = self._make(module_id, lib, ir, name)
