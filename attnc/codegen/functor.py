@@ -86,6 +86,16 @@ class Body:
     result: str
 
 
+@dataclass(frozen=True)
+class HoistedValue:
+    """A request member or Row field: its C++ type, name and the body that defines it (the
+    body's shared sub-expressions as local constants, then the value)."""
+
+    ctype: str
+    name: str
+    body: Body
+
+
 def struct_name(variant: ir.VariantIR) -> str:
     """The C++ name of a variant's functor struct."""
     return variant_struct(variant.name)
@@ -134,7 +144,8 @@ class _Hoister:
             hoisted.update({e: f"{row_prefix}{n}" for e, n in self.row})
         return CudaContext(names, hoisted, DIMS, self.base.tensor_dims, self.base.bool_params)
 
-    def request_values(self) -> list[Value]:
+    def request_values(self) -> list[HoistedValue]:
+        """The request members in order, each defined by the members before it."""
         values = []
         for i, (e, name) in enumerate(self.request):
             ctx = CudaContext(
@@ -144,15 +155,17 @@ class _Hoister:
                 self.base.tensor_dims,
                 self.base.bool_params,
             )
-            values.append(Value(CTYPES[e.type], name, render(e, ctx)))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
         return values
 
-    def row_values(self) -> list[Value]:
+    def row_values(self) -> list[HoistedValue]:
+        """The Row fields in order, each defined by the request members and the fields
+        before it."""
         values = []
         for i, (e, name) in enumerate(self.row):
             ctx = self.context(ROW_ARG_NAMES, None)
             ctx.hoisted.update({x: f"row.{n}" for x, n in self.row[:i]})
-            values.append(Value(CTYPES[e.type], name, render(e, ctx)))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
         return values
 
 
@@ -205,9 +218,11 @@ def _own_risky(e: ir.Expr) -> bool:
     return own or any(c.__dict__["_risky"] for c in ir.children(e))
 
 
-def _body(e: ir.Expr, ctx: CudaContext) -> Body:
-    """Element-level body with shared sub-expressions (two or more uses) bound to local
-    constants once, so a DAG is emitted in its size, not its unfolded tree's."""
+def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
+    """The body computing ``e`` with shared sub-expressions (two or more uses) bound to local
+    constants ``<prefix>0, <prefix>1, ...`` once, so a DAG is emitted in its size, not its
+    unfolded tree's. Sub-expressions that may read a tensor or divide an i32 stay in place
+    (they may sit under a guard)."""
     nodes = ir.postorder(e)
     uses: dict[int, int] = {}
     for node in nodes:
@@ -225,7 +240,7 @@ def _body(e: ir.Expr, ctx: CudaContext) -> Body:
             continue
         if _risky(node):
             continue
-        name = f"t{len(locals_)}"
+        name = f"{prefix}{len(locals_)}"
         locals_.append(Value(CTYPES[node.type], name, render(node, local_ctx)))
         local_ctx.hoisted[node] = name
     return Body(tuple(locals_), render(e, local_ctx))
