@@ -155,7 +155,7 @@ class _Hoister:
                 self.base.tensor_dims,
                 self.base.bool_params,
             )
-            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t", True)))
         return values
 
     def row_values(self) -> list[HoistedValue]:
@@ -165,7 +165,7 @@ class _Hoister:
         for i, (e, name) in enumerate(self.row):
             ctx = self.context(ROW_ARG_NAMES, None)
             ctx.hoisted.update({x: f"row.{n}" for x, n in self.row[:i]})
-            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t", True)))
         return values
 
 
@@ -218,11 +218,34 @@ def _own_risky(e: ir.Expr) -> bool:
     return own or any(c.__dict__["_risky"] for c in ir.children(e))
 
 
-def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
+def _guarded(e: ir.Expr) -> set[int]:
+    """Ids of the nodes of ``e`` reached through a guard (a ?: branch or the right side of
+    && / ||): evaluating those early could read out of bounds or divide by 0."""
+    found: set[int] = set()
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
+    while stack:
+        node, guarded = stack.pop()
+        if (id(node), guarded) in seen:
+            continue
+        seen.add((id(node), guarded))
+        if guarded:
+            found.add(id(node))
+        if isinstance(node, ir.Select):
+            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
+        elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
+            kids = [(node.a, guarded), (node.b, True)]
+        else:
+            kids = [(c, guarded) for c in ir.children(node)]
+        stack.extend(kids)
+    return found
+
+
+def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t", bind_unguarded: bool = False) -> Body:
     """The body computing ``e`` with shared sub-expressions (two or more uses) bound to local
     constants ``<prefix>0, <prefix>1, ...`` once, so a DAG is emitted in its size, not its
     unfolded tree's. Sub-expressions that may read a tensor or divide an i32 stay in place
-    (they may sit under a guard)."""
+    (they may sit under a guard); with ``bind_unguarded``, only those under a guard do."""
     nodes = ir.postorder(e)
     uses: dict[int, int] = {}
     for node in nodes:
@@ -234,11 +257,12 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
         ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
     )
     locals_: list[Value] = []
+    guarded = _guarded(e) if bind_unguarded else set()
     for node in nodes:
         deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
         if (uses.get(id(node), 0) < 2 and not deep) or is_leaf(node) or node in local_ctx.hoisted:
             continue
-        if _risky(node):
+        if _risky(node) and (not bind_unguarded or id(node) in guarded):
             continue
         name = f"{prefix}{len(locals_)}"
         locals_.append(Value(CTYPES[node.type], name, render(node, local_ctx)))

@@ -39,7 +39,8 @@ def test_a_chain_of_shared_row_and_request_values_is_emitted_in_its_size():
     assert compiled.affine is not None  # the chains are the score's per-row bias
     text = emit_functor(compiled)
     assert len(text) < 30_000
-    assert "100 / " in text  # the guarded division stays under its guard, unbound
+    # The guarded division stays under its guard, never bound to a local ahead of it.
+    assert "idiv_(100, q_idx)" in text and "= attnc::vm::idiv_(100" not in text
 
 
 def test_the_functor_of_shared_chains_matches_the_reference():
