@@ -8,6 +8,7 @@ User code only lands in the named slots of ``templates/functor.cuh.j2``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
@@ -176,6 +177,25 @@ def _safe_hoistable(
     && / ||) in place when evaluating them early could read out of bounds or divide by 0
     (a read of a tensor in ``safe_loads`` at a built-in index is always in bounds)."""
     found: dict[ir.Expr, None] = {}
+
+    def take(node: ir.Expr, guarded: bool) -> bool:
+        risky = _risky(node) and not _safe_load(node, safe_loads)
+        if level(node) < below and not is_leaf(node) and not (guarded and risky):
+            found.setdefault(node)
+            return False
+        return True
+
+    for _ in _guard_walk(e, take):
+        pass
+    return list(found)
+
+
+def _guard_walk(
+    e: ir.Expr, descend: Callable[[ir.Expr, bool], bool] = lambda node, guarded: True
+) -> Iterator[tuple[ir.Expr, bool]]:
+    """Every (node, guarded) of ``e`` once, in source order: ``guarded`` when the node is
+    reached through a ?: branch or the right side of && / ||. ``descend(node, guarded)``
+    False stops the walk below that node."""
     seen: set[tuple[int, bool]] = set()
     stack: list[tuple[ir.Expr, bool]] = [(e, False)]
     while stack:
@@ -183,9 +203,8 @@ def _safe_hoistable(
         if (id(node), guarded) in seen:
             continue
         seen.add((id(node), guarded))
-        risky = _risky(node) and not _safe_load(node, safe_loads)
-        if level(node) < below and not is_leaf(node) and not (guarded and risky):
-            found.setdefault(node)
+        yield node, guarded
+        if not descend(node, guarded):
             continue
         if isinstance(node, ir.Select):
             kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
@@ -194,7 +213,6 @@ def _safe_hoistable(
         else:
             kids = [(c, guarded) for c in ir.children(node)]
         stack.extend(reversed(kids))
-    return list(found)
 
 
 def _safe_load(e: ir.Expr, safe_loads: frozenset[str]) -> bool:
@@ -221,24 +239,7 @@ def _own_risky(e: ir.Expr) -> bool:
 def _guarded(e: ir.Expr) -> set[int]:
     """Ids of the nodes of ``e`` reached through a guard (a ?: branch or the right side of
     && / ||): evaluating those early could read out of bounds or divide by 0."""
-    found: set[int] = set()
-    seen: set[tuple[int, bool]] = set()
-    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
-    while stack:
-        node, guarded = stack.pop()
-        if (id(node), guarded) in seen:
-            continue
-        seen.add((id(node), guarded))
-        if guarded:
-            found.add(id(node))
-        if isinstance(node, ir.Select):
-            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
-        elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
-            kids = [(node.a, guarded), (node.b, True)]
-        else:
-            kids = [(c, guarded) for c in ir.children(node)]
-        stack.extend(kids)
-    return found
+    return {id(node) for node, guarded in _guard_walk(e) if guarded}
 
 
 def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t", bind_unguarded: bool = False) -> Body:
