@@ -13,7 +13,7 @@ from typing import TypeVar
 from attnc.compiler import ir
 from attnc.compiler.lower_expr import SUBSTITUTED, Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
-from attnc.dsl.errors import AttnError, Diagnostic, Loc, printable, warning
+from attnc.dsl.errors import AttnError, Diagnostic, Loc, note, printable, warning
 from attnc.dsl.limits import MAX_IR_DEPTH, MAX_PARAMS, too_deep_message
 
 ASSIGNABLE = ("score", "mask", "output", "sink")
@@ -274,7 +274,25 @@ def _forbid(value: ir.Expr, names: tuple[str, ...], what: str, loc: Loc) -> None
     output is per query row, after the sum over keys)."""
     for node in ir.walk(value):
         if isinstance(node, ir.Builtin) and node.name in names:
-            raise AttnError(node.loc if node.loc.line else loc, f"{what} cannot use '{node.name}'")
+            if not node.loc.line or _within(node.loc, loc):
+                raise AttnError(
+                    node.loc if node.loc.line else loc, f"{what} cannot use '{node.name}'"
+                )
+            # The built-in came in through a let or a def: point at it, and at the slot.
+            slot = what.split(" ", 1)[0]
+            raise AttnError(
+                node.loc,
+                f"{what} cannot use '{node.name}' (reached through a let or def)",
+                (note(loc, f"the {slot} that uses it"),),
+            )
+
+
+def _within(inner: Loc, outer: Loc) -> bool:
+    """Whether ``inner`` lies inside the span of ``outer`` (same file)."""
+    if inner.file != outer.file or not outer.end_line:
+        return inner.file == outer.file and (inner.line, inner.col) == (outer.line, outer.col)
+    start, end = (outer.line, outer.col), (outer.end_line, outer.end_col)
+    return start <= (inner.line, inner.col) < end
 
 
 def _lower_variant(

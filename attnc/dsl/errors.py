@@ -40,7 +40,7 @@ cut, ``...`` marking each cut (a minified 200 KB line prints a few hundred chara
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One message tied to a location; ``severity`` is ``error`` or ``warning``."""
+    """One message tied to a location; ``severity`` is ``error``, ``warning`` or ``note``."""
 
     loc: Loc
     message: str
@@ -129,3 +129,8 @@ class AttnError(Exception):
 def warning(loc: Loc, message: str) -> Diagnostic:
     """A located warning (returned by passes, printed by the CLI)."""
     return Diagnostic(loc, message, "warning", SOURCES.line(loc))
+
+
+def note(loc: Loc, message: str) -> Diagnostic:
+    """A located note that follows an error (a second place the error involves)."""
+    return Diagnostic(loc, message, "note", SOURCES.line(loc))

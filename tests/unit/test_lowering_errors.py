@@ -165,7 +165,7 @@ CASES = [
     (
         "mask uses score through a let",
         "variant v {\n    let s2 = score * 2.0;\n    mask = s2 > 0.0;\n}\n",
-        "mask cannot use 'score'",
+        "mask cannot use 'score' (reached through a let or def)",
         "2:14",
     ),
     (
@@ -384,3 +384,28 @@ def test_cli_check_all_stdlib_files() -> None:
         for p, f in zip(paths, files, strict=True)
     ]
     assert proc.stdout.splitlines() == expected
+
+
+def test_a_built_in_reached_through_a_let_also_points_at_the_slot() -> None:
+    # The error is at the forbidden use inside the let; a note shows the slot that reads it.
+    text = "variant v {\n    let s2 = score * 2.0;\n    let s3 = s2 + 1.0;\n    mask = s3 > 0.0;\n}\n"
+    error = error_of(text)
+    assert str(error.loc) == "x.attn:2:14"
+    assert [(str(n.loc), n.severity, n.message) for n in error.notes] == [
+        ("x.attn:4:12", "note", "the mask that uses it")
+    ]
+    assert "x.attn:4:12: note: the mask that uses it\n" in str(error)
+
+
+def test_a_built_in_reached_through_a_def_points_at_the_def_and_the_slot() -> None:
+    text = "def f(a) = a + kv_idx;\nvariant v {\n    output = f(out);\n}\n"
+    error = error_of(text)
+    assert (str(error.loc), error.message) == (
+        "x.attn:1:16",
+        "output cannot use 'kv_idx' (reached through a let or def)",
+    )
+    assert [str(n.loc) for n in error.notes] == ["x.attn:3:14"]
+
+
+def test_a_built_in_written_in_the_slot_has_no_note() -> None:
+    assert error_of("variant v {\n    mask = score > 0.0;\n}\n").notes == ()
