@@ -2,10 +2,11 @@
 
 A library is accepted only when it is a whole ELF file (header, program and section header
 tables inside the file) and matches the build record written next to it at build time
-(``built.ok``: JSON with its size, sha256 and cache key). A library that fails either check
-is never handed to ``dlopen`` (a truncated ``.so`` makes the loader die with SIGBUS) and is
-rebuilt, as is one whose record names another cache key (an entry copied or linked from
-another module: another arch, dtype or head_dim).
+(``built.ok``: JSON with its size, sha256, cache key and the release of the nvcc that built
+it). A library that fails either check is never handed to ``dlopen`` (a truncated ``.so``
+makes the loader die with SIGBUS) and is rebuilt, as is one whose record names another cache
+key (an entry copied or linked from another module: another arch, dtype or head_dim) or,
+where the build checks it, another nvcc release than the one installed.
 """
 
 from __future__ import annotations
@@ -52,15 +53,16 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def record_text(library: Path, command: str, key: str) -> str:
-    """The build record of ``library`` (just built): its size, sha256, build command and the
-    cache ``key`` it was built for."""
+def record_text(library: Path, command: str, key: str, nvcc: str | None) -> str:
+    """The build record of ``library`` (just built): its size, sha256, build command, the
+    cache ``key`` it was built for and the release line of the ``nvcc`` that built it."""
     record = {
         "format": RECORD_FORMAT,
         "size": library.stat().st_size,
         "sha256": file_sha256(library),
         "command": command,
         "key": key,
+        "nvcc": nvcc,
     }
     return json.dumps(record, indent=1) + "\n"
 
@@ -83,14 +85,21 @@ def _key_problem(record: dict[str, object], key: str | None) -> str | None:
     return f"its build record is for {printable(str(record['key']))}, not {key}"
 
 
-def _check(library: Path, stamp: Path | None, key: str | None) -> str | None:
+def _nvcc_problem(record: dict[str, object], nvcc: str | None) -> str | None:
+    if nvcc is None or record.get("nvcc") == nvcc:
+        return None
+    built = f"'{printable(str(record['nvcc']))}'" if record.get("nvcc") else "an unrecorded nvcc"
+    return f"it was built by {built}, not by the installed nvcc '{printable(nvcc)}'"
+
+
+def _check(library: Path, stamp: Path | None, key: str | None, nvcc: str | None) -> str | None:
     problem = elf_problem(library)
     if problem is not None or stamp is None:
         return problem
     record = _read_record(stamp)
     if record is None:
         return f"its build record {printable(str(stamp))} is missing or unreadable"
-    problem = _key_problem(record, key)
+    problem = _key_problem(record, key) or _nvcc_problem(record, nvcc)
     if problem is not None:
         return problem
     size = library.stat().st_size
@@ -101,32 +110,38 @@ def _check(library: Path, stamp: Path | None, key: str | None) -> str | None:
     return None
 
 
-def _identity(library: Path, stamp: Path | None, key: str | None) -> tuple[str, int, int, int]:
+def _identity(
+    library: Path, stamp: Path | None, key: str | None, nvcc: str | None
+) -> tuple[str, int, int, int]:
     st = os.stat(library)
     stamp_mtime = os.stat(stamp).st_mtime_ns if stamp is not None else 0
-    return (f"{library}\0{stamp}\0{stamp_mtime}\0{key}", st.st_size, st.st_mtime_ns, st.st_ino)
+    text = f"{library}\0{stamp}\0{stamp_mtime}\0{key}\0{nvcc}"
+    return (text, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def mark_sound(library: Path, stamp: Path, key: str) -> None:
-    """Remember that ``library`` matches ``stamp`` of cache ``key`` (both just written by this
-    process), so the first load after a build needs no second hash."""
+def mark_sound(library: Path, stamp: Path, key: str, nvcc: str | None) -> None:
+    """Remember that ``library`` matches ``stamp`` of cache ``key`` built by ``nvcc`` (both
+    just written by this process), so the first load after a build needs no second hash."""
     with _VERIFIED_LOCK:
-        _VERIFIED[_identity(library, stamp, key)] = None
-        _VERIFIED[_identity(library, stamp, None)] = None
+        _VERIFIED[_identity(library, stamp, key, nvcc)] = None
+        _VERIFIED[_identity(library, stamp, None, None)] = None
 
 
-def library_problem(library: Path, stamp: Path | None, key: str | None = None) -> str | None:
+def library_problem(
+    library: Path, stamp: Path | None, key: str | None = None, nvcc: str | None = None
+) -> str | None:
     """Why ``library`` must not be loaded (checked against the build record ``stamp`` when
-    given, and that record against the cache ``key`` when given), or None when it is sound.
-    The answer is memoised per file identity, so hashing happens once per process and file."""
+    given, and that record against the cache ``key`` and the release line of the installed
+    ``nvcc`` when given), or None when it is sound. The answer is memoised per file
+    identity, so hashing happens once per process and file."""
     try:
-        identity = _identity(library, stamp, key)
+        identity = _identity(library, stamp, key, nvcc)
     except OSError as exc:
         return f"cannot read it ({exc.strerror or exc})"
     with _VERIFIED_LOCK:
         if identity in _VERIFIED:
             return _VERIFIED[identity]
-    problem = _check(library, stamp, key)
+    problem = _check(library, stamp, key, nvcc)
     with _VERIFIED_LOCK:
         _VERIFIED[identity] = problem
     return problem

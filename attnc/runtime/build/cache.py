@@ -16,6 +16,7 @@ import hashlib
 import math
 import os
 import re
+import shutil
 import socket
 import sys
 import time
@@ -108,6 +109,22 @@ def write_if_changed(path: Path, text: str) -> bool:
     tmp.write_bytes(data)
     os.replace(tmp, path)
     return True
+
+
+def remove_file(path: Path) -> None:
+    """``path`` removed when there, a directory in its place too (a damaged entry: the cache
+    writes only files there); an error naming it and the cache root when it cannot be."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise type(exc)(
+            f"cannot remove {printable(str(path))} (a damaged cache entry): {exc.strerror or exc}; "
+            f"remove it by hand (the cache root is {printable(str(cache_dir()))}; "
+            "ATTNC_CACHE_DIR sets it)"
+        ) from None
 
 
 DEFAULT_LOCK_TIMEOUT_S = 900.0

@@ -116,9 +116,12 @@ def _plan(spec: ModuleSpec, arch: str, headers: str) -> _Plan:
 
 
 def _is_built(plan: _Plan, quiet: bool = False) -> bool:
-    if not (plan.stamp.is_file() and plan.library.is_file()):
+    """True when the library is there and sound (a ``built.ok`` that is not a readable file
+    is a damaged record), built by the installed nvcc where there is one."""
+    if not (os.path.lexists(plan.stamp) and plan.library.is_file()):
         return False
-    problem = artifact.library_problem(plan.library, plan.stamp, plan.directory.name)
+    nvcc = toolchain.installed_release()
+    problem = artifact.library_problem(plan.library, plan.stamp, plan.directory.name, nvcc)
     if problem is not None and not quiet:
         print(f"attnc: rebuilding {printable(str(plan.library))}: {problem}", file=sys.stderr)
     return problem is None
@@ -197,10 +200,13 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
         plan.partial.unlink(missing_ok=True)
         failure = f"nvcc exited 0 but its output is {problem}"
         return nvcc_run.Outcome(outcome.command, outcome.output, failure)
-    record = artifact.record_text(plan.partial, _commands_text(build.all()), plan.directory.name)
+    version = toolchain.nvcc_version(plan.nvcc)
+    release = version.release if version is not None else None
+    key = plan.directory.name
+    record = artifact.record_text(plan.partial, _commands_text(build.all()), key, release)
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
-    artifact.mark_sound(plan.library, plan.stamp, plan.directory.name)
+    artifact.mark_sound(plan.library, plan.stamp, key, release)
     return outcome
 
 
@@ -267,7 +273,7 @@ def _build_with_progress(
 ) -> None:
     for plan in plans:
         _write_files(plan)
-        plan.stamp.unlink(missing_ok=True)
+        cache.remove_file(plan.stamp)
     start = time.perf_counter()
     try:
         _run_build(plans, jobs, progress)
@@ -294,7 +300,7 @@ def load_library(path: Path | str) -> ctypes.CDLL:
         if lib is None:
             library = Path(key)
             stamp = library.parent / "built.ok"
-            problem = artifact.library_problem(library, stamp if stamp.is_file() else None)
+            problem = artifact.library_problem(library, stamp if os.path.lexists(stamp) else None)
             if problem is not None:
                 raise BuildError(
                     f"attnc: refusing to load {printable(str(library))}: {problem}; it is rebuilt "

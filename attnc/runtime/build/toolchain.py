@@ -8,7 +8,9 @@ import os
 import re
 import shutil
 import subprocess
+import unicodedata
 from pathlib import Path
+from typing import NamedTuple
 
 from attnc.dsl.errors import printable
 
@@ -52,13 +54,26 @@ def find_nvcc() -> str:
     return found
 
 
+def _control_characters(text: str) -> str:
+    """The control characters in ``text``, escaped and without repeats ("" for none)."""
+    found = dict.fromkeys(c for c in text if unicodedata.category(c) == "Cc")
+    return printable("".join(found))
+
+
 def runnable_nvcc() -> str:
-    """:func:`find_nvcc`, checked to be an executable file (a bare name: one on PATH);
-    :class:`ToolNotFound` naming ``ATTNC_NVCC`` and its value otherwise."""
+    """:func:`find_nvcc`, checked to be an executable file (a bare name: one on PATH) whose
+    path holds no control character (it is written into ``build.ninja``, one command a
+    line); :class:`ToolNotFound` naming ``ATTNC_NVCC`` and its value otherwise."""
     nvcc = find_nvcc()
+    env = os.environ.get("ATTNC_NVCC")
+    where = f"ATTNC_NVCC is '{printable(env)}'" if env else f"found '{printable(nvcc)}'"
+    controls = _control_characters(nvcc)
+    if controls:
+        raise ToolNotFound(
+            f"attnc: cannot use nvcc: {where}, whose path holds the control character(s) "
+            f"{controls}; use an nvcc path without control characters"
+        )
     if shutil.which(nvcc) is None:
-        env = os.environ.get("ATTNC_NVCC")
-        where = f"ATTNC_NVCC is '{printable(env)}'" if env else f"found '{printable(nvcc)}'"
         raise ToolNotFound(
             f"attnc: cannot run nvcc: {where}, which is not an executable file (nor a "
             "program on PATH)"
@@ -167,9 +182,17 @@ def nvcc_flags(arch: str, include_dirs: tuple[str, ...], extra: tuple[str, ...] 
     return [*BASE_FLAGS, gencode, *includes, *extra]
 
 
+class NvccVersion(NamedTuple):
+    """An nvcc's version: (major, minor) and its whole release line."""
+
+    number: tuple[int, int]
+    release: str  # "Cuda compilation tools, release 12.8, V12.8.93"
+
+
 @functools.lru_cache(maxsize=8)
-def nvcc_version(nvcc: str) -> tuple[int, int] | None:
-    """(major, minor) from ``nvcc --version``; None when it cannot be read."""
+def nvcc_version(nvcc: str) -> NvccVersion | None:
+    """The version ``nvcc --version`` prints (run once per process and path); None when it
+    cannot be read."""
     try:
         out = subprocess.run(
             [nvcc, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -177,8 +200,20 @@ def nvcc_version(nvcc: str) -> tuple[int, int] | None:
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
-    found = re.search(r"release (\d+)\.(\d+)", out)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+    found = re.search(r"^.*release (\d+)\.(\d+).*$", out, re.MULTILINE)
+    if found is None:
+        return None
+    return NvccVersion((int(found.group(1)), int(found.group(2))), found.group(0).strip())
+
+
+def installed_release() -> str | None:
+    """The release line of the nvcc a build would run; None where there is none or it cannot
+    say (a host without nvcc loads modules built elsewhere)."""
+    try:
+        version = nvcc_version(find_nvcc())
+    except ToolNotFound:
+        return None
+    return version.release if version is not None else None
 
 
 def speed_flags(nvcc: str) -> tuple[str, ...]:
@@ -186,4 +221,4 @@ def speed_flags(nvcc: str) -> tuple[str, ...]:
     assembler of a module's kernels in parallel (nvcc 12.4 and newer). The binary is the same
     (same SASS, checked for the prefill module), so these flags stay out of the cache key."""
     version = nvcc_version(nvcc)
-    return ("-split-compile=0",) if version is not None and version >= (12, 4) else ()
+    return ("-split-compile=0",) if version is not None and version.number >= (12, 4) else ()

@@ -19,6 +19,7 @@ import torch
 
 from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
+from attnc.runtime.build import toolchain
 from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
@@ -406,7 +407,8 @@ class DecodePlanning:
         key = (dtype, head_dim, rows_needed)
         hit = self._modules.get(key)
         if hit is None:
-            module = get_decode_module(self.variant.ir, dtype, head_dim)  # type: ignore[attr-defined]
+            ir = self.variant.ir  # type: ignore[attr-defined]
+            module = get_decode_module(ir, dtype, head_dim, toolchain.device_arch(self._device))
             with torch.cuda.device(self._device):
                 rows, kv_tile, per_sm = module.shape(head_dim, rows_needed)
             hit = (module, rows, kv_tile, max(per_sm, 1))

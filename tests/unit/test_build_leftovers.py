@@ -1,0 +1,211 @@
+"""Build defects left after the hardening rounds: decode modules built for the workspace's GPU,
+a module built by another nvcc rebuilt, control characters in ``ATTNC_NVCC`` named, and a
+``built.ok`` that is not a file taken as a damaged entry. nvcc is a fake here (no CUDA)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from attnc.runtime.build import cache, jit, toolchain
+
+ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
+
+
+@pytest.fixture
+def fake_nvcc(tmp_path, monkeypatch):
+    """A fake nvcc that copies an ELF file to its ``-o`` output and says it is release
+    ``$FAKE_NVCC_RELEASE`` (default 12.8); returns a function giving the number of builds."""
+    script = tmp_path / "bin" / "nvcc"
+    script.parent.mkdir()
+    script.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{sys.executable}
+            import os, sys
+            if "--version" in sys.argv:
+                release = os.environ.get("FAKE_NVCC_RELEASE", "12.8")
+                print(f"Cuda compilation tools, release {{release}}, V{{release}}.93")
+                sys.exit(0)
+            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
+                log.write(repr(sys.argv) + "\\n")
+            with open(sys.argv[sys.argv.index("-o") + 1], "wb") as f:
+                f.write(open({str(ELF)!r}, "rb").read())
+            """
+        )
+    )
+    script.chmod(0o755)
+    log = tmp_path / "nvcc.log"
+    log.write_text("")
+    monkeypatch.setenv("ATTNC_NVCC", str(script))
+    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("ATTNC_VERBOSE", "FAKE_NVCC_RELEASE", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
+        monkeypatch.delenv(name, raising=False)
+    toolchain.nvcc_version.cache_clear()
+    yield lambda: len(log.read_text().splitlines())
+    toolchain.nvcc_version.cache_clear()
+
+
+def _build(source: str = "int x;\n") -> Path:
+    return jit.build_module("probe", source, arch="80")
+
+
+# 1. Decode modules for the workspace's GPU
+
+
+def test_a_decode_module_is_built_for_the_workspace_gpu(monkeypatch):
+    """GPU 0 (current) an sm_80 part, GPU 1 a Hopper: a wrapper on GPU 1 builds for 90a."""
+    import torch
+
+    from attnc.runtime.build import modules
+    from attnc.runtime.wrappers.decode_planning import DecodePlanning
+
+    built: list[tuple[str, str | None]] = []
+    capability = {0: (8, 0), 1: (9, 0)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_capability",
+        lambda device=None: capability[0 if device is None else getattr(device, "index", device)],
+    )
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(modules.DECODE_MODULES, "_by_key", {})
+
+    def build(specs, *, arch=None, **kwargs):
+        built.extend((s.name, arch) for s in specs)
+        return [Path(f"/nowhere/{s.name}_{arch}.so") for s in specs]
+
+    class Loaded:
+        def shape(self, head_dim, rows_needed):
+            return 1, 64, 2
+
+    monkeypatch.setattr(jit, "build_modules", build)
+    monkeypatch.setattr(modules.ModuleRegistry, "load", lambda self, path, ir, name: Loaded())
+    monkeypatch.setattr(
+        modules.ModuleRegistry, "spec",
+        lambda self, ir, dtype, head_dim, arch: jit.ModuleSpec(f"{self.kind}{self._infix}", ""),
+    )  # fmt: skip
+
+    class Planning:
+        _modules: dict[object, object] = {}
+        _device = torch.device("cuda", 1)
+        variant = type("Variant", (), {"ir": object()})()
+
+    module, rows, kv_tile, per_sm = DecodePlanning._module_for(Planning(), torch.bfloat16, 128, 1)
+    assert built == [("decode_decode", "90a")]
+    assert (rows, kv_tile, per_sm) == (1, 64, 2)
+
+
+# 2. The nvcc that built a module
+
+
+def _record(library: Path) -> dict[str, object]:
+    return json.loads((library.parent / "built.ok").read_text())
+
+
+def test_a_module_built_by_another_nvcc_is_rebuilt(fake_nvcc, monkeypatch, capfd):
+    library = _build()
+    assert "release 12.8, V12.8.93" in str(_record(library)["nvcc"])
+    monkeypatch.setenv("FAKE_NVCC_RELEASE", "12.9")  # nvcc upgraded (a new process)
+    toolchain.nvcc_version.cache_clear()
+    assert _build() == library and fake_nvcc() == 2
+    assert "release 12.9, V12.9.93" in str(_record(library)["nvcc"])
+    assert "12.8" in capfd.readouterr().err  # the rebuild notice names both
+    assert _build() == library and fake_nvcc() == 2  # and only once
+
+
+def test_a_module_built_by_another_nvcc_loads_where_no_nvcc_is_installed(fake_nvcc, monkeypatch):
+    library = _build()
+
+    def no_nvcc() -> str:
+        raise toolchain.ToolNotFound("attnc: nvcc not found")
+
+    monkeypatch.setattr(toolchain, "find_nvcc", no_nvcc)
+    toolchain.nvcc_version.cache_clear()
+    assert _build() == library and fake_nvcc() == 1
+
+
+def test_the_nvcc_version_is_read_once_per_process(fake_nvcc, monkeypatch):
+    runs = []
+    real = toolchain.subprocess.run
+    monkeypatch.setattr(
+        toolchain.subprocess, "run", lambda *a, **k: runs.append(a[0]) or real(*a, **k)
+    )
+    _build()
+    _build("int y;\n")
+    jit.build_modules([jit.ModuleSpec("other", "int z;\n")], arch="80")
+    assert [r for r in runs if "--version" in r] == [[toolchain.find_nvcc(), "--version"]]
+
+
+# 3. Control characters in ATTNC_NVCC
+
+
+@pytest.mark.parametrize("odd", ["new\nline", "carriage\rreturn", "esc\x1b[2J"])
+def test_a_control_character_in_the_nvcc_path_is_named(fake_nvcc, tmp_path, monkeypatch, odd):
+    there = tmp_path / odd
+    shutil.copytree(tmp_path / "bin", there)
+    monkeypatch.setenv("ATTNC_NVCC", str(there / "nvcc"))
+    with pytest.raises(toolchain.ToolNotFound) as err:
+        _build()
+    text = str(err.value)
+    escaped = odd.encode("unicode_escape").decode()
+    assert "ATTNC_NVCC" in text and escaped in text and "control character" in text
+    assert odd not in text and fake_nvcc() == 0
+
+
+def test_a_module_in_the_cache_loads_under_an_nvcc_path_with_a_newline(
+    fake_nvcc, tmp_path, monkeypatch
+):
+    library = _build()
+    monkeypatch.setenv("ATTNC_NVCC", str(tmp_path / "new\nline" / "nvcc"))
+    toolchain.nvcc_version.cache_clear()
+    assert _build() == library and fake_nvcc() == 1
+
+
+# 4. A built.ok that is not a file
+
+
+def _stamp_to_directory(library: Path) -> Path:
+    stamp = library.parent / "built.ok"
+    stamp.unlink()
+    (stamp / "inside").mkdir(parents=True)
+    return stamp
+
+
+def test_a_build_record_that_is_a_directory_is_rebuilt(fake_nvcc, capfd):
+    library = _build()
+    stamp = _stamp_to_directory(library)
+    assert _build() == library and fake_nvcc() == 2
+    assert stamp.is_file() and _record(library)["key"] == library.parent.name
+    assert "build record" in capfd.readouterr().err  # the same notice as a damaged record
+
+
+def test_a_library_whose_build_record_is_a_directory_is_not_loaded(fake_nvcc):
+    library = _build()
+    _stamp_to_directory(library)
+    with pytest.raises(jit.BuildError) as err:
+        jit.load_library(library)
+    assert "build record" in str(err.value)
+
+
+def test_a_build_record_that_cannot_be_removed_is_named(fake_nvcc, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c\x1b[2Jd"))
+    library = _build()
+    _stamp_to_directory(library)
+
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cache.shutil, "rmtree", refuse, raising=False)
+    with pytest.raises(PermissionError) as err:
+        _build()
+    text = str(err.value)
+    assert "built.ok" in text and "c\\x1b[2Jd" in text and "\x1b" not in text
+    assert "ATTNC_CACHE_DIR" in text and "Permission denied" in text
