@@ -56,9 +56,9 @@ def test_specs_are_what_the_runtime_builds(causal, monkeypatch):
     with pytest.raises(RuntimeError, match="recorded"):
         decode_plan_library._load()
     with pytest.raises(RuntimeError, match="recorded"):
-        merge._library()
+        merge._library("90a")
     merge_state = aot.shared_modules("90a", "all")[-1]
-    assert asked == [(planner.spec, planner.arch), (merge_state.spec, None)]
+    assert asked == [(planner.spec, planner.arch), (merge_state.spec, "90a")]
     (fa2,) = [
         m
         for m in aot.deployment_modules([causal], "90a", ("bfloat16",), (128,))

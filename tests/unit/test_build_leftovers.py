@@ -209,3 +209,29 @@ def test_a_build_record_that_cannot_be_removed_is_named(fake_nvcc, tmp_path, mon
     text = str(err.value)
     assert "built.ok" in text and "c\\x1b[2Jd" in text and "\x1b" not in text
     assert "ATTNC_CACHE_DIR" in text and "Permission denied" in text
+
+
+def test_merge_state_is_built_for_the_arch_of_its_tensors_gpu(monkeypatch):
+    """merge_state's module is kept per GPU arch: a host with an sm_80 and an sm_90 GPU used
+    the first one built (for the current device) for both."""
+    from attnc.runtime.build import jit
+    from attnc.runtime.wrappers import merge
+
+    built = []
+
+    class FakeLib:
+        class attnc_merge_state:  # noqa: N801 (the C symbol's name)
+            argtypes: list = []
+            restype = None
+
+    def build(name, source, *, arch=None, extra_flags=()):
+        built.append(arch)
+        return f"/fake/{arch}.so"
+
+    monkeypatch.setattr(merge, "_LIBS", {})
+    monkeypatch.setattr(jit, "build_module", build)
+    monkeypatch.setattr(jit, "load_library", lambda path: FakeLib())
+    merge._library("80")
+    merge._library("90a")
+    merge._library("80")
+    assert built == ["80", "90a"]

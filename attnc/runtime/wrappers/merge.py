@@ -11,22 +11,23 @@ import threading
 
 import torch
 
-from attnc.runtime.build import jit
+from attnc.runtime.build import jit, toolchain
 from attnc.runtime.checks.tensors import I32_MAX, is_dense, layout_name
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_LIB: ctypes.CDLL | None = None
+_LIBS: dict[str, ctypes.CDLL] = {}  # by GPU arch: a host may hold GPUs of two archs
 _LOCK = threading.Lock()
 
 
-def _library() -> ctypes.CDLL:
-    global _LIB
+def _library(arch: str) -> ctypes.CDLL:
+    """The merge_state module built for GPU ``arch`` (built or loaded once per arch)."""
     with _LOCK:
-        if _LIB is None:
+        lib = _LIBS.get(arch)
+        if lib is None:
             from attnc.codegen.decode_module import MERGE_STATE_SOURCE
 
-            lib = jit.load_library(jit.build_module("merge_state", MERGE_STATE_SOURCE))
+            lib = jit.load_library(jit.build_module("merge_state", MERGE_STATE_SOURCE, arch=arch))
             lib.attnc_merge_state.argtypes = [ctypes.c_void_p] * 6 + [
                 ctypes.c_int64,
                 ctypes.c_int32,
@@ -34,8 +35,8 @@ def _library() -> ctypes.CDLL:
                 ctypes.c_void_p,
             ]
             lib.attnc_merge_state.restype = ctypes.c_int
-            _LIB = lib
-        return _LIB
+            _LIBS[arch] = lib
+        return lib
 
 
 def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
@@ -90,11 +91,13 @@ def merge_state(
     o = torch.empty_like(o_a)
     lse = torch.empty_like(lse_a)
     rows = lse_a.numel()
-    stream = raw_stream(o_a.device)
-    rc = _library().attnc_merge_state(
-        o_a.data_ptr(), lse_a.data_ptr(), o_b.data_ptr(), lse_b.data_ptr(),
-        o.data_ptr(), lse.data_ptr(), rows, o_a.shape[-1], _DTYPE_CODES[o_a.dtype], stream,
-    )  # fmt: skip
+    lib = _library(toolchain.device_arch(o_a.device))
+    with torch.cuda.device(o_a.device):  # the launch runs on the current device
+        stream = raw_stream(o_a.device)
+        rc = lib.attnc_merge_state(
+            o_a.data_ptr(), lse_a.data_ptr(), o_b.data_ptr(), lse_b.data_ptr(),
+            o.data_ptr(), lse.data_ptr(), rows, o_a.shape[-1], _DTYPE_CODES[o_a.dtype], stream,
+        )  # fmt: skip
     if rc != 0:
         raise RuntimeError(f"attnc: merge_state failed with code {rc}")
     return o, lse
