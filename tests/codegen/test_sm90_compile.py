@@ -303,6 +303,25 @@ def test_alibi_steps_its_bias_per_key(builds):
     assert next(iter(stepped.values())) >= 30, stepped  # one tile's offsets at least
 
 
+def test_alibi_at_head_dim_64_holds_its_logits_in_units_of_its_step(builds):
+    """At head_dim 64 the Hopper kernel keeps ALiBi's logits in units of each row's step: one
+    FFMA of the score with the row's multiplier plus the key's offset from the lane's first key
+    as an immediate (8, 9, 16, ...), not the step times the offset plus the bias."""
+    offsets = "|".join(str(8 * n + e) for n in range(1, 16) for e in (0, 1))
+    in_units = re.compile(rf"\bFFMA R\d+, R\d+(?:\.reuse)?, R\d+(?:\.reuse)?, ({offsets}) ;")
+    stepped = re.compile(rf"\bFFMA R\d+, R\d+, ({offsets}), R\d+")
+    counts = {}
+    for dtype, head_dim, _, obj in builds:
+        if (dtype, head_dim) != ("half", 64):
+            continue
+        for name, body in dump_sass(obj).items():
+            if "prefill_sm90_kernel" in name and "Variant_alibi" in name:
+                counts[name] = (len(in_units.findall(body)), len(stepped.findall(body)))
+    assert len(counts) == 1, counts
+    units, steps = next(iter(counts.values()))
+    assert units >= 30 and steps == 0, counts  # one tile's offsets at least
+
+
 def test_module_template_renders_the_sm90_launcher():
     from attnc.codegen.module import render_prefill_sm90_module
 

@@ -207,9 +207,19 @@ __device__ __forceinline__ float lane_row_max(const float (&s)[NS][4], int h) {
 // decided: the logits become the weights p = exp2(s * c - m * c), whose sum (this lane's
 // columns) is added to l after l is rescaled by alpha.
 template <int NS>
+__device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, float shift,
+                                                    float c, float alpha, float& l);
+
+template <int NS>
 __device__ __forceinline__ void row_weights(float (&s)[NS][4], int h, float m, float c,
                                             float alpha, float& l) {
-  const float shift = -safe_max(m) * c;
+  row_weights_shifted(s, h, -safe_max(m) * c, c, alpha, l);
+}
+
+// As row_weights, with the exp2's shift given: p = exp2(s * c + shift).
+template <int NS>
+__device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, float shift,
+                                                    float c, float alpha, float& l) {
   float sum = 0.f;
 #pragma unroll
   for (int n = 0; n < NS; ++n) {
@@ -268,6 +278,46 @@ __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (
     for (int h = 0; h < 2; ++h)
       row_weights(s[mi], h, m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, alpha[mi][h],
                   l[mi][h]);
+  return any_moves;
+}
+
+// warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
+// relative to an offset r0[mi][h] per row and lane: the logit of an element is
+// (s + r0) * c log2 units, and m is kept in the units of s + r0.
+template <int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows_in_units(
+    float (&s)[MQ][NS][4], float (&m)[MQ][2], float (&l)[MQ][2], const float (&c)[MQ][2],
+    const float (&r0)[MQ][2], float (&alpha)[MQ][2]) {
+  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  float mx[MQ][2];
+  bool exceeds = false;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[mi][h] = lane_row_max(s[mi], h) + r0[mi][h];
+      exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c[mi][h] > kSlack;
+      alpha[mi][h] = 1.f;
+    }
+  const bool any_moves = __any_sync(0xffffffffu, exceeds);
+  if (any_moves) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float row_max = quad_max(mx[mi][h]);
+        if ((row_max - m[mi][h]) * c[mi][h] > kSlack) {
+          alpha[mi][h] = fast_exp2((m[mi][h] - row_max) * c[mi][h]);
+          m[mi][h] = row_max;
+        }
+      }
+  }
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_weights_shifted(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h], c[mi][h],
+                          alpha[mi][h], l[mi][h]);
   return any_moves;
 }
 

@@ -49,7 +49,8 @@ struct RowTerms {
 // The element loop of transform_scores. kRowInterval: the mask is the interval of terms.lo /
 // hi; kStepBias: the bias is terms.bias0 + terms.step * (key offset), else evaluated per
 // element (V::score_bias or the general score).
-template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS>
+template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS,
+          bool kStepUnits = false>
 __device__ __forceinline__ void transform_tile(const V& var,
                                                const typename V::Row (&rows)[MQ][2],
                                                const float (&mult)[MQ][2],
@@ -81,6 +82,10 @@ __device__ __forceinline__ void transform_tile(const V& var,
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity) {
           x = raw;  // scaled by mult inside the exp2
+        } else if constexpr (kStepUnits) {
+          // In units of the row's step: mult holds the exp2 multiplier over the step, and the
+          // bias at the lane's first key (over the step) joins the softmax once per row.
+          x = fmaf(raw, mult[mi][e / 2], static_cast<float>(n * 8 + (e % 2)));
         } else if constexpr (kStepBias) {
           const float off = static_cast<float>(n * 8 + (e % 2));
           x = fmaf(raw, mult[mi][e / 2],
@@ -95,6 +100,21 @@ __device__ __forceinline__ void transform_tile(const V& var,
       }
     }
   }
+}
+
+// The interval of keys of each row (V::row_kv_range, cut at kv1), relative to `base`.
+template <class V, int MQ>
+__device__ __forceinline__ void row_interval_terms(const V& var,
+                                                   const typename V::Row (&rows)[MQ][2], int kv1,
+                                                   int base, RowTerms<MQ>& terms) {
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const KvRange rr = var.row_kv_range(rows[mi][h]);
+      terms.lo[mi][h] = rr.begin - base;
+      terms.hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
+    }
 }
 
 // Scores of one tile -> log2-domain logits (softmax) or weights (no softmax), in place.
@@ -116,16 +136,7 @@ __device__ __forceinline__ void transform_scores(const V& var,
   // this lane's first key, then two compares with constants per element.
   constexpr bool kRowInterval =
       kPerRowTerms && kMasked && V::kHasMask && variant_row_interval<V>::value;
-  if constexpr (kRowInterval) {
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const KvRange rr = var.row_kv_range(rows[mi][h]);
-        terms.lo[mi][h] = rr.begin - base;
-        terms.hi[mi][h] = (rr.end < kv1 ? rr.end : kv1) - base;
-      }
-  }
+  if constexpr (kRowInterval) row_interval_terms(var, rows, kv1, base, terms);
   // An affine bias linear in kv_idx: its value at this lane's first key (which may lie past
   // kv1; score_bias is safe there) and its step, once per row; then one FFMA per element,
   // the key's offset from the first key being a constant. A row whose value or step is not
@@ -160,6 +171,68 @@ __device__ __forceinline__ void transform_scores(const V& var,
   }
   transform_tile<kMasked, kRowInterval, kStepBias>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
                                                    terms);
+}
+
+// A variant whose bias is stepped (linear in kv_idx) keeps its logits in units of each
+// row's step instead of log2 units on the Hopper template: one FFMA per
+// element (score times the exp2 multiplier over the step, plus the key's offset from the
+// lane's first key) instead of two, and the bias at the lane's first key over the step, r0,
+// once per row and tile (warp_softmax_rows_in_units adds it to the row max and the shift).
+// Head_dim 64 only, where the softmax is the larger share of a tile: ALiBi 8K 6.9% and 2K
+// 5.1% faster there; at 128 (on three consumers) 8K was 1.2% slower, and at 256 1.6%
+// (RESULTS.md runs 47 and 48).
+template <class V, int HEAD_DIM>
+constexpr bool kStepUnitsVariant = HEAD_DIM == 64 && V::kUseSoftmax && V::kAffineScore &&
+                                   !V::kScoreIsIdentity && variant_bias_step<V>::value;
+
+// The smallest step a row may be held in units of (smaller ones keep log2 units).
+constexpr float kMinStepPerKey = 5.421010862427522e-20f;  // 2^-64
+
+// Scores of one tile in units of each row's step `units` (mult_over_units: the exp2
+// multiplier over it; per_unit: 1 / the step in log2 units, NaN where the warp is not in
+// units), and each row's offset r0, the bias at this lane's first key over the step. r0 is
+// evaluated at that key, not stepped from key 0: near the diagonal it is small, so its f32
+// rounding is too (from key 0 it carried ulp(q) x the step into every logit and the LSE).
+// Where some lane's r0 is not finite (a warp not in units, whose units are 1, or a bias not
+// finite at the key) the warp's tile evaluates the bias per element, in units, with r0 = 0.
+template <bool kMasked, class V, int MQ, int NS>
+__device__ __forceinline__ void transform_scores_in_units(
+    const V& var, const typename V::Row (&rows)[MQ][2], const float (&mult_over_units)[MQ][2],
+    const float (&units)[MQ][2], const float (&per_unit)[MQ][2], float (&s)[MQ][NS][4], int kv0,
+    int kv1, int tq, float sm_scale, float (&r0)[MQ][2]) {
+  const int base = kv0 + 2 * tq;
+  RowTerms<MQ> terms;
+  constexpr bool kRowInterval = kMasked && V::kHasMask && variant_row_interval<V>::value;
+  if constexpr (kRowInterval) row_interval_terms(var, rows, kv1, base, terms);
+  bool finite = true;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r0[mi][h] = var.score_bias(rows[mi][h], base) * kLog2e * per_unit[mi][h];
+      finite = finite && isfinite(r0[mi][h]);
+    }
+  if (__all_sync(0xffffffffu, finite)) {
+    transform_tile<kMasked, kRowInterval, false, V, MQ, NS, true>(
+        var, rows, mult_over_units, s, kv0, kv1, tq, sm_scale, terms);
+    return;
+  }
+  float mult[MQ][2], scale[MQ][2];
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mult[mi][h] = mult_over_units[mi][h] * units[mi][h];
+      scale[mi][h] = units[mi][h] == 1.f ? 1.f : __fdividef(1.f, units[mi][h]);
+      r0[mi][h] = 0.f;
+    }
+  transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale, terms);
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mi][n][e] *= scale[mi][e / 2];
 }
 
 }  // namespace attnc

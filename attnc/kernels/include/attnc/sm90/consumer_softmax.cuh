@@ -23,6 +23,20 @@ __device__ __forceinline__ bool softmax_step(float (&s)[1][NS][4], float (&m)[1]
   return moved;
 }
 
+// softmax_step for logits in units of each row's step (warp_softmax_rows_in_units).
+template <int NS>
+__device__ __forceinline__ bool softmax_step_in_units(float (&s)[1][NS][4], float (&m)[1][2],
+                                                      float (&l)[1][2],
+                                                      const float (&units)[1][2],
+                                                      const float (&r0)[1][2],
+                                                      float (&alpha)[2]) {
+  float a[1][2];
+  const bool moved = warp_softmax_rows_in_units(s, m, l, units, r0, a);
+  alpha[0] = a[0][0];
+  alpha[1] = a[0][1];
+  return moved;
+}
+
 template <int NO>
 __device__ __forceinline__ void rescale_o(float (&o)[1][NO][4], const float (&alpha)[2]) {
 #pragma unroll

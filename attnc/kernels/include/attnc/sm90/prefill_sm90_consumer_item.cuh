@@ -13,6 +13,7 @@
 #include "../cp_async.cuh"
 #include "../fast_divmod.cuh"
 #include "../online_softmax.cuh"
+#include "../score_hooks.cuh"
 #include "../prefill_args.h"
 #include "../variant_contract.cuh"
 #include "prefill_sm90_config.cuh"
@@ -68,7 +69,10 @@ struct ConsumerItem {
   int kv_head;
   RequestInfo request;
   typename V::Row rows[1][2];
-  float mult[1][2];
+  float mult[1][2];   // the exp2 multiplier (over units where in_units)
+  float units[1][2];  // kStepUnitsVariant: the rows' steps where in_units, else 1
+  float per_unit[1][2];  // kStepUnitsVariant: 1 / the rows' steps in log2 units (NaN: the
+                         // warp's tiles evaluate the bias per element, units 1)
   float m[1][2];
   float l[1][2];
   float sink[2];  // the rows' sink logits where read_sinks reads them at item start
@@ -77,6 +81,14 @@ struct ConsumerItem {
     return V(params, request);
   }
 };
+
+// The units of row h's m (c of online_softmax.cuh: log2 units per unit of m).
+template <int HEAD_DIM, class V>
+__device__ __forceinline__ float row_units(const ConsumerItem<V>& ci, int h) {
+  if constexpr (V::kScoreIsIdentity) return ci.mult[0][h];
+  if constexpr (kStepUnitsVariant<V, HEAD_DIM>) return ci.units[0][h];
+  return 1.f;
+}
 
 // This thread's packed row h (0 or 1) of consumer wg's 64, clamped to the item's last row.
 __device__ __forceinline__ int thread_packed_row(int wg, int h, int rows_valid) {
@@ -151,14 +163,33 @@ __device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg
     ci.m[0][h] = -CUDART_INF_F;
     ci.l[0][h] = 0.f;
   }
+  if constexpr (kStepUnitsVariant<V, Shape::kHeadDim>) {
+    // Units of the rows' steps where every row of the warp steps by [2^-64, 16] log2 units
+    // a key (NaN fails the compares); the warp-wide choice holds for the whole item.
+    float step[2];
+    bool ok = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      step[h] = var.score_bias_step(ci.rows[0][h]) * kLog2e;
+      ok = ok && step[h] >= kMinStepPerKey && step[h] <= kMaxStepPerKey;
+    }
+    const bool in_units = __all_sync(0xffffffffu, ok);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ci.units[0][h] = in_units ? step[h] : 1.f;
+      const float per_unit = in_units ? __fdividef(1.f, step[h]) : 1.f;  // step is normal
+      ci.per_unit[0][h] = in_units ? per_unit : CUDART_NAN_F;
+      ci.mult[0][h] *= per_unit;
+    }
+  }
   if constexpr (variant_has_sink<V>::value) {
     if (ci.part_row < 0) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float sink =
             kSinksReadAtStart<Shape> ? ci.sink[h] : variant_sink(var, ci.rows[0][h]);
-        start_row_at_sink<V>(sink, V::kScoreIsIdentity ? ci.mult[0][h] : 1.f, ci.m[0][h],
-                             ci.l[0][h], threadIdx.x % 4 == 0);
+        start_row_at_sink<V>(sink, row_units<Shape::kHeadDim>(ci, h), ci.m[0][h], ci.l[0][h],
+                             threadIdx.x % 4 == 0);
       }
     }
   }

@@ -33,7 +33,7 @@ __device__ __forceinline__ void prefill_sm90_store(const AttncPrefillArgs& a, co
   SoftmaxRowEnd ends[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float c = V::kScoreIsIdentity ? ci.mult[0][h] : 1.f;
+    const float c = row_units<D>(ci, h);
     ends[h] = output_row_end(var, ci.rows[0][h], ci.m[0][h], ci.l[0][h], c, part_row < 0,
                              /*poisoned=*/false);
     if constexpr (!V::kUseSoftmax) {

@@ -161,6 +161,18 @@ struct Sm90Consumer {
   // rescaled.
   __device__ __forceinline__ bool scores(const V& var, ConsumerItem<V>& c) {
     const float sm_scale = prm.args.sm_scale;
+    if constexpr (kStepUnitsVariant<V, D>) {
+      float r0[1][2];
+      if (masked) {
+        transform_scores_in_units<true>(var, c.rows, c.mult, c.units, c.per_unit, s, info.kv0,
+                                        info.kv1, tq, sm_scale, r0);
+      } else {
+        transform_scores_in_units<false>(var, c.rows, c.mult, c.units, c.per_unit, s, info.kv0,
+                                         info.kv1, tq, sm_scale, r0);
+      }
+      if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
+      return softmax_step_in_units(s, c.m, c.l, c.units, r0, alpha);
+    }
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
