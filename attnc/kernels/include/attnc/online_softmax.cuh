@@ -241,11 +241,13 @@ __device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, fl
 // A row moves only if the lane holding its max sees its own columns exceed m + slack, so one
 // warp vote on the lanes' own maxima decides whether any row can move: in the steady state
 // (no row moves) the tile skips the shuffles of the row maxima, and the weights, sums and
-// alphas are exactly those of the full step.
-template <class V, int MQ, int NS>
-__device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (&m)[MQ][2],
-                                                  float (&l)[MQ][2], const float (&mult)[MQ][2],
-                                                  float (&alpha)[MQ][2]) {
+// alphas are exactly those of the full step. c[mi][h]: the units of m in log2 units; with
+// kOffset a logit is s + r0[mi][h] (warp_softmax_rows_in_units), else s (r0 unread).
+template <bool kOffset, int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], float (&m)[MQ][2],
+                                                     float (&l)[MQ][2], const float (&c)[MQ][2],
+                                                     const float (&r0)[MQ][2],
+                                                     float (&alpha)[MQ][2]) {
   constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
   float mx[MQ][2];
   bool exceeds = false;
@@ -253,49 +255,8 @@ __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
       mx[mi][h] = lane_row_max(s[mi], h);
-      exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c > kSlack;
-      alpha[mi][h] = 1.f;
-    }
-  const bool any_moves = __any_sync(0xffffffffu, exceeds);
-  if (any_moves) {
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float c = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-        const float row_max = quad_max(mx[mi][h]);
-        if ((row_max - m[mi][h]) * c > kSlack) {
-          alpha[mi][h] = fast_exp2((m[mi][h] - row_max) * c);
-          m[mi][h] = row_max;
-        }
-      }
-  }
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_weights(s[mi], h, m[mi][h], V::kScoreIsIdentity ? mult[mi][h] : 1.f, alpha[mi][h],
-                  l[mi][h]);
-  return any_moves;
-}
-
-// warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
-// relative to an offset r0[mi][h] per row and lane: the logit of an element is
-// (s + r0) * c log2 units, and m is kept in the units of s + r0.
-template <int MQ, int NS>
-__device__ __forceinline__ bool warp_softmax_rows_in_units(
-    float (&s)[MQ][NS][4], float (&m)[MQ][2], float (&l)[MQ][2], const float (&c)[MQ][2],
-    const float (&r0)[MQ][2], float (&alpha)[MQ][2]) {
-  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
-  float mx[MQ][2];
-  bool exceeds = false;
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[mi][h] = lane_row_max(s[mi], h) + r0[mi][h];
+      if constexpr (kOffset) mx[mi][h] += r0[mi][h];
       exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c[mi][h] > kSlack;
       alpha[mi][h] = 1.f;
     }
@@ -315,10 +276,37 @@ __device__ __forceinline__ bool warp_softmax_rows_in_units(
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_weights_shifted(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h], c[mi][h],
-                          alpha[mi][h], l[mi][h]);
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kOffset) {
+        row_weights_shifted(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h], c[mi][h],
+                            alpha[mi][h], l[mi][h]);
+      } else {
+        row_weights(s[mi], h, m[mi][h], c[mi][h], alpha[mi][h], l[mi][h]);
+      }
+    }
   return any_moves;
+}
+
+template <class V, int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (&m)[MQ][2],
+                                                  float (&l)[MQ][2], const float (&mult)[MQ][2],
+                                                  float (&alpha)[MQ][2]) {
+  float c[MQ][2];  // the units of m: the identity score's multiplier, else log2 units (1)
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) c[mi][h] = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
+  return warp_softmax_rows_at<false>(s, m, l, c, c, alpha);
+}
+
+// warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
+// relative to an offset r0[mi][h] per row and lane: the logit of an element is
+// (s + r0) * c log2 units, and m is kept in the units of s + r0.
+template <int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows_in_units(
+    float (&s)[MQ][NS][4], float (&m)[MQ][2], float (&l)[MQ][2], const float (&c)[MQ][2],
+    const float (&r0)[MQ][2], float (&alpha)[MQ][2]) {
+  return warp_softmax_rows_at<true>(s, m, l, c, r0, alpha);
 }
 
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
