@@ -9,47 +9,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from fake_nvcc import ELF, installed
 
 from attnc.runtime.build import artifact, cache, jit
-
-ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
 
 
 @pytest.fixture
 def fake_nvcc(tmp_path, monkeypatch):
-    """A fake nvcc whose behaviour the test picks through $FAKE_NVCC_MODE."""
-    script = tmp_path / "nvcc"
-    script.write_text(
-        textwrap.dedent(
-            f"""\
-            #!{sys.executable}
-            import os, sys
-            if "--version" in sys.argv:
-                sys.exit(0)
-            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
-                log.write(os.getcwd() + " " + os.environ.get("TMPDIR", "-") + "\\n")
-            out = sys.argv[sys.argv.index("-o") + 1]
-            data = open({str(ELF)!r}, "rb").read()
-            mode = os.environ.get("FAKE_NVCC_MODE", "ok")
-            with open(out, "wb") as f:
-                f.write(data if mode == "ok" else data[: len(data) // 2])
-            sys.exit(1 if mode == "partial-and-fail" else 0)
-            """
-        )
-    )
-    script.chmod(0o755)
-    log = tmp_path / "nvcc.log"
-    log.write_text("")
-    monkeypatch.setenv("ATTNC_NVCC", str(script))
-    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
-    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("ATTNC_VERBOSE", raising=False)
-    return lambda: len(log.read_text().splitlines())
+    """The fake nvcc (tests/unit/fake_nvcc.py), whose behaviour the test picks through
+    ``$FAKE_NVCC_MODE``; its runs are recorded."""
+    with installed(tmp_path, monkeypatch) as nvcc:
+        yield nvcc
 
 
 def _build(source: str = "int x;\n") -> Path:
@@ -64,12 +38,12 @@ def test_failed_nvcc_leaving_a_partial_library_is_not_stamped(fake_nvcc, monkeyp
     assert not (directory / "built.ok").exists() and not (directory / "probe.so").exists()
     monkeypatch.setenv("FAKE_NVCC_MODE", "ok")
     library = _build()
-    assert fake_nvcc() == 2
+    assert fake_nvcc.count() == 2
     assert library.read_bytes() == ELF.read_bytes()
 
 
 def test_truncated_output_of_a_successful_nvcc_is_rejected(fake_nvcc, monkeypatch):
-    monkeypatch.setenv("FAKE_NVCC_MODE", "truncated")
+    monkeypatch.setenv("FAKE_NVCC_MODE", "partial")
     with pytest.raises(jit.BuildError, match="truncated ELF file"):
         _build()
     assert not list(cache.cache_dir().glob("*/probe.so"))
@@ -99,7 +73,7 @@ def test_damaged_library_is_rebuilt_and_never_loaded(fake_nvcc, damage, capfd):
     with pytest.raises(jit.BuildError, match="refusing to load"):
         jit.load_library(library)
     assert _build() == library
-    assert fake_nvcc() == 2
+    assert fake_nvcc.count() == 2
     assert library.read_bytes() == data
     assert "attnc: rebuilding" in capfd.readouterr().err
 
@@ -107,7 +81,7 @@ def test_damaged_library_is_rebuilt_and_never_loaded(fake_nvcc, damage, capfd):
 def test_cache_hit_runs_no_nvcc(fake_nvcc):
     _build()
     _build()
-    assert fake_nvcc() == 1
+    assert fake_nvcc.count() == 1
 
 
 def test_cache_path_with_shell_characters_builds_in_a_plain_directory(
@@ -117,9 +91,7 @@ def test_cache_path_with_shell_characters_builds_in_a_plain_directory(
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
     library = _build()
     assert library.parent.parent == root and library.read_bytes() == ELF.read_bytes()
-    ((cwd, tmp),) = [
-        line.split(" ") for line in Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
-    ]
+    ((_, cwd, tmp),) = fake_nvcc.runs()
     assert cache.shell_safe(cwd) and not Path(cwd).exists()  # a temporary, removed directory
     text = (library.parent / "build.ninja").read_text()
     # named relative to the module directory: the path never reaches ninja or its shell
@@ -134,9 +106,7 @@ def test_tmpdir_a_shell_would_expand_is_replaced_for_nvcc(fake_nvcc, tmp_path, m
     monkeypatch.setenv("TMPDIR", str(odd))
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
     _build()
-    ((_, tmp),) = [
-        line.split(" ") for line in Path(os.environ["FAKE_NVCC_LOG"]).read_text().splitlines()
-    ]
+    ((_, _, tmp),) = fake_nvcc.runs()
     assert cache.shell_safe(tmp) and tmp != str(odd)
 
 

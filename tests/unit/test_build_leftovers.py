@@ -7,50 +7,20 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from fake_nvcc import installed
 
 from attnc.runtime.build import cache, jit, toolchain
-
-ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
 
 
 @pytest.fixture
 def fake_nvcc(tmp_path, monkeypatch):
-    """A fake nvcc that copies an ELF file to its ``-o`` output and says it is release
-    ``$FAKE_NVCC_RELEASE`` (default 12.8); returns a function giving the number of builds."""
-    script = tmp_path / "bin" / "nvcc"
-    script.parent.mkdir()
-    script.write_text(
-        textwrap.dedent(
-            f"""\
-            #!{sys.executable}
-            import os, sys
-            if "--version" in sys.argv:
-                release = os.environ.get("FAKE_NVCC_RELEASE", "12.8")
-                print(f"Cuda compilation tools, release {{release}}, V{{release}}.93")
-                sys.exit(0)
-            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
-                log.write(repr(sys.argv) + "\\n")
-            with open(sys.argv[sys.argv.index("-o") + 1], "wb") as f:
-                f.write(open({str(ELF)!r}, "rb").read())
-            """
-        )
-    )
-    script.chmod(0o755)
-    log = tmp_path / "nvcc.log"
-    log.write_text("")
-    monkeypatch.setenv("ATTNC_NVCC", str(script))
-    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
-    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("ATTNC_VERBOSE", "FAKE_NVCC_RELEASE", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
-        monkeypatch.delenv(name, raising=False)
-    toolchain.nvcc_version.cache_clear()
-    yield lambda: len(log.read_text().splitlines())
-    toolchain.nvcc_version.cache_clear()
+    """The fake nvcc (tests/unit/fake_nvcc.py), release ``$FAKE_NVCC_RELEASE`` (default 12.8);
+    returns a function giving the number of builds."""
+    with installed(tmp_path, monkeypatch) as nvcc:
+        yield nvcc.count
 
 
 def _build(source: str = "int x;\n") -> Path:

@@ -9,60 +9,23 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+from fake_nvcc import ELF, installed
 
 from attnc.runtime.build import cache, jit, toolchain
 
-ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
 NINJA = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
 
 
 @pytest.fixture
 def fake_nvcc(tmp_path, monkeypatch):
-    """A fake nvcc that checks its inputs exist and copies an ELF file to its ``-o`` output
-    (``$FAKE_NVCC_FAIL``: ``always`` fails, ``link`` fails linking objects); returns a function
-    giving the command lines it ran."""
-    script = tmp_path / "bin" / "nvcc"
-    script.parent.mkdir()
-    script.write_text(
-        textwrap.dedent(
-            f"""\
-            #!{sys.executable}
-            import os, sys
-            if "--version" in sys.argv:
-                print("Cuda compilation tools, release 12.8, V12.8.93")
-                sys.exit(0)
-            with open(os.environ["FAKE_NVCC_LOG"], "a") as log:
-                log.write(repr(sys.argv) + "\\n")
-            at = sys.argv.index("-o")
-            inputs = sys.argv[at + 2 :]
-            missing = [i for i in inputs if not os.path.isfile(i)]
-            if missing:
-                print("nvcc fatal   : Could not open input file", missing[0])
-                sys.exit(1)
-            fail = os.environ.get("FAKE_NVCC_FAIL", "")
-            linking = "-c" not in sys.argv and inputs[0].endswith(".o")
-            if fail == "always" or (fail == "link" and linking):
-                print("probe.cu(1): error: expected a ';'")
-                sys.exit(2)
-            with open(sys.argv[sys.argv.index("-o") + 1], "wb") as f:
-                f.write(open({str(ELF)!r}, "rb").read())
-            """
-        )
-    )
-    script.chmod(0o755)
-    log = tmp_path / "nvcc.log"
-    log.write_text("")
-    monkeypatch.setenv("ATTNC_NVCC", str(script))
-    monkeypatch.setenv("FAKE_NVCC_LOG", str(log))
-    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
-    for name in ("ATTNC_VERBOSE", "FAKE_NVCC_FAIL", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"):
-        monkeypatch.delenv(name, raising=False)
-    toolchain.nvcc_version.cache_clear()
-    return lambda: [eval(line) for line in log.read_text().splitlines()]  # noqa: S307
+    """The fake nvcc (tests/unit/fake_nvcc.py): checks its inputs exist, copies an ELF file to
+    its ``-o`` output (``$FAKE_NVCC_MODE``: ``always`` fails, ``link`` fails linking objects);
+    returns a function giving the command lines it ran."""
+    with installed(tmp_path, monkeypatch) as nvcc:
+        yield nvcc.argvs
 
 
 def _build(source: str = "int x;\n") -> Path:
@@ -168,25 +131,25 @@ def test_a_failed_build_in_a_temporary_copy_prints_a_command_that_can_be_repeate
     fake_nvcc, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c$HOME`x`"))  # built in a copy
-    monkeypatch.setenv("FAKE_NVCC_FAIL", "always")
+    monkeypatch.setenv("FAKE_NVCC_MODE", "always")
     with pytest.raises(jit.BuildError) as err:
         _build()
     command = shlex.split(_command_to_repeat(err.value))
     assert Path(command[-1]).read_text() == "int x;\n"
     assert "temporary copy" in str(err.value)
-    monkeypatch.delenv("FAKE_NVCC_FAIL")
+    monkeypatch.delenv("FAKE_NVCC_MODE")
     subprocess.run(command, check=True, capture_output=True)
     assert Path(command[command.index("-o") + 1]).read_bytes() == ELF.read_bytes()
 
 
 def test_a_failed_link_prints_every_command_to_repeat(fake_nvcc, monkeypatch):
-    monkeypatch.setenv("FAKE_NVCC_FAIL", "link")
+    monkeypatch.setenv("FAKE_NVCC_MODE", "link")
     with pytest.raises(jit.BuildError) as err:
         jit.build_modules([jit.ModuleSpec("two", "int a;\n", parts=("int b;\n",))], arch="80")
     command = _command_to_repeat(err.value)
     again = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=False)
     assert "expected a ';'" in again.stdout  # the same failure, not a missing object file
-    monkeypatch.delenv("FAKE_NVCC_FAIL")
+    monkeypatch.delenv("FAKE_NVCC_MODE")
     subprocess.run(["sh", "-c", command], check=True, capture_output=True)
 
 
