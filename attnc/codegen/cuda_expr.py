@@ -75,10 +75,11 @@ class _CudaText(ExprText):
 
     def binary(self, e: ir.Binary) -> str:
         """C++ operators; i32 division by a possible 0 or -1 goes through the guarded
-        helpers, and i32 ``+ - *`` wrap. ``&&``/``||`` whose right side reads a per-token or
-        per-request tensor evaluate both sides (``&``/``|``): such reads stay inside the
-        request by the index rule, and the kernels then issue the loads of a tile's elements
-        together instead of one branch and one load latency per element."""
+        helpers, i32 ``+ - *`` wrap, and f32 ``%`` is C's ``fmodf`` (as the reference's
+        ``torch.fmod``; C++ has no ``%`` of floats). ``&&``/``||`` whose right side reads a
+        per-token or per-request tensor evaluate both sides (``&``/``|``): such reads stay
+        inside the request by the index rule, and the kernels then issue the loads of a tile's
+        elements together instead of one branch and one load latency per element."""
         a, b = self.render(e.a), self.render(e.b)
         if e.op in ir.LOGICAL and _reads_request_tensors_only(e.b, self.ctx.tensor_dims):
             return f"bool({a} {e.op[0]} {b})"
@@ -88,6 +89,8 @@ class _CudaText(ExprText):
         if e.type == ir.I32 and e.op in ("+", "-", "*"):
             # i32 arithmetic wraps (two's complement): computed in unsigned, cast back.
             return f"int(unsigned({a}) {e.op} unsigned({b}))"
+        if e.op == "%" and e.type == ir.F32:
+            return f"fmodf({a}, {b})"
         return f"({a} {e.op} {b})"
 
     def select(self, e: ir.Select) -> str:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from attnc.codegen.cuda_expr import CudaContext, render
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
@@ -182,3 +183,17 @@ def test_deep_def_bodies_calling_each_other_are_a_located_error(op: str) -> None
 def test_constant_converted_to_i32_out_of_range_is_an_error(expr: str, message: str) -> None:
     # As for a literal (int(1.0e30)): the kernels' and the reference's conversions differ.
     assert lowering_error(f"variant v {{\n    score = float({expr}) + score;\n}}\n") == message
+
+
+def test_f32_remainder_is_rendered_as_fmodf() -> None:
+    # The kernels' functor spelled it `(s % 2.0f)`, which C++ rejects for floats; the
+    # reference and the evaluator compute C's fmod.
+    c = compiled("param c: f32 = 0.5; score = score % 2.0 + float(kv_idx) % c;")
+    text = render(c.variant.score, CudaContext({"score": "s", "kv_idx": "kv_idx"}))
+    assert "%" not in text
+    assert text.count("fmodf(") == 2, text
+    i32 = compiled("score = score + float(kv_idx % 3);")
+    assert "(kv_idx % 3)" in render(
+        i32.variant.score, CudaContext({"score": "s", "kv_idx": "kv_idx"})
+    )
+    assert evaluate(c.variant.score, {"score": -5.5, "kv_idx": 3, "c": 0.5}) == -1.5 + 0.0
