@@ -8,6 +8,7 @@ a few of them recurse once per nesting level, so compiling runs under
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,15 +31,46 @@ def too_deep_message(what: str, limit: int) -> str:
     return f"{what} nested too deeply (more than {limit} levels, the limit)"
 
 
+class _RecursionRoom:
+    """The raised recursion limit, shared by every thread inside :func:`deep_recursion`.
+
+    The limit is one value for the whole interpreter: it is raised when the first thread
+    enters and restored when the last one leaves, never while another compilation is deep
+    inside its passes (restoring it then gave that one a ``RecursionError``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holders = 0
+        self.restore_to: int | None = None
+
+    def enter(self) -> None:
+        """One more holder; the first raises the limit when it is below RECURSION_LIMIT."""
+        with self.lock:
+            if self.holders == 0:
+                old = sys.getrecursionlimit()
+                self.restore_to = old if old < RECURSION_LIMIT else None
+                if self.restore_to is not None:
+                    sys.setrecursionlimit(RECURSION_LIMIT)
+            self.holders += 1
+
+    def leave(self) -> None:
+        """One holder less; the last restores the limit it found."""
+        with self.lock:
+            self.holders -= 1
+            if self.holders == 0 and self.restore_to is not None:
+                sys.setrecursionlimit(self.restore_to)
+                self.restore_to = None
+
+
+_ROOM = _RecursionRoom()
+
+
 @contextmanager
 def deep_recursion() -> Iterator[None]:
-    """Run the body with a recursion limit of at least :data:`RECURSION_LIMIT`."""
-    old = sys.getrecursionlimit()
-    if old >= RECURSION_LIMIT:
-        yield
-        return
-    sys.setrecursionlimit(RECURSION_LIMIT)
+    """Run the body with a recursion limit of at least :data:`RECURSION_LIMIT` (safe to use
+    from several threads at once, and nested)."""
+    _ROOM.enter()
     try:
         yield
     finally:
-        sys.setrecursionlimit(old)
+        _ROOM.leave()

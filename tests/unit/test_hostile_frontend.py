@@ -4,6 +4,8 @@ and now compiles correctly or fails with a located error."""
 from __future__ import annotations
 
 import math
+import sys
+import threading
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.pipeline import compile_source
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError
+from attnc.dsl.limits import RECURSION_LIMIT, deep_recursion
 from attnc.dsl.parser import parse_expr
 
 
@@ -90,3 +93,27 @@ def test_reference_still_raises_on_an_unguarded_read_out_of_range() -> None:
     q, k = torch.randn(6, 2, 8), torch.randn(6, 2, 8)
     with pytest.raises(IndexError):
         variant.reference(q, k, k, t=torch.ones(4))
+
+
+def test_a_compilation_leaving_keeps_the_recursion_room_of_another_thread() -> None:
+    # The limit is the interpreter's: a compilation that started first and ended first put
+    # it back while another thread's was deep inside its passes (a raw RecursionError).
+    start = sys.getrecursionlimit()
+    entered, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with deep_recursion():
+            entered.set()
+            release.wait()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    entered.wait()
+    with deep_recursion():
+        release.set()
+        thread.join()
+        assert sys.getrecursionlimit() >= RECURSION_LIMIT
+        deep = "tanh(" * 1990 + "score" + ")" * 1990
+        compiled, _ = compile_source(f"variant v {{ score = {deep}; }}", "x.attn")
+        assert len(compiled) == 1
+    assert sys.getrecursionlimit() == start
