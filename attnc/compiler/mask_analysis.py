@@ -44,6 +44,9 @@ Terms = tuple[tuple[int, Atom], ...]
 Conjunction = tuple["LinearConstraint", ...]
 REQUEST_BUILTINS = ("q_len", "kv_len")
 MAX_DISJUNCTS = 4  # most conjunctions a union may have (checked after every step)
+# Most comparisons split by abs/min/max/clamp in one analysis: each split doubles the cases,
+# and calls nested through shared lets made the analysis run for hours.
+MAX_SPLITS = 256
 
 
 class _Opaque(Exception):
@@ -162,6 +165,7 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
     token = _DNF_MEMO.set({})
     guards_token = _GUARDS.set({})
     data_token = _DATA.set([])
+    splits_token = _SPLITS.set([0])
     try:
         dnf = _dnf(mask, negated=False)
         guards = tuple(g for g in _GUARDS.get() if not never_wraps(g))
@@ -172,6 +176,7 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
         _DNF_MEMO.reset(token)
         _GUARDS.reset(guards_token)
         _DATA.reset(data_token)
+        _SPLITS.reset(splits_token)
     if not dnf:  # false in exact arithmetic; where the i32 arithmetic wraps it may be true
         return MaskAnalysis("linear", (_FALSE,), wrap_guards=guards, reads_data=data)
     if len(dnf) == 1:
@@ -181,6 +186,9 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
 
 # The data literals met during one analysis (comparisons replaced by true).
 _DATA: ContextVar[list[ir.Expr]] = ContextVar("data_literals")
+
+# The number of comparisons split during one analysis (a one-element list).
+_SPLITS: ContextVar[list[int]] = ContextVar("splits")
 
 # (id(node), negated) -> (node, result) during one analysis: shared sub-masks once.
 _DNF_MEMO: ContextVar[dict[tuple[int, bool], tuple[ir.Expr, list[Conjunction]]]] = ContextVar(
@@ -219,9 +227,18 @@ def _dnf_node(e: ir.Expr, negated: bool) -> list[Conjunction]:
             return [()]  # unknown in closed form: true over-approximates either polarity
         split = split_comparison(e, _NEGATE[e.op] if negated else e.op)
         if split is not None:
+            _count_split()
             return _dnf(split, negated=False)
         return _prune([_normalise(f) for f in _comparison(e, negated)])
     raise _Opaque(f"uses {_node_name(e)} as a condition")
+
+
+def _count_split() -> None:
+    """One more split comparison; past :data:`MAX_SPLITS` the mask is opaque."""
+    splits = _SPLITS.get()
+    splits[0] += 1
+    if splits[0] > MAX_SPLITS:
+        raise _Opaque(f"splits abs/min/max/clamp into more than {MAX_SPLITS} cases")
 
 
 def _prune(dnf: list[Conjunction]) -> list[Conjunction]:

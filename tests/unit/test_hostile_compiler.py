@@ -197,3 +197,27 @@ def test_f32_remainder_is_rendered_as_fmodf() -> None:
         i32.variant.score, CudaContext({"score": "s", "kv_idx": "kv_idx"})
     )
     assert evaluate(c.variant.score, {"score": -5.5, "kv_idx": 3, "c": 0.5}) == -1.5 + 0.0
+
+
+@pytest.mark.parametrize(
+    ("step", "mask"),
+    [
+        ("min({a}, {a} + 1)", "{a} == q_pos"),  # 2^n calls through the shared lets
+        ("clamp({a}, {a} - 1, {a} + 1)", "{a} <= q_pos"),
+    ],
+)
+def test_mask_split_into_cases_has_a_budget(step: str, mask: str) -> None:
+    # Every split by cases doubles the comparisons: 7 such lets took 30 s, 40 ran for hours.
+    body = chain_of_lets("kv_idx", step, 40) + f" mask = {mask.format(a='a40')};"
+    start = time.perf_counter()
+    c = compiled(body)
+    assert time.perf_counter() - start < 3.0
+    assert c.mask_analysis.kind == "opaque"
+    assert_tiles_keep_every_visible_key(c, {"q_len": 3, "kv_len": 4})
+
+
+def test_a_sum_of_many_abs_in_a_mask_is_analysed_quickly() -> None:
+    terms = " + ".join(f"abs(kv_idx - {i})" for i in range(60))
+    start = time.perf_counter()
+    compiled(f"mask = {terms} < 100;")
+    assert time.perf_counter() - start < 3.0
