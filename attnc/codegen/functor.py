@@ -156,7 +156,7 @@ class _Hoister:
                 self.base.tensor_dims,
                 self.base.bool_params,
             )
-            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t", True)))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
         return values
 
     def row_values(self) -> list[HoistedValue]:
@@ -166,7 +166,7 @@ class _Hoister:
         for i, (e, name) in enumerate(self.row):
             ctx = self.context(ROW_ARG_NAMES, None)
             ctx.hoisted.update({x: f"row.{n}" for x, n in self.row[:i]})
-            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t", True)))
+            values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
         return values
 
 
@@ -236,17 +236,29 @@ def _own_risky(e: ir.Expr) -> bool:
     return own or any(c.__dict__["_risky"] for c in ir.children(e))
 
 
+def _reads_tensor(e: ir.Expr) -> bool:
+    """Whether evaluating ``e`` could read a tensor (remembered per node). An i32 ``/`` or
+    ``%`` alone is safe to evaluate anywhere in C++: a divisor that may be 0 or -1 goes
+    through the total helpers ``attnc::vm::idiv_`` / ``imod_``."""
+    return ir.bottom_up(e, "_reads_tensor", _own_reads_tensor)
+
+
+def _own_reads_tensor(e: ir.Expr) -> bool:
+    return isinstance(e, ir.TensorLoad) or any(c.__dict__["_reads_tensor"] for c in ir.children(e))
+
+
 def _guarded(e: ir.Expr) -> set[int]:
     """Ids of the nodes of ``e`` reached through a guard (a ?: branch or the right side of
-    && / ||): evaluating those early could read out of bounds or divide by 0."""
+    && / ||): evaluating a tensor read among those early could read out of bounds."""
     return {id(node) for node, guarded in _guard_walk(e) if guarded}
 
 
-def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t", bind_unguarded: bool = False) -> Body:
+def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     """The body computing ``e`` with shared sub-expressions (two or more uses) bound to local
     constants ``<prefix>0, <prefix>1, ...`` once, so a DAG is emitted in its size, not its
-    unfolded tree's. Sub-expressions that may read a tensor or divide an i32 stay in place
-    (they may sit under a guard); with ``bind_unguarded``, only those under a guard do."""
+    unfolded tree's. Only a sub-expression that may read a tensor and sits under a guard stays
+    in place (evaluated ahead of its guard it could read out of bounds); an unguarded one runs
+    anyway, and i32 ``/`` and ``%`` are total in C++ (see :func:`_reads_tensor`)."""
     nodes = ir.postorder(e)
     uses: dict[int, int] = {}
     for node in nodes:
@@ -258,12 +270,12 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t", bind_unguarded: bool 
         ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
     )
     locals_: list[Value] = []
-    guarded = _guarded(e) if bind_unguarded else set()
+    guarded = _guarded(e)
     for node in nodes:
         deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
         if (uses.get(id(node), 0) < 2 and not deep) or is_leaf(node) or node in local_ctx.hoisted:
             continue
-        if _risky(node) and (not bind_unguarded or id(node) in guarded):
+        if _reads_tensor(node) and id(node) in guarded:
             continue
         name = f"{prefix}{len(locals_)}"
         locals_.append(Value(CTYPES[node.type], name, render(node, local_ctx)))

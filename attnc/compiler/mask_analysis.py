@@ -163,6 +163,7 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
     if mask is None:
         return MaskAnalysis("none")
     token = _DNF_MEMO.set({})
+    lin_token = _LIN_MEMO.set({})
     guards_token = _GUARDS.set({})
     data_token = _DATA.set([])
     splits_token = _SPLITS.set([0])
@@ -174,6 +175,7 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
         return MaskAnalysis("opaque", reason=str(err))
     finally:
         _DNF_MEMO.reset(token)
+        _LIN_MEMO.reset(lin_token)
         _GUARDS.reset(guards_token)
         _DATA.reset(data_token)
         _SPLITS.reset(splits_token)
@@ -194,6 +196,9 @@ _SPLITS: ContextVar[list[int]] = ContextVar("splits")
 _DNF_MEMO: ContextVar[dict[tuple[int, bool], tuple[ir.Expr, list[Conjunction]]]] = ContextVar(
     "dnf_memo"
 )
+
+# id(node) -> (node, linear form) during one analysis: shared i32 sub-expressions once.
+_LIN_MEMO: ContextVar[dict[int, tuple[ir.Expr, _Lin]]] = ContextVar("linear_memo")
 
 
 def _dnf(e: ir.Expr, negated: bool) -> list[Conjunction]:
@@ -280,7 +285,18 @@ def _comparison(e: ir.Binary, negated: bool) -> list[list[LinearConstraint]]:
 
 
 def _linear(e: ir.Expr) -> _Lin:
-    """Linear form of an i32 expression, or raise :class:`_Opaque`."""
+    """Linear form of an i32 expression, or raise :class:`_Opaque`; a sub-expression shared
+    through lets is analysed once (its wrap guard is remembered then), so a chain of lets
+    that each use the one before twice costs its length, not its unfolded tree's size."""
+    memo = _LIN_MEMO.get()
+    found = memo.get(id(e))
+    if found is None:
+        found = (e, _linear_node(e))
+        memo[id(e)] = found
+    return found[1]
+
+
+def _linear_node(e: ir.Expr) -> _Lin:
     if e.type != ir.I32:
         raise _Opaque(f"uses a {e.type} value")
     if isinstance(e, ir.Const):

@@ -114,3 +114,15 @@ def test_f32_remainder_compiles_and_is_fmod() -> None:
     )
     for cap in (0.75, -0.3, 0.0):
         assert_ok(c, fixed_params={"c": cap})
+
+
+def test_shared_lets_that_divide_in_a_mask_agree() -> None:
+    # Each let uses the one before twice through / and %: the functor printed the unfolded
+    # tree (3 MB at 16 lets); now each let is one local constant and the mask still agrees.
+    n = 16
+    lets = ["let a0 = kv_idx + q_pos * 7;"]
+    lets += [f"let a{i} = a{i - 1} / 3 + a{i - 1} % 5;" for i in range(1, n + 1)]
+    c = compiled(
+        "variant divides { " + " ".join(lets) + f" mask = a{n} % 4 != 1 || kv_idx <= q_pos; }}"
+    )
+    assert_ok(c)

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from attnc.codegen.cuda_expr import CudaContext, render
+from attnc.codegen.functor import emit_functor
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
@@ -221,3 +222,49 @@ def test_a_sum_of_many_abs_in_a_mask_is_analysed_quickly() -> None:
     start = time.perf_counter()
     compiled(f"mask = {terms} < 100;")
     assert time.perf_counter() - start < 3.0
+
+
+DIVIDING_STEP = "{a} / 3 + {a} % 5"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "mask = {a} < 5;",
+        "mask = q_idx > 0 && {a} < 5;",  # the chain under a guard
+        "mask = q_idx > 1 ? {a} < 5 : kv_idx <= q_pos;",
+        "mask = {a} < 5 || kv_idx <= q_pos;",
+        "score = score + float({a});",
+    ],
+)
+def test_shared_lets_that_divide_are_emitted_once(body: str) -> None:
+    # i32 / and % stayed in place as their unfolded tree: 3 MB of functor at 16 lets, and 30
+    # lets never finished. Each let is now one local constant.
+    n = 30
+    start = time.perf_counter()
+    c = compiled(chain_of_lets("kv_idx", DIVIDING_STEP, n) + " " + body.format(a=f"a{n}"))
+    text = emit_functor(c)
+    assert time.perf_counter() - start < 3.0
+    assert len(text) < 12_000
+    # once per function that computes it (an affine score: score() and score_bias())
+    assert text.count("/ 3)") in (n, 2 * n) and text.count("% 5)") == text.count("/ 3)")
+
+
+def test_shared_lets_that_read_a_tensor_are_emitted_once() -> None:
+    n = 30
+    step = "{a} * t[kv_idx] + {a}"
+    c = compiled(
+        "param t: tensor<i32>[kv_len]; " + chain_of_lets("kv_idx", step, n) + f" mask = a{n} < 5;"
+    )
+    text = emit_functor(c)
+    assert len(text) < 12_000
+    assert text.count("p.p_t[") <= n + 1
+
+
+def test_linear_mask_analysis_of_a_shared_dag_takes_linear_time() -> None:
+    # The linear form of each node was computed once per path: 4 minutes at 30 lets.
+    start = time.perf_counter()
+    c = compiled(chain_of_lets("kv_idx", "{a} * 3 + {a} * 5", 30) + " mask = a30 < 5;")
+    assert time.perf_counter() - start < 3.0
+    assert c.mask_analysis.kind == "linear"
+    assert_tiles_keep_every_visible_key(c, {"q_len": 3, "kv_len": 4})
