@@ -1,7 +1,8 @@
 // Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
 // argument checks (shared with FA2), the choice of CTA shape, the TMA maps of ragged or paged
-// K/V, the persistent grid (min(num_work, SMs) CTAs of Shape::kThreads threads, one per SM),
-// the shared-memory opt-in, the launch, the split-KV merge (partial_merge.cuh), and
+// K/V, the softmax reference (fixed_reference.cuh), the persistent grid (min(num_work, SMs)
+// CTAs of Shape::kThreads threads, one per SM), the shared-memory opt-in, the launch, the
+// split-KV merge (partial_merge.cuh), and
 // ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines the same extern "C" functions as
 // ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the runtime loads either module the same
 // way. A generated module is exactly:
@@ -34,6 +35,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "../fixed_reference.cuh"
 #include "../partial_merge.cuh"
 #include "../prefill_args.h"
 #include "../prefill_launcher.cuh"
@@ -108,6 +110,7 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
   std::memset(static_cast<void*>(&prm), 0, sizeof(prm));
   prm.args = a;
   prm.params = launch_checks::read_params<V>(a);
+  prm.fixed_reference = fixed_reference_log2<V, std::is_same<T, __nv_bfloat16>::value>(prm.params);
 #ifdef ATTNC_SM90_NO_TMA
   prm.use_tma = 0;  // experiments: every tile by cp.async
 #else

@@ -11,6 +11,11 @@
 
 #include <stdint.h>
 
+#include <cuda_bf16.h>
+
+#include <type_traits>
+
+#include "../fixed_reference.cuh"
 #include "../mma.cuh"
 #if __has_include("../score_hooks.cuh")
 #include "../score_hooks.cuh"  // transform_scores
@@ -100,6 +105,9 @@ struct Sm90Consumer {
   static constexpr int NS = KVT / 8;
   static constexpr int KD = D / 16;
   static constexpr int KK = KVT / 16;
+  // The kernel may run with a fixed softmax reference (chosen per launch).
+  static constexpr bool kFixedReference =
+      kFixedReferenceCapable<V, std::is_same<T, __nv_bfloat16>::value>;
 
   const PrefillSm90Params<V>& prm;
   const PrefillSm90Smem<Shape>& sm;
@@ -173,6 +181,18 @@ struct Sm90Consumer {
       if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
       return softmax_step_in_units(s, c.m, c.l, c.units, r0, alpha);
     }
+    if constexpr (kFixedReference) {
+      if (prm.fixed_reference > kNegInf) {
+        if (masked) {
+          transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+        } else {
+          transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+        }
+        if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
+        fixed_reference_weights(s, c.m, c.l);
+        return false;
+      }
+    }
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
@@ -181,6 +201,11 @@ struct Sm90Consumer {
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
+  }
+  // The rows' softmax starts at the launch's fixed reference, or at -inf.
+  __device__ __forceinline__ float m_start() const {
+    if constexpr (kFixedReference) return prm.fixed_reference;
+    return kNegInf;
   }
   // Turns go round-robin: wg waits for wg - 1 and hands over to wg + 1 (each barrier joins
   // the two warpgroups of one hand-over).
@@ -295,7 +320,7 @@ struct Sm90Consumer {
     wait_q_rows(wg);
     issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
-    set_up_rows<V, Shape>(next_var, prm.args.sm_scale, wg, group, nx);
+    set_up_rows<V, Shape>(next_var, prm.args.sm_scale, m_start(), wg, group, nx);
     const int next = next_named();
     wgmma_wait<1>();
     took_s();
@@ -344,7 +369,8 @@ struct Sm90Consumer {
       }
       // A fresh run: ci's Q copy is issued, no wgmma is in flight.
       zero_o();
-      set_up_rows<V, Shape>(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
+      set_up_rows<V, Shape>(ci.functor(prm.params), prm.args.sm_scale, m_start(), wg, group,
+                            ci);
       wait_q_rows(wg);
       if (!pending) wait_k();
       pending = false;
