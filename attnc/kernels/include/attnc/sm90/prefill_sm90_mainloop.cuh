@@ -98,16 +98,17 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
 // (kNoTile), or the CTA's last item, ends the stream's run: the last P V is waited for and the
 // rows stored, and the next item starts afresh. The member functions are the steps of run();
 // all are inlined into it, so the state below lives in registers.
-template <class V, class T, class Shape>
+template <class V, class T, class Shape, bool kFixed>
 struct Sm90Consumer {
   static constexpr int D = Shape::kHeadDim;
   static constexpr int KVT = Shape::kKvTile;
   static constexpr int NS = KVT / 8;
   static constexpr int KD = D / 16;
   static constexpr int KK = KVT / 16;
-  // The kernel may run with a fixed softmax reference (chosen per launch).
-  static constexpr bool kFixedReference =
-      kFixedReferenceCapable<V, std::is_same<T, __nv_bfloat16>::value>;
+  // The kernel runs with the launch's fixed softmax reference (fixed_reference.cuh).
+  static constexpr bool kFixedReference = kFixed;
+  static_assert(!kFixed || kFixedReferenceCapable<V, std::is_same<T, __nv_bfloat16>::value>,
+                "a fixed softmax reference needs a bounded logit and bf16 P");
 
   const PrefillSm90Params<V>& prm;
   const PrefillSm90Smem<Shape>& sm;
@@ -181,24 +182,16 @@ struct Sm90Consumer {
       if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
       return softmax_step_in_units(s, c.m, c.l, c.units, r0, alpha);
     }
-    if constexpr (kFixedReference) {
-      if (prm.fixed_reference > kNegInf) {
-        if (masked) {
-          transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
-        } else {
-          transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
-        }
-        if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
-        fixed_reference_weights(s, c.m, c.l);
-        return false;
-      }
-    }
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     } else {
       transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
+    if constexpr (kFixedReference) {
+      fixed_reference_weights(s, c.m, c.l);
+      return false;
+    }
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
   }
@@ -386,10 +379,10 @@ struct Sm90Consumer {
   }
 };
 
-template <class V, class T, class Shape>
+template <class V, class T, class Shape, bool kFixed>
 __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
                                                      const PrefillSm90Smem<Shape>& sm, int wg) {
-  Sm90Consumer<V, T, Shape> consumer(prm, sm, wg);
+  Sm90Consumer<V, T, Shape, kFixed> consumer(prm, sm, wg);
   consumer.run();
 }
 
