@@ -7,8 +7,9 @@ may use request-level i32 values: i32 params, ``q_len``, ``kv_len``) with ``&&``
 ``||`` and ``!=`` becomes ``<`` or ``>``. A single conjunction is ``linear``; two to
 :data:`MAX_DISJUNCTS` conjunctions are a ``union``. Any other mask (a non-linear piece, or more
 than :data:`MAX_DISJUNCTS` conjunctions at any step of the normalisation) is opaque: every tile
-is PARTIAL and every query may see ``[0, kv_len)``. The analysis is conservative: a tile may be
-called PARTIAL when it is really FULL or EMPTY, never the other way round.
+is PARTIAL and every query may see ``[0, kv_len)``; so is a mask whose tile math would
+leave 64-bit integers (:mod:`attnc.compiler.mask_int64`). The analysis is conservative: a
+tile may be called PARTIAL when it is really FULL or EMPTY, never the other way round.
 
 Tile queries eliminate ``q_idx`` from the constraints (Fourier-Motzkin over the reals, then
 integer rounding), which gives the exact real projection onto ``kv_idx``; a tile is FULL when
@@ -37,6 +38,7 @@ from math import gcd
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.hoist import level
+from attnc.compiler.mask_int64 import analysis_fits, form_fits
 from attnc.compiler.mask_split import split_comparison
 
 Atom = ir.Expr
@@ -47,6 +49,7 @@ MAX_DISJUNCTS = 4  # most conjunctions a union may have (checked after every ste
 # Most comparisons split by abs/min/max/clamp in one analysis: each split doubles the cases,
 # and calls nested through shared lets made the analysis run for hours.
 MAX_SPLITS = 256
+TOO_LARGE = "has coefficients too large for 64-bit tile math"
 
 
 class _Opaque(Exception):
@@ -171,6 +174,8 @@ def analyse_mask(mask: ir.Expr | None) -> MaskAnalysis:
         dnf = _dnf(mask, negated=False)
         guards = tuple(g for g in _GUARDS.get() if not never_wraps(g))
         data = bool(_DATA.get())
+        if not analysis_fits(dnf, guards):
+            raise _Opaque(TOO_LARGE)
     except _Opaque as err:
         return MaskAnalysis("opaque", reason=str(err))
     finally:
@@ -328,8 +333,13 @@ MAX_LEN = 2**30
 
 
 def _guarded(form: _Lin) -> _Lin:
-    """``form`` (the value of an i32 arithmetic node), remembered as a wrap guard."""
-    _GUARDS.get().setdefault(LinearConstraint(form.cq, form.ck, form.terms, form.offset))
+    """``form`` (the value of an i32 arithmetic node), remembered as a wrap guard; one whose
+    wrap check leaves int64 makes the mask opaque at once (a chain of lets whose
+    coefficients grow stops there)."""
+    guard = LinearConstraint(form.cq, form.ck, form.terms, form.offset)
+    if not form_fits(guard):
+        raise _Opaque(TOO_LARGE)
+    _GUARDS.get().setdefault(guard)
     return form
 
 
@@ -390,8 +400,15 @@ def _product(a: _Lin, b: _Lin) -> _Lin:
         return a.scaled(b.offset)
     if a.has_vars or b.has_vars:
         raise _Opaque("has a non-constant coefficient")
+    if not (_i32_literals(a) and _i32_literals(b)):
+        raise _Opaque(TOO_LARGE)  # the product's factors are printed as i32 expressions
     atom = ir.Binary("*", _terms_expr(a.terms, a.offset), _terms_expr(b.terms, b.offset), ir.I32)
     return _Lin(0, 0, ((1, atom),), 0)
+
+
+def _i32_literals(form: _Lin) -> bool:
+    """Whether the coefficients and offset of ``form`` are i32 values."""
+    return all(I32_LOW <= v <= I32_HIGH for v in (form.offset, *(c for c, _ in form.terms)))
 
 
 def _normalise(found: list[LinearConstraint]) -> Conjunction:

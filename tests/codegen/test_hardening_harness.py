@@ -126,3 +126,20 @@ def test_shared_lets_that_divide_in_a_mask_agree() -> None:
         "variant divides { " + " ".join(lets) + f" mask = a{n} % 4 != 1 || kv_idx <= q_pos; }}"
     )
     assert_ok(c)
+
+
+@pytest.mark.parametrize("n", [40, 45])
+def test_mask_coefficients_past_int64_agree(n: int) -> None:
+    # Each let triples q_idx: the constraints' coefficient 3^n was printed as a `...LL`
+    # literal past the long long range. At 3^40 nvcc rejected the functor; at 3^45 it
+    # truncated the literal and a 1 x 1 tile whose pair is visible was called EMPTY. Now
+    # the mask is opaque and every tile PARTIAL.
+    lets = ["let a0 = q_idx;"] + [f"let a{i} = a{i - 1} * 2 + a{i - 1};" for i in range(1, n + 1)]
+    c = compiled(
+        "variant tripled { param w: i32 = 5; param s: i32 = -5; "
+        + " ".join(lets)
+        + f" mask = a{n} + w >= 0 && a{n} + s <= 0; }}"
+    )
+    assert_ok(c, fixed_params={"w": 5, "s": -5})
+    analysis = c.mask_analysis
+    assert analysis.kind == "opaque"

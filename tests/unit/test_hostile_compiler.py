@@ -14,6 +14,8 @@ from attnc.codegen.functor import emit_functor
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
+from attnc.compiler.mask_analysis import LinearConstraint, analyse_mask
+from attnc.compiler.mask_int64 import analysis_fits, conjunction_fits
 from attnc.compiler.mask_tiles import classify, kv_range
 from attnc.compiler.pipeline import Compiled, compile_source
 from attnc.dsl.errors import AttnError
@@ -262,9 +264,68 @@ def test_shared_lets_that_read_a_tensor_are_emitted_once() -> None:
 
 
 def test_linear_mask_analysis_of_a_shared_dag_takes_linear_time() -> None:
-    # The linear form of each node was computed once per path: 4 minutes at 30 lets.
+    # The linear form of each node was computed once per path: 4 minutes at 30 lets. The DAG
+    # is built as IR, as the simplifier folds 'a * 3 - a * 2' to 'a' (growing coefficients,
+    # such as those of 'a * 3 + a * 5', make the mask opaque: see the int64 tests below).
+    a: ir.Expr = ir.Builtin("kv_idx", ir.I32)
+    for _ in range(60):
+        tripled = ir.Binary("*", a, ir.Const(3, ir.I32), ir.I32)
+        doubled = ir.Binary("*", a, ir.Const(2, ir.I32), ir.I32)
+        a = ir.Binary("-", tripled, doubled, ir.I32)
     start = time.perf_counter()
-    c = compiled(chain_of_lets("kv_idx", "{a} * 3 + {a} * 5", 30) + " mask = a30 < 5;")
+    found = analyse_mask(ir.Binary("<", a, ir.Const(5, ir.I32), ir.BOOL))
     assert time.perf_counter() - start < 3.0
-    assert c.mask_analysis.kind == "linear"
+    assert found.kind == "linear"
+    assert found.constraints == (LinearConstraint(0, -1, (), 4),)
+
+
+@pytest.mark.parametrize(
+    ("first", "step", "n", "mask"),
+    [
+        ("kv_idx", "{a} * 3 + 1", 21, "{a} <= q_pos"),  # 3^21 * (kv_len - 1) leaves int64
+        ("q_idx", "{a} * 2 + {a}", 40, "{a} + w >= 0 && {a} + s <= 0"),  # 3^40 > 2^63
+        ("q_idx", "{a} * 2 + {a}", 45, "{a} + w >= 0 && {a} + s <= 0"),  # 3^45 > 2^64
+        ("kv_idx", "{a} * 3 + {a} * 5", 30, "{a} < 5"),  # 8^30
+        ("w", "{a} * 2 + {a}", 20, "kv_idx < {a} * s"),  # a product of request values
+    ],
+)
+def test_mask_coefficients_past_int64_make_the_mask_opaque(
+    first: str, step: str, n: int, mask: str
+) -> None:
+    # The constraints' coefficients were printed as `...LL` literals past the long long
+    # range (nvcc rejected or truncated them) and the tile math overflowed.
+    body = "param w: i32; param s: i32; " + chain_of_lets(first, step, n)
+    start = time.perf_counter()
+    c = compiled(body + f" mask = {mask.format(a=f'a{n}')};")
+    assert time.perf_counter() - start < 3.0
+    analysis = c.mask_analysis
+    assert analysis.kind == "opaque"
+    assert "64-bit" in analysis.reason
+    for q_len, kv_len in ((1, 1), (3, 4)):
+        assert_tiles_keep_every_visible_key(c, {"q_len": q_len, "kv_len": kv_len, "w": 5, "s": -5})
+
+
+def test_mask_coefficients_at_the_int64_limit_stay_linear() -> None:
+    # 20 lets of '* 3 + 1': every wrap check and projection still fits in int64.
+    c = compiled(chain_of_lets("kv_idx", "{a} * 3 + 1", 20) + " mask = a20 <= q_pos;")
+    a = c.mask_analysis
+    assert a.kind == "linear" and a.wrap_guards
+    assert analysis_fits([a.constraints], a.wrap_guards)
+    assert max(abs(x.ck) for x in a.wrap_guards) == 3**20
     assert_tiles_keep_every_visible_key(c, {"q_len": 3, "kv_len": 4})
+
+
+@pytest.mark.parametrize(
+    ("cons", "fits"),
+    [
+        ([(1, -(3**20), -(3**20) // 2)], True),
+        ([(1, -(3**21), 0)], False),  # its wrap check leaves int64
+        ([(2**16, 1, 0), (-(2**16), 1, 0)], True),
+        ([(2**16, 0, 2**46), (-(2**16), 0, 2**46)], False),  # each fits, not q_idx eliminated
+        ([(-1, 0, 2**63 - 2**31)], False),
+    ],
+)
+def test_conjunction_fits_bounds_every_product_of_the_tile_math(
+    cons: list[tuple[int, int, int]], fits: bool
+) -> None:
+    assert conjunction_fits([LinearConstraint(cq, ck, (), c) for cq, ck, c in cons]) is fits
