@@ -25,7 +25,6 @@ from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import is_leaf, level
-from attnc.compiler.logit_bound import logit_bound
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
 from attnc.compiler.score_log2 import score_log2
@@ -332,8 +331,6 @@ def _emit_functor(compiled: Compiled) -> str:
     traits = functor_traits(compiled)
     reads_tokens = traits.mask_reads_tokens
     step = _bias_step_expr(compiled)
-    bound = logit_bound(log2_score)
-    bound_ctx = CudaContext({}, {}, DIMS, hoister.base.tensor_dims, hoister.base.bool_params)
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens
@@ -359,7 +356,6 @@ def _emit_functor(compiled: Compiled) -> str:
         score_bias=_body(affine.bias if affine else zero, ctx),
         bias_step=step is not None,
         score_bias_step=_body(step if step is not None else zero, ctx),
-        logit_bound=render(bound, bound_ctx) if bound is not None else "",
         mask=_body(v.mask, ctx) if v.mask is not None else Body((), "true"),
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),

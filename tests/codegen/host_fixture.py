@@ -20,20 +20,9 @@ NVCC_MARKS = [
 ]
 
 
-def build_host_fixture(name: str, out: Path, include: tuple[Path, ...] = ()) -> Path:
-    """Compile fixtures/``name`` into the executable ``out`` (``include``: more directories
-    to search, e.g. for generated functors); fails the test with nvcc's output."""
-    extra = [f"-I{d}" for d in include]
-    cmd = [
-        "nvcc",
-        "-std=c++17",
-        "-O1",
-        f"-I{INCLUDE}",
-        *extra,
-        str(FIXTURES / name),
-        "-o",
-        str(out),
-    ]
+def build_host_fixture(name: str, out: Path) -> Path:
+    """Compile fixtures/``name`` into the executable ``out``; fails the test with nvcc's output."""
+    cmd = ["nvcc", "-std=c++17", "-O1", f"-I{INCLUDE}", str(FIXTURES / name), "-o", str(out)]
     build = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert build.returncode == 0, f"{' '.join(cmd)}\n{build.stdout}{build.stderr}"
     return out

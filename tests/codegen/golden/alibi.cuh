@@ -29,7 +29,6 @@ struct Variant_alibi {
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
   static constexpr bool kBiasStep = true;
-  static constexpr bool kLogitBound = false;
 
   Params p;
   attnc::RequestInfo r;

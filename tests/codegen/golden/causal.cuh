@@ -28,7 +28,6 @@ struct Variant_causal {
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
   static constexpr bool kBiasStep = false;
-  static constexpr bool kLogitBound = false;
 
   Params p;
   attnc::RequestInfo r;

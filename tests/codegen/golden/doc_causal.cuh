@@ -30,7 +30,6 @@ struct Variant_doc_causal {
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = true;
   static constexpr bool kBiasStep = false;
-  static constexpr bool kLogitBound = false;
 
   Params p;
   attnc::RequestInfo r;

@@ -29,7 +29,6 @@ struct Variant_gpt_oss_local {
   static constexpr bool kHasSink = true;
   static constexpr bool kMaskReadsTokens = false;
   static constexpr bool kBiasStep = false;
-  static constexpr bool kLogitBound = false;
 
   Params p;
   attnc::RequestInfo r;

@@ -28,7 +28,6 @@ struct Variant_softcap {
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = false;
   static constexpr bool kBiasStep = false;
-  static constexpr bool kLogitBound = true;
 
   Params p;
   attnc::RequestInfo r;
@@ -60,10 +59,6 @@ struct Variant_softcap {
   ATTNC_HD float score_log2(const Row& row, float s, int kv_idx) const {
     return (attnc::vm::tanh_((s * c1)) * c2);
   }
-
-  // |score_log2(row, raw, kv_idx)| <= logit_bound_log2(p) for every row, key and input (a NaN
-  // logit aside), from the scalar params alone; NaN or +inf: no usable bound.
-  static ATTNC_HD float logit_bound_log2(const Params& p) { return attnc::vm::abs_((1.442695f * p.p_cap)); }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }
 

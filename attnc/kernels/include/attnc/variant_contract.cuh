@@ -57,12 +57,6 @@
 //                                           score_bias is safe to call at any int kv (a lane's
 //                                           first key may lie past a tile's end); 0 without
 //                                           kBiasStep
-//   static constexpr bool kLogitBound;      true: the log2-domain logit is bounded by the scalar
-//                                           params alone; read it through variant_logit_bound
-//   static float logit_bound_log2(const Params& p);
-//                                           B with |score_log2(row, raw, kv_idx)| <= B for
-//                                           every row, key and input (a NaN logit aside); NaN
-//                                           or +inf when the params give no usable bound
 // All member functions are __host__ __device__ so host harnesses can test them.
 #pragma once
 
@@ -129,24 +123,6 @@ struct variant_bias_step : std::false_type {};
 template <typename V>
 struct variant_bias_step<V, std::void_t<decltype(V::kBiasStep)>>
     : std::integral_constant<bool, V::kBiasStep> {};
-
-// variant_logit_bound<V>::value: V declares `kLogitBound` and it is true.
-template <typename V, typename = void>
-struct variant_logit_bound : std::false_type {};
-template <typename V>
-struct variant_logit_bound<V, std::void_t<decltype(V::kLogitBound)>>
-    : std::integral_constant<bool, V::kLogitBound> {};
-
-// V::logit_bound_log2(p) when V declares a logit bound, else +inf (no bound).
-template <typename V>
-ATTNC_HD float variant_logit_bound_log2(const typename V::Params& p) {
-  if constexpr (variant_logit_bound<V>::value) {
-    return V::logit_bound_log2(p);
-  } else {
-    (void)p;
-    return __builtin_huge_valf();
-  }
-}
 
 // variant_row_interval<V>::value: V has `KvRange row_kv_range(const Row&) const`.
 template <typename V, typename = void>
@@ -253,20 +229,6 @@ struct BiasStepContract<V, true> {
   static constexpr bool ok = true;
 };
 
-// The optional logit-bound member, checked only when the variant declares kLogitBound = true.
-template <typename V, bool kOn = variant_logit_bound<V>::value>
-struct LogitBoundContract {
-  static constexpr bool ok = true;
-};
-template <typename V>
-struct LogitBoundContract<V, true> {
-  static_assert(std::is_same<decltype(V::logit_bound_log2(
-                                 std::declval<const typename V::Params&>())),
-                             float>::value,
-                "attnc variant: kLogitBound needs `static float logit_bound_log2(const Params&)`");
-  static constexpr bool ok = true;
-};
-
 template <typename V>
 struct VariantContract {
   static_assert(std::is_same<decltype(V::kUseSoftmax), const bool>::value,
@@ -302,8 +264,7 @@ struct VariantContract {
   static_assert(std::is_same<decltype(std::declval<const V&>().classify(0, 0, 0, 0)),
                              TileClass>::value,
                 "attnc variant: needs `TileClass classify(int q0, int q1, int kv0, int kv1) const`");
-  static constexpr bool ok =
-      SinkContract<V>::ok && BiasStepContract<V>::ok && LogitBoundContract<V>::ok;
+  static constexpr bool ok = SinkContract<V>::ok && BiasStepContract<V>::ok;
 };
 
 // Call in every kernel template: `static_assert(check_variant_contract<V>(), "");` (usable in

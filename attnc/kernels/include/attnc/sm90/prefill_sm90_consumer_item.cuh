@@ -151,16 +151,16 @@ __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
 }
 
 // The rows of consumer warpgroup wg in item ci: their hoisted values (V::row, the exp2
-// multiplier) and the start of their softmax (m = m_start: -inf, or the launch's fixed
-// reference, fixed_reference.cuh; l = 0; or at the sink when the item owns it; read_sinks).
+// multiplier) and the start of their online softmax (m = -inf, l = 0, or at the sink when the
+// item owns it; read_sinks).
 template <class V, class Shape>
-__device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, float m_start, int wg,
+__device__ __forceinline__ void set_up_rows(const V& var, float sm_scale, int wg,
                                             const FastDiv& group, ConsumerItem<V>& ci) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     ci.rows[0][h] = thread_row(var, group, wg, h, ci);
     ci.mult[0][h] = V::kAffineScore ? var.score_scale(ci.rows[0][h]) * sm_scale * kLog2e : 1.f;
-    ci.m[0][h] = m_start;
+    ci.m[0][h] = -CUDART_INF_F;
     ci.l[0][h] = 0.f;
   }
   if constexpr (kStepUnitsVariant<V, Shape::kHeadDim>) {

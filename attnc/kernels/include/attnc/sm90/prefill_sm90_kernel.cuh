@@ -6,9 +6,7 @@
 // (prefill_sm90_producer.cuh) with few registers; warpgroups 1.. (two or three) each run 64
 // packed query rows of every item as one stream of stages (prefill_sm90_mainloop.cuh) with
 // many registers, and store their rows (prefill_sm90_epilogue.cuh). Packed row r of an item
-// is token r / group, head kv_head * group + r % group, as in the FA2 kernel. With kFixed the
-// consumers run at the launch's fixed softmax reference (fixed_reference.cuh), a kernel of
-// its own so that neither softmax's code weighs on the other's registers and schedule.
+// is token r / group, head kv_head * group + r % group, as in the FA2 kernel.
 #pragma once
 
 #include <math_constants.h>
@@ -29,7 +27,7 @@
 namespace attnc {
 namespace sm90 {
 
-template <class V, class T, class Shape, bool kFixed>
+template <class V, class T, class Shape>
 __global__ void __launch_bounds__(Shape::kThreads, 1)
     prefill_sm90_kernel(const __grid_constant__ PrefillSm90Params<V> prm) {
   static_assert(VariantContract<V>::ok, "");
@@ -52,7 +50,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     prefill_sm90_produce<V, T, Shape>(prm, sm);
   } else {
     regs_increase<Shape::kConsumerRegs>();
-    prefill_sm90_consume<V, T, Shape, kFixed>(prm, sm, role - 1);
+    prefill_sm90_consume<V, T, Shape>(prm, sm, role - 1);
   }
 }
 

@@ -1,8 +1,7 @@
 // Owns: the host side of the Hopper (sm_90a) prefill for one (variant V, dtype T, HEAD_DIM):
 // argument checks (shared with FA2), the choice of CTA shape, the TMA maps of ragged or paged
-// K/V, the softmax reference (fixed_reference.cuh), the persistent grid (min(num_work, SMs)
-// CTAs of Shape::kThreads threads, one per SM), the shared-memory opt-in, the launch, the
-// split-KV merge (partial_merge.cuh), and
+// K/V, the persistent grid (min(num_work, SMs) CTAs of Shape::kThreads threads, one per SM),
+// the shared-memory opt-in, the launch, the split-KV merge (partial_merge.cuh), and
 // ATTNC_DEFINE_PREFILL_SM90_MODULE, which defines the same extern "C" functions as
 // ATTNC_DEFINE_PREFILL_MODULE (prefill_args.h), so the runtime loads either module the same
 // way. A generated module is exactly:
@@ -35,7 +34,6 @@
 #include <cstring>
 #include <type_traits>
 
-#include "../fixed_reference.cuh"
 #include "../partial_merge.cuh"
 #include "../prefill_args.h"
 #include "../prefill_launcher.cuh"
@@ -94,28 +92,13 @@ bool encode_kv_maps(PrefillSm90Params<V>& prm) {
   return encode(&prm.tmap_k, a.k) && encode(&prm.tmap_v, a.v);
 }
 
-// Whether V's kernels with dtype T come in two forms, online and fixed softmax reference.
-template <class V, class T>
-constexpr bool kHasFixedKernel =
-    kFixedReferenceCapable<V, std::is_same<T, __nv_bfloat16>::value>;
-
 // Raises the kernel's dynamic shared-memory limit once per process.
-template <class V, class T, class Shape, bool kFixed>
+template <class V, class T, class Shape>
 cudaError_t opt_in_smem() {
   static const cudaError_t status =
-      cudaFuncSetAttribute(prefill_sm90_kernel<V, T, Shape, kFixed>,
+      cudaFuncSetAttribute(prefill_sm90_kernel<V, T, Shape>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSmemBytes);
   return status;
-}
-
-// The persistent grid of one kernel form.
-template <class V, class T, class Shape, bool kFixed>
-cudaError_t launch_sm90_kernel(const PrefillSm90Params<V>& prm, int grid, cudaStream_t stream) {
-  const cudaError_t attr = opt_in_smem<V, T, Shape, kFixed>();
-  if (attr != cudaSuccess) return attr;
-  prefill_sm90_kernel<V, T, Shape, kFixed>
-      <<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(prm);
-  return cudaGetLastError();
 }
 
 // The launch for one CTA shape (checked arguments; tile_q_tokens fits Shape::kRows).
@@ -125,7 +108,6 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
   std::memset(static_cast<void*>(&prm), 0, sizeof(prm));
   prm.args = a;
   prm.params = launch_checks::read_params<V>(a);
-  prm.fixed_reference = fixed_reference_log2<V, std::is_same<T, __nv_bfloat16>::value>(prm.params);
 #ifdef ATTNC_SM90_NO_TMA
   prm.use_tma = 0;  // experiments: every tile by cp.async
 #else
@@ -133,59 +115,44 @@ int launch_sm90_shape(const AttncPrefillArgs& a, cudaStream_t stream) {
   if (!prm.use_tma) prm.page_rows = 0;
 #endif
 
+  const cudaError_t attr = opt_in_smem<V, T, Shape>();
+  if (attr != cudaSuccess) return attr;
   int device = 0, sms = 0;
   cudaError_t st = cudaGetDevice(&device);
   if (st == cudaSuccess)
     st = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (st != cudaSuccess) return st;
   const int grid = a.num_work < sms ? a.num_work : sms;
-  if constexpr (kHasFixedKernel<V, T>) {
-    st = prm.fixed_reference > kNegInf ? launch_sm90_kernel<V, T, Shape, true>(prm, grid, stream)
-                                       : launch_sm90_kernel<V, T, Shape, false>(prm, grid, stream);
-  } else {
-    st = launch_sm90_kernel<V, T, Shape, false>(prm, grid, stream);
-  }
+  prefill_sm90_kernel<V, T, Shape><<<grid, Shape::kThreads, Shape::kSmemBytes, stream>>>(prm);
+  st = cudaGetLastError();
   if (st != cudaSuccess || a.num_merge == 0) return st;
   const int merge_ctas = a.num_merge < 4096 ? a.num_merge : 4096;
   prefill_merge_kernel<V, T, Shape::kHeadDim><<<merge_ctas, 128, 0, stream>>>(a, prm.params);
   return cudaGetLastError();
 }
 
-// CTAs per SM of the Hopper kernel (the online form; the fixed one has the same block and
-// shared memory): 1 when it fits, <= 0 on an error.
+// CTAs per SM of the Hopper kernel: 1 when it fits, <= 0 on an error.
 template <class V, class T, class Shape>
 int sm90_shape_ctas_per_sm() {
-  const cudaError_t attr = opt_in_smem<V, T, Shape, false>();
+  const cudaError_t attr = opt_in_smem<V, T, Shape>();
   if (attr != cudaSuccess) return -static_cast<int>(attr);
   int blocks = 0;
   const cudaError_t st = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, prefill_sm90_kernel<V, T, Shape, false>, Shape::kThreads, Shape::kSmemBytes);
+      &blocks, prefill_sm90_kernel<V, T, Shape>, Shape::kThreads, Shape::kSmemBytes);
   return st == cudaSuccess ? blocks : -static_cast<int>(st);
 }
 
-// Bytes of local memory (stack frame and spills) of one kernel form as loaded on the current
-// device; -1 when the query fails (no device: the host-only checks).
-template <class V, class T, class Shape, bool kFixed>
-long long sm90_kernel_local_bytes() {
-  cudaFuncAttributes attr;
-  if (cudaFuncGetAttributes(&attr, prefill_sm90_kernel<V, T, Shape, kFixed>) != cudaSuccess) {
-    (void)cudaGetLastError();  // not sticky: clear it for the caller's next check
-    return -1LL;
-  }
-  return static_cast<long long>(attr.localSizeBytes);
-}
-
-// Bytes of local memory of one shape's kernels (the larger of its two forms), asked once.
+// Bytes of local memory (stack frame and spills) of one shape's kernel as loaded on the
+// current device, asked once; -1 when the query fails (no device: the host-only checks).
 template <class V, class T, class Shape>
 long long sm90_shape_local_bytes() {
   static const long long bytes = [] {
-    const long long online = sm90_kernel_local_bytes<V, T, Shape, false>();
-    if constexpr (kHasFixedKernel<V, T>) {
-      const long long fixed = sm90_kernel_local_bytes<V, T, Shape, true>();
-      return online < 0 || fixed < 0 ? -1LL : (online > fixed ? online : fixed);
-    } else {
-      return online;
+    cudaFuncAttributes attr;
+    if (cudaFuncGetAttributes(&attr, prefill_sm90_kernel<V, T, Shape>) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the caller's next check
+      return -1LL;
     }
+    return static_cast<long long>(attr.localSizeBytes);
   }();
   return bytes;
 }

@@ -11,11 +11,6 @@
 
 #include <stdint.h>
 
-#include <cuda_bf16.h>
-
-#include <type_traits>
-
-#include "../fixed_reference.cuh"
 #include "../mma.cuh"
 #if __has_include("../score_hooks.cuh")
 #include "../score_hooks.cuh"  // transform_scores
@@ -98,17 +93,13 @@ __device__ __forceinline__ void poison_item_rows(float (&s)[1][NS][4], float (&m
 // (kNoTile), or the CTA's last item, ends the stream's run: the last P V is waited for and the
 // rows stored, and the next item starts afresh. The member functions are the steps of run();
 // all are inlined into it, so the state below lives in registers.
-template <class V, class T, class Shape, bool kFixed>
+template <class V, class T, class Shape>
 struct Sm90Consumer {
   static constexpr int D = Shape::kHeadDim;
   static constexpr int KVT = Shape::kKvTile;
   static constexpr int NS = KVT / 8;
   static constexpr int KD = D / 16;
   static constexpr int KK = KVT / 16;
-  // The kernel runs with the launch's fixed softmax reference (fixed_reference.cuh).
-  static constexpr bool kFixedReference = kFixed;
-  static_assert(!kFixed || kFixedReferenceCapable<V, std::is_same<T, __nv_bfloat16>::value>,
-                "a fixed softmax reference needs a bounded logit and bf16 P");
 
   const PrefillSm90Params<V>& prm;
   const PrefillSm90Smem<Shape>& sm;
@@ -188,17 +179,8 @@ struct Sm90Consumer {
       transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
     }
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
-    if constexpr (kFixedReference) {
-      fixed_reference_weights(s, c.m, c.l);
-      return false;
-    }
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
     return false;
-  }
-  // The rows' softmax starts at the launch's fixed reference, or at -inf.
-  __device__ __forceinline__ float m_start() const {
-    if constexpr (kFixedReference) return prm.fixed_reference;
-    return kNegInf;
   }
   // Turns go round-robin: wg waits for wg - 1 and hands over to wg + 1 (each barrier joins
   // the two warpgroups of one hand-over).
@@ -313,7 +295,7 @@ struct Sm90Consumer {
     wait_q_rows(wg);
     issue_s_and_pv();
     const V next_var = nx.functor(prm.params);
-    set_up_rows<V, Shape>(next_var, prm.args.sm_scale, m_start(), wg, group, nx);
+    set_up_rows<V, Shape>(next_var, prm.args.sm_scale, wg, group, nx);
     const int next = next_named();
     wgmma_wait<1>();
     took_s();
@@ -362,8 +344,7 @@ struct Sm90Consumer {
       }
       // A fresh run: ci's Q copy is issued, no wgmma is in flight.
       zero_o();
-      set_up_rows<V, Shape>(ci.functor(prm.params), prm.args.sm_scale, m_start(), wg, group,
-                            ci);
+      set_up_rows<V, Shape>(ci.functor(prm.params), prm.args.sm_scale, wg, group, ci);
       wait_q_rows(wg);
       if (!pending) wait_k();
       pending = false;
@@ -379,10 +360,10 @@ struct Sm90Consumer {
   }
 };
 
-template <class V, class T, class Shape, bool kFixed>
+template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_consume(const PrefillSm90Params<V>& prm,
                                                      const PrefillSm90Smem<Shape>& sm, int wg) {
-  Sm90Consumer<V, T, Shape, kFixed> consumer(prm, sm, wg);
+  Sm90Consumer<V, T, Shape> consumer(prm, sm, wg);
   consumer.run();
 }
 

@@ -1,5 +1,5 @@
 // Owns: the kernel parameter block of the Hopper prefill: the ABI arguments, the variant's
-// Params, the softmax reference chosen at launch, and the TMA tensor maps of K and V (ragged or paged layout), passed as one
+// Params, and the TMA tensor maps of K and V (ragged or paged layout), passed as one
 // `const __grid_constant__` struct so the maps stay in parameter space where TMA reads them.
 #pragma once
 
@@ -22,8 +22,6 @@ struct PrefillSm90Params {
   int page_rows;  // paged with use_tma: rows per box (paged_box_rows); else 0
   int ragged_tails;  // ragged with use_tma and the exact token extent: tail tiles of a
                      // multiple of 16 keys load by TMA too (rows past the tail are never read)
-  float fixed_reference;  // the rows' fixed softmax reference (fixed_reference_log2), or -inf:
-                          // the online one
 };
 
 }  // namespace sm90

@@ -1,14 +1,10 @@
-"""Soft-cap against the float64 reference on both sides of the fixed softmax reference's limit.
-
-The Hopper kernel runs a bf16 variant whose logits are bounded (soft-cap: |cap| log2(e) in
-log2 units) with the reference max fixed at that bound when it is at most 50 (|cap| <= 34.65,
-``attnc/kernels/include/attnc/fixed_reference.cuh``), and with the online reference above it.
-The caps below straddle the limit; the inputs drive the logits to both ends of their range:
-rows whose every key sits at -cap (weights near 2^-2U, the smallest the fixed reference
-makes), rows at +cap, rows that see no key (causal, q_len > kv_len), and split-KV rows
-(merged). FA2 (online reference only) runs the same cases."""
-
-import math
+"""Soft-cap against the float64 reference with its logits driven to both ends of their range:
+rows whose every key sits near -cap, rows near +cap (query heads steered against and along
+the keys), plain rows, rows that see no key (causal, q_len > kv_len) and split-KV rows
+(merged), at caps 1, 30 and 50 and head_dim 64/128/256, on both prefill templates; and fp16.
+Written for a fixed softmax reference at |cap| log2(e) (RESULTS.md run 50, not merged: it
+missed this accuracy rule in rows dominated by one key); it guards the online reference
+at the ends of soft-cap's range."""
 
 import pytest
 import torch
@@ -21,8 +17,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 BACKENDS = ["fa2"] + (["sm90"] if torch.cuda.get_device_capability() == (9, 0) else [])
-LIMIT_CAP = 50.0 / math.log2(math.e)  # 34.657...: the largest cap with a fixed reference
-CAPS = [1.0, 30.0, 34.6, 34.7, 50.0]
+CAPS = [1.0, 30.0, 50.0]
 LSE_TOL = 2e-3  # natural log
 
 
@@ -70,11 +65,10 @@ def test_softcap_matches_the_float64_reference(backend, cap, d, q_len, kv_len):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("cap", [30.0, LIMIT_CAP, 50.0])
+@pytest.mark.parametrize("cap", [30.0, 50.0])
 def test_softcap_split_kv_rows_merge_exactly(backend, cap):
     """Short queries on long, ragged KV: the plan splits each request's keys over chunks
-    whose partial rows (O, LSE at the fixed or the online reference) the merge kernel
-    combines."""
+    whose partial rows (O, LSE) the merge kernel combines."""
     variant = attnc.load("stdlib:softcap")
     q_lens, kv_lens = [3, 1, 17], [9000, 4099, 130]
     d, hq, hkv = 128, 4, 2
@@ -91,9 +85,8 @@ def test_softcap_split_kv_rows_merge_exactly(backend, cap):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_softcap_fp16_keeps_the_online_reference_exact(backend):
-    """fp16 P cannot hold weights below 2^-14, so fp16 never takes the fixed reference: the
-    rows at -cap (their weights relative to a fixed reference would be 2^-86) stay exact."""
+def test_softcap_fp16_rows_at_both_ends(backend):
+    """The same steered rows in fp16."""
     variant = attnc.load("stdlib:softcap")
     q, k, v = (t.half() for t in _inputs(300, 1200, 128, seed=3))
     o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, cap=30.0)
