@@ -36,11 +36,12 @@ class CudaContext:
 
 def render(e: ir.Expr, ctx: CudaContext) -> str:
     """C++ text of ``e``."""
-    return _CudaText(ctx).render(e)
+    return CudaText(ctx).render(e)
 
 
-class _CudaText(ExprText):
-    """C++ spelling of IR expressions at one place of the functor (see :class:`CudaContext`)."""
+class CudaText(ExprText):
+    """C++ spelling of IR expressions at one place of the functor (see :class:`CudaContext`).
+    A guarded operand (a ?: arm, the right side of && / ||) is spelled by :meth:`guarded`."""
 
     not_template = "(!{x})"
     wrapping_neg_template = "int(0u - unsigned({x}))"  # computed in unsigned, cast back
@@ -80,7 +81,8 @@ class _CudaText(ExprText):
         per-token or per-request tensor evaluate both sides (``&``/``|``): such reads stay
         inside the request by the index rule, and the kernels then issue the loads of a tile's
         elements together instead of one branch and one load latency per element."""
-        a, b = self.render(e.a), self.render(e.b)
+        a = self.render(e.a)
+        b = self.guarded(e.b) if e.op in ir.LOGICAL else self.render(e.b)
         if e.op in ir.LOGICAL and _reads_request_tensors_only(e.b, self.ctx.tensor_dims):
             return f"bool({a} {e.op[0]} {b})"
         if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
@@ -95,7 +97,11 @@ class _CudaText(ExprText):
 
     def select(self, e: ir.Select) -> str:
         """The conditional operator."""
-        return f"({self.render(e.cond)} ? {self.render(e.a)} : {self.render(e.b)})"
+        return f"({self.render(e.cond)} ? {self.guarded(e.a)} : {self.guarded(e.b)})"
+
+    def guarded(self, e: ir.Expr) -> str:
+        """The text of an operand evaluated only when its guard allows (here as any other)."""
+        return self.render(e)
 
     def cast(self, e: ir.Cast) -> str:
         """A ``static_cast``."""

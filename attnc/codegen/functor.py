@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
+from attnc.codegen.guarded_scopes import GuardedScopes, ScopedCudaText
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
 from attnc.codegen.mask_cuda import (
     render_classify,
@@ -247,18 +248,15 @@ def _own_reads_tensor(e: ir.Expr) -> bool:
     return isinstance(e, ir.TensorLoad) or any(c.__dict__["_reads_tensor"] for c in ir.children(e))
 
 
-def _guarded(e: ir.Expr) -> set[int]:
-    """Ids of the nodes of ``e`` reached through a guard (a ?: branch or the right side of
-    && / ||): evaluating a tensor read among those early could read out of bounds."""
-    return {id(node) for node, guarded in _guard_walk(e) if guarded}
-
-
 def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     """The body computing ``e`` with shared sub-expressions (two or more uses) bound to local
     constants ``<prefix>0, <prefix>1, ...`` once, so a DAG is emitted in its size, not its
-    unfolded tree's. Only a sub-expression that may read a tensor and sits under a guard stays
-    in place (evaluated ahead of its guard it could read out of bounds); an unguarded one runs
-    anyway, and i32 ``/`` and ``%`` are total in C++ (see :func:`_reads_tensor`)."""
+    unfolded tree's. One that reads no tensor is bound ahead of everything, guards included:
+    it runs anyway or is harmless (i32 ``/`` and ``%`` are total in C++, see
+    :func:`_reads_tensor`). One that may read a tensor is bound in the outermost scope that
+    always evaluates it, so it is never read ahead of a guard that keeps its index in bounds:
+    the body when ``e`` always evaluates it, else the lambda of a guarded operand (a ?: arm,
+    the right side of && / ||) that does (see :mod:`attnc.codegen.guarded_scopes`)."""
     nodes = ir.postorder(e)
     uses: dict[int, int] = {}
     for node in nodes:
@@ -266,21 +264,28 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
             continue
         for c in ir.children(node):
             uses[id(c)] = uses.get(id(c), 0) + 1
+    named = [n for n in nodes if _needs_name(n, uses, ctx)]
+    scopes = GuardedScopes(nodes, {id(n) for n in named if _reads_tensor(n)}, ctx.hoisted)
     local_ctx = CudaContext(
         ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
     )
+    text = ScopedCudaText(local_ctx, scopes, prefix)
+    always = {id(n) for n in scopes.evaluated_with(e)}
     locals_: list[Value] = []
-    guarded = _guarded(e)
-    for node in nodes:
-        deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
-        if (uses.get(id(node), 0) < 2 and not deep) or is_leaf(node) or node in local_ctx.hoisted:
+    for node in named:
+        if node in local_ctx.hoisted or (_reads_tensor(node) and id(node) not in always):
             continue
-        if _reads_tensor(node) and id(node) in guarded:
-            continue
-        name = f"{prefix}{len(locals_)}"
-        locals_.append(Value(CTYPES[node.type], name, render(node, local_ctx)))
+        value = text.render(node)
+        name = text.fresh_name()
+        locals_.append(Value(CTYPES[node.type], name, value))
         local_ctx.hoisted[node] = name
-    return Body(tuple(locals_), render(e, local_ctx))
+    return Body(tuple(locals_), text.render(e))
+
+
+def _needs_name(node: ir.Expr, uses: dict[int, int], ctx: CudaContext) -> bool:
+    """Shared (or deep: keeps each line's nesting bounded), not a leaf, not hoisted."""
+    deep = ir.depth(node) % NESTING_STEP == 0
+    return (uses.get(id(node), 0) >= 2 or deep) and not is_leaf(node) and node not in ctx.hoisted
 
 
 @dataclass(frozen=True)

@@ -143,3 +143,45 @@ def test_mask_coefficients_past_int64_agree(n: int) -> None:
     assert_ok(c, fixed_params={"w": 5, "s": -5})
     analysis = c.mask_analysis
     assert analysis.kind == "opaque"
+
+
+def _address_sanitized(source: str, binary: str) -> list[str]:
+    """g++ with AddressSanitizer: a read outside a tensor's array aborts the harness."""
+    return [
+        "g++",
+        "-std=c++17",
+        "-O1",
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+        "-I",
+        host_test.INCLUDE_DIR,
+        "-I",
+        os.path.dirname(source),
+        "-x",
+        "c++",
+        source,
+        "-o",
+        binary,
+    ]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (AddressSanitizer)")
+@pytest.mark.parametrize(
+    "body",
+    [
+        "mask = kv_idx < 16 && {a} % 3 != 1;",
+        "mask = kv_idx < 16 ? {a} % 3 != 1 : kv_idx <= q_pos;",
+        "score = kv_idx < 16 && q_idx > 2 ? score + float({a} % 7) : score;",
+    ],
+)
+def test_shared_guarded_tensor_reads_agree_and_stay_in_bounds(monkeypatch, body: str) -> None:
+    # A chain of lets reading t[kv_idx] under 'kv_idx < 16' was printed as its unfolded tree
+    # (2 GB at 16 lets); now each let is one local inside the guard's scope. Keys past 16
+    # (most drawn points) would read past the 16 ints of t if a read ran ahead of its guard:
+    # the harness is built with AddressSanitizer, which aborts on such a read.
+    monkeypatch.setattr(host_test, "compiler_command", _address_sanitized)
+    n = 16
+    lets = ["let a0 = t[kv_idx] + t[kv_idx];"]
+    lets += [f"let a{i} = a{i - 1} * a{i - 1} + a{i - 1};" for i in range(1, n + 1)]
+    text = "variant guarded_reads { param t: tensor<i32>[16]; " + " ".join(lets)
+    assert_ok(compiled(text + " " + body.format(a=f"a{n}") + " }"))

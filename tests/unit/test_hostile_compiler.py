@@ -329,3 +329,66 @@ def test_conjunction_fits_bounds_every_product_of_the_tile_math(
     cons: list[tuple[int, int, int]], fits: bool
 ) -> None:
     assert conjunction_fits([LinearConstraint(cq, ck, (), c) for cq, ck, c in cons]) is fits
+
+
+GUARDED_READ_FIRST = "t[kv_idx] + t[kv_idx]"
+GUARDED_READ_STEP = "{a} * {a} + {a}"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "mask = kv_idx < 16 && {a} % 3 != 1;",
+        "mask = kv_idx >= 16 || {a} % 3 != 1;",
+        "mask = kv_idx < 16 ? {a} % 3 != 1 : kv_idx <= q_pos;",
+        "mask = kv_idx < 16 && (q_idx > 2 ? {a} % 3 != 1 : {a} % 5 != 2);",  # both arms
+        "score = kv_idx < 16 ? score + float({a}) : score;",
+    ],
+)
+def test_shared_lets_that_read_a_tensor_under_a_guard_are_emitted_once(body: str) -> None:
+    # A shared tensor read under a guard stayed in place as its unfolded tree (37 MB of
+    # functor at 12 lets, 2 GB at 16). It is now bound once inside the guarded operand's
+    # scope (a lambda), never ahead of its guard.
+    n = 12
+    c = compiled(
+        "param t: tensor<i32>[16]; "
+        + chain_of_lets(GUARDED_READ_FIRST, GUARDED_READ_STEP, n)
+        + " "
+        + body.format(a=f"a{n}")
+    )
+    text = emit_functor(c)
+    assert len(text) < 12_000
+    loads = text.count("p.p_t[")
+    assert 1 <= loads <= 3  # once per function that computes it
+    assert text.count("[&]() -> ") == loads  # each inside its guard's scope
+
+
+def test_guarded_shared_reads_grow_linearly_with_the_chain() -> None:
+    sizes = []
+    for n in (20, 40):
+        start = time.perf_counter()
+        c = compiled(
+            "param t: tensor<i32>[16]; "
+            + chain_of_lets(GUARDED_READ_FIRST, GUARDED_READ_STEP, n)
+            + f" mask = kv_idx < 16 && a{n} % 3 != 1;"
+        )
+        sizes.append(len(emit_functor(c)))
+        assert time.perf_counter() - start < 3.0
+    assert sizes[1] < 12_000 and sizes[1] - sizes[0] < sizes[0]
+
+
+def test_a_read_also_evaluated_unguarded_is_bound_ahead_of_the_guards() -> None:
+    # Reached unguarded (or through both arms of ?:), it runs anyway: one top-level local.
+    for body in (
+        "mask = {a} > 3 && (kv_idx < 16 && {a} % 3 != 1);",
+        "mask = kv_idx < 16 ? {a} % 3 != 1 : {a} % 5 != 2;",
+    ):
+        c = compiled(
+            "param t: tensor<i32>[16]; "
+            + chain_of_lets("t[kv_idx % 16] + t[kv_idx % 16]", GUARDED_READ_STEP, 12)
+            + " "
+            + body.format(a="a12")
+        )
+        text = emit_functor(c)
+        assert len(text) < 12_000 and "[&]" not in text
+        assert text.count("p.p_t[") == 1
