@@ -30,6 +30,12 @@ class Compiled:
     affine: AffineScore | None
     mask_analysis: MaskAnalysis
 
+    def __repr__(self) -> str:
+        """The variant's name, file and mask analysis kind: the IR itself is a DAG whose
+        unfolded text can grow exponentially (a traceback that printed it never ended)."""
+        v = self.variant
+        return f"Compiled(variant={v.name!r}, file={v.file!r}, mask={self.mask_analysis.kind!r})"
+
 
 _KNOWN: dict[ir.VariantIR, Compiled] = {}
 

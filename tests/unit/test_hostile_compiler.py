@@ -392,3 +392,16 @@ def test_a_read_also_evaluated_unguarded_is_bound_ahead_of_the_guards() -> None:
         text = emit_functor(c)
         assert len(text) < 12_000 and "[&]" not in text
         assert text.count("p.p_t[") == 1
+
+
+def test_repr_of_a_compiled_variant_with_a_deep_dag_is_short() -> None:
+    # A failing test's traceback prints its arguments; the dataclass repr of a Compiled
+    # unfolded the IR DAG (2^n terms for n chained lets: at 40, pytest never finished; 18
+    # keeps this test's failure to a few MB).
+    lets = ["let a0 = kv_idx;"] + [f"let a{i} = a{i - 1} * a{i - 1};" for i in range(1, 19)]
+    text = "variant deep { " + " ".join(lets) + " mask = a18 != 3; }"
+    found, _ = compile_source(text, "deep.attn")
+    start = time.perf_counter()
+    text = repr(found[0])
+    assert time.perf_counter() - start < 1.0 and len(text) < 200, text[:200]
+    assert "deep" in text
