@@ -39,13 +39,14 @@ def test_a_chain_of_shared_row_and_request_values_is_emitted_in_its_size():
     assert compiled.affine is not None  # the chains are the score's per-row bias
     text = emit_functor(compiled)
     assert len(text) < 30_000
-    # The guarded division stays under its guard, never bound to a local ahead of it.
+    # The guarded division stays under its guard: the hoister keeps an i32 / or % where it is
+    # written (idiv_ is total, x / 0 == 0, so this is the hoister's rule, not a safety need).
     assert "idiv_(100, q_idx)" in text and "= attnc::vm::idiv_(100" not in text
 
 
 def test_the_functor_of_shared_chains_matches_the_reference():
-    """The bound parts compute what the reference computes; the guarded i32 division is not
-    hoisted out of its guard (q_idx = 0 would divide by zero). A short chain: the harness's
-    evaluation of the IR walks the unfolded tree."""
+    """The bound parts compute what the reference computes, the guarded i32 division included
+    (at q_idx = 0 its guard picks 0.0). A short chain: the harness's evaluation of the IR
+    walks the unfolded tree."""
     report = run_host_test(compile_source(_source(6), "chains.attn")[0][0], points=500, cases=3)
     assert report.ok, report.summary()
