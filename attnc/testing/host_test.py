@@ -106,10 +106,17 @@ def compiler_command(source: str, binary: str) -> list[str]:
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         raise RuntimeError("attnc test needs nvcc or a C++ compiler (g++) on PATH")
+    return cxx_command(cxx, source, binary)
+
+
+def cxx_command(cxx: str, source: str, binary: str, flags: tuple[str, ...] = ()) -> list[str]:
+    """The host C++ compiler ``cxx`` building the harness ``source`` into ``binary``, with
+    extra ``flags`` (e.g. a sanitizer)."""
     return [
         cxx,
         "-std=c++17",
         "-O1",
+        *flags,
         "-I",
         INCLUDE_DIR,
         "-I",

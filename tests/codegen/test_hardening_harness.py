@@ -147,22 +147,8 @@ def test_mask_coefficients_past_int64_agree(n: int) -> None:
 
 def _address_sanitized(source: str, binary: str) -> list[str]:
     """g++ with AddressSanitizer: a read outside a tensor's array aborts the harness."""
-    return [
-        "g++",
-        "-std=c++17",
-        "-O1",
-        "-fsanitize=address",
-        "-fno-omit-frame-pointer",
-        "-I",
-        host_test.INCLUDE_DIR,
-        "-I",
-        os.path.dirname(source),
-        "-x",
-        "c++",
-        source,
-        "-o",
-        binary,
-    ]
+    flags = ("-fsanitize=address", "-fno-omit-frame-pointer")
+    return host_test.cxx_command("g++", source, binary, flags)
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (AddressSanitizer)")
