@@ -41,14 +41,17 @@ def render(e: ir.Expr, ctx: CudaContext) -> str:
 
 class CudaText(ExprText):
     """C++ spelling of IR expressions at one place of the functor (see :class:`CudaContext`).
-    A guarded operand (a ?: arm, the right side of && / ||) is spelled by :meth:`guarded`."""
+    With ``checked_reads`` every tensor read is bounds-checked (``attnc::vm::load_in_shape_``:
+    0 outside the declared shape), for an expression evaluated where its source guards may
+    not hold (see :mod:`attnc.codegen.guarded_reads`)."""
 
     not_template = "(!{x})"
     wrapping_neg_template = "int(0u - unsigned({x}))"  # computed in unsigned, cast back
 
-    def __init__(self, ctx: CudaContext) -> None:
+    def __init__(self, ctx: CudaContext, checked_reads: bool = False) -> None:
         super().__init__(ctx.hoisted)
         self.ctx = ctx
+        self.checked_reads = checked_reads
 
     def const(self, e: ir.Const) -> str:
         """A C++ literal."""
@@ -65,6 +68,8 @@ class CudaText(ExprText):
 
     def tensor_load(self, e: ir.TensorLoad) -> str:
         """An element of the tensor param's array."""
+        if self.checked_reads:
+            return self._checked_load(e)
         load = f"p.{cpp_name(e.name)}[{self._flat_index(e)}]"
         first = e.indices[0]
         if isinstance(first, ir.Builtin) and first.name == "q_pos":
@@ -82,7 +87,7 @@ class CudaText(ExprText):
         inside the request by the index rule, and the kernels then issue the loads of a tile's
         elements together instead of one branch and one load latency per element."""
         a = self.render(e.a)
-        b = self.guarded(e.b) if e.op in ir.LOGICAL else self.render(e.b)
+        b = self.render(e.b)
         if e.op in ir.LOGICAL and _reads_request_tensors_only(e.b, self.ctx.tensor_dims):
             return f"bool({a} {e.op[0]} {b})"
         if e.type == ir.I32 and e.op in ("/", "%") and not _plain_divisor(e.b):
@@ -97,11 +102,7 @@ class CudaText(ExprText):
 
     def select(self, e: ir.Select) -> str:
         """The conditional operator."""
-        return f"({self.render(e.cond)} ? {self.guarded(e.a)} : {self.guarded(e.b)})"
-
-    def guarded(self, e: ir.Expr) -> str:
-        """The text of an operand evaluated only when its guard allows (here as any other)."""
-        return self.render(e)
+        return f"({self.render(e.cond)} ? {self.render(e.a)} : {self.render(e.b)})"
 
     def cast(self, e: ir.Cast) -> str:
         """A ``static_cast``."""
@@ -111,6 +112,21 @@ class CudaText(ExprText):
         """The function's ``attnc::vm`` helper."""
         return f"attnc::vm::{e.fn}_({self.args(e.args)})"
 
+    def _checked_load(self, e: ir.TensorLoad) -> str:
+        """The read through ``load_in_shape_``: each index with the size it must stay below
+        (a batch-flattened tensor's first index with its request's count; the request index
+        ``batch`` is always below the batch size)."""
+        dims = self.ctx.tensor_dims[e.name]
+        parts = [f"p.{cpp_name(e.name)}", TOKEN_STARTS.get(str(dims[0]), "0")]
+        for index, dim in zip(e.indices, dims, strict=True):
+            parts += [self.render(index), self._dim_size(dim)]
+        return f"attnc::vm::load_in_shape_({', '.join(parts)})"
+
+    def _dim_size(self, dim: int | str) -> str:
+        if isinstance(dim, int):
+            return str(dim)
+        return TOKEN_COUNTS.get(dim) or self.ctx.dims[dim]
+
     def _flat_index(self, e: ir.TensorLoad) -> str:
         dims = self.ctx.tensor_dims[e.name]
         text = self.render(e.indices[0])
@@ -118,8 +134,7 @@ class CudaText(ExprText):
         if start is not None:  # flattened over the batch: the request's slice starts at start
             text = f"{start} + {text}" if len(dims) == 1 else f"({start} + {text})"
         for index, dim in zip(e.indices[1:], dims[1:], strict=True):
-            size = str(dim) if isinstance(dim, int) else self.ctx.dims[dim]
-            text = f"({text} * {size} + {self.render(index)})"
+            text = f"({text} * {self._dim_size(dim)} + {self.render(index)})"
         return text
 
 
@@ -160,3 +175,6 @@ def render_const(e: ir.Const) -> str:
 
 # Where a batch-flattened tensor's slice of the current request starts (RequestInfo fields).
 TOKEN_STARTS = {"kv_len": "r.kv_start", "q_len": "r.q_start"}
+# The entries of such a tensor's first dim that belong to the current request (the request
+# index ``batch`` needs no check: it is always below the batch size).
+TOKEN_COUNTS = {"kv_len": "r.kv_len", "q_len": "r.q_len", "batch_size": "2147483647"}

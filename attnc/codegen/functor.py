@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from attnc.codegen.cuda_expr import CTYPES, CudaContext, render
-from attnc.codegen.guarded_scopes import GuardedScopes, ScopedCudaText
+from attnc.codegen.cuda_expr import CTYPES, CudaContext, CudaText, render
+from attnc.codegen.guarded_reads import always_evaluated
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
 from attnc.codegen.mask_cuda import (
     render_classify,
@@ -253,10 +253,10 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     constants ``<prefix>0, <prefix>1, ...`` once, so a DAG is emitted in its size, not its
     unfolded tree's. One that reads no tensor is bound ahead of everything, guards included:
     it runs anyway or is harmless (i32 ``/`` and ``%`` are total in C++, see
-    :func:`_reads_tensor`). One that may read a tensor is bound in the outermost scope that
-    always evaluates it, so it is never read ahead of a guard that keeps its index in bounds:
-    the body when ``e`` always evaluates it, else the lambda of a guarded operand (a ?: arm,
-    the right side of && / ||) that does (see :mod:`attnc.codegen.guarded_scopes`)."""
+    :func:`_reads_tensor`). One that may read a tensor and that ``e`` does not always
+    evaluate (it sits under a ?: arm or the right side of && / ||) is bound with its reads
+    bounds-checked, since a guard may be what keeps its indices in bounds (see
+    :mod:`attnc.codegen.guarded_reads`)."""
     nodes = ir.postorder(e)
     uses: dict[int, int] = {}
     for node in nodes:
@@ -265,18 +265,20 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
         for c in ir.children(node):
             uses[id(c)] = uses.get(id(c), 0) + 1
     named = [n for n in nodes if _needs_name(n, uses, ctx)]
-    scopes = GuardedScopes(nodes, {id(n) for n in named if _reads_tensor(n)}, ctx.hoisted)
+    reads = {id(n) for n in named if _reads_tensor(n)}
+    always = always_evaluated(nodes, reads, ctx.hoisted)
     local_ctx = CudaContext(
         ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
     )
-    text = ScopedCudaText(local_ctx, scopes, prefix)
-    always = {id(n) for n in scopes.evaluated_with(e)}
+    text = CudaText(local_ctx)
+    checked = CudaText(local_ctx, checked_reads=True)
     locals_: list[Value] = []
     for node in named:
-        if node in local_ctx.hoisted or (_reads_tensor(node) and id(node) not in always):
+        if node in local_ctx.hoisted:  # an equal node already bound
             continue
-        value = text.render(node)
-        name = text.fresh_name()
+        guarded = id(node) in reads and id(node) not in always
+        value = (checked if guarded else text).render(node)
+        name = f"{prefix}{len(locals_)}"
         locals_.append(Value(CTYPES[node.type], name, value))
         local_ctx.hoisted[node] = name
     return Body(tuple(locals_), text.render(e))

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 import attnc.testing.host_test as host_test
+from attnc.codegen.functor import emit_functor
 from attnc.compiler.pipeline import compile_source
 from attnc.testing.host_test import run_host_test
 
@@ -162,12 +163,52 @@ def _address_sanitized(source: str, binary: str) -> list[str]:
 )
 def test_shared_guarded_tensor_reads_agree_and_stay_in_bounds(monkeypatch, body: str) -> None:
     # A chain of lets reading t[kv_idx] under 'kv_idx < 16' was printed as its unfolded tree
-    # (2 GB at 16 lets); now each let is one local inside the guard's scope. Keys past 16
-    # (most drawn points) would read past the 16 ints of t if a read ran ahead of its guard:
-    # the harness is built with AddressSanitizer, which aborts on such a read.
+    # (2 GB at 16 lets); now each let is one local ahead of the guard, its read bounds-checked.
+    # Keys past 16 (most drawn points) would read past the 16 ints of t if a plain read ran
+    # ahead of its guard: the harness is built with AddressSanitizer, which aborts on such a
+    # read.
     monkeypatch.setattr(host_test, "compiler_command", _address_sanitized)
     n = 16
     lets = ["let a0 = t[kv_idx] + t[kv_idx];"]
     lets += [f"let a{i} = a{i - 1} * a{i - 1} + a{i - 1};" for i in range(1, n + 1)]
     text = "variant guarded_reads { param t: tensor<i32>[16]; " + " ".join(lets)
     assert_ok(compiled(text + " " + body.format(a=f"a{n}") + " }"))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (AddressSanitizer)")
+def test_a_read_shared_by_separate_guards_agrees_and_stays_in_bounds(monkeypatch) -> None:
+    # Each let uses the one before under two separate guards (the functor doubled with every
+    # let before). The values under the guards must still be the reference's, and no read may
+    # leave t (AddressSanitizer), also for keys where the guards are false.
+    monkeypatch.setattr(host_test, "compiler_command", _address_sanitized)
+    n = 16
+    lets = ["let a0 = t[kv_idx] * 2;"]
+    lets += [
+        f"let a{i} = (kv_idx < 8 ? a{i - 1} : 1) + (kv_idx < 12 ? a{i - 1} : 2);"
+        for i in range(1, n + 1)
+    ]
+    text = "variant separate_guards { param t: tensor<i32>[16]; " + " ".join(lets)
+    assert_ok(compiled(text + f" mask = kv_idx < 16 && a{n} % 3 != 1; }}"))
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++ (AddressSanitizer)")
+@pytest.mark.parametrize(
+    ("decl", "read"),
+    [
+        ("tensor<f32>[num_qo_heads, 4]", "h[qo_head, kv_idx]"),  # two dims, the 2nd guarded
+        ("tensor<f32>[3, num_kv_heads]", "h[kv_idx, kv_head]"),
+        ("tensor<f32>[kv_len, 2]", "h[q_pos, 1] + h[kv_idx, 0]"),  # a request's slice
+    ],
+)
+def test_bounds_checked_reads_of_every_tensor_shape(monkeypatch, decl: str, read: str) -> None:
+    # The bounds-checked read (load_in_shape_) of a shared read under two separate guards:
+    # the same values as the reference where the guards hold, no read outside the tensor.
+    monkeypatch.setattr(host_test, "compiler_command", _address_sanitized)
+    text = (
+        f"variant checked_reads {{ param h: {decl}; let a0 = {read}; "
+        "let a1 = (kv_idx < 2 ? a0 : 1.0) + (kv_idx < 3 ? a0 : 2.0); "
+        "score = kv_idx < 3 ? score + a1 : score; }"
+    )
+    c = compiled(text)
+    assert "load_in_shape_(p.p_h" in emit_functor(c)
+    assert_ok(c)

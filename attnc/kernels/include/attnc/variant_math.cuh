@@ -102,5 +102,25 @@ ATTNC_HD int max_(int a, int b) { return a > b ? a : b; }
 ATTNC_HD float clamp_(float x, float lo, float hi) { return min_(max_(x, lo), hi); }
 ATTNC_HD int clamp_(int x, int lo, int hi) { return min_(max_(x, lo), hi); }
 
+// A tensor read that may run where the guard around it in the source would have stopped it
+// (a shared sub-expression bound ahead of its ?: or && / ||, see codegen/guarded_reads.py):
+// an index outside its dimension reads nothing and gives 0. Where the guard holds, every index
+// is inside the declared shape (the language's rule), so the value is the plain read's.
+ATTNC_HD bool in_dim_(int i, int n) { return static_cast<unsigned>(i) < static_cast<unsigned>(n); }
+template <typename T>
+ATTNC_HD T load_inner_(const T* base, long long flat) {
+  return base[flat];
+}
+template <typename T, typename... Rest>
+ATTNC_HD T load_inner_(const T* base, long long flat, int i, int n, Rest... rest) {
+  return in_dim_(i, n) ? load_inner_(base, flat * n + i, rest...) : T(0);
+}
+// base[(start + i0) * n1 * ... + ...] for indices (i0, n0, i1, n1, ...); start is the
+// request's first entry of a tensor flattened over the batch (0 for the others).
+template <typename T, typename... Rest>
+ATTNC_HD T load_in_shape_(const T* base, int start, int i0, int n0, Rest... rest) {
+  return in_dim_(i0, n0) ? load_inner_(base, static_cast<long long>(start) + i0, rest...) : T(0);
+}
+
 }  // namespace vm
 }  // namespace attnc
