@@ -175,12 +175,13 @@ def _safe_hoistable(
     e: ir.Expr, below: int, safe_loads: frozenset[str] = frozenset()
 ) -> list[ir.Expr]:
     """Hoistable sub-expressions, leaving guarded ones (under ?: or the right side of
-    && / ||) in place when evaluating them early could read out of bounds or divide by 0
-    (a read of a tensor in ``safe_loads`` at a built-in index is always in bounds)."""
+    && / ||) in place when evaluating them early could read out of bounds (a read of a
+    tensor in ``safe_loads`` at a built-in index is always in bounds; an i32 ``/`` or ``%``
+    is total, see :func:`_reads_tensor`)."""
     found: dict[ir.Expr, None] = {}
 
     def take(node: ir.Expr, guarded: bool) -> bool:
-        risky = _risky(node) and not _safe_load(node, safe_loads)
+        risky = _reads_tensor(node) and not _safe_load(node, safe_loads)
         if level(node) < below and not is_leaf(node) and not (guarded and risky):
             found.setdefault(node)
             return False
@@ -223,18 +224,6 @@ def _safe_load(e: ir.Expr, safe_loads: frozenset[str]) -> bool:
         and e.name in safe_loads
         and all(isinstance(i, ir.Builtin) for i in e.indices)
     )
-
-
-def _risky(e: ir.Expr) -> bool:
-    """Whether evaluating ``e`` could read a tensor or divide an i32 (remembered per node)."""
-    return ir.bottom_up(e, "_risky", _own_risky)
-
-
-def _own_risky(e: ir.Expr) -> bool:
-    own = isinstance(e, ir.TensorLoad) or (
-        isinstance(e, ir.Binary) and e.op in ("/", "%") and e.type == ir.I32
-    )
-    return own or any(c.__dict__["_risky"] for c in ir.children(e))
 
 
 def _reads_tensor(e: ir.Expr) -> bool:

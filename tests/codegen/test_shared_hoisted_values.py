@@ -39,8 +39,8 @@ def test_a_chain_of_shared_row_and_request_values_is_emitted_in_its_size():
     assert compiled.affine is not None  # the chains are the score's per-row bias
     text = emit_functor(compiled)
     assert len(text) < 30_000
-    # The guarded division stays under its guard: the hoister keeps an i32 / or % where it is
-    # written (idiv_ is total, x / 0 == 0, so this is the hoister's rule, not a safety need).
+    # The guarded division stays under its guard here: the whole ?: is one Row field, so
+    # nothing inside it is hoisted apart (an i32 / or % alone could be: idiv_ is total).
     assert "idiv_(100, q_idx)" in text and "= attnc::vm::idiv_(100" not in text
 
 

@@ -56,3 +56,17 @@ def test_mask_without_reads_keeps_the_short_circuit() -> None:
         }"""
     )
     assert "&&" in line
+
+
+def test_a_guarded_i32_division_of_row_values_is_hoisted_to_the_row() -> None:
+    # chunked_local's `q_pos / chunk` on the right of && was divided per element: the hoister
+    # kept every guarded i32 / and % in place, although idiv_ is total (x / 0 == 0). It is
+    # now a Row field, and the element divides only kv_idx.
+    line = _mask_line(
+        """variant c {
+            param chunk: i32 = 4;
+            mask = kv_idx <= q_pos && kv_idx / chunk == q_pos / chunk;
+        }"""
+    )
+    assert "idiv_(row.q_pos" not in line
+    assert "(attnc::vm::idiv_(kv_idx, p.p_chunk) == row.h0)" in line
