@@ -79,6 +79,16 @@ def _count(fn: Callable[[], None] | None) -> int:
     return len(_kernel_times(fn))
 
 
+def row_ms(times: list[float], k_pred: int, k_row: int, calls: int) -> list[float]:
+    """The row's milliseconds in each of ``calls`` rounds of ``k_pred`` predecessor kernels
+    then ``k_row`` row kernels (``times`` in start order), sorted; a ValueError when the
+    count of kernels does not fit that pattern."""
+    per_round = k_pred + k_row
+    if k_row < 1 or len(times) != per_round * calls:
+        raise ValueError(f"{len(times)} kernels, expected {calls} rounds of {k_pred} + {k_row}")
+    return sorted(sum(times[i * per_round + k_pred : (i + 1) * per_round]) for i in range(calls))
+
+
 def time_pattern(row: Callable[[], object], pattern: str, calls: int) -> dict:
     """The row's device milliseconds per call after the pattern's predecessor."""
     pred = _predecessor(pattern)
@@ -91,11 +101,10 @@ def time_pattern(row: Callable[[], object], pattern: str, calls: int) -> dict:
             row()
 
     rounds(5)
-    times = _kernel_times(lambda: rounds(calls))
-    per_round = k_pred + k_row
-    if len(times) != per_round * calls:
-        return {"pattern": pattern, "error": f"{len(times)} kernels, expected {per_round}x{calls}"}
-    ms = sorted(sum(times[i * per_round + k_pred : (i + 1) * per_round]) for i in range(calls))
+    try:
+        ms = row_ms(_kernel_times(lambda: rounds(calls)), k_pred, k_row, calls)
+    except ValueError as exc:
+        return {"pattern": pattern, "error": str(exc)}
     q = statistics.quantiles(ms, n=4)
     return {"pattern": pattern, "ms_median": round(statistics.median(ms), 4),
             "ms_q1": round(q[0], 4), "ms_q3": round(q[2], 4)}  # fmt: skip

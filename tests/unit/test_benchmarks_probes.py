@@ -168,3 +168,34 @@ def test_prefill_run_host_times_launching_calls_and_restores_the_checks():
     assert set(result) == {"run_us", "run_out_us", "checked_us", "checked_out_us"}
     assert all(0 < us < 1e5 for us in result.values())
     assert tensors.check_data_tensor is check
+
+
+def test_predecessor_probe_takes_each_rounds_row_kernels_by_position():
+    from benchmarks import predecessor_probe
+
+    # rounds of one predecessor kernel (10 ms) then two row kernels
+    times = [10.0, 1.0, 2.0, 10.0, 1.5, 2.5, 10.0, 0.5, 0.5]
+    assert predecessor_probe.row_ms(times, 1, 2, 3) == [1.0, 3.0, 4.0]
+    assert predecessor_probe.row_ms([4.0, 5.0], 0, 1, 2) == [4.0, 5.0]
+
+
+@pytest.mark.parametrize("times, k_pred, k_row, calls", [([1.0] * 8, 1, 2, 3), ([], 0, 0, 2)])
+def test_predecessor_probe_rejects_kernel_counts_that_do_not_fit(times, k_pred, k_row, calls):
+    from benchmarks import predecessor_probe
+
+    with pytest.raises(ValueError, match="expected"):
+        predecessor_probe.row_ms(times, k_pred, k_row, calls)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [(["--patterns", "none,bogus"], "'bogus' is not one of"), (["--calls", "3"], "at least 4"),
+     (["--rows", "gemm,causal:8k:128"], "positive integers")],
+)  # fmt: skip
+def test_predecessor_probe_bad_arguments_exit_2_before_gpu_work(args, words):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.predecessor_probe", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert words in done.stderr
