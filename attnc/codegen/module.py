@@ -59,7 +59,7 @@ def sm90_has_three_consumer_kernel(variant: ir.VariantIR, head_dim: int) -> bool
         head_dim <= 128
         and traits.use_softmax
         and (not traits.mask_reads_tokens or head_dim == 128)
-        and not traits.bias_step
+        and (not traits.bias_step or head_dim == 128)  # kGemmBiasVariant
     )
 
 

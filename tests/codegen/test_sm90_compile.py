@@ -107,8 +107,9 @@ LIGHT = {
     "per_request_window",
     "gpt_oss_local",  # a sink adds no per-tile work
 }
-# Masks that read per-token tensors run three consumers at head_dim 128 only (they spill at 64).
-LIGHT_AT_128 = LIGHT | {"doc_causal"}
+# Masks that read per-token tensors run three consumers at head_dim 128 only (they spill at 64),
+# and so does ALiBi's stepped bias, which the QK GEMM computes there (kGemmBiasVariant).
+LIGHT_AT_128 = LIGHT | {"doc_causal", "alibi"}
 
 # Two translation units per configuration, compiled in parallel (2 cores is enough).
 CONFIGS = [
@@ -180,8 +181,8 @@ def test_sass_uses_hgmma_and_no_local_memory(builds):
 
 
 def test_light_variants_run_three_consumers(builds):
-    """At head_dim 64 and 128 a light variant's module (softmax, no sink, no stepped bias, and
-    at 64 no per-token mask tensor) holds a kernel of three consumer warpgroups of 160 registers
+    """At head_dim 64 and 128 a light variant's module (softmax, and at 64 no stepped bias and
+    no per-token mask tensor) holds a kernel of three consumer warpgroups of 160 registers
     (setmaxnreg 0xa0) next to the two-consumer one (216, 0xd8); the others only the latter."""
     counts: dict[tuple[int, str], set[str]] = {}
     for _, head_dim, _, obj in builds:
@@ -234,15 +235,15 @@ def test_module_of_two_sources_holds_both_kernels(tmp_path, monkeypatch):
 
 
 def test_split_build_of_a_variant_without_three_consumers_fails(tmp_path):
-    """The renderer's rule is checked by the build: a heavy variant (ALiBi's stepped bias)
+    """The renderer's rule is checked by the build: a heavy variant (sigmoid: no softmax)
     rendered as two sources fails at the static_assert that names the macro."""
     from attnc.codegen.module import render_module
 
-    compiled, _ = compile_source(*resolve_source("stdlib:alibi"))
+    compiled, _ = compile_source(*resolve_source("stdlib:sigmoid"))
     text = render_module(
         "prefill_sm90_module.cu.j2", compiled[0].variant, "bfloat16", 128, wide_elsewhere=True
     )
-    tu = tmp_path / "alibi_split.cu"
+    tu = tmp_path / "sigmoid_split.cu"
     tu.write_text(text)
     cmd = [
         "nvcc",
@@ -284,23 +285,34 @@ def test_keys_per_stage(builds):
     assert shapes[(256, "softcap", "2")] == {"64"}, shapes
 
 
-def test_alibi_steps_its_bias_per_key(builds):
-    """ALiBi's bias is linear in kv_idx: the Hopper kernel evaluates it once per row and tile
-    and steps it per key, an FFMA of the row's step with the key's offset from the lane's
-    first key as an immediate (8, 9, 16, ...). A row whose bias or step is not finite takes
-    the per-element form instead (one int-to-float conversion per element), which is
-    compiled next to it but not run for finite slopes."""
-    stepped = {}
+def test_alibi_steps_its_bias_per_key_or_in_the_qk_gemm(builds):
+    """ALiBi's bias is linear in kv_idx. The two-consumer kernel at head_dim 128 evaluates it
+    once per row and tile and steps it per key, an FFMA of the row's step with the key's offset
+    from the lane's first key as an immediate (8, 9, 16, ...); a row whose bias or step is not
+    finite takes the per-element form instead (one int-to-float conversion per element), which
+    is compiled next to it but not run for finite slopes. The three-consumer kernel computes
+    the steps in the QK GEMM instead: each S tile takes one more k-step, read from the
+    interleaved bias blocks (descriptors without swizzle), so it holds 9 HGMMA.64x80x16 with
+    both operands in shared memory where causal's holds 8, and no stepping FFMA."""
+    stepped, qk = {}, {}
     offsets = "|".join(str(8 * n + e) for n in range(1, 16) for e in (0, 1))
     step_ffma = re.compile(rf"\bFFMA R\d+, R\d+, ({offsets}), R\d+")
+    qk_hgmma = re.compile(r"HGMMA\.64x80x16\.F32\.BF16 R\d+, gdesc\[")
     for dtype, head_dim, _, obj in builds:
         if (dtype, head_dim) != ("__nv_bfloat16", 128):
             continue
         for name, body in dump_sass(obj).items():
-            if "prefill_sm90_kernel" in name and "Variant_alibi" in name:
-                stepped[name] = len(step_ffma.findall(body))
-    assert len(stepped) == 1, stepped
-    assert next(iter(stepped.values())) >= 30, stepped  # one tile's offsets at least
+            if "prefill_sm90_kernel" not in name:
+                continue
+            consumers = re.search(r"PrefillSm90ShapeILi\d+ELi(\d)", name).group(1)  # type: ignore[union-attr]
+            if "Variant_alibi" in name:
+                stepped[consumers] = len(step_ffma.findall(body))
+            if consumers == "3" and re.search(r"Variant_(alibi|causal)\d", name):
+                qk["alibi" if "alibi" in name else "causal"] = len(qk_hgmma.findall(body))
+    assert set(stepped) == {"2", "3"}, stepped
+    assert stepped["2"] >= 30 and stepped["3"] == 0, stepped  # one tile's offsets at least
+    assert qk["causal"] > 0 and qk["causal"] % 8 == 0, qk
+    assert qk["alibi"] * 8 == qk["causal"] * 9, qk
 
 
 def test_alibi_at_head_dim_64_holds_its_logits_in_units_of_its_step(builds):

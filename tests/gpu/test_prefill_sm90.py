@@ -256,7 +256,7 @@ def test_every_variant_with_a_long_query(built, monkeypatch, name, d):
     """Every variant at head_dim 64 and 128 in a plan whose longest query takes the
     three-consumer shape where the variant has one: odd lengths next to the long request."""
     m = built[(name, "bf16", d, "sm90")]
-    rows = 192 if name in THREE_CONSUMERS else 128
+    rows = 192 if name in THREE_CONSUMERS or (name, d) == ("alibi", 128) else 128
     assert [m.tile_q_tokens(d, g, LONG) for g in (1, 3, 4, 8)] == [rows // g for g in (1, 3, 4, 8)]
     assert [m.tile_q_tokens(d, g, LONG - 1) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
     lens = [(1, 1), (17, 17), (127, 577), (LONG, LONG), (1, 127)]
@@ -264,10 +264,11 @@ def test_every_variant_with_a_long_query(built, monkeypatch, name, d):
 
 
 @pytest.mark.parametrize("group", [1, 3, 8])
-@pytest.mark.parametrize("name", ["causal", "softcap"])
+@pytest.mark.parametrize("name", ["causal", "softcap", "alibi"])
 def test_three_consumers_groups_paged_and_split(built, monkeypatch, name, group):
-    """The 192-row tile (head_dim 64 and 128) with GQA groups 1, 3 and 8 (192, 64 and 24
-    tokens an item), paged KV through TMA boxes and cp.async gathers, and split KV ranges."""
+    """The 192-row tile (head_dim 64 and 128; ALiBi's at 128 only, with its bias in the QK
+    GEMM) with GQA groups 1, 3 and 8 (192, 64 and 24 tokens an item), paged KV through TMA
+    boxes and cp.async gathers, and split KV ranges."""
     for d in (64, 128):
         _check(built, monkeypatch, name, torch.bfloat16, d, group, [(LONG, LONG), (33, 33)])
         _check(built, monkeypatch, name, torch.bfloat16, d, group, [(LONG, LONG + 99)], "NHD", 16)
@@ -295,8 +296,10 @@ def test_tile_and_occupancy_answers(built):
     assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
     assert m.tile_q_tokens(64, 4, 1) == 0  # wrong head_dim
     assert m.ctas_per_sm(128, 4, 8192) == 1
-    m = built[("alibi", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
+    m = built[("sigmoid", "bf16", 128, "sm90")]  # two consumer warpgroups only: 128 rows
     assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [128, 42, 32, 16]
+    m = built[("alibi", "bf16", 128, "sm90")]  # its bias in the QK GEMM on three: 192 rows
+    assert [m.tile_q_tokens(128, g, 8192) for g in (1, 3, 4, 8)] == [192, 64, 48, 24]
 
 
 def test_a_variant_that_spills_with_three_consumers_takes_two():

@@ -309,6 +309,50 @@ __device__ __forceinline__ bool warp_softmax_rows_in_units(
   return warp_softmax_rows_at<true>(s, m, l, c, r0, alpha);
 }
 
+// warp_softmax_rows for raw scores s whose log2-domain logit is s * c[mi][h] + r0[mi][h]
+// (c > 0 per row, r0 per row and tile: a bias the QK GEMM stepped from the tile's first key,
+// kGemmBiasVariant), with m in log2 units: a row's max is its lanes' largest s times c plus r0,
+// and its weights are exp2(s * c + (r0 - m)), one FFMA and one exp2 per element as for an
+// identity score. c = 1, r0 = 0 takes logits already in log2 units.
+template <int MQ, int NS>
+__device__ __forceinline__ bool warp_softmax_rows_scaled(float (&s)[MQ][NS][4],
+                                                         float (&m)[MQ][2], float (&l)[MQ][2],
+                                                         const float (&c)[MQ][2],
+                                                         const float (&r0)[MQ][2],
+                                                         float (&alpha)[MQ][2]) {
+  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  float mx[MQ][2];
+  bool exceeds = false;
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[mi][h] = fmaf(lane_row_max(s[mi], h), c[mi][h], r0[mi][h]);
+      exceeds = exceeds || mx[mi][h] - m[mi][h] > kSlack;
+      alpha[mi][h] = 1.f;
+    }
+  const bool any_moves = __any_sync(0xffffffffu, exceeds);
+  if (any_moves) {
+#pragma unroll
+    for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float row_max = quad_max(mx[mi][h]);
+        if (row_max - m[mi][h] > kSlack) {
+          alpha[mi][h] = fast_exp2(m[mi][h] - row_max);
+          m[mi][h] = row_max;
+        }
+      }
+  }
+#pragma unroll
+  for (int mi = 0; mi < MQ; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_weights_shifted(s[mi], h, r0[mi][h] - safe_max(m[mi][h]), c[mi][h], alpha[mi][h],
+                          l[mi][h]);
+  return any_moves;
+}
+
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):
 // running reference row max m (in the units of s; see ATTNC_RESCALE_SLACK), running
 // partial row sum l (this lane's columns only; summed over the 4 lanes of a row at the end), O

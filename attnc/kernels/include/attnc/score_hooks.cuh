@@ -50,7 +50,7 @@ struct RowTerms {
 // hi; kStepBias: the bias is terms.bias0 + terms.step * (key offset), else evaluated per
 // element (V::score_bias or the general score).
 template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS,
-          bool kStepUnits = false>
+          bool kStepUnits = false, bool kRawScore = false>
 __device__ __forceinline__ void transform_tile(const V& var,
                                                const typename V::Row (&rows)[MQ][2],
                                                const float (&mult)[MQ][2],
@@ -80,7 +80,7 @@ __device__ __forceinline__ void transform_tile(const V& var,
         if constexpr (!V::kUseSoftmax) {
           x = variant_score_raw(var, row, raw, kv_idx, sm_scale);
           if constexpr (kMasked) x = vis ? x : 0.f;
-        } else if constexpr (V::kScoreIsIdentity) {
+        } else if constexpr (V::kScoreIsIdentity || kRawScore) {
           x = raw;  // scaled by mult inside the exp2
         } else if constexpr (kStepUnits) {
           // In units of the row's step: mult holds the exp2 multiplier over the step, and the
@@ -123,8 +123,10 @@ __device__ __forceinline__ void row_interval_terms(const V& var,
 // element from them: on masked tiles the row's interval of keys (when V gives one,
 // row_kv_range), on every tile the affine bias and its step (when V gives one,
 // score_bias_step). The Hopper consumers opt in; the FA2 and decode kernels have no registers
-// to spare for these terms.
-template <bool kMasked, bool kPerRowTerms = false, class V, int MQ, int NS>
+// to spare for these terms. kRawScore: the scores stay raw (only the mask and the bound apply;
+// their softmax multiplies and offsets them per row, warp_softmax_rows_scaled).
+template <bool kMasked, bool kPerRowTerms = false, bool kRawScore = false, class V, int MQ,
+          int NS>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
@@ -146,7 +148,7 @@ __device__ __forceinline__ void transform_scores(const V& var,
   // width, 2^-24 of it) in the logits of its last keys, where the reference's bias is near 0
   // (at the limit about 1.2e-4 log2 units on 128-key tiles). Such a warp's tile evaluates the
   // bias per element, as the reference does.
-  constexpr bool kStepBias = kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
+  constexpr bool kStepBias = !kRawScore && kPerRowTerms && V::kUseSoftmax && V::kAffineScore &&
                              !V::kScoreIsIdentity && variant_bias_step<V>::value;
   if constexpr (kStepBias) {
     bool steppable = true;
@@ -169,8 +171,8 @@ __device__ __forceinline__ void transform_scores(const V& var,
       return;
     }
   }
-  transform_tile<kMasked, kRowInterval, kStepBias>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
-                                                   terms);
+  transform_tile<kMasked, kRowInterval, kStepBias, V, MQ, NS, false, kRawScore>(
+      var, rows, mult, s, kv0, kv1, tq, sm_scale, terms);
 }
 
 // A variant whose bias is stepped (linear in kv_idx) keeps its logits in units of each

@@ -75,6 +75,23 @@ ATTNC_HD int next_nonempty_tile(const V& var, const TileMapRow& map, int q0, int
   return t;
 }
 
+// The last of an item's KV tiles t, t - 1, ... (as next_nonempty_tile) that is not EMPTY, with
+// its class in cls; -1 when none is.
+template <int KV_TILE, class V>
+ATTNC_HD int prev_nonempty_tile(const V& var, const TileMapRow& map, int q0, int q1,
+                                KvRange range, int t, TileClass& cls) {
+  cls = TileClass::kFull;
+  if constexpr (V::kHasMask) {
+    for (; t >= 0; --t) {
+      const int kv0 = range.begin + t * KV_TILE;
+      const int kv1 = kv0 + KV_TILE < range.end ? kv0 + KV_TILE : range.end;
+      cls = item_tile_class(var, map, q0, q1, kv0, kv1);
+      if (cls != TileClass::kEmpty) break;
+    }
+  }
+  return t;
+}
+
 // The map row of a work item for variant V: {nullptr} without a map or when V's mask does not
 // read per-token tensors (no loads then).
 template <class V>

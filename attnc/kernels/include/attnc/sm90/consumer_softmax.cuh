@@ -37,6 +37,19 @@ __device__ __forceinline__ bool softmax_step_in_units(float (&s)[1][NS][4], floa
   return moved;
 }
 
+// softmax_step for raw scores with a per-row multiplier c and offset r0, m in log2 units
+// (warp_softmax_rows_scaled).
+template <int NS>
+__device__ __forceinline__ bool softmax_step_scaled(float (&s)[1][NS][4], float (&m)[1][2],
+                                                    float (&l)[1][2], const float (&c)[1][2],
+                                                    const float (&r0)[1][2], float (&alpha)[2]) {
+  float a[1][2];
+  const bool moved = warp_softmax_rows_scaled(s, m, l, c, r0, a);
+  alpha[0] = a[0][0];
+  alpha[1] = a[0][1];
+  return moved;
+}
+
 template <int NO>
 __device__ __forceinline__ void rescale_o(float (&o)[1][NO][4], const float (&alpha)[2]) {
 #pragma unroll

@@ -69,7 +69,15 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kTileBytes = kKvTile * HEAD_DIM * 2;
   static constexpr uint32_t kKOffset = kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr uint32_t kBarOffset = kVOffset + kStages * kTileBytes;
+  // The blocks of a stepped bias in the QK GEMM (kGemmBiasVariant, gemm_bias.cuh), 16
+  // columns of 16-bit values each, without swizzle: the key offsets (kKvTile rows) and the
+  // rows' coefficients (kRows rows). Held by the three-consumer shape at head_dim 128.
+  static constexpr bool kHasBiasBlocks = kConsumers == 3 && HEAD_DIM == 128;
+  static constexpr uint32_t kBiasKOffset = kVOffset + kStages * kTileBytes;
+  static constexpr uint32_t kBiasKBytes = kHasBiasBlocks ? kKvTile * 32 : 0;
+  static constexpr uint32_t kBiasQOffset = kBiasKOffset + kBiasKBytes;
+  static constexpr uint32_t kBiasQBytes = kHasBiasBlocks ? kRows * 32 : 0;
+  static constexpr uint32_t kBarOffset = kBiasQOffset + kBiasQBytes;
   static constexpr uint32_t kBarBytes = 4 * kStages * 8;  // full/empty x K/V per stage
   static constexpr uint32_t kInfoOffset = kBarOffset + kBarBytes;
   static constexpr uint32_t kInfoBytes = kStages * 32;  // one StageInfo per stage
@@ -93,6 +101,9 @@ struct PrefillSm90Smem {
   __device__ __forceinline__ uint32_t v(int stage) const {
     return base + Shape::kVOffset + stage * Shape::kTileBytes;
   }
+  // The bias blocks (kGemmBiasVariant, gemm_bias.cuh): key offsets and row coefficients.
+  __device__ __forceinline__ uint32_t bias_k() const { return base + Shape::kBiasKOffset; }
+  __device__ __forceinline__ uint32_t bias_q() const { return base + Shape::kBiasQOffset; }
   // Barriers: full_k, full_v (the producer's arrival + the stage's bytes), empty_k, empty_v
   // (every consumer thread arrives once it no longer reads the stage).
   __device__ __forceinline__ uint32_t full_k(int stage) const {
@@ -187,11 +198,23 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 // (timing experiments only; the runtime builds a light variant's module from two sources,
 // which the forced count can contradict: WideShape's static_assert then stops the build).
 // attnc/codegen/module.py (sm90_has_three_consumer_kernel) repeats the light-class rule.
+// A softmax variant whose bias is stepped (linear in kv_idx, such as ALiBi) computes that bias
+// in its QK GEMM at head_dim 128 (on three consumers): one more k-step of 16 adds
+// (step / mult) x j, j the key's index in its tile, to every score, from a fragment of three
+// 16-bit pieces of step / mult per row and a block whose row j holds j (exact in bf16 and fp16
+// up to 256 keys), both in shared memory (gemm_bias.cuh); the bias at the tile's first key joins the
+// softmax once per row and tile (warp_softmax_rows_scaled). A tile's per-element work is then
+// the identity score's. A warp whose rows do not fit (a step past kMaxStepPerKey, a multiplier
+// that is not finite and positive) adds 0 in the GEMM and evaluates its bias per element.
+template <class V, int HEAD_DIM>
+constexpr bool kGemmBiasVariant = HEAD_DIM == 128 && V::kUseSoftmax && V::kAffineScore &&
+                                  !V::kScoreIsIdentity && variant_bias_step<V>::value;
+
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax &&
                                  (!variant_mask_reads_tokens<V>::value || HEAD_DIM == 128) &&
-                                 !variant_bias_step<V>::value;
+                                 (!variant_bias_step<V>::value || kGemmBiasVariant<V, HEAD_DIM>);
 #ifdef ATTNC_SM90_CONSUMERS
   static constexpr int value = HEAD_DIM <= 128 ? ATTNC_SM90_CONSUMERS : 2;
 #else

@@ -16,6 +16,7 @@
 #include "../score_hooks.cuh"
 #include "../prefill_args.h"
 #include "../variant_contract.cuh"
+#include "gemm_bias.cuh"
 #include "prefill_sm90_config.cuh"
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_params.cuh"
@@ -76,6 +77,7 @@ struct ConsumerItem {
   float m[1][2];
   float l[1][2];
   float sink[2];  // the rows' sink logits where read_sinks reads them at item start
+  bool bias_in_gemm;  // kBiasInGemm: this warp's rows take the bias in the GEMM (gemm_bias.cuh)
 
   __device__ __forceinline__ V functor(const typename V::Params& params) const {
     return V(params, request);
@@ -147,6 +149,21 @@ __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
   ci.request = it.request_info(a);
   if constexpr (variant_has_sink<V>::value && kSinksReadAtStart<Shape>)
     read_sinks(ci.functor(params), group, wg, ci);
+  // The rows' bias coefficients are written here for the same reason, and because the item's
+  // first S, issued before set_up_rows, reads them.
+  if constexpr (kBiasInGemm<V, Shape>) {
+    if (ci.rows_valid > 0) {
+      const V var = ci.functor(params);
+      typename V::Row rows[2];
+      float mult[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        rows[h] = thread_row(var, group, wg, h, ci);
+        mult[h] = var.score_scale(rows[h]) * a.sm_scale * kLog2e;
+      }
+      ci.bias_in_gemm = write_bias_rows<V, T>(var, rows, mult, s_q + Shape::kBiasQOffset, wg);
+    }
+  }
   return true;
 }
 

@@ -15,6 +15,7 @@
 #include "../cp_async.cuh"
 #include "../mma.cuh"
 #include "../variant_contract.cuh"
+#include "gemm_bias.cuh"
 #include "mbarrier.cuh"
 #include "prefill_sm90_config.cuh"
 #include "prefill_sm90_item.cuh"
@@ -42,6 +43,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       mbar_init(sm.empty_v(s), Shape::kConsumerThreads);
     }
     mbar_fence_init();
+  }
+  if constexpr (kBiasInGemm<V, Shape>) {
+    write_bias_blocks<T, Shape>(sm.bias_k(), sm.bias_q());
+    fence_proxy_async();  // wgmma (the async proxy) reads the blocks after the sync
   }
   __syncthreads();
   const int role = threadIdx.x / 128;

@@ -130,6 +130,7 @@ struct Sm90Consumer {
         q_desc(desc_k_major(sm_.q() + wg_ * 64 * 128)),
         group(FastDiv::make(prm_.args.num_qo_heads / prm_.args.num_kv_heads)) {}
 
+  // S = Q K^T of a stage, with the stepped bias as one more k-step where kBiasInGemm.
   __device__ __forceinline__ void issue_s(int stage) {
     const SmemDesc qd = q_desc.warp_uniform();
     const SmemDesc kd = desc_k_major(sm.k(stage));
@@ -137,6 +138,9 @@ struct Sm90Consumer {
     for (int kk = 0; kk < KD; ++kk)
       Wgmma<T, KVT>::ss(s[0], qd.at(k_major_step(Shape::kRows, kk)),
                         kd.at(k_major_step(KVT, kk)), kk > 0 ? 1 : 0);
+    if constexpr (kBiasInGemm<V, Shape>)
+      Wgmma<T, KVT>::ss(s[0], desc_k_major_interleaved(sm.bias_q() + wg * 2048).at(0),
+                        desc_k_major_interleaved(sm.bias_k()).at(0), 1);
     wgmma_commit();
   }
   // O += P V. A k-step of 16 keys at or past `pv_steps` holds only keys past a tail tile's end,
@@ -172,6 +176,35 @@ struct Sm90Consumer {
       }
       if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
       return softmax_step_in_units(s, c.m, c.l, c.units, r0, alpha);
+    }
+    if constexpr (kBiasInGemm<V, Shape>) {
+      // The GEMM added the bias's steps from the tile's first key (gemm_bias.cuh); the bias
+      // there joins the softmax once per row. A warp without the fragment evaluates the bias
+      // per element, in log2 units (c = 1, r0 = 0).
+      float cm[1][2], r0[1][2];
+      if (c.bias_in_gemm) {
+        if (masked)
+          transform_scores<true, true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq,
+                                             sm_scale);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          cm[0][h] = c.mult[0][h];
+          r0[0][h] = var.score_bias(c.rows[0][h], info.kv0) * kLog2e;
+        }
+      } else {
+        if (masked) {
+          transform_scores<true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+        } else {
+          transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          cm[0][h] = 1.f;
+          r0[0][h] = 0.f;
+        }
+      }
+      if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
+      return softmax_step_scaled(s, c.m, c.l, cm, r0, alpha);
     }
     if (masked) {
       transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);

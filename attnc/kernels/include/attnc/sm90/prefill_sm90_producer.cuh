@@ -250,7 +250,18 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
 }
 
-// Every item of this CTA publishes at least one stage: its non-empty tiles in order (the
+// The order of an item's KV tiles: from its last to its first for a softmax variant whose bias
+// is stepped (linear in kv_idx, such as ALiBi's): with a positive step the bias grows towards
+// the diagonal, so the first tile of the reversed walk holds every row's largest logits near
+// enough that later tiles rarely move the row max. In key order each tile raised the max of
+// the rows whose bias grows by more than the rescale slack over a tile (ALiBi: the heads of
+// slope > 0.07 at 80 keys), which rescaled O on every tile. A negative step (bias falling
+// towards the diagonal) costs the same rescales the other way round; the results do not
+// depend on the order.
+template <class V>
+constexpr bool kv_walk_reversed = V::kUseSoftmax && variant_bias_step<V>::value;
+
+// Every item of this CTA publishes at least one stage: its non-empty tiles in walk order (the
 // last flagged), or a single kNoTile stage (an item without query rows too: the consumers
 // then read only the item it names). Its last stage names the item that follows.
 template <class V, class T, class Shape>
@@ -263,6 +274,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
   int stage = 0;
   int phase = 0;
   using Order = ItemOrder<Shape, variant_mask_reads_tokens<V>::value>;
+  constexpr bool kReverse = kv_walk_reversed<V>;
   Order order(a);
   for (int w = static_cast<int>(blockIdx.x); w < a.num_work;) {
     const int next = order.pick();
@@ -275,18 +287,19 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
     if (threadIdx.x >= 32) __nanosleep(ATTNC_SM90_PRODUCER_LAG_NS);
 #endif
     TileClass cls;
-    int t = it.next_tile<V, KVT>(var, 0, cls);
-    const bool none = t >= it.num_tiles;
+    int t = it.walk_tile<V, KVT, kReverse>(var, kReverse ? it.num_tiles - 1 : 0, cls);
+    const bool none = it.walk_done<kReverse>(t);
     do {
       StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
                      StageInfo::kLast | StageInfo::kNoTile, 0};
       TileClass next_cls = TileClass::kEmpty;
-      const int following = none ? t : it.next_tile<V, KVT>(var, t + 1, next_cls);
+      const int following =
+          none ? t : it.walk_tile<V, KVT, kReverse>(var, kReverse ? t - 1 : t + 1, next_cls);
       if (!none) {
         info.kv0 = it.tile_begin(t, KVT);
         info.kv1 = min(info.kv0 + KVT, it.range.end);
         info.cls = static_cast<int>(cls);
-        info.flags = following >= it.num_tiles ? StageInfo::kLast : 0;
+        info.flags = it.walk_done<kReverse>(following) ? StageInfo::kLast : 0;
         if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
       }
@@ -307,7 +320,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
       }
       t = following;
       cls = next_cls;
-    } while (t < it.num_tiles);
+    } while (!it.walk_done<kReverse>(t));
     w = order.handed(sm);
   }
   order.finish();

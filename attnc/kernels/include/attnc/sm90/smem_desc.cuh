@@ -56,6 +56,18 @@ __device__ __forceinline__ SmemDesc desc_k_major(uint32_t tile) {
   return SmemDesc::make(tile, 16, 1024);
 }
 
+// A K-major operand of 16 columns stored without swizzle ("interleaved"): 8-row x 16-byte core
+// matrices, the two of a row group (columns 0-7, 8-15) 128 bytes apart (the leading byte
+// offset), row groups 256 bytes apart (the stride byte offset); `hi` has swizzle mode 0.
+__device__ __forceinline__ SmemDesc desc_k_major_interleaved(uint32_t block) {
+  return SmemDesc{((block & 0x3FFFF) >> 4) | ((128u >> 4) << 16), 256u >> 4};
+}
+
+// Byte offset of 16-byte chunk `chunk` (0 or 1) of row `row` in such a block.
+__device__ __forceinline__ constexpr uint32_t interleaved_offset(int row, int chunk) {
+  return static_cast<uint32_t>((row >> 3) * 256 + chunk * 128 + (row & 7) * 16);
+}
+
 // Byte offset of k-step kk (16 columns) in a K-major tile of `rows` rows: 32 bytes further
 // inside the 128-byte row, and every 4 k-steps the next column block.
 __device__ __forceinline__ constexpr uint32_t k_major_step(int rows, int kk) {
