@@ -160,17 +160,25 @@ __device__ __forceinline__ bool prefill_kv_loop(
   using Cursor = KvTileCursor<kIters, kRowStep>;
   const Cursor cursor = Cursor::template make<T>(args, kv, request, row0, chunk);
   bool saw_bad = false;  // a page id outside the cache (page_check.cuh)
-  auto load_tile = [&](int t, int stage) {
-    saw_bad |= prefill_issue_kv_tile<T, Tile>(args, cursor, range.begin + t * KVT, range.end,
+  auto load_tile = [&](int kv0, int stage) {
+    saw_bad |= prefill_issue_kv_tile<T, Tile>(args, cursor, kv0, range.end,
                                               s_k + stage * kTileBytes, row0, chunk);
   };
 
-  // ---- Tile walk: the next non-empty tile at or after t and its class.
-  auto next_tile = [&](int t, TileClass& cls) -> int {
-    return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, t, cls);
+  // ---- Tile walk, by walk position w (0 .. num_tiles - 1; num_tiles: none): tile w, or
+  // num_tiles - 1 - w where the walk is reversed (kv_walk_reversed). next_tile: the walk
+  // position of the next non-empty tile at or after w, and its class.
+  constexpr bool kReverse = kv_walk_reversed<V>;
+  auto tile_of = [&](int w) -> int { return kReverse ? num_tiles - 1 - w : w; };
+  auto next_tile = [&](int w, TileClass& cls) -> int {
+    if constexpr (kReverse)
+      return num_tiles - 1 -
+             prev_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles - 1 - w, cls);
+    return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, w, cls);
   };
 
-  // Tiles loaded and not yet computed, oldest first (num_tiles: none), with their classes.
+  // Walk positions of the tiles loaded and not yet computed, oldest first (num_tiles: none),
+  // with their classes.
   int pend_t[STAGES - 1];
   TileClass pend_c[STAGES - 1];
   TileClass c_load;
@@ -180,7 +188,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
     pend_t[s] = t_load;
     pend_c[s] = c_load;
     if (t_load < num_tiles) {
-      load_tile(t_load, s);
+      load_tile(range.begin + tile_of(t_load) * KVT, s);
       t_load = next_tile(t_load + 1, c_load);
     }
     cp_async_commit();
@@ -217,14 +225,14 @@ __device__ __forceinline__ bool prefill_kv_loop(
       int fill = stage + STAGES - 1;
       if (fill >= STAGES) fill -= STAGES;
       if (t_load < num_tiles) {
-        load_tile(t_load, fill);
+        load_tile(range.begin + tile_of(t_load) * KVT, fill);
         t_load = next_tile(t_load + 1, c_load);
       }
       cp_async_commit();
     }
     const uint32_t k_base = s_k + stage * kTileBytes + k_off;
     const uint32_t v_base = s_v + stage * kTileBytes + v_off;
-    const int kv0 = range.begin + t * KVT;
+    const int kv0 = range.begin + tile_of(t) * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
     const bool partial = V::kHasMask && cls == TileClass::kPartial;
     prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base, kv0, kv1, partial, q0,

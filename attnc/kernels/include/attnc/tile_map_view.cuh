@@ -75,6 +75,17 @@ ATTNC_HD int next_nonempty_tile(const V& var, const TileMapRow& map, int q0, int
   return t;
 }
 
+// The order of an item's KV tiles in the prefill kernels: from its last to its first for a
+// softmax variant whose bias is stepped (linear in kv_idx, such as ALiBi's). With a positive
+// step the bias grows towards the diagonal, so the first tile of the reversed walk holds every
+// row's largest logits near enough that later tiles rarely move the row max. In key order each
+// tile raised the max of the rows whose bias grows by more than the rescale slack over a tile
+// (ALiBi: the heads of slope > 0.07 at 80 keys), which rescaled O on every tile. A negative
+// step (bias falling towards the diagonal) pays those rescales in this order instead; the
+// results do not depend on the order.
+template <class V>
+constexpr bool kv_walk_reversed = V::kUseSoftmax && variant_bias_step<V>::value;
+
 // The last of an item's KV tiles t, t - 1, ... (as next_nonempty_tile) that is not EMPTY, with
 // its class in cls; -1 when none is.
 template <int KV_TILE, class V>

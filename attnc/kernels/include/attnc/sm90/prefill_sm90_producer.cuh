@@ -250,19 +250,8 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
 }
 
-// The order of an item's KV tiles: from its last to its first for a softmax variant whose bias
-// is stepped (linear in kv_idx, such as ALiBi's): with a positive step the bias grows towards
-// the diagonal, so the first tile of the reversed walk holds every row's largest logits near
-// enough that later tiles rarely move the row max. In key order each tile raised the max of
-// the rows whose bias grows by more than the rescale slack over a tile (ALiBi: the heads of
-// slope > 0.07 at 80 keys), which rescaled O on every tile. A negative step (bias falling
-// towards the diagonal) costs the same rescales the other way round; the results do not
-// depend on the order.
-template <class V>
-constexpr bool kv_walk_reversed = V::kUseSoftmax && variant_bias_step<V>::value;
-
-// Every item of this CTA publishes at least one stage: its non-empty tiles in walk order (the
-// last flagged), or a single kNoTile stage (an item without query rows too: the consumers
+// Every item of this CTA publishes at least one stage: its non-empty tiles in walk order
+// (kv_walk_reversed, tile_map_view.cuh; the last flagged), or a single kNoTile stage (an item without query rows too: the consumers
 // then read only the item it names). Its last stage names the item that follows.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
