@@ -185,24 +185,11 @@ constexpr int kSchedBarrier = 1;
 constexpr int kQBarrier = kSchedBarrier + kMaxConsumers;
 constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 
-// Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
-// lighter variants (softmax, no stepped bias; at 64 also no per-token mask tensor, whose data
-// mask spills there with three), else two. A sink sets where a row's softmax starts (and, with
-// an output transform, adds one term at its end) and adds nothing to the per-tile work, so a
-// sink variant is light when its sink-free twin is (on two consumers the window-128 sink row
-// ran 16% below its twin on three, RESULTS.md run 34).
-// Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
-// at 128 ALiBi and sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
-// variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
-// take two. ATTNC_SM90_CONSUMERS=2 or 3 forces the widest count at head_dim 64 and 128
-// (timing experiments only; the runtime builds a light variant's module from two sources,
-// which the forced count can contradict: WideShape's static_assert then stops the build).
-// attnc/codegen/module.py (sm90_has_three_consumer_kernel) repeats the light-class rule.
 // A softmax variant whose bias is stepped (linear in kv_idx, such as ALiBi) computes that bias
 // in its QK GEMM at head_dim 128 (on three consumers): one more k-step of 16 adds
-// (step / mult) x j, j the key's index in its tile, to every score, from a fragment of three
-// 16-bit pieces of step / mult per row and a block whose row j holds j (exact in bf16 and fp16
-// up to 256 keys), both in shared memory (gemm_bias.cuh); the bias at the tile's first key joins the
+// (step / mult) x j, j the key's index in its tile, to every score, from three 16-bit pieces
+// of step / mult per row and a block whose row j holds j (exact in bf16 and fp16 up to 256
+// keys), both in shared memory (gemm_bias.cuh); the bias at the tile's first key joins the
 // softmax once per row and tile (warp_softmax_rows_scaled). A tile's per-element work is then
 // the identity score's. A warp whose rows do not fit (a step past kMaxStepPerKey, a multiplier
 // that is not finite and positive) adds 0 in the GEMM and evaluates its bias per element.
@@ -210,6 +197,21 @@ template <class V, int HEAD_DIM>
 constexpr bool kGemmBiasVariant = HEAD_DIM == 128 && V::kUseSoftmax && V::kAffineScore &&
                                   !V::kScoreIsIdentity && variant_bias_step<V>::value;
 
+// Consumer warpgroups of variant V's kernel at HEAD_DIM: three at head_dim 64 and 128 for the
+// lighter variants (softmax; at 64 also no stepped bias and no per-token mask tensor, whose
+// data mask spills there with three), else two. A sink sets where a row's softmax starts (and,
+// with an output transform, adds one term at its end) and adds nothing to the per-tile work,
+// so a sink variant is light when its sink-free twin is (on two consumers the window-128 sink
+// row ran 16% below its twin on three, RESULTS.md run 34). A stepped bias is light at 128,
+// where the QK GEMM computes it (kGemmBiasVariant; ALiBi 8K 17% faster there with the KV walk
+// from the diagonal back, RESULTS.md run 52).
+// Three leave each consumer 160 registers: the other variants spill there at head_dim 64, and
+// at 128 sigmoid ran slower with three (RESULTS.md, run 25). A module of a light
+// variant holds both shapes; plans whose longest query is shorter than kThreeConsumersMinQ
+// take two. ATTNC_SM90_CONSUMERS=2 or 3 forces the widest count at head_dim 64 and 128
+// (timing experiments only; the runtime builds a light variant's module from two sources,
+// which the forced count can contradict: WideShape's static_assert then stops the build).
+// attnc/codegen/module.py (sm90_has_three_consumer_kernel) repeats the light-class rule.
 template <class V, int HEAD_DIM>
 struct Sm90Consumers {
   static constexpr bool kLight = V::kUseSoftmax &&
