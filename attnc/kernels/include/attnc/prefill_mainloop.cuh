@@ -169,9 +169,12 @@ __device__ __forceinline__ bool prefill_kv_loop(
   // num_tiles - 1 - w where the walk is reversed (kv_walk_reversed). next_tile: the walk
   // position of the next non-empty tile at or after w, and its class.
   constexpr bool kReverse = kv_walk_reversed<V>;
-  auto tile_of = [&](int w) -> int { return walk_tile_index<kReverse>(w, num_tiles); };
+  auto tile_of = [&](int w) -> int { return kReverse ? num_tiles - 1 - w : w; };
   auto next_tile = [&](int w, TileClass& cls) -> int {
-    return next_walk_tile<KVT, kReverse>(var, map, q0, q1, range, num_tiles, w, cls);
+    if constexpr (kReverse)
+      return num_tiles - 1 -
+             prev_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles - 1 - w, cls);
+    return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, w, cls);
   };
 
   // Walk positions of the tiles loaded and not yet computed, oldest first (num_tiles: none),

@@ -103,24 +103,6 @@ ATTNC_HD int prev_nonempty_tile(const V& var, const TileMapRow& map, int q0, int
   return t;
 }
 
-// The walk of an item's tiles (kv_walk_reversed): walk position w (0 .. num_tiles - 1) is
-// tile w, or tile num_tiles - 1 - w when kReverse.
-template <bool kReverse>
-ATTNC_HD int walk_tile_index(int w, int num_tiles) {
-  return kReverse ? num_tiles - 1 - w : w;
-}
-
-// The walk position of the first non-EMPTY tile at or after walk position w (num_tiles: none),
-// with its class in cls.
-template <int KV_TILE, bool kReverse, class V>
-ATTNC_HD int next_walk_tile(const V& var, const TileMapRow& map, int q0, int q1, KvRange range,
-                            int num_tiles, int w, TileClass& cls) {
-  if constexpr (kReverse)
-    return num_tiles - 1 -
-           prev_nonempty_tile<KV_TILE>(var, map, q0, q1, range, num_tiles - 1 - w, cls);
-  return next_nonempty_tile<KV_TILE>(var, map, q0, q1, range, num_tiles, w, cls);
-}
-
 // The map row of a work item for variant V: {nullptr} without a map or when V's mask does not
 // read per-token tensors (no loads then).
 template <class V>

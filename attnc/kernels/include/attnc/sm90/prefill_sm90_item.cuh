@@ -79,11 +79,23 @@ struct PrefillSm90Item {
     return range.begin + t * kv_tile;
   }
 
-  // The walk position of the first non-empty tile at or after walk position w (num_tiles:
-  // none) and its class (next_walk_tile: in key order, or from the last tile where kReverse).
+  // The first non-empty tile at or after t (num_tiles: none) and its class.
+  template <class V, int KV_TILE>
+  __device__ __forceinline__ int next_tile(const V& var, int t, TileClass& cls) const {
+    return next_nonempty_tile<KV_TILE>(var, map, q0, q1, range, num_tiles, t, cls);
+  }
+  // The tile after t in the walk of kReverse (kv_walk_reversed): the first non-empty one at or
+  // past t in walk order (forward: t, t + 1, ...; reversed: t, t - 1, ...), -1 or num_tiles
+  // when none is.
   template <class V, int KV_TILE, bool kReverse>
-  __device__ __forceinline__ int next_walk(const V& var, int w, TileClass& cls) const {
-    return next_walk_tile<KV_TILE, kReverse>(var, map, q0, q1, range, num_tiles, w, cls);
+  __device__ __forceinline__ int walk_tile(const V& var, int t, TileClass& cls) const {
+    if constexpr (kReverse) return prev_nonempty_tile<KV_TILE>(var, map, q0, q1, range, t, cls);
+    return next_tile<V, KV_TILE>(var, t, cls);
+  }
+  // Whether t is past the walk's end.
+  template <bool kReverse>
+  __device__ __forceinline__ bool walk_done(int t) const {
+    return kReverse ? t < 0 : t >= num_tiles;
   }
 };
 

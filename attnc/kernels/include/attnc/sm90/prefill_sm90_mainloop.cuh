@@ -179,8 +179,8 @@ struct Sm90Consumer {
     }
     if constexpr (kBiasInGemm<V, Shape>) {
       // The GEMM added the bias's steps from the tile's first key (gemm_bias.cuh); the bias
-      // there joins the softmax once per row. A warp whose rows the GEMM does not carry
-      // evaluates the bias per element, in log2 units (c = 1, r0 = 0).
+      // there joins the softmax once per row. A warp without the fragment evaluates the bias
+      // per element, in log2 units (c = 1, r0 = 0).
       float cm[1][2], r0[1][2];
       if (c.bias_in_gemm) {
         if (masked)

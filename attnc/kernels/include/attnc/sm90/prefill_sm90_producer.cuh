@@ -251,9 +251,8 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
 }
 
 // Every item of this CTA publishes at least one stage: its non-empty tiles in walk order
-// (kv_walk_reversed, tile_map_view.cuh; the last flagged), or a single kNoTile stage (an item
-// without query rows too: the consumers then read only the item it names). Its last stage
-// names the item that follows.
+// (kv_walk_reversed, tile_map_view.cuh; the last flagged), or a single kNoTile stage (an item without query rows too: the consumers
+// then read only the item it names). Its last stage names the item that follows.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>& p,
                                                      const PrefillSm90Smem<Shape>& sm) {
@@ -277,18 +276,19 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
     if (threadIdx.x >= 32) __nanosleep(ATTNC_SM90_PRODUCER_LAG_NS);
 #endif
     TileClass cls;
-    int t = it.next_walk<V, KVT, kReverse>(var, 0, cls);  // a walk position
-    const bool none = t >= it.num_tiles;
+    int t = it.walk_tile<V, KVT, kReverse>(var, kReverse ? it.num_tiles - 1 : 0, cls);
+    const bool none = it.walk_done<kReverse>(t);
     do {
       StageInfo info{0, 0, static_cast<int>(TileClass::kEmpty),
                      StageInfo::kLast | StageInfo::kNoTile, 0};
       TileClass next_cls = TileClass::kEmpty;
-      const int following = none ? t : it.next_walk<V, KVT, kReverse>(var, t + 1, next_cls);
+      const int following =
+          none ? t : it.walk_tile<V, KVT, kReverse>(var, kReverse ? t - 1 : t + 1, next_cls);
       if (!none) {
-        info.kv0 = it.tile_begin(walk_tile_index<kReverse>(t, it.num_tiles), KVT);
+        info.kv0 = it.tile_begin(t, KVT);
         info.kv1 = min(info.kv0 + KVT, it.range.end);
         info.cls = static_cast<int>(cls);
-        info.flags = following >= it.num_tiles ? StageInfo::kLast : 0;
+        info.flags = it.walk_done<kReverse>(following) ? StageInfo::kLast : 0;
         if (!tile_uses_tma<V, Shape>(p, info.kv0, it.range.end))
           info.flags |= StageInfo::kCpAsync;
       }
@@ -309,7 +309,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
       }
       t = following;
       cls = next_cls;
-    } while (t < it.num_tiles);
+    } while (!it.walk_done<kReverse>(t));
     w = order.handed(sm);
   }
   order.finish();
