@@ -81,7 +81,7 @@ __device__ __forceinline__ bool write_bias_rows(const V& var, const typename V::
   for (int h = 0; h < 2; ++h) {
     const float step = var.score_bias_step(rows[h]) * kLog2e;
     coef[h] = step / mult[h];
-    ok = ok && fabsf(step) <= kMaxStepPerKey && mult[h] > 0.f && isfinite(mult[h]) &&
+    ok = ok && fabsf(step) <= kMaxStepPerKey && mult[h] > 0.f && mult[h] <= 3.0e38f &&
          fabsf(coef[h]) <= kMaxBiasCoefficient;
   }
   const bool in_gemm = __all_sync(0xffffffffu, ok);

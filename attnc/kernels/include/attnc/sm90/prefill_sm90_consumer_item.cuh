@@ -134,12 +134,12 @@ __device__ __forceinline__ void read_sinks(const V& var, const FastDiv& group, i
 // CUDA graph's) zero-fills Q and is skipped (Sm90Consumer::run). Its rows are set up later
 // (set_up_rows), so that the set-up of an item started ahead does not hold registers while the
 // previous item finishes; only the sink logits are read here, where kSinksReadAtStart, and
-// where kBiasInGemm the rows' bias coefficients written into the block at s_bias_q.
+// where kBiasInGemm the rows' bias coefficients written (s_q is the shared-memory base: the Q
+// tile comes first, PrefillSm90Shape).
 template <class V, class T, class Shape>
 __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
                                            const typename V::Params& params, const FastDiv& group,
-                                           uint32_t s_q, uint32_t s_bias_q, int wg, int w,
-                                           ConsumerItem<V>& ci) {
+                                           uint32_t s_q, int wg, int w, ConsumerItem<V>& ci) {
   if (w >= a.num_work) return false;
   const PrefillSm90Item it = PrefillSm90Item::load(a, w, group.d);
   issue_q_rows<T, Shape>(a, it, group, s_q, wg);
@@ -163,7 +163,7 @@ __device__ __forceinline__ bool start_item(const AttncPrefillArgs& a,
         rows[h] = thread_row(var, group, wg, h, ci);
         mult[h] = var.score_scale(rows[h]) * a.sm_scale * kLog2e;
       }
-      ci.bias_in_gemm = write_bias_rows<V, T>(var, rows, mult, s_bias_q, wg);
+      ci.bias_in_gemm = write_bias_rows<V, T>(var, rows, mult, s_q + Shape::kBiasQOffset, wg);
     }
   }
   return true;

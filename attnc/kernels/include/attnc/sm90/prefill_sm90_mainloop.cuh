@@ -232,8 +232,7 @@ struct Sm90Consumer {
   }
   // Starts item w (the CTA's first, or the one the producer named with the last stage).
   __device__ __forceinline__ bool start(ConsumerItem<V>& into, int w) {
-    return start_item<V, T, Shape>(prm.args, prm.params, group, sm.q(), sm.bias_q(), wg, w,
-                                   into);
+    return start_item<V, T, Shape>(prm.args, prm.params, group, sm.q(), wg, w, into);
   }
   // The item after the running one, named by the stage just read. Read while that stage's S
   // is in flight, so that the tile's bookkeeping after the S wait does not start with a
