@@ -241,14 +241,20 @@ __device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, fl
 // A row moves only if the lane holding its max sees its own columns exceed m + slack, so one
 // warp vote on the lanes' own maxima decides whether any row can move: in the steady state
 // (no row moves) the tile skips the shuffles of the row maxima, and the weights, sums and
-// alphas are exactly those of the full step. c[mi][h]: the units of m in log2 units; with
-// kOffset a logit is s + r0[mi][h] (warp_softmax_rows_in_units), else s (r0 unread).
-template <bool kOffset, int MQ, int NS>
+// alphas are exactly those of the full step. The logit of an element, by kForm:
+// - kRowsPlain: s * c[mi][h] log2 units, m in units of c (r0 unread);
+// - kRowsInUnits: (s + r0[mi][h]) * c[mi][h], m in units of c (warp_softmax_rows_in_units);
+// - kRowsScaled: s * c[mi][h] + r0[mi][h], m in log2 units, c > 0 (raw scores whose stepped
+//   bias the QK GEMM added from the tile's first key, kGemmBiasVariant: one FFMA and one exp2
+//   per element, as for an identity score; c = 1, r0 = 0 takes logits in log2 units).
+enum SoftmaxRowsForm { kRowsPlain, kRowsInUnits, kRowsScaled };
+template <SoftmaxRowsForm kForm, int MQ, int NS>
 __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], float (&m)[MQ][2],
                                                      float (&l)[MQ][2], const float (&c)[MQ][2],
                                                      const float (&r0)[MQ][2],
                                                      float (&alpha)[MQ][2]) {
   constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
+  constexpr bool kLog2M = kForm == kRowsScaled;  // m in log2 units
   float mx[MQ][2];
   bool exceeds = false;
 #pragma unroll
@@ -256,8 +262,13 @@ __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], floa
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[mi][h] = lane_row_max(s[mi], h);
-      if constexpr (kOffset) mx[mi][h] += r0[mi][h];
-      exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c[mi][h] > kSlack;
+      if constexpr (kForm == kRowsInUnits) mx[mi][h] += r0[mi][h];
+      if constexpr (kLog2M) {
+        mx[mi][h] = fmaf(mx[mi][h], c[mi][h], r0[mi][h]);
+        exceeds = exceeds || mx[mi][h] - m[mi][h] > kSlack;
+      } else {
+        exceeds = exceeds || (mx[mi][h] - m[mi][h]) * c[mi][h] > kSlack;
+      }
       alpha[mi][h] = 1.f;
     }
   const bool any_moves = __any_sync(0xffffffffu, exceeds);
@@ -267,7 +278,12 @@ __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], floa
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float row_max = quad_max(mx[mi][h]);
-        if ((row_max - m[mi][h]) * c[mi][h] > kSlack) {
+        if constexpr (kLog2M) {
+          if (row_max - m[mi][h] > kSlack) {
+            alpha[mi][h] = fast_exp2(m[mi][h] - row_max);
+            m[mi][h] = row_max;
+          }
+        } else if ((row_max - m[mi][h]) * c[mi][h] > kSlack) {
           alpha[mi][h] = fast_exp2((m[mi][h] - row_max) * c[mi][h]);
           m[mi][h] = row_max;
         }
@@ -277,7 +293,10 @@ __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], floa
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if constexpr (kOffset) {
+      if constexpr (kLog2M) {
+        row_weights_shifted(s[mi], h, r0[mi][h] - safe_max(m[mi][h]), c[mi][h], alpha[mi][h],
+                            l[mi][h]);
+      } else if constexpr (kForm == kRowsInUnits) {
         row_weights_shifted(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h], c[mi][h],
                             alpha[mi][h], l[mi][h]);
       } else {
@@ -296,7 +315,7 @@ __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) c[mi][h] = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-  return warp_softmax_rows_at<false>(s, m, l, c, c, alpha);
+  return warp_softmax_rows_at<kRowsPlain>(s, m, l, c, c, alpha);
 }
 
 // warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
@@ -306,51 +325,7 @@ template <int MQ, int NS>
 __device__ __forceinline__ bool warp_softmax_rows_in_units(
     float (&s)[MQ][NS][4], float (&m)[MQ][2], float (&l)[MQ][2], const float (&c)[MQ][2],
     const float (&r0)[MQ][2], float (&alpha)[MQ][2]) {
-  return warp_softmax_rows_at<true>(s, m, l, c, r0, alpha);
-}
-
-// warp_softmax_rows for raw scores s whose log2-domain logit is s * c[mi][h] + r0[mi][h]
-// (c > 0 per row, r0 per row and tile: a bias the QK GEMM stepped from the tile's first key,
-// kGemmBiasVariant), with m in log2 units: a row's max is its lanes' largest s times c plus r0,
-// and its weights are exp2(s * c + (r0 - m)), one FFMA and one exp2 per element as for an
-// identity score. c = 1, r0 = 0 takes logits already in log2 units.
-template <int MQ, int NS>
-__device__ __forceinline__ bool warp_softmax_rows_scaled(float (&s)[MQ][NS][4],
-                                                         float (&m)[MQ][2], float (&l)[MQ][2],
-                                                         const float (&c)[MQ][2],
-                                                         const float (&r0)[MQ][2],
-                                                         float (&alpha)[MQ][2]) {
-  constexpr float kSlack = static_cast<float>(ATTNC_RESCALE_SLACK);
-  float mx[MQ][2];
-  bool exceeds = false;
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[mi][h] = fmaf(lane_row_max(s[mi], h), c[mi][h], r0[mi][h]);
-      exceeds = exceeds || mx[mi][h] - m[mi][h] > kSlack;
-      alpha[mi][h] = 1.f;
-    }
-  const bool any_moves = __any_sync(0xffffffffu, exceeds);
-  if (any_moves) {
-#pragma unroll
-    for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float row_max = quad_max(mx[mi][h]);
-        if (row_max - m[mi][h] > kSlack) {
-          alpha[mi][h] = fast_exp2(m[mi][h] - row_max);
-          m[mi][h] = row_max;
-        }
-      }
-  }
-#pragma unroll
-  for (int mi = 0; mi < MQ; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_weights_shifted(s[mi], h, r0[mi][h] - safe_max(m[mi][h]), c[mi][h], alpha[mi][h],
-                          l[mi][h]);
-  return any_moves;
+  return warp_softmax_rows_at<kRowsInUnits>(s, m, l, c, r0, alpha);
 }
 
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):

@@ -124,7 +124,7 @@ __device__ __forceinline__ void row_interval_terms(const V& var,
 // row_kv_range), on every tile the affine bias and its step (when V gives one,
 // score_bias_step). The Hopper consumers opt in; the FA2 and decode kernels have no registers
 // to spare for these terms. kRawScore: the scores stay raw (only the mask and the bound apply;
-// their softmax multiplies and offsets them per row, warp_softmax_rows_scaled).
+// their softmax multiplies and offsets them per row, kRowsScaled of warp_softmax_rows_at).
 template <bool kMasked, bool kPerRowTerms = false, bool kRawScore = false, class V, int MQ,
           int NS>
 __device__ __forceinline__ void transform_scores(const V& var,

@@ -38,13 +38,13 @@ __device__ __forceinline__ bool softmax_step_in_units(float (&s)[1][NS][4], floa
 }
 
 // softmax_step for raw scores with a per-row multiplier c and offset r0, m in log2 units
-// (warp_softmax_rows_scaled).
+// (warp_softmax_rows_at's kRowsScaled).
 template <int NS>
 __device__ __forceinline__ bool softmax_step_scaled(float (&s)[1][NS][4], float (&m)[1][2],
                                                     float (&l)[1][2], const float (&c)[1][2],
                                                     const float (&r0)[1][2], float (&alpha)[2]) {
   float a[1][2];
-  const bool moved = warp_softmax_rows_scaled(s, m, l, c, r0, a);
+  const bool moved = warp_softmax_rows_at<kRowsScaled>(s, m, l, c, r0, a);
   alpha[0] = a[0][0];
   alpha[1] = a[0][1];
   return moved;

@@ -190,8 +190,8 @@ constexpr int kProducerBarrier = kQBarrier + kMaxConsumers;
 // (step / mult) x j, j the key's index in its tile, to every score, from three 16-bit pieces
 // of step / mult per row and a block whose row j holds j (exact in bf16 and fp16 up to 256
 // keys), both in shared memory (gemm_bias.cuh); the bias at the tile's first key joins the
-// softmax once per row and tile (warp_softmax_rows_scaled). A tile's per-element work is then
-// the identity score's. A warp whose rows do not fit (a step past kMaxStepPerKey, a multiplier
+// softmax once per row and tile (kRowsScaled, online_softmax.cuh). A tile's per-element work
+// is then the identity score's. A warp whose rows do not fit (a step past kMaxStepPerKey, a multiplier
 // that is not finite and positive) adds 0 in the GEMM and evaluates its bias per element.
 template <class V, int HEAD_DIM>
 constexpr bool kGemmBiasVariant = HEAD_DIM == 128 && V::kUseSoftmax && V::kAffineScore &&
