@@ -4,7 +4,7 @@ exp2 multiplier times the key's index in the tile, and the softmax adds the bias
 first key per row. Checked against the float64 reference with queries long enough for three
 consumers, in both 16-bit types, and with rows the GEMM cannot carry (a multiplier so small
 that step / multiplier passes 16384, NaN and infinite slopes), whose warps evaluate the bias
-per element."""
+per element; and with negative and mixed-sign slopes."""
 
 import pytest
 import torch
@@ -74,3 +74,21 @@ def test_rows_the_gemm_cannot_carry_take_the_bias_per_element():
             err = _rel_err(o[:, h].nan_to_num(), ref_o[:, h].nan_to_num())
             floor = _rel_err(ref16[:, h].nan_to_num(), ref_o[:, h].nan_to_num())
             assert err <= 3 * floor + 2e-4, f"scale {scale}, head {h}: {err} > 3 x {floor}"
+
+
+def test_negative_and_mixed_slopes_on_three_consumers():
+    """Negative steps (the bias grows away from the diagonal, so the reversed KV walk meets the
+    largest logits last) next to positive ones in the same KV head's group: the GEMM carries
+    both signs, and rows that move their max on every tile still match the reference."""
+    variant = attnc.load("stdlib:alibi")
+    q, k, v = _inputs(2048, 2100, torch.bfloat16, 3)
+    slopes = torch.tensor([-0.5, -(2.0**-3), 2.0**-8, 0.5, -1.0, 0.25, -0.01, 1.0], device="cuda")
+    o, lse = variant.prefill(q, k, v, return_lse=True, backend="sm90", slopes=slopes)
+    ref_o, ref_lse = variant.reference(
+        q.double(), k.double(), v.double(), return_lse=True, slopes=slopes
+    )
+    ref16 = variant.reference(q, k, v, slopes=slopes)
+    assert (lse.double() - ref_lse).abs().max().item() <= 1e-3
+    for h in range(HQ):
+        err, floor = _rel_err(o[:, h], ref_o[:, h]), _rel_err(ref16[:, h], ref_o[:, h])
+        assert err <= 3 * floor + 2e-4, f"head {h} (slope {slopes[h].item()}): {err} > 3 x {floor}"
