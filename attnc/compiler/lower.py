@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from attnc.compiler import ir
+from attnc.compiler.index_range import check_indices
 from attnc.compiler.lower_expr import SUBSTITUTED, Scope, cast, lower_expr, suggest
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, note, printable, warning
@@ -141,7 +142,7 @@ class _VariantLowering:
             for p in self.params
             if p.name not in self.scope.used_params
         ]
-        return variant, unused
+        return variant, unused + check_indices(variant)
 
     def _item(self, item: ast.VariantItem) -> None:
         if isinstance(item, ast.Assign):
