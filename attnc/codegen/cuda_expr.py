@@ -32,6 +32,9 @@ class CudaContext:
     dims: dict[str, str] = field(default_factory=dict)
     tensor_dims: dict[str, tuple[int | str, ...]] = field(default_factory=dict)
     bool_params: frozenset[str] = frozenset()
+    # Reads whose indices are proven inside their dims (compiler/index_range.py
+    # proven_loads): read plainly; every other read is bounds-checked. None: all checked.
+    proven_loads: frozenset[ir.Expr] | None = None
 
 
 def render(e: ir.Expr, ctx: CudaContext) -> str:
@@ -67,8 +70,10 @@ class CudaText(ExprText):
         return f"({field_} != 0)" if e.name in self.ctx.bool_params else field_
 
     def tensor_load(self, e: ir.TensorLoad) -> str:
-        """An element of the tensor param's array."""
-        if self.checked_reads:
+        """An element of the tensor param's array (bounds-checked where its indices are not
+        proven inside their dims, or where its guards may not hold)."""
+        proven = self.ctx.proven_loads
+        if self.checked_reads or proven is None or e not in proven:
             return self._checked_load(e)
         load = f"p.{cpp_name(e.name)}[{self._flat_index(e)}]"
         first = e.indices[0]

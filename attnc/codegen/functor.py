@@ -26,6 +26,7 @@ from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import is_leaf, level
+from attnc.compiler.index_range import proven_loads
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
 from attnc.compiler.score_log2 import score_log2
@@ -124,6 +125,7 @@ class _Hoister:
             dims=DIMS,
             tensor_dims={p.name: p.dims for p in variant.params if p.kind == "tensor"},
             bool_params=frozenset(p.name for p in variant.params if p.dtype == ir.BOOL),
+            proven_loads=proven_loads(variant),
         )
 
     def add_element_expr(self, e: ir.Expr) -> None:
@@ -144,7 +146,14 @@ class _Hoister:
         hoisted = {e: n for e, n in self.request}
         if row_prefix is not None:
             hoisted.update({e: f"{row_prefix}{n}" for e, n in self.row})
-        return CudaContext(names, hoisted, DIMS, self.base.tensor_dims, self.base.bool_params)
+        return CudaContext(
+            names,
+            hoisted,
+            DIMS,
+            self.base.tensor_dims,
+            self.base.bool_params,
+            self.base.proven_loads,
+        )
 
     def request_values(self) -> list[HoistedValue]:
         """The request members in order, each defined by the members before it."""
@@ -156,6 +165,7 @@ class _Hoister:
                 DIMS,
                 self.base.tensor_dims,
                 self.base.bool_params,
+                self.base.proven_loads,
             )
             values.append(HoistedValue(CTYPES[e.type], name, _body(e, ctx, f"{name}_t")))
         return values
@@ -257,7 +267,12 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     reads = {id(n) for n in named if _reads_tensor(n)}
     always = always_evaluated(nodes, reads, ctx.hoisted)
     local_ctx = CudaContext(
-        ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params
+        ctx.builtins,
+        dict(ctx.hoisted),
+        ctx.dims,
+        ctx.tensor_dims,
+        ctx.bool_params,
+        ctx.proven_loads,
     )
     text = CudaText(local_ctx)
     checked = CudaText(local_ctx, checked_reads=True)

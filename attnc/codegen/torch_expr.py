@@ -54,11 +54,19 @@ def _const(e: ir.Const) -> str:
     return f"_bool(env, {bool(e.value)})"
 
 
-def render_torch(e: ir.Expr, names: dict[ir.Expr, str] | None = None, guarded: bool = False) -> str:
+def render_torch(
+    e: ir.Expr,
+    names: dict[ir.Expr, str] | None = None,
+    guarded: bool = False,
+    proven: frozenset[ir.Expr] = frozenset(),
+) -> str:
     """Python expression text computing ``e`` with torch; sub-expressions in ``names`` are
     spelled as those (local) names. ``guarded``: ``e`` is only used where a ``?:`` or
-    ``&&``/``||`` above it selects it (its tensor reads may be out of range elsewhere)."""
-    return _TorchText(names or {}, guarded).render(e)
+    ``&&``/``||`` above it selects it (its tensor reads may be out of range elsewhere).
+    ``proven``: the reads whose indices are proven inside their dims
+    (``index_range.proven_loads``); every other read gives 0 outside the shape, as the
+    kernels' bounds-checked read does."""
+    return _TorchText(names or {}, guarded, proven).render(e)
 
 
 class _TorchText(ExprText):
@@ -71,9 +79,10 @@ class _TorchText(ExprText):
     not_template = "(~{x})"  # elementwise on a bool tensor
     wrapping_neg_template = "_wrap(-{x})"
 
-    def __init__(self, names: dict[ir.Expr, str], guarded: bool) -> None:
+    def __init__(self, names: dict[ir.Expr, str], guarded: bool, proven: frozenset) -> None:
         super().__init__(names)
         self.guarded = guarded
+        self.proven = proven
 
     def render_guarded(self, e: ir.Expr) -> str:
         """The text of ``e`` where a guard above selects it."""
@@ -99,6 +108,8 @@ class _TorchText(ExprText):
         """A gather from the tensor param ``P[name]``."""
         indices = self.args(e.indices)
         load = "_load_guarded" if self.guarded else "_load"
+        if e not in self.proven:
+            load = "_load_in_shape"
         first = e.indices[0]
         if isinstance(first, ir.Builtin) and first.name == "q_pos":
             return f"_load_at_pos({load}, P[{e.name!r}], {indices})"  # q_pos < 0 reads 0

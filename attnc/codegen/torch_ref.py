@@ -9,6 +9,7 @@ from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
 from attnc.codegen.torch_expr import guarded_children, render_torch
 from attnc.compiler import ir
+from attnc.compiler.index_range import proven_loads
 from attnc.dsl.limits import deep_recursion
 
 # Python's parser allows 200 nested parentheses: a node this many levels above the leaves
@@ -24,9 +25,12 @@ class PythonBody:
     result: str
 
 
-def python_body(e: ir.Expr | None, default: str) -> PythonBody:
+def python_body(
+    e: ir.Expr | None, default: str, proven: frozenset[ir.Expr] = frozenset()
+) -> PythonBody:
     """The body computing ``e`` (``default`` when None); a sub-expression used twice or more
-    is bound to a local once, so the text grows with the DAG, not its unfolded tree."""
+    is bound to a local once, so the text grows with the DAG, not its unfolded tree.
+    ``proven``: the reads read plainly (see :func:`render_torch`)."""
     if e is None:
         return PythonBody((), default)
     nodes = ir.postorder(e)
@@ -41,9 +45,10 @@ def python_body(e: ir.Expr | None, default: str) -> PythonBody:
         deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
         if (uses.get(id(node), 0) > 1 or deep) and ir.children(node) and node not in names:
             name = f"_t{len(lines)}"
-            lines.append((name, render_torch(node, names, guarded=id(node) not in unguarded)))
+            guarded = id(node) not in unguarded
+            lines.append((name, render_torch(node, names, guarded, proven)))
             names[node] = name
-    return PythonBody(tuple(lines), render_torch(e, names))
+    return PythonBody(tuple(lines), render_torch(e, names, proven=proven))
 
 
 def _unguarded(nodes: list[ir.Expr]) -> set[int]:
@@ -64,6 +69,7 @@ def emit_reference_source(v: ir.VariantIR) -> str:
 
 
 def _render_reference(v: ir.VariantIR) -> str:
+    proven = proven_loads(v)
     return render_template(
         "reference.py.j2",
         name=comment_text(v.name),
@@ -72,10 +78,10 @@ def _render_reference(v: ir.VariantIR) -> str:
         has_score=v.score is not None,
         has_output=v.output is not None,
         has_sink=v.sink is not None,
-        sink=python_body(v.sink, "None"),
-        score=python_body(v.score, "env['score']"),
-        mask=python_body(v.mask, "None"),
-        output=python_body(v.output, "env['out']"),
+        sink=python_body(v.sink, "None", proven),
+        score=python_body(v.score, "env['score']", proven),
+        mask=python_body(v.mask, "None", proven),
+        output=python_body(v.output, "env['out']", proven),
     )
 
 

@@ -1,12 +1,14 @@
 """Owns: the static range check of tensor indices.
 
-The kernels read tensor params without bounds checks, so an index must stay inside its
-declared dim. This pass bounds every index with intervals whose ends are integers or a size
+The kernels read a tensor param without a bounds check where its indices are proven inside
+their dims, and through one (0 outside the shape, as the reference reads it) elsewhere. This
+pass bounds every index with intervals whose ends are integers or a size
 plus an integer (``num_qo_heads - 1``), using what a read's guards establish (the branch of a
 ``?:``, the right side of ``&&`` / ``||``: the kernels never make a read those rule out). An
-index that lies outside its dim wherever it is read (``sinks[num_qo_heads]``) is an error; one
-the bounds cannot keep inside its dim (``doc[kv_idx]`` for a ``[num_qo_heads]`` tensor) is a
-warning. The first index of a batch-flattened tensor follows the stricter rule of
+index that lies outside its dim wherever it is read (``sinks[num_qo_heads]``) is an error; a
+read with an index the bounds cannot keep inside its dim (``doc[kv_idx]`` for a
+``[num_qo_heads]`` tensor) is a warning, and :func:`proven_loads` leaves it out, so the code
+generators check it. The first index of a batch-flattened tensor follows the stricter rule of
 ``token_index`` and is not checked here.
 
 Each end of an interval is a set of candidate bounds, every one of them sound, so narrowing
@@ -19,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnc.compiler import ir
-from attnc.dsl.errors import AttnError, Diagnostic, warning
+from attnc.dsl.errors import AttnError, Diagnostic, Loc, warning
 
 Bound = tuple[str | None, int]
 """``(size, k)``: the value ``size + k``, or ``k`` when ``size`` is None."""
@@ -205,6 +207,9 @@ class _Bounds:
             )
             return _unwrapped(negated)
         if isinstance(e, ir.Binary) and e.type == ir.I32:
+            known = _position_difference(e)
+            if known is not None:
+                return known
             return _unwrapped(self._binary(e.op, self.of(e.a, facts), self.of(e.b, facts)))
         if isinstance(e, ir.Select):
             a = self.of(e.a, guarded(facts, e.cond, True, self))
@@ -304,12 +309,13 @@ def _remainder(a: Interval, b: Interval) -> Interval:
     return Interval(_cap((None, 1 - k) for k in _numbers(b.hi)), _cap(below))
 
 
-_BUILTINS: dict[str, tuple[Bound | None, Bound]] = {
+_BUILTINS: dict[str, tuple[Bound, Bound]] = {
     "qo_head": ((None, 0), ("num_qo_heads", -1)),
     "kv_head": ((None, 0), ("num_kv_heads", -1)),
     "kv_idx": ((None, 0), ("kv_len", -1)),
     "q_idx": ((None, 0), ("q_len", -1)),
-    "q_pos": (None, ("kv_len", -1)),  # negative for the first rows when q_len > kv_len
+    # kv_len - q_len + q_idx: negative for the first rows when q_len > kv_len
+    "q_pos": ((None, 2 - 2**31), ("kv_len", -1)),
     "batch": ((None, 0), ("batch_size", -1)),
     "num_qo_heads": (("num_qo_heads", 0), ("num_qo_heads", 0)),
     "num_kv_heads": (("num_kv_heads", 0), ("num_kv_heads", 0)),
@@ -325,7 +331,30 @@ def builtin_interval(name: str) -> Interval:
     if ends is None:
         return UNBOUNDED
     lo, hi = ends
-    return Interval(frozenset([lo]) if lo else frozenset(), frozenset([hi]))
+    return Interval(frozenset([lo]), frozenset([hi]))
+
+
+# Differences of two positions, which the ends above cannot give (q_pos's least value moves
+# with kv_len - q_len): from q_idx in [0, q_len), kv_idx in [0, kv_len) and q_pos = q_idx +
+# kv_len - q_len. Their least values are above -2**31 + 1, so none wraps.
+_POSITION_DIFFERENCES: dict[tuple[str, str], Bound] = {
+    ("q_pos", "kv_idx"): ("kv_len", -1),  # from 1 - q_len
+    ("kv_idx", "q_pos"): ("q_len", -1),  # from 1 - kv_len
+    ("q_pos", "q_idx"): ("kv_len", -1),  # kv_len - q_len
+    ("q_idx", "q_pos"): ("q_len", -1),  # q_len - kv_len
+    ("kv_idx", "q_idx"): ("kv_len", -1),  # from 1 - q_len
+    ("q_idx", "kv_idx"): ("q_len", -1),  # from 1 - kv_len
+}
+
+
+def _position_difference(e: ir.Binary) -> Interval | None:
+    """The range of ``e`` when it is one position minus another."""
+    if e.op != "-" or not isinstance(e.a, ir.Builtin) or not isinstance(e.b, ir.Builtin):
+        return None
+    hi = _POSITION_DIFFERENCES.get((e.a.name, e.b.name))
+    if hi is None:
+        return None
+    return Interval(frozenset([(None, 2 - 2**31)]), frozenset([hi]))
 
 
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
@@ -355,6 +384,11 @@ def _learn(found, facts, cond: ir.Expr, holds: bool, bounds: _Bounds) -> None:
         a, b = bounds.of(cond.a, facts), bounds.of(cond.b, facts)
         _narrow(found, cond.a, op, b)
         _narrow(found, cond.b, _FLIPPED[op], a)
+        # a op b also bounds a - b and b - a against 0, where the subtraction cannot wrap.
+        for left, right, rel in ((cond.a, cond.b, op), (cond.b, cond.a, _FLIPPED[op])):
+            diff = ir.Binary("-", left, right, ir.I32)
+            if bounds.of(diff, bounds.no_facts) != UNBOUNDED:
+                _narrow(found, diff, rel, _number(0))
 
 
 def _narrow(found, e: ir.Expr, op: str, other: Interval) -> None:
@@ -378,24 +412,64 @@ class _TooManyPaths(Exception):
     """More than :data:`MAX_VISITS` (expression, guard facts) pairs to follow."""
 
 
+@dataclass(frozen=True)
+class _Finding:
+    """An index of ``load`` (position ``k``) not proven inside its dim where it is read:
+    ``outside`` when it is outside its dim there, whatever the sizes; ``guarded`` when
+    guards stand between the read and the root."""
+
+    load: ir.TensorLoad
+    k: int
+    outside: bool
+    guarded: bool
+    message: str
+    loc: Loc
+
+
 def check_indices(v: ir.VariantIR) -> list[Diagnostic]:
-    """The warnings for ``v``'s indices that may leave their dims; raises the first index
-    that always does. A program whose guards make too many paths is checked without them
-    (wider bounds: at most more warnings)."""
+    """The warnings for ``v``'s indices that may leave their dims (the kernels check those
+    reads); raises the first index outside its dim wherever it is read, unguarded."""
+    findings = _findings(v)
+    for f in findings:
+        if f.outside and not f.guarded:
+            raise AttnError(f.loc, f.message)
+    warned: set[tuple[int, int]] = set()
+    found = []
+    for f in findings:
+        if (id(f.load), f.k) not in warned:
+            warned.add((id(f.load), f.k))
+            found.append(warning(f.loc, f.message))
+    return found
+
+
+def proven_loads(v: ir.VariantIR) -> frozenset[ir.Expr]:
+    """The reads of ``v`` whose every index is proven inside its dim wherever it is read:
+    the code generators read these plainly and every other read through a bounds check (0
+    outside the shape), so a read they derive in another form is checked too."""
+    loads = {n for root in _roots(v) for n in ir.walk(root) if isinstance(n, ir.TensorLoad)}
+    return frozenset(loads - {f.load for f in _findings(v)})
+
+
+def _roots(v: ir.VariantIR) -> list[ir.Expr]:
+    return [e for e in (v.mask, v.score, v.sink, v.output) if e is not None]
+
+
+def _findings(v: ir.VariantIR) -> list[_Finding]:
+    """Every finding of ``v``, by location. A program whose guards make too many paths is
+    searched without them (wider bounds: more reads checked, never fewer)."""
     try:
-        return _check(v, _Bounds(follow_guards=True))
+        found = _search(v, _Bounds(follow_guards=True))
     except _TooManyPaths:
-        return _check(v, _Bounds(follow_guards=False))
+        found = _search(v, _Bounds(follow_guards=False))
+    return sorted(found, key=lambda f: (f.loc.line, f.loc.col))
 
 
-def _check(v: ir.VariantIR, bounds: _Bounds) -> list[Diagnostic]:
+def _search(v: ir.VariantIR, bounds: _Bounds) -> list[_Finding]:
     decls = {p.name: p for p in v.params if p.kind == "tensor"}
-    reported: set[tuple[int, int]] = set()
-    found: list[Diagnostic] = []
+    fallback = v.loc or Loc(v.file, 1, 1)  # IR built by the compiler carries locations
+    found: list[_Finding] = []
     seen: set[tuple[int, int]] = set()
-    for root in (v.mask, v.score, v.sink, v.output):
-        if root is None:
-            continue
+    for root in _roots(v):
         stack: list[tuple[ir.Expr, dict[ir.Expr, Interval]]] = [(root, bounds.no_facts)]
         while stack:
             e, facts = stack.pop()
@@ -405,9 +479,9 @@ def _check(v: ir.VariantIR, bounds: _Bounds) -> list[Diagnostic]:
             if len(seen) > MAX_VISITS and bounds.follow_guards:
                 raise _TooManyPaths
             if isinstance(e, ir.TensorLoad) and e.name in decls:
-                found.extend(_check_load(e, decls[e.name], facts, bounds, reported))
+                found.extend(_check_load(e, decls[e.name], facts, bounds, fallback))
             stack.extend(_children_with_facts(e, facts, bounds))
-    return sorted(found, key=lambda d: (d.loc.line, d.loc.col) if d.loc else (0, 0))
+    return found
 
 
 def _children_with_facts(e: ir.Expr, facts, bounds: _Bounds):
@@ -422,44 +496,44 @@ def _children_with_facts(e: ir.Expr, facts, bounds: _Bounds):
     return [(c, facts) for c in ir.children(e)]
 
 
-def _check_load(e: ir.TensorLoad, decl: ir.ParamDecl, facts, bounds: _Bounds, reported):
+def _check_load(e: ir.TensorLoad, decl: ir.ParamDecl, facts, bounds: _Bounds, fallback: Loc):
     for k, (index, dim) in enumerate(zip(e.indices, decl.dims, strict=True)):
         if k == 0 and decl.token_dim is not None:
             continue  # token_index's rule
-        if (id(e), k) in reported:
-            continue
         size: Bound = (None, dim) if isinstance(dim, int) else (str(dim), 0)
         last = _shift(size, -1)
         r = bounds.of(index, facts)
-        loc = index.loc or e.loc
-        above = [lo for lo in r.lo if le(size, lo)]
-        below = [h for h in r.hi if le(h, (None, -1))]
+        loc = index.loc or e.loc or fallback
         where = f"index {k + 1} of '{decl.name}'"
         span = f"its dim {_text(size)} (0 .. {_text(last)})"
+        above = [lo for lo in r.lo if le(size, lo)]
+        below = [h for h in r.hi if le(h, (None, -1))]
         if above or below:
             how = f"at least {_text(above[0])}" if above else f"at most {_text(below[0])}"
             message = f"{where} is outside {span} wherever it is read: it is {how}"
-            if not facts:
-                raise AttnError(loc, message)
-            reported.add((id(e), k))
-            yield warning(loc, f"{message} (read only where its guards hold)")
+            if facts:
+                message += " (it is read only where its guards hold, and reads 0 there)"
+            yield _Finding(e, k, True, bool(facts), message, loc)
             continue
         low_ok = any(le((None, 0), lo) for lo in r.lo)
         high_ok = any(le(h, last) for h in r.hi)
         if low_ok and high_ok:
             continue
-        reported.add((id(e), k))
-        found = []
+        why = []
         if not low_ok:
-            found.append("may be negative")
+            why.append("may be negative")
         if not high_ok:
             reach = sorted(r.hi, key=_order)
-            found.append(f"may reach {_text(reach[0])}" if reach else "has no upper bound")
-        yield warning(
+            why.append(f"may reach {_text(reach[0])}" if reach else "has no upper bound")
+        yield _Finding(
+            e,
+            k,
+            False,
+            bool(facts),
+            f"{where} may fall outside {span}: it {' and '.join(why)}; the kernels check "
+            "this read (0 outside the shape, a compare per index): keep the index inside "
+            f"(a guard such as 'i < {_text(size)} ? t[i] : 0', or min/max) to drop the check",
             loc,
-            f"{where} may fall outside {span}: it {' and '.join(found)}; tensors are read "
-            "without bounds checks, so keep the index inside (a guard such as "
-            f"'i < {_text(size)} ? t[i] : 0' or min/max)",
         )
 
 

@@ -53,6 +53,10 @@ def _index_warnings(text: str) -> list[str]:
         "(kv_idx >= 8 ? 0.0 : t8[kv_idx])",
         "(qo_head < num_qo_heads - 1 ? heads[qo_head + 1] : 0.0)",
         "t8[qo_head * 0 + 7]",
+        # a comparison of two positions bounds their difference
+        "(q_pos - kv_idx < 8 && q_pos >= kv_idx ? t8[q_pos - kv_idx] : 0.0)",
+        "(kv_idx <= q_pos ? (q_pos - kv_idx < 8 ? t8[q_pos - kv_idx] : 0.0) : 0.0)",
+        "(q_idx > kv_idx && q_idx - kv_idx <= 7 ? t8[q_idx - kv_idx] : 0.0)",
     ],
 )
 def test_indices_kept_inside_their_dims_pass_quietly(score: str) -> None:
@@ -107,7 +111,42 @@ def test_an_index_always_outside_its_dim_is_an_error_at_the_index(
 def test_an_index_the_bounds_cannot_keep_inside_is_a_warning(score: str, fragment: str) -> None:
     found = _index_warnings(_variant(score))
     assert len(found) == 1 and fragment in found[0], found
-    assert "without bounds checks" in found[0] or "guards hold" in found[0]
+    assert "the kernels check this read" in found[0] or "guards hold" in found[0]
+
+
+def test_unproven_reads_are_bounds_checked_in_the_functor_and_the_reference() -> None:
+    from attnc.codegen.functor import emit_functor
+    from attnc.codegen.torch_ref import emit_reference_source
+    from attnc.compiler.index_range import proven_loads
+
+    text = _variant("t8[kv_idx] + (kv_idx < 8 ? t8[7 - kv_idx] : 0.0)")
+    compiled, _ = compile_source(text, "v.attn")
+    c = compiled[0]
+    proven = proven_loads(c.variant)
+    names = sorted(
+        n.name for n in ir.walk(c.variant.score) if isinstance(n, ir.TensorLoad) and n in proven
+    )
+    # heads[qo_head], pair[kv_head, 0], t8[0], doc[kv_idx] and the guarded read: proven.
+    assert "t8" in names and "heads" in names and "pair" in names
+    cuda = emit_functor(c)
+    # Only t8[kv_idx] is checked (in each form of the score the functor carries).
+    checked = "attnc::vm::load_in_shape_(p.p_t8, 0, kv_idx, 8)"
+    assert cuda.count(checked) >= 1 and cuda.count("load_in_shape_") == cuda.count(checked)
+    reference = emit_reference_source(c.variant)
+    assert reference.count("_load_in_shape(P['t8'], env['kv_idx'])") == 1
+    assert reference.count("_load_in_shape(P[") == 1
+
+
+def test_the_stdlib_and_the_examples_read_every_tensor_plainly() -> None:
+    from attnc.codegen.functor import emit_functor
+
+    paths = sorted(glob.glob(os.path.join(ROOT, "examples", "*.attn")))
+    paths += [os.path.join(STDLIB_DIR, f"{n}.attn") for n in stdlib_names()]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            compiled, _ = compile_source(f.read(), path)
+        for c in compiled:
+            assert "load_in_shape_" not in emit_functor(c), (path, c.variant.name)
 
 
 def test_wrapping_i32_arithmetic_proves_nothing() -> None:
@@ -145,7 +184,9 @@ def test_bound_order() -> None:
     assert le(("num_kv_heads", -1), ("num_qo_heads", -1))
     assert not le(("num_qo_heads", -1), ("num_kv_heads", -1))
     assert not le(("kv_len", 0), ("num_qo_heads", 0))
-    assert builtin_interval("q_pos") == Interval(frozenset(), frozenset([("kv_len", -1)]))
+    # q_pos = q_idx + kv_len - q_len: negative for the first rows when q_len > kv_len.
+    q_pos = Interval(frozenset([(None, 2 - 2**31)]), frozenset([("kv_len", -1)]))
+    assert builtin_interval("q_pos") == q_pos
     assert builtin_interval(ir.OUTPUT_BUILTIN) == Interval()
 
 
@@ -275,3 +316,55 @@ def test_random_indices_agree_with_their_values(seed: int, monkeypatch) -> None:
             assert inside == (verdict == "inside") or verdict == "maybe", (verdict, index, env)
     assert verdicts.get("inside", 0) >= 10 and verdicts.get("maybe", 0) >= 10, verdicts
     assert verdicts.get("outside", 0) >= 1, verdicts
+
+
+def _cond(rng, depth: int) -> str:
+    if depth == 0 or rng.random() < 0.5:
+        a, b = _expr(rng, 1), _expr(rng, 1)
+        if rng.random() < 0.5:  # the relative-position guards of windows and buckets
+            a, b = (
+                rng.choice(["q_pos - kv_idx", "kv_idx", "q_idx - kv_idx"]),
+                rng.choice(["0", "7", "8", "q_pos", "kv_idx", "w"]),
+            )
+        return f"{a} {rng.choice(COMPARE)} {b}"
+    form = rng.randrange(3)
+    if form == 0:
+        return f"!({_cond(rng, depth - 1)})"
+    return f"({_cond(rng, depth - 1)} {'&&' if form == 1 else '||'} {_cond(rng, depth - 1)})"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_guarded_reads_agree_with_their_values(seed: int, monkeypatch) -> None:
+    """A read proven only under its guard: wherever the guard holds, the index is inside."""
+    import random
+
+    from attnc.compiler import index_range, lower
+    from attnc.compiler.evaluate import EvalError, evaluate
+
+    monkeypatch.setattr(lower, "check_indices", lambda v: [])
+    rng = random.Random(100 + seed)
+    proven_count = 0
+    for _ in range(COUNT):
+        index = rng.choice([_expr(rng, 2), "q_pos - kv_idx", "kv_idx", "q_idx - kv_idx"])
+        text = (
+            "variant v {\n    param t8: tensor<f32>[8];\n    param w: i32 = 0;\n"
+            f"    score = score + float(w) + ({_cond(rng, 2)} ? t8[{index}] : 0.0);\n}}\n"
+        )
+        try:
+            compiled, _ = compile_source(text, "v.attn")
+        except AttnError:
+            continue
+        v = compiled[0].lowered
+        selects = [n for n in ir.walk(v.score) if isinstance(n, ir.Select)]
+        load = selects[-1].a
+        if not isinstance(load, ir.TensorLoad) or load not in index_range.proven_loads(v):
+            continue
+        proven_count += 1
+        for env in _samples(rng, 60):
+            try:
+                holds = evaluate(selects[-1].cond, env, {})
+                value = evaluate(load.indices[0], env, {})
+            except EvalError:
+                continue
+            assert not holds or 0 <= value < 8, (text, env, value)
+    assert proven_count >= 3
