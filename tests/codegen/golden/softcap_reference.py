@@ -41,6 +41,17 @@ def _load_guarded(tensor, *indices):
     return torch.where(ok, found, torch.full_like(found, fill))
 
 
+def _load_in_shape(tensor, *indices):
+    # A read whose indices the checker could not prove inside their dims: the kernels check
+    # it, and an index outside the shape reads 0.
+    idx = [i.long() for i in indices]
+    ok = torch.ones((), dtype=torch.bool, device=tensor.device)
+    for i, size in zip(idx, tensor.shape):
+        ok = ok & (i >= 0) & (i < size)
+    found = tensor[tuple(torch.where(ok, i, 0) for i in idx)]
+    return torch.where(ok, found, torch.zeros_like(found))
+
+
 def _load_at_pos(load, tensor, pos, *indices):
     # A read at q_pos < 0 (a row of a request with q_len > kv_len) gives 0, as in the kernels.
     found = load(tensor, pos.clamp_min(0), *indices)
