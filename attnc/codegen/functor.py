@@ -301,6 +301,7 @@ class FunctorTraits:
     use_softmax: bool  # kUseSoftmax
     mask_reads_tokens: bool  # kMaskReadsTokens
     bias_step: bool  # kBiasStep
+    score_reads_by_key: bool  # kScoreReadsByKey
 
 
 def _bias_step_expr(compiled: Compiled) -> ir.Expr | None:
@@ -315,6 +316,20 @@ def functor_traits(compiled: Compiled) -> FunctorTraits:
         use_softmax=v.normalize == "softmax",
         mask_reads_tokens=v.mask is not None and reads_token_tensor(v.mask, v.params),
         bias_step=_bias_step_expr(compiled) is not None,
+        score_reads_by_key=v.score is not None and reads_by_key(v.score),
+    )
+
+
+def reads_by_key(e: ir.Expr) -> bool:
+    """Whether ``e`` reads a tensor at an index built from ``kv_idx``: the kernels then pass
+    its functions only keys of the request (a tail tile's keys past its end see its last
+    key), so such a read stays where the index checks proved it (``kv_idx < kv_len``)."""
+    return any(
+        isinstance(n, ir.TensorLoad)
+        and any(
+            isinstance(b, ir.Builtin) and b.name == "kv_idx" for i in n.indices for b in ir.walk(i)
+        )
+        for n in ir.walk(e)
     )
 
 
@@ -371,6 +386,7 @@ def _emit_functor(compiled: Compiled) -> str:
         has_sink=v.sink is not None,
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
         mask_reads_tokens=reads_tokens,
+        score_reads_by_key=traits.score_reads_by_key,
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),

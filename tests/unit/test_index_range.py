@@ -132,6 +132,8 @@ def test_unproven_reads_are_bounds_checked_in_the_functor_and_the_reference() ->
     # Only t8[kv_idx] is checked (in each form of the score the functor carries).
     checked = "attnc::vm::load_in_shape_(p.p_t8, 0, kv_idx, 8)"
     assert cuda.count(checked) >= 1 and cuda.count("load_in_shape_") == cuda.count(checked)
+    # t8[kv_idx] reads by key: past a tail's end the kernels pass the score its last key.
+    assert "static constexpr bool kScoreReadsByKey = true;" in cuda
     reference = emit_reference_source(c.variant)
     assert reference.count("_load_in_shape(P['t8'], env['kv_idx'])") == 1
     assert reference.count("_load_in_shape(P[") == 1
@@ -146,7 +148,9 @@ def test_the_stdlib_and_the_examples_read_every_tensor_plainly() -> None:
         with open(path, encoding="utf-8") as f:
             compiled, _ = compile_source(f.read(), path)
         for c in compiled:
-            assert "load_in_shape_" not in emit_functor(c), (path, c.variant.name)
+            cuda = emit_functor(c)
+            assert "load_in_shape_" not in cuda, (path, c.variant.name)
+            assert "kScoreReadsByKey" not in cuda, (path, c.variant.name)
 
 
 def test_wrapping_i32_arithmetic_proves_nothing() -> None:

@@ -64,6 +64,11 @@ __device__ __forceinline__ void transform_tile(const V& var,
       for (int e = 0; e < 4; ++e) {
         const typename V::Row& row = rows[mi][e / 2];
         const int kv_idx = kv0 + n * 8 + 2 * tq + (e % 2);
+        // The key the score functions see: past a tail's end (kv1, masked) a score that
+        // reads a tensor by key sees the tile's last key, so its reads stay in the request.
+        int kv_score = kv_idx;
+        if constexpr (kMasked && variant_score_reads_by_key<V>::value)
+          kv_score = kv_idx < kv1 ? kv_idx : kv1 - 1;
         bool vis = true;
         if constexpr (kRowInterval) {
           const int off = n * 8 + (e % 2);
@@ -78,7 +83,7 @@ __device__ __forceinline__ void transform_tile(const V& var,
         const float raw = s[mi][n][e];
         float x;
         if constexpr (!V::kUseSoftmax) {
-          x = variant_score_raw(var, row, raw, kv_idx, sm_scale);
+          x = variant_score_raw(var, row, raw, kv_score, sm_scale);
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity || kRawScore) {
           x = raw;  // scaled by mult inside the exp2
@@ -91,9 +96,9 @@ __device__ __forceinline__ void transform_tile(const V& var,
           x = fmaf(raw, mult[mi][e / 2],
                    fmaf(terms.step[mi][e / 2], off, terms.bias0[mi][e / 2]));
         } else if constexpr (V::kAffineScore) {
-          x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_idx) * kLog2e);
+          x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_score) * kLog2e);
         } else {
-          x = variant_score_log2(var, row, raw, kv_idx, sm_scale);
+          x = variant_score_log2(var, row, raw, kv_score, sm_scale);
         }
         if constexpr (V::kUseSoftmax && kMasked) x = vis ? x : -CUDART_INF_F;
         s[mi][n][e] = x;

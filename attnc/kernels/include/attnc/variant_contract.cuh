@@ -48,6 +48,12 @@
 //   static constexpr bool kMaskReadsTokens; true: the mask reads a kv_len / q_len tensor, so
 //                                           classify() answers kPartial for every non-empty tile
 //                                           (tile maps give the exact classes)
+//   static constexpr bool kScoreReadsByKey; true: the score reads a tensor at an index built
+//                                           from kv_idx; kernels then call score, score_bias,
+//                                           score_log2 and score_raw only with keys of the
+//                                           request (kv_idx < kv_len, the compiler's index
+//                                           checks assume it); read it through
+//                                           variant_score_reads_by_key
 //   static constexpr bool kBiasStep;        true: the affine bias is linear in kv_idx with a
 //                                           per-row step; read it through variant_bias_step
 //   float score_bias_step(const Row&) const;
@@ -116,6 +122,13 @@ struct variant_mask_reads_tokens : std::false_type {};
 template <typename V>
 struct variant_mask_reads_tokens<V, std::void_t<decltype(V::kMaskReadsTokens)>>
     : std::integral_constant<bool, V::kMaskReadsTokens> {};
+
+// variant_score_reads_by_key<V>::value: V declares `kScoreReadsByKey` and it is true.
+template <typename V, typename = void>
+struct variant_score_reads_by_key : std::false_type {};
+template <typename V>
+struct variant_score_reads_by_key<V, std::void_t<decltype(V::kScoreReadsByKey)>>
+    : std::integral_constant<bool, V::kScoreReadsByKey> {};
 
 // variant_bias_step<V>::value: V declares `kBiasStep` and it is true.
 template <typename V, typename = void>
