@@ -1,10 +1,16 @@
-"""Shared tensor reads under guards against the float64 reference, on every kernel.
+"""Bounds-checked tensor reads against the float64 reference, on every kernel.
 
-A `let` that reads a tensor and is used in several guarded places is computed once, ahead
-of its guards, with its reads bounds-checked (`attnc::vm::load_in_shape_`, see
-``codegen/guarded_reads.py``): here the guards `kv_idx < 64` keep `t[kv_idx]` inside its 64
-entries while the requests have up to 700 keys, so a plain read ahead of the guard would
-read past `t` and a wrong check would change the scores of the guarded keys.
+Two kinds of read go through `attnc::vm::load_in_shape_` (0 outside the declared shape):
+
+- guarded: a `let` that reads a tensor and is used in several guarded places is computed once,
+  ahead of its guards (``codegen/guarded_reads.py``). The guards `kv_idx < 64` keep `t[kv_idx]`
+  inside its 64 entries while the requests have up to 700 keys, so a plain read ahead of the
+  guard would read past `t`, and a wrong check would change the scores of the guarded keys.
+- unproven: a read whose index the checker cannot prove inside its dim
+  (``compiler/index_range.py``): `t[kv_idx]` past 64 entries, an index tensor on the device
+  with values past both ends of `t`, a scalar param past it. Such a read gives 0 outside the
+  shape, in the kernels and the reference alike. `idx[kv_idx]` in the score is also a read by
+  key (``kScoreReadsByKey``): past a tail tile's end the score sees the tile's last key.
 """
 
 import pytest
@@ -32,8 +38,18 @@ variant guarded_reads {
 }
 """
 
+UNPROVEN_READS = """
+variant unproven_reads {
+    param t: tensor<f32>[64];
+    param idx: tensor<i32>[kv_len];
+    param s: i32 = 0;
+    score = score + t[kv_idx] * 0.5 + t[idx[kv_idx]] * 0.25 + t[s];
+    mask = kv_idx <= q_pos;
+}
+"""
 
-def _params(hq: int, kv_total: int, seed: int) -> dict:
+
+def _guarded_params(hq: int, kv_total: int, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     return {
         "t": torch.randn(64, generator=g).float().cuda(),
@@ -42,22 +58,51 @@ def _params(hq: int, kv_total: int, seed: int) -> dict:
     }
 
 
+def _unproven_params(hq: int, kv_total: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(-70, 140, (kv_total,), generator=g)
+    ends = torch.tensor([-(2**31), -1, 0, 63, 64, 2**31 - 1])[:kv_total]
+    idx[: len(ends)] = ends
+    return {
+        "t": torch.randn(64, generator=g).float().cuda(),
+        "idx": idx.int().cuda(),
+        "s": [5, 1000, -3][seed % 3],
+    }
+
+
+VARIANTS = {
+    "guarded": (GUARDED_READS, _guarded_params),
+    "unproven": (UNPROVEN_READS, _unproven_params),
+}
+
+
 def _rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return ((x.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
+def test_each_variant_reads_through_the_check():
+    guarded = attnc.load(source=GUARDED_READS)
+    assert "load_in_shape_(p.p_t" in guarded.cuda_source
+    unproven = attnc.load(source=UNPROVEN_READS)
+    assert unproven.cuda_source.count("load_in_shape_(p.p_t") >= 3
+    assert "kScoreReadsByKey = true" in unproven.cuda_source
+    outside = [w for w in unproven.warnings if "may fall outside its dim 64" in w.message]
+    assert len(outside) == 3
+
+
+@pytest.mark.parametrize("kind", list(VARIANTS))
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("q_len, kv_len", [(300, 700), (130, 130), (1, 90)])
-def test_prefill_with_shared_guarded_reads_matches_float64(backend, d, q_len, kv_len):
-    variant = attnc.load(source=GUARDED_READS)
-    assert "load_in_shape_(p.p_t" in variant.cuda_source
+def test_prefill_with_checked_reads_matches_float64(kind, backend, d, q_len, kv_len):
+    source, make_params = VARIANTS[kind]
+    variant = attnc.load(source=source)
     hq, hkv = 8, 2
     g = torch.Generator().manual_seed(d + q_len)
     q = torch.randn(q_len, hq, d, generator=g).to("cuda", torch.bfloat16)
     k = torch.randn(kv_len, hkv, d, generator=g).to("cuda", torch.bfloat16)
     v = torch.randn(kv_len, hkv, d, generator=g).to("cuda", torch.bfloat16)
-    params = _params(hq, kv_len, d)
+    params = make_params(hq, kv_len, d + q_len)
     o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, **params)
     ref_o, ref_lse = variant.reference(
         q.double(), k.double(), v.double(), return_lse=True, **params
@@ -67,8 +112,11 @@ def test_prefill_with_shared_guarded_reads_matches_float64(backend, d, q_len, kv
     assert (lse.double() - ref_lse).abs().max().item() < 2e-3
 
 
-def test_decode_with_shared_guarded_reads_matches_float64():
-    variant = attnc.load(source=GUARDED_READS)
+@pytest.mark.parametrize("kind", list(VARIANTS))
+def test_decode_with_checked_reads_matches_float64(kind):
+    source, make_params = VARIANTS[kind]
+    variant = attnc.load(source=source)
+    per_token = [p.name for p in variant.params if p.dims and p.dims[0] == "kv_len"]
     page, hq, hkv, d = 16, 8, 2, 128
     lens = [700, 40, 1]
     pages = [-(-n // page) for n in lens]
@@ -78,7 +126,7 @@ def test_decode_with_shared_guarded_reads_matches_float64():
     g = torch.Generator().manual_seed(4)
     cache = torch.randn(int(indptr[-1]), 2, page, hkv, d, generator=g).to("cuda", torch.bfloat16)
     q = torch.randn(len(lens), hq, d, generator=g).to("cuda", torch.bfloat16)
-    params = _params(hq, sum(lens), 5)
+    params = make_params(hq, sum(lens), 5)
     w = BatchDecodeWrapper(variant, torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
     w.plan(indptr, ids, last, hq, hkv, d, page)
     o = w.run(q, cache, **params)
@@ -87,7 +135,7 @@ def test_decode_with_shared_guarded_reads_matches_float64():
         pg = ids[int(indptr[b]) : int(indptr[b + 1])].long().cuda()
         k = cache[pg, 0].reshape(-1, hkv, d)[:n]
         v = cache[pg, 1].reshape(-1, hkv, d)[:n]
-        mine = {**params, "w": params["w"][start : start + n]}
+        mine = {**params, **{name: params[name][start : start + n] for name in per_token}}
         ref = variant.reference(q[b : b + 1].double(), k.double(), v.double(), **mine)
         floor = _rel(variant.reference(q[b : b + 1], k, v, **mine), ref)
         assert _rel(o[b : b + 1], ref) <= 3 * floor + 2e-4, f"request {b}"
