@@ -10,7 +10,7 @@ import os
 import pytest
 
 from attnc.compiler import ir
-from attnc.compiler.index_range import Interval, builtin_interval, le
+from attnc.compiler.index_bounds import Interval, builtin_interval, le
 from attnc.compiler.pipeline import STDLIB_DIR, compile_source, stdlib_names
 from attnc.dsl.errors import AttnError
 

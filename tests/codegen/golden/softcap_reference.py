@@ -28,28 +28,27 @@ def _load(tensor, *indices):
     return tensor[tuple(i.long() for i in indices)]
 
 
-def _load_guarded(tensor, *indices):
-    # A read under ?: or on the right of && / ||: the kernels make it only where its guard
-    # holds, so an index out of range elsewhere is no error; such an element reads as NaN (f32)
-    # or 0 (i32) and is discarded by the guard.
+def _load_or(fill, tensor, indices):
+    # tensor[indices] where every index is inside the shape, else fill.
     idx = [i.long() for i in indices]
     ok = torch.ones((), dtype=torch.bool, device=tensor.device)
     for i, size in zip(idx, tensor.shape):
         ok = ok & (i >= 0) & (i < size)
     found = tensor[tuple(torch.where(ok, i, 0) for i in idx)]
-    fill = float("nan") if found.is_floating_point() else 0
     return torch.where(ok, found, torch.full_like(found, fill))
+
+
+def _load_guarded(tensor, *indices):
+    # A read under ?: or on the right of && / ||: the kernels make it only where its guard
+    # holds, so an index out of range elsewhere is no error; such an element reads as NaN (f32)
+    # or 0 (i32) and is discarded by the guard.
+    return _load_or(float("nan") if tensor.is_floating_point() else 0, tensor, indices)
 
 
 def _load_in_shape(tensor, *indices):
     # A read whose indices the checker could not prove inside their dims: the kernels check
     # it, and an index outside the shape reads 0.
-    idx = [i.long() for i in indices]
-    ok = torch.ones((), dtype=torch.bool, device=tensor.device)
-    for i, size in zip(idx, tensor.shape):
-        ok = ok & (i >= 0) & (i < size)
-    found = tensor[tuple(torch.where(ok, i, 0) for i in idx)]
-    return torch.where(ok, found, torch.zeros_like(found))
+    return _load_or(0, tensor, indices)
 
 
 def _load_at_pos(load, tensor, pos, *indices):
