@@ -139,6 +139,15 @@ def test_unproven_reads_are_bounds_checked_in_the_functor_and_the_reference() ->
     assert reference.count("_load_in_shape(P[") == 1
 
 
+def test_the_opt_stage_lists_the_bounds_checked_reads() -> None:
+    from attnc.codegen.stages import emit_stage
+
+    compiled, _ = compile_source(_variant("t8[kv_idx] + t8[kv_idx % 8]"), "v.attn")
+    _, text = emit_stage(compiled[0], "opt")
+    checked = [line.strip() for line in text.splitlines() if "bounds-checked read" in line]
+    assert checked == ["bounds-checked read (0 outside the shape): t8[kv_idx]"]
+
+
 def test_the_stdlib_and_the_examples_read_every_tensor_plainly() -> None:
     from attnc.codegen.functor import emit_functor
 
