@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import attnc.testing.host_test as host_test
+
 INCLUDE = Path(__file__).resolve().parents[2] / "attnc" / "kernels" / "include"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -17,6 +19,18 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NVCC_MARKS = [
     pytest.mark.nvcc,
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
+]
+
+# The marks of every test module that runs the host harness (attnc.testing.host_test builds
+# it with nvcc, CUDA_HOME's nvcc or g++).
+HARNESS_MARKS = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(
+        shutil.which("nvcc") is None
+        and host_test._cuda_home_nvcc() is None
+        and shutil.which("g++") is None,
+        reason="needs nvcc or g++",
+    ),
 ]
 
 

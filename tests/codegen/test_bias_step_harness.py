@@ -4,9 +4,8 @@ and a wrong step is caught."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from host_fixture import HARNESS_MARKS
 
 import attnc.testing.host_test as host_test
 from attnc.codegen.functor import emit_functor
@@ -14,15 +13,7 @@ from attnc.codegen.module import analysed
 from attnc.compiler.pipeline import compile_source, resolve_source
 from attnc.testing.host_test import run_host_test
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None
-        and host_test._cuda_home_nvcc() is None
-        and shutil.which("g++") is None,
-        reason="needs nvcc or g++",
-    ),
-]
+pytestmark = HARNESS_MARKS
 
 POINTS = 1200
 # Stepped well below the harness' tolerance: an f32 fma against a direct f32 evaluation.

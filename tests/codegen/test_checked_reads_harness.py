@@ -5,24 +5,14 @@ sink."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from host_fixture import HARNESS_MARKS
 
-import attnc.testing.host_test as host_test
 from attnc.codegen.functor import emit_functor
 from attnc.compiler.pipeline import compile_source
 from attnc.testing.host_test import run_host_test
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None
-        and host_test._cuda_home_nvcc() is None
-        and shutil.which("g++") is None,
-        reason="needs nvcc or g++",
-    ),
-]
+pytestmark = HARNESS_MARKS
 
 # The harness draws i32 params up to twice the longest length and t has num_qo_heads (1 to
 # 16) entries, so t[w], t[kv_idx] and t[q_pos - kv_idx] fall outside t at many points. Each

@@ -3,23 +3,14 @@ reference on random points and tiles; a deliberately broken functor is caught.""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from host_fixture import HARNESS_MARKS
 
 import attnc.testing.host_test as host_test
 from attnc.compiler.pipeline import compile_source, resolve_source, stdlib_names
 from attnc.testing.host_test import run_host_test
 
-pytestmark = [
-    pytest.mark.nvcc,
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None
-        and host_test._cuda_home_nvcc() is None
-        and shutil.which("g++") is None,
-        reason="needs nvcc or g++",
-    ),
-]
+pytestmark = HARNESS_MARKS
 
 POINTS = 1500
 
