@@ -32,3 +32,21 @@ def test_decode_kv_tokens_past_int32_are_refused_for_a_kv_len_param(cpu) -> None
     with pytest.raises(ValueError, match=r"^kv_indptr: the batch holds 5368709120 KV tokens"):
         _plan(w, indptr, ids, last, page_size=page)
     assert w._token_sizes["kv_len"] == 5 and w._batch == 1  # the previous plan stands
+
+
+def test_decode_kv_within_a_tile_margin_of_int32_is_refused(cpu) -> None:  # noqa: F811
+    """A request of 2^31 - 2^16 + 1 tokens (2048 repeats of one page of 2^20 tokens, the last
+    shorter) is refused: the kernels' tile arithmetic (kv0 + tile, (end - begin + tile - 1) /
+    tile) wrapped for a request within a tile of 2^31 tokens. 2^31 - 2^16 tokens plan."""
+    from attnc.runtime.checks.limits import MAX_KV_TOKENS
+    from attnc.runtime.planning.decode_plan import OUT_OF_RANGE_MESSAGE
+
+    w = make_wrapper()
+    page, pages = 1 << 20, 2048
+    indptr, ids = _i32([0, pages]), _i32([0] * pages)
+    last = MAX_KV_TOKENS - (pages - 1) * page
+    _plan(w, indptr, ids, _i32([last]), page_size=page)
+    assert w._batch == 1
+    with pytest.raises(ValueError) as info:
+        _plan(w, indptr, ids, _i32([last + 1]), page_size=page)
+    assert str(info.value) == OUT_OF_RANGE_MESSAGE

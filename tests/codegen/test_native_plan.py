@@ -172,7 +172,7 @@ def test_other_split_factors_identical():
 
 @pytest.mark.parametrize(
     "lengths",
-    [[], [0], [0, 0, 0], [1], [1, 0, 70000, 5], [7] * 300, [2**31 - 1], [2**20] * 3],
+    [[], [0], [0, 0, 0], [1], [1, 0, 70000, 5], [7] * 300, [2**31 - 2**16], [2**20] * 3],
 )
 def test_edge_lengths(lengths):
     for min_chunk in (None, 1, 64, 1 << 20):
@@ -207,6 +207,7 @@ def test_step_plan_reads_back_its_arrays_until_the_next_plan():
 OUT_OF_RANGE = [
     (np.array([-5, 100]), {}),  # negative length
     (np.array([2**31, 100]), {}),  # beyond int32
+    (np.array([2**31 - 2**16 + 1, 100]), {}),  # within a margin of int32's end
     (np.array([5, 100]), {"alpha": 0.0}),
     (np.array([5, 100]), {"alpha": float("nan")}),
     (np.array([5, 100]), {"min_chunk": 0, "num_ctas": 1 << 20}),  # chunk 0

@@ -39,14 +39,19 @@ def test_prefill_page_size_accepts_numpy_ints():
 
 
 def test_prefill_kv_over_int32_tokens_is_refused():
-    """32769 pages of 65536 tokens: 2**31 + 4 tokens would wrap in the kernels' int32."""
+    """32769 pages of 65536 tokens: 2**31 + 4 tokens would wrap in the kernels' int32; a
+    request within 2**16 of that wraps their tile arithmetic (MAX_KV_TOKENS)."""
     pages = 2**15 + 1
     qo = torch.tensor([0, 1], **I32)
     kv = torch.tensor([0, pages], **I32)
     ids = torch.arange(pages, **I32)
     with pytest.raises(ValueError, match=r"^kv_indptr: request 0 holds 2147483652 KV tokens"):
         _check_indices(qo, kv, ids, torch.tensor([4], **I32), 2**16)
-    _check_indices(qo, kv, ids, torch.tensor([4], **I32), 2**16 - 1)  # 2**31 - 2**15 + 4: fits
+    # 2**15 pages of 65534 tokens and a last of 1: MAX_KV_TOKENS + 1, refused.
+    with pytest.raises(ValueError, match=r"^kv_indptr: request 0 holds 2147418113 KV tokens"):
+        _check_indices(qo, kv, ids, torch.tensor([1], **I32), 2**16 - 2)
+    # 2**15 pages of 65533 tokens and a last of 2**15: MAX_KV_TOKENS, accepted.
+    _check_indices(qo, kv, ids, torch.tensor([2**15], **I32), 2**16 - 3)
 
 
 @pytest.mark.parametrize(

@@ -178,13 +178,13 @@ inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
 
 // For a variant that reads a kv_len tensor: whether the step's KV tokens fit the int32
 // kv_token_start (and the int32 indices of that tensor); when not, r->total_kv holds their
-// count. A length beyond kMaxLen is left to plan() (ATTNC_PLAN_OUT_OF_RANGE either way).
+// count. A length beyond kMaxKvLen is left to plan() (ATTNC_PLAN_OUT_OF_RANGE either way).
 inline bool token_starts_fit(const AttncStepParams& s, AttncStepResult* r) {
   if (s.dev_token_start == nullptr) return true;
   int64_t total = 0;
   for (int64_t i = 0; i < r->batch; ++i) {
     const int64_t k = s.kv_out[i];
-    if (k < 0 || k > kMaxLen) return true;
+    if (k < 0 || k > kMaxKvLen) return true;
     total += k;  // fewer than 2^31 lengths below 2^31 each: no overflow
   }
   if (total <= kMaxLen) return true;

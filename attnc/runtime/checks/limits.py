@@ -2,7 +2,10 @@
 per batch for a variant that reads a ``kv_len`` tensor).
 
 The kernels index tokens with int32; a count past ``2**31 - 1`` would wrap silently on the
-device, so it is a ``ValueError`` naming the argument on the host.
+device, so it is a ``ValueError`` naming the argument on the host. A request's KV keeps a
+margin below that (:data:`MAX_KV_TOKENS`): the kernels step over a request's keys in tiles
+(``kv0 + tile``, ``(end - begin + tile - 1) / tile``), which wrapped for a request within a
+tile of ``2**31`` tokens (reachable with repeated page ids, without the memory).
 """
 
 from __future__ import annotations
@@ -11,19 +14,25 @@ import torch
 
 from attnc.runtime.checks.tensors import I32_MAX
 
+MAX_KV_TOKENS = 2**31 - 2**16
+"""The most KV tokens of one request: int32 less a margin for the kernels' tile arithmetic
+(tiles of at most 256 keys). The decode planner's ``kMaxKvLen`` (decode_plan_chunks.h) is
+the same limit."""
+
 
 def check_paged_kv_tokens(
     kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int
 ) -> None:
-    """Every request's KV, ``(pages - 1) * page_size + last``, fits the kernels' int32 token
-    indices (host int64 copies of checked index tensors)."""
+    """Every request's KV, ``(pages - 1) * page_size + last``, is at most
+    :data:`MAX_KV_TOKENS` (host int64 copies of checked index tensors)."""
     pages = kv_indptr[1:] - kv_indptr[:-1]
     tokens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
-    if tokens.numel() and int(tokens.max()) > I32_MAX:
+    if tokens.numel() and int(tokens.max()) > MAX_KV_TOKENS:
         i = int(torch.argmax(tokens))
         raise ValueError(
             f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens ({int(pages[i])} pages of "
-            f"page_size={page_size}), more than the kernels' int32 limit {I32_MAX}"
+            f"page_size={page_size}), more than the kernels' limit {MAX_KV_TOKENS} (int32 less "
+            f"a margin for their tile arithmetic)"
         )
 
 

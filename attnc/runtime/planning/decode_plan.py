@@ -50,7 +50,8 @@ BETA = 1.0  # cost of one KV token
 MIN_CHUNK = 256  # never split a request into chunks shorter than this (read at configure)
 SPLIT_FACTORS = (1, 2, 4)  # candidate chunks: (cost per CTA) / factor, and "no split" (same)
 OUT_OF_RANGE_MESSAGE = (
-    "decode plan: the batch is beyond the planner's limits (KV lengths below 2^31 tokens, "
+    "decode plan: the batch is beyond the planner's limits (KV lengths of at most "
+    "2^31 - 2^16 tokens, "
     "fewer than 2^31 work items, heads, q_len, CTAs and KV tile below 2^30, finite positive "
     "costs); nothing was planned"
 )
