@@ -54,6 +54,18 @@ def test_prefill_kv_over_int32_tokens_is_refused():
     _check_indices(qo, kv, ids, torch.tensor([2**15], **I32), 2**16 - 3)
 
 
+def test_ragged_kv_past_the_kernels_limit_is_refused():
+    """A ragged request of MAX_KV_TOKENS + 1 keys (k can be a zero-stride view of that many
+    rows) is refused naming kv_indptr; MAX_KV_TOKENS keys pass."""
+    from attnc.runtime.checks.limits import MAX_KV_TOKENS
+
+    qo = torch.tensor([0, 1, 2], **I32)
+    kv = torch.tensor([0, 5, 5 + MAX_KV_TOKENS + 1], **I32)
+    with pytest.raises(ValueError, match=r"^kv_indptr: request 1 holds 2147418113 KV tokens, more"):
+        _check_indices(qo, kv, None, None, None)
+    _check_indices(qo, torch.tensor([0, 5, 5 + MAX_KV_TOKENS], **I32), None, None, None)
+
+
 @pytest.mark.parametrize(
     ("heads", "name"),
     [((4.0, 2, 64), "num_qo_heads"), ((4, True, 64), "num_kv_heads"), ((4, 2, 64.0), "head_dim")],

@@ -10,6 +10,8 @@ tile of ``2**31`` tokens (reachable with repeated page ids, without the memory).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from attnc.runtime.checks.tensors import I32_MAX
@@ -27,12 +29,21 @@ def check_paged_kv_tokens(
     :data:`MAX_KV_TOKENS` (host int64 copies of checked index tensors)."""
     pages = kv_indptr[1:] - kv_indptr[:-1]
     tokens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
+    _check_request_tokens(tokens, lambda i: f" ({int(pages[i])} pages of page_size={page_size})")
+
+
+def check_ragged_kv_tokens(kv_indptr: torch.Tensor) -> None:
+    """Every request's ragged KV, ``kv_indptr[i + 1] - kv_indptr[i]``, is at most
+    :data:`MAX_KV_TOKENS` (a k of that many rows needs no memory as a zero-stride view)."""
+    _check_request_tokens(kv_indptr[1:].long() - kv_indptr[:-1].long(), lambda i: "")
+
+
+def _check_request_tokens(tokens: torch.Tensor, detail: Callable[[int], str]) -> None:
     if tokens.numel() and int(tokens.max()) > MAX_KV_TOKENS:
         i = int(torch.argmax(tokens))
         raise ValueError(
-            f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens ({int(pages[i])} pages of "
-            f"page_size={page_size}), more than the kernels' limit {MAX_KV_TOKENS} (int32 less "
-            f"a margin for their tile arithmetic)"
+            f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens{detail(i)}, more than the "
+            f"kernels' limit {MAX_KV_TOKENS} (int32 less a margin for their tile arithmetic)"
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.limits import check_paged_kv_tokens
+from attnc.runtime.checks.limits import check_paged_kv_tokens, check_ragged_kv_tokens
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 
 
@@ -84,6 +84,7 @@ def check_indices(
     if kv_indices is None:
         if kv_last_page_len is not None or page_size is not None:
             raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
+        check_ragged_kv_tokens(kv_host)
         return qo_host, kv_host, None, None, 1
     if page_size is None:
         raise ValueError("page_size: a paged plan needs page_size (an int >= 1)")
