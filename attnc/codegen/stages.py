@@ -10,7 +10,7 @@ from attnc.codegen.torch_ref import emit_reference_source
 from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import hoistable, level
-from attnc.compiler.index_range import proven_loads
+from attnc.compiler.index_range import checked_loads
 from attnc.compiler.ir_printer import format_ir, format_variant
 from attnc.compiler.pipeline import Compiled, parse, resolve_source
 from attnc.dsl.limits import deep_recursion
@@ -81,14 +81,6 @@ def _analyses(c: Compiled) -> str:
             hoisted.extend(x for x in hoistable(e, ir.ELEMENT) if x not in hoisted)
     for x in hoisted:
         lines.append(f"    hoisted to {ir.LEVEL_NAMES[level(x)]}: {format_ir(x)}")
-    proven = proven_loads(c.variant)
-    loads = [
-        n
-        for root in (c.variant.mask, c.variant.score, c.variant.sink, c.variant.output)
-        if root is not None
-        for n in ir.walk(root)
-        if isinstance(n, ir.TensorLoad)
-    ]
-    for load in dict.fromkeys(n for n in loads if n not in proven):
+    for load in checked_loads(c.variant):
         lines.append(f"    bounds-checked read (0 outside the shape): {format_ir(load)}")
     return "\n".join(lines) + "\n"

@@ -66,8 +66,18 @@ def proven_loads(v: ir.VariantIR) -> frozenset[ir.Expr]:
     """The reads of ``v`` whose every index is proven inside its dim wherever it is read:
     the code generators read these plainly and every other read through a bounds check (0
     outside the shape), so a read they derive in another form is checked too."""
-    loads = {n for root in _roots(v) for n in ir.walk(root) if isinstance(n, ir.TensorLoad)}
-    return frozenset(loads - {f.load for f in _findings(v)})
+    return frozenset(_loads(v)) - frozenset(checked_loads(v))
+
+
+def checked_loads(v: ir.VariantIR) -> list[ir.TensorLoad]:
+    """The distinct reads of ``v`` that are not proven (read through a bounds check), in the
+    order of the slots (mask, score, sink, output)."""
+    unproven = {f.load for f in _findings(v)}
+    return list(dict.fromkeys(n for n in _loads(v) if n in unproven))
+
+
+def _loads(v: ir.VariantIR) -> list[ir.TensorLoad]:
+    return [n for root in _roots(v) for n in ir.walk(root) if isinstance(n, ir.TensorLoad)]
 
 
 def _roots(v: ir.VariantIR) -> list[ir.Expr]:
