@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnc.compiler import ir
+from attnc.dsl.limits import MAX_KV_TOKENS
 
 Bound = tuple[str | None, int]
 """``(size, k)``: the value ``size + k``, or ``k`` when ``size`` is None."""
@@ -32,11 +33,12 @@ SIZE_MAX = {
     "num_qo_heads": 2**30 - 1,
     "num_kv_heads": 2**30 - 1,
     "head_dim": 256,
-    "kv_len": 2**31 - 1,
+    "kv_len": MAX_KV_TOKENS,
     "q_len": 2**31 - 1,
     "batch_size": 2**31 - 1,
 }
-"""The largest value of each size (the runtime's checks: head counts below 2**30)."""
+"""The largest value of each size (the runtime's checks: head counts below 2**30, a request's
+KV at most MAX_KV_TOKENS, so ``kv_idx + 8`` cannot wrap)."""
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _LIMIT = 2**30
@@ -157,6 +159,16 @@ class Bounds:
         self.follow_guards = follow_guards
         self._memo: dict[tuple[int, int], Interval] = {}
         self._facts: dict[frozenset, dict[ir.Expr, Interval]] = {frozenset(): {}}
+        self._differences: dict[tuple[ir.Expr, ir.Expr], ir.Expr] = {}
+
+    def difference(self, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+        """The node ``a - b``, one per pair and kept alive: the memo is keyed by node ids,
+        which a freed node's successor could take over."""
+        key = (a, b)
+        found = self._differences.get(key)
+        if found is None:
+            found = self._differences[key] = ir.Binary("-", a, b, ir.I32)
+        return found
 
     @property
     def no_facts(self) -> dict[ir.Expr, Interval]:
@@ -376,13 +388,42 @@ def _learn(found, facts, cond: ir.Expr, holds: bool, bounds: Bounds) -> None:
     elif isinstance(cond, ir.Binary) and cond.op in _NEGATED and cond.a.type == ir.I32:
         op = cond.op if holds else _NEGATED[cond.op]
         a, b = bounds.of(cond.a, facts), bounds.of(cond.b, facts)
-        _narrow(found, cond.a, op, b)
-        _narrow(found, cond.b, _FLIPPED[op], a)
-        # a op b also bounds a - b and b - a against 0, where the subtraction cannot wrap.
-        for left, right, rel in ((cond.a, cond.b, op), (cond.b, cond.a, _FLIPPED[op])):
-            diff = ir.Binary("-", left, right, ir.I32)
-            if bounds.of(diff, bounds.no_facts) != UNBOUNDED:
-                _narrow(found, diff, rel, number(0))
+        for left, right, rel, other in ((cond.a, cond.b, op, b), (cond.b, cond.a, _FLIPPED[op], a)):
+            _narrow(found, left, rel, other)
+            x, c = _offset(left)
+            if c and bounds.of(left, bounds.no_facts) != UNBOUNDED:
+                # x + c did not wrap, so x rel other - c (kv_idx + 8 < 16: kv_idx < 8)
+                _narrow(found, x, rel, _shifted(other, -c))
+            _narrow_difference(found, left, right, rel, bounds)
+
+
+def _narrow_difference(found, left: ir.Expr, right: ir.Expr, rel: str, bounds: Bounds) -> None:
+    """``left rel right`` also bounds ``left - right`` against 0 where the subtraction cannot
+    wrap. With constant offsets, ``x + c1 rel y + c2`` where neither sum wraps (both have
+    bounds) bounds ``x - y`` against ``c2 - c1``: ``kv_idx + 8 > q_pos`` gives
+    ``q_pos - kv_idx < 8``."""
+    (x, c1), (y, c2) = _offset(left), _offset(right)
+    sums_exact = all(bounds.of(e, bounds.no_facts) != UNBOUNDED for e in (left, right))
+    if (c1 or c2) and not sums_exact:
+        (x, c1), (y, c2) = (left, 0), (right, 0)
+    diff = bounds.difference(x, y)
+    if bounds.of(diff, bounds.no_facts) != UNBOUNDED:
+        _narrow(found, diff, rel, number(c2 - c1))
+
+
+def _shifted(v: Interval, k: int) -> Interval:
+    """``v + k`` (ends that leave the representable range are dropped)."""
+    return Interval(_cap(shift(b, k) for b in v.lo), _cap(shift(b, k) for b in v.hi))
+
+
+def _offset(e: ir.Expr) -> tuple[ir.Expr, int]:
+    """``(x, c)`` with ``e = x + c`` for an i32 constant ``c`` (``(e, 0)`` otherwise)."""
+    if isinstance(e, ir.Binary) and e.op in ("+", "-") and e.type == ir.I32:
+        if isinstance(e.b, ir.Const):
+            return e.a, int(e.b.value) if e.op == "+" else -int(e.b.value)
+        if isinstance(e.a, ir.Const) and e.op == "+":
+            return e.b, int(e.a.value)
+    return e, 0
 
 
 def _narrow(found, e: ir.Expr, op: str, other: Interval) -> None:

@@ -1,4 +1,5 @@
-"""Owns: the size limits of the language and the recursion room the passes get.
+"""Owns: the size limits of the language (and the longest request its sizes describe) and the
+recursion room the passes get.
 
 Every limit is reported as a located error that names it. The passes walk expression DAGs;
 a few of them recurse once per nesting level, so compiling runs under
@@ -21,6 +22,11 @@ MAX_IMPORT_DEPTH = 100
 # Most params of one variant. Their struct is a kernel argument, and a kernel's arguments
 # are limited (32764 bytes on sm_80 and newer); 1024 params take at most 8 KB of it.
 MAX_PARAMS = 1024
+# Most KV tokens of one request: int32 less a margin for the kernels' tile arithmetic (tiles
+# of at most 256 keys step by kv0 + tile). The runtime refuses a longer request
+# (runtime/checks/limits.py; the decode planner's kMaxKvLen in decode_plan_chunks.h is the
+# same number), so the index check may take kv_idx + c (c < 2**16) as free of wrap-around.
+MAX_KV_TOKENS = 2**31 - 2**16
 # Python frames the deepest pass may need per nesting level, with a margin.
 _FRAMES_PER_LEVEL = 12
 RECURSION_LIMIT = 1000 + _FRAMES_PER_LEVEL * max(MAX_EXPR_DEPTH, MAX_IR_DEPTH)

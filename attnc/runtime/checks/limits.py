@@ -14,12 +14,8 @@ from collections.abc import Callable
 
 import torch
 
+from attnc.dsl.limits import MAX_KV_TOKENS
 from attnc.runtime.checks.tensors import I32_MAX
-
-MAX_KV_TOKENS = 2**31 - 2**16
-"""The most KV tokens of one request: int32 less a margin for the kernels' tile arithmetic
-(tiles of at most 256 keys). The decode planner's ``kMaxKvLen`` (decode_plan_chunks.h) is
-the same limit."""
 
 
 def check_paged_kv_tokens(
