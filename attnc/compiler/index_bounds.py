@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnc.compiler import ir
-from attnc.dsl.limits import MAX_KV_TOKENS
+from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
 Bound = tuple[str | None, int]
 """``(size, k)``: the value ``size + k``, or ``k`` when ``size`` is None."""
@@ -34,11 +34,12 @@ SIZE_MAX = {
     "num_kv_heads": 2**30 - 1,
     "head_dim": 256,
     "kv_len": MAX_KV_TOKENS,
-    "q_len": 2**31 - 1,
+    "q_len": MAX_QUERY_TOKENS,
     "batch_size": 2**31 - 1,
 }
 """The largest value of each size (the runtime's checks: head counts below 2**30, a request's
-KV at most MAX_KV_TOKENS, so ``kv_idx + 8`` cannot wrap)."""
+KV at most MAX_KV_TOKENS and its queries at most MAX_QUERY_TOKENS, so ``kv_idx + 8`` and
+``q_pos - 8`` cannot wrap)."""
 
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _LIMIT = 2**30
@@ -321,7 +322,7 @@ _BUILTINS: dict[str, tuple[Bound, Bound]] = {
     "kv_idx": ((None, 0), ("kv_len", -1)),
     "q_idx": ((None, 0), ("q_len", -1)),
     # kv_len - q_len + q_idx: negative for the first rows when q_len > kv_len
-    "q_pos": ((None, 2 - 2**31), ("kv_len", -1)),
+    "q_pos": ((None, 1 - MAX_QUERY_TOKENS), ("kv_len", -1)),
     "batch": ((None, 0), ("batch_size", -1)),
     "num_qo_heads": (("num_qo_heads", 0), ("num_qo_heads", 0)),
     "num_kv_heads": (("num_kv_heads", 0), ("num_kv_heads", 0)),
@@ -342,14 +343,15 @@ def builtin_interval(name: str) -> Interval:
 
 # Differences of two positions, which the ends above cannot give (q_pos's least value moves
 # with kv_len - q_len): from q_idx in [0, q_len), kv_idx in [0, kv_len) and q_pos = q_idx +
-# kv_len - q_len. Their least values are above -2**31 + 1, so none wraps.
-_POSITION_DIFFERENCES: dict[tuple[str, str], Bound] = {
-    ("q_pos", "kv_idx"): ("kv_len", -1),  # from 1 - q_len
-    ("kv_idx", "q_pos"): ("q_len", -1),  # from 1 - kv_len
-    ("q_pos", "q_idx"): ("kv_len", -1),  # kv_len - q_len
-    ("q_idx", "q_pos"): ("q_len", -1),  # q_len - kv_len
-    ("kv_idx", "q_idx"): ("kv_len", -1),  # from 1 - q_len
-    ("q_idx", "kv_idx"): ("q_len", -1),  # from 1 - kv_len
+# kv_len - q_len, the least value (from the size limits) and the largest.
+_LEAST_BY_Q, _LEAST_BY_KV = 1 - MAX_QUERY_TOKENS, 1 - MAX_KV_TOKENS
+_POSITION_DIFFERENCES: dict[tuple[str, str], tuple[int, Bound]] = {
+    ("q_pos", "kv_idx"): (_LEAST_BY_Q, ("kv_len", -1)),  # from 1 - q_len
+    ("kv_idx", "q_pos"): (_LEAST_BY_KV, ("q_len", -1)),  # from 1 - kv_len
+    ("q_pos", "q_idx"): (_LEAST_BY_Q, ("kv_len", -1)),  # kv_len - q_len
+    ("q_idx", "q_pos"): (_LEAST_BY_KV, ("q_len", -1)),  # q_len - kv_len
+    ("kv_idx", "q_idx"): (_LEAST_BY_Q, ("kv_len", -1)),  # from 1 - q_len
+    ("q_idx", "kv_idx"): (_LEAST_BY_KV, ("q_len", -1)),  # from 1 - kv_len
 }
 
 
@@ -357,10 +359,10 @@ def _position_difference(e: ir.Binary) -> Interval | None:
     """The range of ``e`` when it is one position minus another."""
     if e.op != "-" or not isinstance(e.a, ir.Builtin) or not isinstance(e.b, ir.Builtin):
         return None
-    hi = _POSITION_DIFFERENCES.get((e.a.name, e.b.name))
-    if hi is None:
+    ends = _POSITION_DIFFERENCES.get((e.a.name, e.b.name))
+    if ends is None:
         return None
-    return Interval(frozenset([(None, 2 - 2**31)]), frozenset([hi]))
+    return Interval(frozenset([(None, ends[0])]), frozenset([ends[1]]))
 
 
 _FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}

@@ -27,6 +27,9 @@ MAX_PARAMS = 1024
 # (runtime/checks/limits.py; the decode planner's kMaxKvLen in decode_plan_chunks.h is the
 # same number), so the index check may take kv_idx + c (c < 2**16) as free of wrap-around.
 MAX_KV_TOKENS = 2**31 - 2**16
+# Most query tokens of one request, the same margin for the query tiles (q0 + tile): with
+# both limits q_pos = kv_len - q_len + q_idx is above -2**31 + 2**16, so q_pos - 7 cannot wrap.
+MAX_QUERY_TOKENS = 2**31 - 2**16
 # Python frames the deepest pass may need per nesting level, with a margin.
 _FRAMES_PER_LEVEL = 12
 RECURSION_LIMIT = 1000 + _FRAMES_PER_LEVEL * max(MAX_EXPR_DEPTH, MAX_IR_DEPTH)

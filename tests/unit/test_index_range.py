@@ -13,7 +13,7 @@ from attnc.compiler import ir
 from attnc.compiler.index_bounds import Interval, builtin_interval, le
 from attnc.compiler.pipeline import STDLIB_DIR, compile_source, stdlib_names
 from attnc.dsl.errors import AttnError
-from attnc.dsl.limits import MAX_KV_TOKENS
+from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,6 +64,8 @@ def _index_warnings(text: str) -> list[str]:
         # constant offsets on either side of a guard bound the difference of the rest
         "(kv_idx <= q_pos && kv_idx + 8 > q_pos ? t8[q_pos - kv_idx] : 0.0)",
         "(kv_idx + 7 >= q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)",
+        # and so does a request's query count: q_pos - 7 cannot wrap either
+        "(q_pos - 7 <= kv_idx && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)",
     ],
 )
 def test_indices_kept_inside_their_dims_pass_quietly(score: str) -> None:
@@ -220,8 +222,9 @@ def test_bound_order() -> None:
     assert le(("num_kv_heads", -1), ("num_qo_heads", -1))
     assert not le(("num_qo_heads", -1), ("num_kv_heads", -1))
     assert not le(("kv_len", 0), ("num_qo_heads", 0))
-    # q_pos = q_idx + kv_len - q_len: negative for the first rows when q_len > kv_len.
-    q_pos = Interval(frozenset([(None, 2 - 2**31)]), frozenset([("kv_len", -1)]))
+    # q_pos = q_idx + kv_len - q_len: negative for the first rows when q_len > kv_len, down to
+    # 1 - MAX_QUERY_TOKENS (one key, the most queries).
+    q_pos = Interval(frozenset([(None, 1 - MAX_QUERY_TOKENS)]), frozenset([("kv_len", -1)]))
     assert builtin_interval("q_pos") == q_pos
     assert builtin_interval(ir.OUTPUT_BUILTIN) == Interval()
 
@@ -275,7 +278,7 @@ def _samples(rng, n: int):
         g = rng.choice([1, 2]) if nkv == 2**29 else rng.choice([1, 4, 7])
         # the runtime refuses a request of more keys than MAX_KV_TOKENS
         kv_len = rng.choice([1, 3, 64, 1000, MAX_KV_TOKENS - 1, MAX_KV_TOKENS])
-        q_len = rng.choice([1, 2, kv_len, kv_len + 5])
+        q_len = min(rng.choice([1, 2, kv_len, kv_len + 5, MAX_QUERY_TOKENS]), MAX_QUERY_TOKENS)
         qo = rng.randrange(nkv * g)
         q_idx = rng.choice([0, q_len - 1, rng.randrange(q_len)])
         yield {
@@ -361,7 +364,7 @@ def _cond(rng, depth: int) -> str:
         if rng.random() < 0.5:  # the relative-position guards of windows and buckets
             a, b = (
                 rng.choice(["q_pos - kv_idx", "kv_idx", "q_idx - kv_idx", "kv_idx + 8"]),
-                rng.choice(["0", "7", "8", "q_pos", "kv_idx", "w", "q_pos + 1", "w - 3"]),
+                rng.choice(["0", "7", "8", "q_pos", "kv_idx", "w", "q_pos - 7", "w - 3"]),
             )
         return f"{a} {rng.choice(COMPARE)} {b}"
     form = rng.randrange(3)

@@ -66,6 +66,18 @@ def test_ragged_kv_past_the_kernels_limit_is_refused():
     _check_indices(qo, torch.tensor([0, 5, 5 + MAX_KV_TOKENS], **I32), None, None, None)
 
 
+def test_a_request_past_the_query_limit_is_refused():
+    """A request of MAX_QUERY_TOKENS + 1 queries is refused naming qo_indptr (the index check
+    bounds q_pos by that limit); MAX_QUERY_TOKENS queries pass."""
+    from attnc.runtime.checks.limits import MAX_QUERY_TOKENS
+
+    kv = torch.tensor([0, 5, 10], **I32)
+    qo = torch.tensor([0, 3, 3 + MAX_QUERY_TOKENS + 1], **I32)
+    with pytest.raises(ValueError, match=r"^qo_indptr: request 1 holds 2147418113 query tokens"):
+        _check_indices(qo, kv, None, None, None)
+    _check_indices(torch.tensor([0, 3, 3 + MAX_QUERY_TOKENS], **I32), kv, None, None, None)
+
+
 @pytest.mark.parametrize(
     ("heads", "name"),
     [((4.0, 2, 64), "num_qo_heads"), ((4, True, 64), "num_kv_heads"), ((4, 2, 64.0), "head_dim")],

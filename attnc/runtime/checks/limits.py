@@ -1,5 +1,5 @@
-"""Owns: the checks that a batch fits the kernels' 32-bit indices (KV tokens per request, and
-per batch for a variant that reads a ``kv_len`` tensor).
+"""Owns: the checks that a batch fits the kernels' 32-bit indices (KV and query tokens per
+request, and KV tokens per batch for a variant that reads a ``kv_len`` tensor).
 
 The kernels index tokens with int32; a count past ``2**31 - 1`` would wrap silently on the
 device, so it is a ``ValueError`` naming the argument on the host. A request's KV keeps a
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnc.dsl.limits import MAX_KV_TOKENS
+from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 from attnc.runtime.checks.tensors import I32_MAX
 
 
@@ -34,12 +34,25 @@ def check_ragged_kv_tokens(kv_indptr: torch.Tensor) -> None:
     _check_request_tokens(kv_indptr[1:].long() - kv_indptr[:-1].long(), lambda i: "")
 
 
-def _check_request_tokens(tokens: torch.Tensor, detail: Callable[[int], str]) -> None:
-    if tokens.numel() and int(tokens.max()) > MAX_KV_TOKENS:
+def check_query_tokens(qo_indptr: torch.Tensor) -> None:
+    """Every request's queries, ``qo_indptr[i + 1] - qo_indptr[i]``, are at most
+    :data:`MAX_QUERY_TOKENS` (the index check's bounds of ``q_pos`` rest on it)."""
+    tokens = qo_indptr[1:].long() - qo_indptr[:-1].long()
+    _check_request_tokens(tokens, lambda i: "", "qo_indptr", "query", MAX_QUERY_TOKENS)
+
+
+def _check_request_tokens(
+    tokens: torch.Tensor,
+    detail: Callable[[int], str],
+    name: str = "kv_indptr",
+    what: str = "KV",
+    limit: int = MAX_KV_TOKENS,
+) -> None:
+    if tokens.numel() and int(tokens.max()) > limit:
         i = int(torch.argmax(tokens))
         raise ValueError(
-            f"kv_indptr: request {i} holds {int(tokens[i])} KV tokens{detail(i)}, more than the "
-            f"kernels' limit {MAX_KV_TOKENS} (int32 less a margin for their tile arithmetic)"
+            f"{name}: request {i} holds {int(tokens[i])} {what} tokens{detail(i)}, more than "
+            f"the kernels' limit {limit} (int32 less a margin for their tile arithmetic)"
         )
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import torch
 
 from attnc.runtime.checks import tensors
-from attnc.runtime.checks.limits import check_paged_kv_tokens, check_ragged_kv_tokens
+from attnc.runtime.checks.limits import (
+    check_paged_kv_tokens,
+    check_query_tokens,
+    check_ragged_kv_tokens,
+)
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 
 
@@ -81,6 +85,7 @@ def check_indices(
         raise ValueError(
             f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
         )
+    check_query_tokens(qo_host)
     if kv_indices is None:
         if kv_last_page_len is not None or page_size is not None:
             raise ValueError("kv_indices: required when kv_last_page_len/page_size are given")
