@@ -405,8 +405,7 @@ def _narrow_difference(found, left: ir.Expr, right: ir.Expr, rel: str, bounds: B
     bounds) bounds ``x - y`` against ``c2 - c1``: ``kv_idx + 8 > q_pos`` gives
     ``q_pos - kv_idx < 8``."""
     (x, c1), (y, c2) = _offset(left), _offset(right)
-    sums_exact = all(bounds.of(e, bounds.no_facts) != UNBOUNDED for e in (left, right))
-    if (c1 or c2) and not sums_exact:
+    if (c1 or c2) and any(bounds.of(e, bounds.no_facts) == UNBOUNDED for e in (left, right)):
         (x, c1), (y, c2) = (left, 0), (right, 0)
     diff = bounds.difference(x, y)
     if bounds.of(diff, bounds.no_facts) != UNBOUNDED:

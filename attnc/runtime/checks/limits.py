@@ -31,14 +31,21 @@ def check_paged_kv_tokens(
 def check_ragged_kv_tokens(kv_indptr: torch.Tensor) -> None:
     """Every request's ragged KV, ``kv_indptr[i + 1] - kv_indptr[i]``, is at most
     :data:`MAX_KV_TOKENS` (a k of that many rows needs no memory as a zero-stride view)."""
-    _check_request_tokens(kv_indptr[1:].long() - kv_indptr[:-1].long(), lambda i: "")
+    _check_indptr_tokens(kv_indptr, "kv_indptr", "KV", MAX_KV_TOKENS)
 
 
 def check_query_tokens(qo_indptr: torch.Tensor) -> None:
     """Every request's queries, ``qo_indptr[i + 1] - qo_indptr[i]``, are at most
     :data:`MAX_QUERY_TOKENS` (the index check's bounds of ``q_pos`` rest on it)."""
-    tokens = qo_indptr[1:].long() - qo_indptr[:-1].long()
-    _check_request_tokens(tokens, lambda i: "", "qo_indptr", "query", MAX_QUERY_TOKENS)
+    _check_indptr_tokens(qo_indptr, "qo_indptr", "query", MAX_QUERY_TOKENS)
+
+
+def _check_indptr_tokens(indptr: torch.Tensor, name: str, what: str, limit: int) -> None:
+    """Each request of a checked token indptr (from 0, non-decreasing) within ``limit``; no
+    request holds more than the total, so a total within it needs no per-request look."""
+    if int(indptr[-1]) > limit:
+        tokens = indptr[1:].long() - indptr[:-1].long()
+        _check_request_tokens(tokens, lambda i: "", name, what, limit)
 
 
 def _check_request_tokens(
