@@ -214,6 +214,8 @@ class Bounds:
             )
             return _unwrapped(negated)
         if isinstance(e, ir.Binary) and e.type == ir.I32:
+            if e.op == "-" and e.a == e.b:
+                return number(0)  # x - x is 0 in i32 too
             known = _position_difference(e)
             if known is not None:
                 return known
