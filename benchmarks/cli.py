@@ -24,6 +24,41 @@ SKIP_ALIASES = {"fa3": "flashinfer_fa3", "fa2": "flashinfer_fa2", "cudnn": "sdpa
 AMBIGUOUS_SKIPS = {"flash": ("flex_flash", "sdpa_flash")}
 
 
+# Named sets of arguments; ``--preset NAME`` stands for them where it is written, so arguments
+# after it override them. ``targets``: issue 12's table side by side with the anchors (the rows
+# of RESULTS.md's side-by-side runs), each system twice per row in alternating order.
+PRESETS: dict[str, tuple[str, ...]] = {
+    "targets": (
+        "--suite", "prefill", "batch", "--full",
+        "--only", "causal, L=8192|soft-cap 30, L=8192|ALiBi, L=8192|sliding window 1024, "
+        "L=8192|sigmoid, L=8192|prefix-LM 1024, L=8192|causal, L=2048|prefill_zipf",
+        "--skip", "fa2,flex,flex_flash,sdpa_flash,sdpa_cudnn,attnc-fa2",
+        "--cooldown", "1", "--rounds", "2",
+    ),
+}  # fmt: skip
+
+
+def expand_presets(argv: list[str]) -> list[str]:
+    """``argv`` with each ``--preset NAME`` (or ``--preset=NAME``) replaced by its arguments;
+    an unknown or missing name is left for argparse to refuse."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = None
+        if arg == "--preset" and i + 1 < len(argv):
+            name, step = argv[i + 1], 2
+        elif arg.startswith("--preset="):
+            name, step = arg.split("=", 1)[1], 1
+        if name in PRESETS:
+            out += PRESETS[name]
+            i += step
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 class TimeUp(BaseException):
     """SIGTERM (e.g. from ``timeout``): stop measuring, keep and print what was measured."""
 
@@ -94,13 +129,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(alternating), and report the median (default 1)",
     )
     p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a named set of arguments, standing where it is written (later ones override "
+        "it); targets: issue 12's table side by side with the anchors (the prefill rows at "
+        "8K, causal 2K, prefill_zipf; full profile, two alternating rounds)",
+    )
+    p.add_argument(
         "--budget",
         type=float,
         default=0.0,
         help="total seconds for the run, split over the suites; no row starts after its "
         "suite's share (0: no limit)",
     )
-    args = p.parse_args(argv)
+    args = p.parse_args(expand_presets(sys.argv[1:] if argv is None else list(argv)))
     args.suites = list(SUITES) if "all" in args.suite else list(dict.fromkeys(args.suite))
     args.skip, skip_error = skipped_systems(args.skip)
     if skip_error is not None:

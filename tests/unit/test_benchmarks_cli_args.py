@@ -173,3 +173,31 @@ def test_every_module_imports_without_gpu_or_triton():
     for info in pkgutil.iter_modules(benchmarks.__path__):
         if info.name != "__main__":
             importlib.import_module(f"benchmarks.{info.name}")
+
+
+def test_the_targets_preset_names_rows_that_exist_and_yields_to_later_arguments():
+    """--preset targets stands for issue 12's side-by-side arguments where it is written: its
+    --only texts all name rows of the full profile (parse_args refuses one that names none),
+    the arguments before it are replaced and those after it win."""
+    from benchmarks.cli import parse_args, row_names
+
+    args = parse_args(["--suite", "all", "--out", "o", "--preset", "targets"])
+    assert args.suites == ["prefill", "batch"] and args.full and args.rounds == 2
+    assert args.out == "o" and args.cooldown == 1.0
+    assert args.skip == {
+        "flashinfer_fa2", "flex", "flex_flash", "sdpa_flash", "sdpa_cudnn", "attnc-fa2"
+    }  # fmt: skip
+    rows = row_names(args)
+    for wanted in ("ALiBi, L=8192", "causal, L=8192 D=64", "causal, L=2048", "prefill_zipf"):
+        assert any(wanted in r for r in rows), (wanted, rows)
+    later = parse_args(["--preset=targets", "--rounds", "3", "--cooldown", "0.5"])
+    assert later.rounds == 3 and later.cooldown == 0.5 and later.suites == ["prefill", "batch"]
+
+
+@pytest.mark.parametrize("argv", [["--preset", "nope"], ["--preset"], ["--preset=\x1b[31m"]])
+def test_an_unknown_or_missing_preset_is_refused(argv, capsys):
+    from benchmarks.cli import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert "--preset" in capsys.readouterr().err
