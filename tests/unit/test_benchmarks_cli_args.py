@@ -200,4 +200,5 @@ def test_an_unknown_or_missing_preset_is_refused(argv, capsys):
 
     with pytest.raises(SystemExit):
         parse_args(argv)
-    assert "--preset" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--preset" in err and "\x1b" not in err  # a control character is shown escaped
