@@ -420,13 +420,19 @@ def _shifted(v: Interval, k: int) -> Interval:
 
 
 def _offset(e: ir.Expr) -> tuple[ir.Expr, int]:
-    """``(x, c)`` with ``e = x + c`` for an i32 constant ``c`` (``(e, 0)`` otherwise)."""
-    if isinstance(e, ir.Binary) and e.op in ("+", "-") and e.type == ir.I32:
+    """``(x, c)`` with ``e = x + c`` for an i32 constant ``c`` (``(e, 0)`` otherwise), through
+    nested offsets: ``(kv_idx + 3) + 5`` gives ``(kv_idx, 8)``. The identity holds where ``e``
+    does not wrap; a caller checks that ``e`` has bounds, and then so has every level inside
+    it (a constant offset keeps a missing end missing)."""
+    total = 0
+    while isinstance(e, ir.Binary) and e.op in ("+", "-") and e.type == ir.I32:
         if isinstance(e.b, ir.Const):
-            return e.a, int(e.b.value) if e.op == "+" else -int(e.b.value)
-        if isinstance(e.a, ir.Const) and e.op == "+":
-            return e.b, int(e.a.value)
-    return e, 0
+            e, total = e.a, total + (int(e.b.value) if e.op == "+" else -int(e.b.value))
+        elif isinstance(e.a, ir.Const) and e.op == "+":
+            e, total = e.b, total + int(e.a.value)
+        else:
+            break
+    return e, total
 
 
 def _narrow(found, e: ir.Expr, op: str, other: Interval) -> None:

@@ -68,6 +68,10 @@ def _index_warnings(text: str) -> list[str]:
         "t8[qo_head - qo_head + kv_idx % 8]",
         # and so does a request's query count: q_pos - 7 cannot wrap either
         "(q_pos - 7 <= kv_idx && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)",
+        # offsets nest: (kv_idx + 3) + 5 is kv_idx + 8
+        "(kv_idx + 3 + 5 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)",
+        "(kv_idx <= q_pos && q_pos - 4 - 3 <= kv_idx ? t8[q_pos - kv_idx] : 0.0)",
+        "(2 + (kv_idx + 6) < 16 ? t8[kv_idx] : 0.0)",
     ],
 )
 def test_indices_kept_inside_their_dims_pass_quietly(score: str) -> None:
@@ -119,6 +123,7 @@ def test_an_index_always_outside_its_dim_is_an_error_at_the_index(
         ("(qo_head >= 8 ? t8[qo_head] : 0.0)", "read only where its guards hold"),
         # offsets: one too many, a side that may wrap (w + 8), a product that may wrap
         ("(kv_idx + 9 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "may reach 8"),
+        ("(kv_idx + 5 + 4 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "may reach 8"),
         ("(w + 8 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "kv_len - 1"),
         ("t8[(kv_idx * 2 + 1) % 8]", "may be negative"),
     ],
@@ -365,8 +370,12 @@ def _cond(rng, depth: int) -> str:
         a, b = _expr(rng, 1), _expr(rng, 1)
         if rng.random() < 0.5:  # the relative-position guards of windows and buckets
             a, b = (
-                rng.choice(["q_pos - kv_idx", "kv_idx", "q_idx - kv_idx", "kv_idx + 8"]),
-                rng.choice(["0", "7", "8", "q_pos", "kv_idx", "w", "q_pos - 7", "w - 3"]),
+                rng.choice(
+                    ["q_pos - kv_idx", "kv_idx", "q_idx - kv_idx", "kv_idx + 8", "kv_idx + 3 + 5"]
+                ),
+                rng.choice(
+                    ["0", "7", "8", "q_pos", "kv_idx", "w", "q_pos - 7", "w - 3", "q_pos - 4 - 3"]
+                ),
             )
         return f"{a} {rng.choice(COMPARE)} {b}"
     form = rng.randrange(3)
