@@ -426,10 +426,13 @@ def _offset(e: ir.Expr) -> tuple[ir.Expr, int]:
     it (a constant offset keeps a missing end missing)."""
     total = 0
     while isinstance(e, ir.Binary) and e.op in ("+", "-") and e.type == ir.I32:
-        if isinstance(e.b, ir.Const):
-            e, total = e.a, total + (int(e.b.value) if e.op == "+" else -int(e.b.value))
-        elif isinstance(e.a, ir.Const) and e.op == "+":
-            e, total = e.b, total + int(e.a.value)
+        a, b = e.a, e.b
+        if isinstance(b, ir.Const):
+            total += int(b.value) if e.op == "+" else -int(b.value)
+            e = a
+        elif isinstance(a, ir.Const) and e.op == "+":
+            total += int(a.value)
+            e = b
         else:
             break
     return e, total
