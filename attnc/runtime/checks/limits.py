@@ -25,7 +25,13 @@ def check_paged_kv_tokens(
     :data:`MAX_KV_TOKENS` (host int64 copies of checked index tensors)."""
     pages = kv_indptr[1:] - kv_indptr[:-1]
     tokens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
-    _check_request_tokens(tokens, lambda i: f" ({int(pages[i])} pages of page_size={page_size})")
+    _check_request_tokens(
+        tokens,
+        "kv_indptr",
+        "KV",
+        MAX_KV_TOKENS,
+        lambda i: f" ({int(pages[i])} pages of page_size={page_size})",
+    )
 
 
 def check_ragged_kv_tokens(kv_indptr: torch.Tensor) -> None:
@@ -45,16 +51,14 @@ def _check_indptr_tokens(indptr: torch.Tensor, name: str, what: str, limit: int)
     request holds more than the total, so a total within it needs no per-request look."""
     if int(indptr[-1]) > limit:
         tokens = indptr[1:].long() - indptr[:-1].long()
-        _check_request_tokens(tokens, lambda i: "", name, what, limit)
+        _check_request_tokens(tokens, name, what, limit, lambda i: "")
 
 
 def _check_request_tokens(
-    tokens: torch.Tensor,
-    detail: Callable[[int], str],
-    name: str = "kv_indptr",
-    what: str = "KV",
-    limit: int = MAX_KV_TOKENS,
+    tokens: torch.Tensor, name: str, what: str, limit: int, detail: Callable[[int], str]
 ) -> None:
+    """Each request's ``tokens`` (``what`` tokens of ``name``) within ``limit``; ``detail(i)``
+    says more of request i in the error."""
     if tokens.numel() and int(tokens.max()) > limit:
         i = int(torch.argmax(tokens))
         raise ValueError(
