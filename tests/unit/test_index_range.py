@@ -124,6 +124,8 @@ def test_an_index_always_outside_its_dim_is_an_error_at_the_index(
         # offsets: one too many, a side that may wrap (w + 8), a product that may wrap
         ("(kv_idx + 9 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "may reach 8"),
         ("(kv_idx + 5 + 4 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "may reach 8"),
+        # a nested sum that may wrap at its outer level proves nothing
+        ("(kv_idx + 65536 + 65536 < 131080 ? t8[kv_idx] : 0.0)", "kv_len - 1"),
         ("(w + 8 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "kv_len - 1"),
         ("t8[(kv_idx * 2 + 1) % 8]", "may be negative"),
     ],
