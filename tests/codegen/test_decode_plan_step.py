@@ -357,6 +357,28 @@ def test_repeated_plan_params_keep_their_checks(cpu):
     assert w._planned_mask.values == {"window": 300}
 
 
+def test_a_refused_plan_keeps_the_planned_mask(cpu):
+    """A plan refused after its mask params were read (a bad page table; a use_cuda_graph
+    wrapper given another shape) leaves the last plan's mask in force: run() must still
+    match the window the work lists were cut for, not the refused plan's."""
+    for graph in (False, True):
+        w = make_wrapper(name="sliding_window", graph=graph)
+        indptr, ids, last = page_table(np.random.default_rng(11), 8)
+        _plan(w, indptr, ids, last, params={"window": 50})
+        planned = w._planned_mask
+        bad_last = last.clone()
+        bad_last[0] = 0
+        with pytest.raises(ValueError, match="kv_last_page_len"):
+            _plan(w, indptr, ids, bad_last, params={"window": 1000})
+        assert w._planned_mask is planned and w._planned_mask.values == {"window": 50}
+        if graph:
+            with pytest.raises(ValueError, match="use_cuda_graph wrapper must keep"):
+                _plan(w, indptr, ids, last, params={"window": 1000}, q_len_per_request=2)
+            assert w._planned_mask is planned
+        _plan(w, indptr, ids, last, params={"window": 1000})
+        assert w._planned_mask.values == {"window": 1000}
+
+
 def test_kv_token_starts_are_copied_by_the_step(cpu):
     """A variant that reads a kv_len tensor: the step writes kv_token_start (prefix sums of
     (pages - 1) * page_size + last, 0 for a request without pages) into its workspace region

@@ -170,6 +170,11 @@ def test_some_random_plans_split_and_some_stop_splitting(monkeypatch):
         ([0, 5], [0, 2], [1, 2], None, 4),
         ([0, 5], [0, 2], [1, 2], [1], None),
         ([0, 5], [0, 2], None, [1], None),
+        # a request past the kernels' token limit (int32 less a margin; dsl/limits.py)
+        ([0, 1], [0, 2**15], list(range(2**15)), [65535], 65536),
+        ([0, 1], [0, 2**31 - 2**16 + 1], None, None, None),
+        ([0, 2**31 - 2**16 + 1], [0, 5], None, None, None),
+        ([0, 1, 2**31 - 2**16 + 2], [0, 5, 5], None, None, None),
     ],
 )
 def test_index_errors_keep_the_python_words(qo, kv, idx, last, page):
@@ -183,6 +188,20 @@ def test_index_errors_keep_the_python_words(qo, kv, idx, last, page):
     with pytest.raises(ValueError, match=None) as got:
         prefill_batch.checked_batch(planner, *args)
     assert str(got.value) == str(want.value)
+
+
+def test_requests_at_the_token_limit_pass():
+    """The limits themselves (MAX_KV_TOKENS, MAX_QUERY_TOKENS) are accepted, ragged and
+    paged, by both the Python checks and the host planner."""
+    limit = 2**31 - 2**16
+    i32 = lambda v: torch.tensor(v, dtype=torch.int32)  # noqa: E731
+    cases = [
+        (i32([0, limit]), i32([0, limit]), None, None, None),
+        (i32([0, 1]), i32([0, 2**15 - 1]), i32(list(range(2**15 - 1))), i32([65536]), 65536),
+    ]
+    for args in cases:
+        prefill_batch.check_indices(*args)
+        prefill_batch.checked_batch(PrefillPlanner(), *args)
 
 
 def test_wrong_dtype_keeps_the_python_words():
@@ -240,3 +259,16 @@ def test_struct_mirrors_match_the_library():
         body = text[text.index(f"typedef struct {c_name} {{") : text.index(f"}} {c_name};")]
         fields = re.findall(r"^\s+[\w\s\*]+?\**(\w+)(?:\[\w+\])?;", body, flags=re.M)
         assert fields == [f[0] for f in struct._fields_], struct.__name__
+
+
+def test_the_planners_token_limits_are_the_languages():
+    """The host planners' request limits (C++ constants) are dsl/limits.py's numbers."""
+    from pathlib import Path
+
+    from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
+
+    host = Path(attnc.__file__).parent / "kernels" / "host"
+    prefill = (host / "prefill_plan_check.h").read_text()
+    assert "kMaxRequestTokens = (INT64_C(1) << 31) - (INT64_C(1) << 16);" in prefill
+    assert "kMaxKvLen = INT32_MAX - 65535;" in (host / "decode_plan_chunks.h").read_text()
+    assert MAX_KV_TOKENS == MAX_QUERY_TOKENS == (1 << 31) - (1 << 16) == 2**31 - 1 - 65535

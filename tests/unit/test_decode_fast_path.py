@@ -144,15 +144,19 @@ def test_copied_tensor_params_are_not_cached(cpu_decode):
 def test_run_refuses_mask_params_other_than_planned(cpu_decode):
     w = cpu_decode("sliding_window")
     q, cache = _inputs()
-    ranges = w._mask_ranges({"window": 64})  # what plan(params={"window": 64}) does
-    assert ranges is not None and w._planned_mask.values == {"window": 64}
+    mask = w._mask_ranges({"window": 64})  # what plan(params={"window": 64}) does
+    assert w._planned_mask.values == {}  # set only when the plan succeeds
+    w._commit_mask(mask)
+    assert mask[0].program is not None and w._planned_mask.values == {"window": 64}
     w.run(q, cache, window=64)
     w.run(q, cache, window=64)  # the cached call
     with pytest.raises(
         ValueError, match="param 'window' is 32 in run\\(\\), but plan\\(\\) was given 64"
     ):
         w.run(q, cache, window=32)
-    assert w._mask_ranges({}) is None and w._planned_mask.values == {}  # a plan without params
+    mask = w._mask_ranges({})  # a plan without params
+    w._commit_mask(mask)
+    assert mask[0].program is None and w._planned_mask.values == {}
     w.run(q, cache, window=32)
     with pytest.raises(ValueError, match="variant 'sliding_window': unknown param 'windw'"):
         w._mask_ranges({"windw": 3})

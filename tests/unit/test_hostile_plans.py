@@ -250,3 +250,46 @@ def test_a_return_lse_that_is_not_a_bool_is_named(cpu_run, cpu_decode, single_cp
     with pytest.raises(TypeError, match=message):
         variant.reference(*(t.float() for t in _single_qkv()), return_lse=flag)
     assert rec.calls == [] and dw._module.calls == []
+
+
+@pytest.mark.parametrize("value", [1e39, 3.4028236e38, 1e-50, 1e-39])
+def test_an_sm_scale_the_float32_kernels_cannot_hold_is_named(value) -> None:
+    """A scale past float32's range reached the kernels as inf, a tiny one as 0 or a
+    subnormal: the check took the float64 value."""
+    with pytest.raises(ValueError, match=r"^sm_scale: .* as the kernels' float32 scale"):
+        tensors.check_sm_scale(value, 128)
+    assert tensors.check_sm_scale(3.4028235e38, 128) == 3.4028235e38  # rounds to float32's max
+    assert tensors.check_sm_scale(1.2e-38, 128) == 1.2e-38
+
+
+@pytest.mark.parametrize("which", ["q", "k"])
+def test_single_prefill_past_the_token_limit_names_the_tensor(single_cpu, which) -> None:
+    """A zero-stride q or k of more than 2**31 - 2**16 rows: its length went into an int32
+    indptr first (torch's overflow error), and lengths below 2**31 were planned."""
+    variant = attnc.load("stdlib:causal")
+    q, k, v = _single_qkv()
+    rows = 2**31 - 2**16 + 1
+    if which == "q":
+        q = q[:1].expand(rows, HQ, D)
+    else:
+        k, v = k[:1].expand(rows, HKV, D), v[:1].expand(rows, HKV, D)
+    with pytest.raises(ValueError, match=f"^{which}: holds {rows} .* tokens, more than"):
+        variant.prefill(q, k, v)
+    assert not single_cpu  # nothing was launched (or planned)
+
+
+def test_planned_backend_is_none_before_a_plan_and_kept_by_a_refused_one(cpu_run) -> None:  # noqa: F811
+    from attnc.runtime.build.backends import PrefillChoice
+
+    variant = attnc.load("stdlib:causal")
+    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8))
+    assert w.planned_backend is None
+    w._module_choice = lambda *a: PrefillChoice("fa2", _Recorder(variant), 16)  # type: ignore[method-assign]
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    assert w.planned_backend == "fa2"
+    w._module_choice = lambda *a: PrefillChoice("sm90", _Recorder(variant), 16)  # type: ignore[method-assign]
+    w._copy_to_workspace = None  # the plan fails after the module choice
+    with pytest.raises(TypeError):
+        w.plan(indptr, indptr, HQ, HKV, D)
+    assert w.planned_backend == "fa2"

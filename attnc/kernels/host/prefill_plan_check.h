@@ -12,7 +12,10 @@
 namespace attnc {
 namespace prefill_plan {
 
-constexpr int64_t kI32Max = (INT64_C(1) << 31) - 1;
+// Most query or KV tokens of one request: int32 less a margin for the kernels' tile
+// arithmetic (MAX_QUERY_TOKENS and MAX_KV_TOKENS in attnc/dsl/limits.py; the decode
+// planner's kMaxKvLen is the same number).
+constexpr int64_t kMaxRequestTokens = (INT64_C(1) << 31) - (INT64_C(1) << 16);
 
 // An indptr: at least one entry, starting at 0, non-decreasing.
 inline bool indptr_ok(const int32_t* v, int64_t n) {
@@ -34,7 +37,7 @@ inline bool page_table_ok(const AttncPrefillParams& p, AttncPrefillResult* r) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t pages = p.kv_indptr[b + 1] - p.kv_indptr[b], last = p.kv_last_page_len[b];
     if (pages > 0 && (last < 1 || last > p.page_size)) return false;
-    if (pages > 0 && (pages - 1) * p.page_size + last > kI32Max) return false;
+    if (pages > 0 && (pages - 1) * p.page_size + last > kMaxRequestTokens) return false;
   }
   r->max_page = max_page;
   return true;
@@ -61,6 +64,7 @@ inline int check_batch(AttncPrefillParams& p, AttncPrefillResult* r) {
     p.q_lens[b] = q;
     const bool tokens = p.kv_indices == nullptr || k == 0;  // ragged: kv_indptr counts tokens
     p.kv_lens[b] = tokens ? k : (k - 1) * p.page_size + p.kv_last_page_len[b];
+    if (q > kMaxRequestTokens || p.kv_lens[b] > kMaxRequestTokens) return ATTNC_PLAN_INVALID;
     r->total_kv += p.kv_lens[b];
     r->max_q = std::max(r->max_q, q);
   }

@@ -46,6 +46,21 @@ def check_query_tokens(qo_indptr: torch.Tensor) -> None:
     _check_indptr_tokens(qo_indptr, "qo_indptr", "query", MAX_QUERY_TOKENS)
 
 
+def check_single_request(q_len: int, kv_len: int) -> None:
+    """One request given as tensors (``Variant.prefill``): q's rows within
+    :data:`MAX_QUERY_TOKENS` and k's within :data:`MAX_KV_TOKENS` (a zero-stride view holds
+    that many rows without the memory)."""
+    for name, what, rows, limit in (
+        ("q", "query", q_len, MAX_QUERY_TOKENS),
+        ("k", "KV", kv_len, MAX_KV_TOKENS),
+    ):
+        if rows > limit:
+            raise ValueError(
+                f"{name}: holds {rows} {what} tokens, more than the kernels' limit {limit} "
+                "(int32 less a margin for their tile arithmetic)"
+            )
+
+
 def _check_indptr_tokens(indptr: torch.Tensor, name: str, what: str, limit: int) -> None:
     """Each request of a checked token indptr (from 0, non-decreasing) within ``limit``; no
     request holds more than the total, so a total within it needs no per-request look."""

@@ -56,6 +56,10 @@ def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
 
 
+# The plan-time scalars (name, type, value) a planned mask was made from; None: not reusable.
+MaskKey = tuple[tuple[str, type, object], ...] | None
+
+
 class DecodePlanning:
     """The plan half of the decode wrapper (see the module docstring); ``BatchDecodeWrapper``
     adds ``run()``."""
@@ -68,7 +72,7 @@ class DecodePlanning:
     # graphs: replays of a captured run() launch without passing through Python).
     _launched = False
     # The plan-time scalars (name, type, value) the planned mask was made from.
-    _mask_key: tuple[tuple[str, type, object], ...] | None = None
+    _mask_key: MaskKey = None
     _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.tensors.byte_range)
 
     def __init__(
@@ -167,10 +171,12 @@ class DecodePlanning:
             self._launched = self.use_cuda_graph
         planned = self._planned_mask
         program = None
+        mask: tuple[PlannedMask, MaskKey] | None = None
         params = check_params_arg(params)
         if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
-            program = self._mask_ranges(params, sizes)
+            mask = self._mask_ranges(params, sizes)
+            program = mask[0].program
         fast = self._fast
         # Fast path: the scalars of the last plan (same types, so their checks pass again),
         # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
@@ -218,25 +224,28 @@ class DecodePlanning:
                 self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
                 self.last_schedule = sched
                 self._last_kv = None
+                self._commit_mask(mask)
                 return
         inputs = PlanInputs(
             kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
         self._plan_checked(inputs, program)
+        self._commit_mask(mask)
 
     def _mask_ranges(
         self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
-    ) -> RangeProgram | None:
-        """The mask's KV ranges (its range rows) with the params given to ``plan()``
-        (scalars, and per-request ``batch_size`` tensors: one value per request); None when
-        the mask reads none of them (the C++ planner then plans whole requests). Sets the
-        values ``run()`` must match, and drops cached calls when they change (or tensors were
-        planned) so the next ``run()`` checks. The same scalars as the last call keep its
-        planned mask (the same rows object)."""
+    ) -> tuple[PlannedMask, MaskKey]:
+        """The mask planned with the params given to ``plan()`` (scalars, and per-request
+        ``batch_size`` tensors: one value per request) and its key, the values' types and
+        values (None when tensors were given). Its ``program`` (the mask's KV ranges, its range
+        rows) is None when the mask reads none of them (the C++ planner then plans whole
+        requests). The same scalars as the last plan give its planned mask (the same rows
+        object). Nothing is set here: ``_commit_mask`` does that once the plan succeeded, so a
+        refused plan leaves the values ``run()`` must match as they were."""
         key = scalar_key(params)
         if key is not None and key == self._mask_key:
-            return self._planned_mask.program
+            return self._planned_mask, key
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
         if sizes and any(name in tensor_names for name in params):
             indptr, hq, hkv, d, q_len = sizes
@@ -252,11 +261,19 @@ class DecodePlanning:
             planned = PlannedMask.from_plan_params(self.variant, params)
         if not planned.values and not planned.tensors:
             planned = NO_PLANNED_MASK
+        return planned, (key if not planned.tensors else None)
+
+    def _commit_mask(self, mask: tuple[PlannedMask, MaskKey] | None) -> None:
+        """Make a successful plan's mask (from ``_mask_ranges``; None: unchanged) the one
+        ``run()`` checks its params against, dropping cached calls when its values changed
+        (or tensors were planned) so the next ``run()`` checks."""
+        if mask is None:
+            return
+        planned, key = mask
         if planned.values != self._planned_mask.values or planned.tensors:
             self._calls.clear()
         self._planned_mask = planned
-        self._mask_key = key if not planned.tensors else None
-        return planned.program
+        self._mask_key = key
 
     def _plan_checked(self, inputs: PlanInputs, program: RangeProgram | None = None) -> None:
         """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs

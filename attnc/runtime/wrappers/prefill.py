@@ -104,6 +104,8 @@ class BatchPrefillWrapper(PrefillRunner):
         self._copy_event: torch.cuda.Event | None = None
         self._map_summary: TileMapSummary | None = None
         self._planned_mask = NO_PLANNED_MASK
+        # The template serving the last successful plan: "sm90" or "fa2"; None before one.
+        self.planned_backend: str | None = None
         self._reads = variant_mask_reads(variant)
         if max_tile_map_bytes is None:
             reserve = prefill_tile_map.default_map_reserve(self._workspace.numel(), self._reads)
@@ -165,7 +167,6 @@ class BatchPrefillWrapper(PrefillRunner):
         group, max_q = num_qo_heads // num_kv_heads, max(checked.max_q, 1)
         choice = self._module_choice(dtype, head_dim, group, max_q, paged)
         module, tile = choice.module, choice.tile_q_tokens
-        self.planned_backend = choice.backend
         host_map, queued = None, None
         if self._reads.needs_tile_map:
             found = self._map_inputs(scalars, plan_tensors, (qo_t, kv_t, tile, sm))
@@ -188,6 +189,7 @@ class BatchPrefillWrapper(PrefillRunner):
                 host = host_plan(planner, head_dim, planned_mask.program, host_map)
             self._copy_to_workspace(host)
         self._planned_mask = planned_mask
+        self.planned_backend = choice.backend
         self._map_host = None if host_map is None else (host_map, tile)
         self._map_summary = None
         self._plan, self._module = host, module

@@ -17,6 +17,7 @@ import torch
 
 from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
+from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.variant import variant_by_handle
@@ -117,6 +118,7 @@ def _planned(
     repeat (a new plan allocates a workspace and copies the work list to the device). Tensor
     params (a tile map's, per-request bounds) are planned again on every call. Plans are
     found by the value of ``sm_scale`` (a tensor or numpy scale is read on every call)."""
+    check_single_request(q.shape[0], k.shape[0])  # before the int32 indptrs hold them
     if sm_scale is not None and type(sm_scale) is not float:
         sm_scale = tensors.sm_scale_value(sm_scale, q.shape[2])
     key = (
