@@ -23,6 +23,14 @@ _SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 M = TypeVar("M")
 
 
+# What a launcher's own codes mean to a caller (eager calls name the tensor before this).
+_HINTS = {
+    10003: ": the launcher refused the layout (it needs q, k, v, out and the workspace "
+    "16-byte aligned, their strides but the last dim's in whole multiples of 8 elements, "
+    "and a whole number of query heads per KV head)",
+}
+
+
 class LoadedModule:
     """A loaded kernel library (prefill or decode): the launcher plus the variant it was
     generated for, and the ctypes ``Params`` struct of that variant."""
@@ -39,8 +47,10 @@ class LoadedModule:
     def raise_on_error(self, rc: int, what: str = "failed") -> None:
         """A non-zero return code ``rc`` of the library becomes a RuntimeError naming it."""
         if rc != 0:
+            hint = _HINTS.get(rc, "")
             raise RuntimeError(
-                f"attnc: {self.kind} module {self.name} {what} with code {rc} ({abi.error_name(rc)})"
+                f"attnc: {self.kind} module {self.name} {what} with code {rc} "
+                f"({abi.error_name(rc)}){hint}"
             )
 
 

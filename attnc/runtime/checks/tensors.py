@@ -126,6 +126,12 @@ def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> tor
         raise ValueError(
             f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
         )
+    offset = workspace_buffer.data_ptr() % VECTOR_ALIGN_BYTES
+    if offset:
+        raise ValueError(
+            f"workspace_buffer: starts {offset} bytes past a 16-byte boundary; the kernels "
+            f"read their work lists with 16-byte loads (pass a tensor of its own)"
+        )
     return workspace_buffer.view(-1).view(torch.uint8)
 
 
@@ -221,6 +227,35 @@ def check_outside_workspace(
             raise ValueError(
                 f"{name}: overlaps workspace_buffer in memory; the kernels keep the plan's "
                 f"work lists and partial states there"
+            )
+
+
+# What the kernels' 16-byte vector loads and stores need of q, K, V and O (launch_checks.h
+# check_qkvo_layout): a 16-byte aligned start and, but for the last dim, strides in whole
+# multiples of 8 elements (q, K, V) or of the template's multiple for O.
+VECTOR_ALIGN_BYTES = 16
+QKV_STRIDE_MULTIPLE = 8
+
+
+def check_vector_layout(named: Sequence[tuple[str, torch.Tensor | None, int]]) -> None:
+    """Each tensor of ``named`` (name, tensor or None, stride multiple in elements) starts
+    16-byte aligned and has every stride but the last dim's a multiple of its multiple
+    (the kernels refused others with ATTNC_E_BAD_LAYOUT, naming no tensor)."""
+    for name, t, multiple in named:
+        if t is None:
+            continue
+        offset = t.data_ptr() % VECTOR_ALIGN_BYTES
+        if offset:
+            raise ValueError(
+                f"{name}: starts {offset} bytes past a 16-byte boundary; the kernels' vector "
+                f"loads need 16-byte aligned tensors (a view at an odd element offset is "
+                f"not; pass a tensor of its own, e.g. .clone())"
+            )
+        if any(s % multiple for s in t.stride()[:-1]):
+            raise ValueError(
+                f"{name}: strides {list(t.stride())} are not all multiples of {multiple} "
+                f"elements (the last dim's aside); the kernels' vector loads need them (pass "
+                f"a contiguous tensor)"
             )
 
 

@@ -34,7 +34,11 @@ from attnc.runtime.wrappers.decode_calls import (
     may_alias,
     remember_call,
 )
-from attnc.runtime.wrappers.decode_launch import ParamsPacker, fill_call_fields
+from attnc.runtime.wrappers.decode_launch import (
+    DECODE_O_STRIDE_MULTIPLE,
+    ParamsPacker,
+    fill_call_fields,
+)
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
 from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
 from attnc.runtime.wrappers.op_fakes import traced_result
@@ -134,15 +138,23 @@ class BatchDecodeWrapper(DecodePlanning):
             out = tensors.check_out(out, q)
             tensors.check_apart("out", out, named)
         tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+        qkv = tensors.QKV_STRIDE_MULTIPLE
+        tensors.check_vector_layout(
+            (("q", q, qkv), ("kv", views.k, qkv), ("kv", views.v, qkv))
+            + (("out", out, DECODE_O_STRIDE_MULTIPLE),)
+        )
         return torch.empty_like(q) if out is None else out
 
     def _run_cached(
         self, hit: CachedCall, q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
         """Launch with the fields of a cached call: only the q/o/lse pointers are new (None:
-        at these addresses q or ``out`` may share memory, which the checked call names)."""
+        at these addresses q or ``out`` may share memory or lie off a 16-byte boundary, which
+        the checked call names)."""
         qp = q.data_ptr()
         op = None if out is None else out.data_ptr()
+        if (qp | (op or 0)) % tensors.VECTOR_ALIGN_BYTES:
+            return None  # not 16-byte aligned: the checked call names it
         if may_alias(hit, qp, op, self._workspace_range):
             return None
         a = self._args

@@ -16,6 +16,9 @@ from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
+# O's strides (but the last dim's) are whole multiples of this many elements (decode_launcher.cuh).
+DECODE_O_STRIDE_MULTIPLE = 4
+
 __all__ = ["fill_call_fields", "raw_stream"]
 
 

@@ -24,6 +24,7 @@ import torch
 
 from attnc.runtime.abi import AttncPrefillArgs
 from attnc.runtime.checks.kv import KvViews
+from attnc.runtime.checks.tensors import VECTOR_ALIGN_BYTES
 from attnc.runtime.wrappers.call_keys import byte_span, call_key, tensor_meta
 
 MAX_MEMO_CALLS = 64
@@ -99,9 +100,12 @@ def replay_args(
 ) -> AttncPrefillArgs | None:
     """The launch struct of ``hit`` with this call's q / K / V addresses (O and LSE are the
     caller's to set), or None when at these addresses ``out`` may overlap q, K or V, or one
-    of them the workspace."""
+    of them the workspace, or one of them is not 16-byte aligned (the checked call names
+    it)."""
     k_base, v_base = kv_addresses(kv)
     q_ptr, k_ptr, v_ptr = q.data_ptr(), k_base + hit.k_offset, v_base + hit.v_offset
+    if (q_ptr | k_ptr | v_ptr) % VECTOR_ALIGN_BYTES:
+        return None
     ws, ws_end = hit.workspace
     q_end, k_end, v_end = q_ptr + hit.q_span, k_ptr + hit.k_span, v_ptr + hit.v_span
     if (q_ptr < ws_end and ws < q_end) or (k_ptr < ws_end and ws < k_end):
@@ -110,6 +114,8 @@ def replay_args(
         return None
     if out is not None:
         o_ptr = out.data_ptr()
+        if o_ptr % VECTOR_ALIGN_BYTES:
+            return None
         o_end = o_ptr + hit.o_span
         if (o_ptr < q_end and q_ptr < o_end) or (o_ptr < k_end and k_ptr < o_end):
             return None

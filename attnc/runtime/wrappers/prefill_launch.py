@@ -24,6 +24,9 @@ from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
 
+# O's strides (but the last dim's) are whole multiples of this many elements (prefill_launcher.cuh).
+PREFILL_O_STRIDE_MULTIPLE = 2
+
 if TYPE_CHECKING:
     from attnc.runtime.planning.prefill_plan import HostPlan
 

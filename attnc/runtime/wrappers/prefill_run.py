@@ -20,6 +20,7 @@ from attnc.runtime.planning.prefill_plan import HostPlan
 from attnc.runtime.wrappers import prefill_calls, prefill_launch
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
+from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
 
 # A call's memo key, and its kv and params as given.
 _MemoRequest = tuple[tuple[object, ...], object, Mapping[str, object]]
@@ -98,6 +99,11 @@ class PrefillRunner:
             out = tensors.check_out(out, q)
             tensors.check_apart("out", out, named)
         tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+        qkv = tensors.QKV_STRIDE_MULTIPLE
+        tensors.check_vector_layout(
+            (("q", q, qkv), (kv_names[0], views.k, qkv), (kv_names[1], views.v, qkv))
+            + (("out", out, PREFILL_O_STRIDE_MULTIPLE),)
+        )
         return out
 
     def _run_memo(
