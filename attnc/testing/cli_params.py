@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attnc.compiler import ir
 from attnc.dsl.errors import printable
-from attnc.dsl.literals import F32_MAX, INTEGER_TEXT
+from attnc.dsl.literals import F32_OVERFLOW, INTEGER_TEXT
 from attnc.runtime.checks.params import check_plan_params, describe_decl
 
 _TRUE = ("1", "true", "yes", "on")
@@ -51,8 +51,11 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
         value = float(text)
     except ValueError:
         raise ValueError(f"{where}: expected a number, got '{printable(text)}'") from None
-    literal_special = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
-    if (not math.isfinite(value) and not literal_special) or abs(value) > F32_MAX:
+    if math.isfinite(value):
+        in_range = abs(value) < F32_OVERFLOW  # as the Python API: what float32 rounds to a number
+    else:  # written inf or nan is taken, as by the Python API; 1e400 is not
+        in_range = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
+    if not in_range:
         raise ValueError(f"{where}: '{printable(text)}' is out of the f32 range")
     return value
 

@@ -181,6 +181,28 @@ def test_a_build_record_that_cannot_be_removed_is_named(fake_nvcc, tmp_path, mon
     assert "ATTNC_CACHE_DIR" in text and "Permission denied" in text
 
 
+@pytest.mark.parametrize("entry", ["library", "partial", "source", "build.ninja"])
+def test_a_directory_in_place_of_a_module_file_is_rebuilt(fake_nvcc, entry):
+    """A directory where the cache keeps a file (the library, its partial file, the source or
+    the ninja file) failed the build with IsADirectoryError from os.replace, and the decode
+    planner kept that failure for the process."""
+    library = _build()
+    module = library.parent
+    named = {
+        "library": library,
+        "partial": library.with_name(library.name + ".partial"),
+        "source": next(module.glob("*.cu")),
+        "build.ninja": module / "build.ninja",
+    }
+    target = named[entry]
+    library.unlink()
+    if target.exists():
+        target.unlink()
+    (target / "inside").mkdir(parents=True)
+    assert _build() == library and fake_nvcc() == 2
+    assert library.is_file() and (entry == "partial" or target.is_file())
+
+
 def test_merge_state_is_built_for_the_arch_of_its_tensors_gpu(monkeypatch):
     """merge_state's module is kept per GPU arch: a host with an sm_80 and an sm_90 GPU used
     the first one built (for the current device) for both."""

@@ -42,6 +42,7 @@ def _test(capsys, *args):
         ("stdlib:alibi", "slopes=1.0", "--param slopes (tensor<f32>[num_qo_heads]): a tensor"),
         ("stdlib:softcap", "cap=abc", "--param cap (f32): expected a number, got 'abc'"),
         ("stdlib:softcap", "cap=1e39", "--param cap (f32): '1e39' is out of the f32 range"),
+        ("stdlib:softcap", "cap=1e400", "--param cap (f32): '1e400' is out of the f32 range"),
         ("stdlib:sliding_window", "window=2147483648", "param 'window' (i32): value 2147483648"),
         ("stdlib:sliding_window", "window=1.5", "--param window (i32): expected an integer"),
         ("stdlib:sliding_window", "window=\u0661\u0662", "(i32): expected an integer, got '\u0661"),
@@ -54,6 +55,18 @@ def test_bad_params_are_errors_that_name_the_param(capsys, no_harness, spec, par
     assert status == 1
     assert message in err, err
     assert not no_harness
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("inf", float("inf")), ("-Infinity", float("-inf")), ("3.4028235e38", 3.4028235e38)],
+)
+def test_f32_params_the_api_takes_are_taken(capsys, no_harness, text, value):
+    """Written inf (which the Python API takes) and numbers float32 rounds to its maximum
+    were refused as out of the f32 range."""
+    status, err = _test(capsys, "stdlib:softcap", "--param", f"cap={text}")
+    assert status == 0, err
+    assert no_harness == [{"cap": value}]
 
 
 def test_good_params_reach_the_harness_typed(capsys, no_harness):

@@ -309,3 +309,14 @@ def test_a_tensor_param_past_int32_elements_is_refused_by_name() -> None:
             decls, {"t": huge}, variant_name="big", num_qo_heads=8, num_kv_heads=8,
             head_dim=64, batch_sizes={"kv_len": tokens, "q_len": 1, "batch_size": 1},
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("given", [[1.0], (1.0, 2.0), 3.0, None])
+def test_merge_state_names_an_argument_that_is_not_a_tensor(given) -> None:
+    """A list or a number reached torch's dispatcher first, whose schema error ("Expected a
+    value of type 'Tensor' for argument 'o_a'") named no attnc rule."""
+    o, lse = torch.zeros(4, 2, 64), torch.zeros(4, 2)
+    with pytest.raises(ValueError, match="^o_a: expected a torch.Tensor, got"):
+        attnc.merge_state(given, lse, o, lse)
+    with pytest.raises(ValueError, match="^lse_b: expected a torch.Tensor, got"):
+        attnc.merge_state(o, lse, o, given)

@@ -99,12 +99,14 @@ def shell_safe(path: Path | str) -> bool:
 
 
 def write_if_changed(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` unless it already holds exactly that; True when written.
-    Text is written as UTF-8, with the undecodable bytes of a path (held as surrogates, see
+    """Write ``text`` to ``path`` unless it already holds exactly that; True when written (a
+    directory in its place is removed first: ``remove_file``). Text is written as UTF-8, with the undecodable bytes of a path (held as surrogates, see
     ``os.fsdecode``) written back as they were."""
     data = text.encode("utf-8", "surrogateescape")
     if path.is_file() and path.read_bytes() == data:
         return False
+    if path.is_dir():  # a damaged entry (the cache writes only files here): os.replace fails
+        remove_file(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)

@@ -176,8 +176,10 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
     """Run nvcc (no shell) into the partial file, check it, and rename it into place.
 
     nvcc passes the source's absolute path to its sub-tools through a shell, so a module
-    directory whose path a shell would expand is built in a temporary directory instead."""
-    plan.partial.unlink(missing_ok=True)
+    directory whose path a shell would expand is built in a temporary directory instead. A
+    directory in place of the partial file or the library (a damaged entry) is removed
+    (``cache.remove_file``)."""
+    cache.remove_file(plan.partial)
     staging = None
     if not cache.shell_safe(plan.directory):
         staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=_staging_root()))
@@ -204,6 +206,8 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
     release = version.release if version is not None else None
     key = plan.directory.name
     record = artifact.record_text(plan.partial, _commands_text(build.all()), key, release)
+    if plan.library.is_dir():
+        cache.remove_file(plan.library)
     os.replace(plan.partial, plan.library)
     cache.write_if_changed(plan.stamp, record)
     artifact.mark_sound(plan.library, plan.stamp, key, release)

@@ -39,14 +39,20 @@ def _library(arch: str) -> ctypes.CDLL:
         return lib
 
 
-def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
-    """Every problem of the four states as a ``ValueError`` naming the argument: the kinds,
-    then the dtypes and shapes, then the devices."""
-    for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
+def _check_kinds(*states: object) -> None:
+    """The four states (o_a, lse_a, o_b, lse_b) are dense tensors, else a ``ValueError``
+    naming the first that is not."""
+    for name, t in zip(("o_a", "lse_a", "o_b", "lse_b"), states, strict=True):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if not is_dense(t):
             raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
+
+
+def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
+    """Every problem of the four states as a ``ValueError`` naming the argument: the kinds,
+    then the dtypes and shapes, then the devices."""
+    _check_kinds(o_a, lse_a, o_b, lse_b)
     _check_shapes(o_a, lse_a, o_b, lse_b)
     for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
         if t.device.type != "cuda":
@@ -80,12 +86,23 @@ def _check_shapes(
             )
 
 
-@torch.library.custom_op("attnc::merge_state", mutates_args=())
 def merge_state(
     o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merged ``(o, lse)`` of two states: ``o_*`` ``[..., D]`` (fp32/bf16/fp16),
-    ``lse_*`` float32 ``[...]`` natural log."""
+    ``lse_*`` float32 ``[...]`` natural log. Each argument must be a tensor (a list or an
+    array is a ``ValueError`` naming it, before torch's dispatcher sees it); the rest is
+    checked in the ``attnc::merge_state`` custom op, which ``torch.compile`` traces."""
+    if not torch.compiler.is_compiling():  # traced arguments are tensors; the op checks
+        _check_kinds(o_a, lse_a, o_b, lse_b)
+    return merge_state_op(o_a, lse_a, o_b, lse_b)
+
+
+@torch.library.custom_op("attnc::merge_state", mutates_args=())
+def merge_state_op(
+    o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``attnc::merge_state`` custom op behind :func:`merge_state`."""
     _check(o_a, lse_a, o_b, lse_b)
     o_a, lse_a, o_b, lse_b = (t.contiguous() for t in (o_a, lse_a, o_b, lse_b))
     o = torch.empty_like(o_a)
@@ -103,7 +120,7 @@ def merge_state(
     return o, lse
 
 
-@merge_state.register_fake
+@merge_state_op.register_fake
 def _merge_state_fake(
     o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
