@@ -58,7 +58,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"head_dim of q ({q.shape[2]}) and k ({k.shape[2]}) differ")
     hq, hk = q.shape[1], k.shape[1]
-    if hk == 0 or hq % hk != 0:
+    if hq == 0 or hk == 0:
+        raise ValueError(f"q and k need at least one head each, got {hq} and {hk}")
+    if hq % hk != 0:
         raise ValueError(f"num_qo_heads ({hq}) must be a multiple of num_kv_heads ({hk})")
 
 

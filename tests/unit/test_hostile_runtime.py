@@ -320,3 +320,12 @@ def test_merge_state_names_an_argument_that_is_not_a_tensor(given) -> None:
         attnc.merge_state(given, lse, o, lse)
     with pytest.raises(ValueError, match="^lse_b: expected a torch.Tensor, got"):
         attnc.merge_state(o, lse, o, given)
+
+
+@pytest.mark.parametrize(("hq", "hk"), [(0, 2), (2, 0), (0, 0)])
+def test_reference_names_a_q_or_k_without_heads(hq, hk) -> None:
+    """Zero heads read "num_qo_heads (0) must be a multiple of num_kv_heads (0)"."""
+    causal = attnc.load("stdlib:causal")
+    q, k = torch.zeros(3, hq, 64, dtype=torch.float64), torch.zeros(3, hk, 64, dtype=torch.float64)
+    with pytest.raises(ValueError, match=f"^q and k need at least one head each, got {hq} and {hk}"):
+        causal.reference(q, k, k)
