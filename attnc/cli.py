@@ -228,8 +228,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
-    if not args.output_dir:
-        sys.stdout.write("\n".join(outputs.values()))
+    if not args.output_dir:  # a terminal, maybe: no control or bidi character reaches it
+        text = "\n".join(outputs.values())
+        sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))
         return
     os.makedirs(args.output_dir, exist_ok=True)
     for fname, text in outputs.items():

@@ -61,6 +61,8 @@ def _resolve(importer: str, item: ast.Import) -> str:
     base = os.getcwd() if importer.startswith("<") else os.path.dirname(os.path.abspath(importer))
     path = os.path.normpath(os.path.join(base, item.path))
     if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise AttnError(item.loc, f"import is not a file: '{item.path}' ({path})")
         raise AttnError(item.loc, f"import not found: '{item.path}' (looked for {path})")
     return path
 

@@ -19,6 +19,8 @@ MAX_EXPR_DEPTH = 2000
 MAX_IR_DEPTH = 2000
 # Longest chain of imports (a file importing one that imports another ...).
 MAX_IMPORT_DEPTH = 100
+# Largest .attn file read (the stdlib's are a few KB; the caches cap what they read too).
+MAX_SOURCE_BYTES = 16 << 20
 # Most params of one variant. Their struct is a kernel argument, and a kernel's arguments
 # are limited (32764 bytes on sm_80 and newer); 1024 params take at most 8 KB of it.
 MAX_PARAMS = 1024

@@ -17,6 +17,12 @@ F32_OVERFLOW = 2.0**128 - 2.0**103
 # An integer written in ASCII digits with an optional sign, as the command line takes it:
 # ``int()`` alone also reads other scripts' digits (``١٢٨`` is 128), ``1_000`` and spaces.
 INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+# A real number as the command line takes it, for the same reason (``float()`` reads
+# ``١٢``, ``1_0`` and `` 1``): ASCII decimal with an optional exponent, or inf, infinity, nan.
+FLOAT_TEXT = re.compile(
+    r"[+-]?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)",
+    re.IGNORECASE,
+)
 
 # Words with a meaning in the grammar; none of them may name a variant, param, let or def.
 # `doc` is not among them: it only starts a variant item (`doc "...";`), so the contextual

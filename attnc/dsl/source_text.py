@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import codecs
+import errno
+import os
+import stat
+
 from attnc.dsl.errors import SOURCES, AttnError, Loc
+from attnc.dsl.limits import MAX_SOURCE_BYTES
 
 
 def decode_source(data: bytes, file: str) -> str:
-    """``data`` decoded as UTF-8; invalid UTF-8 is an error at the line and column of the
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); invalid UTF-8 is an error at the line and column of the
     first bad byte (the line is quoted with the bad bytes replaced)."""
+    if data.startswith(codecs.BOM_UTF8):  # some editors write one; it is not text
+        data = data[len(codecs.BOM_UTF8) :]
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -22,7 +30,16 @@ def decode_source(data: bytes, file: str) -> str:
 
 
 def read_source(path: str, file: str | None = None) -> str:
-    """The text of the file at ``path`` (``file``: the name errors give, default ``path``)."""
+    """The text of the file at ``path`` (``file``: the name errors give, default ``path``).
+    A path that is not a regular file (``/dev/zero``, a pipe) or holds more than
+    :data:`MAX_SOURCE_BYTES` is an ``OSError`` naming it, before anything is read."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):  # open() names those
+        raise OSError(errno.EINVAL, "not a regular file (a .attn source is a file)", path)
     with open(path, "rb") as f:
-        data = f.read()
+        data = f.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise OSError(
+            errno.EFBIG, f"larger than {MAX_SOURCE_BYTES} bytes, the limit of a .attn file", path
+        )
     return decode_source(data, path if file is None else file)

@@ -189,11 +189,13 @@ def load(
     text, file = spec_text(spec, source)
     compiled, warnings = compile_cached(text, file)
     if not compiled:
-        raise ValueError(f"{file} defines no variant")
+        raise ValueError(f"{printable(file)} defines no variant")
     if variant is None:
         if len(compiled) > 1:
             names = ", ".join(c.variant.name for c in compiled)
-            raise ValueError(f"{file} defines several variants ({names}): pass variant=NAME")
+            raise ValueError(
+                f"{printable(file)} defines several variants ({names}): pass variant=NAME"
+            )
         return Variant(compiled[0], warnings)
     for c in compiled:
         if c.variant.name == variant:

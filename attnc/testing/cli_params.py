@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attnc.compiler import ir
 from attnc.dsl.errors import printable
-from attnc.dsl.literals import F32_OVERFLOW, INTEGER_TEXT
+from attnc.dsl.literals import F32_OVERFLOW, FLOAT_TEXT, INTEGER_TEXT
 from attnc.runtime.checks.params import check_plan_params, describe_decl
 
 _TRUE = ("1", "true", "yes", "on")
@@ -47,10 +47,9 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
         if INTEGER_TEXT.fullmatch(text) is None:  # int() would also read "١٢٨" as 128
             raise ValueError(f"{where}: expected an integer, got '{printable(text)}'")
         return int(text)
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{where}: expected a number, got '{printable(text)}'") from None
+    if FLOAT_TEXT.fullmatch(text) is None:  # float() would also read "١٢", "1_0", " 1"
+        raise ValueError(f"{where}: expected a number, got '{printable(text)}'")
+    value = float(text)
     if math.isfinite(value):
         in_range = abs(value) < F32_OVERFLOW  # as the Python API: what float32 rounds to a number
     else:  # written inf or nan is taken, as by the Python API; 1e400 is not

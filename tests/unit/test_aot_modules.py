@@ -101,6 +101,9 @@ def test_sm90a_without_the_hopper_template_says_so(causal, monkeypatch):
         (lambda: aot.parse_dtypes(""), "--dtype"),
         (lambda: aot.parse_head_dims("96"), "--head-dim"),
         (lambda: aot.parse_head_dims("x"), "--head-dim"),
+        (lambda: aot.parse_head_dims("128,,64"), "--head-dim"),  # was read as 128,64
+        (lambda: aot.parse_head_dims("128,"), "--head-dim"),
+        (lambda: aot.parse_dtypes("bf16,,fp16"), "--dtype"),
     ],
 )
 def test_bad_choices(call, message):

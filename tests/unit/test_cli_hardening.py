@@ -43,6 +43,9 @@ def _test(capsys, *args):
         ("stdlib:softcap", "cap=abc", "--param cap (f32): expected a number, got 'abc'"),
         ("stdlib:softcap", "cap=1e39", "--param cap (f32): '1e39' is out of the f32 range"),
         ("stdlib:softcap", "cap=1e400", "--param cap (f32): '1e400' is out of the f32 range"),
+        ("stdlib:softcap", "cap=\u0661\u0662", "--param cap (f32): expected a number, got '\u0661"),
+        ("stdlib:softcap", "cap=1_0", "--param cap (f32): expected a number, got '1_0'"),
+        ("stdlib:softcap", "cap=0x10", "--param cap (f32): expected a number, got '0x10'"),
         ("stdlib:sliding_window", "window=2147483648", "param 'window' (i32): value 2147483648"),
         ("stdlib:sliding_window", "window=1.5", "--param window (i32): expected an integer"),
         ("stdlib:sliding_window", "window=\u0661\u0662", "(i32): expected an integer, got '\u0661"),
@@ -59,7 +62,13 @@ def test_bad_params_are_errors_that_name_the_param(capsys, no_harness, spec, par
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("inf", float("inf")), ("-Infinity", float("-inf")), ("3.4028235e38", 3.4028235e38)],
+    [
+        ("inf", float("inf")),
+        ("-Infinity", float("-inf")),
+        ("3.4028235e38", 3.4028235e38),
+        (".5e-3", 0.0005),
+        ("+7.", 7.0),
+    ],
 )
 def test_f32_params_the_api_takes_are_taken(capsys, no_harness, text, value):
     """Written inf (which the Python API takes) and numbers float32 rounds to its maximum

@@ -124,3 +124,69 @@ def test_a_compilation_leaving_keeps_the_recursion_room_of_another_thread() -> N
         compiled, _ = compile_source(f"variant v {{ score = {deep}; }}", "x.attn")
         assert len(compiled) == 1
     assert sys.getrecursionlimit() == start
+
+
+def test_the_printed_ast_on_stdout_holds_no_control_character(tmp_path, capsys) -> None:
+    """`attnc compile F --emit ast` printed a doc string's ESC and bidi override as they were
+    (the ir/opt/cuda dumps escaped them); a file written with -o keeps the source's text."""
+    from attnc import cli
+
+    spec = tmp_path / "v.attn"
+    spec.write_text('variant v {\n    doc "\u202egnp.exe \x1b[2J";\n    score = score;\n}\n')
+    assert cli.main(["compile", str(spec), "--emit", "ast"]) == 0
+    out = capsys.readouterr().out
+    assert "\\u202egnp.exe \\x1b[2J" in out and all(line.isprintable() for line in out.split("\n"))
+    assert cli.main(["compile", str(spec), "--emit", "ast", "-o", str(tmp_path / "o")]) == 0
+    assert "\u202egnp.exe \x1b[2J" in (tmp_path / "o" / "ast.attn").read_text()
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [("def f() = 1.0;\n", "defines no variant"), ("variant a {}\nvariant b {}\n", "several")],
+)
+def test_load_errors_escape_the_file_name(tmp_path, source, words) -> None:
+    import attnc
+
+    spec = tmp_path / "n\x1b[31m.attn"
+    spec.write_text(source)
+    with pytest.raises(ValueError, match=words) as err:
+        attnc.load(str(spec))
+    assert "\x1b" not in str(err.value) and "n\\x1b[31m.attn" in str(err.value)
+
+
+def test_a_source_that_is_not_a_regular_file_is_named_before_reading(tmp_path, capsys) -> None:
+    """`attnc check /dev/zero` read until memory ran out."""
+    from attnc import cli
+
+    assert cli.main(["check", "/dev/zero", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "/dev/zero: not a regular file" in err and f"{tmp_path}: Is a directory" in err
+
+
+def test_a_source_past_the_size_limit_is_named(tmp_path, monkeypatch) -> None:
+    from attnc.dsl import source_text
+
+    monkeypatch.setattr(source_text, "MAX_SOURCE_BYTES", 64)
+    spec = tmp_path / "big.attn"
+    spec.write_text("variant v { score = score; }\n" + " " * 64)
+    with pytest.raises(OSError, match="larger than 64 bytes, the limit of a .attn file"):
+        source_text.read_source(str(spec))
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path) -> None:
+    """A file saved with a UTF-8 BOM failed at 1:1 (unexpected character '\\ufeff')."""
+    import attnc
+
+    spec = tmp_path / "bom.attn"
+    spec.write_bytes(b"\xef\xbb\xbfvariant bom { score = score; }\r\n")
+    assert attnc.load(str(spec)).name == "bom"
+
+
+def test_an_import_of_a_directory_says_it_is_not_a_file(tmp_path) -> None:
+    from attnc.compiler.pipeline import compile_source
+
+    (tmp_path / "sub.attn").mkdir()
+    spec = tmp_path / "v.attn"
+    spec.write_text('import "sub.attn";\nvariant v { score = score; }\n')
+    with pytest.raises(AttnError, match="import is not a file: 'sub.attn'"):
+        compile_source(spec.read_text(), str(spec))

@@ -42,7 +42,7 @@ class AotModule:
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
     """``"bf16,fp16"`` -> ``("bfloat16", "float16")``."""
-    names = [t.strip() for t in text.split(",") if t.strip()]
+    names = [t.strip() for t in text.split(",")]  # an empty item (",,") is refused too
     bad = [n for n in names if n not in DTYPES]
     if bad or not names:
         raise ValueError(
@@ -54,7 +54,7 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 def parse_head_dims(text: str) -> tuple[int, ...]:
     """``"64,128"`` -> ``(64, 128)``; each one of :data:`HEAD_DIMS`, in ASCII digits."""
     spelled = {str(d): d for d in HEAD_DIMS}  # int() would also read "١٢٨" as 128
-    dims = [spelled.get(t.strip(), 0) for t in text.split(",") if t.strip()]
+    dims = [spelled.get(t.strip(), 0) for t in text.split(",")]  # "" (from ",,") is refused
     if not dims or 0 in dims:
         choices = ", ".join(map(str, HEAD_DIMS))
         raise ValueError(
