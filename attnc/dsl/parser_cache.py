@@ -4,11 +4,13 @@ Building the LALR tables takes 0.3 s, and over a second where the optional ``int
 package is installed (Lark then checks every pair of terminals for collisions); reading the
 saved tables takes a few milliseconds. The file is ``<cache root>/parser/attn-<key>.lark``,
 where the key hashes the grammar text, the Lark options, Lark's version and Python's, so any
-change builds a new file. It holds a header line naming the key, then Lark's serialised tables
-as JSON (data only: no pickle, nothing executed), handed to Lark's loader of serialised
+change builds a new file. It holds a header line naming the key and the sha256 of the rest,
+then Lark's serialised tables as JSON (data only: no pickle, nothing executed), handed to Lark's loader of serialised
 tables. Lark's tables hold tuples and dicts with int keys, which JSON lacks, so every dict is
 written as ``{"d": [[key, value], ...]}`` and every tuple as ``{"t": [...]}``; any other
-JSON object is refused. Files over 4 MiB are not read.
+JSON object is refused. Files over 4 MiB are not read. The digest is checked before the JSON
+is read: a table damaged in place (one digit changed) could load and then fail inside Lark's
+parser, or parse wrongly.
 
 The cache is an optimisation and never an error: a file that cannot be read or does not load
 (truncated, corrupt, from another Lark) is replaced by a fresh build, and a cache root that
@@ -35,7 +37,7 @@ from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
 from attnc.verbose import verbose
 
-FORMAT = "attnc parser tables v2"
+FORMAT = "attnc parser tables v3"
 MAX_BYTES = 4 << 20
 
 
@@ -76,8 +78,10 @@ def _decode_object(obj: dict[str, object]) -> object:
     raise ValueError(f"an untagged JSON object with keys {sorted(obj)[:4]}")
 
 
-def _header(key: str) -> str:
-    return f"{FORMAT} {key}\n"
+def _header(key: str, body: str) -> str:
+    """The first line of the file of ``key`` whose tables are ``body``."""
+    digest = hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{FORMAT} {key} {digest}\n"
 
 
 def _read_tables(path: Path, key: str) -> dict[str, object] | None:
@@ -91,8 +95,10 @@ def _read_tables(path: Path, key: str) -> dict[str, object] | None:
     if len(text) > MAX_BYTES:
         raise ValueError(f"over {MAX_BYTES} bytes")
     header, _, body = text.partition("\n")
-    if header + "\n" != _header(key):
+    if not header.startswith(f"{FORMAT} {key} "):
         raise ValueError("not this grammar's tables (header differs)")
+    if header + "\n" != _header(key, body):
+        raise ValueError("damaged (its digest differs)")
     tables = json.loads(body, object_hook=_decode_object)
     if not (isinstance(tables, dict) and set(tables) == {"data", "memo"}):
         raise ValueError("not a table of data and memo")
@@ -123,9 +129,10 @@ def _save(parser: Lark, path: Path, key: str) -> None:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".attn-", suffix=".tmp", dir=path.parent)
+        body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_header(key))
-            json.dump(_encode({"data": data, "memo": memo}), f, separators=(",", ":"))
+            f.write(_header(key, body))
+            f.write(body)
         os.replace(tmp, path)
         tmp = None
     except (OSError, ValueError, TypeError) as exc:
