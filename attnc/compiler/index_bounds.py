@@ -128,6 +128,10 @@ def _minus(a: Bound, b: Bound) -> Bound | None:
     return None
 
 
+# i32 calls whose value is one of their arguments' values.
+_PICKS_AN_ARGUMENT = frozenset({"min", "max", "clamp"})
+
+
 def _unwrapped(v: Interval) -> Interval:
     """``v`` when its ends keep the value inside i32 for every size (so the arithmetic that
     made it did not wrap), else unbounded."""
@@ -225,7 +229,10 @@ class Bounds:
             b = self.of(e.b, guarded(facts, e.cond, False, self))
             return Interval(_lower_of_either(a.lo, b.lo), _upper_of_either(a.hi, b.hi))
         if isinstance(e, ir.Call) and e.type == ir.I32:
-            return _unwrapped(self._call(e.fn, [self.of(a, facts) for a in e.args]))
+            found = self._call(e.fn, [self.of(a, facts) for a in e.args])
+            # min, max and clamp return one of their arguments, so no value wraps and one
+            # known end is kept (min(w, 7) <= 7 for any w); abs(-2**31) wraps.
+            return found if e.fn in _PICKS_AN_ARGUMENT else _unwrapped(found)
         return UNBOUNDED
 
     def _binary(self, op: str, a: Interval, b: Interval) -> Interval:

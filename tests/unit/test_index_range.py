@@ -72,6 +72,10 @@ def _index_warnings(text: str) -> list[str]:
         "(kv_idx + 3 + 5 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)",
         "(kv_idx <= q_pos && q_pos - 4 - 3 <= kv_idx ? t8[q_pos - kv_idx] : 0.0)",
         "(2 + (kv_idx + 6) < 16 ? t8[kv_idx] : 0.0)",
+        # min, max and clamp of a param: one of their arguments, so one known end is kept
+        "t8[max(min(w, 7), 0)]",
+        "t8[min(max(w, 0), 7)]",
+        "t8[max(0, min(7, w))]",
     ],
 )
 def test_indices_kept_inside_their_dims_pass_quietly(score: str) -> None:
@@ -128,6 +132,11 @@ def test_an_index_always_outside_its_dim_is_an_error_at_the_index(
         ("(kv_idx + 65536 + 65536 < 131080 ? t8[kv_idx] : 0.0)", "kv_len - 1"),
         ("(w + 8 > q_pos && kv_idx <= q_pos ? t8[q_pos - kv_idx] : 0.0)", "kv_len - 1"),
         ("t8[(kv_idx * 2 + 1) % 8]", "may be negative"),
+        # one end known: the message names the other (it said both ends were unknown)
+        ("t8[min(w, 7)]", "it may be negative; the kernels"),
+        ("t8[max(w, 0)]", "it has no upper bound; the kernels"),
+        ("t8[max(min(w, 8), 0)]", "may reach 8"),
+        ("t8[abs(w) % 8]", "may be negative"),  # abs(-2**31) wraps
     ],
 )
 def test_an_index_the_bounds_cannot_keep_inside_is_a_warning(score: str, fragment: str) -> None:
