@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import decimal
+import math
 import re
+import struct
 from typing import TYPE_CHECKING
 
 from attnc.dsl.errors import AttnError, Loc
@@ -14,6 +17,7 @@ I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
 # Float literals are rounded to f32 (nearest, ties to even); from here on they round to inf.
 F32_OVERFLOW = 2.0**128 - 2.0**103
+_F32_OVERFLOW_EXACT = decimal.Decimal(F32_OVERFLOW)
 # An integer written in ASCII digits with an optional sign, as the command line takes it:
 # ``int()`` alone also reads other scripts' digits (``١٢٨`` is 128), ``1_000`` and spaces.
 INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
@@ -55,16 +59,58 @@ def _short(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def f32_literal(text: str) -> float | None:
+    """The binary32 value nearest the decimal ``text`` (ties to even), or None past the f32
+    range. Rounded once, from the decimal: rounding its nearest double to binary32 again
+    differs where that double is a midpoint of two binary32 values (``1.000000059604644775
+    39062500001`` is just above one and rounds up; ``3.4028235677973366e38`` less a little is
+    below the overflow midpoint and rounds to the largest f32)."""
+    exact = decimal.Decimal(text)
+    if exact.copy_abs() >= _F32_OVERFLOW_EXACT:  # copy_abs: exact (abs() rounds)
+        return None
+    near = float(text)  # the nearest double
+    rounded = _to_f32(near)
+    if math.isinf(rounded):  # the double is the overflow midpoint; the decimal is below it
+        return math.copysign(F32_MAX, near)
+    if rounded == near:
+        return rounded
+    other = _f32_step(rounded, away=abs(near) > abs(rounded))
+    midpoint = (rounded + other) / 2  # exact in a double (25 significant bits)
+    if near != midpoint or exact == decimal.Decimal(midpoint):
+        return rounded  # the double is not a tie, or the decimal is: as rounded
+    farther = exact.copy_abs() > decimal.Decimal(midpoint).copy_abs()
+    return max(rounded, other, key=abs) if farther else min(rounded, other, key=abs)
+
+
+def _to_f32(x: float) -> float:
+    """``x`` rounded to binary32 (ties to even); inf past the range."""
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", x))[0])
+    except OverflowError:
+        return math.copysign(math.inf, x)
+
+
+def _f32_step(x: float, away: bool) -> float:
+    """The binary32 value next to the binary32 ``x``, away from zero or toward it (x's
+    sign; from 0, the least subnormal)."""
+    bits = struct.unpack("<I", struct.pack("<f", abs(x)))[0]
+    bits = bits + 1 if away else max(bits - 1, 0)
+    return math.copysign(float(struct.unpack("<f", struct.pack("<I", bits))[0]), x)
+
+
 def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
     """``(value, is_float)`` of a NUMBER token; out-of-range literals are errors."""
     text = str(tok)
     if any(c in text for c in ".eE"):
-        value = float(text)
-        if not abs(value) < F32_OVERFLOW:
+        value = f32_literal(text)
+        if value is None:
             raise AttnError(
                 token_loc(tok, file), f"float literal '{_short(text)}' is out of range for f32"
             )
-        return value, True
+        # The nearest double where it rounds to the same f32, so the AST keeps 0.1 (not
+        # 0.10000000149011612); the f32 value itself where it does not.
+        near = float(text)
+        return (near if _to_f32(near) == value else value), True
     # Leading zeros are dropped first: int() refuses texts of more than 4300 digits.
     digits = text.lstrip("0") or "0"
     if len(digits) > 10 or int(digits) > I32_MAX:
