@@ -66,6 +66,7 @@ CONTINUATIONS = frozenset(
 )
 ITEM_START = frozenset({"DOC", "PARAM", "LET", "NORMALIZE", "KV_LAYOUT"})
 TOP_START = frozenset({"IMPORT", "DEF", "VARIANT"})
+TOP_WORDS = frozenset({"import", "def", "variant"})  # how they are spelled
 TYPE_START = frozenset({"F32", "I32", "BOOL", "TENSOR"})
 
 
@@ -146,10 +147,27 @@ def _accepted(err: UnexpectedToken) -> set[str]:
     return set(err.expected)
 
 
+def _unclosed_before_top_item(stack: list[Any], file: str) -> AttnError | None:
+    """The error of a variant left open before the next top-level item: inside a variant the
+    lexer reads ``variant``, ``def`` and ``import`` as names (the start of an assignment),
+    so the parser stops one token later ("expected '=', found 'b'"). Located at that word."""
+    top = stack[-1] if stack else None
+    if not (isinstance(top, Token) and top.type == "NAME" and str(top) in TOP_WORDS):
+        return None
+    name = _open_variant(stack)
+    if name is None:
+        return None
+    loc = Loc(file, top.line or 1, top.column or 1, top.end_line or 0, top.end_column or 0)
+    return AttnError(loc, f"expected '}}' to close variant '{name}' before '{top}'")
+
+
 def _token_error(err: UnexpectedToken, text: str, file: str) -> AttnError:
     tok = err.token
     state = getattr(err, "state", None)
     stack = list(getattr(state, "value_stack", None) or [])
+    unclosed = _unclosed_before_top_item(stack, file)
+    if unclosed is not None:
+        return unclosed
     message = f"expected {_expected(_accepted(err), tok, stack)}, found {_found(tok)}"
     if message.startswith("expected '}' to close"):
         message = message.split(", found")[0]

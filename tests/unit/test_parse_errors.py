@@ -281,3 +281,15 @@ def test_numbers_are_ascii_digits_only(source: str, col: int) -> None:
     first source below once declared w = 128."""
     err = error_of(source)
     assert err.loc.col == col and err.message.startswith("unexpected character '")
+
+
+@pytest.mark.parametrize(
+    ("after", "word"),
+    [("variant b {\n}\n", "variant"), ("def f() = 1.0;\n", "def"), ('import "x.attn";\n', "import")],
+)
+def test_a_variant_left_open_before_the_next_item_is_named(after: str, word: str) -> None:
+    """The next item's keyword was read as an assignment's name, so the error came one token
+    later: "expected '=', found 'b'"."""
+    err = error_of("variant a {\n  score = score;\n\n" + after)
+    assert err.message == f"expected '}}' to close variant 'a' before '{word}'"
+    assert (err.loc.line, err.loc.col) == (4, 1)
