@@ -28,6 +28,12 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _F32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 MAX_HEADS = 2**30 - 1  # the host planners (prefill and decode) take head counts below 2**30
 
+# What the kernels' 16-byte vector loads and stores need of q, K, V and O (launch_checks.h
+# check_qkvo_layout): a 16-byte aligned start and, but for the last dim, strides in whole
+# multiples of 8 elements (q, K, V) or of the template's multiple for O.
+VECTOR_ALIGN_BYTES = 16
+QKV_STRIDE_MULTIPLE = 8
+
 
 def check_int(name: str, value: object, minimum: int = 1, maximum: int = I32_MAX) -> int:
     """An integer argument (a Python or numpy int, never a bool or a float) in
@@ -228,13 +234,6 @@ def check_outside_workspace(
                 f"{name}: overlaps workspace_buffer in memory; the kernels keep the plan's "
                 f"work lists and partial states there"
             )
-
-
-# What the kernels' 16-byte vector loads and stores need of q, K, V and O (launch_checks.h
-# check_qkvo_layout): a 16-byte aligned start and, but for the last dim, strides in whole
-# multiples of 8 elements (q, K, V) or of the template's multiple for O.
-VECTOR_ALIGN_BYTES = 16
-QKV_STRIDE_MULTIPLE = 8
 
 
 def check_vector_layout(named: Sequence[tuple[str, torch.Tensor | None, int]]) -> None:
