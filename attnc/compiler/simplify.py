@@ -234,9 +234,10 @@ class SympyConverter:
             return sympy.Float(float(e.value), 17)
         if isinstance(e, ir.Unary) and e.op == "neg":
             return -self.to_sympy(e.x)
-        if isinstance(e, ir.Binary) and e.op in ("+", "-", "*"):
-            a, b = self.to_sympy(e.a), self.to_sympy(e.b)
-            return a + b if e.op == "+" else a - b if e.op == "-" else a * b
+        if isinstance(e, ir.Binary) and e.op in ("+", "-"):
+            return sympy.Add(*self._sum_terms(e))
+        if isinstance(e, ir.Binary) and e.op == "*":
+            return self.to_sympy(e.a) * self.to_sympy(e.b)
         if isinstance(e, ir.Binary) and e.op == "/" and e.type == ir.F32:
             den = self.to_sympy(e.b)
             if den.is_zero:  # a zero divisor: IEEE division at run time, never SymPy's zoo
@@ -245,6 +246,31 @@ class SympyConverter:
         # A cast i32 -> f32 stays an atom: its i32 operand wraps before the conversion, so
         # SymPy must not mix it into f32 arithmetic (its operand is simplified on its own).
         return self._atom(e)
+
+    def _sum_terms(self, e: ir.Binary) -> list[sympy.Expr]:
+        """The SymPy terms of the chain of sums and differences whose last node is ``e``,
+        walked down its left operands without recursion, each left operand that
+        ``to_sympy`` would not take apart (converted before, shared, far below the root, or
+        a constant) kept whole. One ``Add`` of them all: adding one term at a time made
+        SymPy flatten the growing sum again at every node (quadratic in the terms)."""
+        rights: list[sympy.Expr] = []
+        node: ir.Expr = e
+        while (
+            isinstance(node, ir.Binary)
+            and node.op in ("+", "-")
+            and (node is e or self._takes_apart(node))
+        ):
+            right = self.to_sympy(node.b)
+            rights.append(right if node.op == "+" else -right)
+            node = node.a
+        return [self.to_sympy(node), *reversed(rights)]
+
+    def _takes_apart(self, e: ir.Expr) -> bool:
+        """Whether ``to_sympy`` would convert ``e`` from its operands (the conditions of
+        ``_to_sympy``'s first lines, checked the same way)."""
+        if id(e) in self._to or id(e) in _SHARED.get() or self._far_below_root(e):
+            return False
+        return _fold_constant(e) is None
 
     def _far_below_root(self, e: ir.Expr) -> bool:
         """Whether ``e`` is more than SYMPY_SPAN levels below the converted root (deeper
