@@ -69,7 +69,7 @@ def f32_literal(text: str) -> float | None:
     if exact.copy_abs() >= _F32_OVERFLOW_EXACT:  # copy_abs: exact (abs() rounds)
         return None
     near = float(text)  # the nearest double
-    rounded = _to_f32(near)
+    rounded = nearest_f32(near)
     if math.isinf(rounded):  # the double is the overflow midpoint; the decimal is below it
         return math.copysign(F32_MAX, near)
     if rounded == near:
@@ -82,8 +82,9 @@ def f32_literal(text: str) -> float | None:
     return max(rounded, other, key=abs) if farther else min(rounded, other, key=abs)
 
 
-def _to_f32(x: float) -> float:
-    """``x`` rounded to binary32 (ties to even); inf past the range."""
+def nearest_f32(x: float) -> float:
+    """``x`` rounded to binary32 (ties to even); inf past the range (the runtime's float32
+    checks use it too)."""
     try:
         return float(struct.unpack("<f", struct.pack("<f", x))[0])
     except OverflowError:
@@ -110,7 +111,7 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
         # The nearest double where it rounds to the same f32, so the AST keeps 0.1 (not
         # 0.10000000149011612); the f32 value itself where it does not.
         near = float(text)
-        return (near if _to_f32(near) == value else value), True
+        return (near if nearest_f32(near) == value else value), True
     # Leading zeros are dropped first: int() refuses texts of more than 4300 digits.
     digits = text.lstrip("0") or "0"
     if len(digits) > 10 or int(digits) > I32_MAX:

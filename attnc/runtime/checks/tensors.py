@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import struct
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
 
 HEAD_DIMS = (64, 128, 256)
@@ -61,21 +61,13 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     value = sm_scale_value(sm_scale, head_dim)
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
-    as_f32 = _as_f32(value)
+    as_f32 = nearest_f32(value)
     if not _F32_MIN_NORMAL <= as_f32 <= _F32_MAX:
         raise ValueError(
             f"sm_scale: {value!r} is {as_f32!r} as the kernels' float32 scale; give a number "
             f"from {_F32_MIN_NORMAL!r} to {_F32_MAX!r}"
         )
     return value
-
-
-def _as_f32(value: float) -> float:
-    """``value`` rounded to the nearest float32 (inf past its range)."""
-    try:
-        return float(struct.unpack("<f", struct.pack("<f", value))[0])
-    except OverflowError:
-        return math.copysign(math.inf, value)
 
 
 def sm_scale_value(sm_scale: object, head_dim: int) -> float:
