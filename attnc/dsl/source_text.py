@@ -12,8 +12,9 @@ from attnc.dsl.limits import MAX_SOURCE_BYTES
 
 
 def decode_source(data: bytes, file: str) -> str:
-    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); invalid UTF-8 is an error at the line and column of the
-    first bad byte (the line is quoted with the bad bytes replaced)."""
+    """``data`` decoded as UTF-8 (a leading byte-order mark dropped); invalid UTF-8 is an
+    error at the line and column of the first bad byte (the line is quoted with the bad bytes
+    replaced)."""
     if data.startswith(codecs.BOM_UTF8):  # some editors write one; it is not text
         data = data[len(codecs.BOM_UTF8) :]
     try:

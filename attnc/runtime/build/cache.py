@@ -100,8 +100,9 @@ def shell_safe(path: Path | str) -> bool:
 
 def write_if_changed(path: Path, text: str) -> bool:
     """Write ``text`` to ``path`` unless it already holds exactly that; True when written (a
-    directory in its place is removed first: ``remove_file``). Text is written as UTF-8, with the undecodable bytes of a path (held as surrogates, see
-    ``os.fsdecode``) written back as they were."""
+    directory in its place is removed first: ``remove_file``). Text is written as UTF-8, with
+    the undecodable bytes of a path (held as surrogates, see ``os.fsdecode``) written back as
+    they were."""
     data = text.encode("utf-8", "surrogateescape")
     if path.is_file() and path.read_bytes() == data:
         return False
