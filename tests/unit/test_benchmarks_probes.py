@@ -199,3 +199,26 @@ def test_predecessor_probe_bad_arguments_exit_2_before_gpu_work(args, words):
     )  # fmt: skip
     assert done.returncode == 2
     assert words in done.stderr
+
+
+def test_checked_read_cost_twins_differ_only_in_the_check():
+    """The probe's ``checked`` variant holds one bounds-checked read and ``proven`` none, so
+    the two time the check; ``no_read`` reads nothing."""
+    from attnc.compiler.index_range import checked_loads
+    from attnc.compiler.pipeline import compile_source
+    from benchmarks import checked_read_cost
+
+    compiled, _ = compile_source(checked_read_cost.SOURCE, "checked_read_cost")
+    by_name = {c.variant.name: c for c in compiled}
+    assert tuple(by_name) == checked_read_cost.VARIANTS
+    counts = {name: len(list(checked_loads(c.variant))) for name, c in by_name.items()}
+    assert counts == {"no_read": 0, "proven": 0, "checked": 1}
+
+
+def test_checked_read_cost_bad_arguments_exit_2_before_gpu_work():
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.checked_read_cost", "--rounds", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and "--rounds" in done.stderr
