@@ -288,7 +288,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     arch = toolchain.normalize_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
-        os.environ["ATTNC_CACHE_DIR"] = str(Path(args.output_dir).resolve())
+        out = Path(args.output_dir).resolve()
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(f"-o: {printable(args.output_dir)} is not a directory")
+        os.environ["ATTNC_CACHE_DIR"] = str(out)
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
     compiled, warnings = compile_cached(*resolve_source(args.file))
     _print_warnings(warnings)

@@ -11,9 +11,10 @@ import os
 
 from attnc.dsl import ast
 from attnc.dsl.errors import SOURCES, AttnError
-from attnc.dsl.limits import MAX_IMPORT_DEPTH, too_deep_message
+from attnc.dsl.limits import MAX_IMPORT_DEPTH, MAX_SOURCE_BYTES, too_deep_message
 from attnc.dsl.parser import parse_module
 from attnc.dsl.source_text import decode_source
+from attnc.regular_file import read_regular
 
 ATTN_SUFFIX = ".attn"
 
@@ -73,10 +74,13 @@ def _parse_file(path: str, item: ast.Import) -> ast.Module:
     if not path.endswith(ATTN_SUFFIX):
         raise AttnError(item.loc, f"cannot import '{item.path}': only {ATTN_SUFFIX} files")
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path, MAX_SOURCE_BYTES, "an import is a file")
     except OSError as exc:
         raise AttnError(item.loc, f"cannot read import '{item.path}': {exc.strerror}") from None
+    if len(data) > MAX_SOURCE_BYTES:
+        raise AttnError(
+            item.loc, f"cannot import '{item.path}': larger than {MAX_SOURCE_BYTES} bytes"
+        )
     try:
         return parse_module(decode_source(data, path), path)
     except AttnError as err:

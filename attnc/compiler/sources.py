@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 
@@ -37,7 +38,22 @@ def resolve_source(spec: str) -> tuple[str, str]:
         return read_source(shipped), shipped  # the package's own folder, as the docs spell it
     if _SOURCE_WORD.search(spec) or "\n" in spec:
         return spec, "<string>"
-    return read_source(spec), spec  # raises: no such file
+    return resolve_path(spec)  # raises: no such file
+
+
+def resolve_path(path: str) -> tuple[str, str]:
+    """(text, file name) of the file at ``path``; a path no file can have (a NUL byte, a
+    name past the system's length limit) is a ``FileNotFoundError`` like a missing file."""
+    try:
+        return read_source(path), path
+    except ValueError:  # os.open's answer to a NUL byte
+        why = "a path cannot hold a NUL byte"
+    except OSError as err:
+        if err.errno != errno.ENAMETOOLONG:
+            raise
+        why = "the name is longer than the system allows"
+    shown = path[:200] + ("..." if len(path) > 200 else "")  # str() shows its repr: escaped
+    raise FileNotFoundError(errno.ENOENT, f"no such file ({why})", shown) from None
 
 
 def stdlib_names() -> list[str]:

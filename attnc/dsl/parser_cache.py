@@ -35,6 +35,7 @@ from lark.lexer import TerminalDef
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
+from attnc.regular_file import read_regular
 from attnc.verbose import verbose
 
 FORMAT = "attnc parser tables v3"
@@ -88,12 +89,12 @@ def _read_tables(path: Path, key: str) -> dict[str, object] | None:
     """The serialised tables in ``path``; None when it is missing; ValueError when it is not
     this key's file of tables."""
     try:
-        with path.open("r", encoding="utf-8") as f:
-            text = f.read(MAX_BYTES + 1)
+        data = read_regular(path, MAX_BYTES)
     except FileNotFoundError:
         return None
-    if len(text) > MAX_BYTES:
+    if len(data) > MAX_BYTES:
         raise ValueError(f"over {MAX_BYTES} bytes")
+    text = data.decode("utf-8")
     header, _, body = text.partition("\n")
     if not header.startswith(f"{FORMAT} {key} "):
         raise ValueError("not this grammar's tables (header differs)")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import codecs
 import errno
-import os
-import stat
 
 from attnc.dsl.errors import SOURCES, AttnError, Loc
 from attnc.dsl.limits import MAX_SOURCE_BYTES
+from attnc.regular_file import read_regular
 
 
 def decode_source(data: bytes, file: str) -> str:
@@ -34,11 +33,7 @@ def read_source(path: str, file: str | None = None) -> str:
     """The text of the file at ``path`` (``file``: the name errors give, default ``path``).
     A path that is not a regular file (``/dev/zero``, a pipe) or holds more than
     :data:`MAX_SOURCE_BYTES` is an ``OSError`` naming it, before anything is read."""
-    info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):  # open() names those
-        raise OSError(errno.EINVAL, "not a regular file (a .attn source is a file)", path)
-    with open(path, "rb") as f:
-        data = f.read(MAX_SOURCE_BYTES + 1)
+    data = read_regular(path, MAX_SOURCE_BYTES, "a .attn source is a file")
     if len(data) > MAX_SOURCE_BYTES:
         raise OSError(
             errno.EFBIG, f"larger than {MAX_SOURCE_BYTES} bytes, the limit of a .attn file", path

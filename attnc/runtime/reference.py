@@ -57,6 +57,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if q.shape[2] != k.shape[2]:
         raise ValueError(f"head_dim of q ({q.shape[2]}) and k ({k.shape[2]}) differ")
+    if q.shape[2] == 0:
+        raise ValueError("head_dim: q, k and v have a last dim of 0 (head_dim must be >= 1)")
     hq, hk = q.shape[1], k.shape[1]
     if hq == 0 or hk == 0:
         raise ValueError(f"q and k need at least one head each, got {hq} and {hk}")

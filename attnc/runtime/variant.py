@@ -4,6 +4,7 @@ and ``load``, which turns a path, ``stdlib:NAME`` or source text into one."""
 from __future__ import annotations
 
 import itertools
+import os
 import weakref
 from collections.abc import Mapping
 from functools import cached_property
@@ -15,7 +16,7 @@ from attnc.compiler import ir as ir_nodes
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic, printable
 from attnc.runtime.checks.params import resolve_params, token_sizes
-from attnc.runtime.checks.tensors import check_flag
+from attnc.runtime.checks.tensors import check_flag, shown_value
 from attnc.runtime.reference import check_qkv, reference_attention
 
 
@@ -174,11 +175,14 @@ def _single_prefill() -> Any:
 
 
 def load(
-    spec: str | None = None, variant: str | None = None, *, source: str | None = None
+    spec: str | os.PathLike[str] | None = None,
+    variant: str | None = None,
+    *,
+    source: str | None = None,
 ) -> Variant:
     """Compile a `.attn` file path, ``stdlib:NAME`` or source text and return one variant.
 
-    An existing path is always read as a file, whatever characters its name holds; other
+    A path object (``pathlib.Path``) is always a file. An existing path is always read as a file, whatever characters its name holds; other
     text is taken as source only when it contains the word ``variant`` or a newline (else a
     missing file). ``source=`` passes source text explicitly. ``variant`` picks one when
     the file defines several. Errors in the source raise :class:`attnc.AttnError`
@@ -206,9 +210,9 @@ def load(
     )
 
 
-def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:
+def spec_text(spec: str | os.PathLike[str] | None, source: str | None = None) -> tuple[str, str]:
     """(source text, file name) of ``load``'s arguments (see ``load``)."""
-    from attnc.compiler.sources import resolve_source
+    from attnc.compiler.sources import resolve_path, resolve_source
 
     if source is not None:
         if spec is not None:
@@ -216,6 +220,12 @@ def spec_text(spec: str | None, source: str | None = None) -> tuple[str, str]:
         if not isinstance(source, str):
             raise ValueError(f"source: expected a str, got {type(source).__name__}")
         return source, "<string>"
+    if isinstance(spec, os.PathLike):
+        path = os.fspath(spec)
+        if isinstance(path, str):
+            return resolve_path(path)  # a path object is a file, never source text
     if not isinstance(spec, str):
-        raise ValueError(f"spec: expected a path, stdlib:NAME or source text, got {spec!r}")
+        raise ValueError(
+            f"spec: expected a path, stdlib:NAME or source text, got {shown_value(spec)}"
+        )
     return resolve_source(spec)

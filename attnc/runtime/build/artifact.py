@@ -19,8 +19,10 @@ import threading
 from pathlib import Path
 
 from attnc.dsl.errors import printable
+from attnc.regular_file import read_regular
 
 RECORD_FORMAT = 1
+MAX_RECORD_BYTES = 1 << 16  # a build record is a few hundred bytes of JSON
 _VERIFIED: dict[tuple[str, int, int, int], str | None] = {}
 _VERIFIED_LOCK = threading.Lock()
 
@@ -69,7 +71,10 @@ def record_text(library: Path, command: str, key: str, nvcc: str | None) -> str:
 
 def _read_record(stamp: Path) -> dict[str, object] | None:
     try:
-        record = json.loads(stamp.read_text(encoding="utf-8"))
+        data = read_regular(stamp, MAX_RECORD_BYTES)
+        if len(data) > MAX_RECORD_BYTES:
+            return None
+        record = json.loads(data.decode("utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:

@@ -28,6 +28,8 @@ from typing import Any
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
+from attnc.dsl.limits import MAX_SOURCE_BYTES
+from attnc.regular_file import read_regular
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
 from attnc.verbose import env_flag
@@ -58,10 +60,12 @@ def compiler_fingerprint() -> str:
 
 
 def _file_digest(path: str) -> str | None:
+    """The sha256 of an imported source now; None when it is not a readable source file."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        data = read_regular(path, MAX_SOURCE_BYTES)
     except (OSError, ValueError):
         return None
+    return None if len(data) > MAX_SOURCE_BYTES else hashlib.sha256(data).hexdigest()
 
 
 def import_base(file: str) -> str:
@@ -127,8 +131,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
     """The compiled variants and warnings of the entry at ``path``, or None when it is
     missing, not a valid entry of ``key``, or an import it recorded has changed."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_ENTRY_BYTES + 1)
+        raw = read_regular(path, MAX_ENTRY_BYTES)
         if len(raw) > MAX_ENTRY_BYTES:
             return None
         seen = (key, hashlib.sha256(raw).hexdigest())

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from attnc.dsl.errors import printable
 from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
 
@@ -87,8 +88,18 @@ def sm_scale_value(sm_scale: object, head_dim: int) -> float:
         raise _not_a_float(sm_scale) from None
 
 
+SHOWN_CHARS = 80  # the most characters of a value an error quotes
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)`` as an error quotes it: escaped, and cut after ``SHOWN_CHARS``."""
+    text = printable(repr(value))
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} chars)"
+
+
 def _not_a_float(sm_scale: object) -> ValueError:
-    return ValueError(f"sm_scale: expected a float, got {type(sm_scale).__name__} {sm_scale!r}")
+    kind = type(sm_scale).__name__
+    return ValueError(f"sm_scale: expected a float, got {kind} {shown_value(sm_scale)}")
 
 
 def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
@@ -297,15 +308,28 @@ def check_same_kind(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor
         raise ValueError(f"{name}: on {t.device}, but {ref_name} is on {ref.device}")
 
 
-def host_int32(name: str, t: object) -> torch.Tensor:
-    """A 1-D int32 index tensor, as a contiguous CPU int32 tensor (its values unchecked)."""
+INDEX_DEVICE_TYPES = ("cpu", "cuda")  # where index tensors may live (read back or copied)
+
+
+def check_index_tensor(name: str, t: object) -> torch.Tensor:
+    """A dense 1-D int32 tensor on the CPU or a CUDA device (its values unchecked): a meta
+    tensor has no data to read, a sparse or nested one no plain array of ids."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if not is_dense(t):
+        raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
+    if t.device.type not in INDEX_DEVICE_TYPES:
+        raise ValueError(f"{name}: must be on the CPU or a CUDA device, got {t.device}")
     if t.dtype != torch.int32:
         raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
-    return t.detach().to("cpu").contiguous()
+    return t
+
+
+def host_int32(name: str, t: object) -> torch.Tensor:
+    """A 1-D int32 index tensor, as a contiguous CPU int32 tensor (its values unchecked)."""
+    return check_index_tensor(name, t).detach().to("cpu").contiguous()
 
 
 def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.Tensor:

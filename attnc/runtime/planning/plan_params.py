@@ -183,13 +183,13 @@ def check_planned_tensors(
         if stamp.matches(value):
             continue
         if value is not stamp.tensor:
-            why = "another tensor object"
+            why = "another tensor object than plan()"
         elif isinstance(value, torch.Tensor) and value.data_ptr() != stamp.data_ptr:
-            why = "the same object with other storage"
+            why = "the planned tensor object, now with other storage"
         else:
-            why = "the same tensor, written since plan()"
+            why = "the planned tensor, written since plan()"
         raise ValueError(
-            f"variant '{variant_name}': param '{name}': run() was given {why} than plan(), "
-            "which built the work list (and tile map) from its values; call plan() again "
-            "with the new tensor"
+            f"variant '{variant_name}': param '{name}': run() was given {why}; plan() built "
+            "the work list (and tile map) from its values: call plan() again with the new "
+            "values"
         )

@@ -45,6 +45,14 @@ OUT_OF_RANGE_MESSAGE = (
 )
 
 
+_EMPTY_TABLE = np.zeros(1, np.int32)  # what an empty page table points at (never read)
+
+
+def _address(table: torch.Tensor) -> int:
+    """The address of a host int32 table; a non-null one for an empty table."""
+    return table.data_ptr() if table.numel() else _EMPTY_TABLE.ctypes.data
+
+
 class PrefillPlanner:
     """The host prefill planner with its reused buffers (``pinned``: page-locked output)."""
 
@@ -105,8 +113,10 @@ class PrefillPlanner:
             p.kv_indices = p.kv_last_page_len = None
             p.num_indices = p.num_last = 0
         else:
-            p.kv_indices, p.num_indices = kv_indices.data_ptr(), kv_indices.shape[0]
-            p.kv_last_page_len = kv_last_page_len.data_ptr()
+            # A null page table means ragged KV to the C++ side, and an empty tensor's
+            # data_ptr() is 0: an empty table points at a word of its own instead.
+            p.kv_indices, p.num_indices = _address(kv_indices), kv_indices.shape[0]
+            p.kv_last_page_len = _address(kv_last_page_len)
             p.num_last = kv_last_page_len.shape[0]
         p.page_size = page_size
         if self._lens.shape[1] < qo_indptr.shape[0]:

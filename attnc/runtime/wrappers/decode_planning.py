@@ -88,6 +88,7 @@ class DecodePlanning:
     ) -> None:
         check_variant(variant)
         tensors.check_kv_layout(kv_layout)
+        use_graph = tensors.check_flag("use_cuda_graph", use_cuda_graph)
         # The capacities are ints >= 1, checked before the regions are placed by them.
         max_batch = _count("max_batch_size", max_batch_size, DEFAULT_MAX_BATCH)
         max_items = _count("max_work_items", max_work_items, max(16384, 64 * max_batch))
@@ -98,7 +99,7 @@ class DecodePlanning:
         self._workspace_range = tensors.byte_range(self._ws)
         self.variant = variant
         self.kv_layout = kv_layout
-        self.use_cuda_graph = bool(use_cuda_graph)
+        self.use_cuda_graph = use_graph
         self._device = self._ws.device
         self._num_sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         self.layout = make_layout(
@@ -403,18 +404,10 @@ class DecodePlanning:
     def _check_indices(self, kv_indices: object) -> bool:
         """The tensor checks of ``kv_indices`` (its values are the planner's); True when it
         lives on the device (copied device to device)."""
-        if not isinstance(kv_indices, torch.Tensor):
-            raise ValueError(
-                f"kv_indices: expected a torch.Tensor, got {type(kv_indices).__name__}"
-            )
-        if kv_indices.dtype != torch.int32 or kv_indices.dim() != 1:
-            raise ValueError(
-                f"kv_indices: expected a 1-D torch.int32 tensor, got {kv_indices.dtype} "
-                f"of shape {list(kv_indices.shape)}"
-            )
-        if kv_indices.device.type == "cuda":
-            if kv_indices.device != self._device:
-                raise ValueError(f"kv_indices: on {kv_indices.device}, workspace on {self._device}")
+        ids = tensors.check_index_tensor("kv_indices", kv_indices)
+        if ids.device.type == "cuda":
+            if ids.device != self._device:
+                raise ValueError(f"kv_indices: on {ids.device}, workspace on {self._device}")
             return True
         return False
 
