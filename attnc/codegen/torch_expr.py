@@ -144,7 +144,7 @@ class _TorchText(ExprText):
         if e.op == "%" and e.type == ir.I32:
             return f"_imod({a}, {b})"
         if e.op == "%":
-            return f"torch.fmod({a}, {b})"
+            return f"_fmod({a}, {b})"
         op = {"&&": "&", "||": "|"}.get(e.op, e.op)
         return f"({a} {op} {b})"
 

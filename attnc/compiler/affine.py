@@ -12,6 +12,7 @@ from attnc.compiler import ir
 from attnc.compiler.hoist import level
 from attnc.compiler.results import AffineScore
 from attnc.compiler.simplify import (
+    FormTooLarge,
     NonFiniteConstant,
     SympyConverter,
     shared_as_atoms,
@@ -48,8 +49,11 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
     b = expr.subs(s, 0)
     if b.has(s):
         return None
-    scale = simplify_expr(conv.from_sympy(a, ir.F32, score))
-    bias = simplify_expr(conv.from_sympy(b, ir.F32, score))
+    try:
+        scale = simplify_expr(conv.from_sympy(a, ir.F32, score))
+        bias = simplify_expr(conv.from_sympy(b, ir.F32, score))
+    except FormTooLarge:  # (a power past MAX_POWER): the score stays as written, per element
+        return None
     if level(scale) > ir.ROW:
         return None
     identity = scale == one and bias == zero

@@ -385,17 +385,23 @@ def guarded(
     if not bounds.follow_guards:
         return facts
     found: dict[ir.Expr, Interval] = dict(facts)
-    _learn(found, facts, cond, holds, bounds)
+    _learn(found, facts, cond, holds, bounds, set())
     return bounds.interned(found, facts)
 
 
-def _learn(found, facts, cond: ir.Expr, holds: bool, bounds: Bounds) -> None:
+def _learn(found, facts, cond: ir.Expr, holds: bool, bounds: Bounds, seen: set) -> None:
+    # A condition shared by several places of the DAG (a let or def used twice) is learned
+    # once: narrowing is an intersection, so a second visit adds nothing, and visiting every
+    # path would cost 2^depth for `let a1 = a0 && a0; let a2 = a1 && a1; ...`.
+    if (id(cond), holds) in seen:
+        return
+    seen.add((id(cond), holds))
     if isinstance(cond, ir.Unary) and cond.op == "not":
-        _learn(found, facts, cond.x, not holds, bounds)
+        _learn(found, facts, cond.x, not holds, bounds, seen)
     elif isinstance(cond, ir.Binary) and cond.op in ("&&", "||"):
         if (cond.op == "&&") == holds:  # both sides hold, or both fail
-            _learn(found, facts, cond.a, holds, bounds)
-            _learn(found, facts, cond.b, holds, bounds)
+            _learn(found, facts, cond.a, holds, bounds, seen)
+            _learn(found, facts, cond.b, holds, bounds, seen)
     elif isinstance(cond, ir.Binary) and cond.op in _NEGATED and cond.a.type == ir.I32:
         op = cond.op if holds else _NEGATED[cond.op]
         a, b = bounds.of(cond.a, facts), bounds.of(cond.b, facts)

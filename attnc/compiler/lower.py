@@ -49,8 +49,8 @@ class Program:
 
 
 def lower_modules(modules: list[ast.Module]) -> Program:
-    """Lower ``modules`` (dependencies first, the root last). Variants of imported files are
-    visible for lookup but only the root's are returned first-class."""
+    """Lower ``modules`` (dependencies first, the root last). Only the root's variants are
+    lowered; an imported file's variants keep their names taken (a duplicate is an error)."""
     defs = _collect_defs(modules)
     seen: dict[str, Loc] = {}
     variants: list[ir.VariantIR] = []

@@ -175,7 +175,7 @@ MAX_POWER = 16  # a SymPy power above this is left as the source wrote it
 SYMPY_SPAN = 24  # levels of one expression SymPy rewrites at once
 
 
-class _TooLarge(Exception):
+class FormTooLarge(Exception):
     """The SymPy form would be much larger than the IR it came from."""
 
 
@@ -206,7 +206,7 @@ class SympyConverter:
             return None
         try:
             return self.from_sympy(expr, e.type, e)
-        except _TooLarge:
+        except FormTooLarge:
             return None
 
     # ------------------------------------------------------------------ IR -> SymPy
@@ -368,7 +368,7 @@ class SympyConverter:
         for f in factors:
             base, exp = f.as_base_exp()
             if exp.is_Integer and abs(int(exp)) > MAX_POWER:
-                raise _TooLarge(f"power {exp}")
+                raise FormTooLarge(f"power {exp}")
             if exp.is_Integer and int(exp) < 0:
                 den.extend([base] * -int(exp))
             elif exp.is_Integer and int(exp) > 1:

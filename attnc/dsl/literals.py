@@ -65,7 +65,10 @@ def f32_literal(text: str) -> float | None:
     differs where that double is a midpoint of two binary32 values (``1.000000059604644775
     39062500001`` is just above one and rounds up; ``3.4028235677973366e38`` less a little is
     below the overflow midpoint and rounds to the largest f32)."""
-    exact = decimal.Decimal(text)
+    try:
+        exact = decimal.Decimal(text)
+    except decimal.InvalidOperation:  # an exponent past decimal's own limit (10^18)
+        return _past_decimal_range(text)
     if exact.copy_abs() >= _F32_OVERFLOW_EXACT:  # copy_abs: exact (abs() rounds)
         return None
     near = float(text)  # the nearest double
@@ -80,6 +83,16 @@ def f32_literal(text: str) -> float | None:
         return rounded  # the double is not a tie, or the decimal is: as rounded
     farther = exact.copy_abs() > decimal.Decimal(midpoint).copy_abs()
     return max(rounded, other, key=abs) if farther else min(rounded, other, key=abs)
+
+
+def _past_decimal_range(text: str) -> float | None:
+    """A literal whose exponent decimal cannot hold: 0 for a zero or a negative exponent
+    (far below the smallest f32), else past the f32 range (None)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    negative = mantissa.startswith("-")
+    if decimal.Decimal(mantissa) == 0 or int(exponent) < 0:
+        return -0.0 if negative else 0.0
+    return None
 
 
 def nearest_f32(x: float) -> float:

@@ -69,6 +69,12 @@ def _imod(a, b):
     return torch.where(b == 0, a.expand(torch.broadcast_shapes(a.shape, b.shape)), torch.fmod(a, safe))
 
 
+def _fmod(a, b):
+    # f32 remainder as C's fmodf. Exact in any precision, so taken in float64 and rounded back
+    # (torch's vectorised float32 fmod gives NaN where a / b overflows float32 or b is subnormal).
+    return torch.fmod(a.double(), b.double()).to(torch.promote_types(a.dtype, b.dtype))
+
+
 def _softplus(x):
     return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
 
