@@ -333,6 +333,42 @@ def reads_by_key(e: ir.Expr) -> bool:
     )
 
 
+ROW_BUILTINS = frozenset({"q_idx", "q_pos", "qo_head", "kv_head"})
+MAX_KEY_READS = 8  # tensor reads a kernel touches per key at most
+
+
+def key_reads(v: ir.VariantIR) -> tuple[ir.TensorLoad, ...]:
+    """The distinct tensor reads of the score and mask whose indices use ``kv_idx`` and no
+    row value (``t[kv_idx]``, ``doc[kv_idx]``, ``t[perm[kv_idx] % 8]``): the same for every
+    query row, so a kernel can read them per key ahead of the scores (at most
+    ``MAX_KEY_READS``; none past that)."""
+    found: dict[ir.Expr, None] = {}
+    for e in (v.score, v.mask):
+        if e is None:
+            continue
+        for n in ir.walk(e):
+            if isinstance(n, ir.TensorLoad) and _by_key_alone(n):
+                found[n] = None
+    reads = tuple(n for n in found if isinstance(n, ir.TensorLoad))
+    return reads if len(reads) <= MAX_KEY_READS else ()
+
+
+_CHECKED_LOAD = "attnc::vm::load_in_shape_("
+
+
+def _prefetch_text(load: ir.TensorLoad, ctx: CudaContext) -> str:
+    """The prefetch of the element ``load`` reads (its indices bounds-checked: outside the
+    shape, the tensor's first element)."""
+    text = CudaText(ctx, checked_reads=True).render(load)
+    assert text.startswith(_CHECKED_LOAD), text
+    return f"attnc::vm::prefetch_l1_(attnc::vm::address_in_shape_({text[len(_CHECKED_LOAD) :]})"
+
+
+def _by_key_alone(load: ir.TensorLoad) -> bool:
+    names = {n.name for n in ir.walk(load) if isinstance(n, ir.Builtin)}
+    return "kv_idx" in names and not names & ROW_BUILTINS
+
+
 def emit_functor(compiled: Compiled) -> str:
     """The C++ text of the functor struct (a self-contained header)."""
     with deep_recursion():
@@ -357,6 +393,7 @@ def _emit_functor(compiled: Compiled) -> str:
     traits = functor_traits(compiled)
     reads_tokens = traits.mask_reads_tokens
     step = _bias_step_expr(compiled)
+    touched = [_prefetch_text(n, ctx) for n in key_reads(v)]
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens
@@ -387,6 +424,7 @@ def _emit_functor(compiled: Compiled) -> str:
         sink=_body(v.sink, ctx) if v.sink is not None else Body((), "-INFINITY"),
         mask_reads_tokens=reads_tokens,
         score_reads_by_key=traits.score_reads_by_key,
+        key_reads=touched,
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),

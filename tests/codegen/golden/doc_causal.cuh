@@ -30,6 +30,9 @@ struct Variant_doc_causal {
   static constexpr bool kHasSink = false;
   static constexpr bool kMaskReadsTokens = true;
   static constexpr bool kBiasStep = false;
+  // The score or mask reads tensors at indices of kv_idx alone: touch_key_reads prefetches
+  // those elements (bounds-checked) into L1, for a kernel to issue ahead of the scores.
+  static constexpr bool kTouchKeyReads = true;
 
   Params p;
   attnc::RequestInfo r;
@@ -66,6 +69,10 @@ struct Variant_doc_causal {
 
   ATTNC_HD bool mask(const Row& row, int kv_idx) const {
     return bool((kv_idx <= row.q_pos) & (p.p_doc[r.kv_start + kv_idx] == row.h0));
+  }
+
+  ATTNC_HD void touch_key_reads(int kv_idx) const {
+    attnc::vm::prefetch_l1_(attnc::vm::address_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.

@@ -54,6 +54,11 @@
 //                                           request (kv_idx < kv_len, the compiler's index
 //                                           checks assume it); read it through
 //                                           variant_score_reads_by_key
+//   static constexpr bool kTouchKeyReads;   true: the score or mask reads tensors at indices of
+//                                           kv_idx alone, and `void touch_key_reads(int kv_idx)
+//                                           const` prefetches them (bounds-checked) into L1, for
+//                                           a kernel to issue ahead of the scores; read it
+//                                           through variant_touches_key_reads
 //   static constexpr bool kBiasStep;        true: the affine bias is linear in kv_idx with a
 //                                           per-row step; read it through variant_bias_step
 //   float score_bias_step(const Row&) const;
@@ -129,6 +134,13 @@ struct variant_score_reads_by_key : std::false_type {};
 template <typename V>
 struct variant_score_reads_by_key<V, std::void_t<decltype(V::kScoreReadsByKey)>>
     : std::integral_constant<bool, V::kScoreReadsByKey> {};
+
+// variant_touches_key_reads<V>::value: V declares `kTouchKeyReads` and it is true.
+template <typename V, typename = void>
+struct variant_touches_key_reads : std::false_type {};
+template <typename V>
+struct variant_touches_key_reads<V, std::void_t<decltype(V::kTouchKeyReads)>>
+    : std::integral_constant<bool, V::kTouchKeyReads> {};
 
 // variant_bias_step<V>::value: V declares `kBiasStep` and it is true.
 template <typename V, typename = void>

@@ -122,5 +122,31 @@ ATTNC_HD T load_in_shape_(const T* base, int start, int i0, int n0, Rest... rest
   return in_dim_(i0, n0) ? load_inner_(base, static_cast<long long>(start) + i0, rest...) : T(0);
 }
 
+// The address load_in_shape_ reads (the tensor's first element where an index is outside
+// its dimension), for a prefetch of what the scores will read (V::touch_key_reads).
+template <typename T>
+ATTNC_HD const T* address_inner_(const T* base, long long flat) {
+  return base + flat;
+}
+template <typename T, typename... Rest>
+ATTNC_HD const T* address_inner_(const T* base, long long flat, int i, int n, Rest... rest) {
+  return in_dim_(i, n) ? address_inner_(base, flat * n + i, rest...) : base;
+}
+template <typename T, typename... Rest>
+ATTNC_HD const T* address_in_shape_(const T* base, int start, int i0, int n0, Rest... rest) {
+  return in_dim_(i0, n0) ? address_inner_(base, static_cast<long long>(start) + i0, rest...)
+                         : base;
+}
+// Brings the line holding *p into the SM's L1 (a hint: nothing is read into a register, no
+// thread waits).
+template <typename T>
+ATTNC_HD void prefetch_l1_(const T* p) {
+#ifdef __CUDA_ARCH__
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(__cvta_generic_to_global(p)));
+#else
+  (void)p;
+#endif
+}
+
 }  // namespace vm
 }  // namespace attnc

@@ -250,6 +250,19 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
   }
 }
 
+// The tensors the score and mask read at the stage's keys alone (V::touch_key_reads: a bias
+// or document id per key), prefetched into L1 by producer warps 1-3 once the stage is issued,
+// so that the consumers' reads of them after the stage's S hit the SM's L1 instead of waiting
+// on L2 (the reads sit between the S wait and the softmax).
+template <class V>
+__device__ __forceinline__ void touch_key_reads(const V& var, const StageInfo& info) {
+  if constexpr (variant_touches_key_reads<V>::value) {
+    if (threadIdx.x < 32 || (info.flags & StageInfo::kNoTile)) return;
+    for (int kv = info.kv0 + static_cast<int>(threadIdx.x) - 32; kv < info.kv1; kv += 96)
+      var.touch_key_reads(kv);
+  }
+}
+
 // Every item of this CTA publishes at least one stage: its non-empty tiles in walk order
 // (kv_walk_reversed, tile_map_view.cuh; the last flagged), or a single kNoTile stage (an item without query rows too: the consumers
 // then read only the item it names). Its last stage names the item that follows.
@@ -297,6 +310,7 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         order.hand_over(sm, info.next);
       }
       produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
+      touch_key_reads<V>(var, info);
       // The four producer warps stay within one stage of each other. The empty barriers are
       // waited for by phase parity, which tells apart phases one apart only, and a TMA stage
       // is filled by thread 0 (ragged) or by the K and V warps (paged) while nothing else
