@@ -182,10 +182,11 @@ def load(
 ) -> Variant:
     """Compile a `.attn` file path, ``stdlib:NAME`` or source text and return one variant.
 
-    A path object (``pathlib.Path``) is always a file. An existing path is always read as a file, whatever characters its name holds; other
-    text is taken as source only when it contains the word ``variant`` or a newline (else a
-    missing file). ``source=`` passes source text explicitly. ``variant`` picks one when
-    the file defines several. Errors in the source raise :class:`attnc.AttnError`
+    A path object (``pathlib.Path``) is always a file. An existing path is always read as a
+    file, whatever characters its name holds; other text is taken as source only when it
+    contains the word ``variant`` or a newline (else a missing file, as is text no path can
+    hold). ``source=`` passes source text explicitly. ``variant`` picks one when the file
+    defines several. Errors in the source raise :class:`attnc.AttnError`
     (``str()`` shows ``file:line:col``, the line and a caret).
     """
     from attnc.runtime.build.variant_cache import compile_cached
