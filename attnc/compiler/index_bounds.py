@@ -165,6 +165,28 @@ class Bounds:
         self._memo: dict[tuple[int, int], Interval] = {}
         self._facts: dict[frozenset, dict[ir.Expr, Interval]] = {frozenset(): {}}
         self._differences: dict[tuple[ir.Expr, ir.Expr], ir.Expr] = {}
+        self._guards: dict[tuple[int, int, bool], tuple[ir.Expr, dict[ir.Expr, Interval]]] = {}
+
+    def guard(
+        self, facts: dict[ir.Expr, Interval], cond: ir.Expr, holds: bool
+    ) -> dict[ir.Expr, Interval]:
+        """``guarded``'s answer, once per (facts, cond, holds). Where both sides of ``cond``
+        hold (or both fail) the left side's answer is the start, so the prefixes of a chain
+        ``c1 && c2 && ... && cn`` (each the guard of the next term) are learned once each,
+        not once per later term (which made a chain quadratic)."""
+        key = (id(facts), id(cond), holds)  # facts are interned and cond kept: ids stay put
+        hit = self._guards.get(key)
+        if hit is not None:
+            return hit[1]
+        if isinstance(cond, ir.Binary) and cond.op in ("&&", "||") and (cond.op == "&&") == holds:
+            found = dict(self.guard(facts, cond.a, holds))
+            _learn(found, facts, cond.b, holds, self, set())
+        else:
+            found = dict(facts)
+            _learn(found, facts, cond, holds, self, set())
+        result = self.interned(found, facts)
+        self._guards[key] = (cond, result)
+        return result
 
     def difference(self, a: ir.Expr, b: ir.Expr) -> ir.Expr:
         """The node ``a - b``, one per pair and kept alive: the memo is keyed by node ids,
@@ -384,9 +406,7 @@ def guarded(
     """``facts`` plus what ``cond`` being ``holds`` says about i32 values (a new dict)."""
     if not bounds.follow_guards:
         return facts
-    found: dict[ir.Expr, Interval] = dict(facts)
-    _learn(found, facts, cond, holds, bounds, set())
-    return bounds.interned(found, facts)
+    return bounds.guard(facts, cond, holds)
 
 
 def _learn(found, facts, cond: ir.Expr, holds: bool, bounds: Bounds, seen: set) -> None:

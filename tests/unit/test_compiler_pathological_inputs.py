@@ -1,7 +1,8 @@
 """Specs the compiler used to choke on: a guard shared through a chain of lets (time doubled
 per level), a power past the converter's limit in an affine score (an internal exception), a
 float literal whose exponent decimal cannot hold (an internal exception), and an f32 ``%``
-whose float32 torch form gave NaN in the reference. Each failed before its fix."""
+whose float32 torch form gave NaN in the reference, and a long chain of guards (quadratic).
+Each failed before its fix."""
 
 from __future__ import annotations
 
@@ -35,6 +36,26 @@ def test_a_guard_shared_through_lets_is_learned_once_per_node(monkeypatch) -> No
     (compiled,), warnings = compile_source(_shared_guards(14), "dag.attn")
     assert calls[0] < 1000, calls[0]  # 2^14 = 16384 before
     assert not warnings  # the shared guard still proves t[kv_idx] (kv_idx < 8)
+
+
+def test_a_chain_of_guards_learns_each_term_once(monkeypatch) -> None:
+    """Each term of ``c1 && c2 && ... && cn`` is the guard of the next: its prefixes were
+    learned again for every later term (n^2 / 2 calls; 1500 terms took a minute)."""
+    calls = [0]
+    learn = index_bounds._learn
+
+    def counted(*args):
+        calls[0] += 1
+        return learn(*args)
+
+    monkeypatch.setattr(index_bounds, "_learn", counted)
+    terms = " && ".join(f"kv_idx + {i} <= q_pos + {2 * i}" for i in range(200))
+    source = (
+        f"variant v {{\n    param t: tensor<f32>[8];\n    mask = {terms};\n"
+        "    score = kv_idx < 8 ? score + t[kv_idx] : score;\n}\n"
+    )
+    compile_source(source, "chain.attn")
+    assert calls[0] < 5000, calls[0]  # 39603 before
 
 
 @pytest.mark.parametrize(
