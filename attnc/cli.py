@@ -122,7 +122,11 @@ def _build_parser() -> argparse.ArgumentParser:
     test.add_argument("file", metavar="FILE")
     test.add_argument("--variant", help="test only this variant")
     test.add_argument(
-        "--points", type=_points, default=2000, help="random points per variant (at most 10^6)"
+        "--points",
+        type=_points,
+        default=2000,
+        help="random points per variant, drawn in 6 cases of POINTS // 6 each (at least one): "
+        "the report counts what ran (at most 10^6)",
     )
     test.add_argument("--seed", type=_seed, default=0)
     test.add_argument("--no-gpu", action="store_true", help="skip the kernel test even with a GPU")
@@ -214,6 +218,11 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     from attnc.codegen import stages
 
     if args.emit == "ast":
+        if args.variant is not None:
+            raise ValueError(
+                "--variant: --emit ast prints the syntax tree of the whole file (nothing is "
+                "lowered yet to pick a variant from); drop --variant"
+            )
         text = stages.emit_ast(args.file)
         _write(args, {"ast.attn": text})
         return 0

@@ -67,6 +67,10 @@ def fixed_params(
     A name no variant in ``variants`` declares is an error with a did-you-mean (checked
     against the first variant's params when several are tested)."""
     pairs = [split_assignment(a) for a in assignments]
+    names = [n for n, _ in pairs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--param: {printable(twice[0])} is given more than once")
     declared = {p.name for v in variants for p in v.params}
     result: dict[str, dict[str, object]] = {}
     for v in variants:

@@ -372,8 +372,14 @@ def _tensors(case: _Case, dtype: torch.dtype) -> dict[str, torch.Tensor]:
 
 
 def _rel(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative error over the finite values; inf where the non-finite ones differ (in place,
+    sign of an infinity, or NaN against an infinity)."""
     finite = torch.isfinite(ref)
     if not torch.equal(torch.isfinite(got), finite):
+        return float("inf")
+    same_nan = torch.isnan(got) == torch.isnan(ref)
+    same_inf = torch.where(torch.isinf(ref), got == ref, True)
+    if not bool((same_nan & same_inf).all()):
         return float("inf")
     denom = ref[finite].norm().item()
     return (got[finite] - ref[finite]).norm().item() / max(denom, 1e-30)

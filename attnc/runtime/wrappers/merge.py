@@ -72,7 +72,9 @@ def _check_shapes(
             f"got {o_b.dtype} of shape {list(o_b.shape)}"
         )
     if o_a.dim() < 2:
-        raise ValueError(f"o_a: expected [..., head_dim], got shape {list(o_a.shape)}")
+        raise ValueError(
+            f"o_a: expected at least two dims [rows, ..., head_dim], got shape {list(o_a.shape)}"
+        )
     if not 1 <= o_a.shape[-1] <= I32_MAX:  # lse is written by a row's first element
         raise ValueError(
             f"o_a: head_dim (last dim) must be in [1, {I32_MAX}], got {o_a.shape[-1]} "
@@ -89,8 +91,8 @@ def _check_shapes(
 def merge_state(
     o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Merged ``(o, lse)`` of two states: ``o_*`` ``[..., D]`` (fp32/bf16/fp16),
-    ``lse_*`` float32 ``[...]`` natural log. Each argument must be a tensor (a list or an
+    """Merged ``(o, lse)`` of two states: ``o_*`` ``[N, ..., D]`` (at least two dims;
+    fp32/bf16/fp16), ``lse_*`` float32 ``[N, ...]`` natural log; both results contiguous. Each argument must be a tensor (a list or an
     array is a ``ValueError`` naming it, before torch's dispatcher sees it); the rest is
     checked in the ``attnc::merge_state`` custom op, which ``torch.compile`` traces."""
     if not torch.compiler.is_compiling():  # traced arguments are tensors; the op checks
@@ -105,8 +107,7 @@ def merge_state_op(
     """The ``attnc::merge_state`` custom op behind :func:`merge_state`."""
     _check(o_a, lse_a, o_b, lse_b)
     o_a, lse_a, o_b, lse_b = (t.contiguous() for t in (o_a, lse_a, o_b, lse_b))
-    o = torch.empty_like(o_a)
-    lse = torch.empty_like(lse_a)
+    o, lse = _outputs(o_a, lse_a)
     rows = lse_a.numel()
     lib = _library(toolchain.device_arch(o_a.device))
     with torch.cuda.device(o_a.device):  # the launch runs on the current device
@@ -124,4 +125,12 @@ def merge_state_op(
 def _merge_state_fake(
     o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(o_a), torch.empty_like(lse_a)
+    _check_kinds(o_a, lse_a, o_b, lse_b)
+    _check_shapes(o_a, lse_a, o_b, lse_b)
+    return _outputs(o_a, lse_a)
+
+
+def _outputs(o_a: torch.Tensor, lse_a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op's results, contiguous whatever the strides of the states (the real op and its
+    fake must agree: an ``empty_like`` of a permuted state keeps its strides)."""
+    return o_a.new_empty(o_a.shape), lse_a.new_empty(lse_a.shape)

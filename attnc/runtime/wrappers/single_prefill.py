@@ -53,6 +53,17 @@ def single_prefill(
     tensors.check_same_kind("k", k, "q", q)
     values = variant.resolve(q, k, params or {})  # type: ignore[attr-defined]
     if torch.compiler.is_compiling():
+        # The checks eager runs before its launch, on the traced shapes and Python values.
+        check_single_request(q.shape[0], k.shape[0])
+        v = tensors.check_data_tensor("v", v, tuple(k.shape))
+        tensors.check_same_kind("v", v, "k", k)
+        if isinstance(sm_scale, torch.Tensor):
+            raise ValueError(
+                "sm_scale: under torch.compile give a Python float (a tensor would have to be "
+                "read back to the host inside the graph)"
+            )
+        if sm_scale is not None:
+            sm_scale = tensors.check_sm_scale(sm_scale, q.shape[2])
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(

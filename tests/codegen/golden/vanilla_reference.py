@@ -34,6 +34,8 @@ def _load_or(fill, tensor, indices):
     ok = torch.ones((), dtype=torch.bool, device=tensor.device)
     for i, size in zip(idx, tensor.shape):
         ok = ok & (i >= 0) & (i < size)
+    if tensor.numel() == 0:  # nothing to read (a kv_len tensor of a request without keys)
+        return torch.full(ok.shape, fill, dtype=tensor.dtype, device=tensor.device)
     found = tensor[tuple(torch.where(ok, i, 0) for i in idx)]
     return torch.where(ok, found, torch.full_like(found, fill))
 
