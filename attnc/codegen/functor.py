@@ -333,7 +333,6 @@ def reads_by_key(e: ir.Expr) -> bool:
     )
 
 
-ROW_BUILTINS = frozenset({"q_idx", "q_pos", "qo_head", "kv_head"})
 MAX_KEY_READS = 8  # tensor reads a kernel touches per key at most
 
 
@@ -365,8 +364,13 @@ def _prefetch_text(load: ir.TensorLoad, ctx: CudaContext) -> str:
 
 
 def _by_key_alone(load: ir.TensorLoad) -> bool:
+    """``kv_idx`` in the read's indices, and otherwise request values only (no head, row or
+    score: every query row reads the same element at a key)."""
     names = {n.name for n in ir.walk(load) if isinstance(n, ir.Builtin)}
-    return "kv_idx" in names and not names & ROW_BUILTINS
+    others = names - {"kv_idx"}
+    return "kv_idx" in names and all(
+        n in ir.BUILTINS and ir.BUILTINS[n][1] == ir.REQUEST for n in others
+    )
 
 
 def emit_functor(compiled: Compiled) -> str:

@@ -22,6 +22,8 @@ def _reads(body: str, params: str = "param t: tensor<f32>[64];") -> list[str]:
      ("score = score + t[min(kv_idx, 63)];", ["t[min(kv_idx, 63)]"]),
      ("score = score + t[q_pos - kv_idx];", []),  # a row value: per element
      ("score = score + t[qo_head];", []),  # no key
+     ("score = score + t[(kv_idx + int(score)) % 64];", []),  # the score varies by row
+     ("score = score + t[(kv_idx + kv_len) % 64];", ["t[(kv_idx + kv_len) % 64]"]),
      ("score = score * t[kv_idx % 64] + t[kv_idx % 64];", ["t[kv_idx % 64]"]),  # once
      ("mask = t[kv_idx] > 0.0 && kv_idx <= q_pos;", ["t[kv_idx]"])],
 )  # fmt: skip
