@@ -148,14 +148,16 @@ def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
             return None
         if buffers.get(name) is not None:
             return None
-    return (
+    # Each value with its type: True == 1 and 1.0 == 1, but the checks refuse a bool window or
+    # cap that an int or a float of the same value passes.
+    settings = (
         call.dropout,
         call.sliding_window,
         call.softcap,
         call.kwargs.get("is_causal"),
         attrs.get("is_causal", True),
-        id(attrs.get("config")),
     )
+    return (*((type(s), s) for s in settings), id(attrs.get("config")))
 
 
 def _choose(call: LayerCall) -> LayerVariant:
@@ -265,7 +267,9 @@ def _reject_unsupported(
             f"{name}: cross-attention (keys of another sequence, e.g. image tokens) is not "
             "mapped to attnc: its variants attend a request's own keys causally"
         )
-    if not getattr(module, "is_causal", True) or kwargs.get("is_causal") is False:
+    # Any false value asks for bidirectional attention (0, numpy's or a tensor's False too).
+    is_causal = kwargs.get("is_causal")
+    if not getattr(module, "is_causal", True) or (is_causal is not None and not bool(is_causal)):
         raise UnsupportedMaskError(
             f"{name}: `is_causal=False` (bidirectional attention) is not mapped to attnc"
         )

@@ -44,7 +44,7 @@ def call_key(
 ) -> tuple[object, ...] | None:
     """Everything the checks of a ``run()`` depend on, or None when the call is not
     cacheable: q and ``out`` by :func:`tensor_meta`, the KV tensors by ``kv_key``, scalar
-    params by type and value, tensor params by identity and data pointer. Only ordinary
+    params by type and value, tensor params by identity and :func:`tensor_key`. Only ordinary
     dense tensors and int / float / bool scalars are cacheable."""
     if not isinstance(q, torch.Tensor) or not is_dense(q):
         return None
@@ -72,7 +72,9 @@ def call_key(
         if isinstance(value, torch.Tensor):
             if not is_dense(value):
                 return None
-            param_key.append((name, id(value), value.data_ptr()))
+            # The object and its metadata: an in-place as_strided_ or resize_ keeps both the
+            # object and its pointer, and a checked call would pack or refuse it anew.
+            param_key.append((name, id(value), *tensor_key(value)))
         elif type(value) in _SCALAR_TYPES:
             param_key.append((name, type(value), value))
         else:

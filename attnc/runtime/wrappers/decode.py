@@ -24,6 +24,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
+from attnc.runtime.planning.plan_params import check_planned_tensors
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.call_keys import call_key
 from attnc.runtime.wrappers.decode_calls import (
@@ -95,6 +96,8 @@ class BatchDecodeWrapper(DecodePlanning):
             hit = self._calls.get(key)
             # Still valid for the current plan: as many q rows, every planned page in the cache.
             if hit is not None and hit.q_rows == self._q_rows and self._max_page < hit.num_pages:
+                if self._planned_mask.tensors:  # the key knows the object, not its writes
+                    check_planned_tensors(self.variant.name, self._planned_mask.tensors, params)  # type: ignore[attr-defined]
                 result = self._run_cached(hit, q, out, return_lse)
                 if result is not None:
                     return result

@@ -85,6 +85,8 @@ class BatchPrefillWrapper(PrefillRunner):
         self._page_status = PageStatus(self._workspace.device)
         self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None
+        self._map_written = False  # this plan() has written its tile map into the workspace
+        self._no_plan_why = "called before plan()"
         self._planner: PrefillPlanner | None = None  # made at the first plan()
         self._copied: torch.cuda.Event | None = None  # after the last copy of the lists
         self._map_staging = prefill_tile_map.PinnedStaging()
@@ -167,6 +169,54 @@ class BatchPrefillWrapper(PrefillRunner):
         group, max_q = num_qo_heads // num_kv_heads, max(checked.max_q, 1)
         choice = self._module_choice(dtype, head_dim, group, max_q, paged)
         module, tile = choice.module, choice.tile_q_tokens
+        self._map_written = False
+        try:
+            host, host_map = self._plan_lists(
+                choice,
+                planner,
+                (num_qo_heads, num_kv_heads, head_dim, group, max_q),
+                (scalars, plan_tensors, planned_mask, qo_t, kv_t, sm),
+            )
+        except BaseException:
+            if self._map_written:  # over the map of the plan in force: that plan is gone
+                self._forget_plan()
+            raise
+        self._planned_mask = planned_mask
+        self.planned_backend = choice.backend
+        self._map_host = None if host_map is None else (host_map, tile)
+        self._map_summary = None
+        self._plan, self._module = host, module
+        self._memo = {}
+        self._heads = heads
+        self._batch_sizes = self._sizes_of[1]
+        self._dtype = dtype
+        self._sm_scale = sm
+        # Plain ints for run(): it reads no host tensor (torch.compile traces it).
+        self._total_q, self._total_kv = int(host.total_q), int(host.nnz)
+        self._max_page = int(host.max_page)
+        self._paged, self._page_size = bool(host.paged), int(host.page_size)
+        status = self._page_status.ptr if host.paged else 0
+        self._meta = prefill_launch.launch_meta(host, self._heads, self._kv_code(host), status)
+
+    def _plan_lists(
+        self,
+        choice: PrefillChoice,
+        planner: PrefillPlanner,
+        shape: tuple[int, int, int, int, int],
+        inputs: tuple[
+            dict[str, object],
+            dict[str, torch.Tensor],
+            PlannedMask,
+            torch.Tensor,
+            torch.Tensor,
+            float,
+        ],
+    ) -> tuple[HostPlan, np.ndarray | None]:
+        """The work lists of the checked batch, in the workspace (with the tile map, built
+        here or queued on the device), and the map's host copy where one was built."""
+        num_qo_heads, num_kv_heads, head_dim, group, max_q = shape
+        scalars, plan_tensors, planned_mask, qo_t, kv_t, sm = inputs
+        module, tile = choice.module, choice.tile_q_tokens
         host_map, queued = None, None
         if self._reads.needs_tile_map:
             found = self._map_inputs(scalars, plan_tensors, (qo_t, kv_t, tile, sm))
@@ -188,22 +238,18 @@ class BatchPrefillWrapper(PrefillRunner):
                 host_map = self._build_map(module, queued)
                 host = host_plan(planner, head_dim, planned_mask.program, host_map)
             self._copy_to_workspace(host)
-        self._planned_mask = planned_mask
-        self.planned_backend = choice.backend
-        self._map_host = None if host_map is None else (host_map, tile)
-        self._map_summary = None
-        self._plan, self._module = host, module
+        return host, host_map
+
+    def _forget_plan(self) -> None:
+        """After a refused plan() that wrote its tile map over the planned one's: nothing is
+        planned (run() would read the refused plan's map with the old work lists)."""
+        self._plan = None
         self._memo = {}
-        self._heads = heads
-        self._batch_sizes = self._sizes_of[1]
-        self._dtype = dtype
-        self._sm_scale = sm
-        # Plain ints for run(): it reads no host tensor (torch.compile traces it).
-        self._total_q, self._total_kv = int(host.total_q), int(host.nnz)
-        self._max_page = int(host.max_page)
-        self._paged, self._page_size = bool(host.paged), int(host.page_size)
-        status = self._page_status.ptr if host.paged else 0
-        self._meta = prefill_launch.launch_meta(host, self._heads, self._kv_code(host), status)
+        self.planned_backend = None
+        self._no_plan_why = (
+            "the last plan() was refused after it had rebuilt the tile map in the workspace "
+            "over the plan in force; call plan() again"
+        )
 
     def _plan_params(
         self, params: Mapping[str, object], heads: tuple[int, int, int], batch: tuple[int, ...]
@@ -321,7 +367,9 @@ class BatchPrefillWrapper(PrefillRunner):
         )  # fmt: skip
 
     def _build_map(self, module: PrefillModule, found: _MapStep) -> np.ndarray:
-        """The uint8 host copy of this plan's tile map, built and waited for."""
+        """The uint8 host copy of this plan's tile map, built and waited for (into the
+        workspace's map region, which the plan in force reads until this plan succeeds)."""
+        self._map_written = True
         values, inputs = found
         return prefill_tile_map.build_tile_map(
             module, self._workspace, inputs, values, self._reads, self._map_reserve,

@@ -33,6 +33,7 @@ class PrefillRunner:
     variant: object
     kv_layout: str
     _plan: HostPlan | None
+    _no_plan_why: str  # what run() says while there is no plan
     _module: PrefillModule
     _meta: list[int]
     _heads: tuple[int, int, int]
@@ -133,7 +134,7 @@ class PrefillRunner:
 
     def _require_plan(self) -> HostPlan:
         if self._plan is None:
-            raise RuntimeError("BatchPrefillWrapper.run() called before plan()")
+            raise RuntimeError(f"BatchPrefillWrapper.run(): {self._no_plan_why}")
         return self._plan
 
     def kv_views(self, kv: object) -> KvViews:

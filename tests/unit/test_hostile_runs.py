@@ -1,0 +1,108 @@
+"""run() after plans that went wrong or tensors changed behind the wrappers' backs, on the
+CPU: a refused prefill plan that had rebuilt the tile map, a planned tensor written between
+two cached decode calls, a tensor param restrided in place between two remembered prefill
+calls, and the transformers backend's falsy ``is_causal`` and per-layer settings. Each
+failed before its fix (a launch over the wrong map, bytes or mask)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime import abi
+from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.planning.mask_ranges import PlannedMask
+from attnc.runtime.wrappers import prefill
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.tile_map_oracle import doc_causal_map
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_prefill_call_memo import HKV, HQ, D, _wrapper, cpu_run  # noqa: F401
+
+I32 = dict(dtype=torch.int32)
+DOC = """variant doc_causal {
+    param doc: tensor<i32>[kv_len];
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+}"""
+
+
+def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch) -> None:
+    """The refused plan's map overwrote the planned one's in the workspace, and run() went on
+    with the old work lists over the new map (FULL blocks unmasked across documents)."""
+    v = attnc.load(source=DOC)
+    module = type("StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)})()  # fmt: skip
+    monkeypatch.setattr(
+        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
+    )
+    w = BatchPrefillWrapper(v, torch.empty(64 << 10, dtype=torch.uint8), backend="fa2", max_tile_map_bytes=16 << 10)  # fmt: skip
+    w._map_builder = lambda vals, ql, kl, tile, block: doc_causal_map(vals["doc"].numpy(), ql, kl, tile, block)  # fmt: skip
+    qo = torch.tensor([0, 1024], **I32)
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": torch.arange(4, **I32).repeat_interleave(256)})
+    assert w.planned_backend == "fa2"
+    many = torch.arange(3001, **I32)
+    with pytest.raises(ValueError, match="workspace_buffer"):
+        w.plan(many, many.clone(), 4, 2, 64, params={"doc": torch.zeros(3000, **I32)})
+    assert w.planned_backend is None
+    with pytest.raises(RuntimeError, match="the last plan\\(\\) was refused after it had rebuilt"):
+        w.run(torch.zeros(1024, 4, 64, dtype=torch.bfloat16), (torch.zeros(1024, 2, 64),) * 2)
+
+
+def test_a_cached_decode_call_refuses_a_planned_tensor_written_since(cpu_decode) -> None:  # noqa: F811
+    """The call cache keyed the window tensor by object and address: a write between two
+    cached calls launched the new windows over work lists cut for the old."""
+    w = cpu_decode("per_request_window")
+    w._reads_kv_tokens, w._native, w._token_sizes_of = False, SimpleNamespace(total_kv=12), None
+    w._set_token_sizes(1)  # what plan() sets for run(): the batch's sizes
+    window = torch.tensor([4, 2, 8], **I32)
+    w._planned_mask = PlannedMask.from_values(w.variant, {}, {"window": window})
+    q, cache = _inputs()
+    w.run(q, cache, window=window)
+    w.run(q, cache, window=window)  # from the call cache
+    window[0] = 1
+    with pytest.raises(ValueError, match="param 'window': run\\(\\) was given the planned tensor"):
+        w.run(q, cache, window=window)
+
+
+def test_a_tensor_param_restrided_in_place_is_checked_again(cpu_run) -> None:  # noqa: F811
+    """``as_strided_`` keeps the object and its pointer: the memo replayed the old bytes."""
+    w, rec = _wrapper("alibi")
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    q = torch.randn(14, HQ, D).bfloat16()
+    k = torch.randn(14, HKV, D).bfloat16()
+    slopes = torch.arange(2 * HQ, dtype=torch.float32)[:HQ]
+    w.run(q, (k, k), slopes=slopes)
+    slopes.as_strided_((HQ,), (2,))  # now 0, 2, 4, 6
+    w.run(q, (k, k), slopes=slopes)
+    packed = np.frombuffer(rec.calls[-1]["params_bytes"], dtype=np.uint64)[0]
+    first = np.frombuffer(rec.calls[0]["params_bytes"], dtype=np.uint64)[0]
+    assert packed != first  # a contiguous copy of the new values, not the old pointer
+
+
+def _hf():
+    pytest.importorskip("transformers")
+    from attnc.integrations.transformers import UnsupportedMaskError, attnc_attention_forward
+
+    return attnc_attention_forward, UnsupportedMaskError
+
+
+@pytest.mark.parametrize("flag", [0, np.False_, torch.tensor(False)])
+def test_any_false_is_causal_is_refused(flag) -> None:
+    """Only ``is False`` was refused: 0 or a tensor's False ran causal attention."""
+    forward, unsupported = _hf()
+    q = torch.randn(1, 2, 4, 16)
+    with pytest.raises(unsupported, match="is_causal=False"):
+        forward(torch.nn.Module(), q, q, q, None, is_causal=flag)
+
+
+def test_a_layers_settings_are_keyed_with_their_types() -> None:
+    """``True == 1``: a layer that ran with window 1 took ``sliding_window=True`` unchecked."""
+    forward, unsupported = _hf()
+    q = torch.randn(1, 2, 4, 16)
+    layer = torch.nn.Module()
+    forward(layer, q, q, q, None, sliding_window=1)
+    with pytest.raises(unsupported, match="sliding_window must be a whole number of keys"):
+        forward(layer, q, q, q, None, sliding_window=True)
