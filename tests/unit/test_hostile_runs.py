@@ -106,3 +106,50 @@ def test_a_layers_settings_are_keyed_with_their_types() -> None:
     forward(layer, q, q, q, None, sliding_window=1)
     with pytest.raises(unsupported, match="sliding_window must be a whole number of keys"):
         forward(layer, q, q, q, None, sliding_window=True)
+
+
+def _slopes_over(out: torch.Tensor) -> torch.Tensor:
+    """[HQ] float32 slopes laid over the first bytes of ``out``."""
+    return out.view(-1)[: 2 * HQ].view(torch.float32)
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_prefill_out_overlapping_a_tensor_param_is_refused(cpu_run, repeated) -> None:  # noqa: F811
+    """The kernels read the slopes while writing O: an ``out`` over them was launched."""
+    w, rec = _wrapper("alibi")
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    q, k = torch.randn(14, HQ, D).bfloat16(), torch.randn(14, HKV, D).bfloat16()
+    out = torch.empty_like(q)
+    slopes = _slopes_over(out)
+    w.run(q, (k, k), slopes=slopes, out=torch.empty_like(q))  # the first call: remembered
+    if not repeated:
+        w._memo.clear()
+    with pytest.raises(ValueError, match="^out: overlaps param 'slopes' in memory"):
+        w.run(q, (k, k), slopes=slopes, out=out)
+    assert len(rec.calls) == 1
+
+
+def test_prefill_a_tensor_param_in_the_workspace_is_refused(cpu_run) -> None:  # noqa: F811
+    w, rec = _wrapper("alibi")
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    q, k = torch.randn(14, HQ, D).bfloat16(), torch.randn(14, HKV, D).bfloat16()
+    inside = w._workspace[: 4 * HQ].view(torch.float32)  # the work lists' bytes
+    with pytest.raises(ValueError, match="^param 'slopes': overlaps workspace_buffer"):
+        w.run(q, (k, k), slopes=inside)
+    assert not rec.calls
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_decode_out_overlapping_a_tensor_param_is_refused(cpu_decode, repeated) -> None:  # noqa: F811
+    w = cpu_decode("alibi")
+    q, cache = _inputs()
+    out = torch.empty_like(q)
+    slopes = out.view(-1)[: 2 * q.shape[1]].view(torch.float32)
+    w.run(q, cache, slopes=slopes, out=torch.empty_like(q))
+    if not repeated:
+        w._calls.clear()
+    with pytest.raises(ValueError, match="^out: overlaps param 'slopes' in memory"):
+        w.run(q, cache, slopes=slopes, out=out)
+    assert len(w._module.calls) == 1

@@ -24,6 +24,21 @@ def byte_span(t: torch.Tensor) -> int:
     return (last + 1) * t.element_size()
 
 
+def param_tensors(values: Mapping[str, object]) -> tuple[tuple[str, torch.Tensor], ...]:
+    """The tensor params of resolved ``values``, named as errors name them."""
+    return tuple((f"param '{n}'", t) for n, t in values.items() if isinstance(t, torch.Tensor))
+
+
+def param_ranges(values: Mapping[str, object]) -> tuple[tuple[int, int], ...]:
+    """The byte ranges ``[start, end)`` of the tensor params of ``values``."""
+    return tuple((t.data_ptr(), t.data_ptr() + byte_span(t)) for _, t in param_tensors(values))
+
+
+def overlaps_any(start: int, end: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    """Whether ``[start, end)`` meets one of ``ranges``."""
+    return any(start < e and s < end for s, e in ranges)
+
+
 def tensor_key(t: torch.Tensor) -> tuple[object, ...]:
     """A tensor by data pointer, shape, strides, dtype and device."""
     return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)

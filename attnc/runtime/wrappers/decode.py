@@ -26,7 +26,7 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.planning.plan_params import check_planned_tensors
 from attnc.runtime.wrappers import decode_launch
-from attnc.runtime.wrappers.call_keys import call_key
+from attnc.runtime.wrappers.call_keys import call_key, param_tensors
 from attnc.runtime.wrappers.decode_calls import (
     MAX_CACHED_CALLS,
     CachedCall,
@@ -109,7 +109,7 @@ class BatchDecodeWrapper(DecodePlanning):
                 self.variant.name,  # type: ignore[attr-defined]
                 values or self._resolve(params, shape, full=True),
             )
-        o = self._check_memory(q, views, out)
+        o = self._check_memory(q, views, out, values)
         lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
         module = self._module
         assert module is not None
@@ -132,15 +132,23 @@ class BatchDecodeWrapper(DecodePlanning):
         return (o, lse) if lse is not None else o
 
     def _check_memory(
-        self, q: torch.Tensor, views: KvViews, out: torch.Tensor | None
+        self,
+        q: torch.Tensor,
+        views: KvViews,
+        out: torch.Tensor | None,
+        values: Mapping[str, object],
     ) -> torch.Tensor:
-        """O: ``out`` checked (apart from q and the KV cache), or a new tensor; q, the cache
-        and ``out`` apart from the workspace (``ValueError`` naming the tensor otherwise)."""
+        """O: ``out`` checked (apart from q, the KV cache and the tensor params), or a new
+        tensor; those and ``out`` apart from the workspace (``ValueError`` naming the tensor
+        otherwise)."""
         named = (("kv", views.k), ("kv", views.v))
+        params = param_tensors(values)
         if out is not None:
             out = tensors.check_out(out, q)
-            tensors.check_apart("out", out, named)
-        tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+            tensors.check_apart("out", out, named + params)
+        tensors.check_outside_workspace(
+            self._workspace_range, (("q", q), ("out", out), *named, *params)
+        )
         qkv = tensors.QKV_STRIDE_MULTIPLE
         tensors.check_vector_layout(
             (("q", q, qkv), ("kv", views.k, qkv), ("kv", views.v, qkv))

@@ -20,7 +20,7 @@ import torch
 
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.page_status import pool_size
-from attnc.runtime.wrappers.call_keys import byte_span
+from attnc.runtime.wrappers.call_keys import byte_span, overlaps_any, param_ranges
 
 MAX_CACHED_CALLS = 128
 
@@ -48,6 +48,7 @@ class CachedCall:
     q_span: int
     o_span: int
     kv_range: tuple[int, int] = (0, 0)  # [start, end) addresses
+    param_ranges: tuple[tuple[int, int], ...] = ()  # the tensor params' bytes
 
 
 def remember_call(
@@ -73,7 +74,7 @@ def remember_call(
         q.shape[0], num_pages, a.k, a.v, a.q_stride_tok, a.q_stride_head, a.o_stride_tok,
         a.o_stride_head, a.kv_stride_page, a.kv_stride_tok, a.kv_stride_head,
         a.variant_params, struct, dict(params),
-        byte_span(q), 0 if out is None else byte_span(out), kv_range,
+        byte_span(q), 0 if out is None else byte_span(out), kv_range, param_ranges(values),
     )  # fmt: skip
 
 
@@ -92,6 +93,7 @@ def may_alias(hit: CachedCall, q_ptr: int, out_ptr: int | None, workspace: tuple
         (out_ptr < q_end and q_ptr < o_end)
         or (out_ptr < kv_end and kv < o_end)
         or (out_ptr < ws_end and ws < o_end)
+        or overlaps_any(out_ptr, o_end, hit.param_ranges)
     )
 
 

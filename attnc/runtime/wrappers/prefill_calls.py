@@ -25,7 +25,13 @@ import torch
 from attnc.runtime.abi import AttncPrefillArgs
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.tensors import VECTOR_ALIGN_BYTES
-from attnc.runtime.wrappers.call_keys import byte_span, call_key, tensor_meta
+from attnc.runtime.wrappers.call_keys import (
+    byte_span,
+    call_key,
+    overlaps_any,
+    param_ranges,
+    tensor_meta,
+)
 
 MAX_MEMO_CALLS = 64
 
@@ -49,6 +55,7 @@ class MemoCall:
     v_span: int
     o_span: int
     workspace: tuple[int, int]  # [start, end) addresses
+    param_ranges: tuple[tuple[int, int], ...] = ()  # the tensor params' bytes
 
 
 def memo_key(
@@ -91,7 +98,8 @@ def remember(
     spans = (byte_span(q), byte_span(views.k), byte_span(views.v))
     o_span = 0 if out is None else byte_span(out)
     return MemoCall(
-        bytes(args), struct, dict(params), values, k_offset, v_offset, *spans, o_span, workspace
+        bytes(args), struct, dict(params), values, k_offset, v_offset, *spans, o_span, workspace,
+        param_ranges(values),
     )  # fmt: skip
 
 
@@ -120,6 +128,8 @@ def replay_args(
         if (o_ptr < q_end and q_ptr < o_end) or (o_ptr < k_end and k_ptr < o_end):
             return None
         if (o_ptr < v_end and v_ptr < o_end) or (o_ptr < ws_end and ws < o_end):
+            return None
+        if overlaps_any(o_ptr, o_end, hit.param_ranges):
             return None
     args = AttncPrefillArgs.from_buffer_copy(hit.args)
     args.q, args.k, args.v = q_ptr, k_ptr, v_ptr

@@ -17,7 +17,7 @@ from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan
-from attnc.runtime.wrappers import prefill_calls, prefill_launch
+from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
@@ -85,21 +85,28 @@ class PrefillRunner:
         values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
         if not torch.compiler.is_compiling():
-            out = self._check_memory(q, views, out)
+            out = self._check_memory(q, views, out, values)
         memo = None if key is None else (key, kv, params)
         return self.run_checked(q, views, out, return_lse, values, memo)
 
     def _check_memory(
-        self, q: torch.Tensor, views: KvViews, out: torch.Tensor | None
+        self,
+        q: torch.Tensor,
+        views: KvViews,
+        out: torch.Tensor | None,
+        values: Mapping[str, object],
     ) -> torch.Tensor | None:
-        """The checked ``out``, apart from q, K and V; q, K, V and ``out`` apart from the
-        workspace (``ValueError`` naming the tensor otherwise)."""
+        """The checked ``out``, apart from q, K, V and the tensor params; those and ``out``
+        apart from the workspace (``ValueError`` naming the tensor otherwise)."""
         kv_names = ("kv", "kv") if self._paged else ("k", "v")
         named = ((kv_names[0], views.k), (kv_names[1], views.v))
+        params = call_keys.param_tensors(values)
         if out is not None:
             out = tensors.check_out(out, q)
-            tensors.check_apart("out", out, named)
-        tensors.check_outside_workspace(self._workspace_range, (("q", q), ("out", out), *named))
+            tensors.check_apart("out", out, named + params)
+        tensors.check_outside_workspace(
+            self._workspace_range, (("q", q), ("out", out), *named, *params)
+        )
         qkv = tensors.QKV_STRIDE_MULTIPLE
         tensors.check_vector_layout(
             (("q", q, qkv), (kv_names[0], views.k, qkv), (kv_names[1], views.v, qkv))
