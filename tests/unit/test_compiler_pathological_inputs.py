@@ -23,8 +23,8 @@ def _shared_guards(depth: int) -> str:
     )
 
 
-def test_a_guard_shared_through_lets_is_learned_once_per_node(monkeypatch) -> None:
-    """``let a{i+1} = a{i} && a{i}`` visited every path of the DAG: 2^depth calls."""
+def _count_learns(monkeypatch) -> list[int]:
+    """A counter of the index checks' ``_learn`` calls (one per condition visited)."""
     calls = [0]
     learn = index_bounds._learn
 
@@ -33,6 +33,12 @@ def test_a_guard_shared_through_lets_is_learned_once_per_node(monkeypatch) -> No
         return learn(*args)
 
     monkeypatch.setattr(index_bounds, "_learn", counted)
+    return calls
+
+
+def test_a_guard_shared_through_lets_is_learned_once_per_node(monkeypatch) -> None:
+    """``let a{i+1} = a{i} && a{i}`` visited every path of the DAG: 2^depth calls."""
+    calls = _count_learns(monkeypatch)
     (compiled,), warnings = compile_source(_shared_guards(14), "dag.attn")
     assert calls[0] < 1000, calls[0]  # 2^14 = 16384 before
     assert not warnings  # the shared guard still proves t[kv_idx] (kv_idx < 8)
@@ -41,14 +47,7 @@ def test_a_guard_shared_through_lets_is_learned_once_per_node(monkeypatch) -> No
 def test_a_chain_of_guards_learns_each_term_once(monkeypatch) -> None:
     """Each term of ``c1 && c2 && ... && cn`` is the guard of the next: its prefixes were
     learned again for every later term (n^2 / 2 calls; 1500 terms took a minute)."""
-    calls = [0]
-    learn = index_bounds._learn
-
-    def counted(*args):
-        calls[0] += 1
-        return learn(*args)
-
-    monkeypatch.setattr(index_bounds, "_learn", counted)
+    calls = _count_learns(monkeypatch)
     terms = " && ".join(f"kv_idx + {i} <= q_pos + {2 * i}" for i in range(200))
     source = (
         f"variant v {{\n    param t: tensor<f32>[8];\n    mask = {terms};\n"
