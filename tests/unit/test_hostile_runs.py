@@ -45,7 +45,7 @@ def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch
     many = torch.arange(3001, **I32)
     with pytest.raises(ValueError, match="workspace_buffer"):
         w.plan(many, many.clone(), 4, 2, 64, params={"doc": torch.zeros(3000, **I32)})
-    assert w.planned_backend is None
+    assert w.planned_backend is None and w.tile_map is None
     with pytest.raises(RuntimeError, match="the last plan\\(\\) was refused after it had rebuilt"):
         w.run(torch.zeros(1024, 4, 64, dtype=torch.bfloat16), (torch.zeros(1024, 2, 64),) * 2)
 

@@ -245,6 +245,7 @@ class BatchPrefillWrapper(PrefillRunner):
         planned (run() would read the refused plan's map with the old work lists)."""
         self._plan = None
         self._memo = {}
+        self._map_host, self._map_summary = None, None
         self.planned_backend = None
         self._no_plan_why = (
             "the last plan() was refused after it had rebuilt the tile map in the workspace "
