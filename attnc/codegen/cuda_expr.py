@@ -121,11 +121,21 @@ class CudaText(ExprText):
         """The read through ``load_in_shape_``: each index with the size it must stay below
         (a batch-flattened tensor's first index with its request's count; the request index
         ``batch`` is always below the batch size)."""
+        return f"attnc::vm::load_in_shape_({self._shape_arguments(e)})"
+
+    def checked_address(self, e: ir.TensorLoad) -> str:
+        """The address ``e`` reads, bounds-checked as ``load_in_shape_`` checks its indices
+        (``address_in_shape_``: the tensor's first element outside the shape); its index
+        expressions read other tensors through checked reads."""
+        checked = CudaText(self.ctx, checked_reads=True)
+        return f"attnc::vm::address_in_shape_({checked._shape_arguments(e)})"
+
+    def _shape_arguments(self, e: ir.TensorLoad) -> str:
         dims = self.ctx.tensor_dims[e.name]
         parts = [f"p.{cpp_name(e.name)}", TOKEN_STARTS.get(str(dims[0]), "0")]
         for index, dim in zip(e.indices, dims, strict=True):
             parts += [self.render(index), self._dim_size(dim)]
-        return f"attnc::vm::load_in_shape_({', '.join(parts)})"
+        return ", ".join(parts)
 
     def _dim_size(self, dim: int | str) -> str:
         if isinstance(dim, int):

@@ -341,26 +341,14 @@ def key_reads(v: ir.VariantIR) -> tuple[ir.TensorLoad, ...]:
     row value (``t[kv_idx]``, ``doc[kv_idx]``, ``t[perm[kv_idx] % 8]``): the same for every
     query row, so a kernel can read them per key ahead of the scores (at most
     ``MAX_KEY_READS``; none past that)."""
-    found: dict[ir.Expr, None] = {}
+    found: dict[ir.TensorLoad, None] = {}
     for e in (v.score, v.mask):
         if e is None:
             continue
         for n in ir.walk(e):
             if isinstance(n, ir.TensorLoad) and _by_key_alone(n):
                 found[n] = None
-    reads = tuple(n for n in found if isinstance(n, ir.TensorLoad))
-    return reads if len(reads) <= MAX_KEY_READS else ()
-
-
-_CHECKED_LOAD = "attnc::vm::load_in_shape_("
-
-
-def _prefetch_text(load: ir.TensorLoad, ctx: CudaContext) -> str:
-    """The prefetch of the element ``load`` reads (its indices bounds-checked: outside the
-    shape, the tensor's first element)."""
-    text = CudaText(ctx, checked_reads=True).render(load)
-    assert text.startswith(_CHECKED_LOAD), text
-    return f"attnc::vm::prefetch_l1_(attnc::vm::address_in_shape_({text[len(_CHECKED_LOAD) :]})"
+    return tuple(found) if len(found) <= MAX_KEY_READS else ()
 
 
 def _by_key_alone(load: ir.TensorLoad) -> bool:
@@ -397,7 +385,7 @@ def _emit_functor(compiled: Compiled) -> str:
     traits = functor_traits(compiled)
     reads_tokens = traits.mask_reads_tokens
     step = _bias_step_expr(compiled)
-    touched = [_prefetch_text(n, ctx) for n in key_reads(v)]
+    touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in key_reads(v)]
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens

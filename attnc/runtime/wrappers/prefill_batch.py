@@ -64,11 +64,9 @@ def index_arrays(
 
 def _int32_array(t: object) -> torch.Tensor | None:
     """A 1-D int32 tensor as a contiguous CPU tensor (None: not such a tensor)."""
-    if not isinstance(t, torch.Tensor) or not tensors.is_dense(t):
-        return None
-    if t.device.type not in tensors.INDEX_DEVICE_TYPES:
-        return None
-    if t.dtype != torch.int32 or t.dim() != 1:
+    try:
+        t = tensors.check_index_tensor("", t)
+    except ValueError:
         return None
     if t.is_cpu and t.is_contiguous():
         return t
