@@ -90,6 +90,17 @@ class Body:
 
 
 @dataclass(frozen=True)
+class KeyHook:
+    """An element hook's ``*_at`` twin, which takes a key's values (``KeyValues``) instead
+    of reading them: its C++ return type, the plain hook's name and arguments, its body."""
+
+    ctype: str
+    name: str
+    args: str
+    body: Body
+
+
+@dataclass(frozen=True)
 class HoistedValue:
     """A request member or Row field: its C++ type, name and the body that defines it (the
     body's shared sub-expressions as local constants, then the value)."""
@@ -266,14 +277,7 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     named = [n for n in nodes if _needs_name(n, uses, ctx)]
     reads = {id(n) for n in named if _reads_tensor(n)}
     always = always_evaluated(nodes, reads, ctx.hoisted)
-    local_ctx = CudaContext(
-        ctx.builtins,
-        dict(ctx.hoisted),
-        ctx.dims,
-        ctx.tensor_dims,
-        ctx.bool_params,
-        ctx.proven_loads,
-    )
+    local_ctx = _with_names(ctx, {})
     text = CudaText(local_ctx)
     checked = CudaText(local_ctx, checked_reads=True)
     locals_: list[Value] = []
@@ -286,6 +290,18 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
         locals_.append(Value(CTYPES[node.type], name, value))
         local_ctx.hoisted[node] = name
     return Body(tuple(locals_), text.render(e))
+
+
+def _with_names(ctx: CudaContext, names: dict[ir.Expr, str]) -> CudaContext:
+    """``ctx`` with ``names`` spelling those sub-expressions too."""
+    return CudaContext(
+        ctx.builtins,
+        {**ctx.hoisted, **names},
+        ctx.dims,
+        ctx.tensor_dims,
+        ctx.bool_params,
+        ctx.proven_loads,
+    )
 
 
 def _needs_name(node: ir.Expr, uses: dict[int, int], ctx: CudaContext) -> bool:
@@ -385,7 +401,26 @@ def _emit_functor(compiled: Compiled) -> str:
     traits = functor_traits(compiled)
     reads_tokens = traits.mask_reads_tokens
     step = _bias_step_expr(compiled)
-    touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in key_reads(v)]
+    reads = key_reads(v)
+    touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in reads]
+    key_fields = [
+        Value(CTYPES[n.type], f"k{i}", CudaText(ctx, checked_reads=True).render(n))
+        for i, n in enumerate(reads)
+    ]
+    key_ctx = _with_names(ctx, {n: f"key.k{i}" for i, n in enumerate(reads)})
+    score_args, key_args = "const Row& row, float s, int kv_idx", "const Row& row, int kv_idx"
+    element_hooks = (
+        ("float", "score", score_args, v.score, "s"),
+        ("float", "score_log2", score_args, log2_score, None),
+        ("float", "score_raw", score_args, raw_score, None),
+        ("float", "score_bias", key_args, affine.bias if affine else None, "0.0f"),
+        ("bool", "mask", key_args, v.mask, "true"),
+    )
+    key_hooks = [
+        KeyHook(ctype, name, args, _body(e, key_ctx) if e is not None else Body((), str(plain)))
+        for ctype, name, args, e, plain in element_hooks
+        if reads and (e is not None or plain is not None)
+    ]
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
         if v.mask is not None and reads_tokens
@@ -417,6 +452,8 @@ def _emit_functor(compiled: Compiled) -> str:
         mask_reads_tokens=reads_tokens,
         score_reads_by_key=traits.score_reads_by_key,
         key_reads=touched,
+        key_fields=key_fields,
+        key_hooks=key_hooks,
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
         kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from attnc.codegen.cuda_expr import cpp_name
-from attnc.codegen.functor import emit_functor, struct_name
+from attnc.codegen.functor import emit_functor, key_reads, struct_name
 from attnc.codegen.templates import render_template
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
@@ -47,6 +47,9 @@ class HostTestReport:
     bias_step_error: float = 0.0
     mask_mismatches: int = 0
     tile_violations: list[str] = field(default_factory=list)
+    # points also computed from a key's values (V::KeyValues and the *_at hooks), with the
+    # same error bounds
+    key_value_points: int = 0
 
     @property
     def ok(self) -> bool:
@@ -76,6 +79,9 @@ class HostTestReport:
             f"log2 form {self.log2_error:.2e}, raw form {self.raw_error:.2e}, bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
             f"tile violations {len(self.tile_violations)}"
         )
+        if self.key_value_points:
+            text += f"; {self.key_value_points} points also from key values"
+
         if self.tile_violations:
             text += "\n  " + "\n  ".join(self.tile_violations[:5])
         return text
@@ -282,13 +288,19 @@ def run_host_test(
             f"host harness of '{v.name}' exited with {proc.returncode}: {proc.stderr}"
         )
     steps_bias = _steps_bias(c)
-    lines = _lines_by_kind(proc.stdout, v.name, drawn, steps_bias)
+    keyed = bool(key_reads(v))
+    lines = _lines_by_kind(proc.stdout, v.name, drawn, steps_bias, keyed)
     report = HostTestReport(v.name)
     module = load_reference(v)
     for case in drawn:
         got_points = [next(lines["P"]) for _ in case.points]
         got_tiles = [next(lines["T"]) for _ in case.tiles]
         _compare_points(module, c, case, got_points, report)
+        if keyed:
+            keyed_points = [next(lines["K"]) for _ in case.points]
+            _compare_points(module, c, case, keyed_points, report)
+            report.points -= len(keyed_points)
+            report.key_value_points += len(keyed_points)
         _compare_tiles(module, case, got_tiles, report)
         if steps_bias:
             _compare_bias_step([next(lines["B"]) for _ in case.points], report)
@@ -301,16 +313,21 @@ def _steps_bias(c: Compiled) -> bool:
 
 
 def _lines_by_kind(
-    stdout: str, name: str, drawn: list[_Case], steps_bias: bool
+    stdout: str, name: str, drawn: list[_Case], steps_bias: bool, keyed: bool
 ) -> dict[str, Iterator[list[str]]]:
-    """The harness output's values by line kind (the first word: P, B or T), in order."""
-    kinds: dict[str, list[list[str]]] = {"P": [], "B": [], "T": []}
+    """The harness output's values by line kind (the first word: P, K, B or T), in order."""
+    kinds: dict[str, list[list[str]]] = {"P": [], "K": [], "B": [], "T": []}
     for line in stdout.splitlines():
         words = line.split()
         if words and words[0] in kinds:
             kinds[words[0]].append(words[1:])
     points = sum(len(case.points) for case in drawn)
-    want = {"P": points, "B": points if steps_bias else 0, "T": sum(len(c.tiles) for c in drawn)}
+    want = {
+        "P": points,
+        "K": points if keyed else 0,
+        "B": points if steps_bias else 0,
+        "T": sum(len(c.tiles) for c in drawn),
+    }
     got = {k: len(v) for k, v in kinds.items()}
     if got != want:
         raise RuntimeError(f"host harness of '{name}' printed {got} lines, expected {want}")

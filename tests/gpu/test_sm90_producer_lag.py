@@ -4,8 +4,10 @@ A producer warp that reached a stage's empty-barrier wait after the stage was is
 the consumers free it again, find the phase parity back where it started and wait for ever
 (RESULTS.md run 38: the kernel hung once producer warps 1-3 started each item 4 us late). The
 module is built with that lag injected (``ATTNC_SM90_PRODUCER_LAG_NS``) and the Hopper tests of
-ragged, paged-by-TMA, gathered and split batches at head_dim 64, 128 and 256 run against the
-fp64 reference in a child process, so that a hang fails the test instead of stalling the run.
+ragged, paged-by-TMA, gathered and split batches at head_dim 64, 128 and 256, and those of the
+staged key values (test_staged_keys.py, where every producer thread waits for each stage) run
+against the fp64 reference in a child process, so that a hang fails the test instead of
+stalling the run.
 """
 
 from __future__ import annotations
@@ -35,21 +37,29 @@ SELECTED = (
 )
 
 
-def _child_pytest(*args: str, env: dict[str, str], timeout: int) -> subprocess.CompletedProcess:
+# The staged key values (test_staged_keys.py): every producer thread waits for a stage there.
+STAGED = "test_staged_key_values_match_float64 and sm90"
+
+
+def _child_pytest(*args: str, env: dict[str, str], timeout: int, file: str = "test_prefill_sm90.py",
+                  select: str = SELECTED) -> subprocess.CompletedProcess:  # fmt: skip
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-           str(HERE / "test_prefill_sm90.py"), "-k", SELECTED, *args]  # fmt: skip
+           str(HERE / file), "-k", select, *args]  # fmt: skip
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                           check=False)  # fmt: skip
 
 
-def test_hopper_tests_pass_with_lagging_producer_warps(tmp_path):
+@pytest.mark.parametrize(
+    "file, select", [("test_prefill_sm90.py", SELECTED), ("test_staged_keys.py", STAGED)]
+)
+def test_hopper_tests_pass_with_lagging_producer_warps(tmp_path, file, select):
     env = dict(os.environ)
     env["ATTNC_TEST_SM90_FLAGS"] = "-DATTNC_SM90_PRODUCER_LAG_NS=4000"
-    listed = _child_pytest("--collect-only", env=env, timeout=300)
+    listed = _child_pytest("--collect-only", env=env, timeout=300, file=file, select=select)
     ids = [line for line in listed.stdout.splitlines() if "::" in line]
     assert listed.returncode == 0 and ids, (listed.stdout + listed.stderr)[-4000:]
     try:
-        run = _child_pytest(env=env, timeout=900)
+        run = _child_pytest(env=env, timeout=900, file=file, select=select)
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the Hopper tests with lagging producer warps hung (900 s): {e.stdout!r}")
     tail = (run.stdout + run.stderr)[-4000:]

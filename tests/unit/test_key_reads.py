@@ -1,6 +1,7 @@
-"""Which tensor reads a kernel may prefetch per key (``key_reads``, ``V::touch_key_reads``):
-those of the score and mask whose indices use kv_idx and no row value, so that every query
-row reads the same element at a key."""
+"""Which tensor reads a kernel may prefetch or stage per key (``key_reads``,
+``V::touch_key_reads``, ``V::KeyValues``): those of the score and mask whose indices use kv_idx
+and no row value, so that every query row reads the same element at a key; and the functor's
+``key_values`` and ``*_at`` hooks that take those values instead of reading."""
 
 from __future__ import annotations
 
@@ -48,3 +49,42 @@ def test_the_functor_prefetches_each_read_bounds_checked() -> None:
     text = emit_functor(compiled)
     assert "static constexpr bool kTouchKeyReads = true;" in text
     assert "attnc::vm::prefetch_l1_(attnc::vm::address_in_shape_(p.p_t, 0, kv_idx, 64));" in text
+
+
+def _functor(source: str) -> str:
+    (compiled,), _ = compile_source(source, "k.attn")
+    return emit_functor(compiled)
+
+
+def test_key_values_hold_each_read_and_the_at_hooks_read_none() -> None:
+    text = _functor(
+        "variant v { param doc: tensor<i32>[kv_len]; param t: tensor<f32>[64];"
+        " score = score + t[kv_idx % 64]; mask = doc[kv_idx] == doc[q_pos]; }"
+    )
+    assert "static constexpr bool kHasKeyValues = true;" in text
+    fields = text.split("struct KeyValues {")[1].split("};")[0].split()
+    assert fields == ["float", "k0;", "int", "k1;"]
+    body = text.split("KeyValues key_values(int kv_idx) const {")[1].split("return key;")[0]
+    assert "key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, (kv_idx % 64), 64);" in body
+    assert "key.k1 = attnc::vm::load_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len);" in body
+    for hook in ("score_at", "score_bias_at", "mask_at"):
+        at = text.split(f" {hook}(")[1].split("\n  }")[0]
+        assert "p.p_t" not in at and "p.p_doc" not in at, (hook, at)
+    assert "key.k0" in text.split(" score_bias_at(")[1].split("\n  }")[0]
+    assert "key.k1 == row." in text.split(" mask_at(")[1].split("\n  }")[0]
+
+
+@pytest.mark.parametrize(
+    "body, hooks",
+    [("score = score * t[kv_idx];", ["score_at", "score_log2_at", "score_bias_at", "mask_at"]),
+     ("normalize = none; score = sigmoid(score + t[kv_idx]);",
+      ["score_at", "score_raw_at", "score_bias_at", "mask_at"])],
+)  # fmt: skip
+def test_each_element_hook_has_an_at_twin(body, hooks) -> None:
+    text = _functor(f"variant v {{ param t: tensor<f32>[64]; {body} }}")
+    assert [h for h in hooks if f" {h}(" in text] == hooks
+
+
+def test_a_variant_without_key_reads_has_no_key_values() -> None:
+    text = _functor("variant v { param t: tensor<f32>[64]; score = score + t[qo_head % 64]; }")
+    assert "KeyValues" not in text and "_at(" not in text

@@ -34,6 +34,14 @@ struct Variant_doc_causal {
   // those elements (bounds-checked) into L1, for a kernel to issue ahead of the scores.
   static constexpr bool kTouchKeyReads = true;
 
+  // The same reads as the values of one key: key_values(kv_idx) reads them (bounds-checked),
+  // and each *_at hook computes what its plain twin does from them instead of reading, so a
+  // kernel may read a tile's key values once and share them between its rows.
+  struct KeyValues {
+    int k0;
+  };
+  static constexpr bool kHasKeyValues = true;
+
   Params p;
   attnc::RequestInfo r;
 
@@ -73,6 +81,24 @@ struct Variant_doc_causal {
 
   ATTNC_HD void touch_key_reads(int kv_idx) const {
     attnc::vm::prefetch_l1_(attnc::vm::address_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len));
+  }
+
+  ATTNC_HD KeyValues key_values(int kv_idx) const {
+    KeyValues key;
+    key.k0 = attnc::vm::load_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len);
+    return key;
+  }
+
+  ATTNC_HD float score_at(const Row& row, float s, int kv_idx, const KeyValues& key) const {
+    return s;
+  }
+
+  ATTNC_HD float score_bias_at(const Row& row, int kv_idx, const KeyValues& key) const {
+    return 0.0f;
+  }
+
+  ATTNC_HD bool mask_at(const Row& row, int kv_idx, const KeyValues& key) const {
+    return bool((kv_idx <= row.q_pos) & (key.k0 == row.h0));
   }
 
   // The row's extra softmax logit (natural-log units, like score()); -INFINITY: no sink.

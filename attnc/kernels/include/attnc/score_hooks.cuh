@@ -33,6 +33,90 @@ __device__ __forceinline__ void hoist_rows(const V& var, typename V::Row (&rows)
   }
 }
 
+// Where transform_tile's element hooks get the tensor values a variant reads at indices of
+// kv_idx alone (V::KeyValues). Per 8-key block of the tile, a lane takes the values of its
+// pair of keys (pair(off): offset off and off + 1 from the tile's first key, off even), then
+// each hook takes the pair and which of the two keys (i) it is given. DirectKeys: nothing is
+// taken and V's plain hooks read the tensors themselves. TileKeys: the pair's values, staged
+// once per tile in shared memory (the Hopper producer, sm90/staged_keys.cuh), passed to V's
+// *_at hooks.
+struct DirectKeys {
+  struct Pair {};
+  __device__ __forceinline__ Pair pair(int) const { return Pair(); }
+  template <class V>
+  __device__ __forceinline__ bool mask(const V& var, const typename V::Row& row, int kv_idx,
+                                       const Pair&, int) const {
+    return var.mask(row, kv_idx);
+  }
+  template <class V>
+  __device__ __forceinline__ float score_bias(const V& var, const typename V::Row& row,
+                                              int kv_idx, const Pair&, int) const {
+    return var.score_bias(row, kv_idx);
+  }
+  template <class V>
+  __device__ __forceinline__ float score_log2(const V& var, const typename V::Row& row, float raw,
+                                              int kv_idx, const Pair&, int, float sm_scale) const {
+    return variant_score_log2(var, row, raw, kv_idx, sm_scale);
+  }
+  template <class V>
+  __device__ __forceinline__ float score_raw(const V& var, const typename V::Row& row, float raw,
+                                             int kv_idx, const Pair&, int, float sm_scale) const {
+    return variant_score_raw(var, row, raw, kv_idx, sm_scale);
+  }
+};
+
+template <class V>
+struct TileKeys {
+  using Values = typename V::KeyValues;
+  static constexpr int kWords = static_cast<int>(sizeof(Values) / 4);
+  static_assert(sizeof(Values) == 4 * kWords && kWords > 0,
+                "attnc: KeyValues holds 4-byte fields (f32 and i32 reads)");
+  uint32_t block;  // shared-memory address of the tile's first key's values (16-byte aligned)
+
+  struct Pair {
+    Values k[2];
+  };
+  // Volatile loads, so they stay after the barrier wait that publishes the block.
+  __device__ __forceinline__ Pair pair(int off) const {
+    uint32_t w[2 * kWords];
+    const uint32_t addr = block + static_cast<uint32_t>(off) * sizeof(Values);
+    if constexpr (kWords % 2 == 0) {
+#pragma unroll
+      for (int j = 0; j < kWords / 2; ++j)
+        asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(w[4 * j]), "=r"(w[4 * j + 1]), "=r"(w[4 * j + 2]), "=r"(w[4 * j + 3])
+                     : "r"(addr + 16 * j));
+    } else {
+#pragma unroll
+      for (int j = 0; j < kWords; ++j)
+        asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n"
+                     : "=r"(w[2 * j]), "=r"(w[2 * j + 1])
+                     : "r"(addr + 8 * j));
+    }
+    Pair p;
+    __builtin_memcpy(&p, w, sizeof(p));
+    return p;
+  }
+  __device__ __forceinline__ bool mask(const V& var, const typename V::Row& row, int kv_idx,
+                                       const Pair& p, int i) const {
+    return var.mask_at(row, kv_idx, p.k[i]);
+  }
+  __device__ __forceinline__ float score_bias(const V& var, const typename V::Row& row,
+                                              int kv_idx, const Pair& p, int i) const {
+    return var.score_bias_at(row, kv_idx, p.k[i]);
+  }
+  __device__ __forceinline__ float score_log2(const V& var, const typename V::Row& row, float raw,
+                                              int kv_idx, const Pair& p, int i,
+                                              float sm_scale) const {
+    return variant_score_log2_at(var, row, raw, kv_idx, p.k[i], sm_scale);
+  }
+  __device__ __forceinline__ float score_raw(const V& var, const typename V::Row& row, float raw,
+                                             int kv_idx, const Pair& p, int i,
+                                             float sm_scale) const {
+    return variant_score_raw_at(var, row, raw, kv_idx, p.k[i], sm_scale);
+  }
+};
+
 // The steepest stepped bias, in log2 units a key, that transform_scores steps from a lane's
 // first key; steeper rows are evaluated per element (see there).
 constexpr float kMaxStepPerKey = 16.f;
@@ -50,16 +134,18 @@ struct RowTerms {
 // hi; kStepBias: the bias is terms.bias0 + terms.step * (key offset), else evaluated per
 // element (V::score_bias or the general score).
 template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS,
-          bool kStepUnits = false, bool kRawScore = false>
+          bool kStepUnits = false, bool kRawScore = false, class Keys = DirectKeys>
 __device__ __forceinline__ void transform_tile(const V& var,
                                                const typename V::Row (&rows)[MQ][2],
                                                const float (&mult)[MQ][2],
                                                float (&s)[MQ][NS][4], int kv0, int kv1, int tq,
-                                               float sm_scale, const RowTerms<MQ>& terms) {
+                                               float sm_scale, const RowTerms<MQ>& terms,
+                                               const Keys& keys = Keys()) {
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
+      const auto pair = keys.pair(n * 8 + 2 * tq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const typename V::Row& row = rows[mi][e / 2];
@@ -71,19 +157,19 @@ __device__ __forceinline__ void transform_tile(const V& var,
           kv_score = kv_idx < kv1 ? kv_idx : kv1 - 1;
         bool vis = true;
         if constexpr (kRowInterval) {
-          const int off = n * 8 + (e % 2);
-          vis = off >= terms.lo[mi][e / 2] && off < terms.hi[mi][e / 2];
+          const int lane_off = n * 8 + (e % 2);  // from the lane's first key
+          vis = lane_off >= terms.lo[mi][e / 2] && lane_off < terms.hi[mi][e / 2];
         } else if constexpr (kMasked && variant_mask_reads_tokens<V>::value) {
           // Evaluated for every element, at an index kept inside the request, so the
           // tensor loads of the tile issue together (no branch per element).
-          vis = (kv_idx < kv1) & var.mask(row, kv_idx < kv1 ? kv_idx : kv1 - 1);
+          vis = (kv_idx < kv1) & keys.mask(var, row, kv_idx < kv1 ? kv_idx : kv1 - 1, pair, e % 2);
         } else if constexpr (kMasked) {
-          vis = kv_idx < kv1 && (!V::kHasMask || var.mask(row, kv_idx));
+          vis = kv_idx < kv1 && (!V::kHasMask || keys.mask(var, row, kv_idx, pair, e % 2));
         }
         const float raw = s[mi][n][e];
         float x;
         if constexpr (!V::kUseSoftmax) {
-          x = variant_score_raw(var, row, raw, kv_score, sm_scale);
+          x = keys.score_raw(var, row, raw, kv_score, pair, e % 2, sm_scale);
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity || kRawScore) {
           x = raw;  // scaled by mult inside the exp2
@@ -92,13 +178,13 @@ __device__ __forceinline__ void transform_tile(const V& var,
           // bias at the lane's first key (over the step) joins the softmax once per row.
           x = fmaf(raw, mult[mi][e / 2], static_cast<float>(n * 8 + (e % 2)));
         } else if constexpr (kStepBias) {
-          const float off = static_cast<float>(n * 8 + (e % 2));
+          const float lane_off = static_cast<float>(n * 8 + (e % 2));
           x = fmaf(raw, mult[mi][e / 2],
-                   fmaf(terms.step[mi][e / 2], off, terms.bias0[mi][e / 2]));
+                   fmaf(terms.step[mi][e / 2], lane_off, terms.bias0[mi][e / 2]));
         } else if constexpr (V::kAffineScore) {
-          x = fmaf(raw, mult[mi][e / 2], var.score_bias(row, kv_score) * kLog2e);
+          x = fmaf(raw, mult[mi][e / 2], keys.score_bias(var, row, kv_score, pair, e % 2) * kLog2e);
         } else {
-          x = variant_score_log2(var, row, raw, kv_score, sm_scale);
+          x = keys.score_log2(var, row, raw, kv_score, pair, e % 2, sm_scale);
         }
         if constexpr (V::kUseSoftmax && kMasked) x = vis ? x : -CUDART_INF_F;
         s[mi][n][e] = x;
@@ -131,12 +217,13 @@ __device__ __forceinline__ void row_interval_terms(const V& var,
 // to spare for these terms. kRawScore: the scores stay raw (only the mask and the bound apply;
 // their softmax multiplies and offsets them per row, kRowsScaled of warp_softmax_rows_at).
 template <bool kMasked, bool kPerRowTerms = false, bool kRawScore = false, class V, int MQ,
-          int NS>
+          int NS, class Keys = DirectKeys>
 __device__ __forceinline__ void transform_scores(const V& var,
                                                  const typename V::Row (&rows)[MQ][2],
                                                  const float (&mult)[MQ][2],
                                                  float (&s)[MQ][NS][4], int kv0, int kv1,
-                                                 int tq, float sm_scale) {
+                                                 int tq, float sm_scale,
+                                                 const Keys& keys = Keys()) {
   const int base = kv0 + 2 * tq;  // this lane's first key
   RowTerms<MQ> terms;
   // A mask that is exactly an interval of keys per row: the row's bounds once, relative to
@@ -172,12 +259,12 @@ __device__ __forceinline__ void transform_scores(const V& var,
     // warp-uniform control flow (all 32 lanes, the full mask below).
     if (!__all_sync(0xffffffffu, steppable)) {
       transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale,
-                                                   terms);
+                                                   terms, keys);
       return;
     }
   }
   transform_tile<kMasked, kRowInterval, kStepBias, V, MQ, NS, false, kRawScore>(
-      var, rows, mult, s, kv0, kv1, tq, sm_scale, terms);
+      var, rows, mult, s, kv0, kv1, tq, sm_scale, terms, keys);
 }
 
 // A variant whose bias is stepped (linear in kv_idx) keeps its logits in units of each
@@ -202,11 +289,11 @@ constexpr float kMinStepPerKey = 5.421010862427522e-20f;  // 2^-64
 // rounding is too (from key 0 it carried ulp(q) x the step into every logit and the LSE).
 // Where some lane's r0 is not finite (a warp not in units, whose units are 1, or a bias not
 // finite at the key) the warp's tile evaluates the bias per element, in units, with r0 = 0.
-template <bool kMasked, class V, int MQ, int NS>
+template <bool kMasked, class V, int MQ, int NS, class Keys = DirectKeys>
 __device__ __forceinline__ void transform_scores_in_units(
     const V& var, const typename V::Row (&rows)[MQ][2], const float (&mult_over_units)[MQ][2],
     const float (&units)[MQ][2], const float (&per_unit)[MQ][2], float (&s)[MQ][NS][4], int kv0,
-    int kv1, int tq, float sm_scale, float (&r0)[MQ][2]) {
+    int kv1, int tq, float sm_scale, float (&r0)[MQ][2], const Keys& keys = Keys()) {
   const int base = kv0 + 2 * tq;
   RowTerms<MQ> terms;
   constexpr bool kRowInterval = kMasked && V::kHasMask && variant_row_interval<V>::value;
@@ -221,7 +308,7 @@ __device__ __forceinline__ void transform_scores_in_units(
     }
   if (__all_sync(0xffffffffu, finite)) {
     transform_tile<kMasked, kRowInterval, false, V, MQ, NS, true>(
-        var, rows, mult_over_units, s, kv0, kv1, tq, sm_scale, terms);
+        var, rows, mult_over_units, s, kv0, kv1, tq, sm_scale, terms, keys);
     return;
   }
   float mult[MQ][2], scale[MQ][2];
@@ -233,7 +320,8 @@ __device__ __forceinline__ void transform_scores_in_units(
       scale[mi][h] = units[mi][h] == 1.f ? 1.f : __fdividef(1.f, units[mi][h]);
       r0[mi][h] = 0.f;
     }
-  transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale, terms);
+  transform_tile<kMasked, kRowInterval, false>(var, rows, mult, s, kv0, kv1, tq, sm_scale, terms,
+                                               keys);
 #pragma unroll
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll

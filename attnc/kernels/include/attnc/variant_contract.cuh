@@ -59,6 +59,16 @@
 //                                           const` prefetches them (bounds-checked) into L1, for
 //                                           a kernel to issue ahead of the scores; read it
 //                                           through variant_touches_key_reads
+//   struct KeyValues; static constexpr bool kHasKeyValues;
+//                                           with kTouchKeyReads: the same reads as one key's
+//                                           values (f32 / i32 / bool fields): `KeyValues
+//                                           key_values(int kv_idx) const` reads them
+//                                           (bounds-checked), and score_at, score_log2_at,
+//                                           score_raw_at, score_bias_at and mask_at take the
+//                                           plain hook's arguments plus `const KeyValues&` and
+//                                           return what the plain hook does, without reading
+//                                           (those of them whose plain twin V has); read it
+//                                           through variant_has_key_values
 //   static constexpr bool kBiasStep;        true: the affine bias is linear in kv_idx with a
 //                                           per-row step; read it through variant_bias_step
 //   float score_bias_step(const Row&) const;
@@ -135,6 +145,13 @@ template <typename V>
 struct variant_score_reads_by_key<V, std::void_t<decltype(V::kScoreReadsByKey)>>
     : std::integral_constant<bool, V::kScoreReadsByKey> {};
 
+// variant_has_key_values<V>::value: V declares `kHasKeyValues` and it is true.
+template <typename V, typename = void>
+struct variant_has_key_values : std::false_type {};
+template <typename V>
+struct variant_has_key_values<V, std::void_t<decltype(V::kHasKeyValues)>>
+    : std::integral_constant<bool, V::kHasKeyValues> {};
+
 // variant_touches_key_reads<V>::value: V declares `kTouchKeyReads` and it is true.
 template <typename V, typename = void>
 struct variant_touches_key_reads : std::false_type {};
@@ -208,6 +225,31 @@ ATTNC_HD float variant_score_raw(const V& var, const typename V::Row& row, float
     return var.score_raw(row, raw, kv_idx);
   } else {
     return var.score(row, raw * sm_scale, kv_idx);
+  }
+}
+
+// variant_score_log2 and variant_score_raw of a variant with key values (V::KeyValues), from
+// the values `key` of kv_idx instead of reads (V's *_at hooks).
+template <typename V>
+ATTNC_HD float variant_score_log2_at(const V& var, const typename V::Row& row, float raw,
+                                     int kv_idx, const typename V::KeyValues& key,
+                                     float sm_scale) {
+  if constexpr (variant_has_score_log2<V>::value) {
+    (void)sm_scale;
+    return var.score_log2_at(row, raw, kv_idx, key);
+  } else {
+    return var.score_at(row, raw * sm_scale, kv_idx, key) * 1.4426950408889634f;
+  }
+}
+template <typename V>
+ATTNC_HD float variant_score_raw_at(const V& var, const typename V::Row& row, float raw,
+                                    int kv_idx, const typename V::KeyValues& key,
+                                    float sm_scale) {
+  if constexpr (variant_has_score_raw<V>::value) {
+    (void)sm_scale;
+    return var.score_raw_at(row, raw, kv_idx, key);
+  } else {
+    return var.score_at(row, raw * sm_scale, kv_idx, key);
   }
 }
 

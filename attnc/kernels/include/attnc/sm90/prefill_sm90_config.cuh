@@ -14,8 +14,6 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "../variant_contract.cuh"
 
 namespace attnc {
@@ -29,7 +27,10 @@ constexpr int sm90_default_kv_tile(int head_dim, int consumers) {
   return head_dim == 256 ? 64 : head_dim == 128 && consumers == 3 ? 80 : 128;
 }
 
-template <int HEAD_DIM, int CONSUMERS = 2, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS)>
+// KEY_BYTES: the bytes of one key's staged values (V::KeyValues, staged_keys.cuh), 0 for a
+// variant that stages none; each stage then holds a block of kKvTile of them.
+template <int HEAD_DIM, int CONSUMERS = 2, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS),
+          int KEY_BYTES = 0>
 struct PrefillSm90Shape {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
@@ -84,8 +85,13 @@ struct PrefillSm90Shape {
   // Two words through which the producer's thread 0 hands the item index it took to the
   // other producer threads (ItemOrder, item_order.cuh).
   static constexpr uint32_t kFetchOffset = kInfoOffset + kInfoBytes;
+  // The staged key values of each stage (KEY_BYTES per key), 16-byte aligned.
+  static constexpr int kKeyBytes = KEY_BYTES;
+  static constexpr uint32_t kKeysOffset = (kFetchOffset + 8 + 15) & ~15u;
+  static constexpr uint32_t kKeysBytes = kStages * kKvTile * KEY_BYTES;
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
-  static constexpr int kSmemBytes = static_cast<int>(kFetchOffset + 8 + 1024);
+  static constexpr int kSmemBytes =
+      static_cast<int>((KEY_BYTES > 0 ? kKeysOffset + kKeysBytes : kFetchOffset + 8) + 1024);
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA may hold");
 };
 
@@ -125,6 +131,10 @@ struct PrefillSm90Smem {
   // Word i (0 or 1) of the item index the producer's thread 0 took.
   __device__ __forceinline__ uint32_t fetched(int i) const {
     return base + Shape::kFetchOffset + 4 * i;
+  }
+  // The staged key values of a stage (Shape::kKeyBytes > 0, staged_keys.cuh).
+  __device__ __forceinline__ uint32_t keys(int stage) const {
+    return base + Shape::kKeysOffset + stage * Shape::kKvTile * Shape::kKeyBytes;
   }
 };
 
@@ -246,14 +256,44 @@ struct Sm90TwoKeys {
                                : kLight256 ? 80
                                            : sm90_default_kv_tile(HEAD_DIM, 2);
 };
-template <class V, int HEAD_DIM>
-using Sm90TwoShapeOf = PrefillSm90Shape<HEAD_DIM, 2, Sm90TwoKeys<V, HEAD_DIM>::value>;
 
-// The CTA shape of variant V's kernel at HEAD_DIM with the most consumers it takes.
+// The bytes of one key's values that variant V's kernel of shape Base stages with each stage
+// (sizeof V::KeyValues, staged_keys.cuh): 0 for a variant without key values, or where the
+// blocks would not fit the CTA's shared memory (its consumers then read the tensors
+// themselves, prefetched into L1 by the producer).
+template <class V, class Base, bool = variant_has_key_values<V>::value>
+struct Sm90KeyBytes {
+  static constexpr int value = 0;
+};
+template <class V, class Base>
+struct Sm90KeyBytes<V, Base, true> {
+  static constexpr int kBytes = static_cast<int>(sizeof(typename V::KeyValues));
+  static constexpr bool kFits =
+      Base::kSmemBytes + 16 + Base::kStages * Base::kKvTile * kBytes <= 227 * 1024;
+  static constexpr int value = kFits ? kBytes : 0;
+};
+
+// A shape of variant V's kernel with the key values it stages.
+template <class V, int HEAD_DIM, int CONSUMERS, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS)>
+using Sm90ShapeWithKeys =
+    PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE,
+                     Sm90KeyBytes<V, PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE>>::value>;
+
 template <class V, int HEAD_DIM>
-using Sm90ShapeOf =
-    typename std::conditional<Sm90Consumers<V, HEAD_DIM>::value == 3, PrefillSm90Shape<HEAD_DIM, 3>,
-                              Sm90TwoShapeOf<V, HEAD_DIM>>::type;
+using Sm90TwoShapeOf = Sm90ShapeWithKeys<V, HEAD_DIM, 2, Sm90TwoKeys<V, HEAD_DIM>::value>;
+
+// The CTA shape of variant V's kernel at HEAD_DIM with the most consumers it takes (only the
+// chosen shape is instantiated: a three-consumer shape at head_dim 256 does not exist).
+template <class V, int HEAD_DIM, bool = Sm90Consumers<V, HEAD_DIM>::value == 3>
+struct Sm90WidestShape {
+  using Type = Sm90TwoShapeOf<V, HEAD_DIM>;
+};
+template <class V, int HEAD_DIM>
+struct Sm90WidestShape<V, HEAD_DIM, true> {
+  using Type = Sm90ShapeWithKeys<V, HEAD_DIM, 3>;
+};
+template <class V, int HEAD_DIM>
+using Sm90ShapeOf = typename Sm90WidestShape<V, HEAD_DIM>::Type;
 
 // Whether a plan tile of `rows` packed rows runs on variant V's three-consumer shape (the
 // launch and the occupancy query ask this; prefill_sm90_tile_q_tokens sizes the tile).

@@ -6,7 +6,8 @@
 // issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
 // consumers take turns issuing their GEMMs (named barriers), so one's softmax runs under the
 // other's GEMMs; and items follow each other without draining (prefill_sm90_consume). Stages
-// are handed back (empty barriers) as soon as read.
+// are handed back (empty barriers) as soon as read: K after S, or after the scores where the
+// stage carries key values (staged_keys.cuh), V after P V.
 #pragma once
 
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_producer.cuh"
 #include "smem_desc.cuh"
+#include "staged_keys.cuh"
 #include "warpgroup.cuh"
 #include "wgmma_ops.cuh"
 
@@ -165,14 +167,15 @@ struct Sm90Consumer {
   // rescaled.
   __device__ __forceinline__ bool scores(const V& var, ConsumerItem<V>& c) {
     const float sm_scale = prm.args.sm_scale;
+    const auto keys = StageKeySource<V, Shape>::at(sm.keys(cur.stage));
     if constexpr (kStepUnitsVariant<V, D>) {
       float r0[1][2];
       if (masked) {
         transform_scores_in_units<true>(var, c.rows, c.mult, c.units, c.per_unit, s, info.kv0,
-                                        info.kv1, tq, sm_scale, r0);
+                                        info.kv1, tq, sm_scale, r0, keys);
       } else {
         transform_scores_in_units<false>(var, c.rows, c.mult, c.units, c.per_unit, s, info.kv0,
-                                         info.kv1, tq, sm_scale, r0);
+                                         info.kv1, tq, sm_scale, r0, keys);
       }
       if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
       return softmax_step_in_units(s, c.m, c.l, c.units, r0, alpha);
@@ -185,7 +188,7 @@ struct Sm90Consumer {
       if (c.bias_in_gemm) {
         if (masked)
           transform_scores<true, true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq,
-                                             sm_scale);
+                                             sm_scale, keys);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           cm[0][h] = c.mult[0][h];
@@ -193,9 +196,9 @@ struct Sm90Consumer {
         }
       } else {
         if (masked) {
-          transform_scores<true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+          transform_scores<true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale, keys);
         } else {
-          transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+          transform_scores<false>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale, keys);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -207,9 +210,11 @@ struct Sm90Consumer {
       return softmax_step_scaled(s, c.m, c.l, cm, r0, alpha);
     }
     if (masked) {
-      transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<true, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale,
+                                   keys);
     } else {
-      transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale);
+      transform_scores<false, true>(var, c.rows, c.mult, s, info.kv0, info.kv1, tq, sm_scale,
+                                    keys);
     }
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
     if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
@@ -243,16 +248,18 @@ struct Sm90Consumer {
     return StageInfo::read_next(sm.info(cur.stage));
   }
   // After S of the stage just read has completed: notes whether the stage is the running
-  // item's last and hands K back.
+  // item's last and hands K back (with staged key values, only after the scores: hold_p).
+  static constexpr bool kStagedKeys = Shape::kKeyBytes > 0;
   __device__ __forceinline__ void took_s() {
     pin(s[0]);
     last = info.flags & StageInfo::kLast;
-    mbar_arrive(sm.empty_k(cur.stage));
+    if constexpr (!kStagedKeys) mbar_arrive(sm.empty_k(cur.stage));
   }
   // When the stage just read was the running item's last tile, start the next item.
   __device__ __forceinline__ void start_next(int next) { have_next = last && start(nx, next); }
   // The weights of the stage just read become the next P V's.
   __device__ __forceinline__ void hold_p() {
+    if constexpr (kStagedKeys) mbar_arrive(sm.empty_k(cur.stage));  // its key values are read
     pack_p<T>(p, s);
     pv = cur;
     pv_fence = info.flags & StageInfo::kCpAsync;

@@ -19,6 +19,7 @@
 #include "prefill_sm90_item.cuh"
 #include "prefill_sm90_params.cuh"
 #include "smem_desc.cuh"
+#include "staged_keys.cuh"
 #include "tma.cuh"
 #include "warpgroup.cuh"
 
@@ -194,18 +195,33 @@ __device__ __forceinline__ void produce_paged_tma_stage(const PrefillSm90Params<
   __syncwarp();
 }
 
-// One stage: K and V of the tile described by `info` (nothing for kNoTile), then the
-// arrivals that publish it.
+// One stage: K and V of the tile described by `info` (nothing for kNoTile) and its key values
+// (Shape::kKeyBytes > 0), then the arrivals that publish it.
 template <class V, class T, class Shape>
 __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
                                               const PrefillSm90Smem<Shape>& sm,
-                                              const PrefillSm90Item& it, const FastDiv& page_div,
-                                              StageInfo info, int stage, int phase) {
+                                              const PrefillSm90Item& it, const V& var,
+                                              const FastDiv& page_div, StageInfo info, int stage,
+                                              int phase) {
   constexpr int D = Shape::kHeadDim;
   constexpr int KVT = Shape::kKvTile;
   const AttncPrefillArgs& a = p.args;
   const int tid = threadIdx.x;  // 0..127
   const bool load = !(info.flags & StageInfo::kNoTile);
+  if constexpr (Shape::kKeyBytes > 0) {
+    // The key values: every producer thread waits for the stage to be free and writes its
+    // keys' values; the barrier puts the writes ahead of the arrival that publishes the stage
+    // (whichever path below makes it). No thread can lag a phase behind its wait here: the
+    // stage is not filled (so not freed again) before every thread has passed the barrier.
+    if (load) {
+      StageKeys<V, Shape, 128> keys;
+      keys.touch(var, info.kv0, info.kv1, tid);  // into L1 while the stage is still in use
+      mbar_wait(sm.empty_k(stage), phase ^ 1);
+      keys.load(var, info.kv0, info.kv1, tid);
+      keys.store(sm.keys(stage), tid);
+      named_sync(kProducerBarrier, 128);
+    }
+  }
   if (!(info.flags & StageInfo::kCpAsync) && load && a.kv_layout != ATTNC_KV_RAGGED) {
     produce_paged_tma_stage<V, Shape>(p, sm, it, page_div, info, stage, phase);
     return;
@@ -251,12 +267,13 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
 }
 
 // The tensors the score and mask read at the stage's keys alone (V::touch_key_reads: a bias
-// or document id per key), prefetched into L1 by producer warps 1-3 once the stage is issued,
-// so that the consumers' reads of them after the stage's S hit the SM's L1 instead of waiting
-// on L2 (the reads sit between the S wait and the softmax).
-template <class V>
+// or document id per key), where the shape does not stage them (staged_keys.cuh): prefetched
+// into L1 by producer warps 1-3 once the stage is issued, so that the consumers' reads of them
+// after the stage's S hit the SM's L1 instead of waiting on L2 (the reads sit between the S
+// wait and the softmax).
+template <class V, class Shape>
 __device__ __forceinline__ void touch_key_reads(const V& var, const StageInfo& info) {
-  if constexpr (variant_touches_key_reads<V>::value) {
+  if constexpr (variant_touches_key_reads<V>::value && Shape::kKeyBytes == 0) {
     if (threadIdx.x < 32 || (info.flags & StageInfo::kNoTile)) return;
     for (int kv = info.kv0 + static_cast<int>(threadIdx.x) - 32; kv < info.kv1; kv += 96)
       var.touch_key_reads(kv);
@@ -309,8 +326,8 @@ __device__ __forceinline__ void prefill_sm90_produce(const PrefillSm90Params<V>&
         info.next = Order::index(next);
         order.hand_over(sm, info.next);
       }
-      produce_stage<V, T, Shape>(p, sm, it, page_div, info, stage, phase);
-      touch_key_reads<V>(var, info);
+      produce_stage<V, T, Shape>(p, sm, it, var, page_div, info, stage, phase);
+      touch_key_reads<V, Shape>(var, info);
       // The four producer warps stay within one stage of each other. The empty barriers are
       // waited for by phase parity, which tells apart phases one apart only, and a TMA stage
       // is filled by thread 0 (ragged) or by the K and V warps (paged) while nothing else

@@ -1,0 +1,73 @@
+// Owns: the key values a Hopper prefill stage carries for a variant that reads tensors at
+// indices of kv_idx alone (V::KeyValues: a bias or a document id per key). The producer reads
+// each key's values once per stage (prefetched into L1 before the stage is free) and writes
+// them beside it (Shape::kKeyBytes > 0, a block of kKvTile of them per stage, published by the
+// stage's arrival on full_k like StageInfo); every consumer warp then reads them from shared memory
+// (TileKeys, score_hooks.cuh) instead of reading the same elements from global memory with
+// their index math and bounds checks. The consumers hand the stage's K back only after its
+// scores (Sm90Consumer::hold_p), so a block is not rewritten while they read it.
+#pragma once
+
+#include <stdint.h>
+
+#include "../score_hooks.cuh"
+#include "../variant_contract.cuh"
+
+namespace attnc {
+namespace sm90 {
+
+// One stage's key values, read by `kThreads` producer threads into registers (load) and
+// written into the stage's block (store); touch prefetches them into L1 first. Thread t takes
+// the keys kv0 + t + i * kThreads of the tile; a key at or past kv1 (a tail tile) takes the
+// values of kv1 - 1, the key the score hooks see there.
+template <class V, class Shape, int kThreads, bool = (Shape::kKeyBytes > 0)>
+struct StageKeys {
+  __device__ __forceinline__ void touch(const V&, int, int, int) const {}
+  __device__ __forceinline__ void load(const V&, int, int, int) {}
+  __device__ __forceinline__ void store(uint32_t, int) const {}
+};
+
+template <class V, class Shape, int kThreads>
+struct StageKeys<V, Shape, kThreads, true> {
+  static constexpr int kPer = (Shape::kKvTile + kThreads - 1) / kThreads;
+  typename V::KeyValues values[kPer];
+
+  __device__ __forceinline__ void touch(const V& var, int kv0, int kv1, int t) const {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) var.touch_key_reads(min(kv0 + t + i * kThreads, kv1 - 1));
+  }
+  __device__ __forceinline__ void load(const V& var, int kv0, int kv1, int t) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) values[i] = var.key_values(min(kv0 + t + i * kThreads, kv1 - 1));
+  }
+  __device__ __forceinline__ void store(uint32_t block, int t) const {
+    constexpr int kWords = static_cast<int>(sizeof(typename V::KeyValues) / 4);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int key = t + i * kThreads;
+      if (key >= Shape::kKvTile) break;
+      uint32_t w[kWords];
+      __builtin_memcpy(w, &values[i], sizeof(w));
+#pragma unroll
+      for (int j = 0; j < kWords; ++j)
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(block + (key * kWords + j) * 4u),
+                     "r"(w[j]));
+    }
+  }
+};
+
+// What the consumers' score hooks read a stage's key values through: TileKeys over the
+// stage's block when the shape stages them, else DirectKeys (the hooks read the tensors).
+template <class V, class Shape, bool = (Shape::kKeyBytes > 0)>
+struct StageKeySource {
+  using Type = DirectKeys;
+  __device__ __forceinline__ static Type at(uint32_t) { return DirectKeys(); }
+};
+template <class V, class Shape>
+struct StageKeySource<V, Shape, true> {
+  using Type = TileKeys<V>;
+  __device__ __forceinline__ static Type at(uint32_t block) { return TileKeys<V>{block}; }
+};
+
+}  // namespace sm90
+}  // namespace attnc
