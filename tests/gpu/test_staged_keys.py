@@ -116,10 +116,11 @@ def built() -> dict[tuple[str, str], modules.PrefillModule]:
     specs, keys = [], []
     for name, source in SOURCES.items():
         ir = attnc.load(source=source).ir
+        dtype = modules.dtype_name(torch.bfloat16)
         specs.append(jit.ModuleSpec(f"staged_{name}_sm90t", render_prefill_sm90_module(
-            ir, "__nv_bfloat16", D), SM90_FLAGS))  # fmt: skip
+            ir, dtype, D), SM90_FLAGS))  # fmt: skip
         specs.append(jit.ModuleSpec(f"staged_{name}_fa2t", render_prefill_module(
-            ir, "__nv_bfloat16", D), modules.prefill_arch_flags("90a")))  # fmt: skip
+            ir, dtype, D), modules.prefill_arch_flags("90a")))  # fmt: skip
         keys += [(name, "sm90", ir), (name, "fa2", ir)]
     paths = jit.build_modules(specs, arch="90a")
     return {

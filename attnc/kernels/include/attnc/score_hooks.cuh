@@ -145,7 +145,10 @@ __device__ __forceinline__ void transform_tile(const V& var,
   for (int mi = 0; mi < MQ; ++mi) {
 #pragma unroll
     for (int n = 0; n < NS; ++n) {
-      const auto pair = keys.pair(n * 8 + 2 * tq);
+      // A tile reads key values where the score reads by key, or where the mask is evaluated.
+      typename Keys::Pair pair{};
+      if constexpr (kMasked || variant_score_reads_by_key<V>::value)
+        pair = keys.pair(n * 8 + 2 * tq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const typename V::Row& row = rows[mi][e / 2];

@@ -119,6 +119,7 @@ struct Sm90Consumer {
   int pv_steps = 0;       // its k-steps that hold keys of the tile
   StageInfo info{};       // what the producer said about the stage last read
   bool masked = false;    // that stage's tile evaluates V::mask (PARTIAL, or short)
+  bool keys_held = false;  // that stage carries key values (staged_keys.cuh)
   bool last = false;      // info is the running item's last tile
   bool have_next = false;  // nx holds the item after it (started once the last S completed)
   ConsumerItem<V> ci;  // the item running
@@ -231,8 +232,8 @@ struct Sm90Consumer {
   __device__ __forceinline__ void wait_k() {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
     info = StageInfo::load(sm.info(cur.stage));
-    masked = (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
-             info.kv1 - info.kv0 < KVT;
+    masked = tile_is_masked<V, Shape>(info);
+    keys_held = stage_holds_keys<V, Shape>(info);
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
   }
   // Starts item w (the CTA's first, or the one the producer named with the last stage).
@@ -248,18 +249,17 @@ struct Sm90Consumer {
     return StageInfo::read_next(sm.info(cur.stage));
   }
   // After S of the stage just read has completed: notes whether the stage is the running
-  // item's last and hands K back (with staged key values, only after the scores: hold_p).
-  static constexpr bool kStagedKeys = Shape::kKeyBytes > 0;
+  // item's last and hands K back (a stage with key values only after the scores: hold_p).
   __device__ __forceinline__ void took_s() {
     pin(s[0]);
     last = info.flags & StageInfo::kLast;
-    if constexpr (!kStagedKeys) mbar_arrive(sm.empty_k(cur.stage));
+    if (!keys_held) mbar_arrive(sm.empty_k(cur.stage));
   }
   // When the stage just read was the running item's last tile, start the next item.
   __device__ __forceinline__ void start_next(int next) { have_next = last && start(nx, next); }
   // The weights of the stage just read become the next P V's.
   __device__ __forceinline__ void hold_p() {
-    if constexpr (kStagedKeys) mbar_arrive(sm.empty_k(cur.stage));  // its key values are read
+    if (keys_held) mbar_arrive(sm.empty_k(cur.stage));  // its key values are read
     pack_p<T>(p, s);
     pv = cur;
     pv_fence = info.flags & StageInfo::kCpAsync;

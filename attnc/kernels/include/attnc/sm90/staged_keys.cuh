@@ -4,17 +4,39 @@
 // them beside it (Shape::kKeyBytes > 0, a block of kKvTile of them per stage, published by the
 // stage's arrival on full_k like StageInfo); every consumer warp then reads them from shared memory
 // (TileKeys, score_hooks.cuh) instead of reading the same elements from global memory with
-// their index math and bounds checks. The consumers hand the stage's K back only after its
-// scores (Sm90Consumer::hold_p), so a block is not rewritten while they read it.
+// their index math and bounds checks. Only stages whose tile reads them carry them
+// (stage_holds_keys); for those the consumers hand K back after the scores instead of after S
+// (Sm90Consumer::hold_p), so a block is not rewritten while they read it.
 #pragma once
 
 #include <stdint.h>
 
 #include "../score_hooks.cuh"
 #include "../variant_contract.cuh"
+#include "prefill_sm90_config.cuh"
 
 namespace attnc {
 namespace sm90 {
+
+// Whether the consumers evaluate V::mask on the tile of `info` (PARTIAL, or short of a whole
+// stage: its keys past the end are masked).
+template <class V, class Shape>
+__device__ __forceinline__ bool tile_is_masked(const StageInfo& info) {
+  return (V::kHasMask && info.cls == static_cast<int>(TileClass::kPartial)) ||
+         info.kv1 - info.kv0 < Shape::kKvTile;
+}
+
+// Whether the stage of `info` carries key values: the shape stages them, and the tile reads
+// them (a score that reads by key, on every tile; a mask alone, only where it is evaluated).
+// The producer writes them, and the consumers hand K back after the scores, only then.
+template <class V, class Shape>
+__device__ __forceinline__ bool stage_holds_keys(const StageInfo& info) {
+  if constexpr (Shape::kKeyBytes == 0) {
+    return false;
+  } else {
+    return variant_score_reads_by_key<V>::value || tile_is_masked<V, Shape>(info);
+  }
+}
 
 // One stage's key values, read by `kThreads` producer threads into registers (load) and
 // written into the stage's block (store); touch prefetches them into L1 first. Thread t takes
