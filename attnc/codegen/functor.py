@@ -26,7 +26,7 @@ from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.hoist import is_leaf, level
-from attnc.compiler.index_range import proven_loads
+from attnc.compiler.index_range import proven_loads, proven_without_guards
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
 from attnc.compiler.score_log2 import score_log2
@@ -292,6 +292,13 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     return Body(tuple(locals_), text.render(e))
 
 
+def _with_proven(ctx: CudaContext, proven: frozenset[ir.Expr]) -> CudaContext:
+    """``ctx`` with ``proven`` as the reads spelled plainly (every other read checked)."""
+    return CudaContext(
+        ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params, proven
+    )
+
+
 def _with_names(ctx: CudaContext, names: dict[ir.Expr, str]) -> CudaContext:
     """``ctx`` with ``names`` spelling those sub-expressions too."""
     return CudaContext(
@@ -403,9 +410,12 @@ def _emit_functor(compiled: Compiled) -> str:
     step = _bias_step_expr(compiled)
     reads = key_reads(v)
     touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in reads]
+    # key_values reads each key's values ahead of every guard: plainly where no guard is
+    # needed to keep the indices inside, else bounds-checked.
+    inner = [n for r in reads for n in ir.walk(r) if isinstance(n, ir.TensorLoad)]
+    unguarded = _with_proven(ctx, proven_without_guards(v, inner))
     key_fields = [
-        Value(CTYPES[n.type], f"k{i}", CudaText(ctx, checked_reads=True).render(n))
-        for i, n in enumerate(reads)
+        Value(CTYPES[n.type], f"k{i}", CudaText(unguarded).render(n)) for i, n in enumerate(reads)
     ]
     key_ctx = _with_names(ctx, {n: f"key.k{i}" for i, n in enumerate(reads)})
     score_args, key_args = "const Row& row, float s, int kv_idx", "const Row& row, int kv_idx"

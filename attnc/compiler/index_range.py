@@ -18,6 +18,7 @@ key sees a tail tile's last key past its end (``kScoreReadsByKey``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnc.compiler import ir
@@ -67,6 +68,23 @@ def proven_loads(v: ir.VariantIR) -> frozenset[ir.Expr]:
     the code generators read these plainly and every other read through a bounds check (0
     outside the shape), so a read they derive in another form is checked too."""
     return frozenset(_loads(v)) - frozenset(checked_loads(v))
+
+
+def proven_without_guards(v: ir.VariantIR, loads: Iterable[ir.Expr]) -> frozenset[ir.Expr]:
+    """Those of ``loads`` (reads of ``v``'s tensors) whose every index is inside its dim with
+    no guard's help: safe to read plainly wherever the kernels evaluate ``v``'s expressions (at
+    keys of the request), ahead of any guard, as a kernel that reads a key's values once for
+    every row does (``V::key_values``)."""
+    decls = {p.name: p for p in v.params if p.kind == "tensor"}
+    bounds = Bounds(follow_guards=False)
+    fallback = v.loc or Loc(v.file, 1, 1)
+    return frozenset(
+        e
+        for e in loads
+        if isinstance(e, ir.TensorLoad)
+        and e.name in decls
+        and not any(_check_load(e, decls[e.name], bounds.no_facts, bounds, fallback))
+    )
 
 
 def checked_loads(v: ir.VariantIR) -> list[ir.TensorLoad]:

@@ -43,8 +43,9 @@ def test_wrong_key_values_fail_the_harness(monkeypatch) -> None:
 
     def shifted(compiled):
         text = emit(compiled)
-        return text.replace("key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, (kv_idx % 64)",
-                            "key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, ((kv_idx + 1) % 64)")  # fmt: skip
+        read = "key.k0 = p.p_t[(kv_idx % 64)];"
+        assert text.count(read) == 1
+        return text.replace(read, "key.k0 = p.p_t[((kv_idx + 1) % 64)];")
 
     monkeypatch.setattr(host_test, "emit_functor", shifted)
     report = run_host_test(_compiled("bias"), points=600, seed=5)

@@ -7,8 +7,9 @@ memory and the consumers read them there. Each case here runs such a variant thr
 the three-consumer shape, and KV that is ragged (TMA), paged by 16 (TMA boxes per page) or
 paged by 5 (the cp.async gather): the three ways a stage is filled, each of which publishes the
 values. The variants cover one field (an i32 document id), two (a bias and a document id: one
-16-byte load per pair of keys), three (8-byte loads), a score that is not affine in S (the log2
-form), and one without softmax (the raw form). Accuracy rule as in tests/batch_check.py.
+16-byte load per pair of keys), three (8-byte loads), eight (32 bytes a key: too many to fit
+beside the stages, so the consumers read them as before), a score that is not affine in S (the
+log2 form), and one without softmax (the raw form). Accuracy rule as in tests/batch_check.py.
 
 ``ATTNC_TEST_SM90_FLAGS`` adds nvcc flags to the Hopper modules built here
 (test_sm90_producer_lag.py reruns this file with lagging producer warps).
@@ -60,6 +61,11 @@ SOURCES = {
         score = score * t[kv_idx % 64];
         mask = kv_idx <= q_pos;
     }""",
+    "eight_reads": """variant eight_reads {
+        param t: tensor<f32>[64];
+        score = score + EIGHT;
+        mask = kv_idx <= q_pos;
+    }""".replace("EIGHT", " + ".join(f"t[(kv_idx + {i}) % 64] * 0.25" for i in range(8))),
     "sigmoid_by_key": """variant sigmoid_by_key {
         param t: tensor<f32>[kv_len];
         normalize = none;
@@ -67,7 +73,8 @@ SOURCES = {
         mask = kv_idx <= q_pos;
     }""",
 }
-FIELDS = {"doc": 1, "bias_and_doc": 2, "three_reads": 3, "scaled_by_key": 1, "sigmoid_by_key": 1}
+FIELDS = {"doc": 1, "bias_and_doc": 2, "three_reads": 3, "scaled_by_key": 1, "eight_reads": 8,
+          "sigmoid_by_key": 1}  # fmt: skip
 
 
 def _documents(gen: torch.Generator) -> torch.Tensor:
@@ -90,6 +97,7 @@ def _params(name: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
             "idx": torch.randint(-8, 72, (total,), generator=gen, dtype=torch.int32),
         },
         "scaled_by_key": {"t": torch.rand(64, generator=gen) * 2.0},
+        "eight_reads": {"t": torch.randn(64, generator=gen)},
         "sigmoid_by_key": {"t": torch.randn(total, generator=gen) - 6.0},
     }[name]
     return {k: t.cuda() for k, t in params.items()}

@@ -160,9 +160,14 @@ def test_unproven_reads_are_bounds_checked_in_the_functor_and_the_reference() ->
     # heads[qo_head], pair[kv_head, 0], t8[0], doc[kv_idx] and the guarded read: proven.
     assert "t8" in names and "heads" in names and "pair" in names
     cuda = emit_functor(c)
-    # Only t8[kv_idx] is checked (in each form of the score the functor carries).
+    # Only t8[kv_idx] is checked (in each form of the score the functor carries) ...
     checked = "attnc::vm::load_in_shape_(p.p_t8, 0, kv_idx, 8)"
-    assert cuda.count(checked) >= 1 and cuda.count("load_in_shape_") == cuda.count(checked)
+    head, key_values = cuda.split("KeyValues key_values(int kv_idx) const {")
+    key_values, tail = key_values.split("return key;", 1)
+    hooks = head + tail
+    assert hooks.count(checked) >= 1 and hooks.count("load_in_shape_") == hooks.count(checked)
+    # ... but key_values, which reads every key's values ahead of the guard, checks both.
+    assert key_values.count(checked) == 1 and key_values.count("load_in_shape_(p.p_t8") == 2
     # t8[kv_idx] reads by key: past a tail's end the kernels pass the score its last key.
     assert "static constexpr bool kScoreReadsByKey = true;" in cuda
     reference = emit_reference_source(c.variant)

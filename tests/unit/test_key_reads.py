@@ -65,8 +65,9 @@ def test_key_values_hold_each_read_and_the_at_hooks_read_none() -> None:
     fields = text.split("struct KeyValues {")[1].split("};")[0].split()
     assert fields == ["float", "k0;", "int", "k1;"]
     body = text.split("KeyValues key_values(int kv_idx) const {")[1].split("return key;")[0]
-    assert "key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, (kv_idx % 64), 64);" in body
-    assert "key.k1 = attnc::vm::load_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len);" in body
+    # Both indices stay inside their dims without a guard: read plainly.
+    assert "key.k0 = p.p_t[(kv_idx % 64)];" in body
+    assert "key.k1 = p.p_doc[r.kv_start + kv_idx];" in body
     for hook in ("score_at", "score_bias_at", "mask_at"):
         at = text.split(f" {hook}(")[1].split("\n  }")[0]
         assert "p.p_t" not in at and "p.p_doc" not in at, (hook, at)
@@ -88,3 +89,17 @@ def test_each_element_hook_has_an_at_twin(body, hooks) -> None:
 def test_a_variant_without_key_reads_has_no_key_values() -> None:
     text = _functor("variant v { param t: tensor<f32>[64]; score = score + t[qo_head % 64]; }")
     assert "KeyValues" not in text and "_at(" not in text
+
+
+def test_key_values_check_a_read_its_guards_keep_inside() -> None:
+    """``key_values`` reads every key's values ahead of the guards: a read proven only under
+    its guard (``t[7 - kv_idx]`` where ``kv_idx < 8``) is bounds-checked there, and stays plain
+    in the hooks that evaluate it under the guard."""
+    text = _functor(
+        "variant v { param t: tensor<f32>[8];"
+        " score = kv_idx < 8 ? score + t[7 - kv_idx] : score; }"
+    )
+    body = text.split("KeyValues key_values(int kv_idx) const {")[1].split("return key;")[0]
+    assert "key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, " in body
+    score = text.split(" score(const Row& row, float s, int kv_idx) const {")[1].split("}")[0]
+    assert "load_in_shape_" not in score and "p.p_t[" in score

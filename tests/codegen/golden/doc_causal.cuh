@@ -85,7 +85,7 @@ struct Variant_doc_causal {
 
   ATTNC_HD KeyValues key_values(int kv_idx) const {
     KeyValues key;
-    key.k0 = attnc::vm::load_in_shape_(p.p_doc, r.kv_start, kv_idx, r.kv_len);
+    key.k0 = p.p_doc[r.kv_start + kv_idx];
     return key;
   }
 

@@ -1,0 +1,84 @@
+"""Which Hopper kernels stage key values (sm90/staged_keys.cuh), compiled without a GPU: a
+variant whose per-key reads fit beside the stages gets shapes with ``KEY_BYTES`` =
+``sizeof(V::KeyValues)``, reads a lane's pair of keys from shared memory as one vector and no
+longer prefetches them; one whose values would not fit (eight reads: 32 bytes a key) keeps
+``KEY_BYTES`` 0 and the producer's L1 prefetch. Neither spills."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from test_sm90_compile import ARCH, dump_sass, nvcc_compile, sm90_kernel_resources
+
+from attnc.codegen.functor import emit_functor, struct_name
+from attnc.codegen.module import analysed
+from attnc.compiler.pipeline import compile_source
+
+pytestmark = [pytest.mark.nvcc]
+assert ARCH  # the same target as test_sm90_compile
+
+EIGHT = " + ".join(f"t[(kv_idx + {i}) % 64]" for i in range(8))
+SOURCE = f"""
+variant one_read {{
+    param t: tensor<f32>[kv_len];
+    score = score + t[kv_idx];
+    mask = kv_idx <= q_pos;
+}}
+variant eight_reads {{
+    param t: tensor<f32>[64];
+    score = score + {EIGHT};
+    mask = kv_idx <= q_pos;
+}}
+"""
+SHAPE = re.compile(r"PrefillSm90ShapeILi128ELi(\d)ELi(\d+)ELi(\d+)E")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("staged_keys")
+    compiled, _ = compile_source(SOURCE, "staged.attn")
+    parts = ['#include "attnc/sm90/prefill_sm90_launcher.cuh"']
+    for c in compiled:
+        parts.append(emit_functor(analysed(c.variant)))
+        name = struct_name(c.variant)
+        parts.append(
+            f'extern "C" int launch_{name}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
+            f"  return attnc::sm90::launch_prefill_sm90<{name}, __nv_bfloat16, 128>(*a, s);\n}}"
+        )
+    tu = tmp / "staged.cu"
+    tu.write_text("\n".join(parts) + "\n")
+    log = nvcc_compile(tu, tmp / "staged.o")
+    return log, dump_sass(tmp / "staged.o")
+
+
+def _kernels(sass: dict[str, str], variant: str) -> dict[tuple[int, int, int], str]:
+    out = {}
+    for name, body in sass.items():
+        if "prefill_sm90_kernel" in name and f"Variant_{variant}" in name:
+            consumers, keys, key_bytes = SHAPE.search(name).groups()  # type: ignore[union-attr]
+            out[(int(consumers), int(keys), int(key_bytes))] = body
+    return out
+
+
+def test_one_read_is_staged_in_both_shapes(built):
+    _, sass = built
+    kernels = _kernels(sass, "one_read")
+    assert sorted(kernels) == [(2, 128, 4), (3, 80, 4)]
+    for body in kernels.values():
+        # pairs of keys read from shared memory; their L1 prefetch ahead of the producer's reads
+        assert "LDS.64" in body and "CCTL.E.PF1" in body
+
+
+def test_eight_reads_do_not_fit_and_are_prefetched(built):
+    _, sass = built
+    kernels = _kernels(sass, "eight_reads")
+    assert sorted(kernels) == [(2, 128, 0), (3, 80, 0)]
+    for body in kernels.values():
+        assert "CCTL.E.PF1" in body and "LDS.64" not in body
+
+
+def test_staged_kernels_do_not_spill(built):
+    log, _ = built
+    rows = [r for r in sm90_kernel_resources(log) if "Variant_one_read" in r[0]]
+    assert len(rows) == 2 and all(r[1:] == (0, 0, 0) for r in rows), rows
