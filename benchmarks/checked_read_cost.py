@@ -4,7 +4,9 @@ The checker proves ``t[min(kv_idx, 8191)]`` inside a ``[8192]`` tensor, so that 
 it cannot prove ``t[kv_idx]`` (``kv_len`` may exceed 8192), so that read is checked (a compare
 per index, 0 outside the shape). At 8192 tokens both read the same elements, and the two
 variants differ only in the check against the ``min``. A causal variant with no read is timed
-beside them as the floor.
+beside them as the floor, and ``log_bias``, whose bias ``-log(1 + |t[kv_idx]|)`` costs a
+logarithm (a kernel that computes what depends on the key alone once per key pays it per key,
+else per element).
 
 Each row times a planned ``BatchPrefillWrapper.run()`` (plan once, one request of random bf16
 inputs, 32/8 heads) by ``timing_probe``'s methods: the device time of the kernels of one call
@@ -35,8 +37,13 @@ variant checked {
     score = score + t[kv_idx];
     mask = kv_idx <= q_pos;
 }
+variant log_bias {
+    param t: tensor<f32>[8192];
+    score = score - log(1.0 + abs(t[min(kv_idx, 8191)]));
+    mask = kv_idx <= q_pos;
+}
 """
-VARIANTS = ("no_read", "proven", "checked")
+VARIANTS = ("no_read", "proven", "checked", "log_bias")
 
 
 def planned_run(name: str, n: int, d: int, backend: str):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, CudaText, render
 from attnc.codegen.guarded_reads import always_evaluated
+from attnc.codegen.key_values import key_reads, key_terms
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
 from attnc.codegen.mask_cuda import (
     render_classify,
@@ -292,6 +293,35 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     return Body(tuple(locals_), text.render(e))
 
 
+@dataclass(frozen=True)
+class KeyField:
+    """A member of ``KeyValues``: its C++ type, name, and the body computing it in
+    ``key_values`` (a bool as an int, so that every member is 4 bytes)."""
+
+    ctype: str
+    name: str
+    body: Body
+
+
+def _key_fields(v: ir.VariantIR, terms: tuple[ir.Expr, ...], ctx: CudaContext) -> list[KeyField]:
+    """The members of ``KeyValues``: ``key_values`` computes every key's terms ahead of any
+    guard, so a read there is plain only where no guard is needed to keep it inside."""
+    loads = [n for t in terms for n in ir.walk(t) if isinstance(n, ir.TensorLoad)]
+    unguarded = _with_proven(ctx, proven_without_guards(v, loads))
+    return [
+        KeyField(_key_ctype(t), f"k{i}", _body(t, unguarded, f"k{i}_")) for i, t in enumerate(terms)
+    ]
+
+
+def _key_ctype(term: ir.Expr) -> str:
+    return "int" if term.type == ir.BOOL else CTYPES[term.type]
+
+
+def _key_name(i: int, term: ir.Expr) -> str:
+    """How the ``*_at`` hooks spell key term ``i``."""
+    return f"(key.k{i} != 0)" if term.type == ir.BOOL else f"key.k{i}"
+
+
 def _with_proven(ctx: CudaContext, proven: frozenset[ir.Expr]) -> CudaContext:
     """``ctx`` with ``proven`` as the reads spelled plainly (every other read checked)."""
     return CudaContext(
@@ -356,32 +386,18 @@ def reads_by_key(e: ir.Expr) -> bool:
     )
 
 
-MAX_KEY_READS = 8  # tensor reads a kernel touches per key at most
-
-
-def key_reads(v: ir.VariantIR) -> tuple[ir.TensorLoad, ...]:
-    """The distinct tensor reads of the score and mask whose indices use ``kv_idx`` and no
-    row value (``t[kv_idx]``, ``doc[kv_idx]``, ``t[perm[kv_idx] % 8]``): the same for every
-    query row, so a kernel can read them per key ahead of the scores (at most
-    ``MAX_KEY_READS``; none past that)."""
-    found: dict[ir.TensorLoad, None] = {}
-    for e in (v.score, v.mask):
-        if e is None:
-            continue
-        for n in ir.walk(e):
-            if isinstance(n, ir.TensorLoad) and _by_key_alone(n):
-                found[n] = None
-    return tuple(found) if len(found) <= MAX_KEY_READS else ()
-
-
-def _by_key_alone(load: ir.TensorLoad) -> bool:
-    """``kv_idx`` in the read's indices, and otherwise request values only (no head, row or
-    score: every query row reads the same element at a key)."""
-    names = {n.name for n in ir.walk(load) if isinstance(n, ir.Builtin)}
-    others = names - {"kv_idx"}
-    return "kv_idx" in names and all(
-        n in ir.BUILTINS and ir.BUILTINS[n][1] == ir.REQUEST for n in others
-    )
+def key_value_terms(compiled: Compiled) -> tuple[ir.Expr, ...]:
+    """The key terms (:func:`attnc.codegen.key_values.key_terms`) of the forms the kernels
+    evaluate per element: the mask, and the affine bias, the log2 form (softmax) or the raw
+    form (no softmax) of the score. Non-empty: the functor has ``KeyValues``."""
+    v, affine = compiled.variant, compiled.affine
+    if affine is not None:
+        score = affine.bias
+    elif v.score is not None:
+        score = score_log2(v.score) if v.normalize == "softmax" else score_raw(v.score)
+    else:
+        score = None
+    return key_terms([e for e in (v.mask, score) if e is not None])
 
 
 def emit_functor(compiled: Compiled) -> str:
@@ -410,14 +426,9 @@ def _emit_functor(compiled: Compiled) -> str:
     step = _bias_step_expr(compiled)
     reads = key_reads(v)
     touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in reads]
-    # key_values reads each key's values ahead of every guard: plainly where no guard is
-    # needed to keep the indices inside, else bounds-checked.
-    inner = [n for r in reads for n in ir.walk(r) if isinstance(n, ir.TensorLoad)]
-    unguarded = _with_proven(ctx, proven_without_guards(v, inner))
-    key_fields = [
-        Value(CTYPES[n.type], f"k{i}", CudaText(unguarded).render(n)) for i, n in enumerate(reads)
-    ]
-    key_ctx = _with_names(ctx, {n: f"key.k{i}" for i, n in enumerate(reads)})
+    terms = key_value_terms(compiled)
+    key_fields = _key_fields(v, terms, ctx)
+    key_ctx = _with_names(ctx, {t: _key_name(i, t) for i, t in enumerate(terms)})
     score_args, key_args = "const Row& row, float s, int kv_idx", "const Row& row, int kv_idx"
     element_hooks = (
         ("float", "score", score_args, v.score, "s"),
@@ -429,7 +440,7 @@ def _emit_functor(compiled: Compiled) -> str:
     key_hooks = [
         KeyHook(ctype, name, args, _body(e, key_ctx) if e is not None else Body((), str(plain)))
         for ctype, name, args, e, plain in element_hooks
-        if reads and (e is not None or plain is not None)
+        if terms and (e is not None or plain is not None)
     ]
     bounds = (
         render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from attnc.codegen.cuda_expr import cpp_name
-from attnc.codegen.functor import emit_functor, key_reads, struct_name
+from attnc.codegen.functor import emit_functor, key_value_terms, struct_name
 from attnc.codegen.templates import render_template
 from attnc.codegen.torch_ref import load_reference
 from attnc.compiler import ir
@@ -288,7 +288,7 @@ def run_host_test(
             f"host harness of '{v.name}' exited with {proc.returncode}: {proc.stderr}"
         )
     steps_bias = _steps_bias(c)
-    keyed = bool(key_reads(v))
+    keyed = bool(key_value_terms(c))
     lines = _lines_by_kind(proc.stdout, v.name, drawn, steps_bias, keyed)
     report = HostTestReport(v.name)
     module = load_reference(v)

@@ -7,9 +7,10 @@ memory and the consumers read them there. Each case here runs such a variant thr
 the three-consumer shape, and KV that is ragged (TMA), paged by 16 (TMA boxes per page) or
 paged by 5 (the cp.async gather): the three ways a stage is filled, each of which publishes the
 values. The variants cover one field (an i32 document id), two (a bias and a document id: one
-16-byte load per pair of keys), three (8-byte loads), eight (32 bytes a key: too many to fit
-beside the stages, so the consumers read them as before), a score that is not affine in S (the
-log2 form), and one without softmax (the raw form). Accuracy rule as in tests/batch_check.py.
+16-byte load per pair of keys), three and eight reads summed into the score (one value a key),
+eight separate conditions (32 bytes a key: too many to fit beside the stages, so the consumers
+read them as before), a score that is not affine in S (the log2 form), and one without softmax
+(the raw form). Accuracy rule as in tests/batch_check.py.
 
 ``ATTNC_TEST_SM90_FLAGS`` adds nvcc flags to the Hopper modules built here
 (test_sm90_producer_lag.py reruns this file with lagging producer warps).
@@ -66,6 +67,10 @@ SOURCES = {
         score = score + EIGHT;
         mask = kv_idx <= q_pos;
     }""".replace("EIGHT", " + ".join(f"t[(kv_idx + {i}) % 64] * 0.25" for i in range(8))),
+    "eight_terms": """variant eight_terms {
+        param t: tensor<f32>[64];
+        mask = kv_idx <= q_pos && EIGHT;
+    }""".replace("EIGHT", " && ".join(f"t[(kv_idx + {i}) % 64] > -2.0" for i in range(8))),
     "sigmoid_by_key": """variant sigmoid_by_key {
         param t: tensor<f32>[kv_len];
         normalize = none;
@@ -73,8 +78,8 @@ SOURCES = {
         mask = kv_idx <= q_pos;
     }""",
 }
-FIELDS = {"doc": 1, "bias_and_doc": 2, "three_reads": 3, "scaled_by_key": 1, "eight_reads": 8,
-          "sigmoid_by_key": 1}  # fmt: skip
+FIELDS = {"doc": 1, "bias_and_doc": 2, "three_reads": 1, "scaled_by_key": 1, "eight_reads": 1,
+          "eight_terms": 8, "sigmoid_by_key": 1}  # fmt: skip
 
 
 def _documents(gen: torch.Generator) -> torch.Tensor:
@@ -98,6 +103,7 @@ def _params(name: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
         },
         "scaled_by_key": {"t": torch.rand(64, generator=gen) * 2.0},
         "eight_reads": {"t": torch.randn(64, generator=gen)},
+        "eight_terms": {"t": torch.randn(64, generator=gen)},
         "sigmoid_by_key": {"t": torch.randn(total, generator=gen) - 6.0},
     }[name]
     return {k: t.cuda() for k, t in params.items()}

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from attnc.codegen.functor import MAX_KEY_READS, emit_functor, key_reads
+from attnc.codegen.functor import emit_functor
+from attnc.codegen.key_values import MAX_KEY_READS, key_reads
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.pipeline import compile_source
 
@@ -63,16 +64,16 @@ def test_key_values_hold_each_read_and_the_at_hooks_read_none() -> None:
     )
     assert "static constexpr bool kHasKeyValues = true;" in text
     fields = text.split("struct KeyValues {")[1].split("};")[0].split()
-    assert fields == ["float", "k0;", "int", "k1;"]
+    assert fields == ["int", "k0;", "float", "k1;"]  # the mask's terms, then the score's
     body = text.split("KeyValues key_values(int kv_idx) const {")[1].split("return key;")[0]
     # Both indices stay inside their dims without a guard: read plainly.
-    assert "key.k0 = p.p_t[(kv_idx % 64)];" in body
-    assert "key.k1 = p.p_doc[r.kv_start + kv_idx];" in body
+    assert "key.k0 = p.p_doc[r.kv_start + kv_idx];" in body
+    assert "key.k1 = p.p_t[(kv_idx % 64)];" in body
     for hook in ("score_at", "score_bias_at", "mask_at"):
         at = text.split(f" {hook}(")[1].split("\n  }")[0]
         assert "p.p_t" not in at and "p.p_doc" not in at, (hook, at)
-    assert "key.k0" in text.split(" score_bias_at(")[1].split("\n  }")[0]
-    assert "key.k1 == row." in text.split(" mask_at(")[1].split("\n  }")[0]
+    assert "key.k1" in text.split(" score_bias_at(")[1].split("\n  }")[0]
+    assert "key.k0 == row." in text.split(" mask_at(")[1].split("\n  }")[0]
 
 
 @pytest.mark.parametrize(
@@ -96,10 +97,51 @@ def test_key_values_check_a_read_its_guards_keep_inside() -> None:
     its guard (``t[7 - kv_idx]`` where ``kv_idx < 8``) is bounds-checked there, and stays plain
     in the hooks that evaluate it under the guard."""
     text = _functor(
-        "variant v { param t: tensor<f32>[8];"
-        " score = kv_idx < 8 ? score + t[7 - kv_idx] : score; }"
+        "variant v { param t: tensor<f32>[8]; score = kv_idx < 8 ? score + t[7 - kv_idx] : score; }"
     )
     body = text.split("KeyValues key_values(int kv_idx) const {")[1].split("return key;")[0]
     assert "key.k0 = attnc::vm::load_in_shape_(p.p_t, 0, " in body
     score = text.split(" score(const Row& row, float s, int kv_idx) const {")[1].split("}")[0]
     assert "load_in_shape_" not in score and "p.p_t[" in score
+
+
+def _fields(text: str) -> list[str]:
+    return text.split("struct KeyValues {")[1].split("};")[0].split()
+
+
+def _hook(text: str, name: str) -> str:
+    return text.split(f" {name}(")[1].split("\n  }")[0]
+
+
+def test_a_key_term_holds_the_arithmetic_on_its_reads() -> None:
+    """The affine bias ``0.5 * t[kv_idx] + 0.25 * t[idx[kv_idx]]`` depends on the key alone:
+    one value per key (three reads folded), and so is ``log(1 + t[kv_idx])``: computed per key,
+    not per element."""
+    text = _functor(
+        "variant v { param t: tensor<f32>[64]; param idx: tensor<i32>[kv_len];"
+        " score = score + t[kv_idx % 64] * 0.5 + t[idx[kv_idx]] * 0.25; }"
+    )
+    assert _fields(text) == ["float", "k0;"]
+    assert _hook(text, "score_bias_at").split("{")[1].strip() == "return key.k0;"
+    text = _functor(
+        "variant v { param t: tensor<f32>[64]; score = score - log(1.0 + t[kv_idx % 64]); }"
+    )
+    assert _fields(text) == ["float", "k0;"]
+    assert "log_(" in text.split("KeyValues key_values(int kv_idx) const {")[1].split("}")[0]
+    assert "log_(" not in _hook(text, "score_bias_at")
+
+
+def test_a_key_condition_is_held_as_an_int() -> None:
+    text = _functor(
+        "variant v { param t: tensor<f32>[64]; mask = kv_idx <= q_pos && t[kv_idx % 64] > 0.0; }"
+    )
+    assert _fields(text) == ["int", "k0;"]
+    assert "(key.k0 != 0)" in _hook(text, "mask_at")
+
+
+def test_more_key_terms_than_a_kernel_stages_give_none() -> None:
+    from attnc.codegen.key_values import MAX_KEY_TERMS
+
+    terms = " && ".join(f"t[(kv_idx + {i}) % 64] > 0.0" for i in range(MAX_KEY_TERMS + 1))
+    text = _functor(f"variant v {{ param t: tensor<f32>[64]; mask = kv_idx <= q_pos && {terms}; }}")
+    assert "KeyValues" not in text and "kTouchKeyReads = true" not in text

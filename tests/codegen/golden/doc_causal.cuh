@@ -34,9 +34,10 @@ struct Variant_doc_causal {
   // those elements (bounds-checked) into L1, for a kernel to issue ahead of the scores.
   static constexpr bool kTouchKeyReads = true;
 
-  // The same reads as the values of one key: key_values(kv_idx) reads them (bounds-checked),
-  // and each *_at hook computes what its plain twin does from them instead of reading, so a
-  // kernel may read a tile's key values once and share them between its rows.
+  // What the score and mask compute from the key alone (its tensor reads and the arithmetic
+  // on them): key_values(kv_idx) computes those values, and each *_at hook computes what its
+  // plain twin does from them instead, so a kernel may compute a tile's key values once and
+  // share them between its rows.
   struct KeyValues {
     int k0;
   };

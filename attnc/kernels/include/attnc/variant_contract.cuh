@@ -60,10 +60,13 @@
 //                                           a kernel to issue ahead of the scores; read it
 //                                           through variant_touches_key_reads
 //   struct KeyValues; static constexpr bool kHasKeyValues;
-//                                           with kTouchKeyReads: the same reads as one key's
-//                                           values (f32 / i32 / bool fields): `KeyValues
-//                                           key_values(int kv_idx) const` reads them
-//                                           (bounds-checked), and score_at, score_log2_at,
+//                                           what the score and mask compute from the key
+//                                           alone (tensor reads at indices of kv_idx and the
+//                                           arithmetic on them; 4-byte fields, f32 or i32, a
+//                                           condition as 0 / 1): `KeyValues key_values(int
+//                                           kv_idx) const` computes them (reads
+//                                           bounds-checked where a guard is needed to keep
+//                                           them inside), and score_at, score_log2_at,
 //                                           score_raw_at, score_bias_at and mask_at take the
 //                                           plain hook's arguments plus `const KeyValues&` and
 //                                           return what the plain hook does, without reading

@@ -55,8 +55,10 @@ struct StageKeys<V, Shape, kThreads, true> {
   typename V::KeyValues values[kPer];
 
   __device__ __forceinline__ void touch(const V& var, int kv0, int kv1, int t) const {
+    if constexpr (variant_touches_key_reads<V>::value) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) var.touch_key_reads(min(kv0 + t + i * kThreads, kv1 - 1));
+      for (int i = 0; i < kPer; ++i) var.touch_key_reads(min(kv0 + t + i * kThreads, kv1 - 1));
+    }
   }
   __device__ __forceinline__ void load(const V& var, int kv0, int kv1, int t) {
 #pragma unroll
