@@ -43,18 +43,14 @@ def key_terms(forms: list[ir.Expr]) -> tuple[ir.Expr, ...]:
     where no guard is needed to keep them inside."""
     found: dict[ir.Expr, None] = {}
     for e in forms:
-        stack = [e]
-        seen: set[int] = set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if _reads_tensor(node) and _by_key_alone(node):
+        for node in ir.walk(e, below=lambda n: not _is_term(n)):
+            if _is_term(node):
                 found.setdefault(node)
-                continue
-            stack.extend(reversed(ir.children(node)))
     return tuple(found) if len(found) <= MAX_KEY_TERMS else ()
+
+
+def _is_term(e: ir.Expr) -> bool:
+    return _reads_tensor(e) and _by_key_alone(e)
 
 
 def _reads_tensor(e: ir.Expr) -> bool:

@@ -313,9 +313,10 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(e: Expr):
+def walk(e: Expr, below: Callable[[Expr], bool] | None = None):
     """Every distinct node of ``e`` once (a shared sub-expression is visited at its first
-    occurrence), parents before children, left to right."""
+    occurrence), parents before children, left to right; with ``below``, the children of a
+    node only where ``below(node)`` is true."""
     stack = [e]
     seen: set[int] = set()
     while stack:
@@ -324,7 +325,8 @@ def walk(e: Expr):
             continue
         seen.add(id(node))
         yield node
-        stack.extend(reversed(children(node)))
+        if below is None or below(node):
+            stack.extend(reversed(children(node)))
 
 
 def postorder(e: Expr) -> list[Expr]:

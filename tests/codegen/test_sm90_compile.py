@@ -46,17 +46,21 @@ def find_cuobjdump() -> str | None:
 
 def variant_tu(names: list[str], dtype: str, head_dim: int) -> str:
     """One translation unit instantiating the Hopper launcher for the given stdlib variants."""
+    compiled = [c for name in names for c in compile_source(*resolve_source(f"stdlib:{name}"))[0]]
+    return launcher_tu(compiled, dtype, head_dim)
+
+
+def launcher_tu(compiled: list, dtype: str, head_dim: int) -> str:
+    """One translation unit instantiating the Hopper launcher for compiled variants."""
     parts = ['#include "attnc/sm90/prefill_sm90_launcher.cuh"']
-    for name in names:
-        compiled, _ = compile_source(*resolve_source(f"stdlib:{name}"))
-        for c in compiled:
-            parts.append(emit_functor(analysed(c.variant)))
-            sname = struct_name(c.variant)
-            parts.append(
-                f'extern "C" int launch_{sname}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
-                f"  return attnc::sm90::launch_prefill_sm90<{sname}, {dtype}, {head_dim}>(*a, s);\n"
-                "}"
-            )
+    for c in compiled:
+        parts.append(emit_functor(analysed(c.variant)))
+        sname = struct_name(c.variant)
+        parts.append(
+            f'extern "C" int launch_{sname}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
+            f"  return attnc::sm90::launch_prefill_sm90<{sname}, {dtype}, {head_dim}>(*a, s);\n"
+            "}"
+        )
     return "\n".join(parts) + "\n"
 
 

@@ -12,14 +12,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_sm90_compile import ARCH, dump_sass, nvcc_compile, sm90_kernel_resources
+from test_sm90_compile import dump_sass, launcher_tu, nvcc_compile, sm90_kernel_resources
+from test_sm90_compile import pytestmark as compile_marks
 
-from attnc.codegen.functor import emit_functor, struct_name
-from attnc.codegen.module import analysed
 from attnc.compiler.pipeline import compile_source
 
-pytestmark = [pytest.mark.nvcc]
-assert ARCH  # the same target as test_sm90_compile
+pytestmark = compile_marks  # nvcc, skipped without it
 
 EIGHT_READS = " + ".join(f"t[(kv_idx + {i}) % 64]" for i in range(8))
 EIGHT_TERMS = " && ".join(f"t[(kv_idx + {i}) % 64] > -2.0" for i in range(8))
@@ -46,16 +44,8 @@ SHAPE = re.compile(r"PrefillSm90ShapeILi128ELi(\d)ELi(\d+)ELi(\d+)E")
 def built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("staged_keys")
     compiled, _ = compile_source(SOURCE, "staged.attn")
-    parts = ['#include "attnc/sm90/prefill_sm90_launcher.cuh"']
-    for c in compiled:
-        parts.append(emit_functor(analysed(c.variant)))
-        name = struct_name(c.variant)
-        parts.append(
-            f'extern "C" int launch_{name}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
-            f"  return attnc::sm90::launch_prefill_sm90<{name}, __nv_bfloat16, 128>(*a, s);\n}}"
-        )
     tu = tmp / "staged.cu"
-    tu.write_text("\n".join(parts) + "\n")
+    tu.write_text(launcher_tu(compiled, "__nv_bfloat16", 128))
     log = nvcc_compile(tu, tmp / "staged.o")
     return log, dump_sass(tmp / "staged.o")
 
