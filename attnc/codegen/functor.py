@@ -391,13 +391,14 @@ def key_value_terms(compiled: Compiled) -> tuple[ir.Expr, ...]:
     evaluate per element: the mask, and the affine bias, the log2 form (softmax) or the raw
     form (no softmax) of the score. Non-empty: the functor has ``KeyValues``."""
     v, affine = compiled.variant, compiled.affine
-    if affine is not None:
-        score = affine.bias
-    elif v.score is not None:
-        score = score_log2(v.score) if v.normalize == "softmax" else score_raw(v.score)
-    else:
-        score = None
-    return key_terms([e for e in (v.mask, score) if e is not None])
+    with deep_recursion():
+        if affine is not None:
+            score = affine.bias
+        elif v.score is not None:
+            score = score_log2(v.score) if v.normalize == "softmax" else score_raw(v.score)
+        else:
+            score = None
+        return key_terms([e for e in (v.mask, score) if e is not None])
 
 
 def emit_functor(compiled: Compiled) -> str:

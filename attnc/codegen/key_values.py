@@ -38,9 +38,13 @@ def key_reads(v: ir.VariantIR) -> tuple[ir.TensorLoad, ...]:
 def key_terms(forms: list[ir.Expr]) -> tuple[ir.Expr, ...]:
     """The largest sub-expressions of ``forms`` (the expressions a kernel evaluates per
     element: the mask and one form of the score) that depend on the key alone and read a
-    tensor, distinct, in the order met (at most ``MAX_KEY_TERMS``; none past that). A term
-    may sit under a guard: kernels compute it for every key, with its reads bounds-checked
-    where no guard is needed to keep them inside."""
+    tensor at an index built from ``kv_idx``, distinct, in the order met (at most
+    ``MAX_KEY_TERMS``; none past that). A term of the score therefore makes the score read by
+    key (the functor's ``kScoreReadsByKey``, by which kernels decide which tiles need the
+    values); one whose reads do not involve the key (``kv_idx < prefix[batch]``) is not a term:
+    its read is a request value, hoisted once per request. A term may sit under a guard:
+    kernels compute it for every key, with its reads bounds-checked where no guard is needed
+    to keep them inside."""
     found: dict[ir.Expr, None] = {}
     for e in forms:
         for node in ir.walk(e, below=lambda n: not _is_term(n)):
@@ -50,11 +54,8 @@ def key_terms(forms: list[ir.Expr]) -> tuple[ir.Expr, ...]:
 
 
 def _is_term(e: ir.Expr) -> bool:
-    return _reads_tensor(e) and _by_key_alone(e)
-
-
-def _reads_tensor(e: ir.Expr) -> bool:
-    return _summary(e)[0]
+    reads_by_key, depends = _summary(e)
+    return reads_by_key and depends == _KEY
 
 
 def _by_key_alone(e: ir.Expr) -> bool:
@@ -63,7 +64,8 @@ def _by_key_alone(e: ir.Expr) -> bool:
     return _summary(e)[1] == _KEY
 
 
-# What a node depends on, remembered per node: (reads a tensor, _KEY / _REQUEST / _OTHER).
+# What a node depends on, remembered per node: (reads a tensor at an index that depends on
+# kv_idx, _KEY / _REQUEST / _OTHER: what its value depends on at most).
 _REQUEST, _KEY, _OTHER = 0, 1, 2
 
 
@@ -78,5 +80,6 @@ def _own_summary(e: ir.Expr) -> tuple[bool, int]:
         known = e.name in ir.BUILTINS and ir.BUILTINS[e.name][1] == ir.REQUEST
         return False, _REQUEST if known else _OTHER
     kids = [c.__dict__["_key_summary"] for c in ir.children(e)]
-    reads = isinstance(e, ir.TensorLoad) or any(r for r, _ in kids)
-    return reads, max([_REQUEST] + [d for _, d in kids])
+    depends = max([_REQUEST] + [d for _, d in kids])
+    by_key = isinstance(e, ir.TensorLoad) and depends >= _KEY
+    return by_key or any(r for r, _ in kids), depends

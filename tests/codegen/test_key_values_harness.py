@@ -51,3 +51,20 @@ def test_wrong_key_values_fail_the_harness(monkeypatch) -> None:
     report = run_host_test(_compiled("bias"), points=600, seed=5)
     assert not report.ok
     assert report.affine_error > host_test.TOLERANCE
+
+
+def test_a_deep_chain_of_key_lets_runs_in_the_harness() -> None:
+    """250 chained lets of key terms under a score that is not additive: the harness lists
+    the key terms within the compiler's recursion room (it raised RecursionError)."""
+    lets = ["let a0 = t[kv_idx];"] + [
+        f"let a{i} = a{i - 1} * 0.5 + t[kv_idx];" for i in range(1, 250)
+    ]
+    source = (
+        "variant deep { param t: tensor<f32>[kv_len]; "
+        + " ".join(lets)
+        + " score = score * a249; }"
+    )
+    (compiled,), _ = compile_source(source, "deep.attn")
+    report = run_host_test(compiled, points=200, seed=1)
+    assert report.ok, report.summary()
+    assert report.key_value_points == report.points > 0

@@ -145,3 +145,29 @@ def test_more_key_terms_than_a_kernel_stages_give_none() -> None:
     terms = " && ".join(f"t[(kv_idx + {i}) % 64] > 0.0" for i in range(MAX_KEY_TERMS + 1))
     text = _functor(f"variant v {{ param t: tensor<f32>[64]; mask = kv_idx <= q_pos && {terms}; }}")
     assert "KeyValues" not in text and "kTouchKeyReads = true" not in text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "param prefix: tensor<i32>[batch_size]; score = score + (kv_idx < prefix[batch] ? 1.0 : 0.0);",
+        "param cap: tensor<f32>[batch_size]; mask = kv_idx <= q_pos;"
+        " score = score - log(1.0 + float(kv_idx)) * cap[batch];",
+        "param t: tensor<f32>[4]; score = tanh(score) * (1.0 + t[0] * float(kv_idx % 4));",
+    ],
+)
+def test_a_term_reads_at_an_index_built_from_the_key(body) -> None:
+    """Reads that do not involve the key (request values) make no key term: a kernel stages a
+    score's terms on the tiles where the score reads by key (``kScoreReadsByKey``), so a term
+    without such a read would reach the unmasked tiles unstaged (it did, as zeros)."""
+    text = _functor(f"variant v {{ {body} }}")
+    assert "KeyValues" not in text and "kScoreReadsByKey" not in text
+
+
+def test_every_score_term_makes_the_score_read_by_key() -> None:
+    text = _functor(
+        "variant v { param prefix: tensor<i32>[batch_size]; param t: tensor<f32>[64];"
+        " score = score + (kv_idx < prefix[batch] ? t[kv_idx % 64] : 0.0); }"
+    )
+    assert _fields(text) == ["float", "k0;"]
+    assert "static constexpr bool kScoreReadsByKey = true;" in text
