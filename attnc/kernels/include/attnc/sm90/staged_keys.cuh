@@ -1,10 +1,10 @@
-// Owns: the key values a Hopper prefill stage carries for a variant that reads tensors at
-// indices of kv_idx alone (V::KeyValues: a bias or a document id per key). The producer reads
-// each key's values once per stage (prefetched into L1 before the stage is free) and writes
-// them beside it (Shape::kKeyBytes > 0, a block of kKvTile of them per stage, published by the
-// stage's arrival on full_k like StageInfo); every consumer warp then reads them from shared memory
-// (TileKeys, score_hooks.cuh) instead of reading the same elements from global memory with
-// their index math and bounds checks. Only stages whose tile reads them carry them
+// Owns: the key values a Hopper prefill stage carries for a variant with key terms
+// (V::KeyValues: what its score and mask compute from the key alone, a bias or a document id
+// per key). The producer computes each key's values once per stage (their reads prefetched
+// into L1 before the stage is free) and writes them beside it (Shape::kKeyBytes > 0, a block
+// of kKvTile of them per stage, published by the stage's arrival on full_k like StageInfo);
+// every consumer warp then reads them from shared memory (TileKeys, score_hooks.cuh) instead
+// of computing them per element. Only stages whose tile reads them carry them
 // (stage_holds_keys); for those the consumers hand K back after the scores instead of after S
 // (Sm90Consumer::hold_p), so a block is not rewritten while they read it.
 #pragma once
@@ -38,19 +38,13 @@ __device__ __forceinline__ bool stage_holds_keys(const StageInfo& info) {
   }
 }
 
-// One stage's key values, read by `kThreads` producer threads into registers (load) and
-// written into the stage's block (store); touch prefetches them into L1 first. Thread t takes
-// the keys kv0 + t + i * kThreads of the tile; a key at or past kv1 (a tail tile) takes the
-// values of kv1 - 1, the key the score hooks see there.
-template <class V, class Shape, int kThreads, bool = (Shape::kKeyBytes > 0)>
+// One stage's key values, computed by the 128 producer threads into registers (load) and
+// written into the stage's block (store); touch prefetches their reads into L1 first. Thread t
+// takes the keys kv0 + t + i * 128 of the tile; a key at or past kv1 (a tail tile) takes the
+// values of kv1 - 1, the key the score hooks see there. Used only where Shape::kKeyBytes > 0.
+template <class V, class Shape>
 struct StageKeys {
-  __device__ __forceinline__ void touch(const V&, int, int, int) const {}
-  __device__ __forceinline__ void load(const V&, int, int, int) {}
-  __device__ __forceinline__ void store(uint32_t, int) const {}
-};
-
-template <class V, class Shape, int kThreads>
-struct StageKeys<V, Shape, kThreads, true> {
+  static constexpr int kThreads = 128;
   static constexpr int kPer = (Shape::kKvTile + kThreads - 1) / kThreads;
   typename V::KeyValues values[kPer];
 
