@@ -6,7 +6,7 @@ items cut and ordered by the map on the device). TFLOP/s over visible pairs thro
 middle of three ``do_bench`` medians, each after a second of idle GPU (as the
 suite's ``--cooldown``).
 
-    python -m benchmarks.doc_probe [--ncu]
+    python -m benchmarks.doc_probe [--backend auto|fa2|sm90] [--ncu]
 
 ``--ncu`` only launches the doc_causal row five times, untimed, for a profiler
 (``scripts/ncu_sass.sh doc python3 -m benchmarks.doc_probe --ncu``).
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import benchmarks.lang_v2_bench as lb
 from benchmarks.lang_v2_bench import _causal_pairs, _doc_lengths, _prefill, _tflops
+
+BACKEND = "auto"  # the prefill backend of every row (--backend)
 
 
 def row(
@@ -27,7 +29,7 @@ def row(
 
     from benchmarks.timing import bench_ms
 
-    w, run, _ = _prefill(name, lens, "auto", params, params, wait)
+    w, run, _ = _prefill(name, lens, BACKEND, params, params, wait)
     run()
     torch.cuda.synchronize()
     ms = sorted(bench_ms([run], pause_s=1.0)[0] for _ in range(3))[1]
@@ -64,7 +66,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--ncu", action="store_true", help="launch the doc_causal row only, untimed")
+    ap.add_argument("--backend", choices=("auto", "fa2", "sm90"), default="auto")
     args = ap.parse_args()
+    global BACKEND
+    BACKEND = args.backend
     lens = _doc_lengths(8192, 8)
     print("doc lengths", lens)
     doc = torch.cat([torch.full((n,), i, dtype=torch.int32) for i, n in enumerate(lens)])

@@ -23,6 +23,7 @@ import os
 import pytest
 import torch
 from batch_check import check_batch, offsets, paged_cache
+from key_value_cases import FIELDS, SOURCES, params_for, per_request
 
 import attnc
 from attnc.runtime.build import jit, modules
@@ -39,87 +40,6 @@ SM90_FLAGS = tuple(os.environ.get("ATTNC_TEST_SM90_FLAGS", "").split())
 HQ, HKV, D = 8, 2, 128
 # The 2100-token query takes the three-consumer shape; the others end in tail tiles.
 Q_LENS, KV_LENS = [17, 1, 2100, 300], [17, 300, 2100, 2049]
-
-SOURCES = {
-    "doc": """variant doc {
-        param doc: tensor<i32>[kv_len];
-        mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
-    }""",
-    "bias_and_doc": """variant bias_and_doc {
-        param bias: tensor<f32>[kv_len];
-        param doc: tensor<i32>[kv_len];
-        score = score + bias[kv_idx];
-        mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
-    }""",
-    "three_reads": """variant three_reads {
-        param t: tensor<f32>[64];
-        param idx: tensor<i32>[kv_len];
-        score = score + t[kv_idx % 64] * 0.5 + t[idx[kv_idx]] * 0.25;
-        mask = kv_idx <= q_pos;
-    }""",
-    "scaled_by_key": """variant scaled_by_key {
-        param t: tensor<f32>[64];
-        score = score * t[kv_idx % 64];
-        mask = kv_idx <= q_pos;
-    }""",
-    "eight_reads": """variant eight_reads {
-        param t: tensor<f32>[64];
-        score = score + EIGHT;
-        mask = kv_idx <= q_pos;
-    }""".replace("EIGHT", " + ".join(f"t[(kv_idx + {i}) % 64] * 0.25" for i in range(8))),
-    "eight_terms": """variant eight_terms {
-        param t: tensor<f32>[64];
-        mask = kv_idx <= q_pos && EIGHT;
-    }""".replace("EIGHT", " && ".join(f"t[(kv_idx + {i}) % 64] > -2.0" for i in range(8))),
-    "sigmoid_by_key": """variant sigmoid_by_key {
-        param t: tensor<f32>[kv_len];
-        normalize = none;
-        score = sigmoid(score + t[kv_idx]);
-        mask = kv_idx <= q_pos;
-    }""",
-}
-FIELDS = {"doc": 1, "bias_and_doc": 2, "three_reads": 1, "scaled_by_key": 1, "eight_reads": 1,
-          "eight_terms": 8, "sigmoid_by_key": 1}  # fmt: skip
-
-
-def _documents(gen: torch.Generator) -> torch.Tensor:
-    parts = []
-    for n in KV_LENS:
-        ids = torch.zeros(n, dtype=torch.int32)
-        for cut in torch.randint(0, n, (3,), generator=gen).tolist():
-            ids[cut:] += 1
-        parts.append(ids)
-    return torch.cat(parts)
-
-
-def _params(name: str, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    total = sum(KV_LENS)
-    params = {
-        "doc": {"doc": _documents(gen)},
-        "bias_and_doc": {"bias": torch.randn(total, generator=gen), "doc": _documents(gen)},
-        "three_reads": {
-            "t": torch.randn(64, generator=gen),
-            "idx": torch.randint(-8, 72, (total,), generator=gen, dtype=torch.int32),
-        },
-        "scaled_by_key": {"t": torch.rand(64, generator=gen) * 2.0},
-        "eight_reads": {"t": torch.randn(64, generator=gen)},
-        "eight_terms": {"t": torch.randn(64, generator=gen)},
-        "sigmoid_by_key": {"t": torch.randn(total, generator=gen) - 6.0},
-    }[name]
-    return {k: t.cuda() for k, t in params.items()}
-
-
-def _one(params: dict[str, torch.Tensor]):
-    """The params of request i: per-token tensors sliced to its keys."""
-    starts = offsets(KV_LENS)
-
-    def one(i: int) -> dict[str, torch.Tensor]:
-        return {
-            k: t[starts[i] : starts[i + 1]] if t.shape[0] == starts[-1] else t
-            for k, t in params.items()
-        }
-
-    return one
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +90,7 @@ def test_staged_key_values_match_float64(built, monkeypatch, name, kind, layout)
     q = torch.randn(sum(Q_LENS), HQ, D, generator=gen).to("cuda", torch.bfloat16)
     k = torch.randn(sum(KV_LENS), HKV, D, generator=gen).to("cuda", torch.bfloat16)
     v = torch.randn(sum(KV_LENS), HKV, D, generator=gen).to("cuda", torch.bfloat16)
-    params = _params(name, gen)
+    params = params_for(name, KV_LENS, gen)
     i32 = dict(dtype=torch.int32)
     qo = torch.tensor(offsets(Q_LENS), **i32)
     w = BatchPrefillWrapper(variant, torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
@@ -184,4 +104,4 @@ def test_staged_key_values_match_float64(built, monkeypatch, name, kind, layout)
                params=params)  # fmt: skip
         o, lse = w.run(q, cache, return_lse=True, **params)
     assert w.planned_backend == kind
-    check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, _one(params))
+    check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, per_request(params, KV_LENS))

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "cp_async.cuh"
+#include "key_values_stage.cuh"
 #include "kv_gather.cuh"
 #include "mma.cuh"
 #include "online_softmax.cuh"
@@ -94,6 +95,13 @@ __device__ __forceinline__ void prefill_store_tile(
   }
 }
 
+// Shared memory of variant V's kernel of shape Tile: the Q tile, the K/V stages and, for a
+// variant whose key values it stages, a block of them per stage (kPrefillKeyBytes).
+template <class V, class Tile>
+constexpr int prefill_fa2_smem_bytes() {
+  return Tile::kSmemBytes + Tile::kStages * Tile::kKvTile * kPrefillKeyBytes<V>;
+}
+
 template <class V, class T, class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
     prefill_fa2_kernel(const AttncPrefillArgs args, const typename V::Params params) {
@@ -112,6 +120,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   const uint32_t s_q = mma::smem_addr(smem_bytes);
   const uint32_t s_k = s_q + ROWS * Layout::kRowBytes;
   const uint32_t s_v = s_k + Tile::kStages * Tile::kKvTile * Layout::kRowBytes;
+  const uint32_t s_keys = s_v + Tile::kStages * Tile::kKvTile * Layout::kRowBytes;  // key values
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -173,7 +182,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   range.end = min(range.end, min(chunk_end, kv.kv_len));
   const TileMapRow map = item_tile_map<V>(args, request, q_tile, kv.kv_len);
   const bool saw_bad = prefill_kv_loop<V, T, Tile>(args, var, kv, request, range, q0, q1, map,
-                                                   s_q, s_k, s_v, rows, mult, sm_scale, o, m, l);
+                                                   s_q, s_k, s_v, s_keys, rows, mult, sm_scale, o,
+                                                   m, l);
   // One item per CTA: a bad page id anywhere in it makes all its rows NaN.
   const bool poisoned = __syncthreads_or(saw_bad) != 0;
 

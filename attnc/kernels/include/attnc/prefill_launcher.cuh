@@ -79,7 +79,7 @@ template <class V, class T, class Tile>
 int launch_prefill_tile(const AttncPrefillArgs& a, const typename V::Params& params,
                         cudaStream_t stream) {
   auto kernel = prefill_fa2_kernel<V, T, Tile>;
-  constexpr int smem = Tile::kSmemBytes;
+  constexpr int smem = prefill_fa2_smem_bytes<V, Tile>();
   if (smem > 48 * 1024) {
     // Once per process and instantiation (the attribute sticks to the function).
     static const cudaError_t attr_status =
@@ -94,7 +94,7 @@ int launch_prefill_tile(const AttncPrefillArgs& a, const typename V::Params& par
 template <class V, class T, class Tile>
 int tile_ctas_per_sm() {
   auto kernel = prefill_fa2_kernel<V, T, Tile>;
-  constexpr int smem = Tile::kSmemBytes;
+  constexpr int smem = prefill_fa2_smem_bytes<V, Tile>();
   if (smem > 48 * 1024) {
     static const cudaError_t attr_status =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);

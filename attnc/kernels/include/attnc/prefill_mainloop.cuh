@@ -7,6 +7,9 @@
 // per stage the S tiles of Tile::kKvSub keys: S = Q K^T, score transform and mask (only on
 // PARTIAL sub-tiles or the ragged end), online softmax and O += P V, with the warp math the
 // decode kernel shares (warp_qk_pv.cuh, score_hooks.cuh, online_softmax.cuh).
+// A variant with key values (V::KeyValues) has them staged: the CTA computes each key's values
+// once into a block beside the stage (key_values_stage.cuh), one tile ahead of its math, and
+// the score hooks read them from there (TileKeys) instead of computing them per element.
 // The caller has committed the cp.async group of the Q tile (rows at s_q) and initialised
 // o, m, l; on return every cp.async group has completed. Returns whether this thread met a
 // page id outside the cache (its rows were zero-filled; the caller writes NaN rows).
@@ -17,6 +20,7 @@
 #include <type_traits>
 
 #include "cp_async.cuh"
+#include "key_values_stage.cuh"
 #include "kv_gather.cuh"
 #include "mma.cuh"
 #include "online_softmax.cuh"
@@ -27,6 +31,15 @@
 #include "warp_qk_pv.cuh"
 
 namespace attnc {
+
+// The bytes of one key's values the FA2 kernel stages for variant V (V::KeyValues): up to four
+// fields. More (up to eight) stay per element, as computed before staging: staged, eight
+// conditions a key made the head_dim 64 kernel spill 168 bytes of stack on sm_80; four compile
+// as without staging.
+constexpr int kPrefillMaxKeyBytes = 16;
+template <class V>
+constexpr int kPrefillKeyBytes =
+    KeyValueBytes<V>::value <= kPrefillMaxKeyBytes ? KeyValueBytes<V>::value : 0;
 
 // Issues this thread's cp.async copies (chunk `chunk` of rows row0 + it * kRowStep) of the K
 // and V rows of the tile starting at key kv0 into the stage whose K tile is at shared address
@@ -66,11 +79,12 @@ __device__ __forceinline__ bool prefill_issue_kv_tile(const AttncPrefillArgs& ar
 
 // The S tiles of one pipeline stage, keys [kv0, kv1) at k_base / v_base (this lane's ldmatrix
 // addresses): per S tile of Tile::kKvSub keys S = Q K^T, the score hooks (mask and bound only
-// where needed: PARTIAL sub-tiles or the ragged end), the online-softmax step and O += P V.
+// where needed: PARTIAL sub-tiles or the ragged end; key values from the stage's block at
+// keys_block where the variant stages them), the online-softmax step and O += P V.
 template <class V, class T, class Tile, class QFrag>
 __device__ __forceinline__ void prefill_stage_math(
     const V& var, const QFrag& q_frag, uint32_t q_base, uint32_t k_base, uint32_t v_base,
-    int kv0, int kv1, bool partial, int q0, int q1, const TileMapRow& map,
+    uint32_t keys_block, int kv0, int kv1, bool partial, int q0, int q1, const TileMapRow& map,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
     float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
     float (&l)[Tile::kMmaQ][2]) {
@@ -78,15 +92,18 @@ __device__ __forceinline__ void prefill_stage_math(
   constexpr int KSUB = Tile::kKvSub;
   constexpr int NSUB = KVT / KSUB;
   using Layout = SwizzledRows<Tile::kHeadDim>;
+  constexpr int kKeyBytes = kPrefillKeyBytes<V>;
+  using Keys = KeySource<V, (kKeyBytes > 0)>;
   const int tq = threadIdx.x % 4;
   // One S tile of KSUB keys [ks0, ks1) at k_base / v_base.
   auto s_tile = [&](uint32_t kb, uint32_t vb, int ks0, int ks1, bool masked) {
     float s[Tile::kMmaQ][KSUB / 8][4];
     warp_qk<T, Layout, Tile::kQInRegs>(s, q_frag, q_base, kb);
+    const auto keys = Keys::at(keys_block + static_cast<uint32_t>((ks0 - kv0) * kKeyBytes));
     if (masked) {
-      transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+      transform_scores<true>(var, rows, mult, s, ks0, ks1, tq, sm_scale, keys);
     } else {
-      transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale);
+      transform_scores<false>(var, rows, mult, s, ks0, ks1, tq, sm_scale, keys);
     }
     if constexpr (V::kUseSoftmax) warp_softmax_step<V>(s, m, l, o, mult);
     warp_pv<T, Layout>(o, s, vb);
@@ -129,7 +146,7 @@ template <class V, class T, class Tile>
 __device__ __forceinline__ bool prefill_kv_loop(
     const AttncPrefillArgs& args, const V& var, const KvRows& kv, int request,
     const KvRange range, int q0, int q1, const TileMapRow& map, uint32_t s_q, uint32_t s_k,
-    uint32_t s_v,
+    uint32_t s_v, uint32_t s_keys,
     const typename V::Row (&rows)[Tile::kMmaQ][2], const float (&mult)[Tile::kMmaQ][2],
     float sm_scale, float (&o)[Tile::kMmaQ][Tile::kHeadDim / 8][4], float (&m)[Tile::kMmaQ][2],
     float (&l)[Tile::kMmaQ][2]) {
@@ -177,6 +194,33 @@ __device__ __forceinline__ bool prefill_kv_loop(
     return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, w, cls);
   };
 
+  // ---- Key values (key_values_stage.cuh), where the variant has them: a tile that reads
+  // them (a score by key: every tile; a mask alone: PARTIAL and short tiles) has them written
+  // into its stage's block one tile ahead of its math, their reads touched into L1 when its
+  // K/V is issued. The block of the tile after the one computed is free (its last reader
+  // passed this iteration's barrier) and the next barrier publishes it.
+  constexpr int kKeyBytes = kPrefillKeyBytes<V>;
+  auto holds_keys = [&](int kv0, int kv1, TileClass cls) {
+    return variant_score_reads_by_key<V>::value || (V::kHasMask && cls == TileClass::kPartial) ||
+           kv1 - kv0 < KVT;
+  };
+  auto touch_keys = [&](int w, TileClass cls) {
+    if constexpr (kKeyBytes > 0) {
+      const int kv0 = range.begin + tile_of(w) * KVT;
+      const int kv1 = min(kv0 + KVT, range.end);
+      if (holds_keys(kv0, kv1, cls)) StageKeys<V, KVT, kThreads>::touch(var, kv0, kv1, tid);
+    }
+  };
+  auto write_keys = [&](int w, TileClass cls, int st) {
+    if constexpr (kKeyBytes > 0) {
+      if (w >= num_tiles) return;
+      const int kv0 = range.begin + tile_of(w) * KVT;
+      const int kv1 = min(kv0 + KVT, range.end);
+      if (holds_keys(kv0, kv1, cls))
+        StageKeys<V, KVT, kThreads>::write(var, s_keys + st * KVT * kKeyBytes, kv0, kv1, tid);
+    }
+  };
+
   // Walk positions of the tiles loaded and not yet computed, oldest first (num_tiles: none),
   // with their classes.
   int pend_t[STAGES - 1];
@@ -189,10 +233,12 @@ __device__ __forceinline__ bool prefill_kv_loop(
     pend_c[s] = c_load;
     if (t_load < num_tiles) {
       load_tile(range.begin + tile_of(t_load) * KVT, s);
+      if (s > 0) touch_keys(t_load, c_load);
       t_load = next_tile(t_load + 1, c_load);
     }
     cp_async_commit();
   }
+  write_keys(pend_t[0], pend_c[0], 0);
 
   // ---- Fragment base addresses (see SwizzledRows::walk).
   // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk lane/16.
@@ -226,6 +272,7 @@ __device__ __forceinline__ bool prefill_kv_loop(
       if (fill >= STAGES) fill -= STAGES;
       if (t_load < num_tiles) {
         load_tile(range.begin + tile_of(t_load) * KVT, fill);
+        touch_keys(t_load, c_load);
         t_load = next_tile(t_load + 1, c_load);
       }
       cp_async_commit();
@@ -235,9 +282,11 @@ __device__ __forceinline__ bool prefill_kv_loop(
     const int kv0 = range.begin + tile_of(t) * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
     const bool partial = V::kHasMask && cls == TileClass::kPartial;
-    prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base, kv0, kv1, partial, q0,
-                                   q1, map, rows, mult, sm_scale, o, m, l);
+    prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base,
+                                   s_keys + stage * KVT * kKeyBytes, kv0, kv1, partial, q0, q1,
+                                   map, rows, mult, sm_scale, o, m, l);
     stage = stage + 1 == STAGES ? 0 : stage + 1;
+    write_keys(pend_t[0], pend_c[0], stage);  // the next tile's, in the next stage
   }
   cp_async_wait<0>();
   return saw_bad;

@@ -117,6 +117,20 @@ struct TileKeys {
   }
 };
 
+// What a kernel's score hooks read a tile's key values through: TileKeys over the tile's block
+// in shared memory where the kernel stages them (kStaged), else DirectKeys (the hooks read the
+// tensors themselves).
+template <class V, bool kStaged>
+struct KeySource {
+  using Type = DirectKeys;
+  __device__ __forceinline__ static Type at(uint32_t) { return DirectKeys(); }
+};
+template <class V>
+struct KeySource<V, true> {
+  using Type = TileKeys<V>;
+  __device__ __forceinline__ static Type at(uint32_t block) { return TileKeys<V>{block}; }
+};
+
 // The steepest stepped bias, in log2 units a key, that transform_scores steps from a lane's
 // first key; steeper rows are evaluated per element (see there).
 constexpr float kMaxStepPerKey = 16.f;

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "../key_values_stage.cuh"
 #include "../variant_contract.cuh"
 
 namespace attnc {
@@ -261,13 +262,9 @@ struct Sm90TwoKeys {
 // (sizeof V::KeyValues, staged_keys.cuh): 0 for a variant without key values, or where the
 // blocks would not fit the CTA's shared memory (its consumers then read the tensors
 // themselves, prefetched into L1 by the producer).
-template <class V, class Base, bool = variant_has_key_values<V>::value>
-struct Sm90KeyBytes {
-  static constexpr int value = 0;
-};
 template <class V, class Base>
-struct Sm90KeyBytes<V, Base, true> {
-  static constexpr int kBytes = static_cast<int>(sizeof(typename V::KeyValues));
+struct Sm90KeyBytes {
+  static constexpr int kBytes = KeyValueBytes<V>::value;
   static constexpr bool kFits =
       Base::kSmemBytes + 16 + Base::kStages * Base::kKvTile * kBytes <= 227 * 1024;
   static constexpr int value = kFits ? kBytes : 0;

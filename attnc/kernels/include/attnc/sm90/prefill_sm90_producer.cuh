@@ -214,7 +214,7 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
     // (whichever path below makes it). No thread can lag a phase behind its wait here: the
     // stage is not filled (so not freed again) before every thread has passed the barrier.
     if (load && stage_holds_keys<V, Shape>(info)) {
-      StageKeys<V, Shape> keys;
+      ProducerStageKeys<V, Shape> keys;
       keys.touch(var, info.kv0, info.kv1, tid);  // into L1 while the stage is still in use
       mbar_wait(sm.empty_k(stage), phase ^ 1);
       keys.load(var, info.kv0, info.kv1, tid);

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "../key_values_stage.cuh"
 #include "../score_hooks.cuh"
 #include "../variant_contract.cuh"
 #include "prefill_sm90_config.cuh"
@@ -38,54 +39,14 @@ __device__ __forceinline__ bool stage_holds_keys(const StageInfo& info) {
   }
 }
 
-// One stage's key values, computed by the 128 producer threads into registers (load) and
-// written into the stage's block (store); touch prefetches their reads into L1 first. Thread t
-// takes the keys kv0 + t + i * 128 of the tile; a key at or past kv1 (a tail tile) takes the
-// values of kv1 - 1, the key the score hooks see there. Used only where Shape::kKeyBytes > 0.
+// One stage's key values by the 128 producer threads (key_values_stage.cuh).
 template <class V, class Shape>
-struct StageKeys {
-  static constexpr int kThreads = 128;
-  static constexpr int kPer = (Shape::kKvTile + kThreads - 1) / kThreads;
-  typename V::KeyValues values[kPer];
+using ProducerStageKeys = StageKeys<V, Shape::kKvTile, 128>;
 
-  __device__ __forceinline__ void touch(const V& var, int kv0, int kv1, int t) const {
-    if constexpr (variant_touches_key_reads<V>::value) {
-#pragma unroll
-      for (int i = 0; i < kPer; ++i) var.touch_key_reads(min(kv0 + t + i * kThreads, kv1 - 1));
-    }
-  }
-  __device__ __forceinline__ void load(const V& var, int kv0, int kv1, int t) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) values[i] = var.key_values(min(kv0 + t + i * kThreads, kv1 - 1));
-  }
-  __device__ __forceinline__ void store(uint32_t block, int t) const {
-    constexpr int kWords = static_cast<int>(sizeof(typename V::KeyValues) / 4);
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) {
-      const int key = t + i * kThreads;
-      if (key >= Shape::kKvTile) break;
-      uint32_t w[kWords];
-      __builtin_memcpy(w, &values[i], sizeof(w));
-#pragma unroll
-      for (int j = 0; j < kWords; ++j)
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(block + (key * kWords + j) * 4u),
-                     "r"(w[j]));
-    }
-  }
-};
-
-// What the consumers' score hooks read a stage's key values through: TileKeys over the
-// stage's block when the shape stages them, else DirectKeys (the hooks read the tensors).
-template <class V, class Shape, bool = (Shape::kKeyBytes > 0)>
-struct StageKeySource {
-  using Type = DirectKeys;
-  __device__ __forceinline__ static Type at(uint32_t) { return DirectKeys(); }
-};
+// What the consumers' score hooks read a stage's key values through (KeySource): TileKeys
+// over the stage's block when the shape stages them, else DirectKeys.
 template <class V, class Shape>
-struct StageKeySource<V, Shape, true> {
-  using Type = TileKeys<V>;
-  __device__ __forceinline__ static Type at(uint32_t block) { return TileKeys<V>{block}; }
-};
+using StageKeySource = KeySource<V, (Shape::kKeyBytes > 0)>;
 
 }  // namespace sm90
 }  // namespace attnc

@@ -1,0 +1,144 @@
+"""Key values staged by the FA2 prefill kernel (prefill_mainloop.cuh), compiled without a
+GPU: a variant with up to four fields of ``V::KeyValues`` gets kernels that write each tile's
+values into shared memory (``STS``) and read a lane's pair of keys as one vector
+(``LDS.64``/``LDS.128``), in every tile shape at head_dim 64, 128 and 256, for sm_80 and for
+sm_90a with its shapes (``ATTNC_PREFILL_TUNE=1``: stages of two S tiles). Eight fields (eight
+conditions: staged, the d=64 kernel spilled 168 bytes on sm_80) and a variant without key
+values stage nothing. No kernel spills on sm_80; on sm_90a only the d=128 shape of two 32-key
+S tiles does, where the kernel of a causal mask without key values already has 16 bytes of
+stack, and none has more."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from test_sm90_compile import INCLUDE, SPILL, dump_sass
+from test_sm90_compile import pytestmark as compile_marks
+
+from attnc.codegen.functor import emit_functor, struct_name
+from attnc.codegen.module import analysed
+from attnc.compiler.pipeline import compile_source
+
+pytestmark = compile_marks  # nvcc, skipped without it
+
+EIGHT_TERMS = " && ".join(f"t[(kv_idx + {i}) % 64] > -2.0" for i in range(8))
+FOUR_TERMS = " && ".join(f"t[(kv_idx + {i}) % 64] > -2.0" for i in range(4))
+SOURCE = f"""
+variant no_read {{
+    mask = kv_idx <= q_pos;
+}}
+variant one_read {{
+    param t: tensor<f32>[kv_len];
+    score = score - log(1.0 + abs(t[kv_idx]));
+    mask = kv_idx <= q_pos;
+}}
+variant four_terms {{
+    param t: tensor<f32>[64];
+    mask = kv_idx <= q_pos && {FOUR_TERMS};
+}}
+variant doc_and_bias {{
+    param doc: tensor<i32>[kv_len];
+    param bias: tensor<f32>[kv_len];
+    score = score + bias[kv_idx];
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
+}}
+variant eight_terms {{
+    param t: tensor<f32>[64];
+    mask = kv_idx <= q_pos && {EIGHT_TERMS};
+}}
+"""
+TARGETS = {
+    "sm_80": ["-gencode=arch=compute_80,code=sm_80"],
+    "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a", "-DATTNC_PREFILL_TUNE=1"],
+}
+HEAD_DIMS = (64, 128, 256)
+ENTRY = re.compile(r"Compiling entry function '(\w+)'")
+VECTOR_PAIR = re.compile(r"\bLDS\.(64|128)\b")
+
+
+def _tu(head_dim: int) -> str:
+    compiled, _ = compile_source(SOURCE, "fa2_staged.attn")
+    parts = ['#include "attnc/prefill_launcher.cuh"']
+    for c in compiled:
+        parts.append(emit_functor(analysed(c.variant)))
+        name = struct_name(c.variant)
+        parts.append(
+            f'extern "C" int launch_{name}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
+            f"  return attnc::launch_prefill<{name}, __nv_bfloat16, {head_dim}>(*a, s);\n"
+            "}"
+        )
+    return "\n".join(parts) + "\n"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[tuple[str, int], tuple[str, object]]:
+    """(target, head_dim) -> (ptxas log, object path), compiled in parallel."""
+    tmp = tmp_path_factory.mktemp("fa2_staged")
+    procs = {}
+    for d in HEAD_DIMS:
+        (tmp / f"d{d}.cu").write_text(_tu(d))
+        for target, flags in TARGETS.items():
+            obj = tmp / f"{target}_d{d}.o"
+            cmd = ["nvcc", "-std=c++17", "-O3", *flags, f"-I{INCLUDE}", "-Xptxas", "-v", "-c"]
+            procs[(target, d)] = (
+                subprocess.Popen(
+                    [*cmd, str(tmp / f"d{d}.cu"), "-o", str(obj)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+                obj,
+            )
+    out = {}
+    for key, (proc, obj) in procs.items():
+        log, _ = proc.communicate()
+        assert proc.returncode == 0, log
+        out[key] = (log, obj)
+    return out
+
+
+def _fa2_resources(log: str) -> dict[str, tuple[int, int, int]]:
+    rows, current = {}, None
+    for line in log.splitlines():
+        m = ENTRY.search(line)
+        if m:
+            current = m.group(1)
+            continue
+        m = SPILL.search(line)
+        if m and current is not None and "prefill_fa2_kernel" in current:
+            rows[current] = tuple(map(int, m.groups()))
+            current = None
+    return rows
+
+
+STAGED = ("one_read", "four_terms", "doc_and_bias")  # up to 16 bytes a key
+
+
+def _at_the_edge(target: str, d: int, kernel: str) -> bool:
+    """The sm_90a d=128 shape of 64-key stages as two S tiles (four warps, two m16 tiles)."""
+    return target == "sm_90a" and d == 128 and "PrefillTileILi128ELi4ELi2ELi64ELi2" in kernel
+
+
+def test_fa2_kernels_do_not_spill(built):
+    for (target, d), (log, _) in built.items():
+        rows = _fa2_resources(log)
+        assert len(rows) == 5 * (2 if d == 256 else 3), (target, d, sorted(rows))
+        for name, (stack, stores, loads) in rows.items():
+            if _at_the_edge(target, d, name) and "Variant_eight_terms" not in name:
+                assert stack <= 16, (target, d, name, stack)
+            elif not _at_the_edge(target, d, name):
+                assert (stack, stores, loads) == (0, 0, 0), (target, d, name)
+
+
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_fa2_kernels_stage_up_to_four_fields(built, target):
+    for d in HEAD_DIMS:
+        _, obj = built[(target, d)]
+        kernels = {n: b for n, b in dump_sass(obj).items() if "prefill_fa2_kernel" in n}
+        assert len(kernels) == 5 * (2 if d == 256 else 3)
+        for name, body in kernels.items():
+            staged = any(f"Variant_{v}" in name for v in STAGED)
+            assert bool(re.search(r"\bSTS\b", body)) == staged, (target, d, name)
+            assert bool(VECTOR_PAIR.search(body)) == staged, (target, d, name)
