@@ -1,14 +1,16 @@
 """Key values staged by the FA2 prefill kernel (prefill_mainloop.cuh) against the float64
 reference, in every FA2 tile shape.
 
-A variant with ``V::KeyValues`` has the FA2 CTA write each tile's key values into a block beside
-its stage one tile ahead of its math, and the score hooks read them there. The cases run such
-variants (key_value_cases.py) through ``BatchPrefillWrapper(backend="fa2")`` at head_dim 64,
-128 and 256, with batches whose longest query picks each tile shape (16 packed rows on one
-warp, 64 on four, and the largest: its stages of two S tiles on sm_90, so a block is read at
-an S tile's offset), over ragged KV and KV paged by 5, with tail tiles, one-token queries, a
-long KV that the scheduler splits into chunks, and documents whose masked tiles alone carry
-values. Accuracy rule as in tests/batch_check.py. Runs on any GPU the FA2 template serves.
+A variant whose score reads key values (``V::KeyValues``, up to two fields) has the FA2 CTA
+write each tile's values into a block beside its stage one tile ahead of its math, and the
+score hooks read them there. The cases run such variants (key_value_cases.py: a bias and a
+document id, three reads summed into one value, a sigmoid without softmax) and two that keep
+their per-element reads (documents: a mask alone; eight conditions) through
+``BatchPrefillWrapper(backend="fa2")`` at head_dim 64, 128 and 256, with batches whose longest
+query picks each tile shape (16 packed rows on one warp, 64 on four, and the largest: its
+stages of two S tiles on sm_90, so a block is read at an S tile's offset), over ragged KV and
+KV paged by 5, with tail tiles, one-token queries and a long KV that the scheduler splits
+into chunks. Accuracy rule as in tests/batch_check.py. Runs on any GPU the FA2 template serves.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def fa2_modules() -> None:
     """Builds the FA2 modules of every case in one parallel batch (later calls hit the cache)."""
     arch = toolchain.current_arch()
     specs = [
-        PREFILL_MODULES.spec(attnc.load(source=SOURCES[name]).ir, "bf16", d, arch)
+        PREFILL_MODULES.spec(attnc.load(source=SOURCES[name]).ir, torch.bfloat16, d, arch)
         for name in VARIANTS
         for d in HEAD_DIMS
     ]

@@ -7,9 +7,10 @@
 // per stage the S tiles of Tile::kKvSub keys: S = Q K^T, score transform and mask (only on
 // PARTIAL sub-tiles or the ragged end), online softmax and O += P V, with the warp math the
 // decode kernel shares (warp_qk_pv.cuh, score_hooks.cuh, online_softmax.cuh).
-// A variant with key values (V::KeyValues) has them staged: the CTA computes each key's values
-// once into a block beside the stage (key_values_stage.cuh), one tile ahead of its math, and
-// the score hooks read them from there (TileKeys) instead of computing them per element.
+// A variant whose score reads key values (V::KeyValues) has them staged (kPrefillKeyBytes): the
+// CTA computes each key's values once into a block beside the stage (key_values_stage.cuh),
+// one tile ahead of its math, and the score hooks read them from there (TileKeys) instead of
+// computing them per element.
 // The caller has committed the cp.async group of the Q tile (rows at s_q) and initialised
 // o, m, l; on return every cp.async group has completed. Returns whether this thread met a
 // page id outside the cache (its rows were zero-filled; the caller writes NaN rows).
@@ -32,14 +33,18 @@
 
 namespace attnc {
 
-// The bytes of one key's values the FA2 kernel stages for variant V (V::KeyValues): up to four
-// fields. More (up to eight) stay per element, as computed before staging: staged, eight
-// conditions a key made the head_dim 64 kernel spill 168 bytes of stack on sm_80; four compile
-// as without staging.
-constexpr int kPrefillMaxKeyBytes = 16;
+// The bytes of one key's values the FA2 kernel stages for variant V (V::KeyValues): only for a
+// score that reads by key, which evaluates them on every tile, and up to two fields. A mask
+// alone evaluates them on PARTIAL tiles only, where staging did not pay: doc_causal 8K on FA2
+// ran 1% slower staged (H100; benchmarks/RESULTS.md run 64), against 4-20% faster for a
+// per-key bias. More fields stay per element: staged, four (a bias and three conditions) made
+// the head_dim 64 kernels spill 56 to 168 bytes of stack, eight conditions 168 on sm_80.
+constexpr int kPrefillMaxKeyBytes = 8;
 template <class V>
 constexpr int kPrefillKeyBytes =
-    KeyValueBytes<V>::value <= kPrefillMaxKeyBytes ? KeyValueBytes<V>::value : 0;
+    variant_score_reads_by_key<V>::value && KeyValueBytes<V>::value <= kPrefillMaxKeyBytes
+        ? KeyValueBytes<V>::value
+        : 0;
 
 // Issues this thread's cp.async copies (chunk `chunk` of rows row0 + it * kRowStep) of the K
 // and V rows of the tile starting at key kv0 into the stage whose K tile is at shared address
