@@ -15,11 +15,9 @@ import re
 import subprocess
 
 import pytest
-from test_sm90_compile import INCLUDE, SPILL, dump_sass
+from test_sm90_compile import INCLUDE, dump_sass, launcher_tu, sm90_kernel_resources
 from test_sm90_compile import pytestmark as compile_marks
 
-from attnc.codegen.functor import emit_functor, struct_name
-from attnc.codegen.module import analysed
 from attnc.compiler.pipeline import compile_source
 
 pytestmark = compile_marks  # nvcc, skipped without it
@@ -60,22 +58,14 @@ TARGETS = {
     "sm_90a": ["-gencode=arch=compute_90a,code=sm_90a", "-DATTNC_PREFILL_TUNE=1"],
 }
 HEAD_DIMS = (64, 128, 256)
-ENTRY = re.compile(r"Compiling entry function '(\w+)'")
 VECTOR_PAIR = re.compile(r"\bLDS\.(64|128)\b")
 
 
 def _tu(head_dim: int) -> str:
     compiled, _ = compile_source(SOURCE, "fa2_staged.attn")
-    parts = ['#include "attnc/prefill_launcher.cuh"']
-    for c in compiled:
-        parts.append(emit_functor(analysed(c.variant)))
-        name = struct_name(c.variant)
-        parts.append(
-            f'extern "C" int launch_{name}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
-            f"  return attnc::launch_prefill<{name}, __nv_bfloat16, {head_dim}>(*a, s);\n"
-            "}"
-        )
-    return "\n".join(parts) + "\n"
+    return launcher_tu(
+        compiled, "__nv_bfloat16", head_dim, "attnc/prefill_launcher.cuh", "attnc::launch_prefill"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,18 +95,8 @@ def built(tmp_path_factory) -> dict[tuple[str, int], tuple[str, object]]:
     return out
 
 
-def _fa2_resources(log: str) -> dict[str, tuple[int, int, int]]:
-    rows, current = {}, None
-    for line in log.splitlines():
-        m = ENTRY.search(line)
-        if m:
-            current = m.group(1)
-            continue
-        m = SPILL.search(line)
-        if m and current is not None and "prefill_fa2_kernel" in current:
-            rows[current] = tuple(map(int, m.groups()))
-            current = None
-    return rows
+def _fa2_resources(log: str) -> dict[str, tuple[int, ...]]:
+    return {r[0]: r[1:] for r in sm90_kernel_resources(log, "prefill_fa2_kernel")}
 
 
 STAGED = ("one_read", "doc_and_bias")  # the score reads them, up to 8 bytes a key

@@ -50,15 +50,22 @@ def variant_tu(names: list[str], dtype: str, head_dim: int) -> str:
     return launcher_tu(compiled, dtype, head_dim)
 
 
-def launcher_tu(compiled: list, dtype: str, head_dim: int) -> str:
-    """One translation unit instantiating the Hopper launcher for compiled variants."""
-    parts = ['#include "attnc/sm90/prefill_sm90_launcher.cuh"']
+def launcher_tu(
+    compiled: list,
+    dtype: str,
+    head_dim: int,
+    header: str = "attnc/sm90/prefill_sm90_launcher.cuh",
+    launch: str = "attnc::sm90::launch_prefill_sm90",
+) -> str:
+    """One translation unit instantiating a prefill launcher (default: the Hopper one; the FA2
+    one is ``attnc/prefill_launcher.cuh``, ``attnc::launch_prefill``) for compiled variants."""
+    parts = [f'#include "{header}"']
     for c in compiled:
         parts.append(emit_functor(analysed(c.variant)))
         sname = struct_name(c.variant)
         parts.append(
             f'extern "C" int launch_{sname}(const AttncPrefillArgs* a, cudaStream_t s) {{\n'
-            f"  return attnc::sm90::launch_prefill_sm90<{sname}, {dtype}, {head_dim}>(*a, s);\n"
+            f"  return {launch}<{sname}, {dtype}, {head_dim}>(*a, s);\n"
             "}"
         )
     return "\n".join(parts) + "\n"
@@ -71,8 +78,11 @@ def nvcc_compile(tu: Path, obj: Path) -> str:
     return run.stdout + run.stderr
 
 
-def sm90_kernel_resources(log: str) -> list[tuple[str, int, int, int]]:
-    """(kernel, stack frame, spill stores, spill loads) of every Hopper prefill kernel."""
+def sm90_kernel_resources(
+    log: str, kernel: str = "prefill_sm90_kernel"
+) -> list[tuple[str, int, int, int]]:
+    """(kernel, stack frame, spill stores, spill loads) of every Hopper prefill kernel (or of
+    the kernels whose name holds ``kernel``) in a ptxas log."""
     rows, current = [], None
     for line in log.splitlines():
         m = ENTRY.search(line)
@@ -81,7 +91,7 @@ def sm90_kernel_resources(log: str) -> list[tuple[str, int, int, int]]:
             continue
         m = SPILL.search(line)
         if m and current is not None:
-            if "prefill_sm90_kernel" in current:
+            if kernel in current:
                 rows.append((current, *map(int, m.groups())))
             current = None
     return rows

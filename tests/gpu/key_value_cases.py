@@ -9,7 +9,7 @@ without softmax (the raw form)."""
 from __future__ import annotations
 
 import torch
-from batch_check import offsets
+from batch_check import offsets, paged_cache
 
 SOURCES = {
     "doc": """variant doc {
@@ -95,3 +95,19 @@ def per_request(params: dict[str, torch.Tensor], kv_lens: list[int]):
         }
 
     return one
+
+
+def plan_and_run(w, q, k, v, q_lens, kv_lens, layout: str, params, gen: torch.Generator):
+    """Plans and runs wrapper ``w`` over the batch: ragged KV, or KV paged by N pages of
+    ``layout`` "pagedN" (shuffled, batch_check.paged_cache); returns (o, lse)."""
+    hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
+    i32 = dict(dtype=torch.int32)
+    qo = torch.tensor(offsets(q_lens), **i32)
+    if layout == "ragged":
+        w.plan(qo, torch.tensor(offsets(kv_lens), **i32), hq, hkv, d, params=params)
+        return w.run(q, (k, v), return_lse=True, **params)
+    page = int(layout.removeprefix("paged"))
+    cache, indptr, ids, last = paged_cache(k, v, kv_lens, page, gen)
+    w.plan(qo, indptr, hq, hkv, d, kv_indices=ids, kv_last_page_len=last, page_size=page,
+           params=params)  # fmt: skip
+    return w.run(q, cache, return_lse=True, **params)

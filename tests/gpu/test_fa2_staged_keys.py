@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from batch_check import check_batch, offsets, paged_cache
-from key_value_cases import SOURCES, params_for, per_request
+from batch_check import check_batch
+from key_value_cases import SOURCES, params_for, per_request, plan_and_run
 
 import attnc
 from attnc.runtime.build import jit, toolchain
@@ -64,17 +64,8 @@ def test_fa2_staged_key_values_match_float64(fa2_modules, name, head_dim, batch,
     k = torch.randn(sum(kv_lens), HKV, head_dim, generator=gen).to("cuda", torch.bfloat16)
     v = torch.randn(sum(kv_lens), HKV, head_dim, generator=gen).to("cuda", torch.bfloat16)
     params = params_for(name, kv_lens, gen)
-    i32 = dict(dtype=torch.int32)
-    qo = torch.tensor(offsets(q_lens), **i32)
     ws = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     w = BatchPrefillWrapper(variant, ws, backend="fa2")
-    if layout == "ragged":
-        w.plan(qo, torch.tensor(offsets(kv_lens), **i32), HQ, HKV, head_dim, params=params)
-        o, lse = w.run(q, (k, v), return_lse=True, **params)
-    else:
-        cache, indptr, ids, last = paged_cache(k, v, kv_lens, 5, gen)
-        w.plan(qo, indptr, HQ, HKV, head_dim, kv_indices=ids, kv_last_page_len=last,
-               page_size=5, params=params)  # fmt: skip
-        o, lse = w.run(q, cache, return_lse=True, **params)
+    o, lse = plan_and_run(w, q, k, v, q_lens, kv_lens, layout, params, gen)
     assert w.planned_backend == "fa2"
     check_batch(variant, q, k, v, o, lse, q_lens, kv_lens, per_request(params, kv_lens))

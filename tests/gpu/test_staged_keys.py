@@ -22,8 +22,8 @@ import os
 
 import pytest
 import torch
-from batch_check import check_batch, offsets, paged_cache
-from key_value_cases import FIELDS, SOURCES, params_for, per_request
+from batch_check import check_batch
+from key_value_cases import FIELDS, SOURCES, params_for, per_request, plan_and_run
 
 import attnc
 from attnc.runtime.build import jit, modules
@@ -91,17 +91,7 @@ def test_staged_key_values_match_float64(built, monkeypatch, name, kind, layout)
     k = torch.randn(sum(KV_LENS), HKV, D, generator=gen).to("cuda", torch.bfloat16)
     v = torch.randn(sum(KV_LENS), HKV, D, generator=gen).to("cuda", torch.bfloat16)
     params = params_for(name, KV_LENS, gen)
-    i32 = dict(dtype=torch.int32)
-    qo = torch.tensor(offsets(Q_LENS), **i32)
     w = BatchPrefillWrapper(variant, torch.empty(64 << 20, dtype=torch.uint8, device="cuda"))
-    if layout == "ragged":
-        w.plan(qo, torch.tensor(offsets(KV_LENS), **i32), HQ, HKV, D, params=params)
-        o, lse = w.run(q, (k, v), return_lse=True, **params)
-    else:
-        page = int(layout.removeprefix("paged"))
-        cache, indptr, ids, last = paged_cache(k, v, KV_LENS, page, gen)
-        w.plan(qo, indptr, HQ, HKV, D, kv_indices=ids, kv_last_page_len=last, page_size=page,
-               params=params)  # fmt: skip
-        o, lse = w.run(q, cache, return_lse=True, **params)
+    o, lse = plan_and_run(w, q, k, v, Q_LENS, KV_LENS, layout, params, gen)
     assert w.planned_backend == kind
     check_batch(variant, q, k, v, o, lse, Q_LENS, KV_LENS, per_request(params, KV_LENS))

@@ -46,6 +46,38 @@ constexpr int kPrefillKeyBytes =
         ? KeyValueBytes<V>::value
         : 0;
 
+// The key values of the FA2 main loop's tiles, where kPrefillKeyBytes<V> > 0 (else every call
+// is empty): the score reads them on every tile, so each tile has them written into its
+// stage's block one tile ahead of its math, their reads touched into L1 when its K/V is
+// issued. The block of the tile after the one computed is free (its last reader passed the
+// iteration's barrier) and the next barrier publishes it. Tiles by index t: keys
+// [begin + t * kKvTile, min(that + kKvTile, end)).
+template <class V, class Tile>
+struct PrefillTileKeys {
+  static constexpr int kBytes = kPrefillKeyBytes<V>;
+  static constexpr int KVT = Tile::kKvTile;
+  using Stage = StageKeys<V, KVT, Tile::kThreads>;
+  const V& var;
+  uint32_t s_keys;
+  int begin, end;
+
+  __device__ __forceinline__ uint32_t block(int stage) const {
+    return s_keys + static_cast<uint32_t>(stage * KVT * kBytes);
+  }
+  __device__ __forceinline__ void touch(int t) const {
+    if constexpr (kBytes > 0) {
+      const int kv0 = begin + t * KVT;
+      Stage::touch(var, kv0, min(kv0 + KVT, end), threadIdx.x);
+    }
+  }
+  __device__ __forceinline__ void write(int t, int stage) const {
+    if constexpr (kBytes > 0) {
+      const int kv0 = begin + t * KVT;
+      Stage::write(var, block(stage), kv0, min(kv0 + KVT, end), threadIdx.x);
+    }
+  }
+};
+
 // Issues this thread's cp.async copies (chunk `chunk` of rows row0 + it * kRowStep) of the K
 // and V rows of the tile starting at key kv0 into the stage whose K tile is at shared address
 // dk (its V tile Tile::kStages tiles further); keys at or past kv_end, and rows whose page id
@@ -133,6 +165,26 @@ __device__ __forceinline__ void prefill_stage_math(
   }
 }
 
+// This lane's ldmatrix addresses (see SwizzledRows::walk): its Q rows' base, and its offsets
+// within a K and a V stage.
+struct LaneFragments {
+  uint32_t q_base, k_off, v_off;
+  template <class Tile>
+  __device__ __forceinline__ static LaneFragments make(uint32_t s_q, int warp, int lane) {
+    using Layout = SwizzledRows<Tile::kHeadDim>;
+    LaneFragments f;
+    // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk
+    // lane/16.
+    f.q_base = s_q + Layout::offset(warp * 16 * Tile::kMmaQ + (lane % 8) + 8 * ((lane / 8) % 2),
+                                    lane / 16);
+    // B (K): matrices (kv 0-7, k 0-7), (kv 0-7, k 8-15), (kv 8-15, k 0-7), (kv 8-15, k 8-15).
+    f.k_off = Layout::offset((lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
+    // B (V, transposed): matrices (kv 0-7, d 0-7), (kv 8-15, d 0-7), (kv 0-7, d 8-15), ...
+    f.v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+    return f;
+  }
+};
+
 // This warp's Q fragments into registers once the Q tile has landed (its cp.async group is
 // older than the first Tile::kStages - 1 K/V stages).
 template <class Tile, int MQ, int KD>
@@ -199,32 +251,8 @@ __device__ __forceinline__ bool prefill_kv_loop(
     return next_nonempty_tile<KVT>(var, map, q0, q1, range, num_tiles, w, cls);
   };
 
-  // ---- Key values (key_values_stage.cuh), where the variant has them: a tile that reads
-  // them (a score by key: every tile; a mask alone: PARTIAL and short tiles) has them written
-  // into its stage's block one tile ahead of its math, their reads touched into L1 when its
-  // K/V is issued. The block of the tile after the one computed is free (its last reader
-  // passed this iteration's barrier) and the next barrier publishes it.
-  constexpr int kKeyBytes = kPrefillKeyBytes<V>;
-  auto holds_keys = [&](int kv0, int kv1, TileClass cls) {
-    return variant_score_reads_by_key<V>::value || (V::kHasMask && cls == TileClass::kPartial) ||
-           kv1 - kv0 < KVT;
-  };
-  auto touch_keys = [&](int w, TileClass cls) {
-    if constexpr (kKeyBytes > 0) {
-      const int kv0 = range.begin + tile_of(w) * KVT;
-      const int kv1 = min(kv0 + KVT, range.end);
-      if (holds_keys(kv0, kv1, cls)) StageKeys<V, KVT, kThreads>::touch(var, kv0, kv1, tid);
-    }
-  };
-  auto write_keys = [&](int w, TileClass cls, int st) {
-    if constexpr (kKeyBytes > 0) {
-      if (w >= num_tiles) return;
-      const int kv0 = range.begin + tile_of(w) * KVT;
-      const int kv1 = min(kv0 + KVT, range.end);
-      if (holds_keys(kv0, kv1, cls))
-        StageKeys<V, KVT, kThreads>::write(var, s_keys + st * KVT * kKeyBytes, kv0, kv1, tid);
-    }
-  };
+  // ---- Key values, where the variant stages them (PrefillTileKeys).
+  const PrefillTileKeys<V, Tile> keys{var, s_keys, range.begin, range.end};
 
   // Walk positions of the tiles loaded and not yet computed, oldest first (num_tiles: none),
   // with their classes.
@@ -238,21 +266,15 @@ __device__ __forceinline__ bool prefill_kv_loop(
     pend_c[s] = c_load;
     if (t_load < num_tiles) {
       load_tile(range.begin + tile_of(t_load) * KVT, s);
-      if (s > 0) touch_keys(t_load, c_load);
+      if (s > 0) keys.touch(tile_of(t_load));
       t_load = next_tile(t_load + 1, c_load);
     }
     cp_async_commit();
   }
-  write_keys(pend_t[0], pend_c[0], 0);
+  if (pend_t[0] < num_tiles) keys.write(tile_of(pend_t[0]), 0);
 
-  // ---- Fragment base addresses (see SwizzledRows::walk).
-  // A (Q): matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15): row lane%8 + 8*((lane/8)%2), chunk lane/16.
-  const uint32_t q_base =
-      s_q + Layout::offset(warp * 16 * MQ + (lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
-  // B (K): matrices (kv 0-7, k 0-7), (kv 0-7, k 8-15), (kv 8-15, k 0-7), (kv 8-15, k 8-15).
-  const uint32_t k_off = Layout::offset((lane % 8) + 8 * (lane / 16), (lane / 8) % 2);
-  // B (V, transposed): matrices (kv 0-7, d 0-7), (kv 8-15, d 0-7), (kv 0-7, d 8-15), ...
-  const uint32_t v_off = Layout::offset((lane % 8) + 8 * ((lane / 8) % 2), lane / 16);
+  const LaneFragments lf = LaneFragments::make<Tile>(s_q, warp, lane);
+  const uint32_t q_base = lf.q_base;
 
   uint32_t q_frag[kQInRegs ? MQ : 1][kQInRegs ? KD : 1][4];
   if constexpr (kQInRegs) prefill_q_to_regs<Tile>(q_frag, q_base);
@@ -277,21 +299,22 @@ __device__ __forceinline__ bool prefill_kv_loop(
       if (fill >= STAGES) fill -= STAGES;
       if (t_load < num_tiles) {
         load_tile(range.begin + tile_of(t_load) * KVT, fill);
-        touch_keys(t_load, c_load);
+        keys.touch(tile_of(t_load));
         t_load = next_tile(t_load + 1, c_load);
       }
       cp_async_commit();
     }
-    const uint32_t k_base = s_k + stage * kTileBytes + k_off;
-    const uint32_t v_base = s_v + stage * kTileBytes + v_off;
+    const uint32_t k_base = s_k + stage * kTileBytes + lf.k_off;
+    const uint32_t v_base = s_v + stage * kTileBytes + lf.v_off;
     const int kv0 = range.begin + tile_of(t) * KVT;
     const int kv1 = min(kv0 + KVT, range.end);
     const bool partial = V::kHasMask && cls == TileClass::kPartial;
     prefill_stage_math<V, T, Tile>(var, q_frag, q_base, k_base, v_base,
-                                   s_keys + stage * KVT * kKeyBytes, kv0, kv1, partial, q0, q1,
-                                   map, rows, mult, sm_scale, o, m, l);
+                                   keys.block(stage), kv0, kv1, partial, q0, q1, map, rows, mult,
+                                   sm_scale, o, m, l);
     stage = stage + 1 == STAGES ? 0 : stage + 1;
-    write_keys(pend_t[0], pend_c[0], stage);  // the next tile's, in the next stage
+    // The next tile's values, into the next stage's block.
+    if (pend_t[0] < num_tiles) keys.write(tile_of(pend_t[0]), stage);
   }
   cp_async_wait<0>();
   return saw_bad;
