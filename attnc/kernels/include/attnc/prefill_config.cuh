@@ -35,7 +35,7 @@ struct PrefillTile {
 // ATTNC_PREFILL_TUNE selects alternative Large shapes: 1 = stages of two S tiles (64 keys as
 // 2 x 32 at d=128, 128 as 2 x 64 at d=64), what the runtime builds for sm_90
 // (modules.prefill_arch_flags; with nvcc 13.0 its d=128 kernel has 16 bytes of stack on
-// sm_90a, two LDL a stage: tests/codegen/test_fa2_staged_keys.py; it spills a few bytes on
+// sm_90a, two LDL a stage: tests/codegen/test_fa2_staged_keys_compile.py; it spills a few bytes on
 // sm_80); 2 = 64-key stages of two 32-key S tiles at d=256 (one CTA per SM, a timing
 // experiment of tests/gpu/kernel_harness, untimed); 0, the default, for other archs.
 #ifndef ATTNC_PREFILL_TUNE
