@@ -29,10 +29,9 @@ constexpr int sm90_default_kv_tile(int head_dim, int consumers) {
 }
 
 // KEY_BYTES: the bytes of one key's staged values (V::KeyValues, staged_keys.cuh), 0 for a
-// variant that stages none; each stage then holds KEY_SETS blocks of kKvTile of them: two (one
-// per fill parity, so the consumers hand K back after S) where they fit, else one.
+// variant that stages none; each stage then holds a block of kKvTile of them.
 template <int HEAD_DIM, int CONSUMERS = 2, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS),
-          int KEY_BYTES = 0, int KEY_SETS = 1>
+          int KEY_BYTES = 0>
 struct PrefillSm90Shape {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256,
                 "attnc sm90 prefill: head_dim must be 64, 128 or 256");
@@ -87,13 +86,10 @@ struct PrefillSm90Shape {
   // Two words through which the producer's thread 0 hands the item index it took to the
   // other producer threads (ItemOrder, item_order.cuh).
   static constexpr uint32_t kFetchOffset = kInfoOffset + kInfoBytes;
-  // The staged key values (KEY_BYTES per key), 16-byte aligned: KEY_SETS blocks per stage (two:
-  // one per phase parity of its fills; staged_keys.cuh).
+  // The staged key values of each stage (KEY_BYTES per key), 16-byte aligned.
   static constexpr int kKeyBytes = KEY_BYTES;
-  static constexpr int kKeySets = KEY_SETS;
-  static_assert(KEY_SETS == 1 || KEY_SETS == 2, "one or two key blocks a stage");
   static constexpr uint32_t kKeysOffset = (kFetchOffset + 8 + 15) & ~15u;
-  static constexpr uint32_t kKeysBytes = KEY_SETS * kStages * kKvTile * KEY_BYTES;
+  static constexpr uint32_t kKeysBytes = kStages * kKvTile * KEY_BYTES;
   // + 1024: the dynamic shared-memory base is aligned up to 1024 bytes inside the kernel.
   static constexpr int kSmemBytes =
       static_cast<int>((KEY_BYTES > 0 ? kKeysOffset + kKeysBytes : kFetchOffset + 8) + 1024);
@@ -137,12 +133,9 @@ struct PrefillSm90Smem {
   __device__ __forceinline__ uint32_t fetched(int i) const {
     return base + Shape::kFetchOffset + 4 * i;
   }
-  // The staged key values of a stage's fill of phase parity `phase` (Shape::kKeyBytes > 0,
-  // staged_keys.cuh).
-  __device__ __forceinline__ uint32_t keys(int stage, int phase) const {
-    return base + Shape::kKeysOffset +
-           ((Shape::kKeySets == 2 ? phase : 0) * Shape::kStages + stage) * Shape::kKvTile *
-               Shape::kKeyBytes;
+  // The staged key values of a stage (Shape::kKeyBytes > 0, staged_keys.cuh).
+  __device__ __forceinline__ uint32_t keys(int stage) const {
+    return base + Shape::kKeysOffset + stage * Shape::kKvTile * Shape::kKeyBytes;
   }
 };
 
@@ -272,20 +265,16 @@ struct Sm90TwoKeys {
 template <class V, class Base>
 struct Sm90KeyBytes {
   static constexpr int kBytes = KeyValueBytes<V>::value;
-  static constexpr int kBlockBytes = Base::kStages * Base::kKvTile * kBytes;
-  static constexpr bool kFits = Base::kSmemBytes + 16 + kBlockBytes <= 227 * 1024;
+  static constexpr bool kFits =
+      Base::kSmemBytes + 16 + Base::kStages * Base::kKvTile * kBytes <= 227 * 1024;
   static constexpr int value = kFits ? kBytes : 0;
-  // Two blocks a stage where they fit (the consumers then hand K back after S).
-  static constexpr int sets =
-      kBytes > 0 && Base::kSmemBytes + 16 + 2 * kBlockBytes <= 227 * 1024 ? 2 : 1;
 };
 
 // A shape of variant V's kernel with the key values it stages.
 template <class V, int HEAD_DIM, int CONSUMERS, int KV_TILE = sm90_default_kv_tile(HEAD_DIM, CONSUMERS)>
 using Sm90ShapeWithKeys =
     PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE,
-                     Sm90KeyBytes<V, PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE>>::value,
-                     Sm90KeyBytes<V, PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE>>::sets>;
+                     Sm90KeyBytes<V, PrefillSm90Shape<HEAD_DIM, CONSUMERS, KV_TILE>>::value>;
 
 template <class V, int HEAD_DIM>
 using Sm90TwoShapeOf = Sm90ShapeWithKeys<V, HEAD_DIM, 2, Sm90TwoKeys<V, HEAD_DIM>::value>;

@@ -6,8 +6,8 @@
 // issued together with P_j V_j, so the softmax of S_{j+1} runs under P_j V_j; the two
 // consumers take turns issuing their GEMMs (named barriers), so one's softmax runs under the
 // other's GEMMs; and items follow each other without draining (prefill_sm90_consume). Stages
-// are handed back (empty barriers) as soon as read: K after S (or, where a stage's key values
-// have one block, not one per fill parity, after the scores: staged_keys.cuh), V after P V.
+// are handed back (empty barriers) as soon as read: K after S, or after the scores where the
+// stage carries key values (staged_keys.cuh), V after P V.
 #pragma once
 
 #include <stdint.h>
@@ -119,7 +119,7 @@ struct Sm90Consumer {
   int pv_steps = 0;       // its k-steps that hold keys of the tile
   StageInfo info{};       // what the producer said about the stage last read
   bool masked = false;    // that stage's tile evaluates V::mask (PARTIAL, or short)
-  bool keys_held = false;  // that stage carries key values in its one block (kKeysHoldK)
+  bool keys_held = false;  // that stage carries key values (staged_keys.cuh)
   bool last = false;      // info is the running item's last tile
   bool have_next = false;  // nx holds the item after it (started once the last S completed)
   ConsumerItem<V> ci;  // the item running
@@ -168,7 +168,7 @@ struct Sm90Consumer {
   // rescaled.
   __device__ __forceinline__ bool scores(const V& var, ConsumerItem<V>& c) {
     const float sm_scale = prm.args.sm_scale;
-    const auto keys = StageKeySource<V, Shape>::at(sm.keys(cur.stage, cur.phase));
+    const auto keys = StageKeySource<V, Shape>::at(sm.keys(cur.stage));
     if constexpr (kStepUnitsVariant<V, D>) {
       float r0[1][2];
       if (masked) {
@@ -233,7 +233,7 @@ struct Sm90Consumer {
     mbar_wait(sm.full_k(cur.stage), cur.phase);
     info = StageInfo::load(sm.info(cur.stage));
     masked = tile_is_masked<V, Shape>(info);
-    keys_held = kKeysHoldK && stage_holds_keys<V, Shape>(info);
+    keys_held = stage_holds_keys<V, Shape>(info);
     if (info.flags & StageInfo::kCpAsync) fence_proxy_async();
   }
   // Starts item w (the CTA's first, or the one the producer named with the last stage).
@@ -249,11 +249,7 @@ struct Sm90Consumer {
     return StageInfo::read_next(sm.info(cur.stage));
   }
   // After S of the stage just read has completed: notes whether the stage is the running
-  // item's last and hands K back, unless its key values are in the stage's one block (then
-  // after the scores: hold_p). Two blocks a stage keep them: the producer's next fill of the
-  // stage writes the other parity's, and the fill after it waits for this consumer's next K,
-  // handed back only after these scores.
-  static constexpr bool kKeysHoldK = Shape::kKeyBytes > 0 && Shape::kKeySets == 1;
+  // item's last and hands K back (a stage with key values only after the scores: hold_p).
   __device__ __forceinline__ void took_s() {
     pin(s[0]);
     last = info.flags & StageInfo::kLast;

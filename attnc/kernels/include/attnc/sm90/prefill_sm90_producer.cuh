@@ -218,7 +218,7 @@ __device__ __forceinline__ void produce_stage(const PrefillSm90Params<V>& p,
       keys.touch(var, info.kv0, info.kv1, tid);  // into L1 while the stage is still in use
       mbar_wait(sm.empty_k(stage), phase ^ 1);
       keys.load(var, info.kv0, info.kv1, tid);
-      keys.store(sm.keys(stage, phase), tid);
+      keys.store(sm.keys(stage), tid);
       named_sync(kProducerBarrier, 128);
     }
   }

@@ -2,14 +2,11 @@
 // (V::KeyValues: what its score and mask compute from the key alone, a bias or a document id
 // per key). The producer computes each key's values once per stage (their reads prefetched
 // into L1 before the stage is free) and writes them beside it (Shape::kKeyBytes > 0, a block
-// of kKvTile of them per stage and, where two fit (Shape::kKeySets), per fill parity,
-// published by the stage's arrival on full_k like StageInfo); every consumer warp then reads
-// them from shared memory (TileKeys, score_hooks.cuh) instead of computing them per element.
-// Only stages whose tile reads them carry them (stage_holds_keys). With two blocks a stage the
-// consumers hand K back after S while they still read the values in their scores: the
-// producer's next fill of that stage writes the other parity's block, and the fill after it
-// waits for K of the consumers' next tile of the stage, which each hands back only after these
-// scores. With one, they hand K back after the scores (Sm90Consumer::hold_p).
+// of kKvTile of them per stage, published by the stage's arrival on full_k like StageInfo);
+// every consumer warp then reads them from shared memory (TileKeys, score_hooks.cuh) instead
+// of computing them per element. Only stages whose tile reads them carry them
+// (stage_holds_keys); for those the consumers hand K back after the scores instead of after S
+// (Sm90Consumer::hold_p), so a block is not rewritten while they read it.
 #pragma once
 
 #include <stdint.h>
@@ -32,6 +29,7 @@ __device__ __forceinline__ bool tile_is_masked(const StageInfo& info) {
 
 // Whether the stage of `info` carries key values: the shape stages them, and the tile reads
 // them (a score that reads by key, on every tile; a mask alone, only where it is evaluated).
+// The producer writes them, and the consumers hand K back after the scores, only then.
 template <class V, class Shape>
 __device__ __forceinline__ bool stage_holds_keys(const StageInfo& info) {
   if constexpr (Shape::kKeyBytes == 0) {
