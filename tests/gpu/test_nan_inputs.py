@@ -178,3 +178,32 @@ def test_stepped_bias_with_infinite_and_nan_slopes(backend):
     ref = variant.reference(q.double(), k.double(), v.double(), slopes=slopes)
     err = (o[1:, 2:].double() - ref[1:, 2:]).norm() / ref[1:, 2:].norm()
     assert err < 1e-2, err
+
+
+KEY_BIAS = """
+variant key_bias {
+    param bias: tensor<f32>[kv_len];
+    score = score + bias[kv_idx];
+    mask = kv_idx <= q_pos;
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_staged_key_bias_with_nan_and_infinite_keys(backend):
+    """A per-key bias, which both templates compute once per key into shared memory (key
+    values): a NaN at key 150 makes exactly the rows that see it NaN; -inf at key 40 takes that
+    key out of every row (the row of q_pos 40 that sees only keys 0..40 stays exact); the rest
+    within the accuracy of the other rows."""
+    variant = attnc.load(source=KEY_BIAS)
+    assert "kHasKeyValues = true" in variant.cuda_source
+    q, k, v = _qkv(300, 300, seed=7)
+    bias = torch.randn(300, generator=torch.Generator().manual_seed(7)).cuda()
+    bias[150] = math.nan
+    bias[40] = -math.inf
+    nan_rows = _same_nan_rows(variant, q, k, v, backend, bias=bias)
+    assert nan_rows[150:].all() and not nan_rows[:150].any()
+    o = variant.prefill(q, k, v, backend=backend, bias=bias)
+    ref = variant.reference(q.double(), k.double(), v.double(), bias=bias)
+    err = (o[:150].double() - ref[:150]).norm() / ref[:150].norm()
+    assert err < 1e-2, err
