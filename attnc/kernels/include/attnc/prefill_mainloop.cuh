@@ -36,9 +36,11 @@ namespace attnc {
 // The bytes of one key's values the FA2 kernel stages for variant V (V::KeyValues): only for a
 // score that reads by key, which evaluates them on every tile, and up to two fields. A mask
 // alone evaluates them on PARTIAL tiles only, where staging did not pay: doc_causal 8K on FA2
-// ran 1% slower staged (H100; benchmarks/RESULTS.md run 64), against 4-20% faster for a
-// per-key bias. More fields stay per element: staged, four (a bias and three conditions) made
-// the head_dim 64 kernels spill 56 to 168 bytes of stack, eight conditions 168 on sm_80.
+// ran 1% slower staged (H100; benchmarks/RESULTS.md runs 64 and 65), against 3-28% faster for
+// a per-key bias, its bounds-checked form and its logarithm at head_dim 64 and 128 (at 256
+// from 1% slower for the plain bias to 8% faster). More fields stay per element: staged, four
+// (a bias and three conditions) made the head_dim 64 kernels spill 56 to 168 bytes of stack,
+// eight conditions 168 on sm_80.
 constexpr int kPrefillMaxKeyBytes = 8;
 template <class V>
 constexpr int kPrefillKeyBytes =
