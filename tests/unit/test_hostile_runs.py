@@ -1,8 +1,9 @@
 """run() after plans that went wrong or tensors changed behind the wrappers' backs, on the
 CPU: a refused prefill plan that had rebuilt the tile map, a planned tensor written between
 two cached decode calls, a tensor param restrided in place between two remembered prefill
-calls, and the transformers backend's falsy ``is_causal`` and per-layer settings. Each
-failed before its fix (a launch over the wrong map, bytes or mask)."""
+calls, the transformers backend's falsy ``is_causal`` and per-layer settings, a scalar the
+tile map was built for changed in run(), and a tensor param inside the workspace given to
+plan(). Each failed before its fix (a launch over the wrong map, bytes or mask)."""
 
 from __future__ import annotations
 
@@ -153,3 +154,48 @@ def test_decode_out_overlapping_a_tensor_param_is_refused(cpu_decode, repeated) 
     with pytest.raises(ValueError, match="^out: overlaps param 'slopes' in memory"):
         w.run(q, cache, slopes=slopes, out=out)
     assert len(w._module.calls) == 1
+
+
+DOC_OR_ALL = """variant doc_or_all {
+    param doc: tensor<i32>[kv_len];
+    param flag: bool = false;
+    mask = kv_idx <= q_pos && (flag || doc[kv_idx] == doc[q_pos]);
+}"""
+
+
+def _map_wrapper(monkeypatch, source: str, workspace_bytes: int = 64 << 10):
+    """A CPU wrapper of ``source`` whose tile map is built on the host (documents' map)."""
+    v = attnc.load(source=source)
+    module = type("StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)})()  # fmt: skip
+    monkeypatch.setattr(
+        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
+    )
+    w = BatchPrefillWrapper(v, torch.empty(workspace_bytes, dtype=torch.uint8), backend="fa2")
+    w._map_builder = lambda vals, ql, kl, tile, block: doc_causal_map(vals["doc"].numpy(), ql, kl, tile, block)  # fmt: skip
+    return w
+
+
+@pytest.mark.parametrize("given", [True, False])  # flag given to plan(), or its default
+def test_a_scalar_the_tile_map_was_built_for_is_checked_in_run(monkeypatch, given) -> None:
+    """The map's EMPTY blocks hold for the planned flag only: run(flag=True) was accepted over
+    a map built with flag false (the second document's queries would skip the first's keys)."""
+    w = _map_wrapper(monkeypatch, DOC_OR_ALL)
+    doc = torch.arange(2, **I32).repeat_interleave(128)
+    qo = torch.tensor([0, 256], **I32)
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, **({"flag": False} if given else {})})
+    w.check_planned_values({"doc": doc, "flag": False})
+    with pytest.raises(ValueError, match="param 'flag' is True in run\\(\\), but plan\\(\\) was"):
+        w.check_planned_values({"doc": doc, "flag": True})
+
+
+def test_plan_refuses_a_tensor_param_in_the_workspace(monkeypatch) -> None:
+    """plan() built the map from a tensor inside the workspace after writing its work lists
+    over it (run() refused the tensor only afterwards)."""
+    w = _map_wrapper(monkeypatch, DOC)
+    doc = w._workspace[:1024].view(torch.int32)
+    doc.copy_(torch.arange(2, **I32).repeat_interleave(128))
+    before = doc.clone()
+    qo = torch.tensor([0, 256], **I32)
+    with pytest.raises(ValueError, match="^param 'doc': overlaps workspace_buffer"):
+        w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
+    assert torch.equal(doc, before)

@@ -26,6 +26,7 @@ from attnc.compiler.mask_analysis import LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
 from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
 from attnc.runtime.planning.plan_params import (
+    MaskReads,
     TensorStamp,
     check_planned_tensors,
     variant_mask_reads,
@@ -159,11 +160,17 @@ class PlannedMask:
 
     @staticmethod
     def from_values(
-        variant: object, scalars: Mapping[str, object], tensors: Mapping[str, torch.Tensor]
+        variant: object,
+        scalars: Mapping[str, object],
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        tile_map: bool = False,
     ) -> PlannedMask:
         """From checked plan values with tensors (``plan_params.split_plan_params``): the
         ``batch_size`` tensors the bounds read feed the KV ranges per request; every tensor
-        the mask reads is stamped for ``run()``. Not remembered (tensor values change)."""
+        the mask reads is stamped for ``run()``, and with ``tile_map`` (the prefill plan
+        builds one from these values) every scalar it reads too. Not remembered (tensor
+        values change)."""
         names, per_request = _bound_names(variant)
         bound = {k: v for k, v in scalars.items() if k in names}
         per_req = {
@@ -176,9 +183,12 @@ class PlannedMask:
             program = tile_range_program(analysis, bound, per_req)
         else:
             program = _closed_form(variant, bound)
-        read = variant_mask_reads(variant).params
-        stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in read}
-        return PlannedMask(bound if program is not None else {}, stamps, program)
+        reads = variant_mask_reads(variant)
+        stamps = {k: TensorStamp.of(t) for k, t in tensors.items() if k in reads.params}
+        kept = dict(bound) if program is not None else {}
+        if tile_map:
+            kept.update(_map_scalars(variant, reads, scalars, tensors))
+        return PlannedMask(kept, stamps, program)
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
@@ -213,12 +223,46 @@ class PlannedMask:
         (the work list was cut for them) or another tensor than a planned one."""
         check_planned_tensors(variant_name, self.tensors, values)
         for name, planned in self.values.items():
-            if values[name] != planned:
+            if not _same_value(values[name], planned):
                 raise ValueError(
                     f"variant '{variant_name}': param '{name}' is {values[name]!r} in run(), "
-                    f"but plan() was given {planned!r} and sized the work list for it; call "
-                    "plan() again with the new value"
+                    f"but plan() was given {planned!r} and cut the work list (or built the "
+                    "tile map) for it; call plan() again with the new value"
                 )
+
+
+def _map_scalars(
+    variant: object,
+    reads: MaskReads,
+    scalars: Mapping[str, object],
+    tensors: Mapping[str, torch.Tensor],
+) -> dict[str, object]:
+    """The scalars a mask that reads per-token tensors reads, as plan() builds its tile map
+    with them (``prefill_tile_map.map_values``: given, or the default): the map's EMPTY and
+    FULL blocks hold for these values only, so ``run()`` must be given them again. Empty
+    when no map is built (a param the mask reads is not known at plan time)."""
+    if not reads.needs_tile_map:
+        return {}
+    out: dict[str, object] = {}
+    for decl in variant.params:  # type: ignore[attr-defined]
+        if decl.name not in reads.params:
+            continue
+        if decl.kind == "tensor":
+            if decl.name not in tensors:
+                return {}
+            continue
+        value = scalars.get(decl.name, decl.default)
+        if value is None:
+            return {}
+        out[decl.name] = value
+    return out
+
+
+def _same_value(a: object, b: object) -> bool:
+    """Equal scalars, NaN equal to NaN (a NaN param planned and given again is the same)."""
+    if a == b:
+        return True
+    return isinstance(a, float) and isinstance(b, float) and a != a and b != b
 
 
 def _bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:

@@ -278,8 +278,15 @@ class BatchPrefillWrapper(PrefillRunner):
                 self.variant, params, sizes=sizes, device=self._workspace.device
             )
             self._params_checked = (checked, (scalars, tuple(plan_tensors)))
+        # The plan writes the workspace: a tensor there would be overwritten before the map is
+        # built from it (run() refuses such a tensor too).
+        tensors.check_outside_workspace(
+            self._workspace_range, tuple((f"param '{k}'", t) for k, t in plan_tensors.items())
+        )
         if plan_tensors:
-            planned_mask = PlannedMask.from_values(self.variant, scalars, plan_tensors)
+            planned_mask = PlannedMask.from_values(
+                self.variant, scalars, plan_tensors, tile_map=True
+            )
         else:
             planned_mask = PlannedMask.from_plan_params(self.variant, scalars)
         found = (scalars, plan_tensors, planned_mask)
