@@ -241,6 +241,8 @@ def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
         text = "\n".join(outputs.values())
         sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))
         return
+    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
+        raise NotADirectoryError(f"-o: {printable(args.output_dir)} is not a directory")
     os.makedirs(args.output_dir, exist_ok=True)
     for fname, text in outputs.items():
         path = os.path.join(args.output_dir, fname)

@@ -2,8 +2,9 @@
 CPU: a refused prefill plan that had rebuilt the tile map, a planned tensor written between
 two cached decode calls, a tensor param restrided in place between two remembered prefill
 calls, the transformers backend's falsy ``is_causal`` and per-layer settings, a scalar the
-tile map was built for changed in run(), and a tensor param inside the workspace given to
-plan(). Each failed before its fix (a launch over the wrong map, bytes or mask)."""
+tile map was built for changed in run(), a tensor param inside the workspace given to
+plan(), and index tensors with torch's negative bit (their bytes are not their values). Each
+failed before its fix (a launch over the wrong map, bytes or mask, or a plan of other ids)."""
 
 from __future__ import annotations
 
@@ -199,3 +200,27 @@ def test_plan_refuses_a_tensor_param_in_the_workspace(monkeypatch) -> None:
     with pytest.raises(ValueError, match="^param 'doc': overlaps workspace_buffer"):
         w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
     assert torch.equal(doc, before)
+
+
+def test_index_tensors_with_the_negative_bit_are_read_as_their_values(monkeypatch) -> None:
+    """A ``_neg_view`` holds -x in memory for the value x: the planner read the bytes (a batch
+    the checks passed was refused, and [0, -4], which they refuse, was planned as [0, 4])."""
+    w = _map_wrapper(monkeypatch, DOC)
+    doc = torch.zeros(4, **I32)
+    qo = torch.tensor([0, -4], **I32)._neg_view()  # the values 0, 4
+    w.plan(qo, qo, 4, 2, 64, params={"doc": doc})
+    assert w.planned_backend == "fa2"
+    bad = torch.tensor([0, 4], **I32)._neg_view()  # the values 0, -4
+    with pytest.raises(ValueError, match="qo_indptr"):
+        w.plan(bad, torch.tensor([0, 4], **I32), 4, 2, 64, params={"doc": doc})
+
+
+def test_host_index_copies_hold_the_values_of_negative_bit_views() -> None:
+    """The decode planner reads the host copies' bytes: a ``_neg_view`` kept its negated
+    memory through ``contiguous()``."""
+    from attnc.runtime.checks import tensors
+
+    view = torch.tensor([0, -3, -7], **I32)._neg_view()  # the values 0, 3, 7
+    for host in (tensors.host_int32("kv_indptr", view), tensors.check_index_tensor("x", view)):
+        assert not host.is_neg()
+        assert np.frombuffer(host.numpy().tobytes(), dtype=np.int32).tolist() == [0, 3, 7]

@@ -192,6 +192,17 @@ def test_build_to_an_output_that_is_a_file_names_it_before_building(tmp_path, ca
     assert f"-o: {out} is not a directory" in err and "module(s)" not in err
 
 
+def test_compile_to_an_output_that_is_a_file_names_it(tmp_path, capsys) -> None:
+    """``attnc compile -o FILE`` said only "[Errno 17] File exists", naming neither -o nor
+    the problem."""
+    from attnc import cli
+
+    out = tmp_path / "file"
+    out.write_text("")
+    assert cli.main(["compile", "stdlib:causal", "-o", str(out)]) == 1
+    assert f"-o: {out} is not a directory" in capsys.readouterr().err
+
+
 # ---- files that are not regular files ------------------------------------------------------
 
 

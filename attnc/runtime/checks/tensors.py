@@ -313,7 +313,9 @@ INDEX_DEVICE_TYPES = ("cpu", "cuda")  # where index tensors may live (read back 
 
 def check_index_tensor(name: str, t: object) -> torch.Tensor:
     """A dense 1-D int32 tensor on the CPU or a CUDA device (its values unchecked): a meta
-    tensor has no data to read, a sparse or nested one no plain array of ids."""
+    tensor has no data to read, a sparse or nested one no plain array of ids. A view with
+    torch's negative bit set (its memory holds the negated values) comes back resolved, a
+    copy, so that code reading its bytes (the host planners) reads its values."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if not is_dense(t):
@@ -324,7 +326,7 @@ def check_index_tensor(name: str, t: object) -> torch.Tensor:
         raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != 1:
         raise ValueError(f"{name}: must be 1-D, got shape {list(t.shape)}")
-    return t
+    return t.resolve_neg() if t.is_neg() else t
 
 
 def host_int32(name: str, t: object) -> torch.Tensor:

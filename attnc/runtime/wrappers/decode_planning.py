@@ -215,6 +215,8 @@ class DecodePlanning:
             and kv_indptr.is_contiguous()
             and kv_last_page_len.is_contiguous()
             and kv_indices.is_contiguous()
+            # views with the negative bit hold -x for x: the slow path reads them resolved
+            and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
         ):
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
@@ -293,7 +295,7 @@ class DecodePlanning:
         indptr = tensors.host_int32("kv_indptr", kv_indptr)
         last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
         pages_dev = self._check_indices(kv_indices)
-        ids = kv_indices.detach().contiguous()
+        ids = kv_indices.detach().resolve_neg().contiguous()
         module, rows, kv_tile, per_sm = self._module_for(
             dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
         )

@@ -63,7 +63,8 @@ def index_arrays(
 
 
 def _int32_array(t: object) -> torch.Tensor | None:
-    """A 1-D int32 tensor as a contiguous CPU tensor (None: not such a tensor)."""
+    """A 1-D int32 tensor as a contiguous CPU tensor whose bytes are its values (None: not
+    such a tensor; a view with the negative bit comes back resolved: check_index_tensor)."""
     try:
         t = tensors.check_index_tensor("", t)
     except ValueError:
