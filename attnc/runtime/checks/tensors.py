@@ -84,7 +84,11 @@ def sm_scale_value(sm_scale: object, head_dim: int) -> float:
         raise _not_a_float(sm_scale)
     try:
         return float(sm_scale)  # type: ignore[arg-type]
-    except (TypeError, ValueError, RuntimeError, OverflowError):
+    except OverflowError:
+        raise ValueError(
+            f"sm_scale: {type(sm_scale).__name__} past the float range, got {shown_value(sm_scale)}"
+        ) from None
+    except (TypeError, ValueError, RuntimeError):
         raise _not_a_float(sm_scale) from None
 
 
