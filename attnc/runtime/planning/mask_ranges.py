@@ -29,6 +29,7 @@ from attnc.runtime.planning.plan_params import (
     MaskReads,
     TensorStamp,
     check_planned_tensors,
+    plan_value,
     variant_mask_reads,
 )
 
@@ -247,14 +248,11 @@ def _map_scalars(
     for decl in variant.params:  # type: ignore[attr-defined]
         if decl.name not in reads.params:
             continue
-        if decl.kind == "tensor":
-            if decl.name not in tensors:
-                return {}
-            continue
-        value = scalars.get(decl.name, decl.default)
+        value = plan_value(decl, scalars, tensors)
         if value is None:
             return {}
-        out[decl.name] = value
+        if decl.kind != "tensor":
+            out[decl.name] = value
     return out
 
 

@@ -52,6 +52,15 @@ def mask_reads(variant_ir: ir.VariantIR) -> MaskReads:
     return MaskReads(frozenset(names), tuple(sorted(tokens)), heads)
 
 
+def plan_value(
+    decl: ir.ParamDecl, scalars: Mapping[str, object], tensors: Mapping[str, torch.Tensor]
+) -> object | None:
+    """The value ``plan()`` has for param ``decl``: the tensor or scalar given, else its
+    default (None: neither). The tile map is built with these values."""
+    given = tensors.get(decl.name, scalars.get(decl.name))
+    return decl.default if given is None else given
+
+
 def variant_mask_reads(variant: object) -> MaskReads:
     """``mask_reads`` of a variant's IR, remembered on the variant."""
     found = variant.__dict__.get("_mask_reads")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from attnc.runtime.planning import prefill_plan
-from attnc.runtime.planning.plan_params import MaskReads
+from attnc.runtime.planning.plan_params import MaskReads, plan_value
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncItemOrderArgs,
@@ -62,9 +62,7 @@ def map_values(
     declared shape, so any read the functor's hoisting does stays in bounds)."""
     values: dict[str, object] = {}
     for decl in variant.params:  # type: ignore[attr-defined]
-        given = tensors.get(decl.name, scalars.get(decl.name))
-        if given is None and decl.default is not None:
-            given = decl.default
+        given = plan_value(decl, scalars, tensors)
         if given is None:
             if decl.name in reads.params:
                 return None
