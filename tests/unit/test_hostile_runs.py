@@ -224,3 +224,15 @@ def test_host_index_copies_hold_the_values_of_negative_bit_views() -> None:
     for host in (tensors.host_int32("kv_indptr", view), tensors.check_index_tensor("x", view)):
         assert not host.is_neg()
         assert np.frombuffer(host.numpy().tobytes(), dtype=np.int32).tolist() == [0, 3, 7]
+
+
+def test_plan_on_a_host_without_a_gpu_names_the_cpu_workspace(monkeypatch) -> None:
+    """A CPU workspace on a host without CUDA: plan() said 'pass arch= explicitly', an
+    argument it does not take; it names the workspace."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    wrapper = BatchPrefillWrapper(
+        attnc.load("stdlib:causal"), torch.empty(1 << 20, dtype=torch.uint8)
+    )
+    indptr = torch.tensor([0, 16], dtype=torch.int32)
+    with pytest.raises(ValueError, match="workspace_buffer: on the cpu and this host has no CUDA"):
+        wrapper.plan(indptr, indptr, num_qo_heads=4, num_kv_heads=4, head_dim=128)

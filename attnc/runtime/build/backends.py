@@ -71,8 +71,15 @@ def _sm90_refusal(kv_layout: str, head_dim: int, device: torch.device) -> str | 
 
 def _arch_of(device: torch.device) -> str | None:
     """The arch to build for ``device`` (the workspace's GPU, which need not be the current
-    one); None (the current device's) for a device that is not a GPU."""
-    return toolchain.device_arch(device) if device.type == "cuda" else None
+    one); None (the current device's) for a device that is not a GPU, which needs one present."""
+    if device.type == "cuda":
+        return toolchain.device_arch(device)
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"workspace_buffer: on the {device.type} and this host has no CUDA device to build "
+            "the prefill kernel for; put the workspace on a CUDA device"
+        )
+    return None
 
 
 def choose_prefill_module(

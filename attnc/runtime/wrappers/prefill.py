@@ -56,7 +56,8 @@ class BatchPrefillWrapper(PrefillRunner):
     it are queued on the stream (``tile_map`` is then None; the map and the cut work list
     must fit in ``max_tile_map_bytes``, else that plan waits). With
     ``wait_for_tile_map=True``, and always on a CPU workspace, ``plan()`` builds the map and
-    waits for it, then ranges and costs tiles by it (``tile_map`` summarises it).
+    waits for it, then ranges and costs tiles by it (``tile_map`` summarises it). A CPU
+    workspace plans on the host but still builds its kernel for the host's GPU, so it needs one.
     """
 
     _map_builder: prefill_tile_map.HostMapBuilder | None = None  # tests: a CPU-built map
