@@ -7,6 +7,7 @@ error at the import statement.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from attnc.dsl import ast
@@ -19,15 +20,23 @@ from attnc.regular_file import read_regular
 ATTN_SUFFIX = ".attn"
 
 
-def load_modules(root: ast.Module) -> list[ast.Module]:
-    """``root`` and every module it imports, transitively; imported modules come first."""
+def load_modules(root: ast.Module, digests: dict[str, str] | None = None) -> list[ast.Module]:
+    """``root`` and every module it imports, transitively; imported modules come first.
+    ``digests`` (when given) receives the sha256 of the bytes each imported file was parsed
+    from, by its path: what a cache of the result must find there again."""
     ordered: list[ast.Module] = []
     done: set[str] = set()
-    _visit(root, ordered, done, stack=[])
+    _visit(root, ordered, done, [], {} if digests is None else digests)
     return ordered
 
 
-def _visit(module: ast.Module, ordered: list[ast.Module], done: set[str], stack: list[str]) -> None:
+def _visit(
+    module: ast.Module,
+    ordered: list[ast.Module],
+    done: set[str],
+    stack: list[str],
+    digests: dict[str, str],
+) -> None:
     key = _canonical(module.file)
     stack.append(key)
     for item in module.items:
@@ -43,7 +52,7 @@ def _visit(module: ast.Module, ordered: list[ast.Module], done: set[str], stack:
                 continue
             if len(stack) > MAX_IMPORT_DEPTH:
                 raise AttnError(item.loc, too_deep_message("imports", MAX_IMPORT_DEPTH))
-            _visit(_parse_file(path, item), ordered, done, stack)
+            _visit(_parse_file(path, item, digests), ordered, done, stack, digests)
     stack.pop()
     done.add(key)
     ordered.append(module)
@@ -68,7 +77,7 @@ def _resolve(importer: str, item: ast.Import) -> str:
     return path
 
 
-def _parse_file(path: str, item: ast.Import) -> ast.Module:
+def _parse_file(path: str, item: ast.Import, digests: dict[str, str]) -> ast.Module:
     """The parsed module at ``path``. A file that is not UTF-8 `.attn` text is an error at the
     import statement that names where parsing stopped but never quotes the file's content."""
     if not path.endswith(ATTN_SUFFIX):
@@ -81,6 +90,7 @@ def _parse_file(path: str, item: ast.Import) -> ast.Module:
         raise AttnError(
             item.loc, f"cannot import '{item.path}': larger than {MAX_SOURCE_BYTES} bytes"
         )
+    digests[path] = hashlib.sha256(data).hexdigest()
     try:
         return parse_module(decode_source(data, path), path)
     except AttnError as err:

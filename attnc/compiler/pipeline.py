@@ -71,12 +71,15 @@ def compile_source(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
 
 def compile_with_imports(
     text: str, file: str
-) -> tuple[list[Compiled], tuple[Diagnostic, ...], tuple[str, ...]]:
-    """``compile_source`` plus the files the source imported (transitively), in load order."""
-    modules = load_modules(parse(text, file))
+) -> tuple[list[Compiled], tuple[Diagnostic, ...], tuple[tuple[str, str], ...]]:
+    """``compile_source`` plus the files the source imported (transitively), in load order,
+    each with the sha256 of the bytes it was parsed from (not of the file now: an edit during
+    the compile must not be taken for what was compiled)."""
+    digests: dict[str, str] = {}
+    modules = load_modules(parse(text, file), digests)
     with deep_recursion():
         program = lower_modules(modules)
         for v in program.variants:
             verify_variant(v, "lowering")
-    imported = tuple(m.file for m in modules[:-1])
+    imported = tuple((m.file, digests[m.file]) for m in modules[:-1])
     return [optimise(v) for v in program.variants], program.warnings, imported

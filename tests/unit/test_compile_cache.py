@@ -90,3 +90,28 @@ def test_errors_are_not_cached(cache):
 def test_fingerprint_is_stable():
     assert variant_cache.compiler_fingerprint() == variant_cache.compiler_fingerprint()
     assert len(variant_cache.compiler_fingerprint()) == 64
+
+
+def test_an_import_edited_during_the_compile_is_not_cached_as_compiled(
+    cache, tmp_path, monkeypatch
+):
+    """The entry recorded the import's digest after compiling: an edit saved while the
+    compiler ran was cached as if compiled, and later loads kept the old mask."""
+    _, calls = cache
+    defs = tmp_path / "defs.attn"
+    defs.write_text("def near() = kv_idx <= q_pos;\n")
+    main = tmp_path / "main.attn"
+    main.write_text('import "defs.attn";\nvariant v {\n    mask = near();\n}\n')
+    real_lower = pipeline.lower_modules
+
+    def lower_then_edit(modules):
+        defs.write_text("def near() = kv_idx + 8 <= q_pos;\n")  # saved while compiling
+        return real_lower(modules)
+
+    monkeypatch.setattr(pipeline, "lower_modules", lower_then_edit)
+    first = attnc.load(str(main))
+    assert "8" not in repr(first.ir.mask)
+    monkeypatch.setattr(pipeline, "lower_modules", real_lower)
+    later = attnc.load(str(main))
+    assert len(calls) == 2
+    assert "8" in repr(later.ir.mask)

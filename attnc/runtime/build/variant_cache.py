@@ -185,7 +185,5 @@ def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
 
     compiled, warnings, imported = compile_with_imports(text, file)
     if enabled():
-        digests = tuple((p, _file_digest(p)) for p in imported)
-        if all(d is not None for _, d in digests):
-            write_entry(path, key, digests, tuple(compiled), warnings)  # type: ignore[arg-type]
+        write_entry(path, key, imported, tuple(compiled), warnings)
     return compiled, warnings
