@@ -3,6 +3,7 @@ that names the argument, never a raw RuntimeError, AttributeError or a silently 
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -327,5 +328,34 @@ def test_reference_names_a_q_or_k_without_heads(hq, hk) -> None:
     """Zero heads read "num_qo_heads (0) must be a multiple of num_kv_heads (0)"."""
     causal = attnc.load("stdlib:causal")
     q, k = torch.zeros(3, hq, 64, dtype=torch.float64), torch.zeros(3, hk, 64, dtype=torch.float64)
-    with pytest.raises(ValueError, match=f"^q and k need at least one head each, got {hq} and {hk}"):
+    with pytest.raises(
+        ValueError, match=f"^q and k need at least one head each, got {hq} and {hk}"
+    ):
         causal.reference(q, k, k)
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_build_lock_that_is_a_symbolic_link_is_refused(
+    tmp_path, monkeypatch, target_exists
+) -> None:
+    """The lock was opened through the link and the holder's stamp truncated its target (a
+    file outside the cache overwritten, or one created there)."""
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    victim = tmp_path / "notes.txt"
+    if target_exists:
+        victim.write_text("my notes\n")
+    (tmp_path / "cache" / "m.lock").symlink_to(victim)
+    message = r"^cannot use .*m\.lock as a build lock: it is a symbolic link, not a file; remove it"
+    with pytest.raises(OSError, match=message), file_lock(tmp_path / "cache" / "m.lock"):
+        pass
+    assert victim.read_text() == "my notes\n" if target_exists else not victim.exists()
+
+
+def test_a_build_lock_that_is_a_pipe_is_refused(tmp_path, monkeypatch) -> None:
+    """A FIFO in the lock's place is not taken for the lock."""
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    os.mkfifo(tmp_path / "m.lock")
+    with pytest.raises(OSError, match=r"m\.lock as a build lock: it is not a regular file"):
+        with file_lock(tmp_path / "m.lock"):
+            pass

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -200,21 +201,35 @@ def _acquire(fh: object, path: Path, deadline: float) -> None:
         delay = min(delay * 2, 0.5)
 
 
+_LOCK_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
 def _open_lock(path: Path) -> BinaryIO:
     """The lock file at ``path``, opened for appending (created when missing); an error
-    naming it and the cache root when it is a directory or cannot be written."""
+    naming it and the cache root when it is a directory, a symbolic link or anything but a
+    regular file (the holder's stamp truncates it: a link would have it write elsewhere), or
+    cannot be written."""
     try:
-        return open(path, "a+b")
+        fd = os.open(path, _LOCK_OPEN_FLAGS, 0o644)
     except OSError as exc:
         if exc.errno in _NOT_WRITABLE:
             raise _not_writable(path, exc) from None
+        if exc.errno == errno.ELOOP:
+            raise OSError(_not_a_lock_file(path, "a symbolic link, not a file")) from None
         if not isinstance(exc, IsADirectoryError):
             raise
-        raise IsADirectoryError(
-            f"cannot use {printable(str(path))} as a build lock: it is a directory, not a "
-            f"file; remove it (the cache root is {printable(str(cache_dir()))}; "
-            f"ATTNC_CACHE_DIR sets it)"
-        ) from None
+        raise IsADirectoryError(_not_a_lock_file(path, "a directory, not a file")) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(_not_a_lock_file(path, "not a regular file"))
+    return os.fdopen(fd, "a+b")
+
+
+def _not_a_lock_file(path: Path, what: str) -> str:
+    return (
+        f"cannot use {printable(str(path))} as a build lock: it is {what}; remove "
+        f"it (the cache root is {printable(str(cache_dir()))}; ATTNC_CACHE_DIR sets it)"
+    )
 
 
 @contextlib.contextmanager
