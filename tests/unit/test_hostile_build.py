@@ -196,10 +196,14 @@ def test_the_holder_of_a_build_lock_is_printed_escaped(tmp_path, monkeypatch, ca
 def test_a_read_only_cache_names_the_variable(fake_nvcc, monkeypatch):
     import errno
 
-    def read_only(path, *args, **kwargs):
-        raise OSError(errno.EROFS, "Read-only file system", str(path))
+    real_open = os.open
 
-    monkeypatch.setattr(cache, "open", read_only, raising=False)
+    def read_only(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(cache.os, "open", read_only)
     with pytest.raises(OSError) as err:
         _build()
     text = str(err.value)

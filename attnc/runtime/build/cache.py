@@ -158,11 +158,11 @@ def lock_timeout() -> float:
 def _holder(fh: object) -> str:
     """Who holds the lock, as its holder wrote it (best effort; control characters
     escaped)."""
-    try:
-        with open(fh.name, encoding="utf-8", errors="replace") as f:  # type: ignore[attr-defined]
-            text = f.read(400).strip()
+    try:  # read through the open lock, never by its name again
+        raw = os.pread(fh.fileno(), 400, 0)  # type: ignore[attr-defined]
     except OSError:
-        text = ""
+        raw = b""
+    text = raw.decode("utf-8", errors="replace").strip()
     return printable(text) if text else "an unknown process"
 
 
