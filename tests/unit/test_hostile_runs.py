@@ -236,3 +236,44 @@ def test_plan_on_a_host_without_a_gpu_names_the_cpu_workspace(monkeypatch) -> No
     indptr = torch.tensor([0, 16], dtype=torch.int32)
     with pytest.raises(ValueError, match="workspace_buffer: on the cpu and this host has no CUDA"):
         wrapper.plan(indptr, indptr, num_qo_heads=4, num_kv_heads=4, head_dim=128)
+
+
+def _zero(*shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """torch's zero tensor: sizes and strides, and a null data pointer."""
+    return torch._efficientzerotensor(shape, dtype=dtype)
+
+
+def test_a_zero_tensor_index_is_refused_by_plan() -> None:
+    """The host planner read through its null pointer: the process died (SIGSEGV)."""
+    w = BatchPrefillWrapper(attnc.load("stdlib:causal"), torch.empty(1 << 20, dtype=torch.uint8))
+    z = _zero(3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="^qo_indptr: expected a dense tensor, got a zero-tensor"):
+        w.plan(z, z, 4, 2, 64)
+
+
+def test_zero_tensors_are_refused_by_prefill_run(cpu_run) -> None:  # noqa: F811
+    """q, k and a tensor param with no memory were launched as null pointers."""
+    w, rec = _wrapper("alibi")
+    indptr = torch.tensor([0, 5, 14], **I32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    q, k = torch.randn(14, HQ, D).bfloat16(), torch.randn(14, HKV, D).bfloat16()
+    slopes = torch.ones(HQ)
+    with pytest.raises(ValueError, match="^q: expected a dense tensor, got a zero-tensor"):
+        w.run(_zero(14, HQ, D), (k, k), slopes=slopes)
+    with pytest.raises(ValueError, match="^k: expected a dense tensor, got a zero-tensor"):
+        w.run(q, (_zero(14, HKV, D), k), slopes=slopes)
+    with pytest.raises(ValueError, match="'slopes'.*expected a dense tensor, got a zero-tensor"):
+        w.run(q, (k, k), slopes=_zero(HQ, dtype=torch.float32))
+    assert not rec.calls
+
+
+def test_a_zero_tensor_decode_query_is_refused(cpu_decode) -> None:  # noqa: F811
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    with pytest.raises(ValueError, match="^q: expected a dense tensor, got a zero-tensor"):
+        w.run(_zero(*q.shape), cache)
+
+
+def test_a_zero_tensor_workspace_is_refused() -> None:
+    with pytest.raises(ValueError, match="^workspace_buffer: expected a contiguous torch.Tensor"):
+        BatchPrefillWrapper(attnc.load("stdlib:causal"), _zero(1 << 20, dtype=torch.uint8))

@@ -129,8 +129,12 @@ def check_kv_layout(kv_layout: str) -> None:
 def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> torch.Tensor:
     """A wrapper's ``workspace_buffer`` checked (a contiguous tensor; on a CUDA device when
     ``require_cuda``) and viewed as flat bytes."""
-    if not isinstance(workspace_buffer, torch.Tensor) or not workspace_buffer.is_contiguous():
-        raise ValueError("workspace_buffer: expected a contiguous torch.Tensor")
+    if (
+        not isinstance(workspace_buffer, torch.Tensor)
+        or not is_dense(workspace_buffer)
+        or not workspace_buffer.is_contiguous()
+    ):
+        raise ValueError("workspace_buffer: expected a contiguous torch.Tensor with memory")
     if require_cuda and workspace_buffer.device.type != "cuda":
         raise ValueError(
             f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
@@ -152,13 +156,18 @@ def check_dtype_arg(dtype: torch.dtype) -> None:
 
 def is_dense(t: torch.Tensor) -> bool:
     """True for an ordinary strided tensor: not sparse, nested or mkldnn (those have no data
-    pointer, sizes or strides the kernels can read)."""
-    return t.layout is torch.strided and not t.is_nested
+    pointer, sizes or strides the kernels can read), nor torch's zero tensor (no memory at
+    all: its data pointer is null)."""
+    return t.layout is torch.strided and not t.is_nested and not t._is_zerotensor()
 
 
 def layout_name(t: torch.Tensor) -> str:
     """How an error names the layout of a tensor that is not dense (``sparse_coo``, ...)."""
-    return "nested" if t.is_nested else str(t.layout).removeprefix("torch.")
+    if t.is_nested:
+        return "nested"
+    if t.layout is torch.strided and t._is_zerotensor():
+        return "zero-tensor (no memory)"
+    return str(t.layout).removeprefix("torch.")
 
 
 def check_data_tensor(
