@@ -21,6 +21,7 @@ from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.wrappers import prefill
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.tile_map_oracle import doc_causal_map
+from tests.unit import test_decode_fast_path as DF
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
 from tests.unit.test_prefill_call_memo import HKV, HQ, D, _wrapper, cpu_run  # noqa: F401
 
@@ -277,3 +278,30 @@ def test_a_zero_tensor_decode_query_is_refused(cpu_decode) -> None:  # noqa: F81
 def test_a_zero_tensor_workspace_is_refused() -> None:
     with pytest.raises(ValueError, match="^workspace_buffer: expected a contiguous torch.Tensor"):
         BatchPrefillWrapper(attnc.load("stdlib:causal"), _zero(1 << 20, dtype=torch.uint8))
+
+
+def test_a_decode_cache_given_another_dtype_in_place_is_checked_again(cpu_decode) -> None:  # noqa: F811
+    """The same cache object with the same address and shape but another dtype (``.data =``)
+    reused the views checked for the old dtype, and the kernel read the cache as bf16."""
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    w.run(q, cache)
+    cache.data = cache.data.view(torch.float16)
+    with pytest.raises(ValueError, match="^kv: dtype torch.float16 differs from the planned"):
+        w.run(q, cache)
+
+
+def test_a_decode_cache_restrided_in_place_is_checked_again(cpu_decode) -> None:  # noqa: F811
+    """``as_strided_`` keeps the object, address and shape: the old strides were launched."""
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    w.run(q, cache)
+    before = w._module.calls[-1]
+    page, heads, dim = DF.PAGE, DF.HKV, DF.DIM
+    strides = list(cache.stride())
+    strides[2], strides[3] = dim, page * dim  # HND pages in the NHD shape, same bytes
+    cache.as_strided_(cache.shape, strides)
+    w.run(q, cache)
+    after = w._module.calls[-1]
+    assert (before["kv_stride_tok"], before["kv_stride_head"]) == (heads * dim, dim)
+    assert (after["kv_stride_tok"], after["kv_stride_head"]) == (dim, page * dim)

@@ -20,7 +20,7 @@ import torch
 
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.page_status import pool_size
-from attnc.runtime.wrappers.call_keys import byte_span, overlaps_any, param_ranges
+from attnc.runtime.wrappers.call_keys import byte_span, overlaps_any, param_ranges, tensor_key
 
 MAX_CACHED_CALLS = 128
 
@@ -110,14 +110,16 @@ def apply_call(args: AttncDecodeArgs, hit: CachedCall) -> None:
     a.variant_params = hit.variant_params
 
 
-def kv_identity(kv: object) -> tuple[int, ...]:
-    """What identifies a KV cache argument between two calls (data pointers and shape)."""
+def kv_identity(kv: object) -> tuple[object, ...]:
+    """What identifies a KV cache argument between two calls: each tensor's data pointer,
+    shape, strides, dtype and device (``tensor_key``; the same object with another dtype or
+    strides, after ``.data =`` or ``as_strided_``, needs its views checked again)."""
     if isinstance(kv, torch.Tensor):
-        return (kv.data_ptr(), *kv.shape)
+        return tensor_key(kv)
     if (
         isinstance(kv, (tuple, list))
         and len(kv) == 2
         and all(isinstance(t, torch.Tensor) for t in kv)
     ):
-        return (kv[0].data_ptr(), kv[1].data_ptr(), *kv[0].shape)
+        return (tensor_key(kv[0]), tensor_key(kv[1]))
     return (id(kv),)
