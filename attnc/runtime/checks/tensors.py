@@ -158,7 +158,11 @@ def is_dense(t: torch.Tensor) -> bool:
     """True for an ordinary strided tensor: not sparse, nested or mkldnn (those have no data
     pointer, sizes or strides the kernels can read), nor torch's zero tensor (no memory at
     all: its data pointer is null)."""
-    return t.layout is torch.strided and not t.is_nested and not t._is_zerotensor()
+    if t.layout is not torch.strided or t.is_nested:
+        return False
+    # traced by torch.compile the tensor is a stand-in: a zero tensor passes there, like the
+    # address checks (which compiled graphs skip too)
+    return torch.compiler.is_compiling() or not t._is_zerotensor()
 
 
 def layout_name(t: torch.Tensor) -> str:

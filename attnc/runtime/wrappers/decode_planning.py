@@ -122,7 +122,7 @@ class DecodePlanning:
         self._debug_checks = debug_checks_enabled()
         self._max_page = -1
         self._batch = 0
-        self._last_kv: tuple[tuple[int, ...], object, KvViews] | None = None
+        self._last_kv: tuple[tuple[object, ...], object, KvViews] | None = None
         # The run side's caches that a new plan may invalidate.
         self._calls: dict[tuple[object, ...], CachedCall] = {}
         self._q_rows = 0
