@@ -8,8 +8,11 @@ head``) ends quietly with status 0.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from attnc.dsl.errors import AttnError, printable
@@ -83,6 +86,14 @@ def _seed(text: str) -> int:
     return _whole_number(text, -(2**63), 2**64 - 1)
 
 
+def _directory(text: str) -> str:
+    """``-o``: a directory name; an empty one (a script's unset variable) is refused rather
+    than taken for no ``-o``."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty directory name")
+    return text
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnc",
@@ -108,7 +119,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "list as JSON (default: cuda)",
     )
     comp.add_argument(
-        "-o", "--output-dir", metavar="DIR", help="write files here instead of stdout"
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        type=_directory,
+        help="write files here instead of stdout",
     )
     comp.set_defaults(func=_cmd_compile)
 
@@ -157,7 +172,11 @@ def _add_build_parser(sub) -> None:
     build.add_argument("--head-dim", default="128", help="64, 128, 256, or a list: 64,128")
     build.add_argument("--kind", choices=("prefill", "decode", "all"), default="all")
     build.add_argument(
-        "-o", "--output-dir", metavar="DIR", help="cache directory to fill (default: the cache)"
+        "-o",
+        "--output-dir",
+        metavar="DIR",
+        type=_directory,
+        help="cache directory to fill (default: the cache)",
     )
     build.add_argument(
         "-j", "--jobs", type=_jobs, default=None, help="parallel nvcc processes (default: CPUs)"
@@ -237,7 +256,9 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
-    if not args.output_dir:  # a terminal, maybe: no control or bidi character reaches it
+    if args.output_dir is None:  # a terminal, maybe: no control or bidi character reaches it
+        if sys.stdout is None:
+            raise OSError("stdout is closed; pass -o DIR to write files")
         text = "\n".join(outputs.values())
         sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))
         return
@@ -246,9 +267,28 @@ def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
     os.makedirs(args.output_dir, exist_ok=True)
     for fname, text in outputs.items():
         path = os.path.join(args.output_dir, fname)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        _write_file(path, text)
         print(f"wrote {printable(str(path))}")
+
+
+def _write_file(path: str, text: str) -> None:
+    """``text`` written to ``path`` through a temporary file renamed over it: a pipe, link or
+    device already there is refused (writing to a pipe blocked forever)."""
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise OSError(f"-o: {printable(path)} exists and is not a regular file; remove it")
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp makes it 0600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

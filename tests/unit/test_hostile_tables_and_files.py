@@ -253,3 +253,47 @@ def test_cache_entries_replaced_by_pipes_are_rebuilt(tmp_path, folder, pattern) 
         os.mkfifo(p)
     done = _load_in_child(cache)
     assert done.returncode == 0 and done.stdout.strip() == "causal", done.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["compile", "stdlib:causal"], ["build", "stdlib:causal", "--arch", "80"]]
+)
+def test_an_empty_output_directory_is_refused(command, capsys) -> None:
+    """``-o ""`` (a script's unset variable) was taken for no -o: compile printed to stdout
+    and build filled the default cache."""
+    from attnc import cli
+
+    with pytest.raises(SystemExit) as err:
+        cli.main([*command, "-o", ""])
+    assert err.value.code == 2
+    assert "-o/--output-dir: an empty directory name" in capsys.readouterr().err
+
+
+def test_compile_over_a_pipe_is_refused_not_blocked(tmp_path, capsys) -> None:
+    """A FIFO where the output goes: open() for writing blocked forever."""
+    from attnc import cli
+
+    os.mkfifo(tmp_path / "causal.cuh")
+    assert cli.main(["compile", "stdlib:causal", "-o", str(tmp_path)]) == 1
+    assert "causal.cuh exists and is not a regular file" in capsys.readouterr().err
+
+
+def test_compile_replaces_a_link_not_its_target(tmp_path, capsys) -> None:
+    from attnc import cli
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "causal.cuh").symlink_to(victim)
+    assert cli.main(["compile", "stdlib:causal", "-o", str(out)]) == 1
+    assert victim.read_text() == "keep\n"
+
+
+def test_compile_to_a_closed_stdout_is_an_error(monkeypatch, capsys) -> None:
+    """With stdout closed (``>&-``) sys.stdout is None: an AttributeError traceback."""
+    from attnc import cli
+
+    monkeypatch.setattr("sys.stdout", None)
+    assert cli.main(["compile", "stdlib:causal"]) == 1
+    assert "stdout is closed; pass -o DIR" in capsys.readouterr().err
