@@ -22,7 +22,8 @@ from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.pipeline import Compiled
 from attnc.compiler.score_log2 import LOG2E
-from attnc.runtime.build import toolchain
+from attnc.dsl.errors import printable
+from attnc.runtime.build import jit, toolchain
 
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernels", "include")
 TOLERANCE = 1e-5
@@ -153,12 +154,13 @@ def build_harness(c: Compiled, workdir: str) -> str:
         )
     binary = os.path.join(workdir, "harness")
     cmd = compiler_command(source, binary)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=jit.nvcc_env())
     if proc.returncode != 0:
-        raise RuntimeError(
+        text = (
             f"host harness of '{v.name}' failed to compile ({source}):\n$ {' '.join(cmd)}\n"
             f"{proc.stdout}{proc.stderr}"
-        )
+        )  # paths and compiler output: no control character reaches the terminal
+        raise RuntimeError("\n".join(printable(line) for line in text.split("\n")))
     return binary
 
 
@@ -280,7 +282,9 @@ def run_host_test(
     rng = random.Random(seed)
     torch.manual_seed(seed)
     drawn = [_draw_case(v, rng, max(1, points // cases), fixed_params or {}) for _ in range(cases)]
-    with tempfile.TemporaryDirectory(prefix="attnc-harness-") as workdir:
+    # nvcc names its files on a shell command line: a directory a shell would expand (from
+    # TMPDIR) would run what it names, so the harness is built where the modules are staged
+    with tempfile.TemporaryDirectory(prefix="attnc-harness-", dir=jit.staging_root()) as workdir:
         binary = build_harness(c, workdir)
         proc = subprocess.run([binary], input=_stdin(drawn, v), capture_output=True, text=True)
     if proc.returncode != 0:

@@ -205,3 +205,19 @@ def test_bounds_checked_reads_of_every_tensor_shape(monkeypatch, decl: str, read
     c = compiled(text)
     assert "load_in_shape_(p.p_h" in emit_functor(c)
     assert_ok(c)
+
+
+def test_a_tmpdir_a_shell_would_expand_runs_nothing(tmp_path, monkeypatch) -> None:
+    """The harness was built under TMPDIR, whose path nvcc hands its sub-tools on a shell
+    command line: ``$(touch ...)`` in it ran."""
+    import tempfile
+
+    marker = tmp_path / "ran"
+    hostile = tmp_path / f"t$(touch {marker})"
+    hostile.mkdir(parents=True)  # the name holds slashes: nested directories
+    monkeypatch.setenv("TMPDIR", str(hostile))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    found, _ = compile_source("variant v { mask = kv_idx <= q_pos; }", "v.attn")
+    report = run_host_test(found[0], points=60)
+    assert report.ok, report.summary()
+    assert not marker.exists()

@@ -156,20 +156,22 @@ def _build_error(failed: Sequence[tuple[_Plan, nvcc_run.Outcome]]) -> BuildError
     return BuildError("\n".join(parts))
 
 
-def _staging_root() -> str:
+def staging_root() -> str:
+    """A temporary directory whose path nvcc's shell leaves as it is (``TMPDIR``, else
+    ``/tmp``): where builds whose own directory needs quoting are staged."""
     for root in (tempfile.gettempdir(), "/tmp"):
         if cache.shell_safe(root) and os.path.isdir(root):
             return root
     raise BuildError("attnc: no temporary directory whose path nvcc can use (set TMPDIR)")
 
 
-def _nvcc_env() -> dict[str, str] | None:
+def nvcc_env() -> dict[str, str] | None:
     """The environment for nvcc: unchanged, unless ``TMPDIR`` (where nvcc writes its
     intermediate files, named on its sub-tools' shell command lines) needs quoting."""
     tmpdir = os.environ.get("TMPDIR")
     if tmpdir is None or cache.shell_safe(tmpdir):
         return None
-    return {**os.environ, "TMPDIR": _staging_root()}
+    return {**os.environ, "TMPDIR": staging_root()}
 
 
 def _compile(plan: _Plan) -> nvcc_run.Outcome:
@@ -182,13 +184,13 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
     cache.remove_file(plan.partial)
     staging = None
     if not cache.shell_safe(plan.directory):
-        staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=_staging_root()))
+        staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=staging_root()))
         for source in plan.sources:
             shutil.copyfile(source, staging / source.name)
     build = plan.steps(staging)
     outcome = None
     try:
-        outcome = nvcc_run.run_steps(build, staging or plan.directory, _nvcc_env())
+        outcome = nvcc_run.run_steps(build, staging or plan.directory, nvcc_env())
         if staging is not None and outcome.failure is None:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
     finally:
