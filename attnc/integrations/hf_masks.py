@@ -102,10 +102,10 @@ def segments_without_mask(batch_size: int, q_len: int, kv_len: int) -> BatchSegm
 def visible_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """The boolean ``[B, Q, KV]`` visibility of a 4D transformers mask (bool, or float with 0
     for visible and a large negative value for masked positions)."""
-    if mask.dim() != 4:
+    if mask.dim() != 4 or mask.shape[1] == 0:
         raise UnsupportedMaskError(
-            f"attention_mask: expected a 4D mask [batch, heads, q_len, kv_len], got shape "
-            f"{tuple(mask.shape)}"
+            f"attention_mask: expected a 4D mask [batch, heads, q_len, kv_len] with at least "
+            f"one head, got shape {tuple(mask.shape)}"
         )
     if mask.dtype == torch.bool:
         visible = mask

@@ -84,3 +84,12 @@ def test_shape_checks_and_no_mask():
     batch = segments_for_call(None, 2, 7, 3, 4)
     assert batch.is_uniform and batch.windows is None
     assert batch.segments[0] == RowSegment(0, 0, 2, 0, 7)
+
+
+def test_a_mask_with_no_heads_is_refused_by_name():
+    """Zero heads: the heads compared equal vacuously and ``visible[:, 0]`` raised a bare
+    IndexError."""
+    with pytest.raises(
+        UnsupportedMaskError, match="attention_mask: expected a 4D mask .* at least one head"
+    ):
+        visible_from_mask(torch.zeros(2, 0, 5, 5))
