@@ -305,3 +305,26 @@ def test_a_decode_cache_restrided_in_place_is_checked_again(cpu_decode) -> None:
     after = w._module.calls[-1]
     assert (before["kv_stride_tok"], before["kv_stride_head"]) == (heads * dim, dim)
     assert (after["kv_stride_tok"], after["kv_stride_head"]) == (dim, page * dim)
+
+
+@pytest.mark.parametrize(
+    ("q_len", "indptr", "message"),
+    [
+        (None, [0, 4, 8, 12], "^q_len_per_request: expected an int"),
+        (1, [], "^kv_indptr: needs at least one entry"),
+    ],
+)
+def test_decode_plan_with_tensor_params_checks_its_sizes_first(
+    cpu_decode,  # noqa: F811
+    q_len,
+    indptr,
+    message,
+) -> None:
+    """With a per-request tensor param, plan() sized it from q_len_per_request and kv_indptr
+    unchecked: a TypeError from int(None), or the tensor blamed for an empty kv_indptr."""
+    w = cpu_decode("per_request_window")
+    w._mask_key = None
+    window = torch.tensor([4, 2, 8], **I32)
+    sizes = (torch.tensor(indptr, **I32), DF.HQ, DF.HKV, 64, q_len)
+    with pytest.raises(ValueError, match=message):
+        w._mask_ranges({"window": window}, sizes)

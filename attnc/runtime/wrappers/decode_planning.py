@@ -253,7 +253,8 @@ class DecodePlanning:
         if sizes and any(name in tensor_names for name in params):
             indptr, hq, hkv, d, q_len = sizes
             tensors.check_heads(hq, hkv, d)  # type: ignore[arg-type]
-            batch = int(tensors.host_int32("kv_indptr", indptr).numel()) - 1  # type: ignore[arg-type]
+            q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
+            batch = int(tensors.check_indptr("kv_indptr", indptr).numel()) - 1
             counts = {"num_qo_heads": int(hq), "num_kv_heads": int(hkv), "head_dim": int(d)}  # type: ignore[call-overload]
             counts.update(batch_size=batch, q_len=batch * int(q_len))  # type: ignore[call-overload]
             scalars, given = split_plan_params(
