@@ -293,3 +293,14 @@ def test_planned_backend_is_none_before_a_plan_and_kept_by_a_refused_one(cpu_run
     with pytest.raises(TypeError):
         w.plan(indptr, indptr, HQ, HKV, D)
     assert w.planned_backend == "fa2"
+
+
+def test_single_prefill_checks_the_memory_layout_as_run_does(single_cpu) -> None:
+    """Variant.prefill launched a q 2 bytes past a 16-byte boundary; the kernel's launch
+    check then failed naming no tensor."""
+    variant = attnc.load("stdlib:causal")
+    q, k, v = _single_qkv()
+    shifted = torch.randn(q.numel() + 1).to(torch.bfloat16)[1:].view(q.shape)
+    with pytest.raises(ValueError, match="^q: starts 2 bytes past a 16-byte boundary"):
+        variant.prefill(shifted, k, v)
+    assert not single_cpu.get("causal") or not single_cpu["causal"].calls

@@ -85,11 +85,11 @@ class PrefillRunner:
         values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
         if not torch.compiler.is_compiling():
-            out = self._check_memory(q, views, out, values)
+            out = self.check_memory(q, views, out, values)
         memo = None if key is None else (key, kv, params)
         return self.run_checked(q, views, out, return_lse, values, memo)
 
-    def _check_memory(
+    def check_memory(
         self,
         q: torch.Tensor,
         views: KvViews,

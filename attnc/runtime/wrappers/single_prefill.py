@@ -70,10 +70,8 @@ def single_prefill(
             handle, q, k, v, sm_scale, ints, floats, tensor_params, return_lse
         )
         return (o, lse) if return_lse else o
-    # Eager: the resolved values go straight to the launch (run_one's body, inlined).
-    mask_values = {name: values[name] for name in _mask_names(variant)}
-    wrapper = _planned(variant, q, k, sm_scale, mask_values, backend)
-    return wrapper.run_checked(q, wrapper.kv_views((k, v)), None, return_lse, values)
+    # Eager: the resolved values go straight to the op's body.
+    return run_one(variant, q, k, v, sm_scale, return_lse, values, backend)
 
 
 def run_one(
@@ -87,10 +85,13 @@ def run_one(
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Plan (or reuse the plan of this shape) and launch, with resolved param ``values``
-    (the body of ``attnc::single_prefill``)."""
+    (the body of ``attnc::single_prefill``). The tensors' memory is checked here, on the
+    real tensors (alignment, strides, apart from the workspace), as ``run()`` checks it."""
     mask_values = {name: values[name] for name in _mask_names(variant)}
     wrapper = _planned(variant, q, k, sm_scale, mask_values, backend)
-    return wrapper.run_checked(q, wrapper.kv_views((k, v)), None, return_lse, values)
+    views = wrapper.kv_views((k, v))
+    wrapper.check_memory(q, views, None, values)
+    return wrapper.run_checked(q, views, None, return_lse, values)
 
 
 def _mask_names(variant: object) -> tuple[str, ...]:
