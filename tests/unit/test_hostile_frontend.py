@@ -190,3 +190,29 @@ def test_an_import_of_a_directory_says_it_is_not_a_file(tmp_path) -> None:
     spec.write_text('import "sub.attn";\nvariant v { score = score; }\n')
     with pytest.raises(AttnError, match="import is not a file: 'sub.attn'"):
         compile_source(spec.read_text(), str(spec))
+
+
+_LONG_STRING_PROBE = """
+import resource, sys
+from attnc.dsl.parser import grammar_parser, parse_module
+grammar_parser()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+module = parse_module('variant v { doc "' + 'a\\\\"b' * (2 << 20) + '"; mask = true; }', "big.attn")
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+doc = module.items[0].items[0]
+print((after - before) // 1024, len(doc.text), doc.text[:3])
+"""
+
+
+def test_a_long_string_parses_in_memory_near_its_size() -> None:
+    """An 8 MiB doc string took about 1.5 GB to lex: the string's regex repeated a group of
+    one character, and the regex engine kept state for each."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _LONG_STRING_PROBE], capture_output=True, text=True, check=True
+    )
+    grown, chars, start = done.stdout.split()
+    grown_mib = int(grown)
+    assert (int(chars), start) == (3 * (2 << 20), 'a"b')  # each a\"b read as three characters
+    assert grown_mib < 400, f"parsing an 8 MiB string grew the process by {grown_mib} MiB"
