@@ -313,3 +313,25 @@ def test_a_library_of_another_abi_version_is_named_escaped(tmp_path, monkeypatch
         registry.load(tmp_path / "c\x1b[2Jd" / "m.so", None, "m")
     text = str(err.value)
     assert "ABI version -1" in text and "c\\x1b[2Jd" in text and "\x1b" not in text
+
+
+def test_an_interrupted_build_leaves_no_temporary_copy(fake_nvcc, tmp_path, monkeypatch):
+    """Ctrl-C reaches nvcc too: its build failed, and the copy kept for the error's command
+    stayed in the temporary directory although no error named it."""
+    import tempfile
+
+    staging = tmp_path / "tmp"
+    staging.mkdir()
+    monkeypatch.setenv("TMPDIR", str(staging))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c$HOME`x`"))  # built in a copy
+    monkeypatch.setenv("FAKE_NVCC_MODE", "always")
+
+    def interrupted(line: str) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        jit.build_modules(
+            [jit.ModuleSpec("probe", "int x;\n", ())], arch="80", progress=interrupted
+        )
+    assert not list(staging.glob("attnc-build-*"))

@@ -174,13 +174,13 @@ def nvcc_env() -> dict[str, str] | None:
     return {**os.environ, "TMPDIR": staging_root()}
 
 
-def _compile(plan: _Plan) -> nvcc_run.Outcome:
+def _compile(plan: _Plan, kept: list[Path]) -> nvcc_run.Outcome:
     """Run nvcc (no shell) into the partial file, check it, and rename it into place.
 
     nvcc passes the source's absolute path to its sub-tools through a shell, so a module
     directory whose path a shell would expand is built in a temporary directory instead. A
     directory in place of the partial file or the library (a damaged entry) is removed
-    (``cache.remove_file``)."""
+    (``cache.remove_file``). A temporary directory kept after a failure is added to ``kept``."""
     cache.remove_file(plan.partial)
     staging = None
     if not cache.shell_safe(plan.directory):
@@ -195,7 +195,9 @@ def _compile(plan: _Plan) -> nvcc_run.Outcome:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
     finally:
         if staging is not None and (outcome is None or outcome.failure is None):
-            shutil.rmtree(staging, ignore_errors=True)  # kept after a failure: see _build_error
+            shutil.rmtree(staging, ignore_errors=True)
+        elif staging is not None:
+            kept.append(staging)  # for repeating the command: see _build_error
     if outcome.failure is not None:
         plan.partial.unlink(missing_ok=True)
         return outcome
@@ -227,16 +229,23 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
             print(f"attnc: {printable(_commands_text(plan.steps().all()))}", file=sys.stderr)
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
+    kept: list[Path] = []  # temporary copies of failed builds, named by the error
+
     def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:
         start = time.perf_counter()
-        outcome = _compile(plan)
+        outcome = _compile(plan, kept)
         if progress is not None:
             state = "built" if outcome.failure is None else "FAILED"
             progress(f"{plan.spec.name}: {state} in {time.perf_counter() - start:.1f} s")
         return outcome
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        outcomes = list(pool.map(compile_and_report, plans))
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            outcomes = list(pool.map(compile_and_report, plans))
+    except BaseException:  # Ctrl-C (nvcc got it too): no error will name the copies
+        for staging in kept:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
     failed = [(p, o) for p, o in zip(plans, outcomes, strict=True) if o.failure is not None]
     if failed:
         raise _build_error(failed)
