@@ -166,7 +166,11 @@ def test_mask_params_given_to_plan_size_the_tile_ranges():
     assert mask_bound_params(window) == {"window"}
     assert mask_bound_params(prefix) == {"prefix_len"}
     assert mask_bound_params(attnc.load("stdlib:causal").compiled.mask_analysis) == set()
-    for params, known in (({"other": 3}, False), ({"window": 1.5}, False), ({"window": 1024}, True)):
+    for params, known in (
+        ({"other": 3}, False),
+        ({"window": 1.5}, False),
+        ({"window": 1024}, True),
+    ):
         # only ints bound a linear mask; the rows exist exactly when the oracle's ranges do
         assert (tile_kv_ranges(window, params) is not None) is known, params
         assert (tile_range_program(window, params) is not None) is known, params
@@ -214,3 +218,37 @@ def test_split_tiles_chunk_by_loaded_work():
     mapped = _sched(q_lens, kv_lens, tile, 2, 1, 64, 1 << 20, host_map=m)
     assert plain.num_items > 1 and mapped.num_items == 1
     assert mapped.cost.tolist() == [64 + 128]
+
+
+_HUGE_BATCH_PROBE = """
+import resource, torch, pytest
+from tests.unit.test_prefill_call_memo import _wrapper, cpu_run
+cpu_run._get_wrapped_function()(pytest.MonkeyPatch())
+w, _ = _wrapper("causal")
+small = torch.tensor([0, 16], dtype=torch.int32)
+w.plan(small, small, 64, 8, 128)  # the planner library loaded
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+huge = torch.tensor([0, 2**31 - 2**16], dtype=torch.int32)
+try:
+    w.plan(huge, huge, 64, 8, 128)
+except ValueError as err:
+    print(str(err).split(",")[0])
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_a_batch_too_large_for_the_workspace_is_refused_before_its_tiles_are_sized() -> None:
+    """2^31 query tokens in a 4 MiB workspace: the planner sized its per-tile arrays (about
+    4.8 GB, 8 s) before the workspace check refused the batch."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _HUGE_BATCH_PROBE], capture_output=True, text=True, cwd=root
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    refusal, grown_mib = done.stdout.split("\n")[:2]
+    assert refusal == "workspace_buffer: has 4194304 bytes"
+    assert int(grown_mib) < 256, f"planning grew the process by {grown_mib} MiB"

@@ -44,14 +44,16 @@ inline void place_for_walk(const AttncPrefillParams& p, Scratch& s, int64_t n) {
 inline int plan(const AttncPrefillParams& p, AttncPrefillResult* r, Scratch& s) {
   r->error = 0, r->needed_bytes = 0;
   if (!shape_ok(p)) return ATTNC_PLAN_OUT_OF_RANGE;
-  query_tiles(p, s);
-  const int64_t tiles = static_cast<int64_t>(s.req.size());
+  // The workspace check needs only the tile count: a batch too large for it is refused
+  // before the per-tile arrays are sized (gigabytes for 2^31 tokens).
+  const int64_t tiles = count_query_tiles(p);
   const Layout unsplit = place_lists(p, tiles * p.num_kv_heads * kItemInts, 0);
   const int64_t free = p.workspace_bytes - unsplit.total - 4 * kAlign - p.map_reserve;
   if (free < 0) {
     r->error = ATTNC_PP_WORKSPACE, r->needed_bytes = unsplit.total + 4 * kAlign;
     return ATTNC_PLAN_CAPACITY;
   }
+  query_tiles(p, s, tiles);
   const int64_t max_part_rows = free / (4 * (p.head_dim + 1) + kPartRowReserve);
   if (!tile_ranges(p, s)) return ATTNC_PLAN_OUT_OF_RANGE;
   int64_t chunk = 0;

@@ -94,12 +94,19 @@ struct Scratch {
   WalkScratch walk;            // the items' places for the alternating walk
 };
 
-// The query tiles of every request, in request order (prefill_schedule.query_tiles).
-inline void query_tiles(const AttncPrefillParams& p, Scratch& s) {
-  const int64_t tile = p.tile_q_tokens;
-  const Divisor by_tile(tile);
+// How many query tiles the batch has.
+inline int64_t count_query_tiles(const AttncPrefillParams& p) {
+  const Divisor by_tile(p.tile_q_tokens);
   int64_t n = 0;
   for (int64_t r = 0; r < p.batch; ++r) n += by_tile.ceil(p.q_lens[r]);
+  return n;
+}
+
+// The n (count_query_tiles) query tiles of every request, in request order: request, index,
+// first and past-last query token (prefill_schedule.query_tiles).
+inline void query_tiles(const AttncPrefillParams& p, Scratch& s, int64_t n) {
+  const int64_t tile = p.tile_q_tokens;
+  const Divisor by_tile(tile);
   s.req.resize(n), s.j.resize(n), s.q0.resize(n), s.q1.resize(n);
   int64_t t = 0;
   for (int64_t r = 0; r < p.batch; ++r) {
