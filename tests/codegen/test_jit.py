@@ -157,6 +157,20 @@ def test_cache_path_a_shell_would_expand(tmp_path, monkeypatch):
     assert not marker.exists()
 
 
+def test_cache_and_headers_under_a_path_with_spaces_and_accents(tmp_path, monkeypatch):
+    """nvcc quotes the paths it hands its shell: a space or an accented letter builds in
+    place (the kernel headers under such a path refused every build)."""
+    root = tmp_path / "Jane Doë" / "cache"
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(root))
+    headers = tmp_path / "Jane Doë" / "include dir"
+    headers.mkdir(parents=True)
+    (headers / "offset.h").write_text("#define OFFSET 40\n")
+    source = '#include "offset.h"\n' + ADD_SOURCE
+    path = jit.build_module("adder", source, arch=ARCH, extra_flags=("-I", str(headers)))
+    assert path.parent.parent == root
+    assert _call_add(path, 1, 1) == 42
+
+
 _LOAD_IN_NEW_PROCESS = """
 import ctypes, sys
 from attnc.runtime.build import jit

@@ -111,8 +111,21 @@ def test_tmpdir_a_shell_would_expand_is_replaced_for_nvcc(fake_nvcc, tmp_path, m
 
 
 def test_shell_safe():
-    assert cache.shell_safe("/home/u/.cache/attnc/softcap_bf16_d128_0123abcd")
-    for bad in ("/a$HOME", "/a`id`", '/a"b', "/a\\b", "/a b", "/a\nb", "/a;b", "/a!b"):
+    """Spaces and printable non-ASCII text are plain inside nvcc's double quotes (an install
+    under "/home/Jane Doe" was refused every build); what expands there, or is no text, is not."""
+    for good in ("/home/u/.cache/attnc/softcap_bf16_d128_0123abcd", "/a b", "/home/Zoë/x"):
+        assert cache.shell_safe(good)
+    for bad in (
+        "/a$HOME",
+        "/a`id`",
+        '/a"b',
+        "/a\\b",
+        "/a\nb",
+        "/a;b",
+        "/a!b",
+        "/a\x85b",
+        "/a\u202eb",
+    ):
         assert not cache.shell_safe(bad)
 
 

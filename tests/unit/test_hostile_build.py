@@ -335,3 +335,13 @@ def test_an_interrupted_build_leaves_no_temporary_copy(fake_nvcc, tmp_path, monk
             [jit.ModuleSpec("probe", "int x;\n", ())], arch="80", progress=interrupted
         )
     assert not list(staging.glob("attnc-build-*"))
+
+
+def test_kernel_headers_under_a_path_with_a_space_build(fake_nvcc, tmp_path, monkeypatch):
+    """attnc installed under "/home/Jane Doë/...": every build was refused ("holds characters
+    the shell inside nvcc would expand"), though nvcc quotes the path."""
+    headers = tmp_path / "Jane Doë" / "include"
+    shutil.copytree(cache.INCLUDE_DIR, headers)
+    monkeypatch.setattr(cache, "INCLUDE_DIR", headers)
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    assert _build().read_bytes() == ELF.read_bytes()

@@ -90,13 +90,18 @@ def cache_key(name: str, source: str, flags: Sequence[str], arch: str, headers: 
     return f"{safe_name(name)}_{h.hexdigest()[:16]}"
 
 
-_SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,=@%:~-]*")
+_SHELL_SAFE_PATH = re.compile(r"[A-Za-z0-9_./+,=@%:~-]")  # one plain ASCII character
 
 
 def shell_safe(path: Path | str) -> bool:
-    """True when ``path`` holds no character a shell would treat specially (nvcc hands the
-    source's absolute path to its sub-tools through a shell, inside double quotes)."""
-    return _SHELL_SAFE_PATH.fullmatch(str(path)) is not None
+    """True when ``path`` holds no character a shell would treat specially inside double
+    quotes, where nvcc puts the paths it hands its sub-tools: ASCII letters, digits and
+    punctuation that is plain there, spaces, and printable non-ASCII text (``$``, backquotes,
+    quotes, backslashes, ``!`` and control characters are not safe)."""
+    return all(
+        c == " " or (c.isprintable() and (ord(c) > 127 or _SHELL_SAFE_PATH.fullmatch(c)))
+        for c in str(path)
+    )
 
 
 def write_if_changed(path: Path, text: str) -> bool:
