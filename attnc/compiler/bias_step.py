@@ -6,10 +6,11 @@ the other keys by ``b(row, kv0 + k) = b(row, kv0) + k * step(row)``. The step is
 f32 expression (natural-log units, like the bias).
 
 Only forms where stepping equals the direct evaluation up to f32 rounding are accepted:
-``kv_idx`` may enter only through i32 offsets ``±kv_idx ± (at most one query position,
-q_pos or q_idx) ± small constants``, cast to f32, then combined with row-level f32 values by
-``+``, ``-``, negation and products with one row-level factor. Those offsets cannot overflow
-for real sequence lengths and convert exactly below 2**24, and the bias stays free of loads,
+``kv_idx`` may enter only through i32 offsets ``±kv_idx ∓ (at most one query position,
+q_pos or q_idx, of the opposite sign) ± small constants``, cast to f32, then combined with
+row-level f32 values by ``+``, ``-``, negation and products with one row-level factor. Those
+offsets cannot overflow for any length the runtime takes (``dsl/limits.py``) and convert
+exactly below 2**24, and the bias stays free of loads,
 divisions and selects that depend on ``kv_idx``, so it may be evaluated at any ``int`` key
 (a lane's first key may lie past a ragged tile's end). Anything else -- ``kv_idx`` under a
 call, a select, a tensor index, ``/`` or ``%``, an i32 product, two ``kv_idx`` factors in one
@@ -93,17 +94,21 @@ def _offset_step(x: ir.Expr) -> ir.Expr:
     """The step (±1) of ``float(x)`` for an i32 offset ``x`` of the accepted form."""
     if x.type != ir.I32:
         return _reject()
-    kv_sign, positions, constant = 0, 0, 0
+    kv_sign, position_signs, constant = 0, [], 0
     for sign, term in _signed_terms(x):
         if term == KV_IDX:
             kv_sign += sign
         elif isinstance(term, ir.Builtin) and term.name in QUERY_POSITIONS:
-            positions += 1
+            position_signs.append(sign)
         elif isinstance(term, ir.Const) and isinstance(term.value, int):
             constant += sign * term.value
         else:
             return _reject()
-    if kv_sign not in (1, -1) or positions > 1 or abs(constant) > MAX_OFFSET_CONSTANT:
+    if kv_sign not in (1, -1) or len(position_signs) > 1 or abs(constant) > MAX_OFFSET_CONSTANT:
+        return _reject()
+    if position_signs and position_signs[0] == kv_sign:
+        # kv_idx + q_pos reaches about twice the longest request: it wraps past 2**30 tokens
+        # (the runtime takes up to 2**31 - 2**16), where the stepped bias would not
         return _reject()
     return ir.Const(float(kv_sign), ir.F32)
 

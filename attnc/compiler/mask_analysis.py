@@ -40,6 +40,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.hoist import level
 from attnc.compiler.mask_int64 import analysis_fits, form_fits
 from attnc.compiler.mask_split import split_comparison
+from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
 Atom = ir.Expr
 Terms = tuple[tuple[int, Atom], ...]
@@ -327,9 +328,9 @@ def _linear_node(e: ir.Expr) -> _Lin:
 # The linear forms of the i32 arithmetic met during one analysis (see wrap_guards).
 _GUARDS: ContextVar[dict[LinearConstraint, None]] = ContextVar("wrap_guards")
 I32_LOW, I32_HIGH = -(2**31), 2**31 - 1
-# Longest q_len / kv_len the static no-wrap proof assumes (a request's lengths are i32 and
-# far below this in practice; forms with params are checked at run time whatever the length).
-MAX_LEN = 2**30
+# Longest q_len / kv_len the static no-wrap proof assumes: the longest the runtime takes
+# (forms with params are checked at run time whatever the length).
+MAX_LEN = max(MAX_KV_TOKENS, MAX_QUERY_TOKENS)
 
 
 def _guarded(form: _Lin) -> _Lin:

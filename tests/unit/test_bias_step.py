@@ -149,7 +149,7 @@ def offset(*terms: ir.Expr, signs: tuple[int, ...] | None = None) -> ir.Expr:
         (offset(Q_POS, KV, signs=(1, -1)), -1.0),
         (ir.Unary("neg", offset(KV, Q_IDX, signs=(1, -1)), I), -1.0),
         (ir.Binary("*", ir.Const(-1, I), KV, I), -1.0),
-        (offset(KV, ir.Const(3, I), ir.Const(-5, I), Q_POS, signs=(1, 1, -1, 1)), 1.0),
+        (offset(KV, ir.Const(3, I), ir.Const(-5, I), Q_POS, signs=(1, 1, -1, -1)), 1.0),
         (offset(KV, KV, KV, signs=(1, -1, 1)), 1.0),  # kv_idx - kv_idx + kv_idx
     ],
 )
@@ -165,6 +165,9 @@ def test_offset_shapes_built_by_hand(i32_offset: ir.Expr, want: float) -> None:
     "i32_offset",
     [
         offset(KV, KV),  # coefficient 2
+        # kv_idx + q_pos: about twice the request length, which wraps past 2**30 tokens
+        offset(KV, ir.Const(3, I), Q_POS, signs=(1, 1, 1)),
+        offset(KV, Q_IDX, signs=(-1, -1)),
         offset(KV, KV, signs=(1, -1)),  # coefficient 0
         offset(KV, Q_POS, Q_POS, signs=(1, -1, 1)),  # two query positions
         offset(KV, ir.Const(1 << 20, I)),
@@ -216,8 +219,11 @@ class LinearGen:
 
     def i32_offset(self) -> ir.Expr:
         terms = [KV] + self.rng.sample([Q_POS, Q_IDX, ir.Const(3, I), KV, ir.Const(-7, I)], 2)
-        signs = tuple(self.rng.choice([1, -1]) for _ in terms)
-        return offset(*terms, signs=signs)
+        signs = [self.rng.choice([1, -1]) for _ in terms]
+        for i, term in enumerate(terms):  # a position against kv_idx (else rejected)
+            if term in (Q_POS, Q_IDX):
+                signs[i] = -signs[0]
+        return offset(*terms, signs=tuple(signs))
 
     def expr(self, depth: int) -> ir.Expr:
         r = self.rng.random()
