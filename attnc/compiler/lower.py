@@ -13,6 +13,7 @@ from typing import TypeVar
 from attnc.compiler import ir
 from attnc.compiler.index_range import check_indices
 from attnc.compiler.lower_expr import SUBSTITUTED, Scope, cast, lower_expr, suggest
+from attnc.compiler.numeric import round_f32
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Diagnostic, Loc, note, printable, warning
 from attnc.dsl.limits import MAX_IR_DEPTH, MAX_PARAMS, too_deep_message
@@ -385,4 +386,4 @@ def _default_value(e: ast.Expr, dtype: str) -> float | int | bool:
         if not -(2**31) <= value < 2**31:
             raise AttnError(e.loc, f"default {value} does not fit in i32")
         return value
-    return sign * float(node.value)
+    return round_f32(sign * float(node.value))  # what the kernels get, as literals are rounded

@@ -489,3 +489,14 @@ def test_no_bias_step_for_an_offset_that_wraps_past_2_30_tokens() -> None:
         "variant b { score = score - 0.001 * float(kv_idx - q_pos); }", "b.attn"
     )
     assert d.affine is not None and bias_step(d.affine.bias) is not None
+
+
+@pytest.mark.parametrize(("literal", "want"), [("1e-46", 0.0), ("16777217", 16777216.0)])
+def test_f32_param_defaults_are_the_f32_values_the_kernels_get(literal: str, want: float) -> None:
+    """A default was kept as the nearest double: the reference used 1e-46 (positive) while
+    the kernels got 0.0f, and 'attnc test' failed with relative error 2."""
+    (c,), _ = compile_source(
+        f"variant t {{ param c: f32 = {literal}; score = c > 0.0 ? score : -score; }}", "t.attn"
+    )
+    (param,) = c.variant.params
+    assert param.default == want
