@@ -90,7 +90,9 @@ def _past_decimal_range(text: str) -> float | None:
     (far below the smallest f32), else past the f32 range (None)."""
     mantissa, _, exponent = text.lower().partition("e")
     negative = mantissa.startswith("-")
-    if decimal.Decimal(mantissa) == 0 or int(exponent) < 0:
+    # the exponent's sign, not int(): int() refuses texts of more than 4300 digits
+    below = exponent.startswith("-") and exponent.lstrip("+-").strip("0") != ""
+    if decimal.Decimal(mantissa) == 0 or below:
         return -0.0 if negative else 0.0
     return None
 

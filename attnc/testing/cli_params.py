@@ -46,16 +46,21 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
     if decl.dtype == ir.I32:
         if INTEGER_TEXT.fullmatch(text) is None:  # int() would also read "١٢٨" as 128
             raise ValueError(f"{where}: expected an integer, got '{printable(text)}'")
+        if len(text.lstrip("+-").lstrip("0")) > 10:  # int() refuses more than 4300 digits
+            raise ValueError(f"{where}: '{printable(_short(text))}' is out of the i32 range")
         return int(text)
     if FLOAT_TEXT.fullmatch(text) is None:  # float() would also read "١٢", "1_0", " 1"
         raise ValueError(f"{where}: expected a number, got '{printable(text)}'")
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:  # not reached by FLOAT_TEXT's texts; kept as a named error
+        raise ValueError(f"{where}: expected a number, got '{printable(_short(text))}'") from None
     if math.isfinite(value):
         in_range = abs(value) < F32_OVERFLOW  # as the Python API: what float32 rounds to a number
     else:  # written inf or nan is taken, as by the Python API; 1e400 is not
         in_range = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
     if not in_range:
-        raise ValueError(f"{where}: '{printable(text)}' is out of the f32 range")
+        raise ValueError(f"{where}: '{printable(_short(text))}' is out of the f32 range")
     return value
 
 
@@ -83,3 +88,8 @@ def fixed_params(
 
 def _has(v: ir.VariantIR, name: str) -> bool:
     return any(p.name == name for p in v.params)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``text`` cut to ``limit`` characters for a message (a value may be thousands long)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."

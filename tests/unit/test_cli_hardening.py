@@ -49,6 +49,9 @@ def _test(capsys, *args):
         ("stdlib:sliding_window", "window=2147483648", "param 'window' (i32): value 2147483648"),
         ("stdlib:sliding_window", "window=1.5", "--param window (i32): expected an integer"),
         ("stdlib:sliding_window", "window=\u0661\u0662", "(i32): expected an integer, got '\u0661"),
+        # int() refuses more than 4300 digits: its own message named no param
+        ("stdlib:sliding_window", "window=" + "9" * 5000, "--param window (i32): '9999"),
+        ("stdlib:softcap", "cap=" + "9" * 5000, "--param cap (f32): '9999"),
         ("stdlib:softcap", "=3", "expects NAME=VALUE"),
         ("stdlib:softcap", "cap", "expects NAME=VALUE"),
     ],

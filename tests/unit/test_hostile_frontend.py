@@ -216,3 +216,16 @@ def test_a_long_string_parses_in_memory_near_its_size() -> None:
     grown_mib = int(grown)
     assert (int(chars), start) == (3 * (2 << 20), 'a"b')  # each a\"b read as three characters
     assert grown_mib < 400, f"parsing an 8 MiB string grew the process by {grown_mib} MiB"
+
+
+@pytest.mark.parametrize(("sign", "error"), [("", True), ("-", False), ("+", True)])
+def test_an_exponent_of_thousands_of_digits_is_located(sign: str, error: bool) -> None:
+    """int() refuses more than 4300 digits: a raw ValueError with no location came out."""
+    text = f"variant v {{ score = score * 1e{sign}{'9' * 4301}; }}"
+    if error:
+        with pytest.raises(AttnError, match="out of range for f32") as err:
+            compile_source(text, "exp.attn")
+        assert (err.value.loc.line, err.value.loc.col) == (1, 29)
+    else:  # far below the smallest f32: zero
+        (c,), _ = compile_source(text, "exp.attn")
+        assert evaluate(c.variant.score, {"score": 3.0}) == 0.0
