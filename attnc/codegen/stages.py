@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from attnc.codegen.functor import emit_functor, param_fields
@@ -24,9 +25,25 @@ def emit_ast(spec: str) -> str:
         return format_module(parse(text, file))
 
 
+# Longest variant name a stage's file name holds whole (file systems allow 255 bytes).
+MAX_FILE_STEM = 80
+
+
 def emit_stage(c: Compiled, stage: str) -> tuple[str, str]:
-    """(file name, text) of ``stage`` (ir, opt, cuda, torch) for one compiled variant."""
-    name = c.variant.name
+    """(file name, text) of ``stage`` (ir, opt, cuda, torch) for one compiled variant. A
+    variant name past :data:`MAX_FILE_STEM` characters is cut and given a digest of itself,
+    so the file name stays short and distinct."""
+    with deep_recursion():  # the analyses of --emit opt recurse once per && term
+        return _emit_stage(c, stage, _file_stem(c.variant.name))
+
+
+def _file_stem(name: str) -> str:
+    if len(name) <= MAX_FILE_STEM:
+        return name
+    return f"{name[: MAX_FILE_STEM - 17]}_{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+
+
+def _emit_stage(c: Compiled, stage: str, name: str) -> tuple[str, str]:
     if stage == "ir":
         return f"{name}.ir", format_variant(c.lowered)
     if stage == "opt":

@@ -297,3 +297,26 @@ def test_compile_to_a_closed_stdout_is_an_error(monkeypatch, capsys) -> None:
     monkeypatch.setattr("sys.stdout", None)
     assert cli.main(["compile", "stdlib:causal"]) == 1
     assert "stdout is closed; pass -o DIR" in capsys.readouterr().err
+
+
+def test_compile_writes_a_long_variant_name_to_a_short_file(tmp_path, capsys) -> None:
+    """A valid 260-character variant name: '[Errno 36] File name too long'."""
+    from attnc import cli
+
+    src = tmp_path / "long.attn"
+    src.write_text("variant " + "v" * 260 + " { }\n")
+    out = tmp_path / "out"
+    assert cli.main(["compile", str(src), "--emit", "ir", "-o", str(out)]) == 0
+    (written,) = out.iterdir()
+    assert written.suffix == ".ir" and len(written.name) <= 84 and written.name.startswith("vvvv")
+
+
+def test_emit_opt_of_a_long_conjunction(tmp_path, capsys) -> None:
+    """1000 '&&' terms: --emit opt ran its analyses outside the raised recursion limit."""
+    from attnc import cli
+
+    src = tmp_path / "and.attn"
+    terms = " && ".join(f"kv_idx != {i}" for i in range(1000))
+    src.write_text(f"variant v {{ mask = {terms}; }}\n")
+    assert cli.main(["compile", str(src), "--emit", "opt"]) == 0
+    assert "mask:" in capsys.readouterr().out
