@@ -7,6 +7,7 @@ its cause, leaves as an :class:`~attnc.dsl.errors.AttnError` with a location in 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,7 +17,7 @@ from lark.exceptions import LarkError
 
 from attnc.dsl import ast
 from attnc.dsl.build import AstBuilder, end_of_text
-from attnc.dsl.errors import SOURCES, AttnError
+from attnc.dsl.errors import SOURCES, AttnError, Loc
 from attnc.dsl.limits import MAX_EXPR_DEPTH, deep_recursion, too_deep_message
 from attnc.dsl.parser_cache import cached_parser
 from attnc.dsl.syntax_errors import translate
@@ -53,6 +54,7 @@ def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[A
     """``build(builder, tree)`` on the parse tree of ``text`` from the rule ``start``; syntax
     errors and nesting too deep for Python's stack leave as :class:`AttnError`."""
     SOURCES.add(file, text)
+    _refuse_lone_cr(text, file)
     try:
         tree = grammar_parser().parse(text, start=start)
     except LarkError as err:
@@ -64,6 +66,24 @@ def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[A
             return build(AstBuilder(file), tree)
     except RecursionError:
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
+
+
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def _refuse_lone_cr(text: str, file: str) -> None:
+    """A carriage return not before a line feed (CR-only line ends, old Mac files) is an
+    error at it: taken for a space, it left a ``#`` comment running to the end of the file,
+    which swallowed every variant after it without a word."""
+    found = _LONE_CR.search(text)
+    if found is None:
+        return
+    line = text.count("\n", 0, found.start()) + 1
+    col = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+    raise AttnError(
+        Loc(file, line, col, line, col + 1),
+        "a carriage return not followed by a line feed: .attn lines end with LF or CRLF",
+    )
 
 
 def parse_module(text: str, file: str = "<string>") -> ast.Module:

@@ -229,3 +229,15 @@ def test_an_exponent_of_thousands_of_digits_is_located(sign: str, error: bool) -
     else:  # far below the smallest f32: zero
         (c,), _ = compile_source(text, "exp.attn")
         assert evaluate(c.variant.score, {"score": 3.0}) == 0.0
+
+
+def test_a_lone_carriage_return_is_a_located_error() -> None:
+    """CR-only line ends: the CR was a space, so a comment ran to the end of the file and
+    the variants after it vanished ('ok (a)', then "has no variant 'b'")."""
+    text = "variant a { score = score * 2.0; } # note\rvariant b { mask = kv_idx <= q_pos; }\r"
+    with pytest.raises(AttnError, match="carriage return not followed by a line feed") as err:
+        compile_source(text, "cr.attn")
+    assert (err.value.loc.line, err.value.loc.col) == (1, 42)
+    crlf = "variant a {\r\n    score = score * 2.0; # note\r\n}\r\n"
+    (c,), _ = compile_source(crlf, "crlf.attn")
+    assert c.variant.name == "a"
