@@ -55,7 +55,8 @@ def token_loc(tok: Token, file: str) -> Loc:
     return Loc(file, tok.line or 0, tok.column or 0, tok.end_line or 0, tok.end_column or 0)
 
 
-def _short(text: str, limit: int = 24) -> str:
+def short_text(text: str, limit: int = 24) -> str:
+    """``text`` cut to ``limit`` characters for a message (a literal may be thousands long)."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -121,7 +122,7 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
         value = f32_literal(text)
         if value is None:
             raise AttnError(
-                token_loc(tok, file), f"float literal '{_short(text)}' is out of range for f32"
+                token_loc(tok, file), f"float literal '{short_text(text)}' is out of range for f32"
             )
         # The nearest double where it rounds to the same f32, so the AST keeps 0.1 (not
         # 0.10000000149011612); the f32 value itself where it does not.
@@ -132,7 +133,7 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
     if len(digits) > 10 or int(digits) > I32_MAX:
         raise AttnError(
             token_loc(tok, file),
-            f"integer literal '{_short(text)}' is too large for i32 (at most {I32_MAX})",
+            f"integer literal '{short_text(text)}' is too large for i32 (at most {I32_MAX})",
         )
     return int(digits), False
 

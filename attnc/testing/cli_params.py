@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from attnc.compiler import ir
 from attnc.dsl.errors import printable
-from attnc.dsl.literals import F32_OVERFLOW, FLOAT_TEXT, INTEGER_TEXT
+from attnc.dsl.literals import F32_OVERFLOW, FLOAT_TEXT, INTEGER_TEXT, short_text
 from attnc.runtime.checks.params import check_plan_params, describe_decl
 
 _TRUE = ("1", "true", "yes", "on")
@@ -47,20 +47,24 @@ def parse_value(decl: ir.ParamDecl, text: str, variant_name: str) -> object:
         if INTEGER_TEXT.fullmatch(text) is None:  # int() would also read "١٢٨" as 128
             raise ValueError(f"{where}: expected an integer, got '{printable(text)}'")
         if len(text.lstrip("+-").lstrip("0")) > 10:  # int() refuses more than 4300 digits
-            raise ValueError(f"{where}: '{printable(_short(text))}' is out of the i32 range")
+            raise ValueError(
+                f"{where}: '{printable(short_text(text, 40))}' is out of the i32 range"
+            )
         return int(text)
     if FLOAT_TEXT.fullmatch(text) is None:  # float() would also read "١٢", "1_0", " 1"
         raise ValueError(f"{where}: expected a number, got '{printable(text)}'")
     try:
         value = float(text)
     except ValueError:  # not reached by FLOAT_TEXT's texts; kept as a named error
-        raise ValueError(f"{where}: expected a number, got '{printable(_short(text))}'") from None
+        raise ValueError(
+            f"{where}: expected a number, got '{printable(short_text(text, 40))}'"
+        ) from None
     if math.isfinite(value):
         in_range = abs(value) < F32_OVERFLOW  # as the Python API: what float32 rounds to a number
     else:  # written inf or nan is taken, as by the Python API; 1e400 is not
         in_range = text.lower().lstrip("+-") in ("inf", "infinity", "nan")
     if not in_range:
-        raise ValueError(f"{where}: '{printable(_short(text))}' is out of the f32 range")
+        raise ValueError(f"{where}: '{printable(short_text(text, 40))}' is out of the f32 range")
     return value
 
 
@@ -88,8 +92,3 @@ def fixed_params(
 
 def _has(v: ir.VariantIR, name: str) -> bool:
     return any(p.name == name for p in v.params)
-
-
-def _short(text: str, limit: int = 40) -> str:
-    """``text`` cut to ``limit`` characters for a message (a value may be thousands long)."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
