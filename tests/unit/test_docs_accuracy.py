@@ -204,6 +204,7 @@ ERROR_SOURCES = {
     "sink kv_idx": "variant v { sink = float(kv_idx); }",
     "sink twice": "variant v {\n    sink = 0.0;\n    sink = 1.0;\n}",
     "sink none": "variant v {\n    sink = 0.0;\n    normalize = none;\n}",
+    "lone CR": "variant v { } # note\rvariant w { }\r",
 }
 
 
