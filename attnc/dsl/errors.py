@@ -5,6 +5,7 @@ Every error the compiler reports names ``file:line:col``, shows the source line 
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 
 
@@ -15,6 +16,21 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: 2 for a wide or full-width character (CJK, most
+    emoji), 0 for a combining mark, 1 for any other (so a caret lines up under the character
+    it points at whatever script the line is written in)."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(c) for c in text)
+
+
+def _char_width(c: str) -> int:
+    if unicodedata.combining(c) or unicodedata.category(c) in ("Mn", "Me"):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
 
 
 @dataclass(frozen=True)
@@ -69,9 +85,9 @@ def _excerpt(line: str, start: int, end: int) -> str:
     before = "..." if left > 0 else ""
     after = "..." if right < len(line) else ""
     end = min(end, max(right, start + 1))
-    # Columns count characters of the line; the caret counts them as they are printed.
-    pad = len(before) + len(printable(line[left:start])) + max(start - len(line), 0)
-    width = max(len(printable(line[start:end])), 1)
+    # Columns count characters of the line; the caret counts terminal columns as printed.
+    pad = len(before) + display_width(printable(line[left:start])) + max(start - len(line), 0)
+    width = max(display_width(printable(line[start:end])), 1)
     quoted = f"{before}{printable(line[left:right])}{after}"
     return f"    {quoted}\n    {' ' * pad}^{'~' * (width - 1)}"
 

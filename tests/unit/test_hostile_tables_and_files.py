@@ -320,3 +320,23 @@ def test_emit_opt_of_a_long_conjunction(tmp_path, capsys) -> None:
     src.write_text(f"variant v {{ mask = {terms}; }}\n")
     assert cli.main(["compile", str(src), "--emit", "opt"]) == 0
     assert "mask:" in capsys.readouterr().out
+
+
+def test_last_page_len_names_the_first_request_out_of_range() -> None:
+    """Checked as one tensor expression (a loop over 10^6 requests took seconds): the first
+    request with pages whose entry is outside [1, page_size] is named; requests without
+    pages may hold anything."""
+    from attnc.runtime.checks.tensors import check_last_page_len
+
+    n = 1_000_000
+    kv_indptr = torch.arange(n + 1, dtype=torch.int32)
+    kv_indptr[600_001:] = 600_000  # requests 600000.. have no page
+    last = torch.ones(n, dtype=torch.int32)
+    last[700_000] = 0  # no pages: accepted
+    assert torch.equal(check_last_page_len(last, kv_indptr, 16), last)
+    last[500_000], last[500_001] = 17, -1
+    with pytest.raises(ValueError, match=r"kv_last_page_len\[500000\]=17 is outside \[1, page_size=16\]"):
+        check_last_page_len(last, kv_indptr, 16)
+    last[400_000] = 0
+    with pytest.raises(ValueError, match=r"kv_last_page_len\[400000\]=0 is outside"):
+        check_last_page_len(last, kv_indptr, 16)

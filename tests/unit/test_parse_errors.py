@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnc.dsl.errors import EXCERPT_CONTEXT, AttnError, Loc
+from attnc.dsl.errors import EXCERPT_CONTEXT, AttnError, Loc, display_width
 from attnc.dsl.parser import parse_expr, parse_module
 
 C = EXCERPT_CONTEXT
@@ -262,7 +262,8 @@ def test_the_caret_stays_under_its_character_in_a_cut_line(before: str) -> None:
     """Tabs (one column) and escaped characters left of the caret, near or past the cut."""
     left = f'variant v {{ doc "{before}"; score = score '
     _, line, caret = str(error_of(left + "$ " + "z" * 3 * C)).split("\n")
-    assert line[caret.index("^")] == "$"
+    at = line.index("$")  # the caret counts terminal columns (漢字 takes 4)
+    assert caret.index("^") == display_width(line[:at])
     assert line.endswith(" " + "z" * (C - 1) + "...")
     assert line.startswith("    ...") == (len(left) > C)
     assert "\t" not in line and "\x1b" not in line and "\x7f" not in line
@@ -293,3 +294,18 @@ def test_a_variant_left_open_before_the_next_item_is_named(after: str, word: str
     err = error_of("variant a {\n  score = score;\n\n" + after)
     assert err.message == f"expected '}}' to close variant 'a' before '{word}'"
     assert (err.loc.line, err.loc.col) == (4, 1)
+
+
+@pytest.mark.parametrize(("line", "target", "prefix_columns"), [
+    ("variant 變體 { score = 分数 + q; }", "q", 30),  # wide: 2 columns each
+    ("let x = cafe\u0301 + zz;", "zz", 15),  # a combining accent takes none
+    ("let x = 1; # \U0001f600 zz", "zz", 16),  # an emoji is wide
+])  # fmt: skip
+def test_caret_counts_terminal_columns(line: str, target: str, prefix_columns: int) -> None:
+    from attnc.dsl.errors import Diagnostic
+
+    col = line.index(target) + 1
+    rendered = Diagnostic(Loc("x.attn", 1, col, 1, col + len(target)), "m", source_line=line)
+    caret_line = rendered.render().splitlines()[-1]
+    assert display_width(line[: col - 1]) == prefix_columns
+    assert caret_line == " " * (4 + prefix_columns) + "^" + "~" * (len(target) - 1)

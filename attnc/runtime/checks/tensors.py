@@ -401,10 +401,10 @@ def check_last_page_len(
     batch = kv_indptr.numel() - 1
     host = host_index_tensor("kv_last_page_len", kv_last_page_len, batch)
     pages = kv_indptr[1:] - kv_indptr[:-1]
-    for i in range(batch):
-        n = int(host[i])
-        if pages[i] > 0 and not 1 <= n <= page_size:
-            raise page_table.last_range(i, n, page_size)
+    bad = torch.nonzero((pages > 0) & ((host < 1) | (host > page_size)))
+    if bad.numel():  # the first request whose entry is out of range
+        i = int(bad[0, 0])
+        raise page_table.last_range(i, int(host[i]), page_size)
     return host
 
 
