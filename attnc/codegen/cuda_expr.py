@@ -35,6 +35,13 @@ class CudaContext:
     # Reads whose indices are proven inside their dims (compiler/index_range.py
     # proven_loads): read plainly; every other read is bounds-checked. None: all checked.
     proven_loads: frozenset[ir.Expr] | None = None
+    # Inside a hook templated on ``bool kPolyExp2`` (score_raw): the exp-based functions pass
+    # it on (``attnc::vm::exp_<kPolyExp2>``: exp2_poly instead of MUFU.EX2 where true).
+    poly_exp2: bool = False
+
+
+# The attnc::vm functions whose device exp2 can come from exp2_poly (a template on bool).
+POLY_EXP2_FUNCTIONS = frozenset({"exp", "sigmoid", "inv1p_exp2"})
 
 
 def render(e: ir.Expr, ctx: CudaContext) -> str:
@@ -115,7 +122,8 @@ class CudaText(ExprText):
 
     def call(self, e: ir.Call) -> str:
         """The function's ``attnc::vm`` helper."""
-        return f"attnc::vm::{e.fn}_({self.args(e.args)})"
+        poly = "<kPolyExp2>" if self.ctx.poly_exp2 and e.fn in POLY_EXP2_FUNCTIONS else ""
+        return f"attnc::vm::{e.fn}_{poly}({self.args(e.args)})"
 
     def _checked_load(self, e: ir.TensorLoad) -> str:
         """The read through ``load_in_shape_``: each index with the size it must stay below

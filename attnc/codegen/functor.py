@@ -7,11 +7,13 @@ User code only lands in the named slots of ``templates/functor.cuh.j2``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, CudaText, render
+from attnc.codegen.element_cost import element_transcendentals
 from attnc.codegen.guarded_reads import always_evaluated
 from attnc.codegen.key_values import key_reads, key_terms
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
@@ -99,6 +101,7 @@ class KeyHook:
     name: str
     args: str
     body: Body
+    poly_exp2: bool = False  # a template on bool kPolyExp2 (score_raw_at)
 
 
 @dataclass(frozen=True)
@@ -324,21 +327,28 @@ def _key_name(i: int, term: ir.Expr) -> str:
 
 def _with_proven(ctx: CudaContext, proven: frozenset[ir.Expr]) -> CudaContext:
     """``ctx`` with ``proven`` as the reads spelled plainly (every other read checked)."""
-    return CudaContext(
-        ctx.builtins, dict(ctx.hoisted), ctx.dims, ctx.tensor_dims, ctx.bool_params, proven
-    )
+    return dataclasses.replace(ctx, hoisted=dict(ctx.hoisted), proven_loads=proven)
 
 
 def _with_names(ctx: CudaContext, names: dict[ir.Expr, str]) -> CudaContext:
     """``ctx`` with ``names`` spelling those sub-expressions too."""
-    return CudaContext(
-        ctx.builtins,
-        {**ctx.hoisted, **names},
-        ctx.dims,
-        ctx.tensor_dims,
-        ctx.bool_params,
-        ctx.proven_loads,
-    )
+    return dataclasses.replace(ctx, hoisted={**ctx.hoisted, **names})
+
+
+def _poly_exp2(ctx: CudaContext) -> CudaContext:
+    """``ctx`` inside score_raw, a template on ``bool kPolyExp2`` (its exp-based calls pass it
+    on, so the Hopper consumers can take part of them from exp2_poly)."""
+    return dataclasses.replace(ctx, poly_exp2=True)
+
+
+def _key_hook(
+    ctype: str, name: str, args: str, e: ir.Expr | None, plain: str | None, ctx: CudaContext
+) -> KeyHook:
+    """The ``*_at`` twin of one element hook (score_raw_at a template, as score_raw)."""
+    if e is None:
+        return KeyHook(ctype, name, args, Body((), str(plain)))
+    poly = name == "score_raw"
+    return KeyHook(ctype, name, args, _body(e, _poly_exp2(ctx) if poly else ctx), poly)
 
 
 def _needs_name(node: ir.Expr, uses: dict[int, int], ctx: CudaContext) -> bool:
@@ -439,7 +449,7 @@ def _emit_functor(compiled: Compiled) -> str:
         ("bool", "mask", key_args, v.mask, "true"),
     )
     key_hooks = [
-        KeyHook(ctype, name, args, _body(e, key_ctx) if e is not None else Body((), str(plain)))
+        _key_hook(ctype, name, args, e, plain, key_ctx)
         for ctype, name, args, e, plain in element_hooks
         if terms and (e is not None or plain is not None)
     ]
@@ -459,11 +469,14 @@ def _emit_functor(compiled: Compiled) -> str:
         use_softmax=traits.use_softmax,
         has_mask=v.mask is not None,
         score_identity=affine is not None and affine.identity,
+        score_transcendentals=element_transcendentals(
+            affine.bias if affine is not None else log2_score or raw_score or zero, ctx.hoisted
+        ),
         affine=affine is not None,
         has_output=v.output is not None,
         score=_body(v.score, ctx) if v.score is not None else Body((), "s"),
         score_log2=_body(log2_score, ctx) if log2_score is not None else None,
-        score_raw=_body(raw_score, ctx) if raw_score is not None else None,
+        score_raw=_body(raw_score, _poly_exp2(ctx)) if raw_score is not None else None,
         score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
         bias_step=step is not None,

@@ -24,6 +24,8 @@ struct Variant_gpt_oss_local {
   static constexpr bool kUseSoftmax = true;
   static constexpr bool kHasMask = true;
   static constexpr bool kScoreIsIdentity = true;
+  // Hardware-approximated functions (tanh, exp, ...) the score evaluates per element.
+  static constexpr int kScoreTranscendentals = 0;
   static constexpr bool kAffineScore = true;
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = true;

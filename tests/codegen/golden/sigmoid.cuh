@@ -23,6 +23,9 @@ struct Variant_sigmoid {
   static constexpr bool kUseSoftmax = false;
   static constexpr bool kHasMask = false;
   static constexpr bool kScoreIsIdentity = false;
+  // Hardware-approximated functions (tanh, exp, ...) the score evaluates per element.
+  static constexpr int kScoreTranscendentals = 1;
+  static constexpr bool kPolyScoreRaw = true;  // score_raw is a template on kPolyExp2
   static constexpr bool kAffineScore = false;
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;
@@ -54,9 +57,10 @@ struct Variant_sigmoid {
   }
 
   // score(row, s * sm_scale, kv_idx) of the raw dot product s, simplified (sigmoids in log2
-  // units).
+  // units); kPolyExp2: its exp2s by exp2_poly on the device (kPolyScoreRaw).
+  template <bool kPolyExp2 = false>
   ATTNC_HD float score_raw(const Row& row, float s, int kv_idx) const {
-    return attnc::vm::inv1p_exp2_((c0 - (s * c1)));
+    return attnc::vm::inv1p_exp2_<kPolyExp2>((c0 - (s * c1)));
   }
 
   ATTNC_HD float score_scale(const Row& row) const { return 1.0f; }

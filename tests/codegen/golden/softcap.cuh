@@ -23,6 +23,8 @@ struct Variant_softcap {
   static constexpr bool kUseSoftmax = true;
   static constexpr bool kHasMask = true;
   static constexpr bool kScoreIsIdentity = false;
+  // Hardware-approximated functions (tanh, exp, ...) the score evaluates per element.
+  static constexpr int kScoreTranscendentals = 1;
   static constexpr bool kAffineScore = false;
   static constexpr bool kHasOutput = false;
   static constexpr bool kHasSink = false;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "exp2_poly.cuh"
 #include "variant_contract.cuh"
 
 namespace attnc {
@@ -205,27 +206,30 @@ __device__ __forceinline__ float lane_row_max(const float (&s)[NS][4], int h) {
 
 // Row half h of one mma row block s of log2-domain logits with its reference max m already
 // decided: the logits become the weights p = exp2(s * c - m * c), whose sum (this lane's
-// columns) is added to l after l is rescaled by alpha.
-template <int NS>
+// columns) is added to l after l is rescaled by alpha. Every kPolyEvery-th block of 8 columns
+// takes its exp2 from exp2_poly (0: none, see kExp2PolyEvery).
+template <int kPolyEvery, int NS>
 __device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, float shift,
                                                     float c, float alpha, float& l);
 
-template <int NS>
+template <int kPolyEvery, int NS>
 __device__ __forceinline__ void row_weights(float (&s)[NS][4], int h, float m, float c,
                                             float alpha, float& l) {
-  row_weights_shifted(s, h, -safe_max(m) * c, c, alpha, l);
+  row_weights_shifted<kPolyEvery>(s, h, -safe_max(m) * c, c, alpha, l);
 }
 
 // As row_weights, with the exp2's shift given: p = exp2(s * c + shift).
-template <int NS>
+template <int kPolyEvery, int NS>
 __device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, float shift,
                                                     float c, float alpha, float& l) {
   float sum = 0.f;
 #pragma unroll
   for (int n = 0; n < NS; ++n) {
+    const bool poly = poly_column(n, kPolyEvery);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const float p = fast_exp2(fmaf(s[n][2 * h + e], c, shift));
+      const float x = fmaf(s[n][2 * h + e], c, shift);
+      const float p = poly ? exp2_poly(x) : fast_exp2(x);
       s[n][2 * h + e] = p;
       sum += p;
     }
@@ -248,7 +252,7 @@ __device__ __forceinline__ void row_weights_shifted(float (&s)[NS][4], int h, fl
 //   bias the QK GEMM added from the tile's first key, kGemmBiasVariant: one FFMA and one exp2
 //   per element, as for an identity score; c = 1, r0 = 0 takes logits in log2 units).
 enum SoftmaxRowsForm { kRowsPlain, kRowsInUnits, kRowsScaled };
-template <SoftmaxRowsForm kForm, int MQ, int NS>
+template <SoftmaxRowsForm kForm, int kPolyEvery = 0, int MQ, int NS>
 __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], float (&m)[MQ][2],
                                                      float (&l)[MQ][2], const float (&c)[MQ][2],
                                                      const float (&r0)[MQ][2],
@@ -294,19 +298,19 @@ __device__ __forceinline__ bool warp_softmax_rows_at(float (&s)[MQ][NS][4], floa
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if constexpr (kLog2M) {
-        row_weights_shifted(s[mi], h, r0[mi][h] - safe_max(m[mi][h]), c[mi][h], alpha[mi][h],
-                            l[mi][h]);
+        row_weights_shifted<kPolyEvery>(s[mi], h, r0[mi][h] - safe_max(m[mi][h]), c[mi][h],
+                                        alpha[mi][h], l[mi][h]);
       } else if constexpr (kForm == kRowsInUnits) {
-        row_weights_shifted(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h], c[mi][h],
-                            alpha[mi][h], l[mi][h]);
+        row_weights_shifted<kPolyEvery>(s[mi], h, (r0[mi][h] - safe_max(m[mi][h])) * c[mi][h],
+                                        c[mi][h], alpha[mi][h], l[mi][h]);
       } else {
-        row_weights(s[mi], h, m[mi][h], c[mi][h], alpha[mi][h], l[mi][h]);
+        row_weights<kPolyEvery>(s[mi], h, m[mi][h], c[mi][h], alpha[mi][h], l[mi][h]);
       }
     }
   return any_moves;
 }
 
-template <class V, int MQ, int NS>
+template <class V, int kPolyEvery = 0, int MQ, int NS>
 __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (&m)[MQ][2],
                                                   float (&l)[MQ][2], const float (&mult)[MQ][2],
                                                   float (&alpha)[MQ][2]) {
@@ -315,17 +319,17 @@ __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (
   for (int mi = 0; mi < MQ; ++mi)
 #pragma unroll
     for (int h = 0; h < 2; ++h) c[mi][h] = V::kScoreIsIdentity ? mult[mi][h] : 1.f;
-  return warp_softmax_rows_at<kRowsPlain>(s, m, l, c, c, alpha);
+  return warp_softmax_rows_at<kRowsPlain, kPolyEvery>(s, m, l, c, c, alpha);
 }
 
 // warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
 // relative to an offset r0[mi][h] per row and lane: the logit of an element is
 // (s + r0) * c log2 units, and m is kept in the units of s + r0.
-template <int MQ, int NS>
+template <int kPolyEvery = 0, int MQ, int NS>
 __device__ __forceinline__ bool warp_softmax_rows_in_units(
     float (&s)[MQ][NS][4], float (&m)[MQ][2], float (&l)[MQ][2], const float (&c)[MQ][2],
     const float (&r0)[MQ][2], float (&alpha)[MQ][2]) {
-  return warp_softmax_rows_at<kRowsInUnits>(s, m, l, c, r0, alpha);
+  return warp_softmax_rows_at<kRowsInUnits, kPolyEvery>(s, m, l, c, r0, alpha);
 }
 
 // One online-softmax step over a tile of log2-domain logits s (replaced by the weights p):

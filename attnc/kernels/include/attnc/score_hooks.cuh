@@ -58,10 +58,10 @@ struct DirectKeys {
                                               int kv_idx, const Pair&, int, float sm_scale) const {
     return variant_score_log2(var, row, raw, kv_idx, sm_scale);
   }
-  template <class V>
+  template <bool kPoly = false, class V>
   __device__ __forceinline__ float score_raw(const V& var, const typename V::Row& row, float raw,
                                              int kv_idx, const Pair&, int, float sm_scale) const {
-    return variant_score_raw(var, row, raw, kv_idx, sm_scale);
+    return variant_score_raw<kPoly>(var, row, raw, kv_idx, sm_scale);
   }
 };
 
@@ -110,10 +110,11 @@ struct TileKeys {
                                               float sm_scale) const {
     return variant_score_log2_at(var, row, raw, kv_idx, p.k[i], sm_scale);
   }
+  template <bool kPoly = false>
   __device__ __forceinline__ float score_raw(const V& var, const typename V::Row& row, float raw,
                                              int kv_idx, const Pair& p, int i,
                                              float sm_scale) const {
-    return variant_score_raw_at(var, row, raw, kv_idx, p.k[i], sm_scale);
+    return variant_score_raw_at<kPoly>(var, row, raw, kv_idx, p.k[i], sm_scale);
   }
 };
 
@@ -146,9 +147,11 @@ struct RowTerms {
 
 // The element loop of transform_scores. kRowInterval: the mask is the interval of terms.lo /
 // hi; kStepBias: the bias is terms.bias0 + terms.step * (key offset), else evaluated per
-// element (V::score_bias or the general score).
+// element (V::score_bias or the general score). kRawPoly: every kRawPoly-th column block of a
+// variant without softmax takes the exp2_poly form of its score (kRawPolyEvery; 0: none).
 template <bool kMasked, bool kRowInterval, bool kStepBias, class V, int MQ, int NS,
-          bool kStepUnits = false, bool kRawScore = false, class Keys = DirectKeys>
+          bool kStepUnits = false, bool kRawScore = false, int kRawPoly = 0,
+          class Keys = DirectKeys>
 __device__ __forceinline__ void transform_tile(const V& var,
                                                const typename V::Row (&rows)[MQ][2],
                                                const float (&mult)[MQ][2],
@@ -186,7 +189,10 @@ __device__ __forceinline__ void transform_tile(const V& var,
         const float raw = s[mi][n][e];
         float x;
         if constexpr (!V::kUseSoftmax) {
-          x = keys.score_raw(var, row, raw, kv_score, pair, e % 2, sm_scale);
+          x = poly_column(n, kRawPoly)
+                  ? keys.template score_raw<kRawPoly != 0>(var, row, raw, kv_score, pair, e % 2,
+                                                           sm_scale)
+                  : keys.score_raw(var, row, raw, kv_score, pair, e % 2, sm_scale);
           if constexpr (kMasked) x = vis ? x : 0.f;
         } else if constexpr (V::kScoreIsIdentity || kRawScore) {
           x = raw;  // scaled by mult inside the exp2
@@ -280,7 +286,9 @@ __device__ __forceinline__ void transform_scores(const V& var,
       return;
     }
   }
-  transform_tile<kMasked, kRowInterval, kStepBias, V, MQ, NS, false, kRawScore>(
+  // The Hopper consumers (kPerRowTerms) move part of a raw score's exp2s to the FMA pipe.
+  constexpr int kRawPoly = kPerRowTerms ? kRawPolyEvery<V> : 0;
+  transform_tile<kMasked, kRowInterval, kStepBias, V, MQ, NS, false, kRawScore, kRawPoly>(
       var, rows, mult, s, kv0, kv1, tq, sm_scale, terms, keys);
 }
 

@@ -30,6 +30,10 @@
 // Optional members (a functor without them compiles as if they were false / absent; read them
 // through the traits below, never directly):
 //   static constexpr bool kHasSink;         true: sink(row) is an extra logit of every row
+//   static constexpr int kScoreTranscendentals;  hardware-approximated functions the score
+//                                           evaluates per element (tanh, exp, ...)
+//   static constexpr bool kPolyScoreRaw;    true: score_raw and score_raw_at are templates on
+//                                           bool kPolyExp2 (true: exp / sigmoid by exp2_poly)
 //   float sink(const Row&) const;           natural-log units, like score(); -INFINITY when
 //                                           kHasSink is false (kernels skip it at compile time)
 //   KvRange row_kv_range(const Row&) const;  present only when the mask is exactly an interval
@@ -169,6 +173,16 @@ template <typename V>
 struct variant_bias_step<V, std::void_t<decltype(V::kBiasStep)>>
     : std::integral_constant<bool, V::kBiasStep> {};
 
+// variant_score_transcendentals<V>::value: how many hardware-approximated functions (tanh,
+// exp, sigmoid, ...) V's score evaluates per element, as V declares in
+// `kScoreTranscendentals` (0 when it does not). Such a score shares the MUFU pipe with the
+// softmax's exp2, which kernels may then move partly to the FMA pipe (exp2_poly).
+template <typename V, typename = void>
+struct variant_score_transcendentals : std::integral_constant<int, 0> {};
+template <typename V>
+struct variant_score_transcendentals<V, std::void_t<decltype(V::kScoreTranscendentals)>>
+    : std::integral_constant<int, V::kScoreTranscendentals> {};
+
 // variant_row_interval<V>::value: V has `KvRange row_kv_range(const Row&) const`.
 template <typename V, typename = void>
 struct variant_row_interval : std::false_type {};
@@ -218,12 +232,26 @@ struct variant_has_score_raw<
     V, std::void_t<decltype(std::declval<const V&>().score_raw(
            std::declval<const typename V::Row&>(), 0.f, 0))>> : std::true_type {};
 
-// The weight of raw dot product `raw` of a variant without softmax: V::score_raw when V has
-// it, else score(row, raw * sm_scale, kv_idx).
+// variant_has_poly_score_raw<V>::value: V declares `kPolyScoreRaw` and it is true: its
+// score_raw (and score_raw_at) are templates on `bool kPolyExp2`, which with true take their
+// exp / sigmoid from exp2_poly on the device.
+template <typename V, typename = void>
+struct variant_has_poly_score_raw : std::false_type {};
 template <typename V>
+struct variant_has_poly_score_raw<V, std::void_t<decltype(V::kPolyScoreRaw)>>
+    : std::integral_constant<bool, V::kPolyScoreRaw> {};
+
+// The weight of raw dot product `raw` of a variant without softmax: V::score_raw when V has
+// it (with kPoly, its exp2_poly form: only for variant_has_poly_score_raw), else
+// score(row, raw * sm_scale, kv_idx).
+template <bool kPoly = false, typename V>
 ATTNC_HD float variant_score_raw(const V& var, const typename V::Row& row, float raw,
                                  int kv_idx, float sm_scale) {
-  if constexpr (variant_has_score_raw<V>::value) {
+  if constexpr (kPoly) {
+    static_assert(variant_has_poly_score_raw<V>::value, "attnc: no exp2_poly form of score_raw");
+    (void)sm_scale;
+    return var.template score_raw<true>(row, raw, kv_idx);
+  } else if constexpr (variant_has_score_raw<V>::value) {
     (void)sm_scale;
     return var.score_raw(row, raw, kv_idx);
   } else {
@@ -244,11 +272,15 @@ ATTNC_HD float variant_score_log2_at(const V& var, const typename V::Row& row, f
     return var.score_at(row, raw * sm_scale, kv_idx, key) * 1.4426950408889634f;
   }
 }
-template <typename V>
+template <bool kPoly = false, typename V>
 ATTNC_HD float variant_score_raw_at(const V& var, const typename V::Row& row, float raw,
                                     int kv_idx, const typename V::KeyValues& key,
                                     float sm_scale) {
-  if constexpr (variant_has_score_raw<V>::value) {
+  if constexpr (kPoly) {
+    static_assert(variant_has_poly_score_raw<V>::value, "attnc: no exp2_poly form of score_raw");
+    (void)sm_scale;
+    return var.template score_raw_at<true>(row, raw, kv_idx, key);
+  } else if constexpr (variant_has_score_raw<V>::value) {
     (void)sm_scale;
     return var.score_raw_at(row, raw, kv_idx, key);
   } else {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "exp2_poly.cuh"
 #include "variant_contract.cuh"
 
 namespace attnc {
@@ -36,10 +37,23 @@ __device__ __forceinline__ float rcp_ftz(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+// The device's 2^x: MUFU.EX2, or with kPoly exp2_poly on the FMA pipe (relative error 7.5e-5;
+// the Hopper consumers take it for part of the columns of a score without softmax, see
+// kRawPolyEvery). The host computes the precise functions either way.
+template <bool kPoly>
+__device__ __forceinline__ float device_exp2(float x) {
+  if constexpr (kPoly) {
+    return exp2_poly(x);
+  } else {
+    return ex2_ftz(x);
+  }
+}
 #endif
 
+template <bool kPoly = false>
 ATTNC_HD float exp_(float x) {
-  return ATTNC_DEVICE_OR_HOST(ex2_ftz(x * 1.4426950408889634f), expf(x));
+  return ATTNC_DEVICE_OR_HOST(device_exp2<kPoly>(x * 1.4426950408889634f), expf(x));
 }
 ATTNC_HD float exp2_(float x) { return exp2f(x); }
 ATTNC_HD float log_(float x) { return logf(x); }
@@ -50,11 +64,12 @@ ATTNC_HD float floor_(float x) { return floorf(x); }
 ATTNC_HD float ceil_(float x) { return ceilf(x); }
 
 // 1 / (1 + e^-x), written so neither branch overflows.
+template <bool kPoly = false>
 ATTNC_HD float sigmoid_(float x) {
 #if defined(__CUDA_ARCH__)
-  // Branch-free, one MUFU.EX2 and one MUFU.RCP: e^-x overflows to +inf for very negative x,
-  // and the reciprocal then gives 0.
-  return rcp_ftz(1.0f + ex2_ftz(x * -1.4426950408889634f));
+  // Branch-free, one MUFU.EX2 (or exp2_poly) and one MUFU.RCP: e^-x overflows to +inf for
+  // very negative x, and the reciprocal then gives 0.
+  return rcp_ftz(1.0f + device_exp2<kPoly>(x * -1.4426950408889634f));
 #else
   if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
   const float e = expf(x);
@@ -64,9 +79,10 @@ ATTNC_HD float sigmoid_(float x) {
 
 // 1 / (1 + 2^y): the sigmoid of -y * ln(2), the form the compiler gives a sigmoid in a
 // functor's score_raw, so that the scale and offset of its argument fold into one FFMA.
+template <bool kPoly = false>
 ATTNC_HD float inv1p_exp2_(float y) {
 #if defined(__CUDA_ARCH__)
-  return rcp_ftz(1.0f + ex2_ftz(y));  // as sigmoid_: 2^y = +inf gives 0
+  return rcp_ftz(1.0f + device_exp2<kPoly>(y));  // as sigmoid_: 2^y = +inf gives 0
 #else
   if (y <= 0.0f) return 1.0f / (1.0f + exp2f(y));
   const float e = exp2f(-y);

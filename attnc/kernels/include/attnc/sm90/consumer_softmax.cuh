@@ -10,14 +10,22 @@
 namespace attnc {
 namespace sm90 {
 
+// The share of a consumer's softmax exp2s that exp2_poly computes (kExp2PolyEvery), except
+// where it made ptxas spill: three consumers at head_dim 64 (160 registers a thread, 128 keys
+// a stage; tests/codegen/test_sm90_compile.py checks every stdlib variant for spills).
+template <class V, class Shape>
+constexpr int kConsumerExp2PolyEvery =
+    Shape::kConsumers == 3 && Shape::kHeadDim == 64 ? 0 : kExp2PolyEvery<V>;
+
 // s: log2-domain logits in, weights out. Returns whether any row of this warp must rescale O
-// (then by alpha[h] for row h); m, l as in warp_softmax_step.
-template <class V, int NS>
+// (then by alpha[h] for row h); m, l as in warp_softmax_step. Every kPolyEvery-th column block
+// takes its exp2s from exp2_poly (kConsumerExp2PolyEvery; 0: none).
+template <class V, int kPolyEvery, int NS>
 __device__ __forceinline__ bool softmax_step(float (&s)[1][NS][4], float (&m)[1][2],
                                              float (&l)[1][2], const float (&mult)[1][2],
                                              float (&alpha)[2]) {
   float a[1][2];
-  const bool moved = warp_softmax_rows<V>(s, m, l, mult, a);
+  const bool moved = warp_softmax_rows<V, kPolyEvery>(s, m, l, mult, a);
   alpha[0] = a[0][0];
   alpha[1] = a[0][1];
   return moved;

@@ -218,7 +218,8 @@ struct Sm90Consumer {
                                     keys);
     }
     if (info.flags & StageInfo::kBadPage) poison_item_rows<V>(s, c.m, c.l);
-    if constexpr (V::kUseSoftmax) return softmax_step<V>(s, c.m, c.l, c.mult, alpha);
+    if constexpr (V::kUseSoftmax)
+      return softmax_step<V, kConsumerExp2PolyEvery<V, Shape>>(s, c.m, c.l, c.mult, alpha);
     return false;
   }
   // Turns go round-robin: wg waits for wg - 1 and hands over to wg + 1 (each barrier joins
