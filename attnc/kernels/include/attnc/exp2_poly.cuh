@@ -33,24 +33,13 @@ ATTNC_HD float clamp_keep_nan(float x, float lo, float hi) {
 #endif
 }
 
-ATTNC_HD unsigned exp2_poly_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  unsigned u;
-  __builtin_memcpy(&u, &x, sizeof(u));
-  return u;
-#endif
-}
-
-ATTNC_HD float exp2_poly_float(unsigned u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  __builtin_memcpy(&x, &u, sizeof(x));
-  return x;
-#endif
+// The bits of a 4-byte value as another 4-byte type (a register move on the device).
+template <class To, class From>
+ATTNC_HD To same_bits(From x) {
+  static_assert(sizeof(To) == sizeof(From), "same_bits: sizes differ");
+  To y;
+  __builtin_memcpy(&y, &x, sizeof(y));
+  return y;
 }
 
 // Round-to-nearest sums that no compiler contracts or reassociates ((x + k) - k is not x).
@@ -67,7 +56,7 @@ ATTNC_HD float exp2_poly(float x) {
   const float f = sub_rn(xc, sub_rn(t, kExp2PolyShift));
   const float p = fmaf(fmaf(fmaf(kExp2Poly3, f, kExp2Poly2), f, kExp2Poly1), f, kExp2Poly0);
   // j + 127 in [0, 255] into the exponent field: 0 gives the scale +0 (p * 0 = 0), 255 +inf.
-  return p * exp2_poly_float(exp2_poly_bits(t) << 23);
+  return p * same_bits<float>(same_bits<unsigned>(t) << 23);
 }
 
 // Whether column block n of 8 keys of a tile is one of every `every`-th (n % every == every
