@@ -7,7 +7,8 @@ layer's causal (optionally sliding-window) pattern over a contiguous run ``[firs
 valid keys: what left padding (batched ``generate()``), right padding and a KV cache give.
 Each row then becomes a :class:`RowSegment`: the queries whose key position lies in the run,
 over the keys ``[first, position of its last query]``. Queries outside the run are padding;
-their output is 0. Any other mask (packed sequences, chunked attention, image-token overlays,
+their output is 0, except the query of a one-token step that sees its whole run from past it
+(a static cache's unused tail): it runs as the query at the run's end. Any other mask (packed sequences, chunked attention, image-token overlays,
 additive biases) raises :class:`UnsupportedMaskError`, which names what it found.
 """
 
@@ -157,6 +158,11 @@ def segments_from_visibility(
         q_end = min(max(hi - query_start, 0), q_len)
         if q_end > q_begin:
             rows.append(RowSegment(b, q_begin, q_end, lo, q_end + query_start))
+        elif q_len == 1 and hi > lo:
+            # One query that sees its whole run but sits past it (a static cache's unused
+            # tail after the run): it is no padding, and seeing [lo, hi) it is the query at
+            # key position hi - 1 (every pattern that matched keeps those keys there).
+            rows.append(RowSegment(b, 0, 1, lo, hi))
     return BatchSegments(batch, q_len, kv_len, tuple(rows), matched)
 
 

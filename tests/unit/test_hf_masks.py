@@ -93,3 +93,23 @@ def test_a_mask_with_no_heads_is_refused_by_name():
         UnsupportedMaskError, match="attention_mask: expected a 4D mask .* at least one head"
     ):
         visible_from_mask(torch.zeros(2, 0, 5, 5))
+
+
+def test_a_one_token_step_past_its_run_runs_at_the_run_end():
+    """A decode step whose 4D mask shows keys [0, 5) of 8 slots (a static cache's unused
+    tail): the query was dropped as padding and its output was 0; it is the query at key 4."""
+    visible = torch.zeros(2, 1, 8, dtype=torch.bool)
+    visible[0, :, :5] = True
+    visible[1, :, 2:6] = True  # left padding too
+    batch = segments_from_visibility(visible, 7, (None,))
+    assert batch.segments == (RowSegment(0, 0, 1, 0, 5), RowSegment(1, 0, 1, 2, 6))
+
+    from attnc.integrations.transformers import attnc_attention_forward
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 1, 16), torch.randn(2, 2, 8, 16), torch.randn(2, 2, 8, 16)
+    out, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, visible[:, None])
+    kx, vx = k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1)
+    s = (q.double() @ kx.transpose(-1, -2) / 4).masked_fill(~visible[:, None], float("-inf"))
+    want = (s.softmax(-1) @ vx).transpose(1, 2)
+    assert torch.allclose(out.double(), want, atol=1e-5)
