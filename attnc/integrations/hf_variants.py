@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from attnc.dsl.errors import printable
 from attnc.integrations.hf_masks import UnsupportedMaskError
 from attnc.integrations.hf_sinks import SINK_SOURCES, sink_spec, sink_support_gap
 
@@ -92,7 +93,7 @@ def _load(spec: str) -> Any:
 def layer_name(module: torch.nn.Module) -> str:
     """``ClassName (layer N)`` for messages."""
     idx = getattr(module, "layer_idx", None)
-    return type(module).__name__ + ("" if idx is None else f" (layer {idx})")
+    return printable(type(module).__name__ + ("" if idx is None else f" (layer {idx})"))
 
 
 @dataclass(frozen=True)
@@ -167,9 +168,7 @@ def _choose(call: LayerCall) -> LayerVariant:
     window = _window(name, call.sliding_window)
     softcap = _softcap(name, call.softcap)
     slopes = getattr(module, "alibi_slopes", None)
-    sinks = kwargs.get("s_aux")
-    if sinks is None:
-        sinks = getattr(module, "sinks", None)
+    sinks = _sinks(name, kwargs, module)
     if sinks is not None:
         return _sink_variant(name, sinks, window, softcap is not None or slopes is not None)
     if slopes is not None:
@@ -177,7 +176,7 @@ def _choose(call: LayerCall) -> LayerVariant:
             raise UnsupportedMaskError(
                 f"{name}: ALiBi combined with sliding_window/softcap has no attnc variant"
             )
-        return LayerVariant("stdlib:alibi", (("slopes", slopes),), None)
+        return LayerVariant("stdlib:alibi", (("slopes", _slopes(name, slopes)),), None)
     if softcap is not None and window is not None:
         return LayerVariant("softcap_window", (("cap", softcap), ("window", window)), window)
     if softcap is not None:
@@ -187,12 +186,36 @@ def _choose(call: LayerCall) -> LayerVariant:
     return LayerVariant("stdlib:causal", (), None)
 
 
+def _sinks(name: str, kwargs: dict[str, Any], module: torch.nn.Module) -> Any:
+    """The layer's sink logits: ``s_aux`` (gpt-oss), ``sinks`` (the same, by its other name;
+    both at once must be one tensor), else the module's ``sinks``; None without."""
+    given = [kwargs[k] for k in ("s_aux", "sinks") if kwargs.get(k) is not None]
+    if len(given) == 2 and given[0] is not given[1]:
+        raise UnsupportedMaskError(f"{name}: both `s_aux` and `sinks` given: pass one of them")
+    return given[0] if given else getattr(module, "sinks", None)
+
+
+def _slopes(name: str, slopes: Any) -> torch.Tensor:
+    """ALiBi's slopes as the variant's f32 vector (a model cast to bf16 casts them too)."""
+    if not isinstance(slopes, torch.Tensor) or not slopes.is_floating_point():
+        raise UnsupportedMaskError(
+            f"{name}: alibi_slopes: expected a float tensor [num_heads], got {_shown(slopes)}"
+        )
+    return slopes if slopes.dtype == torch.float32 else slopes.detach().float()
+
+
+def _is_bool(value: Any) -> bool:
+    """A bool of Python, NumPy or torch (a bool tensor): never read as a number."""
+    dtype = getattr(value, "dtype", None)
+    return isinstance(value, bool) or dtype is torch.bool or str(dtype) == "bool"
+
+
 def _window(name: str, value: Any) -> int | None:
     """The layer's ``sliding_window`` as a whole number of keys >= 1 (None: no window)."""
     if value is None:
         return None
     window = None
-    if not isinstance(value, (bool, str)):
+    if not isinstance(value, str) and not _is_bool(value):
         try:
             window = operator.index(value)  # int, NumPy and 0-d integer tensors
         except TypeError:
@@ -200,7 +223,7 @@ def _window(name: str, value: Any) -> int | None:
                 window = int(value)
     if window is None or window < 1:
         raise UnsupportedMaskError(
-            f"{name}: sliding_window must be a whole number of keys >= 1, got {value!r}"
+            f"{name}: sliding_window must be a whole number of keys >= 1, got {_shown(value)}"
         )
     return window
 
@@ -212,7 +235,7 @@ def _softcap(name: str, value: Any) -> float | None:
     if value is None:
         return None
     cap = None
-    if not isinstance(value, (bool, str, bytes)):
+    if not isinstance(value, (str, bytes)) and not _is_bool(value):
         try:
             cap = float(value)  # int, float, NumPy and one-element tensors
         except (TypeError, ValueError, RuntimeError):
@@ -226,7 +249,7 @@ def _softcap(name: str, value: Any) -> float | None:
 
 def _shown(value: Any) -> str:
     """``value`` for an error message: its repr, cut to 80 characters."""
-    text = repr(value)
+    text = printable(repr(value))
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -258,6 +281,13 @@ def _reject_unsupported(
     for key, what in _UNSUPPORTED_KWARGS.items():
         if kwargs.get(key) is not None:
             raise UnsupportedMaskError(f"{name}: `{key}` ({what}) has no attnc variant")
+    for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+        bounds = kwargs.get(key)
+        if isinstance(bounds, torch.Tensor) and bounds.numel() > 2:
+            raise UnsupportedMaskError(
+                f"{name}: `{key}` describes {bounds.numel() - 1} packed sequences; attnc maps "
+                "each batch row onto one sequence (packed sequences are not supported)"
+            )
     config = getattr(module, "config", None)
     for key, what in _UNSUPPORTED_CONFIG.items():
         if getattr(config, key, None):
@@ -269,12 +299,16 @@ def _reject_unsupported(
         )
     # Any false value asks for bidirectional attention (0, numpy's or a tensor's False too).
     is_causal = kwargs.get("is_causal")
+    if isinstance(is_causal, torch.Tensor) and is_causal.numel() != 1:
+        raise UnsupportedMaskError(
+            f"{name}: is_causal: expected one value, got a tensor of shape {tuple(is_causal.shape)}"
+        )
     if not getattr(module, "is_causal", True) or (is_causal is not None and not bool(is_causal)):
         raise UnsupportedMaskError(
             f"{name}: `is_causal=False` (bidirectional attention) is not mapped to attnc"
         )
     if dropout:
         raise UnsupportedMaskError(
-            f"{name}: attention dropout {dropout} (training mode) is not supported; "
+            f"{name}: attention dropout {_shown(dropout)} (training mode) is not supported; "
             "call model.eval() or set attention_dropout=0"
         )

@@ -77,11 +77,20 @@ def attnc_mask(
         return attention_mask
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
+    q_offset = _offset("q_offset", q_offset)
+    kv_offset = _offset("kv_offset", kv_offset)
+    if isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2:
+        if attention_mask.dtype not in (torch.bool, torch.int32, torch.int64):
+            raise ValueError(
+                "attention_mask: a 2D padding mask must be bool or integer (1 = token, "
+                f"0 = padding), got {attention_mask.dtype}"
+            )
+
     visible = sdpa_mask(
         batch_size=batch_size,
         q_length=q_length,
         kv_length=kv_length,
-        q_offset=int(q_offset),
+        q_offset=q_offset,
         kv_offset=kv_offset,
         mask_function=mask_function or causal_mask_function,
         attention_mask=attention_mask,
@@ -94,7 +103,7 @@ def attnc_mask(
         raise UnsupportedMaskError("transformers built no mask for this call")
     window = getattr(config, "sliding_window", None)
     candidates = (None, window if isinstance(window, int) else None)
-    query_start = int(q_offset) - int(kv_offset)
+    query_start = q_offset - kv_offset
     return segments_from_visibility(
         visible.expand(batch_size, -1, q_length, kv_length)[:, 0], query_start, candidates
     )
@@ -157,6 +166,20 @@ def attnc_attention_forward(
     return out, None
 
 
+def _offset(arg: str, value: object) -> int:
+    """A cache offset of ``attnc_mask``: one whole number (an int or a one-element tensor)."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1 or value.is_floating_point() or value.dtype == torch.bool:
+            raise ValueError(
+                f"{arg}: expected one whole number, got a {value.dtype} tensor of shape "
+                f"{tuple(value.shape)}"
+            )
+        return int(value.item())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{arg}: expected one whole number, got {type(value).__name__}")
+    return value
+
+
 def _check_shapes(
     module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 ) -> None:
@@ -169,6 +192,8 @@ def _check_shapes(
             raise ValueError(
                 f"{name}: {arg}: expected a 4D tensor [batch, heads, seq, head_dim], got {found}"
             )
+    if query.shape[3] < 1:
+        raise ValueError(f"{name}: query: head_dim is 0")
     if key.shape[0] != query.shape[0]:
         raise ValueError(f"{name}: key: batch {key.shape[0]}, but query has {query.shape[0]}")
     if key.shape[3] != query.shape[3]:

@@ -58,7 +58,9 @@ def test_a_value_head_dim_other_than_the_keys_is_unsupported():
         attnc_attention_forward(torch.nn.Module(), q, k, v[..., :8], None)
 
 
-@pytest.mark.parametrize("window", [2.5, float("nan"), float("inf"), "4", True])
+@pytest.mark.parametrize(
+    "window", [2.5, float("nan"), float("inf"), "4", True, np.True_, torch.tensor(True)]
+)
 def test_a_sliding_window_that_is_not_a_whole_number_of_keys_is_named(window):
     """2.5 was truncated to a window of 2 keys (transformers' mask keeps 3), "4" and True were
     read as 4 and 1, NaN and inf ended in int()'s bare ValueError / OverflowError."""
@@ -106,7 +108,9 @@ def test_sinks_that_are_not_a_tensor_are_named():
         attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=[0.0] * 4)
 
 
-@pytest.mark.parametrize("cap", ["3", True, 0.0, float("nan"), float("inf"), [30.0]])
+@pytest.mark.parametrize(
+    "cap", ["3", True, np.True_, torch.tensor(True), 0.0, float("nan"), float("inf"), [30.0]]
+)
 def test_a_softcap_that_is_not_a_finite_nonzero_number_is_named(cap):
     """A cap "3" was read as a cap of 3.0 and True as 1.0; a cap of 0 made every logit 0 (uniform
     weights over the visible keys), NaN every output NaN; a list ended in a raw TypeError."""
@@ -142,3 +146,89 @@ def test_a_scaling_the_kernels_cannot_take_is_named_as_scaling(scaling, message)
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=message):
         attnc_attention_forward(torch.nn.Module(), q, k, v, None, scaling=scaling)
+
+
+def test_sinks_by_their_other_name_are_applied():
+    """``sinks=`` (the name some models pass) was dropped silently: the output was the plain
+    causal one. It is ``s_aux`` by another name; both at once must be one tensor."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv()
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    want, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=sinks)
+    plain, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None)
+    got, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, sinks=sinks)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert not torch.allclose(got, plain)
+    with pytest.raises(UnsupportedMaskError, match="both `s_aux` and `sinks`"):
+        attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=sinks, sinks=-sinks)
+
+
+def test_packed_sequences_described_by_cu_seq_lens_are_refused():
+    """Two documents packed in one row and described only by cu_seq_lens_q/_k attended across
+    their boundary without an error; one sequence is what attnc runs anyway."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    q, k, v = _qkv(batch=1, q_len=6, kv_len=6)
+    bounds = torch.tensor([0, 3, 6], dtype=torch.int32)
+    with pytest.raises(UnsupportedMaskError, match="`cu_seq_lens_q` describes 2 packed"):
+        attnc_attention_forward(
+            torch.nn.Module(), q, k, v, None, cu_seq_lens_q=bounds, cu_seq_lens_k=bounds
+        )
+    one = torch.tensor([0, 6], dtype=torch.int32)
+    got, _ = attnc_attention_forward(
+        torch.nn.Module(), q, k, v, None, cu_seq_lens_q=one, cu_seq_lens_k=one
+    )
+    want, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_alibi_slopes_cast_with_the_model_run_as_f32():
+    """model.to(torch.bfloat16) casts the layer's float buffers: bf16 slopes were refused by
+    the variant's param check (the sinks were converted)."""
+    q, k, v = _qkv()
+    layer, cast = torch.nn.Module(), torch.nn.Module()
+    layer.alibi_slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    cast.alibi_slopes = layer.alibi_slopes.bfloat16()  # these four are exact in bf16
+    want, _ = attnc_attention_forward(layer, q, k, v, None)
+    got, _ = attnc_attention_forward(cast, q, k, v, None)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"is_causal": torch.tensor([1, 1])}, r"is_causal: expected one value"),
+        ({"dropout": 0.5}, r"attention dropout 0\.5"),
+    ],
+)
+def test_layer_settings_are_named_with_control_characters_escaped(kwargs, message):
+    """A layer class name or layer_idx with terminal escapes reached the message raw; a
+    tensor is_causal of two values ended in torch's 'Boolean value of Tensor' error."""
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    hostile = type("Attn\x1b[2K\r", (torch.nn.Module,), {})()
+    hostile.layer_idx = "3\nok"
+    q, k, v = _qkv()
+    with pytest.raises(UnsupportedMaskError, match=message) as info:
+        attnc_attention_forward(hostile, q, k, v, None, **kwargs)
+    text = str(info.value)
+    assert "\x1b" not in text and "\r" not in text and "\n" not in text
+    assert "Attn\\x1b[2K\\r (layer 3\\nok)" in text
+
+
+def test_head_dim_0_and_bad_mask_offsets_are_named():
+    """head_dim 0 ended in a ZeroDivisionError from the default scale; attnc_mask with a
+    two-element q_offset in int()'s bare ValueError, and with a float 2D padding mask in
+    NotImplementedError from inside transformers."""
+    from attnc.integrations.transformers import attnc_mask
+
+    q, k, v = _qkv(head_dim=16)
+    with pytest.raises(ValueError, match="query: head_dim is 0"):
+        attnc_attention_forward(torch.nn.Module(), q[..., :0], k[..., :0], v[..., :0], None)
+    with pytest.raises(ValueError, match=r"q_offset: expected one whole number"):
+        attnc_mask(2, 3, 3, q_offset=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"kv_offset: expected one whole number, got float"):
+        attnc_mask(2, 3, 3, kv_offset=1.5)
+    with pytest.raises(ValueError, match=r"2D padding mask must be bool or integer"):
+        attnc_mask(2, 3, 3, attention_mask=torch.ones(2, 3))
