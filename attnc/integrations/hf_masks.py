@@ -169,7 +169,8 @@ def segments_from_visibility(
 def _windowed(
     in_run: torch.Tensor, pos: torch.Tensor, key: torch.Tensor, window: int | None
 ) -> torch.Tensor:
-    return in_run if window is None else in_run & (pos - key < window)
+    # key > pos - window: the same as pos - key < window, without an int64 [Q, KV] temporary
+    return in_run if window is None else in_run & (key > pos - window)
 
 
 def segments_for_call(

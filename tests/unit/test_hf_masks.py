@@ -113,3 +113,31 @@ def test_a_one_token_step_past_its_run_runs_at_the_run_end():
     s = (q.double() @ kx.transpose(-1, -2) / 4).masked_fill(~visible[:, None], float("-inf"))
     want = (s.softmax(-1) @ vx).transpose(1, 2)
     assert torch.allclose(out.double(), want, atol=1e-5)
+
+
+_WINDOW_CHECK_PROBE = """
+import resource, torch
+from attnc.integrations.hf_masks import segments_from_visibility
+n = 4096
+key = torch.arange(n).view(1, 1, n); pos = torch.arange(n).view(1, n, 1)
+visible = (key <= pos) & (key > pos - 1024)
+del key, pos
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+batch = segments_from_visibility(visible, 0, (None, 1024))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) // 1024, sorted(map(str, batch.windows)))
+"""
+
+
+def test_the_window_check_needs_no_int64_copy_of_the_mask() -> None:
+    """The window pattern was checked through pos - key, an int64 [Q, KV] tensor (8x the
+    16 MiB mask at 4K, ~8 GiB at 32K): the check grew the process by ~147 MiB; now ~51."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WINDOW_CHECK_PROBE], capture_output=True, text=True, check=True
+    )
+    grown, windows = done.stdout.split(maxsplit=1)
+    assert windows.strip() == "['1024']"
+    assert int(grown) < 100, f"the window check grew the process by {grown} MiB"
