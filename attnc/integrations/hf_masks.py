@@ -25,6 +25,11 @@ class UnsupportedMaskError(ValueError):
     """An attention mask (or a layer setting) that no attnc variant can express."""
 
 
+class MaskReadAsTensorError(UnsupportedMaskError, AttributeError):
+    """A model read a tensor attribute (``dtype``, ``device``, ...) of the mask attnc built;
+    an AttributeError too, so ``hasattr`` and ``getattr(..., default)`` still answer."""
+
+
 @dataclass(frozen=True)
 class RowSegment:
     """The request of one batch row: queries ``[q_begin, q_end)`` over keys ``[kv_begin, kv_end)``
@@ -57,6 +62,16 @@ class BatchSegments:
     # transformers looks at ``ndim`` / ``shape`` of a mask handed back to the model (as
     # ``generate()`` does with a static cache): this reads as an already built 4D mask.
     ndim = 4
+
+    def __getattr__(self, name: str) -> Any:
+        # Only attributes the object lacks: a model that treats the mask as a tensor.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise MaskReadAsTensorError(
+            f"attention_mask: the model reads `.{name}` of the mask the attnc backend built "
+            "(its requests, not a tensor): a model that edits its attention mask after "
+            "transformers builds it is not supported"
+        )
 
     @property
     def shape(self) -> tuple[int, int, int, int]:

@@ -141,3 +141,14 @@ def test_the_window_check_needs_no_int64_copy_of_the_mask() -> None:
     grown, windows = done.stdout.split(maxsplit=1)
     assert windows.strip() == "['1024']"
     assert int(grown) < 100, f"the window check grew the process by {grown} MiB"
+
+
+def test_a_model_that_reads_the_mask_as_a_tensor_is_told_why():
+    """Doge post-processes its mask: `.dtype` of the backend's mask ended in a bare
+    AttributeError from inside transformers that never named attnc."""
+    batch = segments_from_visibility(torch.ones(1, 2, 2, dtype=torch.bool).tril(), 0, (None,))
+    with pytest.raises(UnsupportedMaskError, match=r"reads `\.dtype` of the mask the attnc"):
+        _ = batch.dtype
+    assert not hasattr(batch, "device")  # hasattr / getattr with a default still answer
+    assert getattr(batch, "to", None) is None
+    assert batch.ndim == 4 and batch.shape == (1, 1, 2, 2)
