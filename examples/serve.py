@@ -75,6 +75,24 @@ def make_requests(count: int, min_prompt: int, max_prompt: int, new_tokens: int,
     ]
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """parser.error for sizes the engine cannot run with (a page size or an arrival rate of 0
+    divided by zero) and for requests longer than the model's positions."""
+    for name in ("requests", "new_tokens", "min_prompt", "max_prompt", "arrivals_per_step",
+                 "max_batch", "chunk_tokens", "page_size", "layers"):  # fmt: skip
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if args.min_prompt > args.max_prompt:
+        parser.error(f"--min-prompt {args.min_prompt} is above --max-prompt {args.max_prompt}")
+    positions = ModelShape().max_positions
+    if args.max_prompt + args.new_tokens > positions:
+        parser.error(
+            f"--max-prompt {args.max_prompt} + --new-tokens {args.new_tokens} exceed the "
+            f"model's {positions} positions"
+        )
+
+
 def buckets_up_to(max_batch: int) -> list[int]:
     """Decode batch sizes that get a CUDA graph: powers of two, then ``max_batch``."""
     out, b = [], 1
@@ -204,10 +222,31 @@ class Engine:
         return [reqs[i] for i in done], logits
 
     # ---- the loop ----------------------------------------------------------------------
+    def check_request(self, r: Request) -> None:
+        """ValueError unless the model can serve ``r``: token ids in ``[0, vocab)`` (-1 read
+        the last row of the embedding), and prompt + new tokens within the rotary table
+        (past it the model's gather failed on the device)."""
+        shape = self.model.shape
+        bad = (r.prompt < 0) | (r.prompt >= shape.vocab)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"request {r.rid}: prompt[{i}] = {int(r.prompt[i])} is not a token id in "
+                f"[0, {shape.vocab})"
+            )
+        total = r.prompt.numel() + r.new_tokens
+        if total > shape.max_positions:
+            raise ValueError(
+                f"request {r.rid}: {r.prompt.numel()} prompt + {r.new_tokens} new tokens exceed "
+                f"the model's {shape.max_positions} positions"
+            )
+
     def run(self, requests: list[Request], forced: dict[int, list[int]] | None = None,
             deadline: float | None = None):  # fmt: skip
         """Serve every request (until ``deadline``, a ``time.perf_counter()`` value, passes:
         then ``truncated`` is set); per-step latencies (s) and whether each step had prefill."""
+        for r in requests:
+            self.check_request(r)
         waiting, running = deque(sorted(requests, key=lambda r: r.arrival)), []
         latencies, had_prefill, step = [], [], 0
         self.truncated = False
@@ -412,6 +451,7 @@ def main() -> None:
     )
     p.add_argument("--json", default=None, help="also write the JSON lines to this file")
     args = p.parse_args()  # fmt: skip
+    check_args(p, args)
     if not torch.cuda.is_available():
         raise SystemExit("serve.py needs a CUDA GPU")
     if args.quick:

@@ -117,3 +117,46 @@ def test_a_request_that_cannot_generate_is_refused(new_tokens, prompt):
 
     with pytest.raises(ValueError, match=r"request 3: (new_tokens|prompt) must be"):
         Request(3, torch.zeros(prompt, dtype=torch.int64), new_tokens, 0)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "new_tokens", "message"),
+    [
+        ([3, -1, 7], 2, r"request 0: prompt\[1\] = -1 is not a token id in \[0, 97\)"),
+        ([3, 97, 7], 2, r"prompt\[1\] = 97 is not a token id"),
+        ([1] * 500, 13, r"500 prompt \+ 13 new tokens exceed the model's 512 positions"),
+    ],
+)
+def test_requests_the_model_cannot_serve_are_refused(prompt, new_tokens, message):
+    """A token id of -1 silently read the embedding's last row (the tokens came out as for
+    id 96); an id of vocab and a request past the rotary table failed inside the model's
+    gather (on the GPU, a device-side assert that ends the process)."""
+    from serve import Request
+
+    model = TinyLlama(SHAPE, torch.device("cpu"), dtype=torch.float32)
+    cache = PagedKVCache(SHAPE, 256, PAGE, torch.device("cpu"), torch.float32)
+    backend = make_backend("torch", Heads(4, 2, 32, PAGE, 256), torch.device("cpu"))
+    engine = Engine(model, cache, backend, max_batch=2, chunk_tokens=64)
+    request = Request(0, torch.tensor(prompt, dtype=torch.int64), new_tokens, 0)
+    with pytest.raises(ValueError, match=message):
+        engine.run([request])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--page-size", "0"], "--page-size must be >= 1, got 0"),
+        (["--arrivals-per-step", "0"], "--arrivals-per-step must be >= 1"),
+        (["--min-prompt", "900", "--max-prompt", "800"], "--min-prompt 900 is above"),
+        (["--max-prompt", "8192"], "exceed the model's 8192 positions"),
+    ],
+)
+def test_command_line_sizes_the_engine_cannot_run_are_refused(argv, message):
+    """--page-size 0 and --arrivals-per-step 0 divided by zero; --min-prompt above
+    --max-prompt ended in torch's random_ error."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "serve.py"
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
