@@ -7,6 +7,7 @@ sub-expressions were hoisted to named values.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -38,6 +39,20 @@ class CudaContext:
     # Inside a hook templated on ``bool kPolyExp2`` (score_raw): the exp-based functions pass
     # it on (``attnc::vm::exp_<kPolyExp2>``: exp2_poly instead of MUFU.EX2 where true).
     poly_exp2: bool = False
+
+    def with_proven(self, proven: frozenset[ir.Expr]) -> CudaContext:
+        """This context with ``proven`` as the reads spelled plainly (every other checked)."""
+        return dataclasses.replace(self, hoisted=dict(self.hoisted), proven_loads=proven)
+
+    def with_names(self, names: dict[ir.Expr, str]) -> CudaContext:
+        """This context with ``names`` spelling those sub-expressions too."""
+        return dataclasses.replace(self, hoisted={**self.hoisted, **names})
+
+    def with_poly_exp2(self) -> CudaContext:
+        """This context inside a hook templated on ``bool kPolyExp2`` (score_raw): its
+        exp-based calls pass it on, so the Hopper consumers can take part of them from
+        exp2_poly."""
+        return dataclasses.replace(self, poly_exp2=True)
 
 
 # The attnc::vm functions whose device exp2 can come from exp2_poly (a template on bool).

@@ -7,7 +7,6 @@ User code only lands in the named slots of ``templates/functor.cuh.j2``.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -281,7 +280,7 @@ def _body(e: ir.Expr, ctx: CudaContext, prefix: str = "t") -> Body:
     named = [n for n in nodes if _needs_name(n, uses, ctx)]
     reads = {id(n) for n in named if _reads_tensor(n)}
     always = always_evaluated(nodes, reads, ctx.hoisted)
-    local_ctx = _with_names(ctx, {})
+    local_ctx = ctx.with_names({})
     text = CudaText(local_ctx)
     checked = CudaText(local_ctx, checked_reads=True)
     locals_: list[Value] = []
@@ -310,7 +309,7 @@ def _key_fields(v: ir.VariantIR, terms: tuple[ir.Expr, ...], ctx: CudaContext) -
     """The members of ``KeyValues``: ``key_values`` computes every key's terms ahead of any
     guard, so a read there is plain only where no guard is needed to keep it inside."""
     loads = [n for t in terms for n in ir.walk(t) if isinstance(n, ir.TensorLoad)]
-    unguarded = _with_proven(ctx, proven_without_guards(v, loads))
+    unguarded = ctx.with_proven(proven_without_guards(v, loads))
     return [
         KeyField(_key_ctype(t), f"k{i}", _body(t, unguarded, f"k{i}_")) for i, t in enumerate(terms)
     ]
@@ -325,22 +324,6 @@ def _key_name(i: int, term: ir.Expr) -> str:
     return f"(key.k{i} != 0)" if term.type == ir.BOOL else f"key.k{i}"
 
 
-def _with_proven(ctx: CudaContext, proven: frozenset[ir.Expr]) -> CudaContext:
-    """``ctx`` with ``proven`` as the reads spelled plainly (every other read checked)."""
-    return dataclasses.replace(ctx, hoisted=dict(ctx.hoisted), proven_loads=proven)
-
-
-def _with_names(ctx: CudaContext, names: dict[ir.Expr, str]) -> CudaContext:
-    """``ctx`` with ``names`` spelling those sub-expressions too."""
-    return dataclasses.replace(ctx, hoisted={**ctx.hoisted, **names})
-
-
-def _poly_exp2(ctx: CudaContext) -> CudaContext:
-    """``ctx`` inside score_raw, a template on ``bool kPolyExp2`` (its exp-based calls pass it
-    on, so the Hopper consumers can take part of them from exp2_poly)."""
-    return dataclasses.replace(ctx, poly_exp2=True)
-
-
 def _key_hook(
     ctype: str, name: str, args: str, e: ir.Expr | None, plain: str | None, ctx: CudaContext
 ) -> KeyHook:
@@ -348,7 +331,7 @@ def _key_hook(
     if e is None:
         return KeyHook(ctype, name, args, Body((), str(plain)))
     poly = name == "score_raw"
-    return KeyHook(ctype, name, args, _body(e, _poly_exp2(ctx) if poly else ctx), poly)
+    return KeyHook(ctype, name, args, _body(e, ctx.with_poly_exp2() if poly else ctx), poly)
 
 
 def _needs_name(node: ir.Expr, uses: dict[int, int], ctx: CudaContext) -> bool:
@@ -439,7 +422,7 @@ def _emit_functor(compiled: Compiled) -> str:
     touched = [f"attnc::vm::prefetch_l1_({CudaText(ctx).checked_address(n)})" for n in reads]
     terms = key_value_terms(compiled)
     key_fields = _key_fields(v, terms, ctx)
-    key_ctx = _with_names(ctx, {t: _key_name(i, t) for i, t in enumerate(terms)})
+    key_ctx = ctx.with_names({t: _key_name(i, t) for i, t in enumerate(terms)})
     score_args, key_args = "const Row& row, float s, int kv_idx", "const Row& row, int kv_idx"
     element_hooks = (
         ("float", "score", score_args, v.score, "s"),
@@ -476,7 +459,7 @@ def _emit_functor(compiled: Compiled) -> str:
         has_output=v.output is not None,
         score=_body(v.score, ctx) if v.score is not None else Body((), "s"),
         score_log2=_body(log2_score, ctx) if log2_score is not None else None,
-        score_raw=_body(raw_score, _poly_exp2(ctx)) if raw_score is not None else None,
+        score_raw=_body(raw_score, ctx.with_poly_exp2()) if raw_score is not None else None,
         score_scale=render(affine.scale if affine else one, ctx),
         score_bias=_body(affine.bias if affine else zero, ctx),
         bias_step=step is not None,
