@@ -8,8 +8,9 @@ valid keys: what left padding (batched ``generate()``), right padding and a KV c
 Each row then becomes a :class:`RowSegment`: the queries whose key position lies in the run,
 over the keys ``[first, position of its last query]``. Queries outside the run are padding;
 their output is 0, except the query of a one-token step that sees its whole run from past it
-(a static cache's unused tail): it runs as the query at the run's end. Any other mask (packed sequences, chunked attention, image-token overlays,
-additive biases) raises :class:`UnsupportedMaskError`, which names what it found.
+(a static cache's unused tail): it runs as the query at the run's end. Any other mask (packed
+sequences, chunked attention, image-token overlays, additive biases) raises
+:class:`UnsupportedMaskError`, which names what it found.
 """
 
 from __future__ import annotations

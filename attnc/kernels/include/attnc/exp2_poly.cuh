@@ -4,7 +4,7 @@
 //
 // 2^x = 2^j * 2^f with j = round(x) and f = x - j in [-0.5, 0.5]: 2^f is a degree-3
 // polynomial (relative error below 7.5e-5, about 2^-13.7: under the rounding of a bf16 or
-// fp16 weight, 2^-9 / 2^-11), 2^j is built in the exponent bits. Nine instructions on the
+// fp16 weight, 2^-9 / 2^-11), 2^j is built in the exponent bits. Ten instructions on the
 // FMA / ALU pipes against one MUFU.EX2 (relative error about 2^-22).
 #pragma once
 
@@ -68,6 +68,7 @@ ATTNC_HD constexpr bool poly_column(int n, int every) { return every > 0 && n % 
 // exp2_poly; of a variant without softmax, every kRawPolyEvery-th column block's score takes
 // its exp / sigmoid from exp2_poly (vm::exp_<true>, ...). Identity and affine scores leave
 // every exp2 to MUFU.EX2: their bottleneck is the tensor cores, and exp2_poly costs issue slots.
+// Both settings are 0 (off) by default; tests/codegen/test_exp2_poly_sass.py compiles them on.
 #ifndef ATTNC_EXP2_POLY_EVERY
 #define ATTNC_EXP2_POLY_EVERY 0
 #endif
