@@ -134,7 +134,7 @@ def variant_for_layer(
 _chosen: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], LayerVariant]] = (
     weakref.WeakKeyDictionary()
 )
-_TENSOR_KWARGS = ("s_aux", "position_bias", "head_mask")
+_TENSOR_KWARGS = ("s_aux", "sinks", "position_bias", "head_mask", "cu_seq_lens_q", "cu_seq_lens_k")
 
 
 def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:

@@ -155,9 +155,10 @@ def test_sinks_by_their_other_name_are_applied():
 
     q, k, v = _qkv()
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    layer = torch.nn.Module()  # one layer: its plain call's choice must not be reused
     want, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, s_aux=sinks)
-    plain, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None)
-    got, _ = attnc_attention_forward(torch.nn.Module(), q, k, v, None, sinks=sinks)
+    plain, _ = attnc_attention_forward(layer, q, k, v, None)
+    got, _ = attnc_attention_forward(layer, q, k, v, None, sinks=sinks)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert not torch.allclose(got, plain)
     with pytest.raises(UnsupportedMaskError, match="both `s_aux` and `sinks`"):
@@ -171,10 +172,10 @@ def test_packed_sequences_described_by_cu_seq_lens_are_refused():
 
     q, k, v = _qkv(batch=1, q_len=6, kv_len=6)
     bounds = torch.tensor([0, 3, 6], dtype=torch.int32)
+    layer = torch.nn.Module()
+    attnc_attention_forward(layer, q, k, v, None)  # a plain call first: nothing reused
     with pytest.raises(UnsupportedMaskError, match="`cu_seq_lens_q` describes 2 packed"):
-        attnc_attention_forward(
-            torch.nn.Module(), q, k, v, None, cu_seq_lens_q=bounds, cu_seq_lens_k=bounds
-        )
+        attnc_attention_forward(layer, q, k, v, None, cu_seq_lens_q=bounds, cu_seq_lens_k=bounds)
     one = torch.tensor([0, 6], dtype=torch.int32)
     got, _ = attnc_attention_forward(
         torch.nn.Module(), q, k, v, None, cu_seq_lens_q=one, cu_seq_lens_k=one
