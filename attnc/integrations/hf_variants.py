@@ -33,6 +33,7 @@ import torch
 from attnc.dsl.errors import printable
 from attnc.integrations.hf_masks import UnsupportedMaskError
 from attnc.integrations.hf_sinks import SINK_SOURCES, sink_spec, sink_support_gap
+from attnc.runtime.checks.tensors import is_bool_value, shown_value
 
 # Gemma-2's local layers: soft-capped logits over a causal sliding window. The standard
 # library has each half; this combines them.
@@ -199,15 +200,9 @@ def _slopes(name: str, slopes: Any) -> torch.Tensor:
     """ALiBi's slopes as the variant's f32 vector (a model cast to bf16 casts them too)."""
     if not isinstance(slopes, torch.Tensor) or not slopes.is_floating_point():
         raise UnsupportedMaskError(
-            f"{name}: alibi_slopes: expected a float tensor [num_heads], got {_shown(slopes)}"
+            f"{name}: alibi_slopes: expected a float tensor [num_heads], got {shown_value(slopes)}"
         )
     return slopes if slopes.dtype == torch.float32 else slopes.detach().float()
-
-
-def _is_bool(value: Any) -> bool:
-    """A bool of Python, NumPy or torch (a bool tensor): never read as a number."""
-    dtype = getattr(value, "dtype", None)
-    return isinstance(value, bool) or dtype is torch.bool or str(dtype) == "bool"
 
 
 def _window(name: str, value: Any) -> int | None:
@@ -215,7 +210,7 @@ def _window(name: str, value: Any) -> int | None:
     if value is None:
         return None
     window = None
-    if not isinstance(value, str) and not _is_bool(value):
+    if not isinstance(value, str) and not is_bool_value(value):
         try:
             window = operator.index(value)  # int, NumPy and 0-d integer tensors
         except TypeError:
@@ -223,7 +218,7 @@ def _window(name: str, value: Any) -> int | None:
                 window = int(value)
     if window is None or window < 1:
         raise UnsupportedMaskError(
-            f"{name}: sliding_window must be a whole number of keys >= 1, got {_shown(value)}"
+            f"{name}: sliding_window must be a whole number of keys >= 1, got {shown_value(value)}"
         )
     return window
 
@@ -235,22 +230,16 @@ def _softcap(name: str, value: Any) -> float | None:
     if value is None:
         return None
     cap = None
-    if not isinstance(value, (str, bytes)) and not _is_bool(value):
+    if not isinstance(value, (str, bytes)) and not is_bool_value(value):
         try:
             cap = float(value)  # int, float, NumPy and one-element tensors
         except (TypeError, ValueError, RuntimeError):
             cap = None
     if cap is None or not (math.isfinite(cap) and cap != 0.0):
         raise UnsupportedMaskError(
-            f"{name}: softcap must be a finite nonzero number, got {_shown(value)}"
+            f"{name}: softcap must be a finite nonzero number, got {shown_value(value)}"
         )
     return cap
-
-
-def _shown(value: Any) -> str:
-    """``value`` for an error message: its repr, cut to 80 characters."""
-    text = printable(repr(value))
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bool) -> LayerVariant:
@@ -309,6 +298,6 @@ def _reject_unsupported(
         )
     if dropout:
         raise UnsupportedMaskError(
-            f"{name}: attention dropout {_shown(dropout)} (training mode) is not supported; "
+            f"{name}: attention dropout {shown_value(dropout)} (training mode) is not supported; "
             "call model.eval() or set attention_dropout=0"
         )

@@ -71,6 +71,13 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     return value
 
 
+def is_bool_value(value: object) -> bool:
+    """A bool of Python, NumPy or torch (a bool tensor): never read as a number."""
+    return isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, torch.Tensor) and value.dtype == torch.bool
+    )
+
+
 def sm_scale_value(sm_scale: object, head_dim: int) -> float:
     """The softmax scale as a Python float, any value (the eager reference takes NaN, 0 or a
     negative scale): ``1 / sqrt(head_dim)`` for None, else a Python or numpy float or int or
@@ -78,9 +85,7 @@ def sm_scale_value(sm_scale: object, head_dim: int) -> float:
     int past the float range."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(sm_scale, (bool, np.bool_, str, bytes)) or (
-        isinstance(sm_scale, torch.Tensor) and sm_scale.dtype == torch.bool
-    ):
+    if isinstance(sm_scale, (str, bytes)) or is_bool_value(sm_scale):
         raise _not_a_float(sm_scale)
     try:
         return float(sm_scale)  # type: ignore[arg-type]
