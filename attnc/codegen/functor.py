@@ -400,7 +400,14 @@ def emit_functor(compiled: Compiled) -> str:
         return _emit_functor(compiled)
 
 
-def _emit_functor(compiled: Compiled) -> str:
+def request_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
+    """The values the functor computes once per request (its ``c<i>`` members), in order."""
+    hoister, _, _ = _hoisted(compiled)
+    return tuple(e for e, _ in hoister.request)
+
+
+def _hoisted(compiled: Compiled) -> tuple[_Hoister, ir.Expr | None, ir.Expr | None]:
+    """The hoister holding every element hook's values, and the log2 and raw score forms."""
     v = compiled.variant
     affine: AffineScore | None = compiled.affine
     hoister = _Hoister(v)
@@ -411,6 +418,13 @@ def _emit_functor(compiled: Compiled) -> str:
         element_exprs += [affine.scale, affine.bias]
     for x in element_exprs:
         hoister.add_element_expr(x)
+    return hoister, log2_score, raw_score
+
+
+def _emit_functor(compiled: Compiled) -> str:
+    v = compiled.variant
+    affine: AffineScore | None = compiled.affine
+    hoister, log2_score, raw_score = _hoisted(compiled)
     ctx = hoister.context(ELEMENT_NAMES, "row.")
     request_ctx = hoister.context(REQUEST_NAMES, None)
     analysis: MaskAnalysis = compiled.mask_analysis

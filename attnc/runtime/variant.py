@@ -40,6 +40,8 @@ class Variant:
         """The runtime params, in the order kernels expect them."""
         # How custom ops (which take no Python objects) name this variant.
         self.handle = next(_HANDLES)
+        # (scalar values, sm_scale, heads) whose derived values were found in range.
+        self._derived_checked: set[tuple[object, ...]] = set()
         _VARIANTS[self.handle] = self
 
     @property
@@ -100,6 +102,38 @@ class Variant:
             batch_sizes=batch_sizes,
         )
 
+    def check_derived_values(
+        self, values: Mapping[str, object], sm_scale: float, heads: tuple[int, int, int]
+    ) -> None:
+        """Refuse scalar param values (resolved; a missing one takes its default) whose
+        float32 values the kernels derive once per request, with ``sm_scale``, overflow or
+        fall below the normal range (``attnc.codegen.derived_range``): a ``ValueError``
+        naming the variant, the values and the derived expression. Not while
+        ``torch.compile`` traces (the custom ops' bodies check at run time)."""
+        if torch.compiler.is_compiling() or not self._derived_exprs:
+            return
+        scalars = tuple(
+            (d.name, values[d.name] if d.name in values else d.default)
+            for d in self.params
+            if d.kind != "tensor"
+        )
+        key = (scalars, sm_scale, heads)
+        if key in self._derived_checked:
+            return
+        from attnc.codegen.derived_range import derived_value_problem
+
+        problem = derived_value_problem(self._derived_exprs, dict(scalars), sm_scale, heads)
+        if problem is not None:
+            raise ValueError(f"variant '{self.name}': {printable(problem)}")
+        if len(self._derived_checked) < _DERIVED_CHECKS_KEPT:
+            self._derived_checked.add(key)
+
+    @cached_property
+    def _derived_exprs(self) -> tuple[ir_nodes.Expr, ...]:
+        from attnc.codegen.derived_range import checked_value_exprs
+
+        return checked_value_exprs(self.compiled)
+
     def reference(
         self,
         q: torch.Tensor,
@@ -152,6 +186,8 @@ class Variant:
 
 
 _HANDLES = itertools.count(1)
+# How many in-range (values, sm_scale, heads) keys a variant remembers.
+_DERIVED_CHECKS_KEPT = 256
 _VARIANTS: weakref.WeakValueDictionary[int, Variant] = weakref.WeakValueDictionary()
 
 

@@ -240,6 +240,8 @@ class BatchDecodeWrapper(DecodePlanning):
             raise _capture_refused()
         shape, module = self._shape, self._module
         assert shape is not None and module is not None
+        heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
+        self.variant.check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
         layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
@@ -297,11 +299,15 @@ class BatchDecodeWrapper(DecodePlanning):
     ) -> dict[str, object]:
         """The checked param values (``resolve_params``); ``{}`` when none are given and every
         param has a scalar default (the packer then uses its struct of the defaults), unless
-        ``full``."""
-        if not full and not params and self._all_defaults:
-            return {}
+        ``full``. The values the kernel derives from them are checked too
+        (``Variant.check_derived_values``)."""
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
-        return self.variant.resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined,no-any-return]
+        if not full and not params and self._all_defaults:
+            values: dict[str, object] = {}
+        else:
+            values = self.variant.resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined]
+        self.variant.check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
+        return values
 
 
 def _kv_range(views: KvViews) -> tuple[int, int]:

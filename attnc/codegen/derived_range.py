@@ -1,0 +1,102 @@
+"""Owns: the range check of the values a functor derives once per request from scalar params
+and ``sm_scale`` (its ``c<i>`` members, e.g. soft-cap's ``sm_scale / cap`` and
+``1.442695 * cap``).
+
+The optimiser rewrites ``cap * tanh(score * sm_scale / cap)`` so that each key costs one
+multiply: exact over the reals, but in f32 the derived value can overflow or fall below the
+normal range (2^-126) where the original expression would not, for extreme param values
+(``cap = 1e37``): the scores would then be computed from a value flushed to 0, inf or NaN
+while the reference stays finite, so such a call is refused with the param named. Values
+that depend on a request's lengths or on tensor params are not checked here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from attnc.compiler import ir
+from attnc.compiler.evaluate import EvalError, evaluate
+from attnc.compiler.ir_printer import format_ir
+from attnc.compiler.results import Compiled
+
+F32_MIN_NORMAL = 2.0**-126
+# Request-level built-ins that are the same for every request of a call.
+CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads"})
+
+
+def checked_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
+    """The f32 request values of ``compiled``'s functor that read only scalar params and
+    the built-ins in ``CALL_BUILTINS`` (what ``derived_value_problem`` checks)."""
+    from attnc.codegen.functor import request_value_exprs  # Jinja: loaded on first use
+
+    return tuple(
+        e for e in request_value_exprs(compiled) if e.type == ir.F32 and _free_names(e) is not None
+    )
+
+
+def derived_value_problem(
+    exprs: Sequence[ir.Expr],
+    scalars: Mapping[str, object],
+    sm_scale: float,
+    heads: tuple[int, int, int],
+) -> str | None:
+    """Why one of ``exprs`` (``checked_value_exprs``), evaluated in f32 on the scalar param
+    values ``scalars`` and ``sm_scale`` (``heads`` = num_qo_heads, num_kv_heads, head_dim),
+    is out of range, or None when each is finite and 0 or normal. A value whose params
+    include an inf or NaN is not checked (the user asked for it)."""
+    num_qo_heads, num_kv_heads, head_dim = heads
+    env: dict[str, object] = dict(scalars)
+    env.update(
+        sm_scale=sm_scale, head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads
+    )
+    for e in exprs:
+        names = _free_names(e) or frozenset()
+        if not names <= env.keys() or any(_non_finite(env[n]) for n in names):
+            continue
+        problem = _range_problem(e, env)
+        if problem is not None:
+            return f"{_inputs_text(names, env)}: {problem}"
+    return None
+
+
+def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
+    try:
+        device = evaluate(e, env, binary32=True)
+        exact = evaluate(e, env)
+    except (EvalError, OverflowError, ZeroDivisionError, ValueError):
+        return None
+    if exact == 0.0 or math.isnan(exact):
+        return None
+    if math.isfinite(device) and (device == 0.0 or abs(device) >= F32_MIN_NORMAL):
+        return None
+    what = "is not finite" if not math.isfinite(device) else "falls below the normal range 2^-126"
+    return (
+        f"the kernels compute {format_ir(e)} once per request in float32, and it {what} "
+        f"({exact:.6g} exactly), where the kernels' float32 math would flush it to 0 or give "
+        "inf or NaN; choose values that keep it within float32's normal range"
+    )
+
+
+def _free_names(e: ir.Expr) -> frozenset[str] | None:
+    """The built-ins and scalar params ``e`` reads; None when it reads a tensor or a built-in
+    that differs between the requests of a call."""
+    names = set()
+    for node in ir.walk(e):
+        if isinstance(node, ir.TensorLoad):
+            return None
+        if isinstance(node, ir.Builtin):
+            if node.name not in CALL_BUILTINS:
+                return None
+            names.add(node.name)
+        elif isinstance(node, ir.ParamRef):
+            names.add(node.name)
+    return frozenset(names)
+
+
+def _non_finite(value: object) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _inputs_text(names: frozenset[str], env: Mapping[str, object]) -> str:
+    return ", ".join(f"{n} = {env[n]!r}" for n in sorted(names))

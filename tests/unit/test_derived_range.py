@@ -1,0 +1,118 @@
+"""The values a functor derives once per request from scalar params and sm_scale are checked
+in float32 before a launch. Soft-cap's ``cap * tanh(score * sm_scale / cap)`` is rewritten to
+``tanh(score * c1) * c2`` with ``c1 = sm_scale / cap`` and ``c2 = 1.442695 * cap``: with
+``cap = 1e37`` c1 is subnormal in float32 and with ``cap = 3e38`` c2 overflows, while the
+written expression and the reference stay finite. Both calls were launched before the
+check; they are now refused, naming the param."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import attnc
+from attnc.codegen.derived_range import checked_value_exprs, derived_value_problem
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_prefill_call_memo import _qkv, _ragged_plan, _wrapper, cpu_run  # noqa: F401
+
+HEADS = (4, 2, 128)
+SCALE = 1.0 / math.sqrt(128)
+
+
+def _problem(source: str, **scalars: object) -> str | None:
+    compiled = attnc.load(source=source).compiled
+    return derived_value_problem(checked_value_exprs(compiled), scalars, SCALE, HEADS)
+
+
+def _softcap_problem(cap: float) -> str | None:
+    compiled = attnc.load("stdlib:softcap").compiled
+    return derived_value_problem(checked_value_exprs(compiled), {"cap": cap}, SCALE, HEADS)
+
+
+@pytest.mark.parametrize("cap", [50.0, 1.0, 1e-3, 1e30, -30.0])
+def test_ordinary_caps_pass(cap: float) -> None:
+    assert _softcap_problem(cap) is None
+
+
+def test_a_cap_whose_scale_is_subnormal_is_named() -> None:
+    problem = _softcap_problem(1e37)
+    assert problem is not None
+    assert problem.startswith("cap = 1e+37, sm_scale = ")
+    assert "sm_scale / cap" in problem and "below the normal range" in problem
+
+
+def test_a_cap_whose_log2_factor_overflows_is_named() -> None:
+    problem = _softcap_problem(3e38)
+    assert problem is not None and "cap = 3e+38" in problem
+
+
+@pytest.mark.parametrize("cap", [math.inf, -math.inf, math.nan])
+def test_a_cap_given_as_inf_or_nan_is_taken_as_asked(cap: float) -> None:
+    assert _softcap_problem(cap) is None
+
+
+def test_values_of_the_request_lengths_and_of_tensors_are_not_checked() -> None:
+    source = """variant v {
+        param a: f32 = 1.0;
+        param t: tensor<f32>[num_qo_heads];
+        param b: f32 = 1.0;
+        score = score * (a / kv_len) + t[qo_head] * (b * sm_scale);
+    }"""
+    compiled = attnc.load(source=source).compiled
+    exprs = checked_value_exprs(compiled)
+    assert len(exprs) == 1 and "kv_len" not in repr(exprs) and "TensorLoad" not in repr(exprs)
+    assert _problem(source, a=1e-37, b=1.0) is None  # a / kv_len: a request's own value
+    assert _problem(source, a=1.0, b=1e-37) is not None
+
+
+def test_an_exact_zero_is_in_range() -> None:
+    source = "variant v { param a: f32 = 0.0; score = score + a * sm_scale; }"
+    assert _problem(source, a=0.0) is None
+    problem = _problem(source, a=1e-40)  # the written product is subnormal too: refused alike
+    assert problem is not None and "a * sm_scale" in problem
+
+
+def test_a_derived_overflow_of_the_users_own_product_is_named() -> None:
+    source = "variant v { param a: f32 = 1.0; score = score * (a * a); }"
+    problem = _problem(source, a=1e20)
+    assert problem is not None and "a = 1e+20" in problem and "not finite" in problem
+
+
+def test_prefill_run_refuses_the_call(cpu_run) -> None:  # noqa: F811
+    w, recorder = _wrapper("softcap")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    w.run(q, (k, v), cap=30.0)
+    launched = len(recorder.calls)
+    with pytest.raises(ValueError, match=r"variant 'softcap': cap = 1e\+38.* / cap once per"):
+        w.run(q, (k, v), cap=1e38)
+    assert len(recorder.calls) == launched
+
+
+def test_decode_run_refuses_the_call(cpu_decode) -> None:  # noqa: F811
+    w = cpu_decode("softcap")
+    q, cache = _inputs()
+    w.run(q, cache, cap=30.0)
+    with pytest.raises(ValueError, match=r"variant 'softcap': cap = 3e\+38"):
+        w.run(q, cache, cap=3e38)
+    assert len(w._module.calls) == 1
+
+
+def test_a_checked_key_is_remembered(monkeypatch) -> None:
+    v = attnc.load("stdlib:softcap")
+    v.check_derived_values({"cap": 30.0}, SCALE, HEADS)
+    import attnc.codegen.derived_range as dr
+
+    monkeypatch.setattr(dr, "derived_value_problem", lambda *a: "checked again")
+    v.check_derived_values({"cap": 30.0}, SCALE, HEADS)
+    with pytest.raises(ValueError, match="checked again"):
+        v.check_derived_values({"cap": 31.0}, SCALE, HEADS)
+
+
+def test_variants_without_derived_values_skip_the_check() -> None:
+    v = attnc.load("stdlib:causal")
+    assert v._derived_exprs == ()
+    v.check_derived_values({}, SCALE, HEADS)
+    assert torch.float32  # the module imported torch: the check is runtime-side
