@@ -18,7 +18,8 @@ TRANSCENDENTAL_FUNCTIONS = frozenset(
 
 def element_transcendentals(e: ir.Expr, hoisted: Mapping[ir.Expr, str]) -> int:
     """How many distinct calls of :data:`TRANSCENDENTAL_FUNCTIONS` ``e`` evaluates per
-    element: those inside hoisted (per row or request) sub-expressions are not counted."""
+    element: those inside ``hoisted`` sub-expressions (per row or request, or key terms
+    computed once per key) are not counted."""
     return sum(
         isinstance(n, ir.Call) and n.fn in TRANSCENDENTAL_FUNCTIONS
         for n in ir.walk(e, below=lambda n: n not in hoisted)

@@ -467,7 +467,8 @@ def _emit_functor(compiled: Compiled) -> str:
         has_mask=v.mask is not None,
         score_identity=affine is not None and affine.identity,
         score_transcendentals=element_transcendentals(
-            affine.bias if affine is not None else log2_score or raw_score or zero, ctx.hoisted
+            affine.bias if affine is not None else log2_score or raw_score or zero,
+            {**ctx.hoisted, **{t: "" for t in terms}},  # key terms: once per key
         ),
         affine=affine is not None,
         has_output=v.output is not None,

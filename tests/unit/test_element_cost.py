@@ -1,7 +1,7 @@
 """The functor's ``kScoreTranscendentals``: the MUFU-pipe calls (tanh, exp, sigmoid, ...) a
 score evaluates per element, which decide whether the Hopper consumers move part of the
-softmax's exp2s to the FMA pipe. Calls hoisted per row or request do not count; a shared
-call counts once."""
+softmax's exp2s to the FMA pipe. Calls hoisted per row or request do not count, nor calls in
+a key term (computed once per key); a shared call counts once."""
 
 from __future__ import annotations
 
@@ -46,6 +46,9 @@ def test_stdlib_counts(name: str, count: int) -> None:
     ("score = tanh(score) + exp(score * 0.5);", 2),
     ("score = tanh(score) * tanh(score);", 1),
     ("score = 2.0 * score;", 0),
+    # per key through a tensor read (a key term): computed once per key, staged for the tile
+    ("param kb: tensor<f32>[kv_len];\nscore = score + exp(kb[kv_idx]);", 0),
+    ("param kb: tensor<f32>[kv_len];\nscore = tanh(score) + exp(kb[kv_idx]);", 1),
 ])  # fmt: skip
 def test_counts_only_per_element_calls(body: str, count: int) -> None:
     assert _source(body) == count
