@@ -2,6 +2,8 @@
 rows whose every key sits near -cap, rows near +cap (query heads steered against and along
 the keys), plain rows, rows that see no key (causal, q_len > kv_len) and split-KV rows
 (merged), at caps 1, 30 and 50 and head_dim 64/128/256, on both prefill templates; and fp16.
+Huge caps (1e6, 1e30) whose float32 derived values stay normal match too; those past that
+(1e37, 3e38) are refused before a launch.
 Written for a fixed softmax reference at |cap| log2(e) (RESULTS.md run 50, not merged: it
 missed this accuracy rule in rows dominated by one key); it guards the online reference
 at the ends of soft-cap's range."""
@@ -91,3 +93,23 @@ def test_softcap_fp16_rows_at_both_ends(backend):
     q, k, v = (t.half() for t in _inputs(300, 1200, 128, seed=3))
     o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, cap=30.0)
     _check(variant, o, lse, q, k, v, 30.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cap", [1e6, 1e30])
+def test_huge_caps_whose_derived_values_fit_float32_match(backend, cap):
+    """Caps far above every logit (the score is then the plain logit): sm_scale / cap and
+    1.442695 * cap, which the kernels derive in float32, are still normal numbers."""
+    variant = attnc.load("stdlib:softcap")
+    q, k, v = _inputs(300, 1200, 128, seed=5)
+    o, lse = variant.prefill(q, k, v, return_lse=True, backend=backend, cap=cap)
+    _check(variant, o, lse, q, k, v, cap)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cap", [1e37, 3e38])
+def test_caps_whose_derived_values_leave_float32_are_refused(backend, cap):
+    variant = attnc.load("stdlib:softcap")
+    q, k, v = _inputs(40, 20, 128, seed=5)
+    with pytest.raises(ValueError, match=r"variant 'softcap': cap = .*once per request in float32"):
+        variant.prefill(q, k, v, backend=backend, cap=cap)
