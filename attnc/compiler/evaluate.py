@@ -4,7 +4,8 @@ result is rounded to binary32 (IEEE inf and nan included), as the kernels comput
 
 Used by tests (random evaluation proves passes preserve meaning) and by mask analysis'
 brute-force checks. ``env`` maps built-in and scalar param names to values; ``tensors`` maps
-tensor param names to nested lists or objects indexable by a tuple.
+tensor param names to nested lists or arrays; a read outside a tensor's shape gives 0, as in
+the kernels and the reference.
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def _log2(x: float) -> float:
     return math.log2(x) if x > 0 else math.nan
 
 
+def _keep_zero_sign(rounded: float, x: float) -> float:
+    """A floor or ceil that is 0 has the sign of ``x``, as IEEE's (ceil(-0.5) is -0.0)."""
+    return math.copysign(0.0, x) if rounded == 0.0 else rounded
+
+
 MATH = {
     "tanh": math.tanh,
     "exp": _overflow_to_inf(math.exp),
@@ -111,12 +117,12 @@ MATH = {
     "log": _log,
     "log2": _log2,
     "sqrt": lambda x: math.sqrt(x) if x >= 0 else math.nan,
-    "rsqrt": lambda x: (1.0 / math.sqrt(x)) if x > 0 else (math.inf if x == 0 else math.nan),
+    "rsqrt": lambda x: _float_div(1.0, math.sqrt(x)) if x >= 0 else math.nan,  # -0 -> -inf
     "sigmoid": _sigmoid,
     "inv1p_exp2": _inv1p_exp2,  # written by the compiler only (score_raw)
     "softplus": _softplus,
-    "floor": lambda x: float(math.floor(x)) if math.isfinite(x) else x,
-    "ceil": lambda x: float(math.ceil(x)) if math.isfinite(x) else x,
+    "floor": lambda x: _keep_zero_sign(float(math.floor(x)), x) if math.isfinite(x) else x,
+    "ceil": lambda x: _keep_zero_sign(float(math.ceil(x)), x) if math.isfinite(x) else x,
 }
 
 
@@ -164,11 +170,10 @@ def _evaluate(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any]):
         return env[e.name]
     if isinstance(e, ir.TensorLoad):
         idx = tuple(int(_value(i, env, tensors)) for i in e.indices)
-        first = e.indices[0]
-        if isinstance(first, ir.Builtin) and first.name == "q_pos" and idx[0] < 0:
-            return 0.0 if e.type == ir.F32 else 0  # before the KV: reads 0, as the kernels
         value = tensors[e.name]
         for i in idx:
+            if not 0 <= i < len(value):  # outside the shape (q_pos before the KV too): 0
+                return 0.0 if e.type == ir.F32 else 0
             value = value[i]
         return float(value) if e.type == ir.F32 else int(value)
     if isinstance(e, ir.Unary):
