@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from attnc.compiler import ir
 from attnc.compiler.evaluate import EvalError, evaluate
 from attnc.compiler.ir_printer import format_ir
+from attnc.compiler.numeric import F32_MIN_NORMAL
 from attnc.compiler.results import Compiled
 
-F32_MIN_NORMAL = 2.0**-126
 # Request-level built-ins that are the same for every request of a call.
 CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads"})
 

@@ -12,6 +12,7 @@ from attnc.compiler import ir
 from attnc.compiler.hoist import level
 from attnc.compiler.results import AffineScore
 from attnc.compiler.simplify import (
+    ConstantOutOfRange,
     FormTooLarge,
     NonFiniteConstant,
     SympyConverter,
@@ -52,8 +53,8 @@ def analyse_affine(score: ir.Expr | None) -> AffineScore | None:
     try:
         scale = simplify_expr(conv.from_sympy(a, ir.F32, score))
         bias = simplify_expr(conv.from_sympy(b, ir.F32, score))
-    except FormTooLarge:  # (a power past MAX_POWER): the score stays as written, per element
-        return None
+    except (FormTooLarge, ConstantOutOfRange):  # a power past MAX_POWER, a scale folded to inf:
+        return None  # the score stays as written, per element
     if level(scale) > ir.ROW:
         return None
     identity = scale == one and bias == zero

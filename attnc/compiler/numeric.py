@@ -15,6 +15,8 @@ I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
 # Values at or beyond this magnitude round to infinity in binary32 (FLT_MAX + half an ulp).
 F32_OVERFLOW = 2.0**128 - 2.0**103
+# The smallest normal binary32 magnitude; below it values are subnormal (the kernels may flush).
+F32_MIN_NORMAL = 2.0**-126
 
 
 def wrap_i32(x: int) -> int:

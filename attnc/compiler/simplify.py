@@ -8,7 +8,8 @@ an i32 value converted to f32 stays an atom, so wrapping happens where the sourc
 Constants are binary32 values; constant sub-expressions are folded with binary32 rounding,
 and ``inf``/``nan`` results stay IEEE constants that SymPy never sees: an arithmetic tree
 holding one is left as written (SymPy's real numbers would cancel ``x + inf - inf`` to ``x``
-and absorb ``(x + inf) * 0.0`` into ``0``, where IEEE gives ``nan``). Division by a
+and absorb ``(x + inf) * 0.0`` into ``0``, where IEEE gives ``nan``); nor does a tree whose
+folded constant would leave float32's normal range (``x * 1e20 * 1e20``). Division by a
 request-level value becomes a multiplication by its reciprocal, which hoisting then moves
 out of the inner loop.
 """
@@ -25,7 +26,7 @@ import sympy
 from attnc.compiler import ir
 from attnc.compiler.evaluate import EvalError, evaluate
 from attnc.compiler.hoist import level
-from attnc.compiler.numeric import is_finite, round_f32, wrap_i32
+from attnc.compiler.numeric import F32_MIN_NORMAL, is_finite, round_f32, wrap_i32
 
 
 def simplify_variant(v: ir.VariantIR) -> ir.VariantIR:
@@ -183,6 +184,11 @@ class NonFiniteConstant(Exception):
     """An arithmetic tree holds an ``inf`` or ``nan`` constant, which SymPy must not see."""
 
 
+class ConstantOutOfRange(Exception):
+    """SymPy combined constants into one that float32 holds only as inf, 0 or a subnormal
+    (``score * 1e20 * 1e20`` -> ``inf * score``, NaN at score 0 where the source gives 0)."""
+
+
 class SympyConverter:
     """IR <-> SymPy for one arithmetic tree."""
 
@@ -195,8 +201,9 @@ class SympyConverter:
 
     def roundtrip(self, e: ir.Expr) -> ir.Expr | None:
         """``e`` through SymPy and back (simplified), or None when SymPy finds an infinite or
-        undefined value, holds an ``inf`` or ``nan`` constant, or its form would be much larger
-        than ``e`` (then ``e`` stays as written)."""
+        undefined value, holds an ``inf`` or ``nan`` constant, folds constants into one out of
+        float32's normal range, or its form would be much larger than ``e`` (then ``e`` stays
+        as written)."""
         self._root = e
         try:
             expr = self.to_sympy(e)
@@ -206,7 +213,7 @@ class SympyConverter:
             return None
         try:
             return self.from_sympy(expr, e.type, e)
-        except FormTooLarge:
+        except (FormTooLarge, ConstantOutOfRange):
             return None
 
     # ------------------------------------------------------------------ IR -> SymPy
@@ -323,7 +330,10 @@ class SympyConverter:
         if expr.is_Number:
             if want == ir.I32:
                 return ir.Const(wrap_i32(int(expr)), ir.I32, loc=loc)
-            return ir.Const(round_f32(float(expr)), ir.F32, loc=loc)
+            value = round_f32(float(expr))
+            if expr != 0 and not (is_finite(value) and abs(value) >= F32_MIN_NORMAL):
+                raise ConstantOutOfRange(value)
+            return ir.Const(value, ir.F32, loc=loc)
         if isinstance(expr, sympy.Add):
             return self._add(expr, want, origin)
         if isinstance(expr, sympy.Mul):

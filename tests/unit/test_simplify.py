@@ -399,3 +399,26 @@ def test_f32_is_simplified_with_real_algebra_as_the_language_says(score, simplif
     _, text = stages.emit_stage(v.compiled, "opt")
     assert any(line.strip().startswith(simplified.strip()) for line in text.split("\n")), text
     assert "fast-math" in (ROOT / "docs" / "language.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("score", "value", "want"),
+    [
+        ("score * 1e20 * 1e20", 0.0, 0.0),  # folded to inf * score: NaN
+        ("score * 1e20 * 1e20", 1e-30, 1e10),  # folded: inf
+        ("score / 1e-30 / 1e-30", 0.0, 0.0),
+        ("(score * a) * 1e20 * 1e20 - 5.0", 0.0, -5.0),  # through the affine form
+        ("score * 1e-20 * 1e-20 * 1e30", 1e10, 1e10 * 1e-20 * 1e-20 * 1e30),  # folded to 0
+    ],
+)
+def test_constants_are_not_folded_out_of_float32s_normal_range(score, value, want) -> None:
+    """SymPy multiplied the finite literals 1e20 * 1e20 into one constant that float32 holds
+    only as inf (or 1e-40 as a subnormal): the compiled score, its reference and the kernels
+    gave NaN or inf where the source is finite. Such a tree now stays as written."""
+    v = attnc.load(source=f"variant v {{ param a: f32 = 1.0; score = {score}; }}")
+    env = {"score": value, "a": 1.0}
+    got = evaluate(v.ir.score, env, binary32=True)
+    assert got == pytest.approx(want, rel=1e-5)
+    for c in ir.walk(v.ir.score):
+        if isinstance(c, ir.Const) and c.type == F and c.value != 0.0:
+            assert math.isfinite(c.value) and abs(c.value) >= 2.0**-126, c
