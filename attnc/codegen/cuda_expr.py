@@ -132,7 +132,9 @@ class CudaText(ExprText):
         return f"({self.render(e.cond)} ? {self.render(e.a)} : {self.render(e.b)})"
 
     def cast(self, e: ir.Cast) -> str:
-        """A ``static_cast``."""
+        """A ``static_cast``; f32 to i32 through ``to_i32_`` (saturating, NaN to 0)."""
+        if e.type == ir.I32 and e.x.type == ir.F32:
+            return f"attnc::vm::to_i32_({self.render(e.x)})"
         return f"static_cast<{CTYPES[e.type]}>({self.render(e.x)})"
 
     def call(self, e: ir.Call) -> str:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from attnc.compiler import ir
-from attnc.compiler.evaluate import EvalError, evaluate
+from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.numeric import F32_MIN_NORMAL
 from attnc.compiler.results import Compiled
@@ -64,7 +64,7 @@ def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
     try:
         device = evaluate(e, env, binary32=True)
         exact = evaluate(e, env)
-    except (EvalError, OverflowError, ZeroDivisionError, ValueError):
+    except (OverflowError, ZeroDivisionError, ValueError):
         return None
     if exact == 0.0 or math.isnan(exact):
         return None

@@ -121,7 +121,10 @@ class _TorchText(ExprText):
         return f"torch.where({self.render(e.cond)}, {a}, {b})"
 
     def cast(self, e: ir.Cast) -> str:
-        """``.to`` the reference's float type or int64."""
+        """``.to`` the reference's float type or int64; f32 to i32 through ``_to_i32``
+        (saturating, NaN to 0)."""
+        if e.type == ir.I32 and e.x.type == ir.F32:
+            return f"_to_i32({self.render(e.x)})"
         target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
         return f"{self.render(e.x)}.to({target})"
 

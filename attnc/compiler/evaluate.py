@@ -24,10 +24,6 @@ _BINARY32: ContextVar[bool] = ContextVar("binary32", default=False)
 _MEMO: ContextVar[dict[int, tuple[ir.Expr, Any]]] = ContextVar("evaluate_memo")
 
 
-class EvalError(ArithmeticError):
-    """A value the language leaves undefined (e.g. a non-finite float converted to i32)."""
-
-
 def _c_div(a: int, b: int) -> int:
     """i32 division of the language: truncation toward zero, x / 0 == 0."""
     if b == 0:
@@ -103,6 +99,18 @@ def _log2(x: float) -> float:
     if x == 0:
         return -math.inf
     return math.log2(x) if x > 0 else math.nan
+
+
+def to_i32(x: float) -> int:
+    """``int(x)`` of the language: toward zero, saturated to the i32 range, NaN gives 0 (the
+    device's float-to-int conversion)."""
+    if math.isnan(x):
+        return 0
+    if x >= 2.0**31:
+        return I32_MAX
+    if x <= -(2.0**31):
+        return I32_MIN
+    return int(x)
 
 
 def _keep_zero_sign(rounded: float, x: float) -> float:
@@ -190,9 +198,7 @@ def _evaluate(e: ir.Expr, env: Mapping[str, Any], tensors: Mapping[str, Any]):
             return float(x)
         if e.type == ir.BOOL:
             return bool(x)
-        if isinstance(x, float) and not (math.isfinite(x) and I32_MIN <= int(x) <= I32_MAX):
-            raise EvalError("conversion of a float outside the i32 range to i32")
-        return int(x)
+        return to_i32(x) if isinstance(x, float) else int(x)
     if isinstance(e, ir.Call):
         args = [_value(a, env, tensors) for a in e.args]
         return _call(e, args)

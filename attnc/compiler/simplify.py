@@ -24,7 +24,7 @@ from dataclasses import replace
 import sympy
 
 from attnc.compiler import ir
-from attnc.compiler.evaluate import EvalError, evaluate
+from attnc.compiler.evaluate import evaluate
 from attnc.compiler.hoist import level
 from attnc.compiler.numeric import F32_MIN_NORMAL, is_finite, round_f32, wrap_i32
 
@@ -111,7 +111,7 @@ def _fold_constant(e: ir.Expr) -> ir.Const | None:
         return None
     try:
         value = evaluate(e, {}, binary32=True)
-    except (EvalError, KeyError, ZeroDivisionError, OverflowError, ValueError):
+    except (KeyError, ZeroDivisionError, OverflowError, ValueError):
         return None
     return ir.Const(value, e.type, loc=e.loc)
 

@@ -24,6 +24,12 @@ def _wrap(x):
     return torch.remainder(x.long() + 2**31, 2**32) - 2**31
 
 
+def _to_i32(x):
+    # int(x) of an f32: toward zero, saturated to the i32 range, NaN gives 0 (as the device).
+    x = torch.nan_to_num(x.double(), nan=0.0).clamp(-(2.0**31), 2.0**31 - 1)
+    return x.trunc().long()
+
+
 def _load(tensor, *indices):
     return tensor[tuple(i.long() for i in indices)]
 
