@@ -25,7 +25,7 @@ def _wrap(x):
 
 
 def _to_i32(x):
-    # int(x) of an f32: toward zero, saturated to the i32 range, NaN gives 0 (as the device).
+    # int(x) of an f32: toward zero, saturated to the i32 range, NaN gives 0 (as the kernels).
     x = torch.nan_to_num(x.double(), nan=0.0).clamp(-(2.0**31), 2.0**31 - 1)
     return x.trunc().long()
 
