@@ -102,8 +102,8 @@ def _log2(x: float) -> float:
 
 
 def to_i32(x: float) -> int:
-    """``int(x)`` of the language: toward zero, saturated to the i32 range, NaN gives 0 (the
-    device's float-to-int conversion)."""
+    """``int(x)`` of the language: toward zero, saturated to the i32 range, NaN gives 0 (as
+    the kernels' ``attnc::vm::to_i32_``)."""
     if math.isnan(x):
         return 0
     if x >= 2.0**31:

@@ -108,8 +108,7 @@ ATTNC_HD int imod_(int a, int b) {
 }
 
 ATTNC_HD float abs_(float x) { return fabsf(x); }
-// Negated as unsigned: abs(INT_MIN) wraps to INT_MIN as the language says (-x is undefined
-// in C++ there, and compilers fold abs_(x) < 0 to false).
+
 // int(x) of an f32 as the language defines it: toward zero, saturated to the i32 range, NaN
 // gives 0. Spelled out for host and device alike: a plain cast of an out-of-range float is
 // undefined in C++, and the ends cost two compares where a variant converts at all.
@@ -120,6 +119,8 @@ ATTNC_HD int to_i32_(float x) {
   return static_cast<int>(x);
 }
 
+// Negated as unsigned: abs(INT_MIN) wraps to INT_MIN as the language says (-x is undefined
+// in C++ there, and compilers fold abs_(x) < 0 to false).
 ATTNC_HD int abs_(int x) { return x < 0 ? static_cast<int>(0u - static_cast<unsigned>(x)) : x; }
 ATTNC_HD float min_(float a, float b) { return a < b ? a : b; }
 ATTNC_HD int min_(int a, int b) { return a < b ? a : b; }
