@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL
 from attnc.dsl.errors import printable
 from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
@@ -25,8 +26,6 @@ KV_LAYOUTS = ("NHD", "HND")
 
 I32_MAX = 2**31 - 1
 # The float32 range a softmax scale must round into (the kernels take it as a float32).
-_F32_MAX = float(np.finfo(np.float32).max)
-_F32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 MAX_HEADS = 2**30 - 1  # the host planners (prefill and decode) take head counts below 2**30
 
 # What the kernels' 16-byte vector loads and stores need of q, K, V and O (launch_checks.h
@@ -63,10 +62,10 @@ def check_sm_scale(sm_scale: object, head_dim: int) -> float:
     if not (math.isfinite(value) and value > 0.0):
         raise ValueError(f"sm_scale: must be a finite number > 0, got {value!r}")
     as_f32 = nearest_f32(value)
-    if not _F32_MIN_NORMAL <= as_f32 <= _F32_MAX:
+    if not F32_MIN_NORMAL <= as_f32 <= F32_MAX:
         raise ValueError(
             f"sm_scale: {value!r} is {as_f32!r} as the kernels' float32 scale; give a number "
-            f"from {_F32_MIN_NORMAL!r} to {_F32_MAX!r}"
+            f"from {F32_MIN_NORMAL!r} to {F32_MAX!r}"
         )
     return value
 
