@@ -20,10 +20,12 @@ Then ``AutoModelForCausalLM.from_config(cfg, attn_implementation="attnc")`` or
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from attnc.integrations.hf_decode import (
@@ -167,7 +169,8 @@ def attnc_attention_forward(
 
 
 def _offset(arg: str, value: object) -> int:
-    """A cache offset of ``attnc_mask``: one whole number (an int or a one-element tensor)."""
+    """A cache offset of ``attnc_mask``: one whole number (an int, a numpy integer or a
+    one-element integer tensor)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1 or value.is_floating_point() or value.dtype == torch.bool:
             raise ValueError(
@@ -175,9 +178,9 @@ def _offset(arg: str, value: object) -> int:
                 f"{tuple(value.shape)}"
             )
         return int(value.item())
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{arg}: expected one whole number, got {type(value).__name__}")
-    return value
+    return int(value)  # numpy integers too (a cache position read from an array)
 
 
 def _check_shapes(

@@ -233,3 +233,16 @@ def test_head_dim_0_and_bad_mask_offsets_are_named():
         attnc_mask(2, 3, 3, kv_offset=1.5)
     with pytest.raises(ValueError, match=r"2D padding mask must be bool or integer"):
         attnc_mask(2, 3, 3, attention_mask=torch.ones(2, 3))
+
+
+def test_numpy_integer_offsets_are_taken_like_ints():
+    """attnc_mask refused a numpy integer cache offset ('expected one whole number, got
+    int64'), the type a position read from an array has; a numpy bool stays refused."""
+    from attnc.integrations.transformers import attnc_mask
+
+    want = attnc_mask(2, 3, 5, q_offset=2, kv_offset=0)
+    got = attnc_mask(2, 3, 5, q_offset=np.int64(2), kv_offset=np.int32(0))
+    assert (got.segments, got.windows) == (want.segments, want.windows)
+    assert want.segments != attnc_mask(2, 3, 5, q_offset=0).segments  # the offset counts
+    with pytest.raises(ValueError, match=r"q_offset: expected one whole number, got bool"):
+        attnc_mask(2, 3, 5, q_offset=np.bool_(True))
