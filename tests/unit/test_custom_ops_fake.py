@@ -15,12 +15,12 @@ def meta(*shape, dtype=torch.bfloat16):
 def test_prefill_fake_shapes():
     q, k = meta(37, 8, 128), meta(50, 2, 128)
     o, lse = torch.ops.attnc.prefill(
-        "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], True
+        0, "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], True
     )
     assert (o.shape, o.dtype, o.device.type) == ((37, 8, 128), torch.bfloat16, "meta")
     assert (lse.shape, lse.dtype) == ((37, 8), torch.float32)
     _, no_lse = torch.ops.attnc.prefill(
-        "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], False
+        0, "unused", q, k, k, meta(1024, dtype=torch.uint8), [0] * 4, 0.1, [], [], [], False
     )
     assert no_lse.shape == (0,)
 

@@ -115,3 +115,27 @@ def test_variants_without_derived_values_skip_the_check() -> None:
     assert v._derived_exprs == ()
     v.check_derived_values({}, SCALE, HEADS)
     assert not v._derived_checked  # nothing to check, nothing remembered
+
+
+def test_the_prefill_op_checks_in_its_body(cpu_run, monkeypatch) -> None:  # noqa: F811
+    """Under torch.compile ``run()`` sees symbols, not values; the ``attnc::prefill`` op's
+    body checked nothing, so a compiled batch prefill launched cap = 3e38 (its derived
+    ``1.442695 * cap`` is inf in float32). The body now refuses it, before any launch."""
+    import torch
+
+    from attnc.runtime.wrappers import prefill_launch
+
+    w, recorder = _wrapper("softcap")
+    monkeypatch.setattr(prefill_launch, "module_by_id", lambda module_id: recorder)
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+
+    @torch.compile(backend="eager", fullgraph=True, dynamic=False)
+    def compiled_run(q, k, v, cap):
+        return w.run(q, (k, v), cap=cap)
+
+    with pytest.raises(ValueError, match=r"variant 'softcap': cap = 3e\+38"):
+        compiled_run(q, k, v, 3e38)
+    assert recorder.calls == []
+    compiled_run(q, k, v, 30.0)
+    assert len(recorder.calls) == 1

@@ -37,6 +37,6 @@ def test_prefill_fake_gives_row_major_o() -> None:
     q, k, v = _qkv(mode)
     with mode:
         ws = torch.empty(16, dtype=torch.uint8)
-        o, lse = prefill_op("m", q, k, v, ws, [0], 1.0, [], [], [], False)
+        o, lse = prefill_op(1, "m", q, k, v, ws, [0], 1.0, [], [], [], False)
         assert o.shape == q.shape and o.is_contiguous() and not q.is_contiguous()
         assert lse.shape == (0,)

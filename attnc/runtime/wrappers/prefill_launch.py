@@ -20,6 +20,7 @@ from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.planning.tile_map import KV_BLOCK
+from attnc.runtime.variant import variant_by_handle
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
@@ -115,6 +116,7 @@ def _plan_fields(meta: tuple[int, ...], workspace_ptr: int) -> abi.AttncPrefillA
 
 
 _KV_LAYOUT = META_FIELDS.index("kv_layout")
+_HEADS = slice(META_FIELDS.index("num_qo_heads"), META_FIELDS.index("head_dim") + 1)
 
 
 def build_args(
@@ -179,6 +181,7 @@ def pack_params(module: PrefillModule, values: Mapping[str, object]) -> ctypes.S
 
 @torch.library.custom_op("attnc::prefill", mutates_args=())
 def prefill_op(
+    variant_handle: int,
     module_id: str,
     q: torch.Tensor,
     k: torch.Tensor,
@@ -191,17 +194,21 @@ def prefill_op(
     tensor_params: list[torch.Tensor],
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Functional prefill: returns (O, LSE); LSE is empty unless ``return_lse``."""
+    """Functional prefill of the variant ``variant_handle`` through the module ``module_id``:
+    returns (O, LSE); LSE is empty unless ``return_lse``. The param values' derived float32
+    values are checked here, where they are numbers again (a trace sees symbols)."""
+    variant = variant_by_handle(variant_handle)
+    values = join_params(variant.params, int_params, float_params, tensor_params)
+    variant.check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
     module = module_by_id(module_id)
     o, lse = attention_outputs(q, return_lse, contiguous_o=True)
-    values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     params = pack_params(module, values)
     outputs = PrefillTensors(q, k, v, o, lse if return_lse else None, workspace)
     launch(module, meta, outputs, sm_scale, params)
     return o, lse
 
 
-register_attention_fake(prefill_op, q_index=1, contiguous_o=True)
+register_attention_fake(prefill_op, q_index=2, contiguous_o=True)
 
 
 def launch_meta(

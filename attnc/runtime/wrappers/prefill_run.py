@@ -180,7 +180,7 @@ class PrefillRunner:
             decls = module.ir.params  # type: ignore[attr-defined]
             ints, floats, tensor_params = split_params(decls, values)
             o, lse = prefill_launch.prefill_op(
-                module.module_id, q, views.k, views.v, self._workspace, meta,
+                self.variant.handle, module.module_id, q, views.k, views.v, self._workspace, meta,  # type: ignore[attr-defined]
                 self._sm_scale, ints, floats, tensor_params, return_lse,
             )  # fmt: skip
             return traced_result(o, lse, q, out, return_lse)
