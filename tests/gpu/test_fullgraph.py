@@ -71,6 +71,26 @@ def test_batch_prefill_run_fullgraph():
     assert _equal((o, lse), eager) and torch.equal(out, eager[0])
 
 
+def test_batch_prefill_fullgraph_checks_derived_values():
+    """A compiled ``run()`` sees the cap as a symbol; the ``attnc::prefill`` op's body
+    checks it: cap 3e38 (soft-cap's derived ``1.442695 * cap`` is inf in float32) is
+    refused, cap 30 gives the eager result bit for bit."""
+    variant = attnc.load("stdlib:softcap")
+    qo = torch.tensor([0, 37], **I32)
+    kv = torch.tensor([0, 300], **I32)
+    w = BatchPrefillWrapper(variant, torch.empty(32 << 20, dtype=torch.uint8, device="cuda"))
+    w.plan(qo, kv, HQ, HKV, D)
+    q, k, v = _randn(37, HQ, D, seed=1), _randn(300, HKV, D, seed=2), _randn(300, HKV, D, seed=3)
+
+    def call(q, k, v, cap):
+        return w.run(q, (k, v), cap=cap)
+
+    compiled = torch.compile(call, fullgraph=True)
+    assert torch.equal(compiled(q, k, v, 30.0), call(q, k, v, 30.0))
+    with pytest.raises(ValueError, match=r"variant 'softcap': cap = 3e\+38"):
+        compiled(q, k, v, 3e38)
+
+
 def test_batch_decode_run_fullgraph():
     variant = attnc.load("stdlib:softcap")
     page, lens = 16, [33, 1, 200, 16]
