@@ -1,6 +1,7 @@
-"""Owns: the range check of the values a functor derives once per request from scalar params
-and ``sm_scale`` (its ``c<i>`` members, e.g. soft-cap's ``sm_scale / cap`` and
-``1.442695 * cap``).
+"""Owns: the range check of the values a functor derives once per request or once per query
+head from scalar params, ``sm_scale`` and the head index (its ``c<i>`` members, e.g.
+soft-cap's ``sm_scale / cap`` and ``1.442695 * cap``, and the Row fields that read only
+those and ``qo_head`` / ``kv_head``).
 
 The optimiser rewrites ``cap * tanh(score * sm_scale / cap)`` so that each key costs one
 multiply: exact over the reals, but in f32 the derived value can overflow or fall below the
@@ -23,16 +24,18 @@ from attnc.compiler.results import Compiled
 
 # Request-level built-ins that are the same for every request of a call.
 CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads"})
+# Head-level built-ins: a value reading them is checked for every query head of the call.
+HEAD_BUILTINS = frozenset({"qo_head", "kv_head"})
 
 
 def checked_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
-    """The f32 request values of ``compiled``'s functor that read only scalar params and
-    the built-ins in ``CALL_BUILTINS`` (what ``derived_value_problem`` checks)."""
-    from attnc.codegen.functor import request_value_exprs  # Jinja: loaded on first use
+    """The f32 request and row values of ``compiled``'s functor that read only scalar
+    params, the built-ins in ``CALL_BUILTINS`` and the head index (what
+    ``derived_value_problem`` checks)."""
+    from attnc.codegen.functor import request_value_exprs, row_value_exprs  # Jinja: lazily
 
-    return tuple(
-        e for e in request_value_exprs(compiled) if e.type == ir.F32 and _free_names(e) is not None
-    )
+    values = request_value_exprs(compiled) + row_value_exprs(compiled)
+    return tuple(e for e in values if e.type == ir.F32 and _free_names(e) is not None)
 
 
 def derived_value_problem(
@@ -43,8 +46,9 @@ def derived_value_problem(
 ) -> str | None:
     """Why one of ``exprs`` (``checked_value_exprs``), evaluated in f32 on the scalar param
     values ``scalars`` and ``sm_scale`` (``heads`` = num_qo_heads, num_kv_heads, head_dim),
-    is out of range, or None when each is finite and 0 or normal. A value whose params
-    include an inf or NaN is not checked (the user asked for it)."""
+    for every query head when it reads the head index, is out of range, or None when each
+    is finite and 0 or normal. A value whose params include an inf or NaN is not checked
+    (the user asked for it)."""
     num_qo_heads, num_kv_heads, head_dim = heads
     env: dict[str, object] = dict(scalars)
     env.update(
@@ -52,11 +56,18 @@ def derived_value_problem(
     )
     for e in exprs:
         names = _free_names(e) or frozenset()
-        if not names <= env.keys() or any(_non_finite(env[n]) for n in names):
+        call_names = names - HEAD_BUILTINS
+        if not call_names <= env.keys() or any(_non_finite(env[n]) for n in call_names):
             continue
-        problem = _range_problem(e, env)
-        if problem is not None:
-            return f"{_inputs_text(names, env)}: {problem}"
+        heads_read = names & HEAD_BUILTINS
+        for head in range(num_qo_heads) if heads_read else (None,):
+            if head is not None:  # the kernels' GQA grouping: query heads of one KV head adjacent
+                env.update(qo_head=head, kv_head=head // max(num_qo_heads // num_kv_heads, 1))
+            problem = _range_problem(e, env)
+            if problem is not None:
+                inputs = _inputs_text(call_names, env)
+                where = "" if head is None else f" (query head {head})"
+                return f"{inputs}{where}: {problem}"
     return None
 
 
@@ -72,7 +83,7 @@ def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
         return None
     what = "is not finite" if not math.isfinite(device) else "falls below the normal range 2^-126"
     return (
-        f"the kernels compute {format_ir(e)} once per request in float32, and it {what} "
+        f"the kernels compute {format_ir(e)} once per {_unit(e)} in float32, and it {what} "
         f"({exact:.6g} exactly), where the kernels' float32 math would flush it to 0 or give "
         "inf or NaN; choose values that keep it within float32's normal range"
     )
@@ -80,18 +91,23 @@ def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
 
 def _free_names(e: ir.Expr) -> frozenset[str] | None:
     """The built-ins and scalar params ``e`` reads; None when it reads a tensor or a built-in
-    that differs between the requests of a call."""
+    that differs between the requests or the rows of a head."""
     names = set()
     for node in ir.walk(e):
         if isinstance(node, ir.TensorLoad):
             return None
         if isinstance(node, ir.Builtin):
-            if node.name not in CALL_BUILTINS:
+            if node.name not in CALL_BUILTINS | HEAD_BUILTINS:
                 return None
             names.add(node.name)
         elif isinstance(node, ir.ParamRef):
             names.add(node.name)
     return frozenset(names)
+
+
+def _unit(e: ir.Expr) -> str:
+    reads_head = any(isinstance(n, ir.Builtin) and n.name in HEAD_BUILTINS for n in ir.walk(e))
+    return "query head" if reads_head else "request"
 
 
 def _non_finite(value: object) -> bool:

@@ -406,6 +406,12 @@ def request_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
     return tuple(e for e, _ in hoister.request)
 
 
+def row_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
+    """The values the functor computes once per query head (its Row fields), in order."""
+    hoister, _, _ = _hoisted(compiled)
+    return tuple(e for e, _ in hoister.row)
+
+
 def _hoisted(compiled: Compiled) -> tuple[_Hoister, ir.Expr | None, ir.Expr | None]:
     """The hoister holding every element hook's values, and the log2 and raw score forms."""
     v = compiled.variant

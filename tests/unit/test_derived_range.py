@@ -79,6 +79,29 @@ def test_a_derived_overflow_of_the_users_own_product_is_named() -> None:
     assert problem is not None and "a = 1e+20" in problem and "not finite" in problem
 
 
+def test_a_per_head_value_is_checked_for_every_query_head() -> None:
+    """A Row field that reads the head index and scalar params (computed once per query
+    head) was not checked: ``a * exp2(-4 * qo_head)`` is subnormal in float32 from head 32
+    on, so 64 heads launched with the last 32 heads' factor flushed to 0. The error names
+    the first such head."""
+    source = "variant v { param a: f32 = 1.0; score = score * (a * exp2(-4.0 * qo_head)); }"
+    exprs = checked_value_exprs(attnc.load(source=source).compiled)
+    assert len(exprs) == 1 and "qo_head" in repr(exprs)
+    assert derived_value_problem(exprs, {"a": 1.0}, SCALE, (32, 8, 128)) is None
+    problem = derived_value_problem(exprs, {"a": 1.0}, SCALE, (64, 8, 128))
+    assert problem is not None and problem.startswith("a = 1.0 (query head 32): ")
+    assert "once per query head in float32" in problem
+
+
+def test_a_per_kv_head_value_uses_the_kernels_grouping() -> None:
+    """kv_head is qo_head // (H_qo / H_kv), as the functor computes it."""
+    source = "variant v { param a: f32 = 1.0; score = score * (a * exp2(-8.0 * kv_head)); }"
+    exprs = checked_value_exprs(attnc.load(source=source).compiled)
+    assert derived_value_problem(exprs, {"a": 1.0}, SCALE, (64, 16, 128)) is None
+    problem = derived_value_problem(exprs, {"a": 1.0}, SCALE, (68, 17, 128))
+    assert problem is not None and "(query head 64)" in problem  # kv_head 16: 2^-128
+
+
 def test_prefill_run_refuses_the_call(cpu_run) -> None:  # noqa: F811
     w, recorder = _wrapper("softcap")
     total_q, total_kv = _ragged_plan(w)
