@@ -4,11 +4,13 @@ and a held build lock names its holder and times out. nvcc is a fake here (no CU
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -184,3 +186,65 @@ def test_elf_problem(tmp_path):
     assert artifact.elf_problem(tmp_path / "missing.so") is not None
     shutil.copyfile(ELF, tmp_path / "whole.so")
     assert artifact.elf_problem(tmp_path / "whole.so") is None
+
+
+def _hold(lock: Path) -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_lock_file_deleted_while_waiting_for_it_is_opened_again(tmp_path, monkeypatch):
+    """A builder waiting on the lock file, which was then deleted (the cache cleared) and
+    created again and taken by a third builder, got the deleted file's lock once its holder
+    left: two builders in one module directory at once. The waiter now opens the path
+    again and waits for the third."""
+    lock = tmp_path / "m.lock"
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "3")
+    first = _hold(lock)
+    outcome: list[object] = []
+
+    def wait_for_lock() -> None:
+        try:
+            with cache.file_lock(lock):
+                outcome.append("entered")
+        except cache.LockTimeout as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_for_lock)
+    third = None
+    try:
+        waiter.start()
+        time.sleep(0.3)  # the waiter has the first file open and polls it
+        lock.unlink()
+        third = _hold(lock)  # a new file at the path
+        first.kill()
+        first.wait()
+        waiter.join(10)
+        assert len(outcome) == 1 and isinstance(outcome[0], cache.LockTimeout)
+        assert f"pid {third.pid} on host" in str(outcome[0])
+    finally:
+        for p in (first, third):
+            if p is not None:
+                p.kill()
+                p.wait()
+        waiter.join(10)
+
+
+def test_a_failed_write_leaves_no_temporary_file_and_names_the_path(tmp_path, monkeypatch):
+    """``write_if_changed`` on a full disk raised a bare ``OSError: [Errno 28] No space left
+    on device`` and left its ``.NAME.PID.tmp`` behind for good."""
+    target = tmp_path / "built.ok"
+    real_write = Path.write_bytes
+
+    def full_disk(self: Path, data: bytes) -> int:
+        real_write(self, data[:1])  # the disk filled after the first byte
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    with pytest.raises(OSError, match=r"cannot write .*built\.ok: No space left on device") as err:
+        cache.write_if_changed(target, "record")
+    assert err.value.errno == errno.ENOSPC
+    assert list(tmp_path.iterdir()) == []

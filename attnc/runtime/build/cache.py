@@ -115,9 +115,21 @@ def write_if_changed(path: Path, text: str) -> bool:
     if path.is_dir():  # a damaged entry (the cache writes only files here): os.replace fails
         remove_file(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk, say: no temporary file left behind
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _write_failed(path, exc) from exc
     return True
+
+
+def _write_failed(path: Path, exc: OSError) -> OSError:
+    """``exc`` (writing ``path`` failed) as the same kind of error, naming the file."""
+    if exc.errno in _NOT_WRITABLE:
+        return _not_writable(path, exc)
+    return type(exc)(exc.errno, f"cannot write {printable(str(path))}: {exc.strerror}")
 
 
 def remove_file(path: Path) -> None:
@@ -178,15 +190,22 @@ def _stamp_holder(fd: int) -> None:
         os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()} since {since}\n".encode())
 
 
-def _acquire(fh: object, path: Path, deadline: float) -> None:
+def _acquire(fh: object, path: Path, deadline: float) -> bool:
+    """Lock ``fh`` (the file opened at ``path``), waiting until ``deadline``: True when held,
+    False when the file is no longer the one at ``path`` (deleted or replaced while this
+    process opened or waited for it: another process may lock the new file, so the caller
+    opens the path again)."""
     fd = fh.fileno()  # type: ignore[attr-defined]
     next_notice = time.monotonic()
     delay = 0.02
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _still_at(fd, path):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
             _stamp_holder(fd)
-            return
+            return True
         except BlockingIOError:
             pass
         now = time.monotonic()
@@ -204,6 +223,16 @@ def _acquire(fh: object, path: Path, deadline: float) -> None:
             next_notice = now + LOCK_NOTICE_EVERY_S
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 0.5)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """True when the open file ``fd`` is the file now at ``path``."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 _LOCK_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -247,12 +276,21 @@ def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
     if deadline is None:
         deadline = time.monotonic() + lock_timeout()
     make_dir(path.parent)
-    with _open_lock(path) as fh:
-        _acquire(fh, path, deadline)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    while True:
+        with _open_lock(path) as fh:
+            if not _acquire(fh, path, deadline):
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(
+                        f"attnc: the build lock {printable(str(path))} was deleted or replaced "
+                        f"each time it was taken, for {lock_timeout():g} s (ATTNC_LOCK_TIMEOUT)"
+                    )
+                make_dir(path.parent)  # the cache was cleared meanwhile, say
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            return
 
 
 @contextlib.contextmanager
