@@ -248,3 +248,34 @@ def test_a_failed_write_leaves_no_temporary_file_and_names_the_path(tmp_path, mo
         cache.write_if_changed(target, "record")
     assert err.value.errno == errno.ENOSPC
     assert list(tmp_path.iterdir()) == []
+
+
+_BUILDER = """
+import sys
+from pathlib import Path
+from attnc.runtime.build import cache, nvcc_run
+with cache.file_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    nvcc_run.run_steps(nvcc_run.Steps((), ("sh", "-c", "sleep 2")), Path("."))
+"""
+
+
+def test_a_builder_killed_mid_nvcc_keeps_the_lock_until_nvcc_exits(tmp_path, monkeypatch):
+    """A builder killed while nvcc ran released its lock at once, and the next builder ran
+    nvcc into the same files as the orphaned one. The build commands now inherit the lock."""
+    lock = tmp_path / "m.lock"
+    builder = subprocess.Popen(
+        [sys.executable, "-c", _BUILDER, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    assert builder.stdout is not None and builder.stdout.readline().strip() == "held"
+    time.sleep(0.3)  # the command has started
+    builder.kill()
+    builder.wait()
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "0.3")
+    with pytest.raises(cache.LockTimeout):
+        with cache.file_lock(lock):
+            pass
+    monkeypatch.setenv("ATTNC_LOCK_TIMEOUT", "10")
+    start = time.monotonic()
+    with cache.file_lock(lock):  # free once the orphaned command exits
+        assert time.monotonic() - start < 5

@@ -20,6 +20,7 @@ import shutil
 import socket
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -235,6 +236,21 @@ def _still_at(fd: int, path: Path) -> bool:
     return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
+# The descriptors of the build locks this process holds. The build commands inherit them
+# (``inherited_lock_fds``): a lock is on the open file, so it lasts while any of them runs,
+# even when this process is killed, and no other builder writes beside an orphaned nvcc.
+_HELD_LOCK_FDS: set[int] = set()
+_HELD_LOCK_FDS_GUARD = threading.Lock()  # no descriptor closed while a command starts
+
+
+@contextlib.contextmanager
+def inherited_lock_fds() -> Iterator[tuple[int, ...]]:
+    """The descriptors of the build locks held now, kept open for the block: start the
+    build command that inherits them inside it."""
+    with _HELD_LOCK_FDS_GUARD:
+        yield tuple(sorted(_HELD_LOCK_FDS))
+
+
 _LOCK_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
@@ -286,9 +302,13 @@ def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
                     )
                 make_dir(path.parent)  # the cache was cleared meanwhile, say
                 continue
+            with _HELD_LOCK_FDS_GUARD:
+                _HELD_LOCK_FDS.add(fh.fileno())
             try:
                 yield
             finally:
+                with _HELD_LOCK_FDS_GUARD:
+                    _HELD_LOCK_FDS.discard(fh.fileno())
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
             return
 

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnc.runtime.build import cache
+
 
 @dataclass(frozen=True)
 class Steps:
@@ -67,14 +69,21 @@ def steps(nvcc: str, flags: Sequence[str], sources: Sequence[Path], output: Path
 
 def _run(command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Outcome:
     try:
-        proc = subprocess.run(
-            list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", check=False, env=env,
-        )  # fmt: skip
+        with cache.inherited_lock_fds() as lock_fds:  # held while nvcc runs, even orphaned
+            proc = subprocess.Popen(
+                list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                text=True, errors="replace", env=env, pass_fds=lock_fds,
+            )  # fmt: skip
     except OSError as exc:
         return Outcome(tuple(command), "", f"cannot run {command[0]}: {exc}")
+    with proc:
+        try:
+            output, _ = proc.communicate()
+        except BaseException:  # Ctrl-C: nvcc got it too; do not leave it running
+            proc.kill()
+            raise
     failure = None if proc.returncode == 0 else f"(exit status {proc.returncode})"
-    return Outcome(tuple(command), proc.stdout, failure)
+    return Outcome(tuple(command), output, failure)
 
 
 def run_steps(build: Steps, cwd: Path, env: Mapping[str, str] | None = None) -> Outcome:
