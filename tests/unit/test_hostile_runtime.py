@@ -189,6 +189,14 @@ def test_a_cache_root_in_a_symlink_loop_is_named(tmp_path, monkeypatch, below) -
         make_dir(tmp_path / "a" / below)
 
 
+def test_a_dangling_cache_root_is_called_so(tmp_path, monkeypatch) -> None:
+    """A cache root that is a symbolic link to nothing was called a file or a loop."""
+    (tmp_path / "root").symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "root"))
+    with pytest.raises(NotADirectoryError, match="a symbolic link to nothing .*ATTNC_CACHE_DIR"):
+        make_dir(tmp_path / "root")
+
+
 @pytest.mark.parametrize(
     ("head_dim", "message"),
     [(0, "got 0"), (2**31, "got 2147483648")],

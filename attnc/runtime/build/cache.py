@@ -48,8 +48,8 @@ def _not_writable(path: Path, exc: OSError) -> OSError:
 
 def make_dir(directory: Path) -> None:
     """``directory`` and its parents, created where missing; an error naming the cache root
-    when a part of the path is a file or a symbolic link that loops (``ATTNC_CACHE_DIR`` set
-    to one, say), or cannot be written."""
+    when a part of the path is a file, a dangling symbolic link or one that loops
+    (``ATTNC_CACHE_DIR`` set to one, say), or cannot be written."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -59,7 +59,7 @@ def make_dir(directory: Path) -> None:
             raise
         raise NotADirectoryError(
             f"cannot make the directory {printable(str(directory))}: part of its path is a "
-            f"file or a symbolic link that loops (the cache root is "
+            f"file, a symbolic link to nothing or a symbolic link that loops (the cache root is "
             f"{printable(str(cache_dir()))}; ATTNC_CACHE_DIR sets it)"
         ) from None
 
