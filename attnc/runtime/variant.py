@@ -196,6 +196,12 @@ def variant_by_handle(handle: int) -> Variant:
     return _VARIANTS[handle]
 
 
+def live_variant(handle: int) -> Variant | None:
+    """The variant whose ``handle`` this is, or None when it is no longer alive (a graph
+    exported by ``torch.export`` may outlive it)."""
+    return _VARIANTS.get(handle)
+
+
 _SINGLE_PREFILL: Any = None
 
 

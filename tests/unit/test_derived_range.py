@@ -162,3 +162,30 @@ def test_the_prefill_op_checks_in_its_body(cpu_run, monkeypatch) -> None:  # noq
     assert recorder.calls == []
     compiled_run(q, k, v, 30.0)
     assert len(recorder.calls) == 1
+
+
+def test_the_prefill_op_runs_after_its_variant_is_gone(cpu_run, monkeypatch) -> None:  # noqa: F811
+    """A graph exported by ``torch.export`` holds the variant's handle, and may outlive the
+    variant: the op then raised KeyError. It launches without the check instead, and a
+    handle naming a variant of another IR is not used for the check."""
+    import gc
+
+    from attnc.runtime.variant import live_variant
+    from attnc.runtime.wrappers import prefill_launch
+
+    w, recorder = _wrapper("softcap")
+    monkeypatch.setattr(prefill_launch, "module_by_id", lambda module_id: recorder)
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    ws, meta = w._workspace, list(w._meta)
+    handle = w.variant.handle
+    args = ("recorder", q, k, v, ws, meta, SCALE, [], [3e38], [], False)
+    with pytest.raises(ValueError, match=r"cap = 3e\+38"):
+        prefill_launch.prefill_op(handle, *args)
+    del w
+    gc.collect()
+    assert live_variant(handle) is None
+    prefill_launch.prefill_op(handle, *args)  # no variant to check with: launched as asked
+    other = attnc.load("stdlib:causal")
+    prefill_launch.prefill_op(other.handle, *args)  # another IR: not its check
+    assert len(recorder.calls) == 2

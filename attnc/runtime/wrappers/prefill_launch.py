@@ -20,7 +20,7 @@ from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.planning.tile_map import KV_BLOCK
-from attnc.runtime.variant import variant_by_handle
+from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params
@@ -194,13 +194,16 @@ def prefill_op(
     tensor_params: list[torch.Tensor],
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Functional prefill of the variant ``variant_handle`` through the module ``module_id``:
-    returns (O, LSE); LSE is empty unless ``return_lse``. The param values' derived float32
-    values are checked here, where they are numbers again (a trace sees symbols)."""
-    variant = variant_by_handle(variant_handle)
-    values = join_params(variant.params, int_params, float_params, tensor_params)
-    variant.check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
+    """Functional prefill through the module ``module_id``: returns (O, LSE); LSE is empty
+    unless ``return_lse``. The param values' derived float32 values are checked here, where
+    they are numbers again (a trace sees symbols), by the variant ``variant_handle`` while
+    it lives and was compiled to the module's IR (an exported graph may outlive it, or be
+    loaded in a process where the handle names another variant)."""
     module = module_by_id(module_id)
+    values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    variant = live_variant(variant_handle)
+    if variant is not None and _same_ir(variant.ir, module.ir):
+        variant.check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
     o, lse = attention_outputs(q, return_lse, contiguous_o=True)
     params = pack_params(module, values)
     outputs = PrefillTensors(q, k, v, o, lse if return_lse else None, workspace)
@@ -209,6 +212,10 @@ def prefill_op(
 
 
 register_attention_fake(prefill_op, q_index=2, contiguous_o=True)
+
+
+def _same_ir(a: object, b: object) -> bool:
+    return a is b or a == b
 
 
 def launch_meta(
