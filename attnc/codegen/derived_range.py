@@ -30,11 +30,11 @@ HEAD_BUILTINS = frozenset({"qo_head", "kv_head"})
 
 def checked_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
     """The f32 request and row values of ``compiled``'s functor that read only scalar
-    params, the built-ins in ``CALL_BUILTINS`` and the head index (what
-    ``derived_value_problem`` checks)."""
-    from attnc.codegen.functor import request_value_exprs, row_value_exprs  # Jinja: lazily
+    params, the built-ins in ``CALL_BUILTINS`` and the head index, and are used outside
+    every guard (what ``derived_value_problem`` checks)."""
+    from attnc.codegen.functor import unguarded_value_exprs  # Jinja: loaded on first use
 
-    values = request_value_exprs(compiled) + row_value_exprs(compiled)
+    values = unguarded_value_exprs(compiled)
     return tuple(e for e in values if e.type == ir.F32 and _free_names(e) is not None)
 
 
@@ -59,8 +59,7 @@ def derived_value_problem(
         call_names = names - HEAD_BUILTINS
         if not call_names <= env.keys() or any(_non_finite(env[n]) for n in call_names):
             continue
-        heads_read = names & HEAD_BUILTINS
-        for head in range(num_qo_heads) if heads_read else (None,):
+        for head in _heads_to_check(names, num_qo_heads, num_kv_heads):
             if head is not None:  # the kernels' GQA grouping: query heads of one KV head adjacent
                 env.update(qo_head=head, kv_head=head // max(num_qo_heads // num_kv_heads, 1))
             problem = _range_problem(e, env)
@@ -69,6 +68,18 @@ def derived_value_problem(
                 where = "" if head is None else f" (query head {head})"
                 return f"{inputs}{where}: {problem}"
     return None
+
+
+def _heads_to_check(
+    names: frozenset[str], num_qo_heads: int, num_kv_heads: int
+) -> Sequence[int | None]:
+    """The query heads to evaluate a value reading ``names`` at: none (None) when it reads
+    no head index, every head when it reads ``qo_head``, else the first of each KV head's."""
+    if not names & HEAD_BUILTINS:
+        return (None,)
+    if "qo_head" in names:
+        return range(num_qo_heads)
+    return range(0, num_qo_heads, max(num_qo_heads // num_kv_heads, 1))
 
 
 def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:

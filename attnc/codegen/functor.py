@@ -400,16 +400,17 @@ def emit_functor(compiled: Compiled) -> str:
         return _emit_functor(compiled)
 
 
-def request_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
-    """The values the functor computes once per request (its ``c<i>`` members), in order."""
-    hoister, _, _ = _hoisted(compiled)
-    return tuple(e for e, _ in hoister.request)
-
-
-def row_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
-    """The values the functor computes once per query head (its Row fields), in order."""
-    hoister, _, _ = _hoisted(compiled)
-    return tuple(e for e, _ in hoister.row)
+def unguarded_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
+    """The values the functor computes once per request (its ``c<i>`` members) or once per
+    query head (its Row fields) that an element hook uses outside every ?: branch and
+    right side of && / || (a value used only under a guard may be out of range where the
+    guard is false, and is then not used), in order: requests first."""
+    hoister, log2_score, raw_score = _hoisted(compiled)
+    unguarded: set[ir.Expr] = set()
+    for x in _element_exprs(compiled, log2_score, raw_score):
+        unguarded.update(node for node, guarded in _guard_walk(x) if not guarded)
+    values = [e for e, _ in hoister.request] + [e for e, _ in hoister.row]
+    return tuple(e for e in values if e in unguarded)
 
 
 def _hoisted(compiled: Compiled) -> tuple[_Hoister, ir.Expr | None, ir.Expr | None]:
@@ -419,12 +420,21 @@ def _hoisted(compiled: Compiled) -> tuple[_Hoister, ir.Expr | None, ir.Expr | No
     hoister = _Hoister(v)
     log2_score = score_log2(v.score) if affine is None and v.normalize == "softmax" else None
     raw_score = score_raw(v.score) if v.score is not None and v.normalize == "none" else None
-    element_exprs = [x for x in (v.score, v.mask, v.output, log2_score, raw_score) if x is not None]
-    if affine is not None:
-        element_exprs += [affine.scale, affine.bias]
-    for x in element_exprs:
+    for x in _element_exprs(compiled, log2_score, raw_score):
         hoister.add_element_expr(x)
     return hoister, log2_score, raw_score
+
+
+def _element_exprs(
+    compiled: Compiled, log2_score: ir.Expr | None, raw_score: ir.Expr | None
+) -> list[ir.Expr]:
+    """What the element hooks evaluate: the variant's hooks, the score's log2 and raw
+    forms, and an affine score's scale and bias."""
+    v = compiled.variant
+    exprs = [x for x in (v.score, v.mask, v.output, log2_score, raw_score) if x is not None]
+    if compiled.affine is not None:
+        exprs += [compiled.affine.scale, compiled.affine.bias]
+    return exprs
 
 
 def _emit_functor(compiled: Compiled) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
@@ -41,7 +42,7 @@ class Variant:
         # How custom ops (which take no Python objects) name this variant.
         self.handle = next(_HANDLES)
         # (scalar values, sm_scale, heads) whose derived values were found in range.
-        self._derived_checked: set[tuple[object, ...]] = set()
+        self._derived_checked: OrderedDict[tuple[object, ...], None] = OrderedDict()  # LRU
         _VARIANTS[self.handle] = self
 
     @property
@@ -119,14 +120,16 @@ class Variant:
         )
         key = (scalars, sm_scale, heads)
         if key in self._derived_checked:
+            self._derived_checked.move_to_end(key)
             return
         from attnc.codegen.derived_range import derived_value_problem
 
         problem = derived_value_problem(self._derived_exprs, dict(scalars), sm_scale, heads)
         if problem is not None:
             raise ValueError(f"variant '{self.name}': {printable(problem)}")
-        if len(self._derived_checked) < _DERIVED_CHECKS_KEPT:
-            self._derived_checked.add(key)
+        self._derived_checked[key] = None
+        if len(self._derived_checked) > _DERIVED_CHECKS_KEPT:
+            self._derived_checked.popitem(last=False)  # the least recently checked
 
     @cached_property
     def _derived_exprs(self) -> tuple[ir_nodes.Expr, ...]:

@@ -102,6 +102,34 @@ def test_a_per_kv_head_value_uses_the_kernels_grouping() -> None:
     assert problem is not None and "(query head 64)" in problem  # kv_head 16: 2^-128
 
 
+@pytest.mark.parametrize(
+    ("source", "scalars", "heads"),
+    [
+        (
+            "variant v { param a: f32 = 1.0;"
+            " score = qo_head < 8 ? score * (a * exp2(-4.0 * qo_head)) : score; }",
+            {"a": 1.0},
+            (64, 8, 128),
+        ),
+        (
+            "variant v { param cap: f32 = 1.0;"
+            " score = cap > 0.0 ? score * (sm_scale / cap) : score; }",
+            {"cap": 0.0},
+            HEADS,
+        ),
+    ],
+    ids=["per-head", "per-request"],
+)
+def test_a_value_used_only_under_a_guard_is_not_checked(source, scalars, heads) -> None:
+    """A value the hooks use only under a ?: branch was checked where the guard is false
+    and the value unused: head 32's ``a * exp2(-4 * qo_head)`` (only heads 0-7 use it),
+    ``sm_scale / cap`` with ``cap = 0`` (used only when ``cap > 0``). Both calls were
+    refused; the reference gives finite output."""
+    exprs = checked_value_exprs(attnc.load(source=source).compiled)
+    assert exprs == ()
+    assert derived_value_problem(exprs, scalars, SCALE, heads) is None
+
+
 def test_prefill_run_refuses_the_call(cpu_run) -> None:  # noqa: F811
     w, recorder = _wrapper("softcap")
     total_q, total_kv = _ragged_plan(w)
@@ -131,6 +159,18 @@ def test_a_checked_key_is_remembered(monkeypatch) -> None:
     v.check_derived_values({"cap": 30.0}, SCALE, HEADS)
     with pytest.raises(ValueError, match="checked again"):
         v.check_derived_values({"cap": 31.0}, SCALE, HEADS)
+
+
+def test_the_remembered_keys_are_the_most_recent(monkeypatch) -> None:
+    """Past 256 remembered keys every new key was checked on each call, however often it
+    recurred; the least recently checked key is now dropped instead."""
+    import attnc.runtime.variant as variant_module
+
+    monkeypatch.setattr(variant_module, "_DERIVED_CHECKS_KEPT", 4)
+    v = attnc.load("stdlib:softcap")
+    for cap in (1.0, 2.0, 3.0, 4.0, 1.0, 5.0):  # 1.0 used again: 2.0 is the oldest
+        v.check_derived_values({"cap": cap}, SCALE, HEADS)
+    assert [key[0][0][1] for key in v._derived_checked] == [3.0, 4.0, 1.0, 5.0]
 
 
 def test_variants_without_derived_values_skip_the_check() -> None:
