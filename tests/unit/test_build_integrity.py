@@ -279,3 +279,50 @@ def test_a_builder_killed_mid_nvcc_keeps_the_lock_until_nvcc_exits(tmp_path, mon
     start = time.monotonic()
     with cache.file_lock(lock):  # free once the orphaned command exits
         assert time.monotonic() - start < 5
+
+
+_SLOW_NVCC = """#!/bin/sh
+case " $* " in *" --version "*) echo "Cuda compilation tools, release 12.8, V12.8.93"; exit 0;; esac
+echo $$ >> "$NVCC_PIDS"
+exec sleep 30
+"""
+
+_INTERRUPTED = """
+import os, signal, sys, threading, time
+from attnc.runtime.build import jit
+
+def interrupt():  # twice, to the process (as a notebook's "interrupt kernel" does)
+    time.sleep(1.0); os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5); os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt, daemon=True).start()
+try:
+    jit.build_module("slow", 'extern "C" int attnc_slow(void) { return 1; }', arch="80")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_stops_nvcc_before_the_build_lock_is_released(tmp_path):
+    """nvcc runs in worker threads, which Ctrl-C never reaches: after two interrupts the
+    build returned and released its lock with nvcc still running (and writing into the
+    module directory beside the next builder). Now every running nvcc is killed first."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(_SLOW_NVCC)
+    nvcc.chmod(0o755)
+    pids = tmp_path / "pids"
+    pids.touch()
+    env = {
+        **os.environ,
+        "ATTNC_NVCC": str(nvcc),
+        "ATTNC_CACHE_DIR": str(tmp_path / "cache"),
+        "NVCC_PIDS": str(pids),
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "interrupted" in run.stdout, run.stderr
+    started = pids.read_text().split()
+    assert started, "nvcc never ran"
+    time.sleep(0.2)
+    assert all(not Path(f"/proc/{pid}").exists() for pid in started)

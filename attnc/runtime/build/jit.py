@@ -174,7 +174,7 @@ def nvcc_env() -> dict[str, str] | None:
     return {**os.environ, "TMPDIR": staging_root()}
 
 
-def _compile(plan: _Plan, kept: list[Path]) -> nvcc_run.Outcome:
+def _compile(plan: _Plan, kept: list[Path], running: nvcc_run.Running) -> nvcc_run.Outcome:
     """Run nvcc (no shell) into the partial file, check it, and rename it into place.
 
     nvcc passes the source's absolute path to its sub-tools through a shell, so a module
@@ -190,7 +190,7 @@ def _compile(plan: _Plan, kept: list[Path]) -> nvcc_run.Outcome:
     build = plan.steps(staging)
     outcome = None
     try:
-        outcome = nvcc_run.run_steps(build, staging or plan.directory, nvcc_env())
+        outcome = nvcc_run.run_steps(build, staging or plan.directory, nvcc_env(), running)
         if staging is not None and outcome.failure is None:
             shutil.copyfile(staging / plan.partial.name, plan.partial)
     finally:
@@ -230,22 +230,27 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
     kept: list[Path] = []  # temporary copies of failed builds, named by the error
+    running = nvcc_run.Running()
 
     def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:
         start = time.perf_counter()
-        outcome = _compile(plan, kept)
+        outcome = _compile(plan, kept, running)
         if progress is not None:
             state = "built" if outcome.failure is None else "FAILED"
             progress(f"{plan.spec.name}: {state} in {time.perf_counter() - start:.1f} s")
         return outcome
 
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers)
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            outcomes = list(pool.map(compile_and_report, plans))
-    except BaseException:  # Ctrl-C (nvcc got it too): no error will name the copies
-        for staging in kept:
+        outcomes = list(pool.map(compile_and_report, plans))
+    except BaseException:  # Ctrl-C reaches this thread only: nvcc stops before the locks go
+        pool.shutdown(wait=False, cancel_futures=True)
+        running.stop()
+        pool.shutdown(wait=True)
+        for staging in kept:  # no error will name the copies
             shutil.rmtree(staging, ignore_errors=True)
         raise
+    pool.shutdown(wait=True)
     failed = [(p, o) for p, o in zip(plans, outcomes, strict=True) if o.failure is not None]
     if failed:
         raise _build_error(failed)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from attnc.runtime.build import cache
 
@@ -67,37 +69,80 @@ def steps(nvcc: str, flags: Sequence[str], sources: Sequence[Path], output: Path
     return Steps(objects, link)
 
 
-def _run(command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Outcome:
-    try:
-        with cache.inherited_lock_fds() as lock_fds:  # held while nvcc runs, even orphaned
+class Running:
+    """The commands of one build that run now, so that all of them stop at once: Ctrl-C
+    reaches only the main thread, while the commands run in worker threads."""
+
+    def __init__(self) -> None:
+        self._procs: set[subprocess.Popen[str]] = set()
+        self._stopped = False
+        self._guard = threading.Lock()
+
+    def start(self, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Any:
+        """``command`` started (its output piped), or None once ``stop`` was called."""
+        with self._guard, cache.inherited_lock_fds() as lock_fds:  # held while nvcc runs
+            if self._stopped:
+                return None
             proc = subprocess.Popen(
                 list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", env=env, pass_fds=lock_fds,
             )  # fmt: skip
+            self._procs.add(proc)
+            return proc
+
+    def finished(self, proc: subprocess.Popen[str]) -> None:
+        """``proc`` has exited."""
+        with self._guard:
+            self._procs.discard(proc)
+
+    def stop(self) -> None:
+        """Kill every running command, and start no more."""
+        with self._guard:
+            self._stopped = True
+            for proc in self._procs:
+                proc.kill()
+
+
+def _run(
+    command: Sequence[str], cwd: Path, env: Mapping[str, str] | None, running: Running
+) -> Outcome:
+    try:
+        proc = running.start(command, cwd, env)
     except OSError as exc:
         return Outcome(tuple(command), "", f"cannot run {command[0]}: {exc}")
+    if proc is None:
+        return Outcome(tuple(command), "", "stopped (the build was interrupted)")
     with proc:
         try:
             output, _ = proc.communicate()
-        except BaseException:  # Ctrl-C: nvcc got it too; do not leave it running
+        except BaseException:  # Ctrl-C in this thread: do not leave nvcc running
             proc.kill()
             raise
+        finally:
+            running.finished(proc)
     failure = None if proc.returncode == 0 else f"(exit status {proc.returncode})"
     return Outcome(tuple(command), output, failure)
 
 
-def run_steps(build: Steps, cwd: Path, env: Mapping[str, str] | None = None) -> Outcome:
+def run_steps(
+    build: Steps,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    running: Running | None = None,
+) -> Outcome:
     """Run ``build``'s object commands in parallel, then its final command unless one failed
     (the first failure is returned); the objects are removed either way, so a failed link
-    is repeated by every command."""
+    is repeated by every command. ``running``: where the commands are registered while they
+    run (so that the caller can stop them)."""
+    running = running or Running()
     try:
         if build.objects:
             with concurrent.futures.ThreadPoolExecutor(max_workers=len(build.objects)) as pool:
-                outcomes = list(pool.map(lambda c: _run(c, cwd, env), build.objects))
+                outcomes = list(pool.map(lambda c: _run(c, cwd, env, running), build.objects))
             failed = [o for o in outcomes if o.failure is not None]
             if failed:
                 return failed[0]
-        outcome = _run(build.final, cwd, env)
+        outcome = _run(build.final, cwd, env, running)
         if outcome.failure is not None and build.objects:
             return dataclasses.replace(outcome, repeat=build.all())
         return outcome
