@@ -301,6 +301,7 @@ def file_lock(path: Path, deadline: float | None = None) -> Iterator[None]:
                         f"each time it was taken, for {lock_timeout():g} s (ATTNC_LOCK_TIMEOUT)"
                     )
                 make_dir(path.parent)  # the cache was cleared meanwhile, say
+                time.sleep(0.02)  # no busy loop where the file keeps changing
                 continue
             with _HELD_LOCK_FDS_GUARD:
                 _HELD_LOCK_FDS.add(fh.fileno())
