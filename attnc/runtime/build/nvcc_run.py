@@ -17,7 +17,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from attnc.runtime.build import cache
 
@@ -78,7 +77,9 @@ class Running:
         self._stopped = False
         self._guard = threading.Lock()
 
-    def start(self, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None) -> Any:
+    def start(
+        self, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None
+    ) -> subprocess.Popen[str] | None:
         """``command`` started (its output piped), or None once ``stop`` was called."""
         with self._guard, cache.inherited_lock_fds() as lock_fds:  # held while nvcc runs
             if self._stopped:
