@@ -42,6 +42,7 @@ from attnc.runtime.wrappers.decode_launch import (
 )
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
 from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
+from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 
@@ -71,6 +72,7 @@ class BatchDecodeWrapper(DecodePlanning):
         self.handle = register_wrapper(self)
 
     # ---- run -------------------------------------------------------------------------
+    @forward_only("BatchDecodeWrapper.run")
     def run(
         self,
         q: torch.Tensor,

@@ -18,6 +18,7 @@ from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan
 from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
+from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
@@ -52,6 +53,7 @@ class PrefillRunner:
     _debug_checks: bool
     _memo: dict[tuple[object, ...], prefill_calls.MemoCall]
 
+    @forward_only("BatchPrefillWrapper.run")
     def run(
         self,
         q: torch.Tensor,

@@ -21,6 +21,7 @@ from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.variant import variant_by_handle
+from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
@@ -33,6 +34,7 @@ _PLANS: weakref.WeakKeyDictionary[object, dict[tuple[object, ...], BatchPrefillW
 _MASK_NAMES: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
+@forward_only("Variant.prefill")
 def single_prefill(
     variant: object,
     q: torch.Tensor,

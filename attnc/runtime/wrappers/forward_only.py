@@ -1,0 +1,72 @@
+"""Owns: the autograd node of attnc's eagerly launched outputs.
+
+The kernels compute the forward pass only. An eager call launches them through ctypes,
+which autograd does not see: with an input that requires grad its output used to come back
+without a ``grad_fn``, so a loss built on it dropped attention's part of the gradient
+without a word. Such an output now carries a node whose backward raises, as torch does for
+attnc's custom ops (what ``torch.compile`` traces) that have no autograd formula.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import torch
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _ForwardOnly(torch.autograd.Function):
+    """Passes its outputs (given in a list, so not as inputs) through; backward raises."""
+
+    @staticmethod
+    def forward(ctx: Any, call: str, outputs: list[torch.Tensor], *inputs: torch.Tensor) -> Any:
+        ctx.call = call
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:
+        raise RuntimeError(
+            f"attnc: {ctx.call} has no backward (its kernels compute the forward pass "
+            "only); run it under torch.no_grad() or torch.inference_mode(), or pass "
+            "tensors that do not require grad"
+        )
+
+
+def _grad_inputs(values: Any) -> list[torch.Tensor]:
+    """The tensors among ``values`` (or in a tuple, list or mapping among them) that
+    require grad."""
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                found.append(value)
+        elif isinstance(value, (tuple, list, Mapping)):  # a (k, v) pair, params as a mapping
+            inner = value.values() if isinstance(value, Mapping) else value
+            found += [t for t in inner if isinstance(t, torch.Tensor) and t.requires_grad]
+    return found
+
+
+def forward_only(call: str) -> Callable[[F], F]:
+    """Decorate an eager entry point named ``call`` in errors: when grad mode is on and a
+    tensor argument (or one in a tuple or mapping argument) requires grad, its output tensors carry
+    ``_ForwardOnly``'s node. Nothing changes under ``torch.compile`` (the custom ops raise
+    on backward themselves) or when no input requires grad."""
+
+    def decorate(run: F) -> F:
+        @functools.wraps(run)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            result = run(*args, **kwargs)
+            if not torch.is_grad_enabled():
+                return result
+            inputs = _grad_inputs(args) + _grad_inputs(kwargs.values())
+            if not inputs or torch.compiler.is_compiling():
+                return result
+            outputs = list(result) if isinstance(result, tuple) else [result]
+            return _ForwardOnly.apply(call, outputs, *inputs)
+
+        return checked  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,67 @@
+"""Eager calls launch the kernels through ctypes, which autograd does not see: with an input
+that requires grad, the output came back without a ``grad_fn`` and a loss built on it
+dropped attention's part of the gradient silently. The output now carries a node whose
+backward raises, naming the call (CPU runs with the launch stubbed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnc.runtime.wrappers.forward_only import forward_only
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_prefill_call_memo import _qkv, _ragged_plan, _wrapper, cpu_run  # noqa: F401
+
+NO_BACKWARD = r"attnc: {} has no backward .*torch\.no_grad\(\)"
+
+
+def _backward_raises(o: torch.Tensor, call: str) -> None:
+    assert o.requires_grad and type(o.grad_fn).__name__ == "_ForwardOnlyBackward"
+    with pytest.raises(RuntimeError, match=NO_BACKWARD.format(call)):
+        o.float().sum().backward()
+
+
+def test_batch_prefill_output_refuses_backward(cpu_run) -> None:  # noqa: F811
+    w, _ = _wrapper("causal")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    assert w.run(q, (k, v)).grad_fn is None  # nothing requires grad
+    for call in (lambda: w.run(q.requires_grad_(), (k, v)), lambda: w.run(q, (k, v))):
+        _backward_raises(call(), r"BatchPrefillWrapper\.run")  # the second: a memo hit
+    o, lse = w.run(q, (k, v), return_lse=True)
+    _backward_raises(lse, r"BatchPrefillWrapper\.run")
+    with torch.no_grad():
+        assert not w.run(q, (k, v)).requires_grad
+
+
+def test_batch_prefill_key_and_param_tensors_count(cpu_run) -> None:  # noqa: F811
+    w, _ = _wrapper("alibi")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    slopes = torch.rand(q.shape[1])
+    assert w.run(q, (k, v), slopes=slopes).grad_fn is None
+    _backward_raises(w.run(q, (k.requires_grad_(), v), slopes=slopes), r"BatchPrefillWrapper\.run")
+    k.requires_grad_(False)
+    _backward_raises(w.run(q, (k, v), slopes=slopes.requires_grad_()), r"BatchPrefillWrapper\.run")
+
+
+def test_batch_decode_output_refuses_backward(cpu_decode) -> None:  # noqa: F811
+    w = cpu_decode("causal")
+    q, cache = _inputs()
+    assert w.run(q, cache).grad_fn is None
+    _backward_raises(w.run(q.requires_grad_(), cache), r"BatchDecodeWrapper\.run")
+    with torch.inference_mode():
+        assert not w.run(q.detach(), cache).requires_grad
+
+
+def test_the_decorator_passes_mappings_and_results_through() -> None:
+    @forward_only("demo")
+    def run(q, params):
+        return q.detach() * 2, q.detach()[:, 0]
+
+    q = torch.randn(3, 2)
+    params = {"slopes": torch.ones(2, requires_grad=True)}
+    o, lse = run(q, params)
+    assert torch.equal(o, q * 2)
+    _backward_raises(o, "demo")
+    assert run(q, {"slopes": torch.ones(2)})[0].grad_fn is None
