@@ -8,12 +8,11 @@ User code only lands in the named slots of ``templates/functor.cuh.j2``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from attnc.codegen.cuda_expr import CTYPES, CudaContext, CudaText, render
 from attnc.codegen.element_cost import element_transcendentals
-from attnc.codegen.guarded_reads import always_evaluated
+from attnc.codegen.guarded_reads import always_evaluated, guard_walk
 from attnc.codegen.key_values import key_reads, key_terms
 from attnc.codegen.mask_bounds_cuda import render_mask_bounds
 from attnc.codegen.mask_cuda import (
@@ -211,34 +210,9 @@ def _safe_hoistable(
             return False
         return True
 
-    for _ in _guard_walk(e, take):
+    for _ in guard_walk(e, take):
         pass
     return list(found)
-
-
-def _guard_walk(
-    e: ir.Expr, descend: Callable[[ir.Expr, bool], bool] = lambda node, guarded: True
-) -> Iterator[tuple[ir.Expr, bool]]:
-    """Every (node, guarded) of ``e`` once, in source order: ``guarded`` when the node is
-    reached through a ?: branch or the right side of && / ||. ``descend(node, guarded)``
-    False stops the walk below that node."""
-    seen: set[tuple[int, bool]] = set()
-    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
-    while stack:
-        node, guarded = stack.pop()
-        if (id(node), guarded) in seen:
-            continue
-        seen.add((id(node), guarded))
-        yield node, guarded
-        if not descend(node, guarded):
-            continue
-        if isinstance(node, ir.Select):
-            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
-        elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
-            kids = [(node.a, guarded), (node.b, True)]
-        else:
-            kids = [(c, guarded) for c in ir.children(node)]
-        stack.extend(reversed(kids))
 
 
 def _safe_load(e: ir.Expr, safe_loads: frozenset[str]) -> bool:
@@ -408,7 +382,7 @@ def unguarded_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
     hoister, log2_score, raw_score = _hoisted(compiled)
     unguarded: set[ir.Expr] = set()
     for x in _element_exprs(compiled, log2_score, raw_score):
-        unguarded.update(node for node, guarded in _guard_walk(x) if not guarded)
+        unguarded.update(node for node, guarded in guard_walk(x) if not guarded)
     values = [e for e, _ in hoister.request] + [e for e, _ in hoister.row]
     return tuple(e for e in values if e in unguarded)
 

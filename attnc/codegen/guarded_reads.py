@@ -1,4 +1,5 @@
-"""Owns: which shared sub-expressions that read a tensor a function body always evaluates.
+"""Owns: which nodes of an expression sit under a guard (``guard_walk``), and which shared
+sub-expressions that read a tensor a function body always evaluates.
 
 A shared sub-expression gets one local constant at the top of its body. When it reads a
 tensor and sits under a guard (a ?: arm, the right side of && / ||), computing it there runs
@@ -12,6 +13,8 @@ many guarded places use it, so a chain of lets stays linear in size.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
 
 from attnc.compiler import ir
 
@@ -37,3 +40,28 @@ def _always(node: ir.Expr, binds: set[int], seen: dict[int, frozenset[int]]) -> 
     else:
         found = _NONE.union(*(seen[id(c)] for c in ir.children(node)))
     return found | {id(node)} if id(node) in binds else found
+
+
+def guard_walk(
+    e: ir.Expr, descend: Callable[[ir.Expr, bool], bool] = lambda node, guarded: True
+) -> Iterator[tuple[ir.Expr, bool]]:
+    """Every (node, guarded) of ``e`` once, in source order: ``guarded`` when the node is
+    reached through a ?: branch or the right side of && / ||. ``descend(node, guarded)``
+    False stops the walk below that node."""
+    seen: set[tuple[int, bool]] = set()
+    stack: list[tuple[ir.Expr, bool]] = [(e, False)]
+    while stack:
+        node, guarded = stack.pop()
+        if (id(node), guarded) in seen:
+            continue
+        seen.add((id(node), guarded))
+        yield node, guarded
+        if not descend(node, guarded):
+            continue
+        if isinstance(node, ir.Select):
+            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
+        elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
+            kids = [(node.a, guarded), (node.b, True)]
+        else:
+            kids = [(c, guarded) for c in ir.children(node)]
+        stack.extend(reversed(kids))
