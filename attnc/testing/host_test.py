@@ -91,10 +91,14 @@ class HostTestReport:
 def compiler_command(source: str, binary: str) -> list[str]:
     """nvcc (host code of the __host__ __device__ functor; ``$ATTNC_NVCC`` first, as for the
     kernels) when present, else g++."""
-    try:
-        nvcc: str | None = toolchain.find_nvcc()
-    except toolchain.ToolNotFound:
-        nvcc = None
+    nvcc: str | None
+    if os.environ.get("ATTNC_NVCC"):  # asked for: an error naming it when it cannot run
+        nvcc = toolchain.runnable_nvcc()
+    else:
+        try:
+            nvcc = toolchain.find_nvcc()
+        except toolchain.ToolNotFound:
+            nvcc = None
     if nvcc:
         return [
             nvcc,

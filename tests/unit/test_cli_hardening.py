@@ -13,6 +13,7 @@ import pytest
 
 import attnc
 from attnc import cli
+from attnc.runtime.build.toolchain import ToolNotFound
 from attnc.testing import host_test
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,8 +241,23 @@ def test_closed_pipe_ends_quietly():
 
 def test_host_harness_uses_attnc_nvcc(monkeypatch, tmp_path):
     fake = tmp_path / "my-nvcc"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
     monkeypatch.setenv("ATTNC_NVCC", str(fake))
     assert host_test.compiler_command("/w/harness.cu", "/w/harness")[0] == str(fake)
+
+
+@pytest.mark.parametrize("value", ["/nonexistent/nvcc", "/tmp/nv\ncc"])
+def test_host_harness_names_an_attnc_nvcc_it_cannot_run(monkeypatch, capsys, value):
+    """``attnc test`` with ATTNC_NVCC set to a missing path (or one holding a newline)
+    ended in a bare '[Errno 2] No such file or directory'; the kernel builds name the
+    variable and its value, and so does the host harness now."""
+    monkeypatch.setenv("ATTNC_NVCC", value)
+    with pytest.raises(ToolNotFound, match=r"ATTNC_NVCC is '"):
+        host_test.compiler_command("/w/harness.cu", "/w/harness")
+    assert cli.main(["test", "stdlib:causal", "--no-gpu"]) == 1
+    err = capsys.readouterr().err
+    assert "ATTNC_NVCC is '" in err and "Errno" not in err
 
 
 def test_help_lists_the_lazy_public_names():
