@@ -62,7 +62,7 @@ def derived_value_problem(
         for head in _heads_to_check(names, num_qo_heads, num_kv_heads):
             if head is not None:  # the kernels' GQA grouping: query heads of one KV head adjacent
                 env.update(qo_head=head, kv_head=head // max(num_qo_heads // num_kv_heads, 1))
-            problem = _range_problem(e, env)
+            problem = _range_problem(e, env, "request" if head is None else "query head")
             if problem is not None:
                 inputs = _inputs_text(call_names, env)
                 where = "" if head is None else f" (query head {head})"
@@ -82,7 +82,7 @@ def _heads_to_check(
     return range(0, num_qo_heads, max(num_qo_heads // num_kv_heads, 1))
 
 
-def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
+def _range_problem(e: ir.Expr, env: Mapping[str, object], unit: str) -> str | None:
     try:
         device = evaluate(e, env, binary32=True)
         exact = evaluate(e, env)
@@ -94,7 +94,7 @@ def _range_problem(e: ir.Expr, env: Mapping[str, object]) -> str | None:
         return None
     what = "is not finite" if not math.isfinite(device) else "falls below the normal range 2^-126"
     return (
-        f"the kernels compute {format_ir(e)} once per {_unit(e)} in float32, and it {what} "
+        f"the kernels compute {format_ir(e)} once per {unit} in float32, and it {what} "
         f"({exact:.6g} exactly), where the kernels' float32 math would flush it to 0 or give "
         "inf or NaN; choose values that keep it within float32's normal range"
     )
@@ -114,11 +114,6 @@ def _free_names(e: ir.Expr) -> frozenset[str] | None:
         elif isinstance(node, ir.ParamRef):
             names.add(node.name)
     return frozenset(names)
-
-
-def _unit(e: ir.Expr) -> str:
-    reads_head = any(isinstance(n, ir.Builtin) and n.name in HEAD_BUILTINS for n in ir.walk(e))
-    return "query head" if reads_head else "request"
 
 
 def _non_finite(value: object) -> bool:
