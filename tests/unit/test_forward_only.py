@@ -65,3 +65,17 @@ def test_the_decorator_passes_mappings_and_results_through() -> None:
     assert torch.equal(o, q * 2)
     _backward_raises(o, "demo")
     assert run(q, {"slopes": torch.ones(2)})[0].grad_fn is None
+
+
+def test_compiling_with_an_input_that_requires_grad_fails_by_name(cpu_run, monkeypatch) -> None:  # noqa: F811
+    """As documented: torch traces the custom op's backward at compile time and refuses
+    it, naming the op (the eager node above is not involved under torch.compile)."""
+    from attnc.runtime.wrappers import prefill_launch
+
+    w, recorder = _wrapper("causal")
+    monkeypatch.setattr(prefill_launch, "module_by_id", lambda module_id: recorder)
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    compiled = torch.compile(lambda q, k, v: w.run(q, (k, v)), backend="aot_eager", fullgraph=True)
+    with pytest.raises(Exception, match=r"backward through attnc\.prefill\.default"):
+        compiled(q.requires_grad_(), k, v)

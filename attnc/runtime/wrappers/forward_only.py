@@ -3,8 +3,9 @@
 The kernels compute the forward pass only. An eager call launches them through ctypes,
 which autograd does not see: with an input that requires grad its output used to come back
 without a ``grad_fn``, so a loss built on it dropped attention's part of the gradient
-without a word. Such an output now carries a node whose backward raises, as torch does for
-attnc's custom ops (what ``torch.compile`` traces) that have no autograd formula.
+without a word. Such an output now carries a node whose backward raises. Under
+``torch.compile`` the custom ops, which have no autograd formula, make torch refuse to
+compile a graph whose inputs require grad.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def _grad_inputs(values: Any) -> list[torch.Tensor]:
 def forward_only(call: str) -> Callable[[F], F]:
     """Decorate an eager entry point named ``call`` in errors: when grad mode is on and a
     tensor argument (or one in a tuple or mapping argument) requires grad, its output tensors carry
-    ``_ForwardOnly``'s node. Nothing changes under ``torch.compile`` (the custom ops raise
-    on backward themselves) or when no input requires grad."""
+    ``_ForwardOnly``'s node. Nothing changes under ``torch.compile`` (torch refuses to
+    compile the custom ops' backward) or when no input requires grad."""
 
     def decorate(run: F) -> F:
         @functools.wraps(run)
