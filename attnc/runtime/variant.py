@@ -194,11 +194,6 @@ _DERIVED_CHECKS_KEPT = 256
 _VARIANTS: weakref.WeakValueDictionary[int, Variant] = weakref.WeakValueDictionary()
 
 
-def variant_by_handle(handle: int) -> Variant:
-    """The live variant whose ``handle`` this is."""
-    return _VARIANTS[handle]
-
-
 def live_variant(handle: int) -> Variant | None:
     """The variant whose ``handle`` this is, or None when it is no longer alive (a graph
     exported by ``torch.export`` may outlive it)."""

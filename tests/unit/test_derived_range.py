@@ -229,3 +229,19 @@ def test_the_prefill_op_runs_after_its_variant_is_gone(cpu_run, monkeypatch) -> 
     other = attnc.load("stdlib:causal")
     prefill_launch.prefill_op(other.handle, *args)  # another IR: not its check
     assert len(recorder.calls) == 2
+
+
+def test_single_prefill_op_names_a_variant_that_is_gone() -> None:
+    """``attnc::single_prefill`` in a graph that outlived its variant raised a bare
+    ``KeyError: 7``; it names the handle and what to keep alive."""
+    import gc
+
+    import torch
+
+    from attnc.runtime.wrappers.single_prefill import single_prefill_op
+
+    handle = attnc.load(source="variant gone_soon { }").handle
+    gc.collect()
+    q = torch.zeros(2, 2, 16)
+    with pytest.raises(RuntimeError, match=rf"variant handle {handle} names no live variant"):
+        single_prefill_op(handle, q, q, q, None, [], [], [], False)

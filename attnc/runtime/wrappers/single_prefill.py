@@ -20,7 +20,7 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
-from attnc.runtime.variant import variant_by_handle
+from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
@@ -186,7 +186,12 @@ def single_prefill_op(
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Functional one-request prefill of the variant ``variant_handle``: (O, LSE or empty)."""
-    variant = variant_by_handle(variant_handle)
+    variant = live_variant(variant_handle)
+    if variant is None:  # a graph (torch.export) that outlived its variant
+        raise RuntimeError(
+            f"attnc::single_prefill: variant handle {variant_handle} names no live variant; "
+            "keep the Variant a graph calls alive while the graph is used"
+        )
     values = join_params(variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     result = run_one(variant, q, k, v, sm_scale, return_lse, values)
     if isinstance(result, tuple):
