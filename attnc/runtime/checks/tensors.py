@@ -178,15 +178,25 @@ def layout_name(t: torch.Tensor) -> str:
     return str(t.layout).removeprefix("torch.")
 
 
+# Why a view with torch's negative bit is refused where the kernels read or write its bytes.
+NEGATIVE_BIT = (
+    "a view with torch's negative bit set (the .imag of a conjugated complex tensor, say): "
+    "its memory holds the negated values, which the kernels would read as they are; pass "
+    ".resolve_neg() of it"
+)
+
+
 def check_data_tensor(
     name: str, t: object, shape: Sequence[int | None], device_type: str = "cuda"
 ) -> torch.Tensor:
     """A q/k/v/o/cache tensor: a torch.Tensor on ``device_type``, bf16/fp16, of ``shape``
-    (``None`` = any size), with a contiguous last dim."""
+    (``None`` = any size), with a contiguous last dim and no negative bit."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if not is_dense(t):
         raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
+    if t.is_neg():
+        raise ValueError(f"{name}: {NEGATIVE_BIT}")
     if t.device.type != device_type:
         raise ValueError(f"{name}: must be on a {device_type} device, got {t.device}")
     if t.dtype not in KV_DTYPES:

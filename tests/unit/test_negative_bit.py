@@ -1,0 +1,38 @@
+"""A view with torch's negative bit (the ``.imag`` of a conjugated complex tensor) holds the
+negated values in memory; torch ops read it right, the kernels read its bytes as they are.
+Such q/k/v/out/cache tensors and tensor params were taken, and the kernels computed with
+the negated values; they are now refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.checks import tensors
+
+
+def _negated_view(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    complex_dtype = torch.complex32 if dtype == torch.float16 else torch.complex64
+    view = torch.randn(shape, dtype=complex_dtype).conj().imag
+    assert view.is_neg() and view.dtype == dtype
+    return view
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_a_data_tensor_with_the_negative_bit_is_refused() -> None:
+    q = _negated_view((5, 4, 16), torch.float16)
+    with pytest.raises(ValueError, match=r"^q: a view with torch's negative bit set"):
+        tensors.check_data_tensor("q", q, (None, 4, 16), "cpu")
+    tensors.check_data_tensor("q", q.resolve_neg(), (None, 4, 16), "cpu")
+
+
+def test_a_tensor_param_with_the_negative_bit_is_refused() -> None:
+    v = attnc.load("stdlib:alibi")
+    q, k = torch.randn(5, 4, 16), torch.randn(5, 2, 16)
+    slopes = _negated_view((4,), torch.float32)
+    with pytest.raises(ValueError, match=r"param 'slopes' .*negative bit set.*resolve_neg"):
+        v.reference(q, k, k, slopes=slopes)
+    resolved = slopes.resolve_neg()
+    assert torch.equal(resolved, slopes) and not resolved.is_neg()
+    assert torch.isfinite(v.reference(q, k, k, slopes=resolved)).all()
