@@ -10,6 +10,8 @@ import torch
 
 import attnc
 from attnc.runtime.checks import tensors
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_prefill_call_memo import _qkv, _ragged_plan, _wrapper, cpu_run  # noqa: F401
 
 
 def _negated_view(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -36,3 +38,33 @@ def test_a_tensor_param_with_the_negative_bit_is_refused() -> None:
     resolved = slopes.resolve_neg()
     assert torch.equal(resolved, slopes) and not resolved.is_neg()
     assert torch.isfinite(v.reference(q, k, k, slopes=resolved)).all()
+
+
+def test_a_repeated_call_with_a_negated_view_is_checked_again(cpu_run) -> None:  # noqa: F811
+    """The call memo keyed q by shape, strides, dtype and device: a negated view of the
+    same layout reused the first call's checks and was launched. It is checked again."""
+    w, recorder = _wrapper("causal")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    w.run(q, (k, v))
+    launched = len(recorder.calls)
+    for args in ((torch._neg_view(q), (k, v)), (q, (k, torch._neg_view(v)))):
+        with pytest.raises(ValueError, match=r"negative bit set"):
+            w.run(*args)
+    assert len(recorder.calls) == launched
+
+
+def test_a_repeated_decode_call_with_a_negated_view_is_checked_again(cpu_decode) -> None:  # noqa: F811
+    w = cpu_decode("causal")
+    q, cache = _inputs()
+    w.run(q, cache)
+    with pytest.raises(ValueError, match=r"^q: a view with torch's negative bit set"):
+        w.run(torch._neg_view(q), cache)
+
+
+def test_merge_state_refuses_a_negated_state() -> None:
+    from attnc.runtime.wrappers.merge import merge_state
+
+    o, lse = torch.randn(4, 2, 8), torch.randn(4, 2)
+    with pytest.raises(ValueError, match=r"^lse_b: a view with torch's negative bit set"):
+        merge_state(o, lse, o, torch._neg_view(lse))

@@ -49,6 +49,12 @@ def tensor_meta(t: torch.Tensor) -> tuple[object, ...]:
     return (t.shape, t.stride(), t.dtype, t.device)
 
 
+def _plain(t: torch.Tensor) -> bool:
+    """A tensor a key may stand for: dense, without torch's negative bit (which the checks
+    refuse, and which its metadata key would not show)."""
+    return is_dense(t) and not t.is_neg()
+
+
 def call_key(
     q: object,
     kv: object,
@@ -60,24 +66,24 @@ def call_key(
     """Everything the checks of a ``run()`` depend on, or None when the call is not
     cacheable: q and ``out`` by :func:`tensor_meta`, the KV tensors by ``kv_key``, scalar
     params by type and value, tensor params by identity and :func:`tensor_key`. Only ordinary
-    dense tensors and int / float / bool scalars are cacheable."""
-    if not isinstance(q, torch.Tensor) or not is_dense(q):
+    dense tensors (no negative bit) and int / float / bool scalars are cacheable."""
+    if not isinstance(q, torch.Tensor) or not _plain(q):
         return None
     if out is None:
         out_key: object = None
-    elif isinstance(out, torch.Tensor) and is_dense(out):
+    elif isinstance(out, torch.Tensor) and _plain(out):
         out_key = tensor_meta(out)
     else:
         return None
-    if isinstance(kv, torch.Tensor) and is_dense(kv):
+    if isinstance(kv, torch.Tensor) and _plain(kv):
         kv_part: object = kv_key(kv)
     elif (
         isinstance(kv, (tuple, list))
         and len(kv) == 2
         and isinstance(kv[0], torch.Tensor)
         and isinstance(kv[1], torch.Tensor)
-        and is_dense(kv[0])
-        and is_dense(kv[1])
+        and _plain(kv[0])
+        and _plain(kv[1])
     ):
         kv_part = (kv_key(kv[0]), kv_key(kv[1]))
     else:
@@ -85,7 +91,7 @@ def call_key(
     param_key: list[object] = []
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
-            if not is_dense(value):
+            if not _plain(value):
                 return None
             # The object and its metadata: an in-place as_strided_ or resize_ keeps both the
             # object and its pointer, and a checked call would pack or refuse it anew.

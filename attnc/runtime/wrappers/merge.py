@@ -12,7 +12,7 @@ import threading
 import torch
 
 from attnc.runtime.build import jit, toolchain
-from attnc.runtime.checks.tensors import I32_MAX, is_dense, layout_name
+from attnc.runtime.checks.tensors import I32_MAX, NEGATIVE_BIT, is_dense, layout_name
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -40,13 +40,15 @@ def _library(arch: str) -> ctypes.CDLL:
 
 
 def _check_kinds(*states: object) -> None:
-    """The four states (o_a, lse_a, o_b, lse_b) are dense tensors, else a ``ValueError``
-    naming the first that is not."""
+    """The four states (o_a, lse_a, o_b, lse_b) are dense tensors without the negative bit,
+    else a ``ValueError`` naming the first that is not."""
     for name, t in zip(("o_a", "lse_a", "o_b", "lse_b"), states, strict=True):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if not is_dense(t):
             raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
+        if t.is_neg():
+            raise ValueError(f"{name}: {NEGATIVE_BIT}")
 
 
 def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor) -> None:
