@@ -79,3 +79,18 @@ def test_compiling_with_an_input_that_requires_grad_fails_by_name(cpu_run, monke
     compiled = torch.compile(lambda q, k, v: w.run(q, (k, v)), backend="aot_eager", fullgraph=True)
     with pytest.raises(Exception, match=r"backward through attnc\.prefill\.default"):
         compiled(q.requires_grad_(), k, v)
+
+
+def test_an_out_buffer_is_left_without_the_node(cpu_run) -> None:  # noqa: F811
+    """The node was put on the caller's ``out=`` buffer itself: from then on it required
+    grad, kept the input's graph alive and made every later call with plain tensors return
+    an output whose backward raises. The node now sits on an alias of the buffer."""
+    w, _ = _wrapper("causal")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    out = torch.empty_like(q)
+    o = w.run(q.clone().requires_grad_(), (k, v), out=out)
+    _backward_raises(o, r"BatchPrefillWrapper\.run")
+    assert o.data_ptr() == out.data_ptr() and not out.requires_grad and out.grad_fn is None
+    again = w.run(q, (k, v), out=out)
+    assert again is out and again.grad_fn is None

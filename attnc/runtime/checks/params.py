@@ -16,7 +16,7 @@ import torch
 from attnc.compiler.ir import ParamDecl
 from attnc.dsl.errors import printable
 from attnc.dsl.literals import F32_OVERFLOW
-from attnc.runtime.checks.tensors import NEGATIVE_BIT, is_dense, layout_name
+from attnc.runtime.checks.tensors import NEGATIVE_BIT, is_dense, layout_name, negated_view
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 # What the batch-sized dims of language v2 count, for error messages.
@@ -200,7 +200,7 @@ def _check_tensor(
         raise ValueError(
             f"{_where(prefix, decl)}: expected a dense tensor, got a {layout_name(value)} one"
         )
-    if value.is_neg():
+    if negated_view(value):
         raise ValueError(f"{_where(prefix, decl)}: {NEGATIVE_BIT}")
     unknown = [d for d in decl.dims if not isinstance(d, int) and d not in sizes]
     if unknown:

@@ -265,7 +265,7 @@ class BatchDecodeWrapper(DecodePlanning):
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
         if (
             not tensors.is_dense(q)
-            or q.is_neg()
+            or tensors.negated_view(q)
             or tuple(q.shape) != want
             or q.device != self._device
             or q.stride(-1) != 1

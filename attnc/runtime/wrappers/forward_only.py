@@ -52,8 +52,9 @@ def _grad_inputs(values: Any) -> list[torch.Tensor]:
 
 def forward_only(call: str) -> Callable[[F], F]:
     """Decorate an eager entry point named ``call`` in errors: when grad mode is on and a
-    tensor argument (or one in a tuple or mapping argument) requires grad, its output tensors carry
-    ``_ForwardOnly``'s node. Nothing changes under ``torch.compile`` (torch refuses to
+    tensor argument (or one in a tuple or mapping argument; not ``out``) requires grad, it
+    returns aliases of its output tensors that carry ``_ForwardOnly``'s node (an ``out=``
+    buffer itself is left as it was). Nothing changes under ``torch.compile`` (torch refuses to
     compile the custom ops' backward) or when no input requires grad."""
 
     def decorate(run: F) -> F:
@@ -62,10 +63,12 @@ def forward_only(call: str) -> Callable[[F], F]:
             result = run(*args, **kwargs)
             if not torch.is_grad_enabled():
                 return result
-            inputs = _grad_inputs(args) + _grad_inputs(kwargs.values())
+            given = (v for k, v in kwargs.items() if k != "out")  # a buffer written, not read
+            inputs = _grad_inputs(args) + _grad_inputs(given)
             if not inputs or torch.compiler.is_compiling():
                 return result
-            outputs = list(result) if isinstance(result, tuple) else [result]
+            # Aliases carry the node: a caller's ``out=`` buffer itself stays without one.
+            outputs = [t.detach() for t in (result if isinstance(result, tuple) else (result,))]
             return _ForwardOnly.apply(call, outputs, *inputs)
 
         return checked  # type: ignore[return-value]
