@@ -108,7 +108,21 @@ def choose_prefill_module(
         if jit.verbose():
             print(f"attnc: prefill on the FA2 template: {refusal}", file=sys.stderr)
     module = get_prefill_module(ir, dtype, head_dim, _arch_of(device))
-    return PrefillChoice("fa2", module, module.tile_q_tokens(head_dim, group, max_q_len))
+    tile = module.tile_q_tokens(head_dim, group, max_q_len)
+    if tile < 1:
+        raise ValueError(_group_refusal(module, head_dim, group))
+    return PrefillChoice("fa2", module, tile)
+
+
+def _group_refusal(module: PrefillModule, head_dim: int, group: int) -> str:
+    """Why no prefill tile serves a GQA group: its query heads per KV head fill more rows than
+    the widest query tile holds (a tile's rows are query tokens x the group)."""
+    widest = module.tile_q_tokens(head_dim, 1, 1 << 30)  # one head: the widest tile's rows
+    return (
+        f"num_qo_heads / num_kv_heads: a GQA group of {group} query heads per KV head does "
+        f"not fit the prefill kernels' widest query tile ({widest} rows at head_dim "
+        f"{head_dim}): prefill takes at most {widest} query heads per KV head"
+    )
 
 
 def prebuild_prefill_module(

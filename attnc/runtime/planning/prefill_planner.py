@@ -137,6 +137,11 @@ class PrefillPlanner:
     def map_starts(self, tile_q_tokens: int, kv_block: int = KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch
         (``tile_map.map_starts``; a reused buffer, valid until the next call)."""
+        if tile_q_tokens < 1 or kv_block < 1:  # the library divides by both
+            raise ValueError(
+                f"prefill plan: tile map of {tile_q_tokens}-token query tiles and "
+                f"{kv_block}-key blocks: both must be at least 1"
+            )
         self._lib.attnc_prefill_map_starts(self._p_ref, tile_q_tokens, kv_block, self._starts_ptr)
         return self._lens[2, : self.batch + 1]
 

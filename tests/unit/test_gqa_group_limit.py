@@ -1,0 +1,77 @@
+"""A GQA group wider than every prefill query tile: plan() refuses it naming the head counts
+and the limit, instead of planning with a 0-token tile (a generic planner refusal, or a
+division by zero that killed the process in the tile-map sizing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.build import backends
+from attnc.runtime.planning.prefill_planner import PrefillPlanner
+
+_WIDEST = {64: 128, 128: 128, 256: 64}  # the FA2 template's widest tile, in rows
+
+
+class _Module:
+    """The FA2 module's tile answer (prefill_config.cuh prefill_tile_q_tokens)."""
+
+    def tile_q_tokens(self, head_dim: int, group: int, max_q_len: int) -> int:
+        rows = _WIDEST[head_dim]
+        for shape in (16, 64, rows):
+            if shape >= group and (max_q_len * group <= shape or shape == rows):
+                return shape // group
+        return 0
+
+
+@pytest.fixture
+def fa2_stub(monkeypatch):
+    monkeypatch.setattr(backends, "get_prefill_module", lambda *a, **k: _Module())
+    monkeypatch.setattr(backends, "_arch_of", lambda device: "80")
+
+
+@pytest.mark.parametrize(("head_dim", "group"), [(128, 129), (128, 256), (256, 128), (64, 200)])
+def test_group_wider_than_every_tile_is_refused_by_name(fa2_stub, head_dim, group) -> None:
+    with pytest.raises(ValueError) as err:
+        backends.choose_prefill_module(
+            attnc.load("stdlib:causal").ir,
+            "fa2",
+            dtype=torch.bfloat16,
+            head_dim=head_dim,
+            group=group,
+            max_q_len=40,
+            kv_layout="ragged",
+            device=torch.device("cpu"),
+        )
+    text = str(err.value)
+    assert text.startswith("num_qo_heads / num_kv_heads: a GQA group of")
+    assert f"{group} query heads" in text
+    assert f"at most {_WIDEST[head_dim]} query heads per KV head" in text
+
+
+@pytest.mark.parametrize(("head_dim", "group"), [(128, 128), (256, 64), (64, 1)])
+def test_group_at_the_limit_is_planned(fa2_stub, head_dim, group) -> None:
+    choice = backends.choose_prefill_module(
+        attnc.load("stdlib:causal").ir,
+        "fa2",
+        dtype=torch.bfloat16,
+        head_dim=head_dim,
+        group=group,
+        max_q_len=40,
+        kv_layout="ragged",
+        device=torch.device("cpu"),
+    )
+    assert choice.backend == "fa2" and choice.tile_q_tokens >= 1
+
+
+@pytest.mark.parametrize(("tile", "block"), [(0, 128), (4, 0), (-1, 128)])
+def test_map_starts_refuses_a_tile_or_block_below_one(tile, block) -> None:
+    """The library divides by both: a 0 killed the process (SIGFPE)."""
+    planner = PrefillPlanner()
+    ip = torch.tensor([0, 40], dtype=torch.int32)
+    assert planner.check(ip, ip, None, None, 1)
+    with pytest.raises(ValueError, match="must be at least 1"):
+        planner.map_starts(tile, block)
+    assert np.array_equal(planner.map_starts(16, 128), [0, 3])
