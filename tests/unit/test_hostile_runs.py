@@ -1,5 +1,5 @@
 """run() after plans that went wrong or tensors changed behind the wrappers' backs, on the
-CPU: a refused prefill plan that had rebuilt the tile map, a planned tensor written between
+CPU: a refused prefill plan that had rebuilt the tile map (or one refused before it wrote it), a planned tensor written between
 two cached decode calls, a tensor param restrided in place between two remembered prefill
 calls, the transformers backend's falsy ``is_causal`` and per-layer settings, a scalar the
 tile map was built for changed in run(), a tensor param inside the workspace given to
@@ -51,6 +51,27 @@ def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch
     assert w.planned_backend is None and w.tile_map is None
     with pytest.raises(RuntimeError, match="the last plan\\(\\) was refused after it had rebuilt"):
         w.run(torch.zeros(1024, 4, 64, dtype=torch.bfloat16), (torch.zeros(1024, 2, 64),) * 2)
+
+
+def test_a_plan_whose_map_does_not_fit_keeps_the_plan_in_force(monkeypatch) -> None:
+    """The map's size is refused before anything is written to the map region, yet the
+    wrapper dropped the plan in force and run() blamed a map rebuild that never happened."""
+    v = attnc.load(source=DOC)
+    module = type("StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)})()  # fmt: skip
+    monkeypatch.setattr(
+        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
+    )
+    w = BatchPrefillWrapper(v, torch.empty(64 << 10, dtype=torch.uint8), backend="fa2", max_tile_map_bytes=16 << 10)  # fmt: skip
+    w._map_builder = lambda vals, ql, kl, tile, block: doc_causal_map(vals["doc"].numpy(), ql, kl, tile, block)  # fmt: skip
+    qo = torch.tensor([0, 1024], **I32)
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": torch.arange(4, **I32).repeat_interleave(256)})
+    planned = (w._plan, w._meta, w._map_host[0].copy(), w._workspace.clone())
+    long = torch.tensor([0, 16384], **I32)  # 256 query tiles x 128 key blocks: 32 KiB of map
+    with pytest.raises(ValueError, match="max_tile_map_bytes"):
+        w.plan(long, long.clone(), 4, 2, 64, params={"doc": torch.zeros(16384, **I32)})
+    assert w.planned_backend == "fa2" and w._plan is planned[0] and w._meta == planned[1]
+    assert np.array_equal(w._map_host[0], planned[2]) and torch.equal(w._workspace, planned[3])
+    assert w.tile_map is not None
 
 
 def test_a_cached_decode_call_refuses_a_planned_tensor_written_since(cpu_decode) -> None:  # noqa: F811

@@ -378,12 +378,16 @@ class BatchPrefillWrapper(PrefillRunner):
     def _build_map(self, module: PrefillModule, found: _MapStep) -> np.ndarray:
         """The uint8 host copy of this plan's tile map, built and waited for (into the
         workspace's map region, which the plan in force reads until this plan succeeds)."""
-        self._map_written = True
         values, inputs = found
         return prefill_tile_map.build_tile_map(
             module, self._workspace, inputs, values, self._reads, self._map_reserve,
-            self._map_builder, self._map_staging, self._host_workspace,
+            self._map_builder, self._map_staging, self._host_workspace, self._mark_map_written,
         )  # fmt: skip
+
+    def _mark_map_written(self) -> None:
+        """The map region is about to be overwritten: a refusal from here on ends the plan in
+        force, which reads it."""
+        self._map_written = True
 
     def _map_inputs(
         self,

@@ -119,9 +119,12 @@ def build_tile_map(
     host_builder: HostMapBuilder | None = None,
     staging: PinnedStaging | None = None,
     host_workspace: np.ndarray | None = None,
+    writing: Callable[[], None] = lambda: None,
 ) -> np.ndarray:
     """Build the map into the workspace's map region; return its uint8 host copy
-    (``host_workspace``: the numpy view of a CPU workspace)."""
+    (``host_workspace``: the numpy view of a CPU workspace). ``writing`` is called once the
+    map is known to fit, before the region is first written: a refusal before it leaves the
+    region (and so the plan reading it) as it was."""
     starts = inputs.map_starts
     entries = int(starts[-1])
     prefill_plan.check_map_fits(entries, map_reserve)
@@ -134,6 +137,7 @@ def build_tile_map(
             host_builder(values, q_lens, kv_lens, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
         )
         host = np.ascontiguousarray(host[:entries])
+        writing()
         if workspace.device.type == "cpu":
             view = host_workspace if host_workspace is not None else workspace.numpy()
             view[offset : offset + entries] = host
@@ -141,6 +145,7 @@ def build_tile_map(
             workspace[offset : offset + entries].copy_(torch.from_numpy(host))
         return host
     staging = staging if staging is not None else PinnedStaging()
+    writing()
     return _launch(module, workspace, inputs, starts, values, reads, offset, staging)
 
 
