@@ -1,9 +1,9 @@
 """run() after plans that went wrong or tensors changed behind the wrappers' backs, on the CPU: a
 refused prefill plan that had rebuilt the tile map (or one refused before it wrote it), a
 planned tensor written between two cached decode calls, a tensor param restrided in place
-between two remembered prefill calls, the transformers backend's falsy ``is_causal`` and per-
-layer settings, a scalar the tile map was built for changed in run(), a tensor param inside the
-workspace given to plan(), and index tensors with torch's negative bit (their bytes are not
+between two remembered prefill calls, the transformers backend's falsy ``is_causal`` and
+per-layer settings, a scalar the tile map was built for changed in run(), a tensor param inside
+the workspace given to plan(), and index tensors with torch's negative bit (their bytes are not
 their values). Each failed before its fix (a launch over the wrong map, bytes or mask, or a plan
 of other ids)."""
 
