@@ -315,9 +315,15 @@ def oracle_plan(
     )
     free = shape.workspace_bytes - unsplit.total_bytes - 4 * ALIGN - map_reserve
     if free < 0:
+        need = unsplit.total_bytes + 4 * ALIGN
+        if map_reserve <= 0:
+            raise ValueError(
+                f"workspace_buffer: has {shape.workspace_bytes} bytes, the work lists need {need}"
+            )
         raise ValueError(
-            f"workspace_buffer: has {shape.workspace_bytes} bytes, the work lists need "
-            f"{unsplit.total_bytes + 4 * ALIGN}"
+            f"workspace_buffer: has {shape.workspace_bytes} bytes, of which the last "
+            f"{map_reserve} are kept for the tile map (max_tile_map_bytes), and the work lists "
+            f"need {need}: give a larger workspace or a smaller max_tile_map_bytes"
         )
     max_part_rows = free // (4 * (shape.head_dim + 1) + PART_ROW_RESERVE)
     cost = None

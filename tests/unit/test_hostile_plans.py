@@ -304,3 +304,34 @@ def test_single_prefill_checks_the_memory_layout_as_run_does(single_cpu) -> None
     with pytest.raises(ValueError, match="^q: starts 2 bytes past a 16-byte boundary"):
         variant.prefill(shifted, k, v)
     assert not single_cpu.get("causal") or not single_cpu["causal"].calls
+
+
+def test_single_prefill_sizes_the_tile_map_for_the_kernels_tile_of_a_wide_group(
+    single_cpu, monkeypatch
+) -> None:
+    """Variant.prefill kept a tile map for 16-token query tiles, while an MQA group of 32
+    runs 4-token tiles on long queries: a 40K-token document mask was refused with a
+    max_tile_map_bytes the caller cannot pass."""
+    from attnc.runtime.build.backends import PrefillChoice
+    from attnc.runtime.planning import prefill_plan
+    from attnc.runtime.wrappers import prefill_tile_map
+
+    built: list[int] = []
+
+    def build(module, workspace, inputs, values, reads, reserve, *rest):
+        entries = int(inputs.map_starts[-1])
+        prefill_plan.check_map_fits(entries, reserve)
+        built.append(entries)
+        return np.full(entries, 2, np.uint8)  # every tile PARTIAL
+
+    monkeypatch.setattr(prefill_tile_map, "build_tile_map", build)
+    rec = _Recorder(attnc.load("stdlib:doc_causal"))
+    monkeypatch.setattr(
+        BatchPrefillWrapper, "_module_choice", lambda self, *a: PrefillChoice("fa2", rec, 4)
+    )
+    n = 40960
+    variant = attnc.load("stdlib:doc_causal")
+    q = torch.zeros(n, 32, 64, dtype=torch.bfloat16)
+    k = torch.zeros(n, 1, 64, dtype=torch.bfloat16)
+    variant.prefill(q, k, k.clone(), doc=torch.zeros(n, dtype=torch.int32))
+    assert built == [(n // 4) * (n // 64)] and len(rec.calls) == 1

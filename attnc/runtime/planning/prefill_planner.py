@@ -198,10 +198,7 @@ class PrefillPlanner:
             else:
                 break
         if rc == abi.PLAN_CAPACITY and r.error == PP_WORKSPACE:
-            raise ValueError(
-                f"workspace_buffer: has {p.workspace_bytes} bytes, the work lists need "
-                f"{r.needed_bytes}"
-            )
+            raise ValueError(_workspace_refusal(p.workspace_bytes, p.map_reserve, r.needed_bytes))
         if rc == abi.PLAN_OUT_OF_RANGE:
             raise ValueError(OUT_OF_RANGE_MESSAGE)
         if rc != abi.PLAN_OK:
@@ -243,3 +240,14 @@ def regions(r: PrefillResult) -> Int32Regions:
     offsets["items"], counts["items"] = r.off_items, r.num_items * ITEM_INTS
     offsets["merge_items"], counts["merge_items"] = r.off_merge_items, r.num_merge * MERGE_INTS
     return Int32Regions(offsets=offsets, counts=counts, total_bytes=r.total_bytes)
+
+
+def _workspace_refusal(workspace_bytes: int, map_reserve: int, needed: int) -> str:
+    """Why the work lists do not fit: the workspace minus the tile map's reserve is short."""
+    if map_reserve <= 0:
+        return f"workspace_buffer: has {workspace_bytes} bytes, the work lists need {needed}"
+    return (
+        f"workspace_buffer: has {workspace_bytes} bytes, of which the last {map_reserve} are "
+        f"kept for the tile map (max_tile_map_bytes), and the work lists need {needed}: give "
+        "a larger workspace or a smaller max_tile_map_bytes"
+    )

@@ -20,6 +20,8 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
+from attnc.runtime.planning.prefill_planner import KV_BLOCK
+from attnc.runtime.planning.workspace import ITEM_INTS, aligned
 from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
@@ -111,13 +113,32 @@ def _mask_names(variant: object) -> tuple[str, ...]:
     return names
 
 
-def _workspace_for(q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
-    """A workspace for one request of ``q_len`` tokens: lists for 1-token tiles of up to 16
-    KV heads, plus room for split-KV partial states and for a tile map of 16-token tiles
-    (its default share is an eighth of the workspace)."""
+def _workspace_for(
+    q_len: int, kv_len: int, heads: tuple[int, int], needs_map: bool, device: torch.device
+) -> tuple[torch.Tensor, int | None]:
+    """A workspace for one request of ``q_len`` tokens and its tile-map reserve (None: the
+    mask needs no map): lists for 1-token tiles of up to 16 KV heads, room for split-KV
+    partial states and, for a mask that needs one, the map of the narrowest query tile the
+    kernels take for these (query, KV) ``heads``, with room after it for the work list that
+    the device cuts by the map (so the plan need not wait for it)."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
-    tile_map = 8 * (-(-max(q_len, 1) // 16)) * (-(-max(kv_len, 1) // 64)) + 8 * 256
-    return torch.empty(lists + SINGLE_PARTIAL_BYTES + tile_map, dtype=torch.uint8, device=device)
+    if not needs_map:
+        return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
+    rows = -(-max(q_len, 1) // _narrowest_tile(heads[0] // max(heads[1], 1)))
+    entries = rows * -(-max(kv_len, 1) // KV_BLOCK)
+    items = rows * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, plus KV splits
+    reserve = aligned(entries) + aligned(4 * ITEM_INTS * items)
+    total = max(lists + SINGLE_PARTIAL_BYTES + reserve, 2 * reserve)  # a reserve <= half
+    return torch.empty(total, dtype=torch.uint8, device=device), reserve
+
+
+def _narrowest_tile(group: int) -> int:
+    """The fewest query tokens a prefill tile holds for a GQA group: its rows (16, 64, or the
+    widest shape: 64 or more) over the group; every template's shapes hold at least this."""
+    for rows in (16, 64):
+        if group <= rows:
+            return rows // group
+    return 1
 
 
 def _planned(
@@ -160,8 +181,11 @@ def _planned(
         qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
         qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
         if wrapper is None:
+            needs_map = variant_mask_reads(variant).needs_tile_map
+            heads = (q.shape[1], k.shape[1])
+            workspace, reserve = _workspace_for(q.shape[0], k.shape[0], heads, needs_map, q.device)
             wrapper = BatchPrefillWrapper(
-                variant, _workspace_for(q.shape[0], k.shape[0], q.device), backend=backend
+                variant, workspace, backend=backend, max_tile_map_bytes=reserve
             )
         wrapper.plan(
             qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,

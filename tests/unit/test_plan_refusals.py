@@ -1,6 +1,7 @@
-"""A GQA group wider than every prefill query tile: plan() refuses it naming the head counts
-and the limit, instead of planning with a 0-token tile (a generic planner refusal, or a
-division by zero that killed the process in the tile-map sizing)."""
+"""Plans the prefill planner cannot make, refused with what to change: a GQA group wider than
+every query tile (it reached the planner as a 0-token tile: a generic refusal, or a division
+by zero that killed the process in the tile-map sizing), and a workspace that the tile map's
+reserve leaves too small for the work lists (the message gave a need below the size)."""
 
 from __future__ import annotations
 
@@ -75,3 +76,19 @@ def test_map_starts_refuses_a_tile_or_block_below_one(tile, block) -> None:
     with pytest.raises(ValueError, match="must be at least 1"):
         planner.map_starts(tile, block)
     assert np.array_equal(planner.map_starts(16, 128), [0, 3])
+
+
+def test_a_workspace_short_by_the_map_reserve_says_so() -> None:
+    """The refusal said 'has 1048576 bytes, the work lists need 962048' when the lists fit the
+    workspace but not what the tile map's reserve leaves of it."""
+    from attnc.runtime.planning import prefill_plan
+
+    ip = torch.tensor([0, 240000], dtype=torch.int32)
+    shape = prefill_plan.PlanShape(4, 2, 64, 16, 8, 1 << 20)
+    prefill_plan.make_host_plan(ip, ip, None, None, 1, shape)  # fits without a reserve
+    with pytest.raises(ValueError) as err:
+        prefill_plan.make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 17)
+    text = str(err.value)
+    assert text.startswith("workspace_buffer: has 1048576 bytes, of which the last 131072 are")
+    need = int(text.split("the work lists need ")[1].split(":")[0])
+    assert 1048576 - 131072 < need <= 1048576
