@@ -68,3 +68,18 @@ def test_merge_state_refuses_a_negated_state() -> None:
     o, lse = torch.randn(4, 2, 8), torch.randn(4, 2)
     with pytest.raises(ValueError, match=r"^lse_b: a view with torch's negative bit set"):
         merge_state(o, lse, o, torch._neg_view(lse))
+
+
+def test_a_planned_tensor_param_with_the_negative_bit_is_refused() -> None:
+    """plan()'s fast check (declared dtype, shape, device, contiguous) took a negated view of
+    a tensor param, which run() then refused: plan() refuses it by name too."""
+    from attnc.runtime.planning.plan_params import split_plan_params
+
+    v = attnc.load("stdlib:per_request_window")
+    window = torch.tensor([4, 8], dtype=torch.int32)
+    sizes = {"num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 64, "batch_size": 2}
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError, match=r"param 'window' .*negative bit set"):
+        split_plan_params(v, {"window": torch._neg_view(-window)}, sizes=sizes, device=cpu)
+    _, planned = split_plan_params(v, {"window": window}, sizes=sizes, device=cpu)
+    assert planned["window"] is window

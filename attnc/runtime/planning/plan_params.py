@@ -13,7 +13,7 @@ import torch
 
 from attnc.compiler import ir
 from attnc.runtime.checks.params import check_plan_params, resolve_params
-from attnc.runtime.checks.tensors import is_dense
+from attnc.runtime.checks.tensors import is_dense, negated_view
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,9 @@ _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 
 def _passes(decl: ir.ParamDecl, value: object, sizes: Mapping[str, int], device: object) -> bool:
     """True when ``value`` passes ``resolve_params``'s tensor checks unchanged (its declared
-    dtype and shape, ``device``, contiguous); anything else goes through those checks."""
-    if not isinstance(value, torch.Tensor) or not is_dense(value):
+    dtype and shape, ``device``, contiguous, no negative bit); anything else goes through
+    those checks."""
+    if not isinstance(value, torch.Tensor) or not is_dense(value) or negated_view(value):
         return False
     shape = tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in decl.dims)
     return (
