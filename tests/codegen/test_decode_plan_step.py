@@ -293,9 +293,13 @@ def test_lengths_beyond_the_planner_raise(cpu):
 
 def test_build_failure_reaches_plan(cpu, monkeypatch):
     monkeypatch.setattr(decode_plan_library.ONCE, "lib", None)
-    monkeypatch.setattr(decode_plan_library.ONCE, "failure", "BuildError: attnc: nvcc failed\n  command: nvcc")
+    monkeypatch.setattr(
+        decode_plan_library.ONCE, "failure", "BuildError: attnc: nvcc failed\n  command: nvcc"
+    )
     w = make_wrapper()
-    with pytest.raises(decode_plan_library.PlannerUnavailable, match="could not be built or loaded"):
+    with pytest.raises(
+        decode_plan_library.PlannerUnavailable, match="could not be built or loaded"
+    ):
         _plan(w, *page_table(np.random.default_rng(4), 8))
 
 
@@ -403,3 +407,15 @@ def test_kv_token_starts_are_copied_by_the_step(cpu):
         assert w._ws[begin : begin + 4 * n].view(torch.int32).tolist() == want
         assert w._token_sizes == {"q_len": 4 * (n - 1), "kv_len": want[-1], "batch_size": n - 1}
     assert w._fast is not None
+
+
+def test_a_per_key_tensor_given_to_plan_is_sent_to_run(cpu):
+    """A [kv_len] tensor param (a document id per key) given to decode plan() was refused
+    with 'its size comes from the batch, which is not known here', though plan() holds the
+    batch: it plays no part in the KV ranges, and the refusal now says where it belongs."""
+    w = make_wrapper(name="doc_causal")
+    w._device = torch.device("cpu")
+    args = page_table(np.random.default_rng(5), 4)
+    with pytest.raises(ValueError, match=r"param 'doc' .*not a tensor of one value per KV token: give it to run\(\)"):  # fmt: skip
+        _plan(w, *args, params={"doc": torch.zeros(64, dtype=torch.int32)})
+    _plan(w, *args)

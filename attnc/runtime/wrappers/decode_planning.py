@@ -24,7 +24,12 @@ from attnc.runtime.build.modules import DecodeModule, get_decode_module
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
-from attnc.runtime.checks.params import check_params_arg, check_variant, token_sizes
+from attnc.runtime.checks.params import (
+    check_params_arg,
+    check_variant,
+    describe_decl,
+    token_sizes,
+)
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
@@ -251,6 +256,7 @@ class DecodePlanning:
             return self._planned_mask, key
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
         if sizes and any(name in tensor_names for name in params):
+            _refuse_per_key_tensors(self.variant, params)
             indptr, hq, hkv, d, q_len = sizes
             tensors.check_heads(hq, hkv, d)  # type: ignore[arg-type]
             q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
@@ -453,3 +459,16 @@ class DecodePlanning:
         a.sm_scale = shape.sm_scale
         params_type = self._module.params_type  # type: ignore[union-attr]
         a.variant_params_size = ctypes.sizeof(params_type)
+
+
+def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> None:
+    """A decode ``plan()`` sizes each request's KV range from scalars and per-request tensors:
+    a tensor with one value per KV token (``[kv_len]``) has no part in it and belongs to
+    ``run()``; say so instead of that its size is not known."""
+    for decl in variant.params:  # type: ignore[attr-defined]
+        if decl.kind == "tensor" and decl.name in params and "kv_len" in decl.dims:
+            raise ValueError(
+                f"variant '{variant.name}': param '{decl.name}' ({describe_decl(decl)}): "  # type: ignore[attr-defined]
+                "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
+                "not a tensor of one value per KV token: give it to run()"
+            )
