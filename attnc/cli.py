@@ -337,7 +337,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from attnc.runtime.build import aot, cache, toolchain
     from attnc.runtime.build.variant_cache import compile_cached
 
-    arch = toolchain.normalize_arch(args.arch)  # a bad --arch fails before any compile
+    arch = toolchain.named_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
         out = Path(args.output_dir).resolve()
         if out.exists() and not out.is_dir():

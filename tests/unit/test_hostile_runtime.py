@@ -367,3 +367,32 @@ def test_a_build_lock_that_is_a_pipe_is_refused(tmp_path, monkeypatch) -> None:
     with pytest.raises(OSError, match=r"m\.lock as a build lock: it is not a regular file"):
         with file_lock(tmp_path / "m.lock"):
             pass
+
+
+@pytest.mark.parametrize(("arch", "plain"), [("100a", "100"), ("100f", "100"), ("120a", "120"), ("sm_86f", "86")])  # fmt: skip
+def test_an_ahead_of_time_arch_the_runtime_never_looks_up_is_refused(arch, plain) -> None:
+    """attnc build --arch 100a built modules under 100a, while the runtime builds and looks
+    up 100 for a capability 10.0 device: the serving host ran nvcc after all."""
+    from attnc.runtime.build.toolchain import named_arch
+
+    with pytest.raises(UnsupportedArch, match=rf"runtime builds sm_{plain} .*: use {plain}$"):
+        named_arch(arch)
+    assert named_arch(plain) == plain
+
+
+@pytest.mark.parametrize("arch", ["80.0", "91", "99", "85", "100.0", 800])
+def test_an_ahead_of_time_arch_that_is_no_arch_is_refused_before_nvcc(arch) -> None:
+    """'80.0' became 800 and '91' passed: nvcc then failed with its own words."""
+    from attnc.runtime.build.toolchain import named_arch
+
+    with pytest.raises(
+        UnsupportedArch, match=r"(not a CUDA arch attnc|CUDA archs sm_80 and newer)"
+    ):
+        named_arch(arch)
+
+
+@pytest.mark.parametrize(("arch", "text"), [("90", "90a"), ("sm_90a", "90a"), ("8.9", "89"), (121, "121")])  # fmt: skip
+def test_named_archs_normalise(arch, text) -> None:
+    from attnc.runtime.build.toolchain import named_arch
+
+    assert named_arch(arch) == text

@@ -122,7 +122,7 @@ def build_deployment(
 ) -> list[tuple[AotModule, Path]]:
     """Build (or find in the cache) every module of :func:`deployment_modules`; returns each
     with its library path. ``progress`` gets one line per step."""
-    target = toolchain.normalize_arch(arch)
+    target = toolchain.named_arch(arch)
     todo = deployment_modules(compiled, target, dtypes, head_dims, kind)
     say = progress or (lambda line: None)
     if target == "90a" and kind in ("prefill", "all") and not modules.sm90_prefill_available():

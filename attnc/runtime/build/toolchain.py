@@ -151,6 +151,36 @@ def normalize_arch(arch: str | int | tuple[int, int]) -> str:
     return text
 
 
+def named_arch(arch: str | int) -> str:
+    """:func:`normalize_arch` of an arch a user names for a build ahead of time (``attnc
+    build --arch``), which must also be one the runtime looks up for some device: one of
+    :data:`NAMED_ARCHS`. A build for ``100a`` would land where no runtime looks (it builds
+    ``100`` for a capability 10.0 device), and ``91`` or ``80.0`` are no arch at all."""
+    text = normalize_arch(arch)
+    if text not in NAMED_ARCHS:
+        raise UnsupportedArch(_unnamed_arch(str(arch), text))
+    return text
+
+
+# The archs an ahead-of-time build may name: those of the CUDA 13 toolkit from sm_80 on, in
+# the form the runtime builds for a device of that capability (plain, but 90a). The runtime
+# itself builds for whatever device it finds, which may be newer than this list.
+NAMED_ARCHS = ("80", "86", "87", "88", "89", "90a", "100", "103", "110", "120", "121")
+
+
+def _unnamed_arch(given: str, text: str) -> str:
+    """Why an arch name that looks like one is refused: an 'a'/'f' form the runtime never
+    builds for its device (it would never find that module), or no such arch."""
+    plain = text.rstrip("af")
+    if plain != text and plain in NAMED_ARCHS:
+        return (
+            f"arch '{printable(given)}': the runtime builds sm_{plain} (not its '{text[-1]}' "
+            f"form) for a device of that capability, so it would never load this build: use "
+            f"{plain}"
+        )
+    return f"arch '{printable(given)}': not a CUDA arch attnc builds for ({', '.join(NAMED_ARCHS)})"
+
+
 def current_arch() -> str:
     """The arch of the current CUDA device (needs torch with CUDA)."""
     import torch
