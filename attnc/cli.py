@@ -14,6 +14,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import NoReturn
 
 from attnc.dsl.errors import AttnError, printable
 from attnc.dsl.literals import INTEGER_TEXT
@@ -94,8 +95,18 @@ def _directory(text: str) -> str:
     return text
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its error messages printable: some quote the user's arguments as they
+    are ('unrecognized arguments: ...', 'ambiguous option: ...'), control characters
+    included, which would drive the terminal."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnc",
         description="Compile attention variants written in the .attn language to CUDA kernels.",
         epilog="FILE may be a path or stdlib:NAME (see `attnc list`).",

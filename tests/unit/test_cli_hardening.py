@@ -289,3 +289,22 @@ def test_check_echoes_the_checked_path_escaped(capsys, tmp_path, name):
     assert cli.main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.endswith(": ok (v)\n") and out.isascii() and out[:-1].isprintable()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build", "stdlib:causal", "--arch", "80", "\x1b]0;PWNED\x07\x1b[2J"],
+        ["list", "X\x1b[2J"],
+        ["check", "stdlib:causal", "--x\x1b[31m"],
+    ],
+    ids=["unrecognized", "list-extra", "unknown-option"],
+)
+def test_argparse_errors_print_control_characters_as_escapes(capsys, argv):
+    """'unrecognized arguments: ...' quoted the argument raw: an escape sequence in it set
+    the terminal's title and cleared the screen."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "\x1b" not in err and "\x07" not in err
+    assert "\\x1b" in err and "attnc" in err
