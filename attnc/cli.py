@@ -235,6 +235,14 @@ def _load_failure(spec: str, err: Exception) -> str:
 
 
 def _select(compiled, name: str | None):
+    """The compiled variants a command works on: all, or the one ``--variant`` names. A file
+    that defines none (only masks and functions, or variants it imports) is an error: the
+    command would do nothing and exit 0."""
+    if not compiled:
+        raise LookupError(
+            "the file defines no variant (imported variants are not compiled from it; name "
+            "their own file)"
+        )
     if name is None:
         return compiled
     chosen = [c for c in compiled if c.variant.name == name]

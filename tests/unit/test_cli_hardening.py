@@ -308,3 +308,11 @@ def test_argparse_errors_print_control_characters_as_escapes(capsys, argv):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "\x1b" not in err and "\x07" not in err
     assert "\\x1b" in err and "attnc" in err
+
+
+@pytest.mark.parametrize("command", [["build", "--arch", "80"], ["test", "--no-gpu"], ["compile"]])
+def test_a_file_without_variants_is_an_error_for_commands_that_work_on_variants(capsys, command):
+    """attnc build stdlib:masks built the shared modules only and exited 0."""
+    status = cli.main([command[0], "stdlib:masks", *command[1:]])
+    assert status == 1 and "defines no variant" in capsys.readouterr().err
+    assert cli.main(["check", "stdlib:masks"]) == 0
