@@ -17,7 +17,8 @@ The script:
 * else acts by ``$FAKE_NVCC_MODE``: ``ok`` (default) copies a whole ELF file (this Python
   interpreter) to ``OUT``; ``always`` fails with a compiler error, ``link`` fails only the
   link of object files; ``partial`` writes the first half of the ELF file and exits 0,
-  ``partial-and-fail`` writes it and exits 1. Any other mode fails with exit status 3.
+  ``partial-and-fail`` writes it and exits 1; ``fifo`` and ``directory`` leave a named pipe or
+  a directory at ``OUT`` and exit 0. Any other mode fails with exit status 3.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from attnc.runtime.build import toolchain
 
 ELF = Path(sys.executable).resolve()  # any whole 64-bit ELF file stands in for a library
 
-MODES = ("ok", "always", "link", "partial", "partial-and-fail")
+MODES = ("ok", "always", "link", "partial", "partial-and-fail", "fifo", "directory")
 
 _SCRIPT = """\
 #!{python}
@@ -62,6 +63,9 @@ linking = "-c" not in sys.argv and bool(inputs) and inputs[0].endswith(".o")
 if mode == "always" or (mode == "link" and linking):
     print("probe.cu(1): error: expected a ';'")
     sys.exit(2)
+if mode in ("fifo", "directory"):
+    os.mkfifo(out) if mode == "fifo" else os.mkdir(out)
+    sys.exit(0)
 data = open({elf!r}, "rb").read()
 with open(out, "wb") as f:
     f.write(data if mode in ("ok", "link") else data[: len(data) // 2])

@@ -227,3 +227,15 @@ def test_merge_state_is_built_for_the_arch_of_its_tensors_gpu(monkeypatch):
     merge._library("90a")
     merge._library("80")
     assert built == ["80", "90a"]
+
+
+@pytest.mark.parametrize("mode", ["fifo", "directory"])
+def test_nvcc_output_that_is_not_a_file_fails_the_build(fake_nvcc, monkeypatch, mode):
+    """A pipe left as nvcc's output hung the build in open() (Ctrl-C could not end it: the
+    pool waited for the blocked thread); a directory escaped as a bare 'Is a directory'."""
+    monkeypatch.setenv("FAKE_NVCC_MODE", mode)
+    with pytest.raises(jit.BuildError, match="nvcc exited 0 but its output is cannot read it"):
+        _build()
+    assert not list(cache.cache_dir().rglob("*.partial"))
+    monkeypatch.setenv("FAKE_NVCC_MODE", "ok")
+    assert _build().is_file()

@@ -38,8 +38,7 @@ def test_import_of_an_attn_file_that_does_not_parse_quotes_none_of_it(tmp_path: 
     text = str(err.value)
     assert "SECRET" not in text and "root:x" not in text
     assert text.splitlines()[0] == (
-        f"{spec}:1:1: error: cannot import 'pw.attn': it is not valid .attn text "
-        "(line 1, column 1)"
+        f"{spec}:1:1: error: cannot import 'pw.attn': it is not valid .attn text (line 1, column 1)"
     )
 
 
@@ -50,9 +49,7 @@ def test_import_of_binary_attn_file(tmp_path: Path) -> None:
     with pytest.raises(AttnError) as err:
         compile_source(*resolve_source(str(spec)))
     assert "SECRET" not in str(err.value)
-    assert "cannot import 'b.attn': it is not valid .attn text (line 1, column 1)" in str(
-        err.value
-    )
+    assert "cannot import 'b.attn': it is not valid .attn text (line 1, column 1)" in str(err.value)
 
 
 def test_invalid_utf8_is_a_located_error(tmp_path: Path) -> None:

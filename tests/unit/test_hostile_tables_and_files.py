@@ -335,7 +335,9 @@ def test_last_page_len_names_the_first_request_out_of_range() -> None:
     last[700_000] = 0  # no pages: accepted
     assert torch.equal(check_last_page_len(last, kv_indptr, 16), last)
     last[500_000], last[500_001] = 17, -1
-    with pytest.raises(ValueError, match=r"kv_last_page_len\[500000\]=17 is outside \[1, page_size=16\]"):
+    with pytest.raises(
+        ValueError, match=r"kv_last_page_len\[500000\]=17 is outside \[1, page_size=16\]"
+    ):
         check_last_page_len(last, kv_indptr, 16)
     last[400_000] = 0
     with pytest.raises(ValueError, match=r"kv_last_page_len\[400000\]=0 is outside"):

@@ -24,9 +24,7 @@ def score_of(body: str) -> ir.Expr | None:
 
 
 def test_i32_plus_f32_promotes_with_cast() -> None:
-    assert score_of("    score = score + kv_idx;") == ir.Binary(
-        "+", SCORE, ir.Cast(KV, F), F
-    )
+    assert score_of("    score = score + kv_idx;") == ir.Binary("+", SCORE, ir.Cast(KV, F), F)
 
 
 def test_int_literal_in_float_context_becomes_float_const() -> None:
@@ -103,7 +101,9 @@ def test_let_is_inlined_with_its_value() -> None:
 
 
 def test_lets_are_local_to_their_variant() -> None:
-    text = "variant a {\n    let t = 2.0;\n    score = score * t;\n}\nvariant b {\n    score = t;\n}\n"
+    text = (
+        "variant a {\n    let t = 2.0;\n    score = score * t;\n}\nvariant b {\n    score = t;\n}\n"
+    )
     with pytest.raises(AttnError) as info:
         lowered(text)
     assert info.value.message == "unknown name 't'"
@@ -112,16 +112,13 @@ def test_lets_are_local_to_their_variant() -> None:
 
 def test_let_sees_score_at_its_definition() -> None:
     v = lowered(
-        "variant v {\n    let old = score;\n    score = score * 2.0;\n"
-        "    score = score + old;\n}\n"
+        "variant v {\n    let old = score;\n    score = score * 2.0;\n    score = score + old;\n}\n"
     ).variant()
     assert v.score == ir.Binary("+", ir.Binary("*", SCORE, ir.Const(2.0, F), F), SCORE, F)
 
 
 def test_sequential_score_reassignment() -> None:
-    v = lowered(
-        "variant v {\n    score = score + 1.0;\n    score = score * score;\n}\n"
-    ).variant()
+    v = lowered("variant v {\n    score = score + 1.0;\n    score = score * score;\n}\n").variant()
     inner = ir.Binary("+", SCORE, ir.Const(1.0, F), F)
     assert v.score == ir.Binary("*", inner, inner, F)
 
@@ -236,7 +233,9 @@ def test_variant_fields() -> None:
     assert v.score is None and v.mask is None
 
 
-TWO = "variant alpha {\n    score = score * 2.0;\n}\nvariant beta {\n    mask = kv_idx <= q_pos;\n}\n"
+TWO = (
+    "variant alpha {\n    score = score * 2.0;\n}\nvariant beta {\n    mask = kv_idx <= q_pos;\n}\n"
+)
 
 
 def test_program_variant_by_name() -> None:

@@ -268,9 +268,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    "text, message, where", [c[1:] for c in CASES], ids=[c[0] for c in CASES]
-)
+@pytest.mark.parametrize("text, message, where", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_error_message_and_location(text: str, message: str, where: str) -> None:
     err = error_of(text)
     assert err.message == message
@@ -333,9 +331,7 @@ def test_unused_param_warning() -> None:
     compiled, warnings = compile_source(text, "w.attn")
     assert [c.variant.name for c in compiled] == ["v"]
     assert [w.render() for w in warnings] == [
-        "w.attn:3:5: warning: param 'b' is never used\n"
-        "        param b: i32;\n"
-        "        ^~~~~~~~~~~~~"
+        "w.attn:3:5: warning: param 'b' is never used\n        param b: i32;\n        ^~~~~~~~~~~~~"
     ]
 
 
@@ -389,7 +385,9 @@ def test_cli_check_all_stdlib_files() -> None:
 
 def test_a_built_in_reached_through_a_let_also_points_at_the_slot() -> None:
     # The error is at the forbidden use inside the let; a note shows the slot that reads it.
-    text = "variant v {\n    let s2 = score * 2.0;\n    let s3 = s2 + 1.0;\n    mask = s3 > 0.0;\n}\n"
+    text = (
+        "variant v {\n    let s2 = score * 2.0;\n    let s3 = s2 + 1.0;\n    mask = s3 > 0.0;\n}\n"
+    )
     error = error_of(text)
     assert str(error.loc) == "x.attn:2:14"
     assert [(str(n.loc), n.severity, n.message) for n in error.notes] == [

@@ -286,7 +286,11 @@ def test_numbers_are_ascii_digits_only(source: str, col: int) -> None:
 
 @pytest.mark.parametrize(
     ("after", "word"),
-    [("variant b {\n}\n", "variant"), ("def f() = 1.0;\n", "def"), ('import "x.attn";\n', "import")],
+    [
+        ("variant b {\n}\n", "variant"),
+        ("def f() = 1.0;\n", "def"),
+        ('import "x.attn";\n', "import"),
+    ],
 )
 def test_a_variant_left_open_before_the_next_item_is_named(after: str, word: str) -> None:
     """The next item's keyword was read as an assignment's name, so the error came one token

@@ -152,7 +152,7 @@ def _corrupt(raw: bytes, rng: random.Random) -> bytes:
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
     elif how == 1:  # a 2-byte change to another printable character
         i = rng.randrange(len(data) - 1)
-        data[i : i + 2] = bytes(rng.choice(b"0123456789.-e\"{}[],:") for _ in range(2))
+        data[i : i + 2] = bytes(rng.choice(b'0123456789.-e"{}[],:') for _ in range(2))
     elif how == 2:
         del data[rng.randrange(len(data)) :]
     elif how == 3:

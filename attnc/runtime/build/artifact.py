@@ -29,10 +29,9 @@ _VERIFIED_LOCK = threading.Lock()
 
 def elf_problem(path: Path) -> str | None:
     """Why ``path`` is not a whole 64-bit little-endian ELF file, or None when it is."""
-    try:
+    try:  # a pipe left at the path is refused, not waited on
+        header = read_regular(path, 63, "a shared library")
         size = path.stat().st_size
-        with open(path, "rb") as f:
-            header = f.read(64)
     except OSError as exc:
         return f"cannot read it ({exc.strerror or exc})"
     if len(header) < 64 or header[:4] != b"\x7fELF":

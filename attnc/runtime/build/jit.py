@@ -199,11 +199,11 @@ def _compile(plan: _Plan, kept: list[Path], running: nvcc_run.Running) -> nvcc_r
         elif staging is not None:
             kept.append(staging)  # for repeating the command: see _build_error
     if outcome.failure is not None:
-        plan.partial.unlink(missing_ok=True)
+        cache.remove_file(plan.partial)
         return outcome
     problem = artifact.elf_problem(plan.partial)
     if problem is not None:
-        plan.partial.unlink(missing_ok=True)
+        cache.remove_file(plan.partial)  # a directory or pipe nvcc left there too
         failure = f"nvcc exited 0 but its output is {problem}"
         return nvcc_run.Outcome(outcome.command, outcome.output, failure)
     version = toolchain.nvcc_version(plan.nvcc)
