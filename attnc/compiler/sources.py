@@ -20,8 +20,8 @@ def resolve_source(spec: str) -> tuple[str, str]:
     """(text, file name) of a path, ``stdlib:NAME`` or inline source text.
 
     An existing file is read whatever its name holds (``{``, newlines); other text is source
-    only when it contains the word ``variant`` or a newline; anything else is a missing
-    file."""
+    only when it holds a newline, or the word ``variant`` and a ``{`` (a variant's body):
+    anything else is a missing file (``models/variant/x.attn`` too)."""
     if spec.startswith(STDLIB_PREFIX):
         name = spec[len(STDLIB_PREFIX) :]
         path = os.path.join(STDLIB_DIR, f"{name}.attn")
@@ -36,7 +36,7 @@ def resolve_source(spec: str) -> tuple[str, str]:
     shipped = os.path.join(os.path.dirname(STDLIB_DIR), spec)
     if spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
         return read_source(shipped), shipped  # the package's own folder, as the docs spell it
-    if _SOURCE_WORD.search(spec) or "\n" in spec:
+    if "\n" in spec or (_SOURCE_WORD.search(spec) and "{" in spec):  # variant NAME { ... }
         return spec, "<string>"
     return resolve_path(spec)  # raises: no such file
 

@@ -103,3 +103,16 @@ def test_compiler_imports_have_no_cycle() -> None:
     for name in sorted(graph):
         visit(name, [])
     assert "pipeline" not in graph["results"]
+
+
+@pytest.mark.parametrize("spec", ["variant-a.attn", "models/variant/x.attn", "my variant.attn"])
+def test_a_missing_path_with_the_word_variant_is_a_missing_file(spec: str) -> None:
+    """'attnc build variant-a.attn' (no such file) was parsed as source: '<string>:1:8:
+    error: expected a name, found '-''."""
+    with pytest.raises(FileNotFoundError):
+        resolve_source(spec)
+
+
+def test_one_line_source_is_still_source() -> None:
+    text, name = resolve_source("variant v { mask = kv_idx <= q_pos; }")
+    assert name == "<string>" and text.startswith("variant v")
