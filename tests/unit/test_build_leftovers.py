@@ -239,3 +239,25 @@ def test_nvcc_output_that_is_not_a_file_fails_the_build(fake_nvcc, monkeypatch, 
     assert not list(cache.cache_dir().rglob("*.partial"))
     monkeypatch.setenv("FAKE_NVCC_MODE", "ok")
     assert _build().is_file()
+
+
+def test_stopping_a_build_kills_what_nvcc_started(tmp_path):
+    """Ctrl-C killed nvcc alone; its children (cicc, ptxas) kept the output pipe open, and
+    the build waited for them (27 s with a child that sleeps 30 s) before it exited."""
+    import os
+    import time
+
+    from attnc.runtime.build import nvcc_run
+
+    script = tmp_path / "nvcc"
+    script.write_text("#!/bin/sh\nsleep 30 &\nsleep 30\n")
+    os.chmod(script, 0o755)
+    running = nvcc_run.Running()
+    proc = running.start([str(script)], tmp_path, None)
+    assert proc is not None
+    time.sleep(0.3)  # the child is started
+    began = time.monotonic()
+    running.stop()
+    proc.communicate(timeout=10)
+    assert time.monotonic() - began < 5
+    assert running.start([str(script)], tmp_path, None) is None  # no more after stop()

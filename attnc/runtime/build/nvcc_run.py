@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import os
+import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
@@ -87,6 +89,7 @@ class Running:
             proc = subprocess.Popen(
                 list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", env=env, pass_fds=lock_fds,
+                start_new_session=True,  # its own process group: kill_group
             )  # fmt: skip
             self._procs.add(proc)
             return proc
@@ -101,7 +104,17 @@ class Running:
         with self._guard:
             self._stopped = True
             for proc in self._procs:
-                proc.kill()
+                kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` and what it started (nvcc runs cicc, ptxas, the host compiler): it leads
+    a process group of its own (``Running.start`` gives it a session), so they go together and the caller's
+    wait for its output ends at once."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def _run(
@@ -117,7 +130,7 @@ def _run(
         try:
             output, _ = proc.communicate()
         except BaseException:  # Ctrl-C in this thread: do not leave nvcc running
-            proc.kill()
+            kill_group(proc)
             raise
         finally:
             running.finished(proc)
