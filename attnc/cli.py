@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import stat
 import sys
@@ -281,13 +282,33 @@ def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
         text = "\n".join(outputs.values())
         sys.stdout.write("\n".join(printable(line) for line in text.split("\n")))
         return
-    if os.path.exists(args.output_dir) and not os.path.isdir(args.output_dir):
-        raise NotADirectoryError(f"-o: {printable(args.output_dir)} is not a directory")
-    os.makedirs(args.output_dir, exist_ok=True)
+    _check_output_dir(args.output_dir)
+    try:
+        os.makedirs(args.output_dir, exist_ok=True)
+    except OSError as exc:
+        raise type(exc)(
+            f"-o: cannot create {printable(args.output_dir)}: {exc.strerror or exc}"
+        ) from None
     for fname, text in outputs.items():
         path = os.path.join(args.output_dir, fname)
         _write_file(path, text)
         print(f"wrote {printable(str(path))}")
+
+
+def _check_output_dir(text: str) -> None:
+    """Refuse an ``-o DIR`` that is a file, a symbolic link to nothing (its target would be
+    created, unlike the cache root's) or one that loops, by name."""
+    shown = printable(text)
+    if os.path.islink(text) and not os.path.exists(text):
+        try:
+            os.stat(text)
+            why = "a symbolic link to nothing"
+        except OSError as exc:
+            loops = exc.errno == errno.ELOOP
+            why = "a symbolic link that loops" if loops else "a symbolic link to nothing"
+        raise NotADirectoryError(f"-o: {shown} is {why}")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise NotADirectoryError(f"-o: {shown} is not a directory")
 
 
 def _write_file(path: str, text: str) -> None:
@@ -350,7 +371,6 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from attnc.compiler.pipeline import resolve_source
     from attnc.runtime.build import aot, cache, toolchain
@@ -358,10 +378,8 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     arch = toolchain.named_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
-        out = Path(args.output_dir).resolve()
-        if out.exists() and not out.is_dir():
-            raise NotADirectoryError(f"-o: {printable(args.output_dir)} is not a directory")
-        os.environ["ATTNC_CACHE_DIR"] = str(out)
+        _check_output_dir(args.output_dir)
+        os.environ["ATTNC_CACHE_DIR"] = os.path.abspath(args.output_dir)
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
     compiled, warnings = compile_cached(*resolve_source(args.file))
     _print_warnings(warnings)

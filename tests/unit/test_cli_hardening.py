@@ -316,3 +316,22 @@ def test_a_file_without_variants_is_an_error_for_commands_that_work_on_variants(
     status = cli.main([command[0], "stdlib:masks", *command[1:]])
     assert status == 1 and "defines no variant" in capsys.readouterr().err
     assert cli.main(["check", "stdlib:masks"]) == 0
+
+
+@pytest.mark.parametrize("command", [["build", "--arch", "80"], ["compile", "--emit", "cuda"]])
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_an_output_dir_that_is_a_bad_link_is_named(capsys, tmp_path, command, link):
+    """-o of a link loop printed Python's 'Symlink loop from ...' (build) or a bare '[Errno
+    17] File exists' (compile); a link to nothing had its target tree created by build."""
+    out = tmp_path / "out"
+    if link == "loop":
+        (tmp_path / "other").symlink_to(out)
+        out.symlink_to(tmp_path / "other")
+        words = "a symbolic link that loops"
+    else:
+        out.symlink_to(tmp_path / "nowhere" / "deep")
+        words = "a symbolic link to nothing"
+    status = cli.main([command[0], "stdlib:causal", *command[1:], "-o", str(out)])
+    err = capsys.readouterr().err
+    assert status == 1 and f"-o: {out} is {words}" in err
+    assert not (tmp_path / "nowhere").exists()

@@ -42,7 +42,7 @@ def _not_writable(path: Path, exc: OSError) -> OSError:
     return type(exc)(
         f"cannot write {printable(str(path))}: {exc.strerror}; the cache root "
         f"{printable(str(cache_dir()))} must be writable to build a module that is not in it "
-        "(set ATTNC_CACHE_DIR to a writable directory)"
+        "(set ATTNC_CACHE_DIR, or attnc build's -o, to a writable directory)"
     )
 
 
