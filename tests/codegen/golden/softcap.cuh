@@ -47,7 +47,7 @@ struct Variant_softcap {
   ATTNC_HD Row row(int q_idx, int qo_head) const {
     Row row;
     row.q_idx = q_idx;
-    row.q_pos = q_idx + r.kv_len - r.q_len;
+    row.q_pos = q_idx + (r.kv_len - r.q_len);  // no int overflow at the size limits
     row.qo_head = qo_head;
     row.kv_head = qo_head / (r.num_qo_heads / r.num_kv_heads);
     return row;
