@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.numeric import F32_MIN_NORMAL
 from attnc.compiler.results import Compiled
+from attnc.compiler.score_log2 import LOG2E
 
 # Request-level built-ins that are the same for every request of a call.
 CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads"})
@@ -28,33 +30,50 @@ CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads
 HEAD_BUILTINS = frozenset({"qo_head", "kv_head"})
 
 
-def checked_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
+@dataclass(frozen=True)
+class CheckedValue:
+    """A value the kernels derive in f32 from scalar params (``checked_value_exprs``).
+    ``additive``: it is only added to a score (an affine score's bias): flushed to 0 it
+    changes nothing that matters, so only its overflow is refused."""
+
+    expr: ir.Expr
+    additive: bool = False
+
+
+def checked_value_exprs(compiled: Compiled) -> tuple[CheckedValue, ...]:
     """The f32 request and row values of ``compiled``'s functor that read only scalar
     params, the built-ins in ``CALL_BUILTINS`` and the head index, and are used outside
-    every guard (what ``derived_value_problem`` checks)."""
+    every guard, and an affine score's bias times log2(e) (added to each key's exp2
+    argument) when it reads only those: what ``derived_value_problem`` checks."""
     from attnc.codegen.functor import unguarded_value_exprs  # Jinja: loaded on first use
 
     values = unguarded_value_exprs(compiled)
-    return tuple(e for e in values if e.type == ir.F32 and _free_names(e) is not None)
+    found = [CheckedValue(e) for e in values if e.type == ir.F32 and _free_names(e) is not None]
+    bias = compiled.affine.bias if compiled.affine is not None else None
+    if bias is not None and bias.type == ir.F32 and _free_names(bias):
+        log2e = ir.Const(LOG2E, ir.F32, loc=bias.loc)
+        found.append(CheckedValue(ir.Binary("*", bias, log2e, ir.F32, loc=bias.loc), True))
+    return tuple(found)
 
 
 def derived_value_problem(
-    exprs: Sequence[ir.Expr],
+    values: Sequence[CheckedValue],
     scalars: Mapping[str, object],
     sm_scale: float,
     heads: tuple[int, int, int],
 ) -> str | None:
-    """Why one of ``exprs`` (``checked_value_exprs``), evaluated in f32 on the scalar param
+    """Why one of ``values`` (``checked_value_exprs``), evaluated in f32 on the scalar param
     values ``scalars`` and ``sm_scale`` (``heads`` = num_qo_heads, num_kv_heads, head_dim),
     for every query head when it reads the head index, is out of range, or None when each
-    is finite and 0 or normal. A value whose params include an inf or NaN is not checked
-    (the user asked for it)."""
+    is finite and 0 or normal (finite, for an additive one). A value whose params include an
+    inf or NaN is not checked (the user asked for it)."""
     num_qo_heads, num_kv_heads, head_dim = heads
     env: dict[str, object] = dict(scalars)
     env.update(
         sm_scale=sm_scale, head_dim=head_dim, num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads
     )
-    for e in exprs:
+    for value in values:
+        e = value.expr
         names = _free_names(e) or frozenset()
         call_names = names - HEAD_BUILTINS
         if not call_names <= env.keys() or any(_non_finite(env[n]) for n in call_names):
@@ -62,7 +81,8 @@ def derived_value_problem(
         for head in _heads_to_check(names, num_qo_heads, num_kv_heads):
             if head is not None:  # the kernels' GQA grouping: query heads of one KV head adjacent
                 env.update(qo_head=head, kv_head=head // max(num_qo_heads // num_kv_heads, 1))
-            problem = _range_problem(e, env, "request" if head is None else "query head")
+            unit = "request" if head is None else "query head"
+            problem = _range_problem(e, env, unit, value.additive)
             if problem is not None:
                 inputs = _inputs_text(call_names, env)
                 where = "" if head is None else f" (query head {head})"
@@ -82,7 +102,9 @@ def _heads_to_check(
     return range(0, num_qo_heads, max(num_qo_heads // num_kv_heads, 1))
 
 
-def _range_problem(e: ir.Expr, env: Mapping[str, object], unit: str) -> str | None:
+def _range_problem(
+    e: ir.Expr, env: Mapping[str, object], unit: str, additive: bool = False
+) -> str | None:
     try:
         device = evaluate(e, env, binary32=True)
         exact = evaluate(e, env)
@@ -90,7 +112,7 @@ def _range_problem(e: ir.Expr, env: Mapping[str, object], unit: str) -> str | No
         return None
     if exact == 0.0 or math.isnan(exact):
         return None
-    if math.isfinite(device) and (device == 0.0 or abs(device) >= F32_MIN_NORMAL):
+    if math.isfinite(device) and (device == 0.0 or abs(device) >= F32_MIN_NORMAL or additive):
         return None
     what = "is not finite" if not math.isfinite(device) else "falls below the normal range 2^-126"
     return (

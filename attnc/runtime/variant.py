@@ -9,11 +9,14 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from attnc.compiler import ir as ir_nodes
+
+if TYPE_CHECKING:  # the code generators load on first use
+    from attnc.codegen.derived_range import CheckedValue
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import Diagnostic, printable
 from attnc.runtime.checks.params import resolve_params, token_sizes
@@ -132,7 +135,7 @@ class Variant:
             self._derived_checked.popitem(last=False)  # the least recently checked
 
     @cached_property
-    def _derived_exprs(self) -> tuple[ir_nodes.Expr, ...]:
+    def _derived_exprs(self) -> tuple[CheckedValue, ...]:
         from attnc.codegen.derived_range import checked_value_exprs
 
         return checked_value_exprs(self.compiled)

@@ -245,3 +245,14 @@ def test_single_prefill_op_names_a_variant_that_is_gone() -> None:
     q = torch.zeros(2, 2, 16)
     with pytest.raises(RuntimeError, match=rf"variant handle {handle} names no live variant"):
         single_prefill_op(handle, q, q, q, None, [], [], [], False)
+
+
+def test_an_affine_bias_that_overflows_times_log2e_is_refused() -> None:
+    """score + b with b = 3e38 passed (the reference stays finite), while the kernels add
+    b * log2(e) = inf to every key's exp2 argument: NaN or all-zero rows."""
+    source = "variant v { param b: f32 = 0.0; score = score + b; }"
+    for b in (3e38, -3e38):
+        problem = _problem(source, b=b)
+        assert problem is not None and "b * 1.44269" in problem and "not finite" in problem
+    assert _problem(source, b=2e38) is None  # 2.9e38 times log2(e): finite
+    assert _problem(source, b=1e-40) is None  # flushed to 0: added to a score, harmless
