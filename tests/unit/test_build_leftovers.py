@@ -243,7 +243,9 @@ def test_nvcc_output_that_is_not_a_file_fails_the_build(fake_nvcc, monkeypatch, 
 
 def test_stopping_a_build_kills_what_nvcc_started(tmp_path):
     """Ctrl-C killed nvcc alone; its children (cicc, ptxas) kept the output pipe open, and
-    the build waited for them (27 s with a child that sleeps 30 s) before it exited."""
+    the build waited for them (27 s with a child that sleeps 30 s) before it exited. nvcc
+    stays in the caller's process group (a session of its own kept the terminal's signals
+    from it, and it outlived a killed build)."""
     import os
     import time
 
@@ -255,6 +257,7 @@ def test_stopping_a_build_kills_what_nvcc_started(tmp_path):
     running = nvcc_run.Running()
     proc = running.start([str(script)], tmp_path, None)
     assert proc is not None
+    assert os.getpgid(proc.pid) == os.getpgid(0)  # a signal to the caller's group reaches it
     time.sleep(0.3)  # the child is started
     began = time.monotonic()
     running.stop()

@@ -11,6 +11,7 @@ the wall time becomes that of the longest source. Every command ends in ``-o OUT
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import signal
@@ -89,7 +90,6 @@ class Running:
             proc = subprocess.Popen(
                 list(command), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 text=True, errors="replace", env=env, pass_fds=lock_fds,
-                start_new_session=True,  # its own process group: kill_group
             )  # fmt: skip
             self._procs.add(proc)
             return proc
@@ -108,13 +108,44 @@ class Running:
 
 
 def kill_group(proc: subprocess.Popen[str]) -> None:
-    """Kill ``proc`` and what it started (nvcc runs cicc, ptxas, the host compiler): it leads
-    a process group of its own (``Running.start`` gives it a session), so they go together and the caller's
-    wait for its output ends at once."""
+    """Kill ``proc`` and what it started (nvcc runs cicc, ptxas, the host compiler, which
+    keep its output pipe open: the caller's wait would last until they finish). They stay
+    in the caller's process group, so a signal to that group (Ctrl-C, ``timeout``) still
+    reaches them; their process IDs are read from /proc where there is one. Nothing is sent
+    once ``proc`` has been reaped (its ID may name another process by then)."""
+    if proc.poll() is not None:
+        return
+    below = _descendants(proc.pid)
+    proc.kill()  # first: it starts no more
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _descendants(root: int) -> list[int]:
+    """The process IDs below ``root``, read from Linux's /proc (an empty list elsewhere)."""
+    children: dict[int, list[int]] = {}
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat_line = f.read()
+        except OSError:
+            continue
+        fields = stat_line[stat_line.rfind(b")") + 2 :].split()  # after "pid (comm) "
+        if len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found.extend(below)
+        todo.extend(below)
+    return found
 
 
 def _run(
