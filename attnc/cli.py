@@ -379,7 +379,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     arch = toolchain.named_arch(args.arch)  # a bad --arch fails before any compile
     if args.output_dir:  # both caches (modules, compiled variants) go there
         _check_output_dir(args.output_dir)
-        os.environ["ATTNC_CACHE_DIR"] = os.path.abspath(args.output_dir)
+        os.environ["ATTNC_CACHE_DIR"] = os.path.realpath(args.output_dir)  # as the kernel reads ..
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
     compiled, warnings = compile_cached(*resolve_source(args.file))
     _print_warnings(warnings)

@@ -4,6 +4,7 @@ the host harness, help(attnc) lists the lazy names, and the README says what CI 
 
 from __future__ import annotations
 
+import os
 import pydoc
 import subprocess
 import sys
@@ -335,3 +336,18 @@ def test_an_output_dir_that_is_a_bad_link_is_named(capsys, tmp_path, command, li
     err = capsys.readouterr().err
     assert status == 1 and f"-o: {out} is {words}" in err
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_build_output_dir_through_a_link_and_dotdot_is_the_one_checked(tmp_path, monkeypatch):
+    """-o link/../out used <cwd>/out (the text's ..), while the kernel, and the checks, go
+    through the link first: <link target>/../out."""
+    from attnc.runtime.build import aot
+
+    (tmp_path / "elsewhere" / "sub").mkdir(parents=True)
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "link").symlink_to(tmp_path / "elsewhere" / "sub")
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setattr(aot, "build_deployment", lambda *a, **k: [])
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "unused"))
+    assert cli.main(["build", "stdlib:causal", "--arch", "80", "-o", "link/../out"]) == 0
+    assert os.environ["ATTNC_CACHE_DIR"] == str(tmp_path / "elsewhere" / "out")

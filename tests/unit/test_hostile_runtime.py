@@ -391,7 +391,7 @@ def test_an_ahead_of_time_arch_that_is_no_arch_is_refused_before_nvcc(arch) -> N
         named_arch(arch)
 
 
-@pytest.mark.parametrize(("arch", "text"), [("90", "90a"), ("sm_90a", "90a"), ("8.9", "89"), (121, "121")])  # fmt: skip
+@pytest.mark.parametrize(("arch", "text"), [("90", "90a"), ("sm_90a", "90a"), ("8.9", "89"), (121, "121"), ("101", "101")])  # fmt: skip
 def test_named_archs_normalise(arch, text) -> None:
     from attnc.runtime.build.toolchain import named_arch
 

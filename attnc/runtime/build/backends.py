@@ -116,12 +116,13 @@ def choose_prefill_module(
 
 def _group_refusal(module: PrefillModule, head_dim: int, group: int) -> str:
     """Why no prefill tile serves a GQA group: its query heads per KV head fill more rows than
-    the widest query tile holds (a tile's rows are query tokens x the group)."""
+    the FA2 template's widest query tile holds (a tile's rows are query tokens x the group;
+    the Hopper template, where it runs, was asked first)."""
     widest = module.tile_q_tokens(head_dim, 1, 1 << 30)  # one head: the widest tile's rows
     return (
         f"num_qo_heads / num_kv_heads: a GQA group of {group} query heads per KV head does "
-        f"not fit the prefill kernels' widest query tile ({widest} rows at head_dim "
-        f"{head_dim}): prefill takes at most {widest} query heads per KV head"
+        f"not fit the prefill kernels' query tiles (FA2's widest: {widest} rows at head_dim "
+        f"{head_dim}): prefill takes at most {widest} query heads per KV head here"
     )
 
 

@@ -162,10 +162,11 @@ def named_arch(arch: str | int) -> str:
     return text
 
 
-# The archs an ahead-of-time build may name: those of the CUDA 13 toolkit from sm_80 on, in
-# the form the runtime builds for a device of that capability (plain, but 90a). The runtime
+# The archs an ahead-of-time build may name: those of the CUDA 12.8+ and 13 toolkits from
+# sm_80 on (101 is 12.x's name of 13's 110), in the form the runtime builds for a device of
+# that capability (plain, but 90a). The runtime
 # itself builds for whatever device it finds, which may be newer than this list.
-NAMED_ARCHS = ("80", "86", "87", "88", "89", "90a", "100", "103", "110", "120", "121")
+NAMED_ARCHS = ("80", "86", "87", "88", "89", "90a", "100", "101", "103", "110", "120", "121")
 
 
 def _unnamed_arch(given: str, text: str) -> str:

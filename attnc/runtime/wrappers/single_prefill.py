@@ -124,7 +124,8 @@ def _workspace_for(
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
     if not needs_map:
         return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
-    rows = -(-max(q_len, 1) // _narrowest_tile(heads[0] // max(heads[1], 1)))
+    group = heads[0] // max(heads[1], 1)
+    rows = -(-max(q_len, 1) // _narrowest_tile(group, max(q_len, 1)))
     entries = rows * -(-max(kv_len, 1) // KV_BLOCK)
     items = rows * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, plus KV splits
     reserve = aligned(entries) + aligned(4 * ITEM_INTS * items)
@@ -132,11 +133,13 @@ def _workspace_for(
     return torch.empty(total, dtype=torch.uint8, device=device), reserve
 
 
-def _narrowest_tile(group: int) -> int:
-    """The fewest query tokens a prefill tile holds for a GQA group: its rows (16, 64, or the
-    widest shape: 64 or more) over the group; every template's shapes hold at least this."""
+def _narrowest_tile(group: int, q_len: int) -> int:
+    """The fewest query tokens a prefill tile holds for a GQA group on a query of ``q_len``
+    tokens: its rows over the group. The 16-row tile runs only where the whole query fits
+    it; else every template's tile has 64 rows or more (FA2: 64 or its widest, 64 to 128;
+    Hopper: 128 or 192)."""
     for rows in (16, 64):
-        if group <= rows:
+        if group <= rows and (rows > 16 or q_len * group <= 16):
             return rows // group
     return 1
 
