@@ -210,3 +210,18 @@ def test_output_transform_is_not_applied_to_rows_without_keys() -> None:
     want, want_lse = brute_force(q, k, v, lambda i, j, h: j <= i - 3, sink=lambda i, h: 0.5)
     close(out[3:], want[3:] + 1.0)
     close(lse, want_lse)
+
+
+def test_a_float64_reference_evaluates_the_mask_in_binary32() -> None:
+    """float(kv_idx) + 2^31 <= 2^31 holds for every small kv_idx in binary32 (the kernels'
+    arithmetic) and only for 0 in float64: a float64 reference kept one key of four."""
+    v = attnc.load(
+        source="variant v { param p: f32 = 2147483648.0; mask = float(kv_idx) + p <= p; }"
+    )
+    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 4, 4))
+    out64, lse64 = v.reference(q, k, w, return_lse=True)
+    out32, lse32 = v.reference(q.float(), k.float(), w.float(), return_lse=True)
+    assert torch.allclose(out64, out32.double(), atol=1e-5)
+    assert torch.allclose(lse64, lse32.double(), atol=1e-5)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
+    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # all four keys
