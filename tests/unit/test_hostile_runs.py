@@ -33,9 +33,9 @@ DOC = """variant doc_causal {
 }"""
 
 
-def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch) -> None:
-    """The refused plan's map overwrote the planned one's in the workspace, and run() went on
-    with the old work lists over the new map (FULL blocks unmasked across documents)."""
+def _planned_documents(monkeypatch) -> BatchPrefillWrapper:
+    """A CPU wrapper of the document mask, planned for one 1024-token request of four
+    documents with its tile map (16 KiB kept for it), over a stand-in module."""
     v = attnc.load(source=DOC)
     module = type("StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)})()  # fmt: skip
     monkeypatch.setattr(
@@ -45,6 +45,13 @@ def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch
     w._map_builder = lambda vals, ql, kl, tile, block: doc_causal_map(vals["doc"].numpy(), ql, kl, tile, block)  # fmt: skip
     qo = torch.tensor([0, 1024], **I32)
     w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": torch.arange(4, **I32).repeat_interleave(256)})
+    return w
+
+
+def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch) -> None:
+    """The refused plan's map overwrote the planned one's in the workspace, and run() went on
+    with the old work lists over the new map (FULL blocks unmasked across documents)."""
+    w = _planned_documents(monkeypatch)
     assert w.planned_backend == "fa2"
     many = torch.arange(3001, **I32)
     with pytest.raises(ValueError, match="workspace_buffer"):
@@ -57,15 +64,7 @@ def test_a_plan_refused_after_rebuilding_the_tile_map_leaves_no_plan(monkeypatch
 def test_a_plan_whose_map_does_not_fit_keeps_the_plan_in_force(monkeypatch) -> None:
     """The map's size is refused before anything is written to the map region, yet the
     wrapper dropped the plan in force and run() blamed a map rebuild that never happened."""
-    v = attnc.load(source=DOC)
-    module = type("StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)})()  # fmt: skip
-    monkeypatch.setattr(
-        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
-    )
-    w = BatchPrefillWrapper(v, torch.empty(64 << 10, dtype=torch.uint8), backend="fa2", max_tile_map_bytes=16 << 10)  # fmt: skip
-    w._map_builder = lambda vals, ql, kl, tile, block: doc_causal_map(vals["doc"].numpy(), ql, kl, tile, block)  # fmt: skip
-    qo = torch.tensor([0, 1024], **I32)
-    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": torch.arange(4, **I32).repeat_interleave(256)})
+    w = _planned_documents(monkeypatch)
     planned = (w._plan, w._meta, w._map_host[0].copy(), w._workspace.clone())
     long = torch.tensor([0, 16384], **I32)  # 256 query tiles x 128 key blocks: 32 KiB of map
     with pytest.raises(ValueError, match="max_tile_map_bytes"):

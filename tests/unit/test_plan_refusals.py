@@ -33,28 +33,9 @@ def fa2_stub(monkeypatch):
     monkeypatch.setattr(backends, "_arch_of", lambda device: "80")
 
 
-@pytest.mark.parametrize(("head_dim", "group"), [(128, 129), (128, 256), (256, 128), (64, 200)])
-def test_group_wider_than_every_tile_is_refused_by_name(fa2_stub, head_dim, group) -> None:
-    with pytest.raises(ValueError) as err:
-        backends.choose_prefill_module(
-            attnc.load("stdlib:causal").ir,
-            "fa2",
-            dtype=torch.bfloat16,
-            head_dim=head_dim,
-            group=group,
-            max_q_len=40,
-            kv_layout="ragged",
-            device=torch.device("cpu"),
-        )
-    text = str(err.value)
-    assert text.startswith("num_qo_heads / num_kv_heads: a GQA group of")
-    assert f"{group} query heads" in text
-    assert f"at most {_WIDEST[head_dim]} query heads per KV head" in text
-
-
-@pytest.mark.parametrize(("head_dim", "group"), [(128, 128), (256, 64), (64, 1)])
-def test_group_at_the_limit_is_planned(fa2_stub, head_dim, group) -> None:
-    choice = backends.choose_prefill_module(
+def _choose(head_dim: int, group: int) -> backends.PrefillChoice:
+    """The FA2 module choice for a 40-token causal request of this shape."""
+    return backends.choose_prefill_module(
         attnc.load("stdlib:causal").ir,
         "fa2",
         dtype=torch.bfloat16,
@@ -64,6 +45,21 @@ def test_group_at_the_limit_is_planned(fa2_stub, head_dim, group) -> None:
         kv_layout="ragged",
         device=torch.device("cpu"),
     )
+
+
+@pytest.mark.parametrize(("head_dim", "group"), [(128, 129), (128, 256), (256, 128), (64, 200)])
+def test_group_wider_than_every_tile_is_refused_by_name(fa2_stub, head_dim, group) -> None:
+    with pytest.raises(ValueError) as err:
+        _choose(head_dim, group)
+    text = str(err.value)
+    assert text.startswith("num_qo_heads / num_kv_heads: a GQA group of")
+    assert f"{group} query heads" in text
+    assert f"at most {_WIDEST[head_dim]} query heads per KV head" in text
+
+
+@pytest.mark.parametrize(("head_dim", "group"), [(128, 128), (256, 64), (64, 1)])
+def test_group_at_the_limit_is_planned(fa2_stub, head_dim, group) -> None:
+    choice = _choose(head_dim, group)
     assert choice.backend == "fa2" and choice.tile_q_tokens >= 1
 
 
