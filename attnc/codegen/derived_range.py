@@ -22,7 +22,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.numeric import F32_MIN_NORMAL
 from attnc.compiler.results import Compiled
-from attnc.compiler.score_log2 import LOG2E
+from attnc.compiler.score_log2 import LOG2E, SM_SCALE
 
 # Request-level built-ins that are the same for every request of a call.
 CALL_BUILTINS = frozenset({"sm_scale", "head_dim", "num_qo_heads", "num_kv_heads"})
@@ -33,26 +33,33 @@ HEAD_BUILTINS = frozenset({"qo_head", "kv_head"})
 @dataclass(frozen=True)
 class CheckedValue:
     """A value the kernels derive in f32 from scalar params (``checked_value_exprs``).
-    ``additive``: it is only added to a score (an affine score's bias): flushed to 0 it
-    changes nothing that matters, so only its overflow is refused."""
+    ``overflow_only``: only its overflow is refused (an affine score's bias, flushed to 0,
+    changes no score; its scale's product is refused where it overflows, as before the
+    check a tiny one was taken)."""
 
     expr: ir.Expr
-    additive: bool = False
+    overflow_only: bool = False
 
 
 def checked_value_exprs(compiled: Compiled) -> tuple[CheckedValue, ...]:
     """The f32 request and row values of ``compiled``'s functor that read only scalar
     params, the built-ins in ``CALL_BUILTINS`` and the head index, and are used outside
-    every guard, and an affine score's bias times log2(e) (added to each key's exp2
-    argument) when it reads only those: what ``derived_value_problem`` checks."""
+    every guard; and, for a softmax variant's affine score that reads only those, the
+    kernels' exp2 factors: ``scale * sm_scale * log2(e)`` and ``bias * log2(e)`` (a variant
+    without softmax adds the bias as it is). What ``derived_value_problem`` checks."""
     from attnc.codegen.functor import unguarded_value_exprs  # Jinja: loaded on first use
 
     values = unguarded_value_exprs(compiled)
     found = [CheckedValue(e) for e in values if e.type == ir.F32 and _free_names(e) is not None]
-    bias = compiled.affine.bias if compiled.affine is not None else None
-    if bias is not None and bias.type == ir.F32 and _free_names(bias):
-        log2e = ir.Const(LOG2E, ir.F32, loc=bias.loc)
-        found.append(CheckedValue(ir.Binary("*", bias, log2e, ir.F32, loc=bias.loc), True))
+    affine = compiled.affine
+    if affine is not None and compiled.variant.normalize == "softmax":
+        scaled = ir.Binary("*", affine.scale, SM_SCALE, ir.F32, loc=affine.scale.loc)
+        for factor in (scaled, affine.bias):
+            names = _free_names(factor) if factor.type == ir.F32 else None
+            if names is not None and names - {"sm_scale"}:  # it reads a param or the head
+                log2e = ir.Const(LOG2E, ir.F32, loc=factor.loc)
+                product = ir.Binary("*", factor, log2e, ir.F32, loc=factor.loc)
+                found.append(CheckedValue(product, overflow_only=True))
     return tuple(found)
 
 
@@ -65,7 +72,7 @@ def derived_value_problem(
     """Why one of ``values`` (``checked_value_exprs``), evaluated in f32 on the scalar param
     values ``scalars`` and ``sm_scale`` (``heads`` = num_qo_heads, num_kv_heads, head_dim),
     for every query head when it reads the head index, is out of range, or None when each
-    is finite and 0 or normal (finite, for an additive one). A value whose params include an
+    is finite and 0 or normal (finite, for an overflow-only one). A value whose params include an
     inf or NaN is not checked (the user asked for it)."""
     num_qo_heads, num_kv_heads, head_dim = heads
     env: dict[str, object] = dict(scalars)
@@ -82,7 +89,7 @@ def derived_value_problem(
             if head is not None:  # the kernels' GQA grouping: query heads of one KV head adjacent
                 env.update(qo_head=head, kv_head=head // max(num_qo_heads // num_kv_heads, 1))
             unit = "request" if head is None else "query head"
-            problem = _range_problem(e, env, unit, value.additive)
+            problem = _range_problem(e, env, unit, value.overflow_only)
             if problem is not None:
                 inputs = _inputs_text(call_names, env)
                 where = "" if head is None else f" (query head {head})"
@@ -103,7 +110,7 @@ def _heads_to_check(
 
 
 def _range_problem(
-    e: ir.Expr, env: Mapping[str, object], unit: str, additive: bool = False
+    e: ir.Expr, env: Mapping[str, object], unit: str, overflow_only: bool = False
 ) -> str | None:
     try:
         device = evaluate(e, env, binary32=True)
@@ -112,7 +119,7 @@ def _range_problem(
         return None
     if exact == 0.0 or math.isnan(exact):
         return None
-    if math.isfinite(device) and (device == 0.0 or abs(device) >= F32_MIN_NORMAL or additive):
+    if math.isfinite(device) and (device == 0.0 or abs(device) >= F32_MIN_NORMAL or overflow_only):
         return None
     what = "is not finite" if not math.isfinite(device) else "falls below the normal range 2^-126"
     return (

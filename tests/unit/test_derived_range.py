@@ -86,7 +86,7 @@ def test_a_per_head_value_is_checked_for_every_query_head() -> None:
     the first such head."""
     source = "variant v { param a: f32 = 1.0; score = score * (a * exp2(-4.0 * qo_head)); }"
     exprs = checked_value_exprs(attnc.load(source=source).compiled)
-    assert len(exprs) == 1 and "qo_head" in repr(exprs)
+    assert len(exprs) == 2 and "qo_head" in repr(exprs)  # the Row field; its exp2 factor
     assert derived_value_problem(exprs, {"a": 1.0}, SCALE, (32, 8, 128)) is None
     problem = derived_value_problem(exprs, {"a": 1.0}, SCALE, (64, 8, 128))
     assert problem is not None and problem.startswith("a = 1.0 (query head 32): ")
@@ -256,3 +256,18 @@ def test_an_affine_bias_that_overflows_times_log2e_is_refused() -> None:
         assert problem is not None and "b * 1.44269" in problem and "not finite" in problem
     assert _problem(source, b=2e38) is None  # 2.9e38 times log2(e): finite
     assert _problem(source, b=1e-40) is None  # flushed to 0: added to a score, harmless
+
+
+def test_a_bias_without_softmax_is_not_scaled_and_not_refused() -> None:
+    """normalize = none adds the bias as it is (no log2(e)): b = -3e38 was refused."""
+    source = "variant v { param b: f32 = 0.0; score = score + b; normalize = none; }"
+    assert _problem(source, b=-3e38) is None
+
+
+def test_an_affine_scale_whose_exp2_factor_overflows_is_refused() -> None:
+    """score * a with a = 3e38: the kernels' a * sm_scale * log2(e) is inf (logits inf or
+    NaN) while the reference stays finite; nothing was checked."""
+    source = "variant v { param a: f32 = 1.0; score = score * a; }"
+    problem = derived_value_problem(checked_value_exprs(attnc.load(source=source).compiled), {"a": 3e38}, 1.0, HEADS)  # fmt: skip
+    assert problem is not None and "not finite" in problem
+    assert _problem(source, a=1e-30) is None  # tiny: flushed, as the written form would be

@@ -54,7 +54,7 @@ def test_group_wider_than_every_tile_is_refused_by_name(fa2_stub, head_dim, grou
     text = str(err.value)
     assert text.startswith("num_qo_heads / num_kv_heads: a GQA group of")
     assert f"{group} query heads" in text
-    assert f"at most {_WIDEST[head_dim]} query heads per KV head" in text
+    assert f"FA2's widest: {_WIDEST[head_dim]} rows at head_dim {head_dim}" in text
 
 
 @pytest.mark.parametrize(("head_dim", "group"), [(128, 128), (256, 64), (64, 1)])

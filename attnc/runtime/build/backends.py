@@ -122,7 +122,8 @@ def _group_refusal(module: PrefillModule, head_dim: int, group: int) -> str:
     return (
         f"num_qo_heads / num_kv_heads: a GQA group of {group} query heads per KV head does "
         f"not fit the prefill kernels' query tiles (FA2's widest: {widest} rows at head_dim "
-        f"{head_dim}): prefill takes at most {widest} query heads per KV head here"
+        f"{head_dim}; the Hopper template, on sm_90, takes up to 128, or 192 for light "
+        "variants at head_dim 64/128 on queries of 2048 tokens or more)"
     )
 
 

@@ -115,8 +115,9 @@ def kill_group(proc: subprocess.Popen[str]) -> None:
     once ``proc`` has been reaped (its ID may name another process by then)."""
     if proc.poll() is not None:
         return
+    proc.send_signal(signal.SIGSTOP)  # it starts no more while its descendants are listed
     below = _descendants(proc.pid)
-    proc.kill()  # first: it starts no more
+    proc.kill()
     for pid in below:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
