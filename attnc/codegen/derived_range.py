@@ -33,9 +33,9 @@ HEAD_BUILTINS = frozenset({"qo_head", "kv_head"})
 @dataclass(frozen=True)
 class CheckedValue:
     """A value the kernels derive in f32 from scalar params (``checked_value_exprs``).
-    ``overflow_only``: only its overflow is refused (an affine score's bias, flushed to 0,
-    changes no score; its scale's product is refused where it overflows, as before the
-    check a tiny one was taken)."""
+    ``overflow_only``: only its overflow is refused, not a subnormal value (an affine
+    score's exp2 factors: a bias flushed to 0 changes no score, and a tiny scale is what
+    the written score asks for)."""
 
     expr: ir.Expr
     overflow_only: bool = False
@@ -72,8 +72,8 @@ def derived_value_problem(
     """Why one of ``values`` (``checked_value_exprs``), evaluated in f32 on the scalar param
     values ``scalars`` and ``sm_scale`` (``heads`` = num_qo_heads, num_kv_heads, head_dim),
     for every query head when it reads the head index, is out of range, or None when each
-    is finite and 0 or normal (finite, for an overflow-only one). A value whose params include an
-    inf or NaN is not checked (the user asked for it)."""
+    is finite and 0 or normal (finite, for an overflow-only one). A value whose params
+    include an inf or NaN is not checked (the user asked for it)."""
     num_qo_heads, num_kv_heads, head_dim = heads
     env: dict[str, object] = dict(scalars)
     env.update(
