@@ -7,7 +7,9 @@ from the built-in ``sm_scale`` (no param can shadow a built-in, so user names ne
 what the generated code reads). User names only appear as quoted dictionary keys. i32 ``+ - *``
 and negation wrap like two's complement i32 (``_wrap``); integer ``/`` and ``%`` truncate like
 C; ``min``, ``max`` and ``clamp`` compare as the kernels do (``a < b ? a : b``, so a NaN
-operand gives what the kernels give). f32 constants are f32 values (``inf`` and ``nan``
+operand gives what the kernels give). f32 comparisons round both sides to binary32 first: a
+float64 reference decides a ``?:`` or mask on the kernels' side of a rounding boundary (see
+``_binary32`` in the template). f32 constants are f32 values (``inf`` and ``nan``
 included) spelled as Python floats.
 """
 
@@ -148,6 +150,8 @@ class _TorchText(ExprText):
             return f"_imod({a}, {b})"
         if e.op == "%":
             return f"_fmod({a}, {b})"
+        if e.op in ir.COMPARISONS and e.a.type == ir.F32:
+            return f"(_binary32({a}) {e.op} _binary32({b}))"
         op = {"&&": "&", "||": "|"}.get(e.op, e.op)
         return f"({a} {op} {b})"
 

@@ -291,6 +291,9 @@ _INTERRUPTED = """
 import os, signal, sys, threading, time
 from attnc.runtime.build import jit
 
+# A shell's background job starts with SIGINT ignored, and Python keeps it so: take Ctrl-C.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def interrupt():  # twice, to the process (as a notebook's "interrupt kernel" does)
     time.sleep(1.0); os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.5); os.kill(os.getpid(), signal.SIGINT)

@@ -225,3 +225,19 @@ def test_a_float64_reference_evaluates_the_mask_in_binary32() -> None:
     assert torch.allclose(lse64, lse32.double(), atol=1e-5)
     scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
     assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # all four keys
+
+
+def test_a_float64_reference_decides_a_score_condition_in_binary32() -> None:
+    """A ``?:`` in the score compares binary32 values, as the kernels do: in float64,
+    float(kv_idx) + 2^31 <= 2^31 held for key 0 only and the other keys were scaled down."""
+    v = attnc.load(
+        source="variant v { param p: f32 = 2147483648.0;\n"
+        "  score = float(kv_idx) + p <= p ? score : score - 30.0; }"
+    )
+    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 4, 4))
+    out64, lse64 = v.reference(q, k, w, return_lse=True)
+    out32, lse32 = v.reference(q.float(), k.float(), w.float(), return_lse=True)
+    assert torch.allclose(out64, out32.double(), atol=1e-5)
+    assert torch.allclose(lse64, lse32.double(), atol=1e-5)
+    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
+    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # none moved
