@@ -7,8 +7,9 @@ from the built-in ``sm_scale`` (no param can shadow a built-in, so user names ne
 what the generated code reads). User names only appear as quoted dictionary keys. i32 ``+ - *``
 and negation wrap like two's complement i32 (``_wrap``); integer ``/`` and ``%`` truncate like
 C; ``min``, ``max`` and ``clamp`` compare as the kernels do (``a < b ? a : b``, so a NaN
-operand gives what the kernels give). f32 comparisons round both sides to binary32 first: a
-float64 reference decides a ``?:`` or mask on the kernels' side of a rounding boundary (see
+operand gives what the kernels give). f32 comparisons round both sides to binary32 first, and ``int()`` its
+argument: a float64 reference decides a ``?:``, mask or index on the kernels' side of a
+rounding boundary (see
 ``_binary32`` in the template). f32 constants are f32 values (``inf`` and ``nan``
 included) spelled as Python floats.
 """
@@ -124,9 +125,9 @@ class _TorchText(ExprText):
 
     def cast(self, e: ir.Cast) -> str:
         """``.to`` the reference's float type or int64; f32 to i32 through ``_to_i32``
-        (saturating, NaN to 0)."""
+        (saturating, NaN to 0) of the value rounded to binary32, as the kernels truncate it."""
         if e.type == ir.I32 and e.x.type == ir.F32:
-            return f"_to_i32({self.render(e.x)})"
+            return f"_to_i32(_binary32({self.render(e.x)}))"
         target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
         return f"{self.render(e.x)}.to({target})"
 

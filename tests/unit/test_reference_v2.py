@@ -241,3 +241,16 @@ def test_a_float64_reference_decides_a_score_condition_in_binary32() -> None:
     assert torch.allclose(lse64, lse32.double(), atol=1e-5)
     scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
     assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # none moved
+
+
+def test_a_float64_reference_truncates_a_binary32_value() -> None:
+    """int(float(kv_idx) + 2^24) - 2^24 is 0 for kv_idx 1 in binary32 (2^24 + 1 rounds to
+    2^24), as the kernels compute it; a float64 reference gave 1 and scaled that key."""
+    v = attnc.load(
+        source="variant v { param p: f32 = 16777216.0;\n"
+        "  score = int(float(kv_idx) + p) - 16777216 == 0 ? score : score - 30.0; }"
+    )
+    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 2, 2))
+    lse64 = v.reference(q, k, w, return_lse=True)[1]
+    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
+    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # both keys kept
