@@ -300,15 +300,20 @@ def _check_output_dir(text: str) -> None:
     created, unlike the cache root's) or one that loops, by name."""
     shown = printable(text)
     if os.path.islink(text) and not os.path.exists(text):
-        try:
-            os.stat(text)
-            why = "a symbolic link to nothing"
-        except OSError as exc:
-            loops = exc.errno == errno.ELOOP
-            why = "a symbolic link that loops" if loops else "a symbolic link to nothing"
-        raise NotADirectoryError(f"-o: {shown} is {why}")
+        raise NotADirectoryError(f"-o: {shown} is {_broken_link_kind(text)}")
     if os.path.exists(text) and not os.path.isdir(text):
         raise NotADirectoryError(f"-o: {shown} is not a directory")
+
+
+def _broken_link_kind(path: str) -> str:
+    """What a symbolic link that ``os.path.exists`` refuses is: one that loops or one to
+    nothing (``stat`` of such a link always fails; its errno tells the two apart)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link that loops"
+    return "a symbolic link to nothing"
 
 
 def _write_file(path: str, text: str) -> None:
