@@ -87,6 +87,12 @@ def _softplus(x):
     return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
 
 
+def _binary32(x):
+    # An f32 operand of a comparison, rounded to binary32: the kernels compare binary32 values,
+    # and a float64 reference holding float(kv_idx) + 2^31 exactly would decide otherwise.
+    return x.float() if x.dtype == torch.float64 else x
+
+
 def _min(a, b):
     # a < b ? a : b, as the kernels compute it: a NaN first operand gives b (torch.minimum
     # would give NaN).
