@@ -7,10 +7,11 @@ from the built-in ``sm_scale`` (no param can shadow a built-in, so user names ne
 what the generated code reads). User names only appear as quoted dictionary keys. i32 ``+ - *``
 and negation wrap like two's complement i32 (``_wrap``); integer ``/`` and ``%`` truncate like
 C; ``min``, ``max`` and ``clamp`` compare as the kernels do (``a < b ? a : b``, so a NaN
-operand gives what the kernels give). f32 comparisons round both sides to binary32 first, and ``int()`` its
-argument: a float64 reference decides a ``?:``, mask or index on the kernels' side of a
-rounding boundary (see
-``_binary32`` in the template). f32 constants are f32 values (``inf`` and ``nan``
+operand gives what the kernels give). Every discrete decision on f32 values (a comparison,
+``int()``, ``floor``, ``ceil``, ``%``) is rendered with its whole operand sub-expressions in
+binary32, read from ``e32`` (the environment rounded to float32, see ``_binary32_env``), as
+the kernels take it: a float64 reference keeps float64 values everywhere else, and would
+decide otherwise on a rounding boundary (``float(kv_idx) + p <= p``). f32 constants are f32 values (``inf`` and ``nan``
 included) spelled as Python floats.
 """
 
@@ -49,12 +50,26 @@ def render_float(x: float) -> str:
     return repr(float(x))
 
 
-def _const(e: ir.Const) -> str:
+def _const(e: ir.Const, env: str) -> str:
     if e.type == ir.F32:
-        return f"_f32(env, {render_float(float(e.value))})"
+        return f"_f32({env}, {render_float(float(e.value))})"
     if e.type == ir.I32:
-        return f"_i32(env, {int(e.value)})"
-    return f"_bool(env, {bool(e.value)})"
+        return f"_i32({env}, {int(e.value)})"
+    return f"_bool({env}, {bool(e.value)})"
+
+
+# f32 results of a decision rendered in binary32, converted back to the reference's type.
+_F32_DECISIONS = ("floor", "ceil", "%")
+
+
+def decides(e: ir.Expr) -> bool:
+    """Whether ``e`` takes a discrete decision on f32 operands (a comparison, ``int()``,
+    ``floor``, ``ceil``, ``%``): the reference renders it in binary32."""
+    if isinstance(e, ir.Binary):
+        return (e.op in ir.COMPARISONS or e.op == "%") and e.a.type == ir.F32
+    if isinstance(e, ir.Cast):
+        return e.type == ir.I32 and e.x.type == ir.F32
+    return isinstance(e, ir.Call) and e.fn in ("floor", "ceil")
 
 
 def render_torch(
@@ -62,14 +77,20 @@ def render_torch(
     names: dict[ir.Expr, str] | None = None,
     guarded: bool = False,
     proven: frozenset[ir.Expr] = frozenset(),
+    *,
+    names32: dict[ir.Expr, str] | None = None,
+    binary32: bool = False,
 ) -> str:
     """Python expression text computing ``e`` with torch; sub-expressions in ``names`` are
-    spelled as those (local) names. ``guarded``: ``e`` is only used where a ``?:`` or
-    ``&&``/``||`` above it selects it (its tensor reads may be out of range elsewhere).
+    spelled as those (local) names, and inside a decision (:func:`decides`) those in
+    ``names32`` (locals computed in binary32). ``guarded``: ``e`` is only used where a ``?:``
+    or ``&&``/``||`` above it selects it (its tensor reads may be out of range elsewhere).
     ``proven``: the reads whose indices are proven inside their dims
     (``index_range.proven_loads``); every other read gives 0 outside the shape, as the
-    kernels' bounds-checked read does."""
-    return _TorchText(names or {}, guarded, proven).render(e)
+    kernels' bounds-checked read does. ``binary32``: ``e`` itself is computed in binary32
+    (from ``e32``)."""
+    text = _TorchText(names or {}, names32 or {}, guarded, proven, binary32)
+    return text.render(e)
 
 
 class _TorchText(ExprText):
@@ -82,10 +103,30 @@ class _TorchText(ExprText):
     not_template = "(~{x})"  # elementwise on a bool tensor
     wrapping_neg_template = "_wrap(-{x})"
 
-    def __init__(self, names: dict[ir.Expr, str], guarded: bool, proven: frozenset) -> None:
-        super().__init__(names)
+    def __init__(
+        self,
+        names: dict[ir.Expr, str],
+        names32: dict[ir.Expr, str],
+        guarded: bool,
+        proven: frozenset,
+        binary32: bool = False,
+    ) -> None:
+        super().__init__(names32 if binary32 else names)
+        self.wide_names, self.names32 = names, names32
         self.guarded = guarded
         self.proven = proven
+        self.binary32 = binary32
+        self.env = "e32" if binary32 else "env"
+
+    def render(self, e: ir.Expr) -> str:
+        """The text of ``e``; a decision outside binary32 is rendered in binary32."""
+        if self.binary32 or not decides(e) or e in self.names:
+            return super().render(e)
+        inner = _TorchText(self.wide_names, self.names32, self.guarded, self.proven, True)
+        text = inner.render(e)
+        if e.type == ir.F32:  # floor, ceil, %: an exact binary32 value, in the reference's type
+            return f"{text}.to(_ftype(env))"
+        return text
 
     def render_guarded(self, e: ir.Expr) -> str:
         """The text of ``e`` where a guard above selects it."""
@@ -96,16 +137,16 @@ class _TorchText(ExprText):
             self.guarded = outer
 
     def const(self, e: ir.Const) -> str:
-        """A constant tensor of the reference's type."""
-        return _const(e)
+        """A constant tensor of the reference's type (binary32 inside a decision)."""
+        return _const(e, self.env)
 
     def builtin(self, e: ir.Builtin) -> str:
-        """The built-in's tensor in ``env``."""
-        return f"env[{e.name!r}]"
+        """The built-in's tensor in ``env`` (``e32`` inside a decision)."""
+        return f"{self.env}[{e.name!r}]"
 
     def param_ref(self, e: ir.ParamRef) -> str:
-        """The scalar param's tensor in ``env``."""
-        return f"env[{e.name!r}]"
+        """The scalar param's tensor in ``env`` (``e32`` inside a decision)."""
+        return f"{self.env}[{e.name!r}]"
 
     def tensor_load(self, e: ir.TensorLoad) -> str:
         """A gather from the tensor param ``P[name]``."""
@@ -125,10 +166,10 @@ class _TorchText(ExprText):
 
     def cast(self, e: ir.Cast) -> str:
         """``.to`` the reference's float type or int64; f32 to i32 through ``_to_i32``
-        (saturating, NaN to 0) of the value rounded to binary32, as the kernels truncate it."""
+        (saturating, NaN to 0), rendered in binary32 as every decision is."""
         if e.type == ir.I32 and e.x.type == ir.F32:
-            return f"_to_i32(_binary32({self.render(e.x)}))"
-        target = "_ftype(env)" if e.type == ir.F32 else "torch.int64"
+            return f"_to_i32({self.render(e.x)})"
+        target = f"_ftype({self.env})" if e.type == ir.F32 else "torch.int64"
         return f"{self.render(e.x)}.to({target})"
 
     def call(self, e: ir.Call) -> str:
@@ -151,8 +192,6 @@ class _TorchText(ExprText):
             return f"_imod({a}, {b})"
         if e.op == "%":
             return f"_fmod({a}, {b})"
-        if e.op in ir.COMPARISONS and e.a.type == ir.F32:
-            return f"(_binary32({a}) {e.op} _binary32({b}))"
         op = {"&&": "&", "||": "|"}.get(e.op, e.op)
         return f"({a} {op} {b})"
 

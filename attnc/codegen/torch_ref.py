@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
-from attnc.codegen.torch_expr import guarded_children, render_torch
+from attnc.codegen.torch_expr import decides, guarded_children, render_torch
 from attnc.compiler import ir
 from attnc.compiler.index_range import proven_loads
 from attnc.dsl.limits import deep_recursion
@@ -19,10 +19,13 @@ NESTING_STEP = 48
 
 @dataclass(frozen=True)
 class PythonBody:
-    """A generated function body: ``(local name, expression)`` lines, then the result."""
+    """A generated function body: ``(local name, expression)`` lines, then the result;
+    ``reads_binary32``: it reads ``e32``, the environment rounded to binary32 (a decision on
+    f32 values, see :func:`~attnc.codegen.torch_expr.decides`)."""
 
     lines: tuple[tuple[str, str], ...]
     result: str
+    reads_binary32: bool = False
 
 
 def python_body(
@@ -39,16 +42,37 @@ def python_body(
         for c in ir.children(node):
             uses[id(c)] = uses.get(id(c), 0) + 1
     names: dict[ir.Expr, str] = {}
+    names32: dict[ir.Expr, str] = {}
     lines: list[tuple[str, str]] = []
     unguarded = _unguarded(nodes)
+    wide, narrow = _precisions(nodes)
     for node in nodes:
         deep = ir.depth(node) % NESTING_STEP == 0  # keeps each line's nesting bounded
-        if (uses.get(id(node), 0) > 1 or deep) and ir.children(node) and node not in names:
-            name = f"_t{len(lines)}"
-            guarded = id(node) not in unguarded
-            lines.append((name, render_torch(node, names, guarded, proven)))
-            names[node] = name
-    return PythonBody(tuple(lines), render_torch(e, names, proven=proven))
+        if not ((uses.get(id(node), 0) > 1 or deep) and ir.children(node)):
+            continue
+        guarded = id(node) not in unguarded
+        for binary32, bound, kept in ((True, narrow, names32), (False, wide, names)):
+            if id(node) in bound and node not in kept:
+                text = render_torch(
+                    node, names, guarded, proven, names32=names32, binary32=binary32
+                )
+                kept[node] = f"_t{len(lines)}"
+                lines.append((kept[node], text))
+    result = render_torch(e, names, proven=proven, names32=names32)
+    return PythonBody(tuple(lines), result, reads_binary32=bool(narrow))
+
+
+def _precisions(nodes: list[ir.Expr]) -> tuple[set[int], set[int]]:
+    """ids of the nodes (``nodes``: a postorder, root last) rendered in the reference's type
+    and of those rendered in binary32: a decision and everything below it is binary32."""
+    wide: set[int] = {id(nodes[-1])}
+    narrow: set[int] = set()
+    for node in reversed(nodes):  # every parent before its children
+        if id(node) in narrow or (id(node) in wide and decides(node)):
+            narrow.update(id(c) for c in ir.children(node))
+        if id(node) in wide and not decides(node):
+            wide.update(id(c) for c in ir.children(node))
+    return wide, narrow
 
 
 def _unguarded(nodes: list[ir.Expr]) -> set[int]:

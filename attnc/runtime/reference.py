@@ -17,8 +17,9 @@ entries, and a ``batch_size`` tensor whole, read at ``batch`` (the request's ind
 
 Numerics as the kernels compute them: 16-bit inputs are widened to float32 before Q·Kᵀ
 (products and sums in float32, like the tensor cores' fp32 accumulators), and everything
-after runs in float32 (float64 inputs stay float64, but for the mask, whose f32 arithmetic
-is binary32 as in the kernels). A NaN score that the mask keeps (NaN in
+after runs in float32 (float64 inputs stay float64, but for the discrete decisions on f32
+values, a comparison, ``int()``, ``floor``, ``ceil`` or ``%``, which the generated code takes
+on binary32 values as the kernels do). A NaN score that the mask keeps (NaN in
 q or k, a NaN param) makes its row's output and LSE NaN; masked-out positions are never
 read, so a NaN there changes nothing.
 """
@@ -112,7 +113,7 @@ def reference_attention(
     tensors = {n: t for n, t in params.items() if isinstance(t, torch.Tensor)}
     t = module.score(env, tensors).to(ftype) if module.HAS_SCORE else s
     t = t.expand(hq, q_len, kv_len)
-    visible = module.mask(_binary32(env), tensors) if module.HAS_MASK else None
+    visible = module.mask(env, tensors) if module.HAS_MASK else None
     if visible is not None:
         visible = visible.expand(hq, q_len, kv_len)
     sink = None
@@ -169,20 +170,6 @@ def _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d) ->
         else:
             env[name] = scalar(float(value), ftype)
     return env
-
-
-def _binary32(env: dict[str, Any]) -> dict[str, Any]:
-    """``env`` for the mask: its f32 values in float32 whatever the inputs' dtype. A mask is
-    a yes or no, and a float64 ``float(kv_idx) + p <= p`` answers otherwise than the
-    kernels' binary32 near a rounding boundary; the scores keep float64 for float64 inputs."""
-    if env["_F"] == torch.float32:
-        return env
-    f32 = {
-        k: v.float()
-        for k, v in env.items()
-        if isinstance(v, torch.Tensor) and v.dtype == torch.float64
-    }
-    return {**env, **f32, "_F": torch.float32}
 
 
 def _normalise(

@@ -254,3 +254,27 @@ def test_a_float64_reference_truncates_a_binary32_value() -> None:
     lse64 = v.reference(q, k, w, return_lse=True)[1]
     scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
     assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # both keys kept
+
+
+@pytest.mark.parametrize(
+    "score",
+    [
+        "floor(p + r) == p ? score : score - 30.0",  # floor(8388607.75) in float64
+        "(float(kv_idx) + p) % 2.0 == 0.0 ? score : score - 30.0",  # 2^24 + 1 is 2^24
+        "(float(kv_idx) + p) - s == 0.0 ? score : score - 30.0",  # two steps before the test
+    ],
+)
+def test_a_float64_reference_takes_every_decision_in_binary32(score: str) -> None:
+    """floor, % and comparisons of several f32 steps decide on binary32 values, as the
+    kernels do: each condition holds for both keys there, and a float64 reference scaled the
+    second key down (or both, for floor)."""
+    v = attnc.load(
+        source="variant v { param p: f32 = 16777216.0; param r: f32 = -0.25;\n"
+        "  param s: f32 = 16777216.0;\n"
+        f"  score = {score}; }}"
+    )
+    params = {"p": 8388608.0} if score.startswith("floor") else {}
+    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 2, 2))
+    lse64 = v.reference(q, k, w, return_lse=True, **params)[1]
+    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
+    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))

@@ -87,10 +87,14 @@ def _softplus(x):
     return torch.clamp(x, min=0) + torch.log1p(torch.exp(-torch.abs(x)))
 
 
-def _binary32(x):
-    # An f32 operand of a comparison, rounded to binary32: the kernels compare binary32 values,
-    # and a float64 reference holding float(kv_idx) + 2^31 exactly would decide otherwise.
-    return x.float() if x.dtype == torch.float64 else x
+def _binary32_env(env):
+    # env rounded to binary32, where a decision on f32 values (a comparison, int(), floor,
+    # ceil, %) is computed: the kernels take it on binary32 values, and a float64 reference
+    # holding float(kv_idx) + 2^31 exactly would decide otherwise.
+    if _ftype(env) == torch.float32:
+        return env
+    return {k: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.float64 else v
+            for k, v in env.items()}
 
 
 def _min(a, b):
