@@ -5,6 +5,7 @@ Every error the compiler reports names ``file:line:col``, shows the source line 
 
 from __future__ import annotations
 
+import threading
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -93,22 +94,36 @@ def _excerpt(line: str, start: int, end: int) -> str:
 
 
 class SourceMap:
-    """Source text of every file seen, so diagnostics can quote their line."""
+    """Source text of every file seen, so diagnostics can quote their line.
+
+    Each thread has a map of its own: a diagnostic takes its line when it is made, in the
+    thread that parses and compiles the text, so another thread loading other text under the
+    same name (every inline source is ``<string>``) never changes the line it quotes.
+    """
 
     def __init__(self) -> None:
-        self._lines: dict[str, list[str]] = {}
+        self._local = threading.local()
+
+    def _lines(self) -> dict[str, list[str]]:
+        """The calling thread's files, by name."""
+        lines: dict[str, list[str]] | None = getattr(self._local, "lines", None)
+        if lines is None:
+            lines = self._local.lines = {}
+        return lines
 
     def add(self, file: str, text: str) -> None:
-        """Remember ``text`` under ``file``; lines are split at ``\\n`` only (as the lexer counts)."""
-        self._lines[file] = [line.removesuffix("\r") for line in text.split("\n")]
+        """Remember ``text`` under ``file`` for this thread; lines are split at ``\\n`` only
+        (as the lexer counts)."""
+        self._lines()[file] = [line.removesuffix("\r") for line in text.split("\n")]
 
     def forget(self, file: str) -> None:
-        """Drop ``file``'s text (its lines will not be quoted)."""
-        self._lines.pop(file, None)
+        """Drop this thread's text of ``file`` (its lines will not be quoted)."""
+        self._lines().pop(file, None)
 
     def line(self, loc: Loc) -> str | None:
-        """The source line ``loc`` points at, or None when its file or line is unknown."""
-        lines = self._lines.get(loc.file)
+        """The source line ``loc`` points at, or None when this thread has not seen its file
+        or the file has no such line."""
+        lines = self._lines().get(loc.file)
         if lines is None or not 1 <= loc.line <= len(lines):
             return None
         return lines[loc.line - 1]

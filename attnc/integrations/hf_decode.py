@@ -14,12 +14,18 @@ page costs no extra loads.
 
 ``plan()`` runs once per step and kind of layer: the plan is kept on the step's
 :class:`BatchSegments`, and the wrappers come from a pool (one per distinct plan of a step),
-kept across steps. Without CUDA the same page table feeds the generated reference, so the
+kept across steps. Each thread has a pool of its own, so two forward passes in flight at once
+(two threads each running ``generate()``) never plan the same wrapper; a thread runs the same
+wrappers, with the same workspaces, step after step, and its pool goes when the thread ends.
+Without CUDA the same page table feeds the generated reference, so the
 CPU tests check the page arithmetic.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +38,19 @@ from attnc.runtime.planning.workspace import CapacityError
 MAX_DECODE_Q_LEN = 8
 MAX_PAGE_IDS = 2**31 - 1
 DECODE_WORKSPACE_BYTES = 128 << 20
-_pools: dict[tuple[Any, ...], list[Any]] = {}
+_Pool = dict[tuple[Any, ...], list[Any]]
+
+
+class _ThreadToken:
+    """Stands for one thread in :data:`_pools`; only that thread's local data holds it, so its
+    pool is dropped when the thread ends."""
+
+    __slots__ = ("__weakref__",)
+
+
+_thread = threading.local()
+# Each thread's decode wrappers, by pool key (see _thread_pool).
+_pools: MutableMapping[_ThreadToken, _Pool] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -198,14 +216,14 @@ def run_decode_kernels(
 def _pooled_wrapper(
     choice: LayerVariant, pool_key: tuple[Any, ...], segments: BatchSegments, batch: int
 ) -> Any:
-    """The step's next unused decode wrapper of ``pool_key`` (made when the pool runs short
-    or its wrappers hold fewer requests than ``batch``)."""
+    """The step's next unused decode wrapper of ``pool_key`` in the calling thread's pool
+    (made when the pool runs short or its wrappers hold fewer requests than ``batch``)."""
     import attnc
 
     taken_key = ("decode wrappers taken", pool_key)
     taken = segments.plans.get(taken_key, 0)
     segments.plans[taken_key] = taken + 1
-    pool = _pools.setdefault(pool_key, [])
+    pool = _thread_pool().setdefault(pool_key, [])
     if taken < len(pool) and pool[taken].layout.max_batch >= batch:
         return pool[taken]
     workspace = torch.empty(DECODE_WORKSPACE_BYTES, dtype=torch.uint8, device=pool_key[-1])
@@ -219,6 +237,20 @@ def _pooled_wrapper(
     return wrapper
 
 
+def _thread_pool() -> _Pool:
+    """The calling thread's decode wrappers, by pool key. A step's forward runs in one thread,
+    and the step counter of :func:`_pooled_wrapper` indexes only that thread's wrappers, so a
+    forward in another thread never re-plans one between this step's layers."""
+    token = getattr(_thread, "token", None)
+    if token is None:
+        token = _thread.token = _ThreadToken()
+    pool = _pools.get(token)
+    if pool is None:
+        pool = _pools[token] = {}
+    return pool
+
+
 def release_decode_wrappers() -> None:
-    """Drop the pooled decode wrappers (and their workspaces) of every device."""
+    """Drop the pooled decode wrappers (and their workspaces) of every device and thread (a
+    step in flight keeps the wrappers it already planned)."""
     _pools.clear()

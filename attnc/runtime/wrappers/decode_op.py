@@ -26,6 +26,18 @@ def register_wrapper(wrapper: object) -> int:
     return handle
 
 
+def live_wrapper(handle: int) -> object:
+    """The wrapper of ``handle``; a handle whose wrapper is gone (a graph, from
+    ``torch.export`` or ``torch.compile``, that outlived it) is a ``RuntimeError`` naming it."""
+    wrapper = _WRAPPERS.get(handle)
+    if wrapper is None:
+        raise RuntimeError(
+            f"attnc::decode: wrapper handle {handle} names no live BatchDecodeWrapper; "
+            "keep the wrapper a graph calls alive while the graph is used"
+        )
+    return wrapper
+
+
 @torch.library.custom_op("attnc::decode", mutates_args=())
 def decode_op(
     handle: int,
@@ -38,7 +50,7 @@ def decode_op(
     return_lse: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
-    wrapper = _WRAPPERS[handle]
+    wrapper = live_wrapper(handle)
     values = join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     return wrapper.launch_functional(q, k, v, values, return_lse)  # type: ignore[attr-defined,no-any-return]
 
