@@ -24,6 +24,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
+from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.plan_params import check_planned_tensors
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.call_keys import call_key, param_tensors
@@ -91,6 +92,7 @@ class BatchDecodeWrapper(DecodePlanning):
         shape = self._shape
         if shape is None:
             raise _not_planned()
+        workspace_owner.check_held(self._workspace_key, self._plan_token, "BatchDecodeWrapper")
         if not self.use_cuda_graph and torch.cuda.is_current_stream_capturing():
             raise _capture_refused()
         key = call_key(q, kv_cache, out, return_lse, params)

@@ -30,6 +30,7 @@ from attnc.runtime.checks.params import (
     describe_decl,
     token_sizes,
 )
+from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
 from attnc.runtime.planning.plan_params import split_plan_params
@@ -79,6 +80,10 @@ class DecodePlanning:
     # The plan-time scalars (name, type, value) the planned mask was made from.
     _mask_key: MaskKey = None
     _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.tensors.byte_range)
+    # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last plan
+    # written there (no workspace, no token: nothing to check).
+    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
+    _plan_token: object = None
 
     def __init__(
         self,
@@ -102,6 +107,7 @@ class DecodePlanning:
         )
         self._ws = tensors.workspace_bytes(workspace_buffer, require_cuda=True)
         self._workspace_range = tensors.byte_range(self._ws)
+        self._workspace_key = workspace_owner.workspace_key(self._ws)
         self.variant = variant
         self.kv_layout = kv_layout
         self.use_cuda_graph = use_graph
@@ -379,6 +385,7 @@ class DecodePlanning:
                 native.wait()  # the previous copy out of the old stage
                 stage = _pinned_empty(max(need, 1 << 16) * 2)
                 native.set_stage(stage, stage.data_ptr(), stage.numel())
+        self._plan_token = workspace_owner.take(self._workspace_key)  # written next
         sched = native.step(
             (kv_indptr.data_ptr(), kv_indptr.numel()),
             (kv_last_page_len.data_ptr(), kv_last_page_len.numel()),

@@ -24,7 +24,7 @@ from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import check_params_arg, check_variant, token_sizes
-from attnc.runtime.planning import prefill_plan_library
+from attnc.runtime.planning import prefill_plan_library, workspace_owner
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import (
     MaskReads,
@@ -83,6 +83,7 @@ class BatchPrefillWrapper(PrefillRunner):
         self.kv_layout = kv_layout
         self._workspace = tensors.workspace_bytes(workspace_buffer)
         self._workspace_range = tensors.byte_range(self._workspace)
+        self._workspace_key = workspace_owner.workspace_key(self._workspace)
         self._page_status = PageStatus(self._workspace.device)
         self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None
@@ -232,6 +233,7 @@ class BatchPrefillWrapper(PrefillRunner):
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
         host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)
+        self._take_workspace()  # the lists (and a queued map) are written next
         if queued is not None and self._queue_map(module, host, queued):
             self._mark_copy()
         else:
@@ -388,6 +390,11 @@ class BatchPrefillWrapper(PrefillRunner):
         """The map region is about to be overwritten: a refusal from here on ends the plan in
         force, which reads it."""
         self._map_written = True
+        self._take_workspace()
+
+    def _take_workspace(self) -> None:
+        """This wrapper writes the workspace now: another wrapper's plan there is gone."""
+        self._plan_token = workspace_owner.take(self._workspace_key)
 
     def _map_inputs(
         self,

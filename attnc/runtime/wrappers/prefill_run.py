@@ -15,6 +15,7 @@ from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus
+from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan
 from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
@@ -49,6 +50,10 @@ class PrefillRunner:
     _planned_mask: PlannedMask
     _workspace: torch.Tensor
     _workspace_range: tuple[int, int]  # its bytes [start, end)
+    # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last
+    # write there (no workspace, no token: nothing to check).
+    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
+    _plan_token: object = None
     _page_status: PageStatus
     _debug_checks: bool
     _memo: dict[tuple[object, ...], prefill_calls.MemoCall]
@@ -70,6 +75,7 @@ class PrefillRunner:
             tensors.check_flag("return_lse", return_lse)
         key = None
         if not torch.compiler.is_compiling():
+            workspace_owner.check_held(self._workspace_key, self._plan_token, "BatchPrefillWrapper")
             key = prefill_calls.memo_key(q, kv, out, return_lse, params)
             hit = self._memo.get(key) if key is not None else None
             if hit is not None:

@@ -1,0 +1,41 @@
+"""Owns: which plan a workspace holds. A wrapper's ``plan()`` writes its work lists (and a
+prefill tile map) into the workspace it was given, and ``run()`` reads them there: two
+wrappers given one workspace tensor (FlashInfer's wrappers may share theirs) would silently
+launch on each other's lists. ``plan()`` takes the workspace with a fresh token when it writes
+it; ``run()`` raises when the workspace's last plan is another's.
+
+Workspaces are told apart by device and first byte: two workspaces that overlap from
+different first bytes are not detected. Compiled graphs and CUDA-graph replays do not check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+WorkspaceKey = tuple[str, int, int]
+
+# The token of the last plan written into each workspace (dict operations hold the GIL).
+_LAST_PLAN: dict[WorkspaceKey, object] = {}
+
+
+def workspace_key(workspace: torch.Tensor) -> WorkspaceKey:
+    """The workspace's device and first byte, fixed for a wrapper's lifetime."""
+    device = workspace.device
+    return device.type, -1 if device.index is None else device.index, workspace.data_ptr()
+
+
+def take(key: WorkspaceKey) -> object:
+    """Record that a new plan is written into the workspace ``key``; its token."""
+    token = object()
+    _LAST_PLAN[key] = token
+    return token
+
+
+def check_held(key: WorkspaceKey, token: object, wrapper: str) -> None:
+    """``RuntimeError`` unless the last plan written into the workspace is ``token``'s."""
+    if _LAST_PLAN.get(key) is not token:
+        raise RuntimeError(
+            f"{wrapper}.run(): workspace_buffer: another wrapper's plan() wrote its work lists "
+            "into this workspace after this wrapper's plan(); give each wrapper a workspace of "
+            "its own, or plan() this wrapper again before run()"
+        )

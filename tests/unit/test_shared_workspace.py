@@ -1,0 +1,90 @@
+"""Two wrappers given one workspace tensor: plan() writes the work lists into the workspace
+and run() reads them there, so A.plan(), B.plan(), A.run() launched A's call on B's lists
+(its struct read B's qo_indptr) without a word. run() now refuses a workspace whose last plan
+is another wrapper's; a wrapper planned again, or one with a workspace of its own, runs."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.planning import workspace_owner
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_prefill_call_memo import HKV, HQ, D, _qkv, _Recorder, cpu_run  # noqa: F401
+
+SHARED = "another wrapper's plan\\(\\) wrote its work lists into this workspace"
+
+
+def _wrapper(workspace: torch.Tensor) -> tuple[BatchPrefillWrapper, _Recorder]:
+    variant = attnc.load("stdlib:causal")
+    recorder = _Recorder(variant)
+    w = BatchPrefillWrapper(variant, workspace)
+    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    return w, recorder
+
+
+def _plan(w: BatchPrefillWrapper, lens: list[int]) -> torch.Tensor:
+    indptr = torch.tensor([0, *np.cumsum(lens).tolist()], dtype=torch.int32)
+    w.plan(indptr, indptr, HQ, HKV, D)
+    return indptr
+
+
+def _launched_qo_indptr(recorder: _Recorder, batch: int) -> list[int]:
+    call = recorder.calls[-1]
+    raw = ctypes.string_at(call["qo_indptr"], 4 * (batch + 1))
+    return np.frombuffer(raw, np.int32).tolist()
+
+
+def test_a_workspace_planned_by_another_wrapper_is_refused(cpu_run) -> None:  # noqa: F811
+    workspace = torch.empty(1 << 22, dtype=torch.uint8)
+    (a, a_rec), (b, _) = _wrapper(workspace), _wrapper(workspace)
+    a_indptr = _plan(a, [64, 64])
+    _plan(b, [16] * 8)  # as many tokens: A's checks of q and kv pass
+    q, k, v = _qkv(128, 128)
+    with pytest.raises(RuntimeError, match=SHARED):
+        a.run(q, (k, v))
+    assert a_rec.calls == []
+    _plan(a, [64, 64])  # planned again: its lists are back
+    a.run(q, (k, v))
+    assert _launched_qo_indptr(a_rec, 2) == a_indptr.tolist()
+
+
+def test_wrappers_with_workspaces_of_their_own_run_in_any_order(cpu_run) -> None:  # noqa: F811
+    (a, a_rec), (b, b_rec) = (_wrapper(torch.empty(1 << 22, dtype=torch.uint8)) for _ in "ab")
+    a_indptr, b_indptr = _plan(a, [64, 64]), _plan(b, [16] * 8)
+    q, k, v = _qkv(128, 128)
+    for _ in range(2):  # the second call goes through run()'s call memo
+        a.run(q, (k, v))
+        b.run(q, (k, v))
+        assert _launched_qo_indptr(a_rec, 2) == a_indptr.tolist()
+        assert _launched_qo_indptr(b_rec, 8) == b_indptr.tolist()
+
+
+def test_the_memo_of_a_repeated_call_does_not_skip_the_check(cpu_run) -> None:  # noqa: F811
+    workspace = torch.empty(1 << 22, dtype=torch.uint8)
+    (a, _), (b, _) = _wrapper(workspace), _wrapper(workspace)
+    _plan(a, [64, 64])
+    q, k, v = _qkv(128, 128)
+    a.run(q, (k, v))  # remembered
+    _plan(b, [64, 64])
+    with pytest.raises(RuntimeError, match=SHARED):
+        a.run(q, (k, v))
+
+
+def test_a_decode_wrapper_checks_its_workspace_too(cpu_decode) -> None:  # noqa: F811
+    """The decode run() reads its plan's lists from the workspace the same way."""
+    a, b = cpu_decode("causal"), cpu_decode("causal")
+    key = ("cpu", -1, 12345)
+    a._workspace_key = b._workspace_key = key
+    a._plan_token = workspace_owner.take(key)
+    b._plan_token = workspace_owner.take(key)
+    q, cache = _inputs()
+    b.run(q, cache)
+    with pytest.raises(RuntimeError, match="BatchDecodeWrapper.run\\(\\): workspace_buffer"):
+        a.run(q, cache)
