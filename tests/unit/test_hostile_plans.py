@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-import weakref
 from fractions import Fraction
 from types import SimpleNamespace
 
@@ -50,7 +49,6 @@ def test_decode_cached_call_rechecks_a_kv_len_param_after_a_plan_of_other_length
 def single_cpu(cpu_run, monkeypatch):  # noqa: F811
     """Variant.prefill on the CPU: every planned wrapper launches into one recorder."""
     from attnc.runtime.build.backends import PrefillChoice
-    from attnc.runtime.wrappers import single_prefill
 
     recorders: dict[str, _Recorder] = {}
 
@@ -59,7 +57,6 @@ def single_cpu(cpu_run, monkeypatch):  # noqa: F811
         return PrefillChoice("fa2", rec, 16)
 
     monkeypatch.setattr(BatchPrefillWrapper, "_module_choice", choice)
-    monkeypatch.setattr(single_prefill, "_PLANS", weakref.WeakKeyDictionary())
     return recorders
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -146,6 +148,24 @@ def _split_constant(
 
 
 _PLANNED_MASKS = 16  # plan-time param values remembered per variant
+_MEMO_LOCK = threading.Lock()  # guards the per-variant memos' writes (threads share a variant)
+_MISSING = object()
+_T = TypeVar("_T")
+
+
+def _remember(memo: dict, key: object, value: _T) -> _T:
+    """Put ``value`` in a per-variant ``memo`` of at most ``_PLANNED_MASKS`` entries, dropping
+    the oldest first, and return what the memo holds for ``key`` (another thread's value when
+    it was first). Writes hold a lock, as every thread planning the variant shares the memo;
+    reads (``dict.get``) need none."""
+    with _MEMO_LOCK:
+        found = memo.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        while len(memo) >= _PLANNED_MASKS:
+            memo.pop(next(iter(memo)))
+        memo[key] = value
+        return value
 
 
 @dataclass(frozen=True)
@@ -203,10 +223,7 @@ class PlannedMask:
         memo: dict = variant.__dict__.setdefault("_planned_masks", {})
         found = memo.get(key)
         if found is None:
-            found = PlannedMask._checked(variant, params)
-            if len(memo) >= _PLANNED_MASKS:
-                memo.pop(next(iter(memo)))
-            memo[key] = found
+            found = _remember(memo, key, PlannedMask._checked(variant, params))
         return found
 
     @staticmethod
@@ -283,13 +300,10 @@ def _closed_form(variant: object, bound: Mapping[str, object]) -> RangeProgram |
     values (the same values give the same program object)."""
     key = tuple(sorted((k, type(v), v) for k, v in bound.items()))
     memo: dict = variant.__dict__.setdefault("_closed_form_ranges", {})
-    if key in memo:  # None (no ranges) is remembered too
-        return memo[key]
-    analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
-    found = tile_range_program(analysis, bound)
-    if len(memo) >= _PLANNED_MASKS:
-        memo.pop(next(iter(memo)))
-    memo[key] = found
+    found = memo.get(key, _MISSING)  # None (no ranges) is remembered too
+    if found is _MISSING:
+        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        found = _remember(memo, key, tile_range_program(analysis, bound))
     return found
 
 

@@ -1,5 +1,6 @@
 """Owns: prefill of one request (``Variant.prefill``): its checks, the planned wrappers it
-reuses per shape, and the ``attnc::single_prefill`` custom op ``torch.compile`` sees.
+reuses per shape (each thread its own, per CUDA stream), and the ``attnc::single_prefill``
+custom op ``torch.compile`` sees.
 
 A param's way to the kernel: ``resolve_params`` checks the keyword arguments once, here;
 the resolved values go straight to ``BatchPrefillWrapper.run_checked``, which packs them
@@ -10,6 +11,7 @@ op and no host code.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Mapping
 
@@ -23,17 +25,40 @@ from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.planning.prefill_planner import KV_BLOCK
 from attnc.runtime.planning.workspace import ITEM_INTS, aligned
 from attnc.runtime.variant import live_variant
+from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 SINGLE_PARTIAL_BYTES = 8 << 20  # split-KV partial states of one single-request plan
-_SINGLE_PLANS = 8  # planned single-request wrappers kept per variant
-_PLANS: weakref.WeakKeyDictionary[object, dict[tuple[object, ...], BatchPrefillWrapper]] = (
-    weakref.WeakKeyDictionary()
-)
+_SINGLE_PLANS = 8  # planned single-request wrappers kept per variant, thread and stream
+_PLANS_ATTR = "_single_prefill_plans"  # the variant's attribute holding its _ThreadPlans
 _MASK_NAMES: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+class _ThreadPlans(threading.local):
+    """One variant's planned single-request wrappers, each thread's own: ``by_key`` maps a
+    plan's key (the stream, the shapes, the mask's scalars) to its wrapper, the least
+    recently used first. The variant holds it (its wrappers hold the variant, so the two
+    are freed together); a thread's wrappers and workspaces go when the thread ends."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[object, ...], BatchPrefillWrapper] = {}
+
+
+def thread_plans(variant: object) -> dict[tuple[object, ...], BatchPrefillWrapper]:
+    """The calling thread's planned wrappers of ``variant``, by plan key."""
+    store = variant.__dict__.get(_PLANS_ATTR)
+    if store is None:
+        store = variant.__dict__.setdefault(_PLANS_ATTR, _ThreadPlans())
+    return store.by_key
+
+
+def _stream_of(device: torch.device) -> int:
+    """The current stream of a CUDA ``device`` as an integer (0 on other devices): a
+    wrapper's workspace is reused in the order of one stream only."""
+    return raw_stream(device) if device.type == "cuda" else 0
 
 
 @forward_only("Variant.prefill")
@@ -155,12 +180,17 @@ def _planned(
     """A wrapper planned for one request of this shape and these mask params, reused while they
     repeat (a new plan allocates a workspace and copies the work list to the device). Tensor
     params (a tile map's, per-request bounds) are planned again on every call. Plans are
-    found by the value of ``sm_scale`` (a tensor or numpy scale is read on every call)."""
+    found by the value of ``sm_scale`` (a tensor or numpy scale is read on every call).
+    Each thread plans its own wrappers, one per current CUDA stream: another call never
+    re-plans a wrapper between this call's plan and its launch, nor writes a workspace that
+    a launch on another stream may still read."""
     check_single_request(q.shape[0], k.shape[0])  # before the int32 indptrs hold them
     if sm_scale is not None and type(sm_scale) is not float:
         sm_scale = tensors.sm_scale_value(sm_scale, q.shape[2])
+    device = q.device
     key = (
-        q.device,
+        device,
+        _stream_of(device),
         q.shape[0],
         k.shape[0],
         q.shape[1],
@@ -175,9 +205,7 @@ def _planned(
         if not isinstance(value, torch.Tensor)
     )
     with_tensors = any(isinstance(value, torch.Tensor) for value in mask_values.values())
-    cache = _PLANS.get(variant)
-    if cache is None:
-        cache = _PLANS[variant] = {}
+    cache = thread_plans(variant)
     wrapper = cache.pop(key, None)
     if wrapper is None or with_tensors:
         indptr = torch.zeros(2, dtype=torch.int32)
@@ -186,7 +214,7 @@ def _planned(
         if wrapper is None:
             needs_map = variant_mask_reads(variant).needs_tile_map
             heads = (q.shape[1], k.shape[1])
-            workspace, reserve = _workspace_for(q.shape[0], k.shape[0], heads, needs_map, q.device)
+            workspace, reserve = _workspace_for(q.shape[0], k.shape[0], heads, needs_map, device)
             wrapper = BatchPrefillWrapper(
                 variant, workspace, backend=backend, max_tile_map_bytes=reserve
             )
