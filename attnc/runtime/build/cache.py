@@ -243,6 +243,17 @@ _HELD_LOCK_FDS: set[int] = set()
 _HELD_LOCK_FDS_GUARD = threading.Lock()  # no descriptor closed while a command starts
 
 
+def _after_fork_in_child() -> None:
+    """A forked child holds none of its parent's build locks (the threads that took them do
+    not run here), and starts with the guard free."""
+    global _HELD_LOCK_FDS_GUARD
+    _HELD_LOCK_FDS_GUARD = threading.Lock()
+    _HELD_LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @contextlib.contextmanager
 def inherited_lock_fds() -> Iterator[tuple[int, ...]]:
     """The descriptors of the build locks held now, kept open for the block: start the

@@ -1,13 +1,17 @@
 """Owns: building and loading a host-only C++ library of ``attnc/kernels/host`` (the decode
 and prefill planners): its source text under a digest of the host headers (so any header
 change rebuilds it), the JIT build, the ctypes signatures, the check that the library's
-``sizeof`` of each struct equals its ctypes mirror, and the load-once state (a failure is
-remembered and raised again on every call, with no second build attempt)."""
+``sizeof`` of each struct equals its ctypes mirror, and the load-once state (a lasting
+failure, no nvcc or nvcc's error say, is remembered and raised again on every call with no
+second build attempt; a passing one, a lock timeout or an interrupted build, is not)."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import re
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,9 +57,26 @@ class PlannerUnavailable(RuntimeError):
     """A host planner library could not be built or loaded (the message says why)."""
 
 
+# The line of a build error that says its nvcc did not finish: killed by a signal, or stopped.
+_INTERRUPTED = re.compile(r"^(\(exit status -\d+\)|stopped \(the build was interrupted\))$", re.M)
+
+
+def passing(exc: Exception) -> bool:
+    """True when ``exc``, a failed build or load, may not happen on the next try: a build
+    lock held by another process past the timeout (``cache.LockTimeout``), an nvcc killed by
+    a signal (an interrupted build), a library refused at load (``jit.LibraryRefused``: it
+    is rebuilt on next use) or an OS error (a full disk, say)."""
+    if isinstance(exc, (cache.LockTimeout, jit.LibraryRefused, OSError)):
+        return True
+    return isinstance(exc, jit.BuildError) and _INTERRUPTED.search(str(exc)) is not None
+
+
 class OnceLibrary:
-    """A library loaded by ``load()`` on first use. A failure is remembered: every later
-    ``get()`` raises ``unavailable(reason)`` without trying again."""
+    """A library loaded by ``load()`` on first use. A lasting failure (not ``passing``: no
+    nvcc, nvcc's error on the source, struct sizes that differ) is remembered: every later
+    ``get()`` raises ``unavailable(reason)`` without trying again. A passing one is raised
+    once, and the next ``get()`` tries again. A child forked while another thread loads the
+    library finds it unloaded, and loads it itself."""
 
     def __init__(
         self, load: Callable[[], ctypes.CDLL], unavailable: Callable[[str], Exception]
@@ -65,34 +86,62 @@ class OnceLibrary:
         self._lock = threading.Lock()
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
+        _ONCE_LIBRARIES.add(self)
 
     def get(self) -> ctypes.CDLL:
-        """The loaded library (built on the first call)."""
+        """The loaded library (built on the first call, or on the call after a passing
+        failure)."""
         with self._lock:
-            if self.lib is None and self.failure is None:
-                try:
-                    self.lib = self._load()
-                except Exception as exc:  # no compiler, a build or load failure
-                    self.failure = f"{type(exc).__name__}: {exc}"
+            reason = self.failure
+            if self.lib is None and reason is None:
+                reason = self._try_load()
             if self.lib is None:
-                raise self._unavailable(str(self.failure))
+                raise self._unavailable(str(reason))
             return self.lib
+
+    def _try_load(self) -> str | None:
+        """Load the library into ``lib``; why that failed (remembered in ``failure`` when
+        it lasts), or None."""
+        try:
+            self.lib = self._load()
+        except Exception as exc:  # no compiler, a build or load failure
+            reason = f"{type(exc).__name__}: {exc}"
+            if not passing(exc):
+                self.failure = reason
+            return reason
+        return None
+
+    def _after_fork_in_child(self) -> None:
+        """The lock freed: the thread that held it in the parent does not run here."""
+        self._lock = threading.Lock()
 
     @property
     def settled(self) -> bool:
-        """True once loaded, or once failed: nothing is left to build."""
+        """True once loaded, or once failed for good: nothing is left to build."""
         return self.lib is not None or self.failure is not None
 
     def load_in_background(self, name: str) -> threading.Thread:
         """Start ``get()`` on a thread named ``name`` and return it, so that the caller can
-        build something else meanwhile; a failure is kept and raised by the next ``get()``."""
+        build something else meanwhile; a lasting failure is kept and raised by the next
+        ``get()``, which tries again after a passing one."""
 
         def load() -> None:
             try:
                 self.get()
-            except Exception:  # kept in self.failure: get() raises it again
+            except Exception:  # kept in self.failure, or tried again by the next get()
                 pass
 
         thread = threading.Thread(target=load, name=name, daemon=True)
         thread.start()
         return thread
+
+
+_ONCE_LIBRARIES: weakref.WeakSet[OnceLibrary] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for once in list(_ONCE_LIBRARIES):
+        once._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

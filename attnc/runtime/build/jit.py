@@ -6,7 +6,9 @@ of a module of several in parallel, see ``nvcc_run.py``). nvcc writes a
 ``.partial`` file that is checked (a whole ELF file) and renamed into place; its size and
 sha256 go into the build record, and a library that no longer matches its record is rebuilt
 (see ``artifact.py``). ``load_library`` opens each library once with ctypes, after the same
-check. Set ``ATTNC_VERBOSE=1`` to see commands and cache paths.
+check; a library found without its record (a rebuild in another process removes the record
+first) is checked and opened under the module's build lock, once that build is done. Set
+``ATTNC_VERBOSE=1`` to see commands and cache paths.
 """
 
 from __future__ import annotations
@@ -37,6 +39,11 @@ _LIBRARIES_LOCK = threading.Lock()
 
 class BuildError(RuntimeError):
     """nvcc failed; the message holds the generated file, the exact command and the output."""
+
+
+class LibraryRefused(BuildError):
+    """A library was not loaded: damaged, or without its build record (it is rebuilt on
+    next use)."""
 
 
 @dataclass(frozen=True)
@@ -110,9 +117,14 @@ def _plan(spec: ModuleSpec, arch: str, headers: str) -> _Plan:
         partial=directory / f"{name}.so.partial",
         build_file=directory / "build.ninja",
         stamp=directory / "built.ok",
-        lock=directory.with_name(f"{key}.lock"),
+        lock=build_lock(directory),
         flags=tuple(flags),
     )
+
+
+def build_lock(directory: Path) -> Path:
+    """The lock file that serialises the builds of the module in ``directory``."""
+    return directory.with_name(f"{directory.name}.lock")
 
 
 def _is_built(plan: _Plan, quiet: bool = False) -> bool:
@@ -313,19 +325,40 @@ def build_module(
 
 def load_library(path: Path | str) -> ctypes.CDLL:
     """Open the shared library at ``path`` with ctypes, once per path, after checking that it
-    is a whole ELF file that matches its build record (when it has one)."""
+    is a whole ELF file that matches its build record (``built.ok`` beside it). Where the
+    record is missing (a rebuild in another process removes it first), the check and the
+    opening wait for the module's build lock; a library still without a record then is
+    refused (``LibraryRefused``), never opened."""
     key = str(Path(path).resolve())
     with _LIBRARIES_LOCK:
         lib = _LIBRARIES.get(key)
-        if lib is None:
-            library = Path(key)
-            stamp = library.parent / "built.ok"
-            problem = artifact.library_problem(library, stamp if os.path.lexists(stamp) else None)
-            if problem is not None:
-                raise BuildError(
-                    f"attnc: refusing to load {printable(str(library))}: {problem}; it is rebuilt "
-                    "on next use (or clear the cache, ATTNC_CACHE_DIR)"
-                )
-            lib = ctypes.CDLL(key)
-            _LIBRARIES[key] = lib
-        return lib
+    if lib is None:
+        lib = _open_checked(Path(key))
+        with _LIBRARIES_LOCK:
+            lib = _LIBRARIES.setdefault(key, lib)
+    return lib
+
+
+def _open_checked(library: Path) -> ctypes.CDLL:
+    """``library`` opened once it matches its record; without one, under its build lock."""
+    stamp = library.parent / "built.ok"
+    if os.path.lexists(stamp):
+        problem = artifact.library_problem(library, stamp)
+        if problem is None:
+            return ctypes.CDLL(str(library))
+        if os.path.lexists(stamp):  # a damaged library or record, not a rebuild under way
+            raise _refused(library, problem)
+    with cache.file_lock(build_lock(library.parent)):  # held by a rebuild until its record
+        problem = "it has no build record (built.ok)"
+        if os.path.lexists(stamp):
+            problem = artifact.library_problem(library, stamp)
+        if problem is not None:
+            raise _refused(library, problem)
+        return ctypes.CDLL(str(library))
+
+
+def _refused(library: Path, problem: str) -> LibraryRefused:
+    return LibraryRefused(
+        f"attnc: refusing to load {printable(str(library))}: {problem}; it is rebuilt "
+        "on next use (or clear the cache, ATTNC_CACHE_DIR)"
+    )
