@@ -4,6 +4,7 @@ own documents' attention; two wrappers given one CUDA workspace are refused at `
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -17,6 +18,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 HQ, HKV, D, LEN = 8, 2, 128, 512
+CALLS = 150  # per thread
 DOC_CAUSAL = """variant doc_causal {
     param doc: tensor<i32>[kv_len];
     mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos];
@@ -49,26 +51,38 @@ def test_variant_prefill_from_two_threads_on_their_own_streams() -> None:
         doc = _docs(cuts)
         cases.append((q, k, v, doc, variant.reference(q, k, v, doc=doc)))
     torch.cuda.synchronize()
-    wrong: list[str] = []
+    results: dict[str, list[tuple[int, torch.Tensor]]] = {"a": [], "b": []}
 
-    def calls(mine: list[tuple]) -> None:
+    def calls(name: str, mine: list[tuple]) -> None:
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
-            for i in range(40):
-                q, k, v, doc, want = mine[i % 2]
-                got = variant.prefill(q, k, v, doc=doc)
-                stream.synchronize()
-                if not _close(got, want):
-                    wrong.append(f"{threading.current_thread().name} call {i}")
+            for i in range(CALLS):
+                q, k, v, doc, _ = mine[i % 2]
+                results[name].append((i % 2, variant.prefill(q, k, v, doc=doc)))
+        stream.synchronize()
 
-    threads = [
-        threading.Thread(target=calls, args=(cases[:2],), name="a"),
-        threading.Thread(target=calls, args=(cases[2:],), name="b"),
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between a call's plan and its launch
+    try:
+        threads = [
+            threading.Thread(target=calls, args=("a", cases[:2])),
+            threading.Thread(target=calls, args=("b", cases[2:])),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    torch.cuda.synchronize()
+    first = {"a": 0, "b": 2}
+    wrong = [
+        f"thread {name} call {i}"
+        for name, outs in results.items()
+        for i, (which, got) in enumerate(outs)
+        if not _close(got, cases[first[name] + which][4])
     ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert len(results["a"]) == len(results["b"]) == CALLS
     assert wrong == []
 
 
