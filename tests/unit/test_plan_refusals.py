@@ -27,6 +27,13 @@ class _Module:
         return 0
 
 
+class _HopperModule:
+    """A Hopper module whose widest tile holds 192 rows."""
+
+    def tile_q_tokens(self, head_dim: int, group: int, max_q_len: int) -> int:
+        return 192 // group
+
+
 @pytest.fixture
 def fa2_stub(monkeypatch):
     monkeypatch.setattr(backends, "get_prefill_module", lambda *a, **k: _Module())
@@ -54,7 +61,26 @@ def test_group_wider_than_every_tile_is_refused_by_name(fa2_stub, head_dim, grou
     text = str(err.value)
     assert text.startswith("num_qo_heads / num_kv_heads: a GQA group of")
     assert f"{group} query heads" in text
-    assert f"FA2's widest: {_WIDEST[head_dim]} rows at head_dim {head_dim}" in text
+    assert f"FA2's widest: {_WIDEST[head_dim]} rows, at head_dim {head_dim}" in text
+    assert "Hopper" not in text  # not asked for backend="fa2"
+
+
+def test_a_group_refused_by_both_templates_names_both_widest_tiles(monkeypatch) -> None:
+    """The Hopper template's widest tile was written in the message by hand; it now comes
+    from the module asked, as FA2's does."""
+    hopper = _HopperModule()
+    monkeypatch.setattr(backends, "get_prefill_module", lambda *a, **k: _Module())
+    monkeypatch.setattr(backends, "get_prefill_sm90_module", lambda *a, **k: hopper)
+    monkeypatch.setattr(backends, "_sm90_refusal", lambda *a: None)
+    monkeypatch.setattr(backends, "_arch_of", lambda device: "90a")
+    with pytest.raises(ValueError) as err:
+        backends.choose_prefill_module(
+            attnc.load("stdlib:causal").ir, "auto", dtype=torch.bfloat16, head_dim=128,
+            group=256, max_q_len=40, kv_layout="ragged", device=torch.device("cpu"),
+        )  # fmt: skip
+    assert f"FA2's widest: {_WIDEST[128]} rows, the Hopper template's: 192, at head_dim 128" in (
+        str(err.value)
+    )
 
 
 @pytest.mark.parametrize(("head_dim", "group"), [(128, 128), (256, 64), (64, 1)])

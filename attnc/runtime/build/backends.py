@@ -95,13 +95,14 @@ def choose_prefill_module(
 ) -> PrefillChoice:
     """The prefill module for a plan: the Hopper one where ``backend`` allows and it serves
     the request, else FA2 (with the reason on stderr under ``ATTNC_VERBOSE``)."""
+    hopper: PrefillModule | None = None  # the Hopper module, where it was asked
     if backend != "fa2":
         refusal = _sm90_refusal(kv_layout, head_dim, device)
         if refusal is None:
-            module = get_prefill_sm90_module(ir, dtype, head_dim, "90a")
-            tile = module.tile_q_tokens(head_dim, group, max_q_len)
+            hopper = get_prefill_sm90_module(ir, dtype, head_dim, "90a")
+            tile = hopper.tile_q_tokens(head_dim, group, max_q_len)
             if tile > 0:
-                return PrefillChoice("sm90", module, tile)
+                return PrefillChoice("sm90", hopper, tile)
             refusal = f"no Hopper tile for head_dim {head_dim}, GQA group {group}"
         if backend == "sm90":
             raise ValueError(f"backend: 'sm90' cannot serve this request: {refusal}")
@@ -110,21 +111,28 @@ def choose_prefill_module(
     module = get_prefill_module(ir, dtype, head_dim, _arch_of(device))
     tile = module.tile_q_tokens(head_dim, group, max_q_len)
     if tile < 1:
-        raise ValueError(_group_refusal(module, head_dim, group))
+        raise ValueError(_group_refusal(module, hopper, head_dim, group))
     return PrefillChoice("fa2", module, tile)
 
 
-def _group_refusal(module: PrefillModule, head_dim: int, group: int) -> str:
+def _group_refusal(
+    fa2: PrefillModule, hopper: PrefillModule | None, head_dim: int, group: int
+) -> str:
     """Why no prefill tile serves a GQA group: its query heads per KV head fill more rows than
-    the FA2 template's widest query tile holds (a tile's rows are query tokens x the group;
-    the Hopper template, where it runs, was asked first)."""
-    widest = module.tile_q_tokens(head_dim, 1, 1 << 30)  # one head: the widest tile's rows
+    the widest query tile of the templates asked holds (a tile's rows are query tokens x the
+    group; the Hopper template, where it runs, was asked first)."""
+    widest = f"FA2's widest: {_widest_rows(fa2, head_dim)} rows"
+    if hopper is not None:
+        widest += f", the Hopper template's: {_widest_rows(hopper, head_dim)}"
     return (
         f"num_qo_heads / num_kv_heads: a GQA group of {group} query heads per KV head does "
-        f"not fit the prefill kernels' query tiles (FA2's widest: {widest} rows at head_dim "
-        f"{head_dim}; the Hopper template, on sm_90, takes up to 128, or 192 for light "
-        "variants at head_dim 64/128 on queries of 2048 tokens or more)"
+        f"not fit the prefill kernels' query tiles ({widest}, at head_dim {head_dim})"
     )
+
+
+def _widest_rows(module: PrefillModule, head_dim: int) -> int:
+    """The rows of the module's widest query tile: one head per KV head, a long query."""
+    return module.tile_q_tokens(head_dim, 1, 1 << 30)
 
 
 def prebuild_prefill_module(
