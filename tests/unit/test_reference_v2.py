@@ -212,48 +212,43 @@ def test_output_transform_is_not_applied_to_rows_without_keys() -> None:
     close(lse, want_lse)
 
 
-def test_a_float64_reference_evaluates_the_mask_in_binary32() -> None:
-    """float(kv_idx) + 2^31 <= 2^31 holds for every small kv_idx in binary32 (the kernels'
-    arithmetic) and only for 0 in float64: a float64 reference kept one key of four."""
-    v = attnc.load(
-        source="variant v { param p: f32 = 2147483648.0; mask = float(kv_idx) + p <= p; }"
-    )
-    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 4, 4))
-    out64, lse64 = v.reference(q, k, w, return_lse=True)
-    out32, lse32 = v.reference(q.float(), k.float(), w.float(), return_lse=True)
+def _keeps_every_key(source: str, keys: int, **params: float) -> None:
+    """A float64 reference of ``source`` agrees with a float32 one and its LSE is every
+    key's, unscaled: each decision holds for every key in binary32."""
+    v = attnc.load(source=source)
+    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, keys, keys))
+    out64, lse64 = v.reference(q, k, w, return_lse=True, **params)
+    out32, lse32 = v.reference(q.float(), k.float(), w.float(), return_lse=True, **params)
     assert torch.allclose(out64, out32.double(), atol=1e-5)
     assert torch.allclose(lse64, lse32.double(), atol=1e-5)
     scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
-    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # all four keys
+    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))
+
+
+def test_a_float64_reference_evaluates_the_mask_in_binary32() -> None:
+    """float(kv_idx) + 2^31 <= 2^31 holds for every small kv_idx in binary32 (the kernels'
+    arithmetic) and only for 0 in float64: a float64 reference kept one key of four."""
+    _keeps_every_key("variant v { param p: f32 = 2147483648.0; mask = float(kv_idx) + p <= p; }", 4)
 
 
 def test_a_float64_reference_decides_a_score_condition_in_binary32() -> None:
     """A ``?:`` in the score compares binary32 values, as the kernels do: in float64,
     float(kv_idx) + 2^31 <= 2^31 held for key 0 only and the other keys were scaled down."""
-    v = attnc.load(
-        source="variant v { param p: f32 = 2147483648.0;\n"
-        "  score = float(kv_idx) + p <= p ? score : score - 30.0; }"
+    _keeps_every_key(
+        "variant v { param p: f32 = 2147483648.0;\n"
+        "  score = float(kv_idx) + p <= p ? score : score - 30.0; }",
+        4,
     )
-    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 4, 4))
-    out64, lse64 = v.reference(q, k, w, return_lse=True)
-    out32, lse32 = v.reference(q.float(), k.float(), w.float(), return_lse=True)
-    assert torch.allclose(out64, out32.double(), atol=1e-5)
-    assert torch.allclose(lse64, lse32.double(), atol=1e-5)
-    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
-    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # none moved
 
 
 def test_a_float64_reference_truncates_a_binary32_value() -> None:
     """int(float(kv_idx) + 2^24) - 2^24 is 0 for kv_idx 1 in binary32 (2^24 + 1 rounds to
     2^24), as the kernels compute it; a float64 reference gave 1 and scaled that key."""
-    v = attnc.load(
-        source="variant v { param p: f32 = 16777216.0;\n"
-        "  score = int(float(kv_idx) + p) - 16777216 == 0 ? score : score - 30.0; }"
+    _keeps_every_key(
+        "variant v { param p: f32 = 16777216.0;\n"
+        "  score = int(float(kv_idx) + p) - 16777216 == 0 ? score : score - 30.0; }",
+        2,
     )
-    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 2, 2))
-    lse64 = v.reference(q, k, w, return_lse=True)[1]
-    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
-    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))  # both keys kept
 
 
 @pytest.mark.parametrize(
@@ -268,13 +263,8 @@ def test_a_float64_reference_takes_every_decision_in_binary32(score: str) -> Non
     """floor, % and comparisons of several f32 steps decide on binary32 values, as the
     kernels do: each condition holds for both keys there, and a float64 reference scaled the
     second key down (or both, for floor)."""
-    v = attnc.load(
-        source="variant v { param p: f32 = 16777216.0; param r: f32 = -0.25;\n"
-        "  param s: f32 = 16777216.0;\n"
-        f"  score = {score}; }}"
+    source = (
+        "variant v { param p: f32 = 16777216.0; param r: f32 = -0.25;\n"
+        f"  param s: f32 = 16777216.0;\n  score = {score}; }}"
     )
-    params = {"p": 8388608.0} if score.startswith("floor") else {}
-    q, k, w = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (1, 2, 2))
-    lse64 = v.reference(q, k, w, return_lse=True, **params)[1]
-    scores = torch.einsum("qhd,khd->hqk", q, k) / 4.0
-    assert torch.allclose(lse64, torch.logsumexp(scores, -1).permute(1, 0))
+    _keeps_every_key(source, 2, **({"p": 8388608.0} if score.startswith("floor") else {}))
