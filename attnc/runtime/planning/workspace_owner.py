@@ -10,12 +10,22 @@ different first bytes are not detected. Compiled graphs and CUDA-graph replays d
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 WorkspaceKey = tuple[str, int, int]
 
-# The token of the last plan written into each workspace (dict operations hold the GIL).
-_LAST_PLAN: dict[WorkspaceKey, object] = {}
+
+class PlanToken:
+    """One plan's claim on its workspace; the wrapper holds it, the registry only weakly."""
+
+    __slots__ = ("__weakref__",)
+
+
+# The token of the last plan written into each workspace; an entry goes with the last
+# wrapper holding its token (dict operations hold the GIL).
+_LAST_PLAN: weakref.WeakValueDictionary[WorkspaceKey, PlanToken] = weakref.WeakValueDictionary()
 
 
 def workspace_key(workspace: torch.Tensor) -> WorkspaceKey:
@@ -24,15 +34,19 @@ def workspace_key(workspace: torch.Tensor) -> WorkspaceKey:
     return device.type, -1 if device.index is None else device.index, workspace.data_ptr()
 
 
-def take(key: WorkspaceKey) -> object:
-    """Record that a new plan is written into the workspace ``key``; its token."""
-    token = object()
+def take(key: WorkspaceKey) -> PlanToken:
+    """Record that a new plan is written into the workspace ``key``; its token, which the
+    wrapper keeps while the plan is in force."""
+    token = PlanToken()
     _LAST_PLAN[key] = token
     return token
 
 
-def check_held(key: WorkspaceKey, token: object, wrapper: str) -> None:
-    """``RuntimeError`` unless the last plan written into the workspace is ``token``'s."""
+def check_held(key: WorkspaceKey, token: PlanToken | None, wrapper: str) -> None:
+    """``RuntimeError`` when another plan was written into the workspace after ``token``'s
+    (None: the wrapper has no workspace to check)."""
+    if token is None:
+        return
     if _LAST_PLAN.get(key) is not token:
         raise RuntimeError(
             f"{wrapper}.run(): workspace_buffer: another wrapper's plan() wrote its work lists "

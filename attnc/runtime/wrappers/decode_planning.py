@@ -83,7 +83,7 @@ class DecodePlanning:
     # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last plan
     # written there (no workspace, no token: nothing to check).
     _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
-    _plan_token: object = None
+    _plan_token: workspace_owner.PlanToken | None = None
 
     def __init__(
         self,

@@ -53,7 +53,7 @@ class PrefillRunner:
     # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last
     # write there (no workspace, no token: nothing to check).
     _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
-    _plan_token: object = None
+    _plan_token: workspace_owner.PlanToken | None = None
     _page_status: PageStatus
     _debug_checks: bool
     _memo: dict[tuple[object, ...], prefill_calls.MemoCall]

@@ -40,11 +40,31 @@ _MASK_NAMES: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKe
 class _ThreadPlans(threading.local):
     """One variant's planned single-request wrappers, each thread's own: ``by_key`` maps a
     plan's key (the stream, the shapes, the mask's scalars) to its wrapper, the least
-    recently used first. The variant holds it (its wrappers hold the variant, so the two
-    are freed together); a thread's wrappers and workspaces go when the thread ends."""
+    recently used first. The variant holds it (its wrappers reach the variant through a weak
+    reference: the variant and its plans are freed when the caller drops it); a thread's
+    wrappers and workspaces go when the thread ends."""
 
     def __init__(self) -> None:
         self.by_key: dict[tuple[object, ...], BatchPrefillWrapper] = {}
+
+
+class _OneRequestWrapper(BatchPrefillWrapper):
+    """A planned wrapper of ``Variant.prefill``: it reaches its variant through a weak
+    reference, so the variant, which holds its planned wrappers, is freed by reference
+    counting when the caller drops it (with a strong one, only the cyclic collector freed the
+    two, and the workspaces' device memory waited for it)."""
+
+    @property  # type: ignore[override]
+    def variant(self) -> object:
+        """The variant planned for (alive while a call of it runs)."""
+        variant = self._variant_ref()
+        if variant is None:  # the variant's own plans go with it: no call reaches here
+            raise RuntimeError("Variant.prefill: the variant of this plan is gone")
+        return variant
+
+    @variant.setter
+    def variant(self, variant: object) -> None:
+        self._variant_ref = weakref.ref(variant)
 
 
 def thread_plans(variant: object) -> dict[tuple[object, ...], BatchPrefillWrapper]:
@@ -215,7 +235,7 @@ def _planned(
             needs_map = variant_mask_reads(variant).needs_tile_map
             heads = (q.shape[1], k.shape[1])
             workspace, reserve = _workspace_for(q.shape[0], k.shape[0], heads, needs_map, device)
-            wrapper = BatchPrefillWrapper(
+            wrapper = _OneRequestWrapper(
                 variant, workspace, backend=backend, max_tile_map_bytes=reserve
             )
         wrapper.plan(
