@@ -5,6 +5,7 @@ Imports nothing of the passes (``analysed`` computes missing analyses)."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from attnc.compiler import ir
@@ -37,7 +38,9 @@ class Compiled:
         return f"Compiled(variant={v.name!r}, file={v.file!r}, mask={self.mask_analysis.kind!r})"
 
 
-_KNOWN: dict[ir.VariantIR, Compiled] = {}
+# Weak values: an entry lives while its Compiled is held (by a Variant, a cache entry), so
+# loading many distinct variants over a process's life does not keep them all.
+_KNOWN: weakref.WeakValueDictionary[ir.VariantIR, Compiled] = weakref.WeakValueDictionary()
 
 
 def remember(c: Compiled) -> Compiled:

@@ -124,7 +124,20 @@ def _decode_entry(
 # returns the same objects, so the shared nodes of two equal IR DAGs are never compared
 # structurally (which costs their unfolded trees).
 _Decoded = tuple[tuple[tuple[str, str], ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]
-_SEEN: dict[tuple[str, str], _Decoded] = {}
+_SEEN: dict[tuple[str, str], _Decoded] = {}  # the most recently used last
+_SEEN_ENTRIES = 64  # entries kept: a process loading many distinct sources keeps only these
+
+
+def _seen(key: tuple[str, str], decoded: _Decoded) -> None:
+    """Keep ``decoded`` as the most recently used entry, dropping the oldest beyond the limit
+    (several threads may do this at once: a missing oldest key is skipped)."""
+    _SEEN.pop(key, None)
+    _SEEN[key] = decoded
+    while len(_SEEN) > _SEEN_ENTRIES:
+        try:
+            _SEEN.pop(next(iter(_SEEN)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread
+            break
 
 
 def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
@@ -141,7 +154,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
     imports, compiled, warnings = decoded
     if any(_file_digest(p) != digest for p, digest in imports):
         return None
-    _SEEN[seen] = decoded
+    _seen(seen, decoded)
     return compiled, warnings
 
 
@@ -158,7 +171,7 @@ def write_entry(
         payload = {"key": key, "body": ir_json.encode((imports, compiled, warnings))}
         entry = {"magic": MAGIC, "format": FORMAT, "digest": _digest(payload), "payload": payload}
         text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
-        _SEEN[(key, hashlib.sha256(text.encode()).hexdigest())] = (imports, compiled, warnings)
+        _seen((key, hashlib.sha256(text.encode()).hexdigest()), (imports, compiled, warnings))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         try:
