@@ -93,6 +93,10 @@ def _excerpt(line: str, start: int, end: int) -> str:
     return f"    {quoted}\n    {' ' * pad}^{'~' * (width - 1)}"
 
 
+# Files whose text each thread keeps for quoting (a long-lived process kept every one).
+SOURCE_FILES_KEPT = 256
+
+
 class SourceMap:
     """Source text of every file seen, so diagnostics can quote their line.
 
@@ -112,9 +116,14 @@ class SourceMap:
         return lines
 
     def add(self, file: str, text: str) -> None:
-        """Remember ``text`` under ``file`` for this thread; lines are split at ``\\n`` only
-        (as the lexer counts)."""
-        self._lines()[file] = [line.removesuffix("\r") for line in text.split("\n")]
+        """Remember ``text`` under ``file`` for this thread, as its most recent file (the
+        oldest of more than ``SOURCE_FILES_KEPT`` is forgotten); lines are split at ``\\n``
+        only (as the lexer counts)."""
+        lines = self._lines()
+        lines.pop(file, None)
+        lines[file] = [line.removesuffix("\r") for line in text.split("\n")]
+        while len(lines) > SOURCE_FILES_KEPT:
+            del lines[next(iter(lines))]
 
     def forget(self, file: str) -> None:
         """Drop this thread's text of ``file`` (its lines will not be quoted)."""

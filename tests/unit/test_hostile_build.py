@@ -142,6 +142,20 @@ def test_a_failed_build_in_a_temporary_copy_prints_a_command_that_can_be_repeate
     assert Path(command[command.index("-o") + 1]).read_bytes() == ELF.read_bytes()
 
 
+def test_repeated_failures_of_one_module_keep_one_temporary_copy(fake_nvcc, tmp_path, monkeypatch):
+    """Each failed build of a module staged in a copy kept its copy: 50 failures, 50
+    directories under the temporary root. A failure now replaces the module's earlier one."""
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "c$HOME`x`"))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(jit, "staging_root", lambda: str(temporary))
+    monkeypatch.setenv("FAKE_NVCC_MODE", "always")
+    for _ in range(3):
+        with pytest.raises(jit.BuildError):
+            _build()
+    assert len(list(temporary.glob("attnc-build-*"))) == 1
+
+
 def test_a_failed_link_prints_every_command_to_repeat(fake_nvcc, monkeypatch):
     monkeypatch.setenv("FAKE_NVCC_MODE", "link")
     with pytest.raises(jit.BuildError) as err:

@@ -81,3 +81,21 @@ def test_a_thread_quotes_only_text_it_loaded():
     _in_other_thread(lambda: seen.append(SOURCES.line(Loc("<own-thread>", 1, 1))))
     assert seen == [None]
     assert SOURCES.line(Loc("<own-thread>", 1, 1)) == "variant mine { mask = kv_idx <= q_pos; }"
+
+
+def test_a_thread_keeps_the_text_of_its_latest_files_only() -> None:
+    """Every file ever loaded kept its text for the process's life (2.5 KB a file); the map
+    now keeps the most recent SOURCE_FILES_KEPT, and one added again is the most recent."""
+    from attnc.dsl.errors import SOURCE_FILES_KEPT, Loc, SourceMap
+
+    sources = SourceMap()
+    sources.add("first.attn", "kept\n")
+    for i in range(SOURCE_FILES_KEPT + 10):
+        sources.add(f"f{i}.attn", f"line {i}\n")
+        sources.add("first.attn", "kept\n")  # used again: not the oldest
+    assert sources.line(Loc("first.attn", 1, 1)) == "kept"
+    assert sources.line(Loc("f0.attn", 1, 1)) is None
+    assert (
+        sources.line(Loc(f"f{SOURCE_FILES_KEPT + 9}.attn", 1, 1)) == f"line {SOURCE_FILES_KEPT + 9}"
+    )
+    assert len(sources._lines()) == SOURCE_FILES_KEPT

@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import dataclasses
+import hashlib
 import os
 import shlex
 import shutil
@@ -177,6 +178,18 @@ def staging_root() -> str:
     raise BuildError("attnc: no temporary directory whose path nvcc can use (set TMPDIR)")
 
 
+def _fresh_staging(key: str) -> Path:
+    """A new temporary directory for the module of cache key ``key``, named by its digest;
+    the copies of this module's earlier failed builds are removed first (its build lock is
+    held: no other build of it runs), so repeated failures keep one."""
+    prefix = f"attnc-build-{hashlib.sha256(key.encode()).hexdigest()[:16]}-"
+    root = staging_root()
+    for old in Path(root).glob(f"{prefix}*"):
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+
+
 def nvcc_env() -> dict[str, str] | None:
     """The environment for nvcc: unchanged, unless ``TMPDIR`` (where nvcc writes its
     intermediate files, named on its sub-tools' shell command lines) needs quoting."""
@@ -196,7 +209,7 @@ def _compile(plan: _Plan, kept: list[Path], running: nvcc_run.Running) -> nvcc_r
     cache.remove_file(plan.partial)
     staging = None
     if not cache.shell_safe(plan.directory):
-        staging = Path(tempfile.mkdtemp(prefix="attnc-build-", dir=staging_root()))
+        staging = _fresh_staging(plan.directory.name)
         for source in plan.sources:
             shutil.copyfile(source, staging / source.name)
     build = plan.steps(staging)
