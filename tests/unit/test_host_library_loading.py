@@ -102,6 +102,38 @@ def test_a_lasting_failure_is_remembered():
     assert calls == [1] and once.settled
 
 
+def test_a_passing_failure_of_the_background_load_is_raised_without_a_second_try():
+    """plan() starts the load in the background, joins it, then asks for the library: a
+    lock timeout there was tried again at once, so the first plan() waited twice the
+    timeout before it raised."""
+    calls: list[int] = []
+
+    def load() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise cache.LockTimeout("attnc: gave up waiting for the build lock")
+        return "lib"
+
+    once = _once(load)
+    once.load_in_background("test-load").join()
+    with pytest.raises(PlannerUnavailable, match="LockTimeout"):
+        once.get()
+    assert calls == [1]
+    assert once.get() == "lib" and calls == [1, 1]
+
+
+def test_the_dynamic_loaders_refusal_lasts(tmp_path):
+    """ctypes' OSError (an undefined symbol, a missing dependency) was taken for a passing
+    failure: every plan() checked the build and called dlopen again."""
+    from attnc.runtime.build.host_library import passing
+
+    bad = tmp_path / "not_a_library.so"
+    bad.write_bytes(b"not an ELF file")
+    with pytest.raises(jit.BuildError, match="dynamic loader refused") as err:
+        jit._dlopen(bad)
+    assert not passing(err.value)
+
+
 # 2. A library without its build record is opened only under its build lock
 
 

@@ -6,6 +6,7 @@ is another wrapper's; a wrapper planned again, or one with a workspace of its ow
 from __future__ import annotations
 
 import ctypes
+import types
 
 import numpy as np
 import pytest
@@ -14,8 +15,10 @@ import torch
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning import workspace_owner
+from attnc.runtime.planning.workspace import CapacityError
+from attnc.runtime.wrappers.decode_plan_inputs import FastPathKey
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
-from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_decode_fast_path import DIM, PAGE, _inputs, cpu_decode  # noqa: F401
 from tests.unit.test_prefill_call_memo import HKV, HQ, D, _qkv, _Recorder, cpu_run  # noqa: F401
 
 SHARED = "another wrapper's plan\\(\\) wrote its work lists into this workspace"
@@ -82,8 +85,8 @@ def test_a_decode_wrapper_checks_its_workspace_too(cpu_decode) -> None:  # noqa:
     a, b = cpu_decode("causal"), cpu_decode("causal")
     key = ("cpu", -1, 12345)
     a._workspace_key = b._workspace_key = key
-    a._plan_token = workspace_owner.take(key)
-    b._plan_token = workspace_owner.take(key)
+    a._plan_token = workspace_owner.take(key, None)
+    b._plan_token = workspace_owner.take(key, None)
     q, cache = _inputs()
     b.run(q, cache)
     with pytest.raises(RuntimeError, match="BatchDecodeWrapper.run\\(\\): workspace_buffer"):
@@ -100,3 +103,41 @@ def test_a_workspace_entry_goes_with_the_wrappers_that_planned_there(cpu_run) ->
     assert key in workspace_owner._LAST_PLAN
     del a
     assert key not in workspace_owner._LAST_PLAN
+
+
+class _RefusingPlanner:
+    """The decode planner refusing a step before it writes anything (as a bad page table or
+    a step beyond the wrapper's capacity is)."""
+
+    stage_bytes = 1 << 20
+
+    def step(self, *args):
+        raise CapacityError("decode plan: needs 99999 work items, the wrapper holds 16384")
+
+
+def _planned_decode(make, key):
+    w = make("causal")
+    w._workspace_key = key
+    w._plan_token = workspace_owner.take(key, None)  # what a successful plan() leaves
+    w._page_status = types.SimpleNamespace(pending=False)
+    w.layout = types.SimpleNamespace(max_pages=1 << 20)
+    w._device_index = 0
+    w._fast = FastPathKey((HQ, HKV, DIM, PAGE, 1, None, torch.bfloat16), 1, None)
+    return w
+
+
+def test_a_refused_decode_plan_does_not_take_the_workspace(cpu_decode) -> None:  # noqa: F811
+    """B.plan, A.plan, then B.plan refused before it wrote: B took the workspace's token at
+    the start of its step, and B.run() launched B's old plan on A's lists."""
+    key = ("cuda", 0, 0x7F0000000000)
+    b = _planned_decode(cpu_decode, key)
+    a = _planned_decode(cpu_decode, key)
+    b._native = _RefusingPlanner()
+    indptr = torch.tensor([0, 1, 2, 3, 4], dtype=torch.int32)
+    with pytest.raises(CapacityError):
+        b.plan(indptr, torch.arange(4, dtype=torch.int32), torch.ones(4, dtype=torch.int32),
+               HQ, HKV, DIM, PAGE)  # fmt: skip
+    q, cache = _inputs()
+    with pytest.raises(RuntimeError, match="another wrapper's plan"):
+        b.run(q, cache)
+    a.run(q, cache)  # A's lists are intact

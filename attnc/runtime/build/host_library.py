@@ -65,7 +65,8 @@ def passing(exc: Exception) -> bool:
     """True when ``exc``, a failed build or load, may not happen on the next try: a build
     lock held by another process past the timeout (``cache.LockTimeout``), an nvcc killed by
     a signal (an interrupted build), a library refused at load (``jit.LibraryRefused``: it
-    is rebuilt on next use) or an OS error (a full disk, say)."""
+    is rebuilt on next use) or an OS error (a full disk, say; the dynamic loader's refusal
+    of a library is a lasting ``jit.BuildError``)."""
     if isinstance(exc, (cache.LockTimeout, jit.LibraryRefused, OSError)):
         return True
     return isinstance(exc, jit.BuildError) and _INTERRUPTED.search(str(exc)) is not None
@@ -86,13 +87,16 @@ class OnceLibrary:
         self._lock = threading.Lock()
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
+        self._background_failure: str | None = None  # a passing one, for the next get()
         _ONCE_LIBRARIES.add(self)
 
     def get(self) -> ctypes.CDLL:
         """The loaded library (built on the first call, or on the call after a passing
-        failure)."""
+        failure; a passing failure of the background load is raised by the next call, which
+        waited for it, without a second try)."""
         with self._lock:
-            reason = self.failure
+            reason, self._background_failure = self._background_failure, None
+            reason = self.failure or reason
             if self.lib is None and reason is None:
                 reason = self._try_load()
             if self.lib is None:
@@ -121,15 +125,17 @@ class OnceLibrary:
         return self.lib is not None or self.failure is not None
 
     def load_in_background(self, name: str) -> threading.Thread:
-        """Start ``get()`` on a thread named ``name`` and return it, so that the caller can
-        build something else meanwhile; a lasting failure is kept and raised by the next
-        ``get()``, which tries again after a passing one."""
+        """Start the load on a thread named ``name`` and return it, so that the caller can
+        build something else meanwhile; its failure is raised by the next ``get()`` (a
+        lasting one by every later call, a passing one once: the call after it tries
+        again)."""
 
         def load() -> None:
-            try:
-                self.get()
-            except Exception:  # kept in self.failure, or tried again by the next get()
-                pass
+            with self._lock:
+                if self.lib is None and self.failure is None:
+                    reason = self._try_load()
+                    if self.lib is None and self.failure is None:  # passing: raised once
+                        self._background_failure = reason
 
         thread = threading.Thread(target=load, name=name, daemon=True)
         thread.start()

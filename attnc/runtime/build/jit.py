@@ -358,7 +358,7 @@ def _open_checked(library: Path) -> ctypes.CDLL:
     if os.path.lexists(stamp):
         problem = artifact.library_problem(library, stamp)
         if problem is None:
-            return ctypes.CDLL(str(library))
+            return _dlopen(library)
         if os.path.lexists(stamp):  # a damaged library or record, not a rebuild under way
             raise _refused(library, problem)
     with cache.file_lock(build_lock(library.parent)):  # held by a rebuild until its record
@@ -367,7 +367,18 @@ def _open_checked(library: Path) -> ctypes.CDLL:
             problem = artifact.library_problem(library, stamp)
         if problem is not None:
             raise _refused(library, problem)
+        return _dlopen(library)
+
+
+def _dlopen(library: Path) -> ctypes.CDLL:
+    """``library`` opened by the dynamic loader; its refusal (an undefined symbol, a missing
+    dependency) is a ``BuildError``: it lasts until the library or the system changes."""
+    try:
         return ctypes.CDLL(str(library))
+    except OSError as exc:
+        raise BuildError(
+            f"attnc: the dynamic loader refused {printable(str(library))}: {exc}"
+        ) from None
 
 
 def _refused(library: Path, problem: str) -> LibraryRefused:

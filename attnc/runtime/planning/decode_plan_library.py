@@ -1,8 +1,10 @@
 """Owns: the host decode planner library (``attnc/kernels/host/decode_plan.cpp``) as Python
 sees it: its source for the JIT cache, its C function signatures and the ctypes mirrors of
 ``decode_plan_abi.h``'s structs, checked against the library's ``sizeof`` on load. How it is
-built is shared with the prefill planner (``host_planner_abi.py``). A build or load failure is
-remembered and raised as ``PlannerUnavailable`` on every call (no second build, no fallback)."""
+built is shared with the prefill planner (``host_planner_abi.py``). A lasting build or load
+failure (no nvcc, a compile error) is remembered and raised as ``PlannerUnavailable`` on every
+call (no second build, no fallback); a passing one (a build lock held past the timeout, an
+interrupted build) is raised once, and the next call tries again (``host_library.passing``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Owns: the prefill planner's library, ``attnc/kernels/host/prefill_plan.cpp``, on the Python
 side: the text the JIT compiles, the entry points' ctypes signatures, and field-for-field
 mirrors of ``prefill_plan_abi.h`` whose sizes must equal the library's own ``sizeof``. The
-build flags and the mask's range rows are those of ``host_planner_abi.py``. The first build or
-load failure is kept and raised as ``PlannerUnavailable`` by every later call."""
+build flags and the mask's range rows are those of ``host_planner_abi.py``. A lasting build or
+load failure is kept and raised as ``PlannerUnavailable`` by every later call; a passing one
+once, the next call trying again (``host_library.passing``)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def library() -> ctypes.CDLL:
 def build_in_background() -> threading.Thread:
     """Start building (or loading) the library on a thread and return it, so that the caller
     can build a kernel module meanwhile (two nvcc processes side by side). ``library()``
-    waits for that build; its failure is kept and raised there."""
+    waits for that build and raises its failure (a passing one once, without a second
+    build in the same call)."""
     return ONCE.load_in_background("attnc-prefill-planner-build")
 
 

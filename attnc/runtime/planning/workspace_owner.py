@@ -1,8 +1,9 @@
 """Owns: which plan a workspace holds. A wrapper's ``plan()`` writes its work lists (and a
 prefill tile map) into the workspace it was given, and ``run()`` reads them there: two
 wrappers given one workspace tensor (FlashInfer's wrappers may share theirs) would silently
-launch on each other's lists. ``plan()`` takes the workspace with a fresh token when it writes
-it; ``run()`` raises when the workspace's last plan is another's.
+launch on each other's lists. ``plan()`` takes the workspace with the wrapper's token when it
+writes it (not when it is refused before); ``run()`` raises when the workspace's last plan is
+another wrapper's.
 
 Workspaces are told apart by device and first byte: two workspaces that overlap from
 different first bytes are not detected. Compiled graphs and CUDA-graph replays do not check.
@@ -18,7 +19,7 @@ WorkspaceKey = tuple[str, int, int]
 
 
 class PlanToken:
-    """One plan's claim on its workspace; the wrapper holds it, the registry only weakly."""
+    """A wrapper's claim on its workspace; the wrapper holds it, the registry only weakly."""
 
     __slots__ = ("__weakref__",)
 
@@ -34,11 +35,15 @@ def workspace_key(workspace: torch.Tensor) -> WorkspaceKey:
     return device.type, -1 if device.index is None else device.index, workspace.data_ptr()
 
 
-def take(key: WorkspaceKey) -> PlanToken:
-    """Record that a new plan is written into the workspace ``key``; its token, which the
-    wrapper keeps while the plan is in force."""
-    token = PlanToken()
-    _LAST_PLAN[key] = token
+def take(key: WorkspaceKey, token: PlanToken | None) -> PlanToken:
+    """Record that a plan of the wrapper holding ``token`` (None: its first) is written into
+    the workspace ``key``; the token, which the wrapper keeps. One token serves all of a
+    wrapper's plans (another wrapper's plan in between replaces it), and a workspace whose
+    last plan is the wrapper's own costs one lookup."""
+    if token is None:
+        token = PlanToken()
+    if _LAST_PLAN.get(key) is not token:
+        _LAST_PLAN[key] = token
     return token
 
 

@@ -385,7 +385,6 @@ class DecodePlanning:
                 native.wait()  # the previous copy out of the old stage
                 stage = _pinned_empty(max(need, 1 << 16) * 2)
                 native.set_stage(stage, stage.data_ptr(), stage.numel())
-        self._plan_token = workspace_owner.take(self._workspace_key)  # written next
         sched = native.step(
             (kv_indptr.data_ptr(), kv_indptr.numel()),
             (kv_last_page_len.data_ptr(), kv_last_page_len.numel()),
@@ -394,6 +393,8 @@ class DecodePlanning:
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
             else decode_launch.raw_stream(self._device),
         )  # fmt: skip
+        # Written (a refused step writes nothing: the plan in force stays the workspace's).
+        self._plan_token = workspace_owner.take(self._workspace_key, self._plan_token)
         self._max_page = native.max_page  # -1: none, or ids on the device (not read back)
         # Ids unchecked on the host: the kernels check them and the next plan() reads.
         self._page_status.pending = on_device

@@ -394,7 +394,7 @@ class BatchPrefillWrapper(PrefillRunner):
 
     def _take_workspace(self) -> None:
         """This wrapper writes the workspace now: another wrapper's plan there is gone."""
-        self._plan_token = workspace_owner.take(self._workspace_key)
+        self._plan_token = workspace_owner.take(self._workspace_key, self._plan_token)
 
     def _map_inputs(
         self,
