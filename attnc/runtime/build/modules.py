@@ -114,10 +114,15 @@ class ModuleRegistry(Generic[M]):
     def load(self, path: Path | str, ir: object, name: str) -> M:
         """Open a built library, check its ABI version, and register it by path."""
         module_id = str(Path(path).resolve())
+        found = self._by_id.get(module_id)
+        if found is not None:
+            return found
+        # Outside the lock: the load may wait for another process's build of this library,
+        # and the modules of other threads need not wait with it (it opens each once).
+        lib = jit.load_library(module_id)
         with self._lock:
             if module_id in self._by_id:
                 return self._by_id[module_id]
-            lib = jit.load_library(module_id)
             self._declare(lib)
             version = getattr(lib, self._version_symbol)()
             if version != self._version:
