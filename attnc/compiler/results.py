@@ -44,8 +44,10 @@ _KNOWN: weakref.WeakValueDictionary[ir.VariantIR, Compiled] = weakref.WeakValueD
 
 
 def remember(c: Compiled) -> Compiled:
-    """Record ``c`` as the analyses of ``c.variant``; returns ``c``."""
-    _KNOWN[c.variant] = c
+    """Record ``c`` as the analyses of ``c.variant``, unless equal IR's are known already
+    (those stay: their holder may outlive ``c``); returns ``c``."""
+    if _KNOWN.get(c.variant) is None:
+        _KNOWN[c.variant] = c
     return c
 
 

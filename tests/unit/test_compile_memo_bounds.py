@@ -41,3 +41,19 @@ def test_a_live_variant_keeps_its_analyses_remembered(cache_dir) -> None:
         attnc.load(source=_source(2000 + i))
     gc.collect()
     assert results.known(kept.compiled.variant) is kept.compiled
+
+
+def test_equal_ir_keeps_the_analyses_of_the_live_variant(cache_dir) -> None:
+    """Two variants of equal IR with Compiled objects of their own (the second decoded after
+    the first's cache entry was dropped): remembering the second replaced the first's, and
+    when the second went, the first's analyses were gone while it lived."""
+    kept = attnc.load(source=_source(3000))
+    for i in range(variant_cache._SEEN_ENTRIES + 5):
+        attnc.load(source=_source(4000 + i))  # the first's decoded entry is dropped
+    other = attnc.load(source=_source(3000))
+    assert other.compiled is not kept.compiled and other.ir == kept.ir
+    del other
+    for i in range(variant_cache._SEEN_ENTRIES + 5):
+        attnc.load(source=_source(5000 + i))
+    gc.collect()
+    assert results.known(kept.compiled.variant) is kept.compiled

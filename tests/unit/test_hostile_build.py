@@ -156,6 +156,19 @@ def test_repeated_failures_of_one_module_keep_one_temporary_copy(fake_nvcc, tmp_
     assert len(list(temporary.glob("attnc-build-*"))) == 1
 
 
+def test_builds_of_one_module_into_two_caches_keep_their_own_copies(tmp_path, monkeypatch):
+    """The copy was named by the module's cache key alone: a build into another cache (its
+    own lock) removed the copy nvcc was still building in."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(jit, "staging_root", lambda: str(temporary))
+    first = jit._fresh_staging(tmp_path / "cache0$x" / "probe_0123")
+    second = jit._fresh_staging(tmp_path / "cache1$x" / "probe_0123")
+    assert first.is_dir() and second.is_dir()
+    again = jit._fresh_staging(tmp_path / "cache0$x" / "probe_0123")
+    assert not first.exists() and again.is_dir() and second.is_dir()
+
+
 def test_a_failed_link_prints_every_command_to_repeat(fake_nvcc, monkeypatch):
     monkeypatch.setenv("FAKE_NVCC_MODE", "link")
     with pytest.raises(jit.BuildError) as err:

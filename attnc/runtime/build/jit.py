@@ -178,11 +178,13 @@ def staging_root() -> str:
     raise BuildError("attnc: no temporary directory whose path nvcc can use (set TMPDIR)")
 
 
-def _fresh_staging(key: str) -> Path:
-    """A new temporary directory for the module of cache key ``key``, named by its digest;
-    the copies of this module's earlier failed builds are removed first (its build lock is
-    held: no other build of it runs), so repeated failures keep one."""
-    prefix = f"attnc-build-{hashlib.sha256(key.encode()).hexdigest()[:16]}-"
+def _fresh_staging(directory: Path) -> Path:
+    """A new temporary directory for the module built into ``directory``, named by a digest
+    of that path; the copies of this module's earlier failed builds are removed first (its
+    build lock is held: no other build into ``directory`` runs; a build of the same module
+    into another cache has another digest), so repeated failures keep one."""
+    digest = hashlib.sha256(os.fsencode(directory)).hexdigest()[:16]
+    prefix = f"attnc-build-{digest}-"
     root = staging_root()
     for old in Path(root).glob(f"{prefix}*"):
         if old.is_dir() and not old.is_symlink():
@@ -209,7 +211,7 @@ def _compile(plan: _Plan, kept: list[Path], running: nvcc_run.Running) -> nvcc_r
     cache.remove_file(plan.partial)
     staging = None
     if not cache.shell_safe(plan.directory):
-        staging = _fresh_staging(plan.directory.name)
+        staging = _fresh_staging(plan.directory)
         for source in plan.sources:
             shutil.copyfile(source, staging / source.name)
     build = plan.steps(staging)
