@@ -11,8 +11,8 @@ operand gives what the kernels give). Every discrete decision on f32 values (a c
 ``int()``, ``floor``, ``ceil``, ``%``) is rendered with its whole operand sub-expressions in
 binary32, read from ``e32`` (the environment rounded to float32, see ``_binary32_env``), as
 the kernels take it: a float64 reference keeps float64 values everywhere else, and would
-decide otherwise on a rounding boundary (``float(kv_idx) + p <= p``). f32 constants are f32 values (``inf`` and ``nan``
-included) spelled as Python floats.
+decide otherwise on a rounding boundary (``float(kv_idx) + p <= p``). f32 constants are f32
+values (``inf`` and ``nan`` included) spelled as Python floats.
 """
 
 from __future__ import annotations
@@ -56,10 +56,6 @@ def _const(e: ir.Const, env: str) -> str:
     if e.type == ir.I32:
         return f"_i32({env}, {int(e.value)})"
     return f"_bool({env}, {bool(e.value)})"
-
-
-# f32 results of a decision rendered in binary32, converted back to the reference's type.
-_F32_DECISIONS = ("floor", "ceil", "%")
 
 
 def decides(e: ir.Expr) -> bool:

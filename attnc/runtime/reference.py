@@ -144,8 +144,6 @@ def _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d) ->
     q_idx = ints(q_len, (1, q_len, 1))
     qo_head = ints(hq, (hq, 1, 1))
     env: dict[str, Any] = {
-        "_F": ftype,
-        "_device": dev,
         "score": s,
         "q_idx": q_idx,
         "q_pos": q_idx + (kv_len - q_len),

@@ -357,8 +357,6 @@ def _env(case: _Case, dtype: torch.dtype, q_idx, qo_head, kv_idx, score, out) ->
         return torch.tensor(x, dtype=t)
 
     env: dict[str, Any] = {
-        "_F": dtype,
-        "_device": torch.device("cpu"),
         "score": score,
         "out": out,
         "q_idx": q_idx,
