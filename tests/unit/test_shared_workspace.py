@@ -80,10 +80,38 @@ def test_the_memo_of_a_repeated_call_does_not_skip_the_check(cpu_run) -> None:  
         a.run(q, (k, v))
 
 
+def test_overlapping_slices_of_one_buffer_are_one_workspace(cpu_run) -> None:  # noqa: F811
+    """Workspaces were told apart by their first byte: two slices of one buffer that share
+    bytes from different first bytes were two workspaces, and A.plan, B.plan, A.run launched
+    A's call on the lists B wrote over A's."""
+    buffer = torch.empty(3 << 21, dtype=torch.uint8)
+    (a, a_rec), (b, _) = _wrapper(buffer[: 1 << 22]), _wrapper(buffer[1 << 21 :])
+    _plan(a, [64, 64])
+    _plan(b, [16] * 8)
+    q, k, v = _qkv(128, 128)
+    with pytest.raises(RuntimeError, match=SHARED):
+        a.run(q, (k, v))
+    assert a_rec.calls == []
+    a_indptr = _plan(a, [64, 64])  # A's plan takes the bytes back from B
+    a.run(q, (k, v))
+    assert _launched_qo_indptr(a_rec, 2) == a_indptr.tolist()
+
+
+def test_disjoint_slices_of_one_buffer_are_two_workspaces(cpu_run) -> None:  # noqa: F811
+    buffer = torch.empty(1 << 23, dtype=torch.uint8)
+    (a, a_rec), (b, b_rec) = _wrapper(buffer[: 1 << 22]), _wrapper(buffer[1 << 22 :])
+    a_indptr, b_indptr = _plan(a, [64, 64]), _plan(b, [16] * 8)
+    q, k, v = _qkv(128, 128)
+    a.run(q, (k, v))
+    b.run(q, (k, v))
+    assert _launched_qo_indptr(a_rec, 2) == a_indptr.tolist()
+    assert _launched_qo_indptr(b_rec, 8) == b_indptr.tolist()
+
+
 def test_a_decode_wrapper_checks_its_workspace_too(cpu_decode) -> None:  # noqa: F811
     """The decode run() reads its plan's lists from the workspace the same way."""
     a, b = cpu_decode("causal"), cpu_decode("causal")
-    key = ("cpu", -1, 12345)
+    key = ("cpu", -1, 12345, 12345 + 4096)
     a._workspace_key = b._workspace_key = key
     a._plan_token = workspace_owner.take(key, None)
     b._plan_token = workspace_owner.take(key, None)
@@ -129,7 +157,7 @@ def _planned_decode(make, key):
 def test_a_refused_decode_plan_does_not_take_the_workspace(cpu_decode) -> None:  # noqa: F811
     """B.plan, A.plan, then B.plan refused before it wrote: B took the workspace's token at
     the start of its step, and B.run() launched B's old plan on A's lists."""
-    key = ("cuda", 0, 0x7F0000000000)
+    key = ("cuda", 0, 0x7F0000000000, 0x7F0000100000)
     b = _planned_decode(cpu_decode, key)
     a = _planned_decode(cpu_decode, key)
     b._native = _RefusingPlanner()

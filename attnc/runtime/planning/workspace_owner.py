@@ -5,8 +5,10 @@ launch on each other's lists. ``plan()`` takes the workspace with the wrapper's 
 writes it (not when it is refused before); ``run()`` raises when the workspace's last plan is
 another wrapper's.
 
-Workspaces are told apart by device and first byte: two workspaces that overlap from
-different first bytes are not detected. Compiled graphs and CUDA-graph replays do not check.
+Workspaces are told apart by device and byte range: a plan written into a workspace takes
+it from every other wrapper whose workspace overlaps it (two slices of one buffer that share
+bytes count as one workspace; disjoint slices as two). Compiled graphs and CUDA-graph
+replays do not check.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import weakref
 
 import torch
 
-WorkspaceKey = tuple[str, int, int]
+# (device type, device index or -1, first byte, one past the last byte)
+WorkspaceKey = tuple[str, int, int, int]
 
 
 class PlanToken:
@@ -25,14 +28,20 @@ class PlanToken:
 
 
 # The token of the last plan written into each workspace; an entry goes with the last
-# wrapper holding its token (dict operations hold the GIL).
+# wrapper holding its token (dict operations hold the GIL). No two entries' ranges overlap
+# on one device: a plan written into a range removes the entries it overlaps.
 _LAST_PLAN: weakref.WeakValueDictionary[WorkspaceKey, PlanToken] = weakref.WeakValueDictionary()
 
 
-def workspace_key(workspace: torch.Tensor) -> WorkspaceKey:
-    """The workspace's device and first byte, fixed for a wrapper's lifetime."""
+def workspace_key(workspace: torch.Tensor, byte_range: tuple[int, int]) -> WorkspaceKey:
+    """The workspace's device and the bytes ``[first, one past the last)`` it spans, fixed
+    for a wrapper's lifetime."""
     device = workspace.device
-    return device.type, -1 if device.index is None else device.index, workspace.data_ptr()
+    return device.type, -1 if device.index is None else device.index, *byte_range
+
+
+def _overlaps(a: WorkspaceKey, b: WorkspaceKey) -> bool:
+    return a[:2] == b[:2] and a[2] < b[3] and b[2] < a[3]
 
 
 def take(key: WorkspaceKey, token: PlanToken | None) -> PlanToken:
@@ -43,6 +52,11 @@ def take(key: WorkspaceKey, token: PlanToken | None) -> PlanToken:
     if token is None:
         token = PlanToken()
     if _LAST_PLAN.get(key) is not token:
+        # Another plan was written here since (or none yet): the workspaces it overlaps are
+        # no longer their planners'. Entries never overlap, so a workspace whose entry is
+        # still its own overlaps no other.
+        for other in [k for k in list(_LAST_PLAN.keys()) if k != key and _overlaps(k, key)]:
+            _LAST_PLAN.pop(other, None)
         _LAST_PLAN[key] = token
     return token
 

@@ -82,7 +82,7 @@ class DecodePlanning:
     _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.tensors.byte_range)
     # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last plan
     # written there (no workspace, no token: nothing to check).
-    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
+    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0, 0)
     _plan_token: workspace_owner.PlanToken | None = None
 
     def __init__(
@@ -107,7 +107,7 @@ class DecodePlanning:
         )
         self._ws = tensors.workspace_bytes(workspace_buffer, require_cuda=True)
         self._workspace_range = tensors.byte_range(self._ws)
-        self._workspace_key = workspace_owner.workspace_key(self._ws)
+        self._workspace_key = workspace_owner.workspace_key(self._ws, self._workspace_range)
         self.variant = variant
         self.kv_layout = kv_layout
         self.use_cuda_graph = use_graph

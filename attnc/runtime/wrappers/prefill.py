@@ -83,7 +83,7 @@ class BatchPrefillWrapper(PrefillRunner):
         self.kv_layout = kv_layout
         self._workspace = tensors.workspace_bytes(workspace_buffer)
         self._workspace_range = tensors.byte_range(self._workspace)
-        self._workspace_key = workspace_owner.workspace_key(self._workspace)
+        self._workspace_key = workspace_owner.workspace_key(self._workspace, self._workspace_range)
         self._page_status = PageStatus(self._workspace.device)
         self._debug_checks = debug_checks_enabled()
         self._plan: HostPlan | None = None

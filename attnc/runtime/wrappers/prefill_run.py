@@ -52,7 +52,7 @@ class PrefillRunner:
     _workspace_range: tuple[int, int]  # its bytes [start, end)
     # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last
     # write there (no workspace, no token: nothing to check).
-    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0)
+    _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0, 0)
     _plan_token: workspace_owner.PlanToken | None = None
     _page_status: PageStatus
     _debug_checks: bool
