@@ -141,6 +141,26 @@ def test_copied_tensor_params_are_not_cached(cpu_decode):
         w.run(q, cache, slopes=torch.rand(HQ + 1))
 
 
+def test_a_scalar_given_to_plan_that_the_mask_does_not_read_is_kept(cpu_decode):
+    """plan(params={"cap": 3.0}) checked the soft-cap and dropped it: run() without it
+    launched the default cap 50 and run(cap=20.0) was taken, without a word."""
+    w = cpu_decode("softcap")
+    q, cache = _inputs()
+    w._commit_mask(w._mask_ranges({"cap": 3.0}))
+    with pytest.raises(
+        ValueError, match="param 'cap' is 50.0 in run\\(\\), but plan\\(\\) was given 3.0"
+    ):
+        w.run(q, cache)
+    with pytest.raises(ValueError, match="param 'cap' is 20.0 in run"):
+        w.run(q, cache, cap=20.0)
+    assert w._module.calls == []
+    w.run(q, cache, cap=3.0)
+    packed = ctypes.c_float.from_buffer_copy(w._module.calls[-1]["params_bytes"][:4]).value
+    assert packed == 3.0
+    w._commit_mask(w._mask_ranges({}))  # planned again without it: any value
+    w.run(q, cache, cap=20.0)
+
+
 def test_run_refuses_mask_params_other_than_planned(cpu_decode):
     w = cpu_decode("sliding_window")
     q, cache = _inputs()

@@ -225,3 +225,23 @@ def test_variant_prefill_is_not_memoised(cpu_run, monkeypatch) -> None:
     q, k, v = _qkv(tq, tkv)
     w.run_checked(q, w.kv_views((k, v)), None, False, {})
     assert not seen and not w._memo
+
+
+def test_a_scalar_given_to_plan_that_the_mask_does_not_read_is_kept(cpu_run) -> None:
+    """plan(params={"cap": 30.0}) checked the soft-cap and dropped it: run() without it
+    launched the default cap 50, and run(cap=20.0) was taken, without a word."""
+    w, rec = _wrapper("softcap")
+    tq, tkv = _ragged_plan(w, params={"cap": 30.0})
+    q, k, v = _qkv(tq, tkv)
+    with pytest.raises(
+        ValueError, match=r"param 'cap' is 50.0 in run\(\), but plan\(\) was given 30.0"
+    ):
+        w.run(q, (k, v))
+    with pytest.raises(ValueError, match="param 'cap' is 20.0 in run"):
+        w.run(q, (k, v), cap=20.0)
+    assert rec.calls == []
+    w.run(q, (k, v), cap=30.0)
+    assert ctypes.c_float.from_buffer_copy(rec.calls[-1]["params_bytes"][:4]).value == 30.0
+    _ragged_plan(w)  # planned again without it: run() takes any value
+    w.run(q, (k, v), cap=20.0)
+    assert ctypes.c_float.from_buffer_copy(rec.calls[-1]["params_bytes"][:4]).value == 20.0

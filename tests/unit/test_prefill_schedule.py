@@ -116,7 +116,7 @@ def test_planned_mask_from_plan_params_and_the_run_check():
     causal = PlannedMask.from_plan_params(attnc.load("stdlib:causal"), {})
     assert causal.program is not None and causal.values == {}  # bounds without params
     softcap = PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": 30.0})
-    assert softcap.values == {}  # params the mask does not read are checked, not kept
+    assert softcap.program is not None and softcap.values == {"cap": 30.0}  # run() must match
     with pytest.raises(ValueError, match="expected a float, got str"):
         PlannedMask.from_plan_params(attnc.load("stdlib:softcap"), {"cap": "30"})
 

@@ -172,7 +172,7 @@ def _remember(memo: dict, key: object, value: _T) -> _T:
 class PlannedMask:
     """What ``plan(params=...)`` decided about the mask: its KV ranges as the host planner's
     rows (``program``; None: unknown, every tile may see its whole KV) and the param values
-    they were computed with, which ``run()`` must be given again (scalars: equal values;
+    given to ``plan()``, which ``run()`` must be given again (scalars: equal values;
     tensors the mask reads: the same tensor, unchanged)."""
 
     values: Mapping[str, object]
@@ -209,7 +209,7 @@ class PlannedMask:
         kept = dict(bound) if program is not None else {}
         if tile_map:
             kept.update(_map_scalars(variant, reads, scalars, tensors))
-        return PlannedMask(kept, stamps, program)
+        return PlannedMask(_with_given(kept, scalars), stamps, program)
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
@@ -234,7 +234,8 @@ class PlannedMask:
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in given.items() if k in names}
         program = tile_range_program(analysis, bound)
-        return PlannedMask(bound if program is not None else {}, program=program)
+        kept = bound if program is not None else {}
+        return PlannedMask(_with_given(kept, given), program=program)
 
     def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
         """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for
@@ -244,9 +245,20 @@ class PlannedMask:
             if not _same_value(values[name], planned):
                 raise ValueError(
                     f"variant '{variant_name}': param '{name}' is {values[name]!r} in run(), "
-                    f"but plan() was given {planned!r} and cut the work list (or built the "
-                    "tile map) for it; call plan() again with the new value"
+                    f"but plan() was given {planned!r}; give run() the values given to "
+                    "plan() (the work list is cut, and a tile map built, for them), or call "
+                    "plan() again with the new value"
                 )
+
+
+def _with_given(kept: Mapping[str, object], given: Mapping[str, object]) -> dict[str, object]:
+    """The scalars ``run()`` must be given again: those the plan used (``kept``) and every
+    other scalar given to ``plan()``. A value given to plan() and not to run() would
+    otherwise be checked and dropped, and run() would take the param's default without a
+    word (soft-cap's ``cap``, say, given as FlashInfer's plan() takes its soft-cap)."""
+    out = dict(given)
+    out.update(kept)
+    return out
 
 
 def _map_scalars(
