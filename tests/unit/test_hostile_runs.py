@@ -328,6 +328,19 @@ def test_a_decode_cache_restrided_in_place_is_checked_again(cpu_decode) -> None:
     assert (after["kv_stride_tok"], after["kv_stride_head"]) == (dim, page * dim)
 
 
+def test_a_decode_list_given_a_negated_view_in_place_is_checked_again(cpu_decode) -> None:  # noqa: F811
+    """The same list object, one element replaced by ``torch._neg_view`` of the same bytes
+    (same address, shape and strides): the views checked for the old element were reused
+    and the kernel read the un-negated bytes; a fresh list was refused."""
+    w = cpu_decode("vanilla")
+    q, cache = _inputs()
+    kv = [cache[:, 0], cache[:, 1]]
+    w.run(q, kv)
+    kv[0] = torch._neg_view(kv[0])
+    with pytest.raises(ValueError, match="negative bit"):
+        w.run(q, kv)
+
+
 @pytest.mark.parametrize(
     ("q_len", "indptr", "message"),
     [

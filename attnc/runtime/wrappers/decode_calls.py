@@ -112,14 +112,19 @@ def apply_call(args: AttncDecodeArgs, hit: CachedCall) -> None:
 
 def kv_identity(kv: object) -> tuple[object, ...]:
     """What identifies a KV cache argument between two calls: each tensor's data pointer,
-    shape, strides, dtype and device (``tensor_key``; the same object with another dtype or
-    strides, after ``.data =`` or ``as_strided_``, needs its views checked again)."""
+    shape, strides, dtype, device and negative bit (``tensor_key``; the same object with
+    another dtype or strides, after ``.data =`` or ``as_strided_``, needs its views checked
+    again, and so does a list whose element became a negated view of the same bytes)."""
     if isinstance(kv, torch.Tensor):
-        return tensor_key(kv)
+        return _kv_key(kv)
     if (
         isinstance(kv, (tuple, list))
         and len(kv) == 2
         and all(isinstance(t, torch.Tensor) for t in kv)
     ):
-        return (tensor_key(kv[0]), tensor_key(kv[1]))
+        return (_kv_key(kv[0]), _kv_key(kv[1]))
     return (id(kv),)
+
+
+def _kv_key(t: torch.Tensor) -> tuple[object, ...]:
+    return (*tensor_key(t), t.is_neg())
