@@ -94,3 +94,32 @@ def test_an_out_buffer_is_left_without_the_node(cpu_run) -> None:  # noqa: F811
     assert o.data_ptr() == out.data_ptr() and not out.requires_grad and out.grad_fn is None
     again = w.run(q, (k, v), out=out)
     assert again is out and again.grad_fn is None
+
+
+def test_an_out_buffer_is_seen_written_by_autograd(cpu_run, cpu_decode) -> None:  # noqa: F811
+    """``out=`` was written through its address: its version stayed, so a backward that had
+    saved the buffer used the overwritten values without a word (torch's own ``out=`` ops
+    bump it); an ``out`` that requires grad was taken (torch refuses it)."""
+    w, _ = _wrapper("causal")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    x = torch.randn(q.shape, requires_grad=True)
+    buf = (x * 1).to(q.dtype)
+    loss = (buf * buf).float().sum()  # the product saves buf
+    for _ in range(2):  # the second call: a memo hit
+        before = buf._version
+        w.run(q, (k, v), out=buf.detach())
+        assert buf._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    with pytest.raises(ValueError, match=r"BatchPrefillWrapper\.run\(\): out: requires grad"):
+        w.run(q, (k, v), out=torch.empty_like(q).requires_grad_())
+    with torch.no_grad():
+        w.run(q, (k, v), out=torch.empty_like(q).requires_grad_())  # torch's rule too
+    d = cpu_decode("causal")
+    dq, cache = _inputs()
+    out = torch.empty_like(dq)
+    d.run(dq, cache, out=out)
+    assert out._version == 1
+    with pytest.raises(ValueError, match=r"BatchDecodeWrapper\.run\(\): out: requires grad"):
+        d.run(dq, cache, out=out.requires_grad_())

@@ -6,6 +6,11 @@ without a ``grad_fn``, so a loss built on it dropped attention's part of the gra
 without a word. Such an output now carries a node whose backward raises. Under
 ``torch.compile`` the custom ops, which have no autograd formula, make torch refuse to
 compile a graph whose inputs require grad.
+
+An ``out=`` buffer is written through its address, which autograd does not see either: its
+version counter is bumped after the launch (as torch's own ``out=`` ops do), so a backward
+that saved the buffer before raises instead of using the overwritten values, and an ``out``
+that requires grad is refused while grad mode is on (torch refuses such an ``out=`` too).
 """
 
 from __future__ import annotations
@@ -54,13 +59,26 @@ def forward_only(call: str) -> Callable[[F], F]:
     """Decorate an eager entry point named ``call`` in errors: when grad mode is on and a
     tensor argument (or one in a tuple or mapping argument; not ``out``) requires grad, it
     returns aliases of its output tensors that carry ``_ForwardOnly``'s node (an ``out=``
-    buffer itself is left as it was). Nothing changes under ``torch.compile`` (torch refuses to
-    compile the custom ops' backward) or when no input requires grad."""
+    buffer itself is left as it was). An ``out=`` tensor is refused when it requires grad in
+    grad mode, and its version is bumped after the call. Nothing changes under
+    ``torch.compile`` (torch refuses to compile the custom ops' backward; the traced ops
+    return ``out``'s writes functionally) or when no input requires grad."""
 
     def decorate(run: F) -> F:
         @functools.wraps(run)
         def checked(*args: Any, **kwargs: Any) -> Any:
+            out = kwargs.get("out")
+            if not isinstance(out, torch.Tensor) or torch.compiler.is_compiling():
+                out = None
+            elif out.requires_grad and torch.is_grad_enabled():
+                raise ValueError(
+                    f"{call}(): out: requires grad; a buffer the kernels write cannot take "
+                    "part in autograd (pass one that does not require grad, or run under "
+                    "torch.no_grad())"
+                )
             result = run(*args, **kwargs)
+            if out is not None:  # written through its address: autograd must see a write
+                torch.autograd.graph.increment_version(out)
             if not torch.is_grad_enabled():
                 return result
             given = (v for k, v in kwargs.items() if k != "out")  # a buffer written, not read
