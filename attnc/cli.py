@@ -376,15 +376,31 @@ def _cmd_test(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-
-    from attnc.compiler.pipeline import resolve_source
-    from attnc.runtime.build import aot, cache, toolchain
-    from attnc.runtime.build.variant_cache import compile_cached
+    from attnc.runtime.build import toolchain
 
     arch = toolchain.named_arch(args.arch)  # a bad --arch fails before any compile
-    if args.output_dir:  # both caches (modules, compiled variants) go there
-        _check_output_dir(args.output_dir)
-        os.environ["ATTNC_CACHE_DIR"] = os.path.realpath(args.output_dir)  # as the kernel reads ..
+    if not args.output_dir:
+        return _build_into_cache(args, arch)
+    _check_output_dir(args.output_dir)
+    # Both caches (modules, compiled variants) go there for this build only: a caller of
+    # main() keeps its own cache root afterwards, whatever the build's outcome.
+    before = os.environ.get("ATTNC_CACHE_DIR")
+    os.environ["ATTNC_CACHE_DIR"] = os.path.realpath(args.output_dir)  # as the kernel reads ..
+    try:
+        return _build_into_cache(args, arch)
+    finally:
+        if before is None:
+            os.environ.pop("ATTNC_CACHE_DIR", None)
+        else:
+            os.environ["ATTNC_CACHE_DIR"] = before
+
+
+def _build_into_cache(args: argparse.Namespace, arch: str) -> int:
+    """``attnc build`` into the cache root in force (``-o`` has set it)."""
+    from attnc.compiler.pipeline import resolve_source
+    from attnc.runtime.build import aot, cache
+    from attnc.runtime.build.variant_cache import compile_cached
+
     dtypes, head_dims = aot.parse_dtypes(args.dtype), aot.parse_head_dims(args.head_dim)
     compiled, warnings = compile_cached(*resolve_source(args.file))
     _print_warnings(warnings)

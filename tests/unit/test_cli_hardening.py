@@ -347,7 +347,25 @@ def test_build_output_dir_through_a_link_and_dotdot_is_the_one_checked(tmp_path,
     (tmp_path / "cwd").mkdir()
     (tmp_path / "cwd" / "link").symlink_to(tmp_path / "elsewhere" / "sub")
     monkeypatch.chdir(tmp_path / "cwd")
-    monkeypatch.setattr(aot, "build_deployment", lambda *a, **k: [])
+    seen = []
+    monkeypatch.setattr(
+        aot, "build_deployment", lambda *a, **k: seen.append(os.environ["ATTNC_CACHE_DIR"]) or []
+    )
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "unused"))
     assert cli.main(["build", "stdlib:causal", "--arch", "80", "-o", "link/../out"]) == 0
-    assert os.environ["ATTNC_CACHE_DIR"] == str(tmp_path / "elsewhere" / "out")
+    assert seen == [str(tmp_path / "elsewhere" / "out")]
+
+
+@pytest.mark.parametrize("before", [None, "mine"])
+def test_build_output_dir_is_the_cache_root_for_the_build_only(tmp_path, monkeypatch, before):
+    """-o set ATTNC_CACHE_DIR in the calling process and left it there, even when the build
+    failed: every later load and build of a program that called main() used the -o folder."""
+    if before is None:
+        monkeypatch.delenv("ATTNC_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / before))
+    out = tmp_path / "aot"
+    argv = ["build", "stdlib:causal", "--arch", "80", "-o", str(out), "--variant", "typo"]
+    assert cli.main(argv) == 1
+    expected = None if before is None else str(tmp_path / before)
+    assert os.environ.get("ATTNC_CACHE_DIR") == expected
