@@ -296,6 +296,19 @@ def test_a_zero_tensor_decode_query_is_refused(cpu_decode) -> None:  # noqa: F81
         w.run(_zero(*q.shape), cache)
 
 
+@pytest.mark.parametrize(
+    "view",
+    [lambda: torch.zeros(1 << 18, dtype=torch.complex64).conj(),
+     lambda: torch._neg_view(torch.zeros(1 << 20, dtype=torch.float32))],
+    ids=["conj", "neg"],
+)  # fmt: skip
+def test_a_workspace_with_a_conjugate_or_negative_bit_is_refused_by_name(view) -> None:
+    """A conjugate view raised torch's own "view is not supported for conjugate view
+    tensors", naming no argument."""
+    with pytest.raises(ValueError, match="^workspace_buffer: a view with torch's conjugate"):
+        BatchPrefillWrapper(attnc.load("stdlib:causal"), view())
+
+
 def test_a_zero_tensor_workspace_is_refused() -> None:
     with pytest.raises(ValueError, match="^workspace_buffer: expected a contiguous torch.Tensor"):
         BatchPrefillWrapper(attnc.load("stdlib:causal"), _zero(1 << 20, dtype=torch.uint8))

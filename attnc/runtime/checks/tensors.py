@@ -139,6 +139,11 @@ def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> tor
         or not workspace_buffer.is_contiguous()
     ):
         raise ValueError("workspace_buffer: expected a contiguous torch.Tensor with memory")
+    if workspace_buffer.is_conj() or workspace_buffer.is_neg():
+        raise ValueError(
+            "workspace_buffer: a view with torch's conjugate or negative bit (its bytes are "
+            "not what it holds); pass a plain tensor, e.g. torch.empty(n, dtype=torch.uint8)"
+        )
     if require_cuda and workspace_buffer.device.type != "cuda":
         raise ValueError(
             f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
