@@ -75,16 +75,16 @@ class Variant:
         """The generated PyTorch reference (Python source)."""
         return self._reference_module.__source__
 
-    def resolve(
+    def _resolve(
         self, q: torch.Tensor, k: torch.Tensor, params: Mapping[str, object]
     ) -> dict[str, Any]:
         """Validated runtime params for inputs shaped like ``q`` and ``k`` (one request: a
         ``kv_len`` tensor has k.shape[0] entries, a ``q_len`` one q.shape[0], a
-        ``batch_size`` one 1)."""
+        ``batch_size`` one 1). Internal: ``q`` and ``k`` are checked by the caller."""
         heads = (q.shape[1], k.shape[1], q.shape[2])
-        return self.resolve_for(params, heads, q.device, token_sizes(q.shape[0], k.shape[0], 1))
+        return self._resolve_for(params, heads, q.device, token_sizes(q.shape[0], k.shape[0], 1))
 
-    def resolve_for(
+    def _resolve_for(
         self,
         params: Mapping[str, object],
         heads: tuple[int, int, int],
@@ -93,7 +93,8 @@ class Variant:
     ) -> dict[str, Any]:
         """Validated runtime params (``resolve_params``) for ``heads`` = (num_qo_heads,
         num_kv_heads, head_dim) and the batch's token counts ``batch_sizes``
-        (``token_sizes``); tensors must be on ``device``."""
+        (``token_sizes``); tensors must be on ``device``. Internal: the wrappers call it with
+        checked heads, sizes and device."""
         num_qo_heads, num_kv_heads, head_dim = heads
         return resolve_params(
             self.params,
@@ -157,7 +158,7 @@ class Variant:
         """
         check_qkv(q, k, v)
         check_flag("return_lse", return_lse)
-        resolved = self.resolve(q, k, params)
+        resolved = self._resolve(q, k, params)
         return reference_attention(
             self._reference_module,
             q,

@@ -310,7 +310,7 @@ class BatchDecodeWrapper(DecodePlanning):
         if not full and not params and self._all_defaults:
             values: dict[str, object] = {}
         else:
-            values = self.variant.resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined]
+            values = self.variant._resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined]
         self.variant.check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
         return values
 

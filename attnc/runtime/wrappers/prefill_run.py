@@ -90,7 +90,7 @@ class PrefillRunner:
         tensors.check_same_kind("k", views.k, "q", q)
         if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
-        values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
+        values = self.variant._resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
         if not torch.compiler.is_compiling():
             out = self.check_memory(q, views, out, values)

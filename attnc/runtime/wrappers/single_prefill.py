@@ -100,7 +100,7 @@ def single_prefill(
     q = tensors.check_data_tensor("q", q, (None, None, None))
     k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
     tensors.check_same_kind("k", k, "q", q)
-    values = variant.resolve(q, k, params or {})  # type: ignore[attr-defined]
+    values = variant._resolve(q, k, params or {})  # type: ignore[attr-defined]
     if torch.compiler.is_compiling():
         # The checks eager runs before its launch, on the traced shapes and Python values.
         check_single_request(q.shape[0], k.shape[0])
