@@ -20,6 +20,7 @@ from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.wrappers import prefill
+from attnc.runtime.wrappers.decode_plan_inputs import FastPathKey
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.tile_map_oracle import doc_causal_map
 from tests.unit import test_decode_fast_path as DF
@@ -375,3 +376,52 @@ def test_decode_plan_with_tensor_params_checks_its_sizes_first(
     sizes = (torch.tensor(indptr, **I32), DF.HQ, DF.HKV, 64, q_len)
     with pytest.raises(ValueError, match=message):
         w._mask_ranges({"window": window}, sizes)
+
+
+def _np_cases():
+    return [
+        ("kv_layout", "^kv_layout: must be 'NHD' or 'HND', got ndarray"),
+        ("dtype", "^dtype: must be torch.bfloat16 or torch.float16, got ndarray"),
+        ("num_qo_heads", "^num_qo_heads: expected an int, got ndarray"),
+    ]
+
+
+@pytest.mark.parametrize(("name", "message"), _np_cases())
+def test_numpy_arrays_for_prefill_scalars_are_named(cpu_run, name, message) -> None:  # noqa: F811
+    """A numpy array where a layout, dtype or head count belongs gave numpy's "The truth
+    value of an array ... is ambiguous" (from ``in`` or a tuple comparison), naming nothing;
+    the head counts so only after a first plan (the comparison with the checked heads)."""
+    arr = np.array([4, 4]) if name != "kv_layout" else np.array(["NHD", "HND"])
+    variant, ws = attnc.load("stdlib:causal"), torch.empty(1 << 22, dtype=torch.uint8)
+    indptr = torch.tensor([0, 5], dtype=torch.int32)
+    with pytest.raises(ValueError, match=message):
+        if name == "kv_layout":
+            BatchPrefillWrapper(variant, ws, kv_layout=arr)
+        else:
+            w = BatchPrefillWrapper(variant, ws)
+            w._module_choice = lambda *a: PrefillChoice("fa2", None, 16)  # type: ignore[method-assign]
+            w.plan(indptr, indptr, 4, 2, 64)
+            kw = {"num_qo_heads": 4, "num_kv_heads": 2, "head_dim": 64, name: arr}
+            w.plan(indptr, indptr, **kw)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("sm_scale", "^sm_scale: expected a float, got ndarray"),
+     ("num_qo_heads", "^num_qo_heads: expected an int, got ndarray")],
+)  # fmt: skip
+def test_numpy_arrays_for_decode_scalars_on_the_fast_path_are_named(
+    cpu_decode,  # noqa: F811
+    name,
+    message,
+) -> None:
+    """The decode fast path compared its scalars with the last plan's as one tuple before
+    their types: an array gave numpy's ambiguous-truth error."""
+    w = cpu_decode("causal")
+    w._fast = FastPathKey((DF.HQ, DF.HKV, 64, DF.PAGE, 1, None, torch.bfloat16), 1, None)
+    w._page_status = SimpleNamespace(pending=False)
+    kw = {"num_qo_heads": DF.HQ, "num_kv_heads": DF.HKV, "head_dim": 64}
+    kw.update(page_size=DF.PAGE, **{name: np.array([4.0, 4.0])})
+    indptr = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match=message):
+        w.plan(indptr, torch.arange(3, dtype=torch.int32), torch.ones(3, dtype=torch.int32), **kw)

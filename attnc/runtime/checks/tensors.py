@@ -126,8 +126,8 @@ def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
 
 def check_kv_layout(kv_layout: str) -> None:
     """``NHD`` or ``HND``."""
-    if kv_layout not in KV_LAYOUTS:
-        raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {kv_layout!r}")
+    if type(kv_layout) is not str or kv_layout not in KV_LAYOUTS:  # `in` on an array: ambiguous
+        raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {_shown_value(kv_layout)}")
 
 
 def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> torch.Tensor:
@@ -159,8 +159,20 @@ def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> tor
 
 def check_dtype_arg(dtype: torch.dtype) -> None:
     """The activation dtype named in ``plan()``."""
-    if dtype not in KV_DTYPES:
-        raise ValueError(f"dtype: must be torch.bfloat16 or torch.float16, got {dtype}")
+    if not isinstance(dtype, torch.dtype) or dtype not in KV_DTYPES:
+        raise ValueError(
+            f"dtype: must be torch.bfloat16 or torch.float16, got {_shown_value(dtype)}"
+        )
+
+
+def _shown_value(value: object) -> str:
+    """``value`` for an error message: a string's repr (control characters escaped), else
+    its type and a bounded repr."""
+    if isinstance(value, (str, torch.dtype)):
+        return printable(repr(value))
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{type(value).__name__} {printable(text)}"
 
 
 def is_dense(t: torch.Tensor) -> bool:

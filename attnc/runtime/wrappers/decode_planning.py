@@ -199,6 +199,14 @@ class DecodePlanning:
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
+            # types before the key: comparing a numpy array to it is ambiguous
+            and type(num_qo_heads) is int
+            and type(num_kv_heads) is int
+            and type(head_dim) is int
+            and type(page_size) is int
+            and type(q_len_per_request) is int
+            and (sm_scale is None or type(sm_scale) is float)
+            and type(dtype) is torch.dtype
             and (
                 num_qo_heads,
                 num_kv_heads,
@@ -209,12 +217,6 @@ class DecodePlanning:
                 dtype,
             )
             == fast.key  # fmt: skip
-            and type(num_qo_heads) is int
-            and type(num_kv_heads) is int
-            and type(head_dim) is int
-            and type(page_size) is int
-            and type(q_len_per_request) is int
-            and (sm_scale is None or type(sm_scale) is float)
             and kv_indptr.dtype is _I32
             and kv_last_page_len.dtype is _I32
             and kv_indices.dtype is _I32

@@ -149,12 +149,13 @@ class BatchPrefillWrapper(PrefillRunner):
         sum(kv_len) entries, a ``q_len`` one sum(q_len), a ``batch_size`` one batch.
         """
         heads = (num_qo_heads, num_kv_heads, head_dim)
-        if heads != self._checked_heads or not _plain_ints(num_qo_heads, num_kv_heads, head_dim):
+        # Types first: comparing a numpy array to the checked heads is ambiguous.
+        if not _plain_ints(num_qo_heads, num_kv_heads, head_dim) or heads != self._checked_heads:
             tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
             heads = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
             self._checked_heads = heads
         num_qo_heads, num_kv_heads, head_dim = heads
-        if dtype not in tensors.KV_DTYPES:
+        if type(dtype) is not torch.dtype or dtype not in tensors.KV_DTYPES:
             tensors.check_dtype_arg(dtype)
         sm = tensors.check_sm_scale(sm_scale, head_dim)
         if self._planner is None:
