@@ -296,9 +296,16 @@ def _write(args: argparse.Namespace, outputs: dict[str, str]) -> None:
 
 
 def _check_output_dir(text: str) -> None:
-    """Refuse an ``-o DIR`` that is a file, a symbolic link to nothing (its target would be
-    created, unlike the cache root's) or one that loops, by name."""
+    """Refuse an ``-o DIR`` that no path can be (a NUL byte, a character the file system's
+    encoding cannot hold), a file, a symbolic link to nothing (its target would be created,
+    unlike the cache root's) or one that loops, by name."""
     shown = printable(text)
+    if "\0" in text:
+        raise ValueError(f"-o: {shown}: a path cannot hold a NUL byte")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        raise ValueError(f"-o: {shown}: a path cannot hold this character") from None
     if os.path.islink(text) and not os.path.exists(text):
         raise NotADirectoryError(f"-o: {shown} is {_broken_link_kind(text)}")
     if os.path.exists(text) and not os.path.isdir(text):

@@ -43,9 +43,12 @@ def resolve_source(spec: str) -> tuple[str, str]:
 
 def resolve_path(path: str) -> tuple[str, str]:
     """(text, file name) of the file at ``path``; a path no file can have (a NUL byte, a
-    name past the system's length limit) is a ``FileNotFoundError`` like a missing file."""
+    character the file system's encoding cannot hold, a name past the system's length
+    limit) is a ``FileNotFoundError`` like a missing file."""
     try:
         return read_source(path), path
+    except UnicodeEncodeError:  # a character the file system's encoding cannot hold
+        why = "the file system cannot encode one of its characters"
     except ValueError:  # os.open's answer to a NUL byte
         why = "a path cannot hold a NUL byte"
     except OSError as err:

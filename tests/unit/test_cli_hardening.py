@@ -14,6 +14,7 @@ import pytest
 
 import attnc
 from attnc import cli
+from attnc.dsl.errors import printable
 from attnc.runtime.build.toolchain import ToolNotFound
 from attnc.testing import host_test
 
@@ -369,3 +370,26 @@ def test_build_output_dir_is_the_cache_root_for_the_build_only(tmp_path, monkeyp
     assert cli.main(argv) == 1
     expected = None if before is None else str(tmp_path / before)
     assert os.environ.get("ATTNC_CACHE_DIR") == expected
+
+
+@pytest.mark.parametrize(
+    "command", [["compile", "stdlib:causal"], ["build", "stdlib:causal", "--arch", "80"]]
+)
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("out\x00dir", "a path cannot hold a NUL byte"),
+        ("out\ud800dir", "a path cannot hold this character"),
+    ],
+)
+def test_an_output_dir_no_path_can_be_is_named(capsys, command, path, why):
+    """-o with a NUL byte gave "attnc: error: embedded null byte", naming neither -o nor the
+    path; with a lone surrogate, a UnicodeEncodeError's text."""
+    assert cli.main([*command, "-o", path]) == 1
+    err = capsys.readouterr().err
+    assert f"attnc: error: -o: {printable(path)}: {why}" in err
+
+
+def test_a_source_path_with_a_lone_surrogate_is_not_called_a_nul_byte():
+    with pytest.raises(FileNotFoundError, match="the file system cannot encode one of its"):
+        attnc.load("models/a\ud800.attn")
