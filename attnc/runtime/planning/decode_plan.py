@@ -20,10 +20,11 @@ import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+import torch
 
 from attnc.runtime import abi
 from attnc.runtime.checks import page_table
-from attnc.runtime.checks.limits import kv_tokens_past_int32
+from attnc.runtime.checks.limits import check_paged_kv_tokens, kv_tokens_past_int32
 from attnc.runtime.checks.tensors import I32_MAX
 from attnc.runtime.planning.decode_plan_library import (
     MAX_SPLIT_FACTORS,
@@ -285,6 +286,18 @@ class DecodePlanner:
             self, self.generation,
         )  # fmt: skip
 
+    def _check_step_kv_tokens(self) -> None:
+        """The ``ValueError`` naming a request of the refused step whose KV tokens pass the
+        kernels' limit (``limits.check_paged_kv_tokens``, as prefill names it), from the
+        step's host tables; returns when none does."""
+        st = self._step
+        n = int(st.indptr_len)
+        if n < 2 or int(st.last_len) != n - 1:
+            return
+        indptr = _host_int32(st.kv_indptr, n)
+        last = _host_int32(st.last_page_len, n - 1)
+        check_paged_kv_tokens(torch.from_numpy(indptr), torch.from_numpy(last), int(st.page_size))
+
     def _raise_for(self, rc: int, summary: PlanSummary | None = None) -> None:
         if rc == abi.PLAN_OK:
             return
@@ -302,6 +315,8 @@ class DecodePlanner:
         if rc == abi.PLAN_OUT_OF_RANGE and summary is None and r.total_kv > I32_MAX:
             raise kv_tokens_past_int32(int(r.total_kv))
         if rc == abi.PLAN_OUT_OF_RANGE:
+            if summary is None:  # a step: a request past the KV limit is named
+                self._check_step_kv_tokens()
             raise ValueError(OUT_OF_RANGE_MESSAGE)
         raise RuntimeError(f"attnc: decode plan: {self.cuda_error(int(r.cuda_error))}")
 
@@ -315,3 +330,9 @@ class DecodePlanner:
         """The CUDA runtime's words for ``code``."""
         text = self._lib.attnc_decode_cuda_error(int(code))
         return text.decode() if text else f"CUDA error {code}"
+
+
+def _host_int32(address: int, count: int) -> np.ndarray:
+    """``count`` int32 values at the host ``address`` as an int64 copy."""
+    pointer = ctypes.cast(address, ctypes.POINTER(ctypes.c_int32))
+    return np.ctypeslib.as_array(pointer, (count,)).astype(np.int64)
