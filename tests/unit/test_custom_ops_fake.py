@@ -1,6 +1,7 @@
 """The fake (meta) implementations of attnc's torch custom ops, which torch.compile uses to
 trace them: output shapes and dtypes follow the inputs without running a kernel."""
 
+import pytest
 import torch
 
 import attnc.runtime.wrappers.decode  # noqa: F401  (registers attnc::decode)
@@ -38,6 +39,16 @@ def test_merge_state_fake_shapes():
         meta(5, 4, dtype=torch.float32),
     )  # fmt: skip
     assert (o.shape, lse.shape, lse.dtype) == ((5, 4, 128), (5, 4), torch.float32)
+
+
+def test_merge_state_fake_refuses_states_on_two_devices():
+    """States on meta and the CPU went to the fake op, which checked no device: the results
+    came back one on meta, one on the CPU (four CPU states are refused: not cuda)."""
+    import attnc
+
+    o, lse = torch.randn(4, 2, 8), torch.randn(4, 2)
+    with pytest.raises(ValueError, match=r"^lse_a: must be on the device of o_a \(meta\), got cpu"):
+        attnc.merge_state(o.to("meta"), lse, o, lse)
 
 
 def test_single_prefill_fake_shapes():

@@ -59,8 +59,16 @@ def _check(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: tor
     for name, t in (("o_a", o_a), ("lse_a", lse_a), ("o_b", o_b), ("lse_b", lse_b)):
         if t.device.type != "cuda":
             raise ValueError(f"{name}: must be on a cuda device, got {t.device}")
-    if not (o_a.device == o_b.device == lse_a.device == lse_b.device):
-        raise ValueError("o_b/lse_a/lse_b: must be on the device of o_a")
+    _check_one_device(o_a, lse_a, o_b, lse_b)
+
+
+def _check_one_device(*states: torch.Tensor) -> None:
+    """The four states on ``o_a``'s device, else a ``ValueError`` naming the first that is
+    not (the fake op checks it too: states on meta and CPU gave results on both)."""
+    device = states[0].device
+    for name, t in zip(("lse_a", "o_b", "lse_b"), states[1:], strict=True):
+        if t.device != device:
+            raise ValueError(f"{name}: must be on the device of o_a ({device}), got {t.device}")
 
 
 def _check_shapes(
@@ -129,6 +137,7 @@ def _merge_state_fake(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     _check_kinds(o_a, lse_a, o_b, lse_b)
     _check_shapes(o_a, lse_a, o_b, lse_b)
+    _check_one_device(o_a, lse_a, o_b, lse_b)
     return _outputs(o_a, lse_a)
 
 
