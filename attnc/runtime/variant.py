@@ -107,7 +107,7 @@ class Variant:
             batch_sizes=batch_sizes,
         )
 
-    def check_derived_values(
+    def _check_derived_values(
         self, values: Mapping[str, object], sm_scale: float, heads: tuple[int, int, int]
     ) -> None:
         """Refuse scalar param values (resolved; a missing one takes its default) whose

@@ -146,7 +146,9 @@ def test_a_scalar_given_to_plan_that_the_mask_does_not_read_is_kept(cpu_decode):
     launched the default cap 50 and run(cap=20.0) was taken, without a word."""
     w = cpu_decode("softcap")
     q, cache = _inputs()
-    w._commit_mask(w._mask_ranges({"cap": 3.0}))
+    mask = w._mask_ranges({"cap": 3.0})
+    assert mask[0].program is None  # no bound reads cap: whole requests, as without it
+    w._commit_mask(mask)
     with pytest.raises(
         ValueError, match="param 'cap' is 50.0 in run\\(\\), but plan\\(\\) was given 3.0"
     ):

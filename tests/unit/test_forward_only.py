@@ -123,3 +123,22 @@ def test_an_out_buffer_is_seen_written_by_autograd(cpu_run, cpu_decode) -> None:
     assert out._version == 1
     with pytest.raises(ValueError, match=r"BatchDecodeWrapper\.run\(\): out: requires grad"):
         d.run(dq, cache, out=out.requires_grad_())
+
+
+def test_out_in_one_buffer_with_a_planned_tensor_param(cpu_run) -> None:  # noqa: F811
+    """Views of one allocation share torch's version counter: bumping ``out``'s version
+    moved the planned ``window`` tensor's too, and the next run() refused it as "written
+    since plan()" though nothing wrote it. A write by torch still counts."""
+    w, rec = _wrapper("per_request_window")
+    arena = torch.zeros(1 << 20, dtype=torch.uint8)
+    window = arena[:16].view(torch.int32)[:2]
+    window.fill_(4)
+    total_q, total_kv = _ragged_plan(w, params={"window": window})
+    q, k, v = _qkv(total_q, total_kv)
+    out = arena[4096 : 4096 + q.numel() * 2].view(torch.bfloat16).view(q.shape)
+    for _ in range(3):  # a checked call, then memo hits
+        w.run(q, (k, v), out=out, window=window)
+    assert out._version == window._version == 4  # fill_, then three runs
+    window.add_(0)  # a write by torch
+    with pytest.raises(ValueError, match="written since plan"):
+        w.run(q, (k, v), out=out, window=window)

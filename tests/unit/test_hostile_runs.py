@@ -425,3 +425,18 @@ def test_numpy_arrays_for_decode_scalars_on_the_fast_path_are_named(
     indptr = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
     with pytest.raises(ValueError, match=message):
         w.plan(indptr, torch.arange(3, dtype=torch.int32), torch.ones(3, dtype=torch.int32), **kw)
+
+
+def test_a_layout_given_as_a_str_subclass_is_the_plain_string() -> None:
+    """A type check refusing numpy arrays refused str subclasses too (a ``StrEnum``
+    member, ``np.str_``), which worked before; a ``(str, Enum)`` member's str() is its
+    class-qualified name, so the wrapper keeps the plain string."""
+    import enum
+
+    class Layout(str, enum.Enum):
+        HND = "HND"
+
+    variant, ws = attnc.load("stdlib:causal"), torch.empty(1 << 22, dtype=torch.uint8)
+    for given in (Layout.HND, np.str_("HND")):
+        w = BatchPrefillWrapper(variant, ws, kv_layout=given)
+        assert type(w.kv_layout) is str and w.kv_layout == "HND"

@@ -124,10 +124,12 @@ def check_heads(num_qo_heads: int, num_kv_heads: int, head_dim: int) -> None:
         )
 
 
-def check_kv_layout(kv_layout: str) -> None:
-    """``NHD`` or ``HND``."""
-    if type(kv_layout) is not str or kv_layout not in KV_LAYOUTS:  # `in` on an array: ambiguous
-        raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {_shown_value(kv_layout)}")
+def check_kv_layout(kv_layout: str) -> str:
+    """``NHD`` or ``HND`` (a str subclass equal to one, a ``StrEnum`` member say, gives the
+    plain string)."""
+    if not isinstance(kv_layout, str) or kv_layout not in KV_LAYOUTS:  # `in` on an array: ambiguous
+        raise ValueError(f"kv_layout: must be 'NHD' or 'HND', got {_typed_value(kv_layout)}")
+    return "NHD" if kv_layout == "NHD" else "HND"
 
 
 def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> torch.Tensor:
@@ -161,18 +163,15 @@ def check_dtype_arg(dtype: torch.dtype) -> None:
     """The activation dtype named in ``plan()``."""
     if not isinstance(dtype, torch.dtype) or dtype not in KV_DTYPES:
         raise ValueError(
-            f"dtype: must be torch.bfloat16 or torch.float16, got {_shown_value(dtype)}"
+            f"dtype: must be torch.bfloat16 or torch.float16, got {_typed_value(dtype)}"
         )
 
 
-def _shown_value(value: object) -> str:
-    """``value`` for an error message: a string's repr (control characters escaped), else
-    its type and a bounded repr."""
+def _typed_value(value: object) -> str:
+    """``shown_value(value)``, after its type's name unless it is a str or a torch dtype."""
     if isinstance(value, (str, torch.dtype)):
-        return printable(repr(value))
-    text = repr(value)
-    text = text if len(text) <= 60 else text[:57] + "..."
-    return f"{type(value).__name__} {printable(text)}"
+        return shown_value(value)
+    return f"{type(value).__name__} {shown_value(value)}"
 
 
 def is_dense(t: torch.Tensor) -> bool:

@@ -192,7 +192,7 @@ class PlannedMask:
         the mask reads is stamped for ``run()``, and with ``tile_map`` (the prefill plan
         builds one from these values) every scalar it reads too. Not remembered (tensor
         values change)."""
-        names, per_request = _bound_names(variant)
+        names, per_request = bound_names(variant)
         bound = {k: v for k, v in scalars.items() if k in names}
         per_req = {
             k: t.detach().to("cpu", torch.int64).numpy()
@@ -213,8 +213,8 @@ class PlannedMask:
 
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
-        """Check the params given to ``plan()`` (scalars only) and keep those the mask's
-        bounds read. Remembered per variant and values (a decode step plans every token)."""
+        """Check the params given to ``plan()`` (scalars only): the mask's bounds are
+        planned with those they read, and ``run()`` must be given every one again. Remembered per variant and values (a decode step plans every token)."""
         try:
             key = tuple(sorted((k, type(v), v) for k, v in params.items()))
             hash(key)
@@ -292,7 +292,7 @@ def _same_value(a: object, b: object) -> bool:
     return isinstance(a, float) and isinstance(b, float) and a != a and b != b
 
 
-def _bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
+def bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
     """(params the mask's bounds read, those of them that are ``batch_size`` tensors),
     remembered on the variant."""
     found = variant.__dict__.get("_mask_bound_names")

@@ -6,7 +6,7 @@ version: the plan's KV ranges and tile map were computed from their values).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -157,9 +157,11 @@ def params_keys(
     return tuple(same), tuple(checked)
 
 
-@dataclass(frozen=True)
+@dataclass
 class TensorStamp:
-    """A planned tensor as ``run()`` must see it again: the object, its storage and version."""
+    """A planned tensor as ``run()`` must see it again: the object, its storage and version.
+    ``version`` moves on only by ``stamp_own_write`` (an ``out=`` write into another view
+    of the same buffer, whose shared version counter attnc bumped itself)."""
 
     tensor: torch.Tensor
     data_ptr: int
@@ -178,6 +180,16 @@ class TensorStamp:
             and value.data_ptr() == self.data_ptr
             and value._version == self.version
         )
+
+
+def stamp_own_write(stamps: Iterable[TensorStamp], before: Sequence[int]) -> None:
+    """After attnc bumped an ``out=`` buffer's version: each planned tensor whose version
+    was ``before`` (its stamp's) and moved since shares the buffer's version counter (views
+    of one allocation; ``run()`` checked they share no bytes), so its bytes are unchanged
+    and its stamp takes the new version."""
+    for stamp, version in zip(stamps, before, strict=True):
+        if version == stamp.version and stamp.tensor._version != version:
+            stamp.version = stamp.tensor._version
 
 
 def check_planned_tensors(

@@ -245,7 +245,7 @@ class BatchDecodeWrapper(DecodePlanning):
         shape, module = self._shape, self._module
         assert shape is not None and module is not None
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
-        self.variant.check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
+        self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
         layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
@@ -305,13 +305,13 @@ class BatchDecodeWrapper(DecodePlanning):
         """The checked param values (``resolve_params``); ``{}`` when none are given and every
         param has a scalar default (the packer then uses its struct of the defaults), unless
         ``full``. The values the kernel derives from them are checked too
-        (``Variant.check_derived_values``)."""
+        (``Variant._check_derived_values``)."""
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
         if not full and not params and self._all_defaults:
             values: dict[str, object] = {}
         else:
             values = self.variant._resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined]
-        self.variant.check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
+        self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
         return values
 
 

@@ -32,7 +32,12 @@ from attnc.runtime.checks.params import (
 )
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.decode_plan import DecodePlanner, StepPlan
-from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask, RangeProgram
+from attnc.runtime.planning.mask_ranges import (
+    NO_PLANNED_MASK,
+    PlannedMask,
+    RangeProgram,
+    bound_names,
+)
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
 from attnc.runtime.wrappers import cuda_stream, decode_launch
@@ -97,7 +102,7 @@ class DecodePlanning:
         max_num_pages: int | None = None,
     ) -> None:
         check_variant(variant)
-        tensors.check_kv_layout(kv_layout)
+        kv_layout = tensors.check_kv_layout(kv_layout)
         use_graph = tensors.check_flag("use_cuda_graph", use_cuda_graph)
         # The capacities are ints >= 1, checked before the regions are placed by them.
         max_batch = _count("max_batch_size", max_batch_size, DEFAULT_MAX_BATCH)
@@ -137,7 +142,7 @@ class DecodePlanning:
         # The run side's caches that a new plan may invalidate.
         self._calls: dict[tuple[object, ...], CachedCall] = {}
         self._q_rows = 0
-        self._planned_mask = NO_PLANNED_MASK  # mask params the plan was sized with
+        self._planned_mask = NO_PLANNED_MASK  # the params given to plan(), its mask's KV ranges
         # Variants that read a kv_len tensor get kv_token_start (else the args' pointer is
         # null and kernels use 0); their run() checks tensor shapes against the batch.
         decls = variant.params  # type: ignore[attr-defined]
@@ -277,8 +282,10 @@ class DecodePlanning:
             planned = PlannedMask.from_values(self.variant, scalars, given)
         else:
             planned = PlannedMask.from_plan_params(self.variant, params)
-        if not planned.values and not planned.tensors:
-            planned = NO_PLANNED_MASK
+        if not planned.tensors and planned.values.keys().isdisjoint(bound_names(self.variant)[0]):
+            # No bound to cut the KV by (soft-cap's cap, say): the C++ planner plans whole
+            # requests; the values stay for run()'s check.
+            planned = PlannedMask(planned.values) if planned.values else NO_PLANNED_MASK
         return planned, (key if not planned.tensors else None)
 
     def _commit_mask(self, mask: tuple[PlannedMask, MaskKey] | None) -> None:

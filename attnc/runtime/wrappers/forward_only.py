@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from attnc.runtime.planning.plan_params import stamp_own_write
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -76,9 +78,10 @@ def forward_only(call: str) -> Callable[[F], F]:
                     "part in autograd (pass one that does not require grad, or run under "
                     "torch.no_grad())"
                 )
-            result = run(*args, **kwargs)
-            if out is not None:  # written through its address: autograd must see a write
-                torch.autograd.graph.increment_version(out)
+            if out is None:
+                result = run(*args, **kwargs)
+            else:
+                result = _run_writing(run, out, args, kwargs)
             if not torch.is_grad_enabled():
                 return result
             given = (v for k, v in kwargs.items() if k != "out")  # a buffer written, not read
@@ -92,3 +95,18 @@ def forward_only(call: str) -> Callable[[F], F]:
         return checked  # type: ignore[return-value]
 
     return decorate
+
+
+def _run_writing(run: Callable[..., Any], out: torch.Tensor, args: Any, kwargs: Any) -> Any:
+    """``run`` with an ``out=`` buffer, whose version is bumped after the launch (written
+    through its address: autograd must see a write). A wrapper's planned tensor params
+    that are views of the same allocation share that version counter; their stamps move
+    with it (``run()`` checked that they share no bytes with ``out``)."""
+    planned = getattr(args[0], "_planned_mask", None) if args else None  # the wrapper's
+    stamps = list(planned.tensors.values()) if planned is not None else []
+    before = [stamp.tensor._version for stamp in stamps]
+    result = run(*args, **kwargs)
+    torch.autograd.graph.increment_version(out)
+    if stamps:
+        stamp_own_write(stamps, before)
+    return result

@@ -74,7 +74,7 @@ class BatchPrefillWrapper(PrefillRunner):
         wait_for_tile_map: bool = False,
     ):
         check_variant(variant)
-        tensors.check_kv_layout(kv_layout)
+        kv_layout = tensors.check_kv_layout(kv_layout)
         if not isinstance(wait_for_tile_map, bool):
             raise TypeError(f"wait_for_tile_map: expected a bool, got {wait_for_tile_map!r}")
         self._wait_for_map = wait_for_tile_map

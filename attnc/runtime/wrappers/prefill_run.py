@@ -183,7 +183,7 @@ class PrefillRunner:
         for later calls of the plan."""
         module: PrefillModule = self._module
         meta = self._meta
-        self.variant.check_derived_values(values, self._sm_scale, self._heads)  # type: ignore[attr-defined]
+        self.variant._check_derived_values(values, self._sm_scale, self._heads)  # type: ignore[attr-defined]
         if torch.compiler.is_compiling():
             decls = module.ir.params  # type: ignore[attr-defined]
             ints, floats, tensor_params = split_params(decls, values)
