@@ -95,7 +95,7 @@ def _num(e: ast.Num, scope: Scope) -> ir.Expr:
         if not is_finite(value):
             raise AttnError(e.loc, "float literal rounds to infinity in f32 (at most 3.4028235e38)")
         return ir.Const(value, ir.F32, loc=e.loc)
-    if abs(int(e.value)) > INT32_MAX:
+    if not I32_MIN <= int(e.value) <= INT32_MAX:
         raise AttnError(e.loc, f"integer literal {e.value} does not fit in i32")
     return ir.Const(int(e.value), ir.I32, loc=e.loc)
 

@@ -10,7 +10,14 @@ from lark import Token, Tree
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
 from attnc.dsl.limits import MAX_EXPR_DEPTH, too_deep_message
-from attnc.dsl.literals import name_value, number_value, string_value, token_loc
+from attnc.dsl.literals import (
+    I32_MAX,
+    is_i32_min_magnitude,
+    name_value,
+    number_value,
+    string_value,
+    token_loc,
+)
 
 Node = Tree[Any] | Token
 
@@ -145,6 +152,8 @@ class AstBuilder:
         kids, loc = node.children, self.loc(node)
         if node.data in ("number", "true", "false", "name"):
             return self._leaf_expr(node.data, _leaf(kids[0]), loc)
+        if node.data == "unary" and _is_negated_i32_min(kids):
+            return ast.Num(-(I32_MAX + 1), False, loc=loc)  # -2147483648: the least i32
         subs = [
             None if k is None or isinstance(k, Token) else self.expr(k, depth + 1) for k in kids
         ]
@@ -168,6 +177,18 @@ class AstBuilder:
         if kind == "name":
             return ast.Name(self._name(tok), loc=loc)
         return ast.BoolLit(kind == "true", loc=loc)
+
+
+def _is_negated_i32_min(kids: list[Any]) -> bool:
+    """A unary minus applied to the literal 2147483648 (out of range alone)."""
+    if len(kids) != 2 or str(kids[0]) != "-":
+        return False
+    operand = kids[1]
+    return (
+        isinstance(operand, Tree)
+        and operand.data == "number"
+        and is_i32_min_magnitude(_leaf(operand.children[0]))
+    )
 
 
 def _present(exprs: list[ast.Expr | None]) -> list[ast.Expr]:

@@ -133,9 +133,17 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
     if len(digits) > 10 or int(digits) > I32_MAX:
         raise AttnError(
             token_loc(tok, file),
-            f"integer literal '{short_text(text)}' is too large for i32 (at most {I32_MAX})",
+            f"integer literal '{short_text(text)}' is too large for i32 (at most {I32_MAX}; "
+            f"-{I32_MAX + 1} may be written with its minus)",
         )
     return int(digits), False
+
+
+def is_i32_min_magnitude(tok: Token) -> bool:
+    """True for an integer literal of value 2^31: under a unary minus it is the least i32,
+    the one literal whose magnitude alone is out of range."""
+    text = str(tok)
+    return not any(c in text for c in ".eE") and (text.lstrip("0") or "0") == str(I32_MAX + 1)
 
 
 def string_value(tok: Token, file: str) -> str:

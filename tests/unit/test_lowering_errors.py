@@ -244,7 +244,8 @@ CASES = [
     (
         "i32 default too large",
         "variant v {\n    param a: i32 = 3000000000;\n    score = score * a;\n}\n",
-        "integer literal '3000000000' is too large for i32 (at most 2147483647)",
+        "integer literal '3000000000' is too large for i32 (at most 2147483647; "
+        "-2147483648 may be written with its minus)",
         "2:20",
     ),
     (
@@ -408,3 +409,30 @@ def test_a_built_in_reached_through_a_def_points_at_the_def_and_the_slot() -> No
 
 def test_a_built_in_written_in_the_slot_has_no_note() -> None:
     assert error_of("variant v {\n    mask = score > 0.0;\n}\n").notes == ()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "variant v { param a: i32 = -2147483648; score = score + float(a); }",
+        "variant v { mask = q_pos - kv_idx > -2147483648; }",
+        "variant v { mask = q_pos - kv_idx > -0002147483648; }",
+    ],
+)
+def test_the_least_i32_can_be_written(source: str) -> None:
+    """-2147483648 was refused ("integer literal '2147483648' is too large"; the minus
+    applies after the literal is read), and so was ``-2147483647 - 1`` as a default (not a
+    literal): the least i32 could only be passed at run time."""
+    from attnc.codegen.cuda_expr import render_const
+    from attnc.compiler import ir
+    from attnc.compiler.ir_printer import format_variant
+
+    (compiled,), _ = compile_source(source, "m.attn")
+    assert "-2147483648" in format_variant(compiled.variant)
+    assert "2147483647" not in format_variant(compiled.variant)
+    assert render_const(ir.Const(-(2**31), ir.I32)) == "(-2147483647 - 1)"
+
+
+def test_2147483648_alone_is_still_too_large() -> None:
+    with pytest.raises(AttnError, match="'2147483648' is too large for i32"):
+        compile_source("variant v { mask = kv_idx < 2147483648; }", "m.attn")
