@@ -214,7 +214,8 @@ class PlannedMask:
     @staticmethod
     def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
         """Check the params given to ``plan()`` (scalars only): the mask's bounds are
-        planned with those they read, and ``run()`` must be given every one again. Remembered per variant and values (a decode step plans every token)."""
+        planned with those they read, and ``run()`` must be given every one again.
+        Remembered per variant and values (a decode step plans every token)."""
         try:
             key = tuple(sorted((k, type(v), v) for k, v in params.items()))
             hash(key)
@@ -233,9 +234,8 @@ class PlannedMask:
         analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in given.items() if k in names}
-        program = tile_range_program(analysis, bound)
-        kept = bound if program is not None else {}
-        return PlannedMask(_with_given(kept, given), program=program)
+        # run() must be given every checked scalar again (those the bounds read among them)
+        return PlannedMask(dict(given), program=tile_range_program(analysis, bound))
 
     def check_run(self, variant_name: str, values: Mapping[str, object]) -> None:
         """Raise a ``ValueError`` when ``run()`` gets other values than the plan was made for

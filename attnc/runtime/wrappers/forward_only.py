@@ -103,17 +103,10 @@ def _run_writing(run: Callable[..., Any], out: torch.Tensor, args: Any, kwargs: 
     that are views of the same allocation share that version counter; their stamps move
     with it (``run()`` checked that they share no bytes with ``out``)."""
     planned = getattr(args[0], "_planned_mask", None) if args else None  # the wrapper's
-    planned_tensors = planned.tensors if planned is not None else None
-    if not planned_tensors:
-        result = run(*args, **kwargs)
-        _increment_version(out)
-        return result
-    stamps = list(planned_tensors.values())
-    before = [stamp.tensor._version for stamp in stamps]
+    stamps = planned.tensors.values() if planned is not None and planned.tensors else None
+    before = [stamp.tensor._version for stamp in stamps] if stamps is not None else None
     result = run(*args, **kwargs)
-    _increment_version(out)
-    stamp_own_write(stamps, before)
+    torch.autograd.graph.increment_version(out)
+    if stamps is not None and before is not None:
+        stamp_own_write(stamps, before)
     return result
-
-
-_increment_version = torch.autograd.graph.increment_version
