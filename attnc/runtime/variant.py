@@ -48,6 +48,12 @@ class Variant:
         self._derived_checked: OrderedDict[tuple[object, ...], None] = OrderedDict()  # LRU
         _VARIANTS[self.handle] = self
 
+    def __reduce__(self) -> tuple[type[Variant], tuple[Compiled, tuple[Diagnostic, ...]]]:
+        """Copies and pickles are made anew from the compiled variant: a handle of their
+        own (a copied handle named the original, or in another process whichever variant
+        holds that number there, to the custom ops), no plans, no loaded modules."""
+        return Variant, (self.compiled, self.warnings)
+
     @property
     def ir(self) -> ir_nodes.VariantIR:
         """The optimised IR (what kernels and the reference are generated from)."""

@@ -9,11 +9,16 @@ Workspaces are told apart by device and byte range: a plan written into a worksp
 it from every other wrapper whose workspace overlaps it (two slices of one buffer that share
 bytes count as one workspace; disjoint slices as two). Compiled graphs and CUDA-graph
 replays do not check.
+
+A wrapper cannot be copied (``copy.copy``, ``copy.deepcopy``, ``pickle``): a shallow copy
+held the original's token and workspace, so the copy's ``plan()`` rewrote the lists the
+original's ``run()`` then launched on, unchecked; a deep copy failed on its ctypes structs.
 """
 
 from __future__ import annotations
 
 import weakref
+from typing import NoReturn, SupportsIndex
 
 import torch
 
@@ -31,6 +36,21 @@ class PlanToken:
 # wrapper holding its token (dict operations hold the GIL). No two entries' ranges overlap
 # on one device: a plan written into a range removes the entries it overlaps.
 _LAST_PLAN: weakref.WeakValueDictionary[WorkspaceKey, PlanToken] = weakref.WeakValueDictionary()
+
+
+class RefusesCopies:
+    """A base of the wrappers: ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise
+    ``TypeError`` (a wrapper's plan lives in its workspace, which a copy would share)."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> NoReturn:
+        name = type(self).__name__
+        raise TypeError(
+            f"{name} cannot be copied or pickled: its plan lives in its workspace_buffer, "
+            f"which a copy would share; create another {name} (with a workspace of its own) "
+            "and plan() it"
+        )
 
 
 def workspace_key(workspace: torch.Tensor, byte_range: tuple[int, int]) -> WorkspaceKey:

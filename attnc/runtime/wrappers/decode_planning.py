@@ -71,7 +71,7 @@ def _pinned_empty(nbytes: int) -> torch.Tensor:
 MaskKey = tuple[tuple[str, type, object], ...] | None
 
 
-class DecodePlanning:
+class DecodePlanning(workspace_owner.RefusesCopies):
     """The plan half of the decode wrapper (see the module docstring); ``BatchDecodeWrapper``
     adds ``run()``."""
 

@@ -28,7 +28,7 @@ from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
 _MemoRequest = tuple[tuple[object, ...], object, Mapping[str, object]]
 
 
-class PrefillRunner:
+class PrefillRunner(workspace_owner.RefusesCopies):
     """``run()`` and ``check()`` of a planned ``BatchPrefillWrapper`` (the attributes below
     are set by its ``plan()``)."""
 

@@ -1,0 +1,59 @@
+"""Copies of attnc's objects. A shallow copy of a wrapper held the original's workspace and
+plan token, so the copy's plan() rewrote the lists the original's run() then launched on
+without a word (a deep copy failed on a ctypes struct): wrappers now refuse copies and
+pickles. A copied or unpickled Variant kept the original's handle, the number by which custom
+ops find their variant (in another process, whichever variant holds that number there), and a
+variant that had run Variant.prefill could not be deep-copied or pickled: copies are now made
+anew from the compiled variant."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import attnc
+from attnc.runtime.variant import live_variant
+from attnc.runtime.wrappers.single_prefill import thread_plans
+
+COPIES: dict[str, Callable[[object], object]] = {
+    "copy": copy.copy,
+    "deepcopy": copy.deepcopy,
+    "pickle": lambda x: pickle.loads(pickle.dumps(x)),
+}
+
+
+def _wrappers() -> list[object]:
+    variant = attnc.load("stdlib:causal")
+    workspace = torch.empty(1 << 20, dtype=torch.uint8)
+    decode = object.__new__(attnc.BatchDecodeWrapper)  # its constructor needs a CUDA device
+    decode.variant = variant
+    return [attnc.BatchPrefillWrapper(variant, workspace), decode]
+
+
+@pytest.mark.parametrize("how", list(COPIES))
+def test_a_wrapper_refuses_copies(how: str) -> None:
+    for wrapper in _wrappers():
+        name = type(wrapper).__name__
+        with pytest.raises(TypeError, match=f"{name} cannot be copied or pickled: its plan"):
+            COPIES[how](wrapper)
+
+
+@pytest.mark.parametrize("how", list(COPIES))
+def test_a_copied_variant_has_a_handle_of_its_own_and_computes_the_same(how: str) -> None:
+    variant = attnc.load("stdlib:alibi")
+    thread_plans(variant)  # as after a Variant.prefill call: its plans do not travel
+    twin = COPIES[how](variant)
+    assert isinstance(twin, attnc.Variant) and twin is not variant
+    assert twin.handle != variant.handle and live_variant(twin.handle) is twin
+    assert live_variant(variant.handle) is variant
+    assert twin.ir == variant.ir and twin.params == variant.params
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(5, 4, 16, generator=gen, dtype=torch.float64) for _ in "qkv")
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
+    want = variant.reference(q, k, v, slopes=slopes)
+    got = twin.reference(q, k, v, slopes=slopes)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
