@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -149,6 +150,11 @@ class AttnError(Exception):
         self.notes = notes
         super().__init__(self.render())
 
+    def __reduce__(self) -> tuple[Callable[..., AttnError], tuple[object, ...]]:
+        # Pickled as its diagnostics, so that it crosses processes (a worker pool's error)
+        # with its quoted lines, which the receiving process's source map does not hold.
+        return _rebuilt_attn_error, (type(self), self.diagnostic, self.notes)
+
     @property
     def loc(self) -> Loc:
         """Where the error is: file, line and column span."""
@@ -164,6 +170,16 @@ class AttnError(Exception):
         parts = [self.diagnostic.render()]
         parts.extend(note.render() for note in self.notes)
         return "\n".join(parts)
+
+
+def _rebuilt_attn_error(
+    cls: type[AttnError], diagnostic: Diagnostic, notes: tuple[Diagnostic, ...]
+) -> AttnError:
+    """An unpickled ``AttnError``: its diagnostics as they were rendered where it was raised."""
+    error = cls.__new__(cls)
+    error.diagnostic, error.notes = diagnostic, notes
+    Exception.__init__(error, error.render())
+    return error
 
 
 def warning(loc: Loc, message: str) -> Diagnostic:

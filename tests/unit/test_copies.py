@@ -4,12 +4,16 @@ without a word (a deep copy failed on a ctypes struct): wrappers now refuse copi
 pickles. A copied or unpickled Variant kept the original's handle, the number by which custom
 ops find their variant (in another process, whichever variant holds that number there), and a
 variant that had run Variant.prefill could not be deep-copied or pickled: copies are now made
-anew from the compiled variant."""
+anew from the compiled variant. An AttnError could be pickled but not unpickled (its
+constructor's arguments were not its pickled state), so a worker pool's compile error broke
+the pool: it now travels with its rendered diagnostics."""
 
 from __future__ import annotations
 
 import copy
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -57,3 +61,24 @@ def test_a_copied_variant_has_a_handle_of_its_own_and_computes_the_same(how: str
     want = variant.reference(q, k, v, slopes=slopes)
     got = twin.reference(q, k, v, slopes=slopes)
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_an_attn_error_crosses_processes_with_its_quoted_lines(tmp_path) -> None:
+    source = "variant x {\n  let s = score;\n  mask = s > 0;\n}\n"
+    with pytest.raises(attnc.AttnError) as raised:
+        attnc.load(source=source)
+    error = raised.value
+    assert len(error.notes) == 1  # the mask that reads the let
+    blob = tmp_path / "error.pickle"
+    blob.write_bytes(pickle.dumps(error))
+    read = (
+        "import pickle, sys; e = pickle.loads(open(sys.argv[1], 'rb').read()); "
+        "print(type(e).__name__, e.loc.line, e.loc.col, e.message, sep='|'); print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", read, str(blob)], capture_output=True, text=True, check=True
+    ).stdout
+    head, text = out.split("\n", 1)
+    assert head == f"AttnError|{error.loc.line}|{error.loc.col}|{error.message}"
+    assert text == str(error) + "\n"
+    assert "let s = score;" in text and "mask = s > 0;" in text  # both quoted lines
