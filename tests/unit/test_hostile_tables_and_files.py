@@ -18,7 +18,7 @@ import torch
 import attnc
 from attnc.regular_file import read_regular
 from attnc.runtime.build import artifact
-from attnc.runtime.planning.plan_params import TensorStamp, check_planned_tensors
+from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
 from tests.unit.test_prefill_call_memo import HKV, HQ, D, _wrapper, cpu_run  # noqa: F401
 
 I32 = dict(dtype=torch.int32)

@@ -14,12 +14,8 @@ from attnc.compiler import mask_tiles
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.planning import tile_map
 from attnc.runtime.planning.mask_ranges import PlannedMask
-from attnc.runtime.planning.plan_params import (
-    TensorStamp,
-    check_planned_tensors,
-    mask_reads,
-    split_plan_params,
-)
+from attnc.runtime.planning.plan_params import mask_reads, split_plan_params
+from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
 
 DOC_CAUSAL = """variant doc_causal {
     param doc: tensor<i32>[kv_len];

@@ -27,13 +27,8 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
 from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
-from attnc.runtime.planning.plan_params import (
-    MaskReads,
-    TensorStamp,
-    check_planned_tensors,
-    plan_value,
-    variant_mask_reads,
-)
+from attnc.runtime.planning.plan_params import MaskReads, plan_value, variant_mask_reads
+from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
 
 
 def plan_time_bounds(

@@ -1,12 +1,12 @@
 """Owns: the params given to ``plan(params=...)``: their checks (scalars as at run time,
 tensors against the heads and the batch's lengths), what the mask reads of them, and the
-record of the planned tensors that ``run()`` must be given again (same object, storage and
-version: the plan's KV ranges and tile map were computed from their values).
+keys by which ``plan()`` knows it was given them before. The stamps of the planned tensors
+are ``tensor_stamps``'.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -146,6 +146,8 @@ def params_keys(
         if isinstance(value, torch.Tensor):
             if not is_dense(value):
                 return None
+            if value.is_inference():  # no version: a write since cannot be seen
+                return None
             meta = (name, value.shape, value.stride(), value.dtype, value.device)
             same.append((meta, id(value), value.data_ptr(), value._version))
             checked.append(meta)
@@ -155,63 +157,3 @@ def params_keys(
         else:
             return None
     return tuple(same), tuple(checked)
-
-
-@dataclass
-class TensorStamp:
-    """A planned tensor as ``run()`` must see it again: the object, its storage and version.
-    ``version`` moves on only by ``stamp_own_write`` (an ``out=`` write into another view
-    of the same buffer, whose shared version counter attnc bumped itself)."""
-
-    tensor: torch.Tensor
-    data_ptr: int
-    version: int
-
-    @staticmethod
-    def of(t: torch.Tensor) -> TensorStamp:
-        """The stamp of ``t`` now."""
-        return TensorStamp(t, t.data_ptr(), t._version)
-
-    def matches(self, value: object) -> bool:
-        """True when ``value`` is the planned tensor, unchanged since ``plan()``."""
-        return (
-            value is self.tensor
-            and isinstance(value, torch.Tensor)
-            and value.data_ptr() == self.data_ptr
-            and value._version == self.version
-        )
-
-
-def stamp_own_write(stamps: Iterable[TensorStamp], before: Sequence[int]) -> None:
-    """After attnc bumped an ``out=`` buffer's version: each planned tensor whose version
-    was ``before`` (its stamp's) and moved since shares the buffer's version counter (views
-    of one allocation; ``run()`` checked they share no bytes), so its bytes are unchanged
-    and its stamp takes the new version."""
-    for stamp, version in zip(stamps, before, strict=True):
-        if version == stamp.version and stamp.tensor._version != version:
-            stamp.version = stamp.tensor._version
-
-
-def check_planned_tensors(
-    variant_name: str, stamps: Mapping[str, TensorStamp], values: Mapping[str, object]
-) -> None:
-    """Raise a ``ValueError`` naming the param when ``run()``'s tensor is not the planned one
-    (another object, other storage, or written since ``plan()``). Not checked while
-    ``torch.compile`` traces (it sees stand-ins, not the caller's tensors)."""
-    if not stamps or torch.compiler.is_compiling():
-        return
-    for name, stamp in stamps.items():
-        value = values.get(name)
-        if stamp.matches(value):
-            continue
-        if value is not stamp.tensor:
-            why = "another tensor object than plan()"
-        elif isinstance(value, torch.Tensor) and value.data_ptr() != stamp.data_ptr:
-            why = "the planned tensor object, now with other storage"
-        else:
-            why = "the planned tensor, written since plan()"
-        raise ValueError(
-            f"variant '{variant_name}': param '{name}': run() was given {why}; plan() built "
-            "the work list (and tile map) from its values: call plan() again with the new "
-            "values"
-        )

@@ -25,7 +25,7 @@ from attnc.runtime import abi
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.planning import workspace_owner
-from attnc.runtime.planning.plan_params import check_planned_tensors
+from attnc.runtime.planning.tensor_stamps import check_planned_tensors
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.call_keys import call_key, param_tensors
 from attnc.runtime.wrappers.decode_calls import (

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from attnc.runtime.planning.plan_params import stamp_own_write
+from attnc.runtime.planning.tensor_stamps import own_write
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -99,14 +99,10 @@ def forward_only(call: str) -> Callable[[F], F]:
 
 def _run_writing(run: Callable[..., Any], out: torch.Tensor, args: Any, kwargs: Any) -> Any:
     """``run`` with an ``out=`` buffer, whose version is bumped after the launch (written
-    through its address: autograd must see a write). A wrapper's planned tensor params
-    that are views of the same allocation share that version counter; their stamps move
-    with it (``run()`` checked that they share no bytes with ``out``)."""
-    planned = getattr(args[0], "_planned_mask", None) if args else None  # the wrapper's
-    stamps = planned.tensors.values() if planned is not None and planned.tensors else None
-    before = [stamp.tensor._version for stamp in stamps] if stamps is not None else None
+    through its address: autograd must see a write). Planned tensor params that are views
+    of the same allocation share that version counter: the bump is attnc's own write
+    (``tensor_stamps.own_write``), which their stamps follow (``run()`` checked that they
+    share no bytes with ``out``)."""
     result = run(*args, **kwargs)
-    torch.autograd.graph.increment_version(out)
-    if stamps is not None and before is not None:
-        stamp_own_write(stamps, before)
+    own_write(out, lambda: torch.autograd.graph.increment_version(out))
     return result

@@ -34,6 +34,7 @@ from attnc.runtime.planning.plan_params import (
 )
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
+from attnc.runtime.planning.tensor_stamps import own_write
 from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
 from attnc.runtime.wrappers import prefill_batch, prefill_calls, prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.prefill_run import PrefillRunner
@@ -435,7 +436,8 @@ class BatchPrefillWrapper(PrefillRunner):
             self._host_workspace[:n] = host.buffer
             return
         source = self._planner.out_tensor[:n]  # type: ignore[union-attr]
-        self._workspace[:n].copy_(source, non_blocking=True)
+        written = self._workspace[:n]  # the copy bumps the allocation's version: attnc's own
+        own_write(written, lambda: written.copy_(source, non_blocking=True))
         if self._workspace.is_cuda:
             self._mark_copy()
 

@@ -18,6 +18,7 @@ import torch
 
 from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.plan_params import MaskReads, plan_value
+from attnc.runtime.planning.tensor_stamps import own_write
 from attnc.runtime.planning.tile_map import (
     KV_BLOCK,
     AttncItemOrderArgs,
@@ -142,7 +143,8 @@ def build_tile_map(
             view = host_workspace if host_workspace is not None else workspace.numpy()
             view[offset : offset + entries] = host
         else:
-            workspace[offset : offset + entries].copy_(torch.from_numpy(host))
+            region = workspace[offset : offset + entries]
+            own_write(region, lambda: region.copy_(torch.from_numpy(host)))
         return host
     staging = staging if staging is not None else PinnedStaging()
     writing()

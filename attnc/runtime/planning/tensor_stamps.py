@@ -1,0 +1,109 @@
+"""Owns: the stamps of planned tensors (the tensor params a plan read, which ``run()`` must
+be given again, unwritten: the plan's KV ranges and tile map were computed from their values)
+and attnc's own writes, which must not count as the caller's.
+
+A stamp is the tensor object, its address and its autograd version. Views of one allocation
+share one version counter, so a write into any of them moves every view's version: attnc's
+own writes into an allocation (the version bump after an ``out=`` launch, ``plan()``'s copy
+of its lists into the workspace; neither shares a byte with a planned tensor, which the
+wrappers check) go through :func:`own_write`, which moves the stamps of every wrapper whose
+planned tensor saw only that write. Inference tensors (made under ``torch.inference_mode``)
+keep no version: their stamp holds the object and address only, so a write into one after
+``plan()`` is not seen.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+# Live stamps by the address of their tensor's storage (the candidates an own write into that
+# storage may move; the version decides). Keys whose stamps are gone are dropped as new ones
+# come.
+_BY_STORAGE: dict[int, weakref.WeakSet[TensorStamp]] = {}
+_LOCK = threading.Lock()
+_PRUNE_AT = 64
+
+
+def _storage_address(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+@dataclass(eq=False)
+class TensorStamp:
+    """A planned tensor as ``run()`` must see it again: the object, its address and its
+    version (None for an inference tensor, which keeps none). ``version`` moves on only by
+    :func:`own_write`."""
+
+    tensor: torch.Tensor
+    data_ptr: int
+    version: int | None
+
+    @staticmethod
+    def of(t: torch.Tensor) -> TensorStamp:
+        """The stamp of ``t`` now (recorded, so that attnc's own writes can move it)."""
+        if t.is_inference():
+            return TensorStamp(t, t.data_ptr(), None)
+        stamp = TensorStamp(t, t.data_ptr(), t._version)
+        key = _storage_address(t)
+        with _LOCK:
+            if len(_BY_STORAGE) >= _PRUNE_AT:
+                for gone in [k for k, stamps in _BY_STORAGE.items() if not stamps]:
+                    del _BY_STORAGE[gone]
+            _BY_STORAGE.setdefault(key, weakref.WeakSet()).add(stamp)
+        return stamp
+
+    def matches(self, value: object) -> bool:
+        """True when ``value`` is the planned tensor, unchanged since ``plan()``."""
+        return (
+            value is self.tensor
+            and isinstance(value, torch.Tensor)
+            and value.data_ptr() == self.data_ptr
+            and (self.version is None or value._version == self.version)
+        )
+
+
+def own_write(written: torch.Tensor, write: Callable[[], object]) -> None:
+    """Run ``write``, attnc's own write into ``written`` (bytes no planned tensor holds):
+    each stamp of a tensor in the same storage whose version was its stamp's and moved
+    during the write shares ``written``'s version counter, so its bytes are unchanged and it
+    takes the new version."""
+    if not _BY_STORAGE:
+        write()
+        return
+    with _LOCK:
+        stamps = list(_BY_STORAGE.get(_storage_address(written), ()))
+    before = [stamp.tensor._version for stamp in stamps]
+    write()
+    for stamp, version in zip(stamps, before, strict=True):
+        if version == stamp.version and stamp.tensor._version != version:
+            stamp.version = stamp.tensor._version
+
+
+def check_planned_tensors(
+    variant_name: str, stamps: Mapping[str, TensorStamp], values: Mapping[str, object]
+) -> None:
+    """Raise a ``ValueError`` naming the param when ``run()``'s tensor is not the planned one
+    (another object, other storage, or written since ``plan()``). Not checked while
+    ``torch.compile`` traces (it sees stand-ins, not the caller's tensors)."""
+    if not stamps or torch.compiler.is_compiling():
+        return
+    for name, stamp in stamps.items():
+        value = values.get(name)
+        if stamp.matches(value):
+            continue
+        if value is not stamp.tensor:
+            why = "another tensor object than plan()"
+        elif isinstance(value, torch.Tensor) and value.data_ptr() != stamp.data_ptr:
+            why = "the planned tensor object, now with other storage"
+        else:
+            why = "the planned tensor, written since plan()"
+        raise ValueError(
+            f"variant '{variant_name}': param '{name}': run() was given {why}; plan() built "
+            "the work list (and tile map) from its values: call plan() again with the new "
+            "values"
+        )
