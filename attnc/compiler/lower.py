@@ -368,7 +368,14 @@ def _check_token_dims(written: tuple[ast.Expr, ...], dims: tuple[int | str, ...]
 def _default_value(e: ast.Expr, dtype: str) -> float | int | bool:
     sign = 1
     node = e
-    if isinstance(node, ast.Unary) and node.op in ("-", "+") and isinstance(node.operand, ast.Num):
+    # One sign over a literal; the least i32 is already one negative literal, and a sign
+    # over it two (--2147483648 is refused as --5 is).
+    if (
+        isinstance(node, ast.Unary)
+        and node.op in ("-", "+")
+        and isinstance(node.operand, ast.Num)
+        and node.operand.value >= 0
+    ):
         sign = -1 if node.op == "-" else 1
         node = node.operand
     if isinstance(node, ast.BoolLit):

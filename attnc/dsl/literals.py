@@ -131,10 +131,15 @@ def number_value(tok: Token, file: str) -> tuple[float | int, bool]:
     # Leading zeros are dropped first: int() refuses texts of more than 4300 digits.
     digits = text.lstrip("0") or "0"
     if len(digits) > 10 or int(digits) > I32_MAX:
+        hint = ""
+        if digits == str(I32_MAX + 1):  # here without a unary minus: alone, or after a binary one
+            hint = (
+                f"; a unary minus applied to it, -{I32_MAX + 1}, is the least i32: "
+                f"write x + -{I32_MAX + 1} for x - {I32_MAX + 1}"
+            )
         raise AttnError(
             token_loc(tok, file),
-            f"integer literal '{short_text(text)}' is too large for i32 (at most {I32_MAX}; "
-            f"-{I32_MAX + 1} may be written with its minus)",
+            f"integer literal '{short_text(text)}' is too large for i32 (at most {I32_MAX}{hint})",
         )
     return int(digits), False
 

@@ -244,8 +244,7 @@ CASES = [
     (
         "i32 default too large",
         "variant v {\n    param a: i32 = 3000000000;\n    score = score * a;\n}\n",
-        "integer literal '3000000000' is too large for i32 (at most 2147483647; "
-        "-2147483648 may be written with its minus)",
+        "integer literal '3000000000' is too large for i32 (at most 2147483647)",
         "2:20",
     ),
     (
@@ -417,6 +416,8 @@ def test_a_built_in_written_in_the_slot_has_no_note() -> None:
         "variant v { param a: i32 = -2147483648; score = score + float(a); }",
         "variant v { mask = q_pos - kv_idx > -2147483648; }",
         "variant v { mask = q_pos - kv_idx > -0002147483648; }",
+        "variant v { param a: i32 = - 2147483648; score = score + float(a); }",
+        "variant v { param a: i32 = -(2147483648); score = score + float(a); }",
     ],
 )
 def test_the_least_i32_can_be_written(source: str) -> None:
@@ -436,3 +437,31 @@ def test_the_least_i32_can_be_written(source: str) -> None:
 def test_2147483648_alone_is_still_too_large() -> None:
     with pytest.raises(AttnError, match="'2147483648' is too large for i32"):
         compile_source("variant v { mask = kv_idx < 2147483648; }", "m.attn")
+
+
+@pytest.mark.parametrize("sign", ["--", "+-", "-(-", "+(-"])
+@pytest.mark.parametrize("dtype", ["i32", "f32"])
+def test_a_second_sign_over_the_least_i32_is_not_a_literal_default(sign: str, dtype: str) -> None:
+    """The least i32 is one negative literal; a sign over it is a second one, refused as over
+    ``--5`` (``--2147483648`` said "does not fit in i32", and as an f32 default it, like
+    ``+-2147483648`` and ``-(-2147483648)``, was taken)."""
+    close = ")" if "(" in sign else ""
+    score = "float(a)" if dtype == "i32" else "a"
+    for literal in ("5", "2147483648"):
+        source = (
+            f"variant v {{ param a: {dtype} = {sign}{literal}{close}; score = score + {score}; }}"
+        )
+        with pytest.raises(AttnError, match="a param default must be a literal"):
+            compile_source(source, "m.attn")
+
+
+def test_2147483648_after_a_binary_minus_says_to_add_the_least_i32() -> None:
+    """The hint said "-2147483648 may be written with its minus" where the minus was written
+    (a binary one), and gave it for every too-large literal."""
+    with pytest.raises(AttnError) as raised:
+        compile_source("variant v { mask = kv_idx - 2147483648 < q_pos; }", "m.attn")
+    assert raised.value.message == (
+        "integer literal '2147483648' is too large for i32 (at most 2147483647; a unary minus "
+        "applied to it, -2147483648, is the least i32: write x + -2147483648 for "
+        "x - 2147483648)"
+    )
