@@ -150,10 +150,12 @@ class AttnError(Exception):
         self.notes = notes
         super().__init__(self.render())
 
-    def __reduce__(self) -> tuple[Callable[..., AttnError], tuple[object, ...]]:
+    def __reduce__(self) -> tuple[Callable[..., AttnError], tuple[object, ...], dict[str, object]]:
         # Pickled as its diagnostics, so that it crosses processes (a worker pool's error)
-        # with its quoted lines, which the receiving process's source map does not hold.
-        return _rebuilt_attn_error, (type(self), self.diagnostic, self.notes)
+        # with its quoted lines, which the receiving process's source map does not hold; the
+        # rest of its state (``add_note``'s notes, attributes set on it) as an exception's.
+        state = {k: v for k, v in self.__dict__.items() if k not in ("diagnostic", "notes")}
+        return _rebuilt_attn_error, (type(self), self.diagnostic, self.notes), state
 
     @property
     def loc(self) -> Loc:

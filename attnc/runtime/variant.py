@@ -52,7 +52,7 @@ class Variant:
         """Copies and pickles are made anew from the compiled variant: a handle of their
         own (a copied handle named the original, or in another process whichever variant
         holds that number there, to the custom ops), no plans, no loaded modules."""
-        return Variant, (self.compiled, self.warnings)
+        return type(self), (self.compiled, self.warnings)
 
     @property
     def ir(self) -> ir_nodes.VariantIR:

@@ -82,3 +82,25 @@ def test_an_attn_error_crosses_processes_with_its_quoted_lines(tmp_path) -> None
     assert head == f"AttnError|{error.loc.line}|{error.loc.col}|{error.message}"
     assert text == str(error) + "\n"
     assert "let s = score;" in text and "mask = s > 0;" in text  # both quoted lines
+
+
+def test_an_attn_error_keeps_its_added_notes_and_attributes() -> None:
+    with pytest.raises(attnc.AttnError) as raised:
+        attnc.load(source="variant x {\n  mask = q_pos > ;\n}\n")
+    error = raised.value
+    error.add_note("while loading layer 3")
+    error.layer = 3  # type: ignore[attr-defined]
+    for twin in (pickle.loads(pickle.dumps(error)), copy.copy(error)):
+        assert str(twin) == str(error) and twin.diagnostic == error.diagnostic
+        assert twin.__notes__ == ["while loading layer 3"] and twin.layer == 3
+
+
+class _NamedVariant(attnc.Variant):
+    pass
+
+
+@pytest.mark.parametrize("how", list(COPIES))
+def test_a_copy_of_a_variant_subclass_keeps_its_class(how: str) -> None:
+    base = attnc.load("stdlib:causal")
+    variant = _NamedVariant(base.compiled, base.warnings)
+    assert type(COPIES[how](variant)) is _NamedVariant

@@ -15,6 +15,7 @@ import torch
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.unit.test_decode_fast_path import BATCH, HKV, HQ, _inputs, cpu_decode  # noqa: F401
 from tests.unit.test_prefill_call_memo import (  # noqa: F401
     _qkv,
     _ragged_plan,
@@ -101,3 +102,57 @@ def test_inference_tensors_plan_and_run(cpu_run) -> None:  # noqa: F811
         _ragged_plan(w, params={"window": window})
         assert w._planned_mask.tensors["window"] is not stamp
     assert len(recorder.calls) == 2
+
+
+def test_a_write_by_torch_during_attncs_own_write_is_still_seen(cpu_run, monkeypatch) -> None:  # noqa: F811
+    """A write by another thread while attnc bumps an allocation's version moves it by two:
+    the stamp does not follow it (here the write is made from inside the bump)."""
+    a, _ = _wrapper("causal")
+    b, _ = _wrapper("per_request_window")
+    arena, window = _arena_window()
+    total_q, total_kv = _ragged_plan(a)
+    _ragged_plan(b, params={"window": window})
+    q, k, v = _qkv(total_q, total_kv)
+    bump = torch.autograd.graph.increment_version
+
+    def bump_and_write(t: torch.Tensor) -> None:
+        window.add_(0)
+        bump(t)
+
+    monkeypatch.setattr(torch.autograd.graph, "increment_version", bump_and_write)
+    a.run(q, (k, v), out=_out_in(arena, q))
+    with pytest.raises(ValueError, match=WRITTEN):
+        b.run(q, (k, v), window=window)
+
+
+def _decode_plan(w, window: torch.Tensor) -> None:
+    indptr = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    w._commit_mask(w._mask_ranges({"window": window}, (indptr, HQ, HKV, 64, 1)))
+    w._token_sizes = {"batch_size": BATCH}
+
+
+def test_decode_with_an_inference_tensor_and_an_out_in_its_allocation(cpu_decode) -> None:  # noqa: F811
+    w = cpu_decode("per_request_window")
+    q, cache = _inputs()
+    with torch.inference_mode():
+        window = torch.full((BATCH,), 4, dtype=torch.int32)
+        _decode_plan(w, window)  # torch's version-counter error before
+        w.run(q, cache, window=window)
+        w.run(q, cache, out=torch.empty_like(q), window=window)
+        with pytest.raises(ValueError, match="another tensor object than plan"):
+            w.run(q, cache, window=window.clone())
+    arena = torch.zeros(1 << 16, dtype=torch.uint8)
+    window = arena[:16].view(torch.int32)[:BATCH]
+    window.fill_(4)
+    _decode_plan(w, window)
+    w.run(
+        q,
+        cache,
+        out=arena[4096 : 4096 + q.numel() * 2].view(torch.bfloat16).view(q.shape),
+        window=window,
+    )
+    w.run(q, cache, window=window)
+    window.add_(0)
+    with pytest.raises(ValueError, match=WRITTEN):
+        w.run(q, cache, window=window)
+    assert len(w._module.calls) == 4

@@ -7,7 +7,9 @@ share one version counter, so a write into any of them moves every view's versio
 own writes into an allocation (the version bump after an ``out=`` launch, ``plan()``'s copy
 of its lists into the workspace; neither shares a byte with a planned tensor, which the
 wrappers check) go through :func:`own_write`, which moves the stamps of every wrapper whose
-planned tensor saw only that write. Inference tensors (made under ``torch.inference_mode``)
+planned tensor saw only that write. A compiled ``run(out=...)`` writes ``out`` through the
+traced graph's own copy, which is not followed: a planned tensor of the same allocation then
+counts as written. Inference tensors (made under ``torch.inference_mode``)
 keep no version: their stamp holds the object and address only, so a write into one after
 ``plan()`` is not seen.
 """
@@ -68,20 +70,22 @@ class TensorStamp:
 
 
 def own_write(written: torch.Tensor, write: Callable[[], object]) -> None:
-    """Run ``write``, attnc's own write into ``written`` (bytes no planned tensor holds):
-    each stamp of a tensor in the same storage whose version was its stamp's and moved
-    during the write shares ``written``'s version counter, so its bytes are unchanged and it
-    takes the new version."""
-    if not _BY_STORAGE:
+    """Run ``write``, attnc's own write into ``written`` (one in-place write, a version bump
+    or a ``copy_``, into bytes no planned tensor holds): each stamp of a tensor in the same
+    storage whose version was its stamp's and moved by exactly that one write shares
+    ``written``'s version counter, so its bytes are unchanged and it takes the new version (a
+    write by another thread in between moves it by two: still seen)."""
+    found = _BY_STORAGE.get(_storage_address(written)) if _BY_STORAGE else None
+    if not found:
         write()
         return
     with _LOCK:
-        stamps = list(_BY_STORAGE.get(_storage_address(written), ()))
+        stamps = list(found)
     before = [stamp.tensor._version for stamp in stamps]
     write()
     for stamp, version in zip(stamps, before, strict=True):
-        if version == stamp.version and stamp.tensor._version != version:
-            stamp.version = stamp.tensor._version
+        if version == stamp.version and stamp.tensor._version == version + 1:
+            stamp.version = version + 1
 
 
 def check_planned_tensors(
