@@ -133,16 +133,21 @@ def _page_table(
             begin = max(begin, s.kv_end - q_len - window + 1)
         starts.append(s.row * row_pages + begin)
         lengths.append(s.kv_end - begin)
-    lens = torch.tensor(lengths, dtype=torch.int64)
-    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+    lens = torch.tensor(lengths, dtype=torch.int64, device="cpu")
+    indptr = torch.zeros(len(lengths) + 1, dtype=torch.int64, device="cpu")
     indptr[1:] = lens.cumsum(0)
     total = int(indptr[-1])
-    offsets = torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(indptr[:-1], lens)
-    indices = torch.repeat_interleave(torch.tensor(starts, dtype=torch.int64), lens) + offsets
+    offsets = torch.arange(total, dtype=torch.int64, device="cpu") - torch.repeat_interleave(
+        indptr[:-1], lens
+    )
+    indices = (
+        torch.repeat_interleave(torch.tensor(starts, dtype=torch.int64, device="cpu"), lens)
+        + offsets
+    )
     table = (
         indptr.to(torch.int32),
         indices.to(torch.int32),
-        torch.ones(len(lengths), dtype=torch.int32),
+        torch.ones(len(lengths), dtype=torch.int32, device="cpu"),
     )
     segments.plans[key] = table
     return table

@@ -48,10 +48,10 @@ def sink_support_gap() -> str | None:
         text = str(exc).strip()
         first = text.splitlines()[0] if text else type(exc).__name__
         return f"this attnc does not compile `sink = ...;` ({first})"
-    q = torch.zeros(1, 1, 8, dtype=torch.float32)
-    v = torch.ones(1, 1, 8, dtype=torch.float32)
+    q = torch.zeros(1, 1, 8, dtype=torch.float32, device="cpu")
+    v = torch.ones(1, 1, 8, dtype=torch.float32, device="cpu")
     try:
-        out = variant.reference(q, q, v, sinks=torch.zeros(1, dtype=torch.float32))
+        out = variant.reference(q, q, v, sinks=torch.zeros(1, dtype=torch.float32, device="cpu"))
     except Exception as exc:
         return f"this attnc's reference fails on a sink ({type(exc).__name__}: {exc})"
     if not torch.allclose(out.float(), 0.5 * v, atol=1e-6):
@@ -90,8 +90,8 @@ def _probe_kernels(device: torch.device, dtype: torch.dtype, head_dim: int) -> s
     prefill = variant.prefill(q, q, v, sinks=sinks)
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
     wrapper = attnc.BatchDecodeWrapper(variant, workspace, "HND")
-    one = torch.ones(1, dtype=torch.int32)
-    wrapper.plan(torch.tensor([0, 1], dtype=torch.int32), torch.zeros(1, dtype=torch.int32), one,
+    one = torch.ones(1, dtype=torch.int32, device="cpu")
+    wrapper.plan(torch.tensor([0, 1], dtype=torch.int32, device="cpu"), torch.zeros(1, dtype=torch.int32, device="cpu"), one,
                  1, 1, head_dim, 1, dtype=dtype)  # fmt: skip
     cache = torch.stack([q, v], dim=1).view(1, 2, 1, 1, head_dim)
     decode = wrapper.run(q, cache, sinks=sinks)

@@ -350,8 +350,8 @@ def _run_kernels(call: PackedCall) -> torch.Tensor:
 
 
 def _indptr(lengths: list[int]) -> torch.Tensor:
-    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
-    out[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cpu")
+    out[1:] = torch.tensor(lengths, dtype=torch.int32, device="cpu").cumsum(0)
     return out
 
 

@@ -21,11 +21,13 @@ after runs in float32 (float64 inputs stay float64, but for the discrete decisio
 values, a comparison, ``int()``, ``floor``, ``ceil`` or ``%``, which the generated code takes
 on binary32 values as the kernels do). A NaN score that the mask keeps (NaN in
 q or k, a NaN param) makes its row's output and LSE NaN; masked-out positions are never
-read, so a NaN there changes nothing.
+read, so a NaN there changes nothing. Autocast is off inside (under ``torch.autocast`` the
+two einsums ran in 16 bits: errors of 1e-2 against float64 for float32 inputs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -101,6 +103,30 @@ def reference_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention of one request with the variant's score/mask/output (see module doc); the
     caller has checked the inputs with :func:`check_qkv`."""
+    with _autocast_off(q.device.type):
+        return _attention(module, q, k, v, sm_scale, return_lse, params, batch)
+
+
+def _autocast_off(device_type: str) -> contextlib.AbstractContextManager[object]:
+    """A context without autocast on ``device_type`` (nothing to do where it is off, or where
+    autocast does not know the device type)."""
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, enabled=False) if enabled else contextlib.nullcontext()
+
+
+def _attention(
+    module: types.ModuleType,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sm_scale: float | None,
+    return_lse: bool,
+    params: dict[str, Any],
+    batch: int,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     q_len, hq, d = q.shape
     kv_len, hk, _ = k.shape
     scale = sm_scale_value(sm_scale, d)

@@ -11,6 +11,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from attnc.compiler.ir import ParamDecl
@@ -153,8 +154,8 @@ def _check_scalar(decl: ParamDecl, value: object, prefix: str) -> object:
     if decl.kind == "tensor":
         raise ValueError(f"{_where(prefix, decl)}: has a default, but tensor params cannot")
     if decl.dtype == "bool":
-        if isinstance(value, bool):
-            return value
+        if isinstance(value, bool | np.bool_):  # numpy's as Python's (as its ints and floats)
+            return bool(value)
         raise ValueError(f"{_where(prefix, decl)}: expected a bool, got {_type_name(value)}")
     is_int = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     if decl.dtype == "i32":

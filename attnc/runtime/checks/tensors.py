@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL
 from attnc.dsl.errors import printable
@@ -80,12 +81,14 @@ def is_bool_value(value: object) -> bool:
 def sm_scale_value(sm_scale: object, head_dim: int) -> float:
     """The softmax scale as a Python float, any value (the eager reference takes NaN, 0 or a
     negative scale): ``1 / sqrt(head_dim)`` for None, else a Python or numpy float or int or
-    a one-element tensor, never a bool (Python's, numpy's or a bool tensor), a string or an
-    int past the float range."""
+    a one-element tensor, never a bool (Python's, numpy's or a bool tensor), a complex, a
+    string or an int past the float range."""
     if sm_scale is None:
         return 1.0 / math.sqrt(head_dim)
     if isinstance(sm_scale, (str, bytes)) or is_bool_value(sm_scale):
         raise _not_a_float(sm_scale)
+    if isinstance(sm_scale, numbers.Complex) and not isinstance(sm_scale, numbers.Real):
+        raise _not_a_float(sm_scale)  # numpy's complex would drop its imaginary part
     try:
         return float(sm_scale)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError, OverflowError):
@@ -150,6 +153,7 @@ def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> tor
         raise ValueError(
             f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
         )
+    check_has_memory("workspace_buffer", workspace_buffer)
     offset = workspace_buffer.data_ptr() % VECTOR_ALIGN_BYTES
     if offset:
         raise ValueError(
@@ -194,6 +198,45 @@ def layout_name(t: torch.Tensor) -> str:
     return str(t.layout).removeprefix("torch.")
 
 
+def has_memory(t: torch.Tensor) -> bool:
+    """False for a FakeTensor (``FakeTensorMode``: shapes without memory, a null data pointer)
+    and for a tensor inside a ``torch.func`` transform (vmap, grad: a wrapper without storage);
+    the kernels and planners cannot read either. Cheap for ordinary tensors: the eager fast
+    paths ask it."""
+    if type(t) is not torch.Tensor and isinstance(t, FakeTensor):
+        return False
+    return not (_TRANSFORMS_ACTIVE() and torch._C._functorch.is_functorch_wrapped_tensor(t))
+
+
+_TRANSFORMS_ACTIVE = torch._C._are_functorch_transforms_active
+
+
+def check_has_memory(name: str, t: torch.Tensor) -> None:
+    """Refuse, on an eager path whose kernels or planners read ``t``'s memory, a tensor
+    without memory of its own (``has_memory``). Traced by ``torch.compile`` tensors are
+    stand-ins, and pass; fake implementations of the custom ops do not call this."""
+    if torch.compiler.is_compiling() or has_memory(t):
+        return
+    if isinstance(t, FakeTensor):
+        raise ValueError(
+            f"{name}: a fake tensor (FakeTensorMode) has no memory for attnc to read; give a "
+            "real tensor (under torch.compile the custom ops take fake ones)"
+        )
+    if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        raise ValueError(
+            f"{name}: a tensor inside a torch.func transform (vmap, grad); attnc's kernels "
+            "neither batch nor differentiate: call them outside the transform"
+        )
+
+
+def check_param_memory(values: Mapping[str, object]) -> None:
+    """``check_has_memory`` of each tensor among resolved param ``values``, before their
+    addresses are packed for a kernel (the reference takes any tensor)."""
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            check_has_memory(f"param '{name}'", value)
+
+
 def negated_view(t: torch.Tensor) -> bool:
     """True for a view with torch's negative bit set. Traced by torch.compile the tensor is a
     stand-in whose bit is not known: False there (like the address checks, which compiled
@@ -222,6 +265,7 @@ def check_data_tensor(
         raise ValueError(f"{name}: {NEGATIVE_BIT}")
     if t.device.type != device_type:
         raise ValueError(f"{name}: must be on a {device_type} device, got {t.device}")
+    check_has_memory(name, t)
     if t.dtype not in KV_DTYPES:
         raise ValueError(f"{name}: dtype must be torch.bfloat16 or torch.float16, got {t.dtype}")
     _check_shape(name, t, shape)
@@ -372,6 +416,7 @@ def check_index_tensor(name: str, t: object) -> torch.Tensor:
         raise ValueError(f"{name}: expected a dense tensor, got a {layout_name(t)} one")
     if t.device.type not in INDEX_DEVICE_TYPES:
         raise ValueError(f"{name}: must be on the CPU or a CUDA device, got {t.device}")
+    check_has_memory(name, t)
     if t.dtype != torch.int32:
         raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != 1:

@@ -39,7 +39,7 @@ def lengths(indptr: torch.Tensor) -> torch.Tensor:
 def kv_token_starts(kv_lens: torch.Tensor) -> torch.Tensor:
     """int64 ``[batch + 1]``: request b's first flattened KV token (prefix sums of kv_len;
     for ragged KV this is kv_indptr)."""
-    out = torch.zeros(kv_lens.numel() + 1, dtype=torch.int64)
+    out = torch.zeros(kv_lens.numel() + 1, dtype=torch.int64, device="cpu")
     torch.cumsum(kv_lens.to(torch.int64), 0, out=out[1:])
     return out
 

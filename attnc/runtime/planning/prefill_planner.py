@@ -67,7 +67,7 @@ class PrefillPlanner:
         self._starts_ptr = 0
         self._cost = np.zeros(1024, np.float64)
         p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
-        self.out_tensor = torch.zeros(0, dtype=torch.uint8)
+        self.out_tensor = torch.zeros(0, dtype=torch.uint8, device="cpu")
         self._out = self.out_tensor.numpy()
         self._shape: tuple[int, ...] = ()
         self._checked: tuple[torch.Tensor | None, ...] = ()
@@ -211,7 +211,9 @@ class PrefillPlanner:
 
     def _grow(self, needed: int) -> None:
         size = max(needed, 2 * self._out.shape[0], 64 * ALIGN)
-        self.out_tensor = torch.empty(size, dtype=torch.uint8, pin_memory=self._pinned)
+        self.out_tensor = torch.empty(
+            size, dtype=torch.uint8, pin_memory=self._pinned, device="cpu"
+        )
         self._out = self.out_tensor.numpy()
         self._p.out, self._p.out_bytes = self._out.ctypes.data, size
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from attnc.runtime.checks.tensors import is_dense
+from attnc.runtime.checks.tensors import has_memory, is_dense
 
 _SCALAR_TYPES = (int, float, bool)
 
@@ -50,9 +50,9 @@ def tensor_meta(t: torch.Tensor) -> tuple[object, ...]:
 
 
 def _plain(t: torch.Tensor) -> bool:
-    """A tensor a key may stand for: dense, without torch's negative bit (which the checks
-    refuse, and which its metadata key would not show)."""
-    return is_dense(t) and not t.is_neg()
+    """A tensor a key may stand for: dense, with memory, without torch's negative bit (which
+    the checks refuse, and which its metadata key would not show)."""
+    return is_dense(t) and not t.is_neg() and has_memory(t)
 
 
 def call_key(

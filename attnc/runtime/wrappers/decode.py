@@ -267,6 +267,7 @@ class BatchDecodeWrapper(DecodePlanning):
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
         if (
             not tensors.is_dense(q)
+            or not tensors.has_memory(q)
             or tensors.negated_view(q)
             or tuple(q.shape) != want
             or q.device != self._device

@@ -14,6 +14,7 @@ from attnc.runtime import abi
 from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.checks.tensors import check_param_memory
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 # O's strides (but the last dim's) are whole multiples of this many elements (decode_launcher.cuh).
@@ -61,6 +62,7 @@ class ParamsPacker:
     ) -> ctypes.Structure:
         """The struct of ``values``; an empty ``values`` means every param's default."""
         if values:
+            check_param_memory(values)
             return abi.fill_params(struct_type, self.decls, values)  # type: ignore[arg-type]
         found = self._defaults
         if found is None or type(found) is not struct_type:

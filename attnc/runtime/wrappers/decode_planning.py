@@ -64,7 +64,7 @@ def _count(name: str, value: int | None, default: int) -> int:
 
 
 def _pinned_empty(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True, device="cpu")
 
 
 # The plan-time scalars (name, type, value) a planned mask was made from; None: not reusable.
@@ -122,7 +122,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             self._ws.numel(), max_batch, max_items, MAX_CTAS_PER_SM * self._num_sms, max_pages
         )
         work_bytes = self.layout.work_bytes(max_items)
-        self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True)
+        self._pinned = torch.zeros(work_bytes, dtype=torch.uint8, pin_memory=True, device="cpu")
         self._pinned_np = self._pinned.numpy()
         self._native: DecodePlanner | None = None  # the planner, made by the first plan()
         self._device_index = self._device.index if self._device.index is not None else 0

@@ -19,6 +19,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
+from attnc.runtime.checks.tensors import check_param_memory
 from attnc.runtime.planning.tile_map import KV_BLOCK
 from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.cuda_stream import raw_stream
@@ -176,6 +177,7 @@ def launch_args(
 
 def pack_params(module: PrefillModule, values: Mapping[str, object]) -> ctypes.Structure:
     """The one packing of resolved param ``values`` into the module's ``Params`` struct."""
+    check_param_memory(values)
     return abi.fill_params(module.params_type, module.ir.params, values)  # type: ignore[attr-defined]
 
 

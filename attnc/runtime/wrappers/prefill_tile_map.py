@@ -96,7 +96,7 @@ class PinnedStaging:
     numpy views are kept with it (making them costs more than the copies they feed)."""
 
     def __init__(self) -> None:
-        self.tensor = torch.empty(0, dtype=torch.uint8)
+        self.tensor = torch.empty(0, dtype=torch.uint8, device="cpu")
         self.bytes = np.empty(0, dtype=np.uint8)
         self.words = np.empty(0, dtype=np.int32)
 
@@ -104,7 +104,7 @@ class PinnedStaging:
         """At least ``nbytes`` pinned bytes (the contents are undefined)."""
         if self.tensor.numel() < nbytes:
             size = max(nbytes, 2 * self.tensor.numel()) // ALIGN * ALIGN + ALIGN
-            self.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            self.tensor = torch.empty(size, dtype=torch.uint8, pin_memory=True, device="cpu")
             self.bytes = self.tensor.numpy()
             self.words = self.bytes.view(np.int32)
         return self.tensor

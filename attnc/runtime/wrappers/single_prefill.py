@@ -228,7 +228,7 @@ def _planned(
     cache = thread_plans(variant)
     wrapper = cache.pop(key, None)
     if wrapper is None or with_tensors:
-        indptr = torch.zeros(2, dtype=torch.int32)
+        indptr = torch.zeros(2, dtype=torch.int32, device="cpu")
         qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
         qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
         if wrapper is None:
