@@ -104,7 +104,35 @@ def reference_attention(
     """Attention of one request with the variant's score/mask/output (see module doc); the
     caller has checked the inputs with :func:`check_qkv`."""
     with _autocast_off(q.device.type):
-        return _attention(module, q, k, v, sm_scale, return_lse, params, batch)
+        q_len, hq, d = q.shape
+        kv_len, hk, _ = k.shape
+        scale = sm_scale_value(sm_scale, d)
+        ftype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
+        group = hq // hk
+        kx = k.repeat_interleave(group, dim=1).to(ftype)
+        vx = v.repeat_interleave(group, dim=1)
+        s = torch.einsum("qhd,khd->hqk", q.to(ftype), kx) * scale
+        env = _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d)
+        tensors = {n: t for n, t in params.items() if isinstance(t, torch.Tensor)}
+        t = module.score(env, tensors).to(ftype) if module.HAS_SCORE else s
+        t = t.expand(hq, q_len, kv_len)
+        visible = module.mask(env, tensors) if module.HAS_MASK else None
+        if visible is not None:
+            visible = visible.expand(hq, q_len, kv_len)
+        sink = None
+        if getattr(module, "HAS_SINK", False):
+            sink = module.sink(env, tensors).to(ftype).expand(hq, q_len, 1)
+        o, lse, seen = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype), sink)
+        if module.HAS_OUTPUT:
+            env["out"] = o
+            transformed = module.output(env, tensors).to(ftype).expand_as(o)
+            # Rows without a visible key keep output 0 (softmax variants); NaN rows stay NaN.
+            o = torch.where(seen.unsqueeze(-1), transformed, torch.zeros_like(o))
+        out = o.permute(1, 0, 2).to(q.dtype).contiguous()
+        if not return_lse:
+            return out
+        lse_dtype = ftype if q.dtype in (torch.float32, torch.float64) else torch.float32
+        return out, lse.permute(1, 0).to(lse_dtype).contiguous()
 
 
 def _autocast_off(device_type: str) -> contextlib.AbstractContextManager[object]:
@@ -115,47 +143,6 @@ def _autocast_off(device_type: str) -> contextlib.AbstractContextManager[object]
     except RuntimeError:
         return contextlib.nullcontext()
     return torch.autocast(device_type, enabled=False) if enabled else contextlib.nullcontext()
-
-
-def _attention(
-    module: types.ModuleType,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    sm_scale: float | None,
-    return_lse: bool,
-    params: dict[str, Any],
-    batch: int,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    q_len, hq, d = q.shape
-    kv_len, hk, _ = k.shape
-    scale = sm_scale_value(sm_scale, d)
-    ftype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
-    group = hq // hk
-    kx = k.repeat_interleave(group, dim=1).to(ftype)
-    vx = v.repeat_interleave(group, dim=1)
-    s = torch.einsum("qhd,khd->hqk", q.to(ftype), kx) * scale
-    env = _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d)
-    tensors = {n: t for n, t in params.items() if isinstance(t, torch.Tensor)}
-    t = module.score(env, tensors).to(ftype) if module.HAS_SCORE else s
-    t = t.expand(hq, q_len, kv_len)
-    visible = module.mask(env, tensors) if module.HAS_MASK else None
-    if visible is not None:
-        visible = visible.expand(hq, q_len, kv_len)
-    sink = None
-    if getattr(module, "HAS_SINK", False):
-        sink = module.sink(env, tensors).to(ftype).expand(hq, q_len, 1)
-    o, lse, seen = _normalise(module.USE_SOFTMAX, t, visible, vx.to(ftype), sink)
-    if module.HAS_OUTPUT:
-        env["out"] = o
-        transformed = module.output(env, tensors).to(ftype).expand_as(o)
-        # Rows without a visible key keep output 0 (softmax variants); NaN rows stay NaN.
-        o = torch.where(seen.unsqueeze(-1), transformed, torch.zeros_like(o))
-    out = o.permute(1, 0, 2).to(q.dtype).contiguous()
-    if not return_lse:
-        return out
-    lse_dtype = ftype if q.dtype in (torch.float32, torch.float64) else torch.float32
-    return out, lse.permute(1, 0).to(lse_dtype).contiguous()
 
 
 def _environment(q, ftype, s, scale, params, batch, q_len, kv_len, hq, hk, d) -> dict[str, Any]:

@@ -54,13 +54,18 @@ def test_an_out_write_moves_the_stamps_of_every_wrapper(cpu_run) -> None:  # noq
             w.run(q, (k, v), window=window)
 
 
-def test_an_out_write_of_a_wrapper_without_tensors_moves_anothers(cpu_run) -> None:  # noqa: F811
+def _causal_and_windowed():
+    """A causal wrapper, one planned with a ``window`` cut from ``arena``, and inputs."""
     a, _ = _wrapper("causal")
     b, _ = _wrapper("per_request_window")
     arena, window = _arena_window()
     total_q, total_kv = _ragged_plan(a)
     _ragged_plan(b, params={"window": window})
-    q, k, v = _qkv(total_q, total_kv)
+    return a, b, arena, window, _qkv(total_q, total_kv)
+
+
+def test_an_out_write_of_a_wrapper_without_tensors_moves_anothers(cpu_run) -> None:  # noqa: F811
+    a, b, arena, window, (q, k, v) = _causal_and_windowed()
     a.run(q, (k, v), out=_out_in(arena, q))
     b.run(q, (k, v), window=window)
 
@@ -107,12 +112,7 @@ def test_inference_tensors_plan_and_run(cpu_run) -> None:  # noqa: F811
 def test_a_write_by_torch_during_attncs_own_write_is_still_seen(cpu_run, monkeypatch) -> None:  # noqa: F811
     """A write by another thread while attnc bumps an allocation's version moves it by two:
     the stamp does not follow it (here the write is made from inside the bump)."""
-    a, _ = _wrapper("causal")
-    b, _ = _wrapper("per_request_window")
-    arena, window = _arena_window()
-    total_q, total_kv = _ragged_plan(a)
-    _ragged_plan(b, params={"window": window})
-    q, k, v = _qkv(total_q, total_kv)
+    a, b, arena, window, (q, k, v) = _causal_and_windowed()
     bump = torch.autograd.graph.increment_version
 
     def bump_and_write(t: torch.Tensor) -> None:
