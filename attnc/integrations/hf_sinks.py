@@ -90,9 +90,10 @@ def _probe_kernels(device: torch.device, dtype: torch.dtype, head_dim: int) -> s
     prefill = variant.prefill(q, q, v, sinks=sinks)
     workspace = torch.empty(32 << 20, dtype=torch.uint8, device=device)
     wrapper = attnc.BatchDecodeWrapper(variant, workspace, "HND")
-    one = torch.ones(1, dtype=torch.int32, device="cpu")
-    wrapper.plan(torch.tensor([0, 1], dtype=torch.int32, device="cpu"), torch.zeros(1, dtype=torch.int32, device="cpu"), one,
-                 1, 1, head_dim, 1, dtype=dtype)  # fmt: skip
+    indptr, page_ids, last_len = (
+        torch.tensor(ids, dtype=torch.int32, device="cpu") for ids in ([0, 1], [0], [1])
+    )
+    wrapper.plan(indptr, page_ids, last_len, 1, 1, head_dim, 1, dtype=dtype)
     cache = torch.stack([q, v], dim=1).view(1, 2, 1, 1, head_dim)
     decode = wrapper.run(q, cache, sinks=sinks)
     for name, out in (("prefill", prefill), ("decode", decode)):
