@@ -17,8 +17,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.checks.page_status import PageStatus
+from attnc.runtime.wrappers.decode_plan_inputs import FastPathKey
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
-from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_decode_fast_path import PAGE, _inputs, cpu_decode  # noqa: F401
 from tests.unit.test_prefill_call_memo import (  # noqa: F401
     HKV,
     HQ,
@@ -173,3 +175,55 @@ def test_the_reference_still_takes_fake_tensors() -> None:
         q = torch.empty(8, 4, 64)
         out = variant.reference(q, q, q, slopes=torch.empty(4))
     assert out.shape == (8, 4, 64)
+
+
+def _doc_wrapper(monkeypatch, seen: list[object]) -> BatchPrefillWrapper:
+    """A doc_causal wrapper whose host map builder records the ``doc`` it was given."""
+    variant = attnc.load("stdlib:doc_causal")
+    recorder = _Recorder(variant)
+    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
+    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+
+    def host_map(values, q_lens, kv_lens, tile, block):
+        seen.append(values["doc"])
+        return np.zeros(64, np.uint8)
+
+    monkeypatch.setattr(BatchPrefillWrapper, "_map_builder", staticmethod(host_map))
+    return w
+
+
+def test_plan_refuses_fake_and_vmapped_params(cpu_run, monkeypatch) -> None:  # noqa: F811
+    """plan() read them before (a fake ``doc`` reached the map builder with a null pointer, a
+    fake ``window`` gave numpy's subclass error, a vmapped one torch's data-pointer error)."""
+    seen: list[object] = []
+    w = _doc_wrapper(monkeypatch, seen)
+    indptr = torch.tensor([0, 5, 14], dtype=torch.int32)
+    fake = FakeTensorMode().from_tensor(torch.zeros(14, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^param 'doc': a fake tensor"):
+        w.plan(indptr, indptr, HQ, HKV, D, params={"doc": fake})
+    assert seen == []
+    w.plan(indptr, indptr, HQ, HKV, D, params={"doc": torch.zeros(14, dtype=torch.int32)})
+    assert len(seen) == 1
+    windowed = _wrapper()[0]
+    windowed.variant = attnc.load("stdlib:per_request_window")
+    windows = torch.tensor([[3, 4], [5, 6]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^param 'window': a tensor inside a torch\.func"):
+        torch.func.vmap(
+            lambda t: windowed.plan(indptr, indptr, HQ, HKV, D, params={"window": t}) or t
+        )(windows)
+
+
+def test_decode_plan_refuses_a_vmapped_page_table_on_its_fast_path(cpu_decode) -> None:  # noqa: F811
+    d = cpu_decode("causal")
+    d._fast = FastPathKey((HQ, HKV, 128, PAGE, 1, None, torch.bfloat16), 1, None)
+    d._page_status = PageStatus(torch.device("cpu"))
+    d._device_index = 0
+
+    def native_step(*args: object) -> None:
+        raise AssertionError("the planner was reached")
+
+    d._native_step = native_step  # type: ignore[method-assign]
+    indptrs = torch.tensor([[0, 1], [0, 1]], dtype=torch.int32)
+    ids, last = torch.tensor([0], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^kv_indptr: a tensor inside a torch\.func"):
+        torch.func.vmap(lambda p: d.plan(p, ids, last, HQ, HKV, 128, PAGE) or p)(indptrs)

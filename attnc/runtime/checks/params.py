@@ -17,7 +17,13 @@ import torch
 from attnc.compiler.ir import ParamDecl
 from attnc.dsl.errors import printable
 from attnc.dsl.literals import F32_OVERFLOW
-from attnc.runtime.checks.tensors import NEGATIVE_BIT, is_dense, layout_name, negated_view
+from attnc.runtime.checks.tensors import (
+    NEGATIVE_BIT,
+    check_param_memory,
+    is_dense,
+    layout_name,
+    negated_view,
+)
 
 _TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 # What the batch-sized dims of language v2 count, for error messages.
@@ -94,10 +100,12 @@ def check_variant(variant: object) -> None:
 
 def check_params_arg(params: object) -> Mapping[str, object]:
     """``plan()``'s ``params`` argument: None (no params, ``{}``) or a mapping of param names
-    to values (a ``TypeError`` otherwise; unknown names are refused by the param checks)."""
+    to values (a ``TypeError`` otherwise; unknown names are refused by the param checks), whose
+    tensors have memory to read (``check_param_memory``: the plan reads them)."""
     if params is None:
         return {}
     if type(params) is dict or isinstance(params, Mapping):
+        check_param_memory(params)
         return params
     raise TypeError(
         f"params: expected a mapping of param names to values, got {type(params).__name__}"

@@ -205,7 +205,7 @@ def has_memory(t: torch.Tensor) -> bool:
     paths ask it."""
     if type(t) is not torch.Tensor and isinstance(t, FakeTensor):
         return False
-    return not (_TRANSFORMS_ACTIVE() and torch._C._functorch.is_functorch_wrapped_tensor(t))
+    return not _TRANSFORMS_ACTIVE() or not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 _TRANSFORMS_ACTIVE = torch._C._are_functorch_transforms_active
@@ -215,7 +215,9 @@ def check_has_memory(name: str, t: torch.Tensor) -> None:
     """Refuse, on an eager path whose kernels or planners read ``t``'s memory, a tensor
     without memory of its own (``has_memory``). Traced by ``torch.compile`` tensors are
     stand-ins, and pass; fake implementations of the custom ops do not call this."""
-    if torch.compiler.is_compiling() or has_memory(t):
+    if type(t) is torch.Tensor and not _TRANSFORMS_ACTIVE():  # the common case, at once
+        return
+    if has_memory(t) or torch.compiler.is_compiling():
         return
     if isinstance(t, FakeTensor):
         raise ValueError(
