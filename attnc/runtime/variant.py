@@ -22,6 +22,7 @@ from attnc.dsl.errors import Diagnostic, printable
 from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.checks.tensors import check_flag, shown_value
 from attnc.runtime.reference import check_qkv, reference_attention
+from attnc.runtime.value_keys import value_key
 
 
 class Variant:
@@ -128,7 +129,7 @@ class Variant:
             for d in self.params
             if d.kind != "tensor"
         )
-        key = (scalars, sm_scale, heads)
+        key = (tuple(value_key(v) for _, v in scalars), value_key(sm_scale), heads)
         if key in self._derived_checked:
             self._derived_checked.move_to_end(key)
             return

@@ -420,3 +420,18 @@ def test_a_per_key_tensor_given_to_plan_is_sent_to_run(cpu):
     with pytest.raises(ValueError, match=r"param 'doc' .*not a tensor of one value per KV token: give it to run\(\)"):  # fmt: skip
         _plan(w, *args, params={"doc": torch.zeros(64, dtype=torch.int32)})
     _plan(w, *args)
+
+
+@pytest.mark.parametrize("which", ["indptr", "ids", "last"])
+def test_a_zero_tensor_on_the_fast_path_is_refused_by_name(cpu, which):
+    """torch's zero tensors have no memory: the fast path handed their null pointer to the
+    planner (a segfault for the page ids or last lengths) after one checked plan."""
+    w = make_wrapper()
+    tables = dict(
+        zip(("indptr", "ids", "last"), page_table(np.random.default_rng(5), 4), strict=True)
+    )
+    _plan(w, *tables.values())
+    names = {"indptr": "kv_indptr", "ids": "kv_indices", "last": "kv_last_page_len"}
+    tables[which] = torch._efficientzerotensor(tables[which].numel(), dtype=torch.int32)
+    with pytest.raises(ValueError, match=f"^{names[which]}: expected a dense tensor, got a zero"):
+        _plan(w, *tables.values())

@@ -29,6 +29,7 @@ from attnc.runtime.checks.params import check_plan_params
 from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
 from attnc.runtime.planning.plan_params import MaskReads, plan_value, variant_mask_reads
 from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
+from attnc.runtime.value_keys import value_key
 
 
 def plan_time_bounds(
@@ -212,7 +213,7 @@ class PlannedMask:
         planned with those they read, and ``run()`` must be given every one again.
         Remembered per variant and values (a decode step plans every token)."""
         try:
-            key = tuple(sorted((k, type(v), v) for k, v in params.items()))
+            key = tuple(sorted((k, *value_key(v)) for k, v in params.items()))
             hash(key)
         except TypeError:  # an unhashable value: checked (and refused) below, not remembered
             return PlannedMask._checked(variant, params)
@@ -305,7 +306,7 @@ def bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
 def _closed_form(variant: object, bound: Mapping[str, object]) -> RangeProgram | None:
     """``tile_range_program`` of checked scalar ``bound`` values, remembered per variant and
     values (the same values give the same program object)."""
-    key = tuple(sorted((k, type(v), v) for k, v in bound.items()))
+    key = tuple(sorted((k, *value_key(v)) for k, v in bound.items()))
     memo: dict = variant.__dict__.setdefault("_closed_form_ranges", {})
     found = memo.get(key, _MISSING)  # None (no ranges) is remembered too
     if found is _MISSING:

@@ -14,6 +14,7 @@ import torch
 from attnc.compiler import ir
 from attnc.runtime.checks.params import check_plan_params, resolve_params
 from attnc.runtime.checks.tensors import is_dense, negated_view
+from attnc.runtime.value_keys import value_key
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,13 @@ def params_keys(
                 return None
             if value.is_inference():  # no version: a write since cannot be seen
                 return None
+            if value.is_neg():  # checked (and refused) each time: the metadata hides the bit
+                return None
             meta = (name, value.shape, value.stride(), value.dtype, value.device)
             same.append((meta, id(value), value.data_ptr(), value._version))
             checked.append(meta)
         elif isinstance(value, int | float | bool):
-            same.append((name, type(value), value))
+            same.append((name, *value_key(value)))
             checked.append(same[-1])
         else:
             return None

@@ -5,9 +5,8 @@ and attnc's own writes, which must not count as the caller's.
 A stamp is the tensor object, its address and its autograd version. Views of one allocation
 share one version counter, so a write into any of them moves every view's version: attnc's
 own writes into an allocation (the version bump after an ``out=`` launch, ``plan()``'s copy
-of its lists into the workspace; neither shares a byte with a planned tensor, which the
-wrappers check) go through :func:`own_write`, which moves the stamps of every wrapper whose
-planned tensor saw only that write. A compiled ``run(out=...)`` writes ``out`` through the
+of its lists into the workspace) go through :func:`own_write`, which moves the stamps of
+every wrapper whose planned tensor saw only that write and holds none of its bytes. A compiled ``run(out=...)`` writes ``out`` through the
 traced graph's own copy, which is not followed: a planned tensor of the same allocation then
 counts as written. Inference tensors (made under ``torch.inference_mode``)
 keep no version: their stamp holds the object and address only, so a write into one after
@@ -22,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
+
+from attnc.runtime.checks.tensors import byte_range
 
 # Live stamps by the address of their tensor's storage (the candidates an own write into that
 # storage may move; the version decides). Keys whose stamps are gone are dropped as new ones
@@ -71,21 +72,30 @@ class TensorStamp:
 
 def own_write(written: torch.Tensor, write: Callable[[], object]) -> None:
     """Run ``write``, attnc's own write into ``written`` (one in-place write, a version bump
-    or a ``copy_``, into bytes no planned tensor holds): each stamp of a tensor in the same
-    storage whose version was its stamp's and moved by exactly that one write shares
-    ``written``'s version counter, so its bytes are unchanged and it takes the new version (a
-    write by another thread in between moves it by two: still seen)."""
+    or a ``copy_``): each stamp of a tensor in the same storage, apart from ``written``'s
+    bytes, whose version was its stamp's and moved by exactly that one write shares
+    ``written``'s version counter, so its bytes are unchanged and it takes the new version. A
+    write by another thread in between moves it by two, and a planned tensor that ``written``
+    overlaps (another wrapper's ``out=`` over it: each wrapper checks only its own params)
+    was written: neither is followed."""
     found = _BY_STORAGE.get(_storage_address(written)) if _BY_STORAGE else None
     if not found:
         write()
         return
     with _LOCK:
         stamps = list(found)
-    before = [stamp.tensor._version for stamp in stamps]
+    start, end = byte_range(written)
+    apart = [s for s in stamps if _apart(byte_range(s.tensor), start, end)]
+    before = [stamp.tensor._version for stamp in apart]
     write()
-    for stamp, version in zip(stamps, before, strict=True):
+    for stamp, version in zip(apart, before, strict=True):
         if version == stamp.version and stamp.tensor._version == version + 1:
             stamp.version = version + 1
+
+
+def _apart(span: tuple[int, int], start: int, end: int) -> bool:
+    """True when the bytes ``span`` share none with ``[start, end)``."""
+    return span[1] <= start or end <= span[0]
 
 
 def check_planned_tensors(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 import torch
 
 from attnc.runtime.checks.tensors import has_memory, is_dense
+from attnc.runtime.value_keys import value_key
 
 _SCALAR_TYPES = (int, float, bool)
 
@@ -97,7 +98,7 @@ def call_key(
             # object and its pointer, and a checked call would pack or refuse it anew.
             param_key.append((name, id(value), *tensor_key(value)))
         elif type(value) in _SCALAR_TYPES:
-            param_key.append((name, type(value), value))
+            param_key.append((name, *value_key(value)))
         else:
             return None
     return (tensor_meta(q), kv_part, out_key, return_lse, *param_key)

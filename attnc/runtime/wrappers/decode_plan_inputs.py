@@ -12,6 +12,7 @@ from typing import NamedTuple
 import torch
 
 from attnc.runtime.planning.mask_ranges import RangeProgram
+from attnc.runtime.value_keys import value_key
 
 
 class PlanInputs(NamedTuple):
@@ -52,15 +53,15 @@ def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:
     return False if kv_indices.is_cpu else None
 
 
-def scalar_key(params: Mapping[str, object]) -> tuple[tuple[str, type, object], ...] | None:
-    """``params`` as (name, type, value) when every value is a Python int, float or bool
+def scalar_key(params: Mapping[str, object]) -> tuple[tuple[object, ...], ...] | None:
+    """``params`` as (name, ``value_key``) when every value is a Python int, float or bool
     (equal keys pass the same checks); None otherwise."""
     key = []
     for name, value in params.items():
         kind = type(value)
         if kind is not int and kind is not float and kind is not bool:
             return None
-        key.append((name, kind, value))
+        key.append((name, *value_key(value)))
     return tuple(key)
 
 

@@ -68,8 +68,8 @@ def _pinned_empty(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True, device="cpu")
 
 
-# The plan-time scalars (name, type, value) a planned mask was made from; None: not reusable.
-MaskKey = tuple[tuple[str, type, object], ...] | None
+# The plan-time scalars (name and ``value_key``) a planned mask was made from; None: not reusable.
+MaskKey = tuple[tuple[object, ...], ...] | None
 
 
 class DecodePlanning(workspace_owner.RefusesCopies):
@@ -237,6 +237,12 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             and kv_indices.is_contiguous()
             # views with the negative bit hold -x for x: the slow path reads them resolved
             and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
+            # torch's zero tensors have no memory (a null pointer): the slow path names them
+            and not (
+                kv_indptr._is_zerotensor()
+                or kv_last_page_len._is_zerotensor()
+                or kv_indices._is_zerotensor()
+            )
         ):
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
