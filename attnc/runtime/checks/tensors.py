@@ -203,19 +203,25 @@ def has_memory(t: torch.Tensor) -> bool:
     and for a tensor inside a ``torch.func`` transform (vmap, grad: a wrapper without storage);
     the kernels and planners cannot read either. Cheap for ordinary tensors: the eager fast
     paths ask it."""
-    if type(t) is not torch.Tensor and isinstance(t, FakeTensor):
+    if is_fake(t):
         return False
-    return not _TRANSFORMS_ACTIVE() or not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    return not transforms_active() or not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
-_TRANSFORMS_ACTIVE = torch._C._are_functorch_transforms_active
+def is_fake(t: torch.Tensor) -> bool:
+    """True for a FakeTensor (``FakeTensorMode``): shapes without memory."""
+    return type(t) is not torch.Tensor and isinstance(t, FakeTensor)
+
+
+# True inside a torch.func transform (vmap, grad), whose tensors are wrappers without storage.
+transforms_active = torch._C._are_functorch_transforms_active
 
 
 def check_has_memory(name: str, t: torch.Tensor) -> None:
     """Refuse, on an eager path whose kernels or planners read ``t``'s memory, a tensor
     without memory of its own (``has_memory``). Traced by ``torch.compile`` tensors are
     stand-ins, and pass; fake implementations of the custom ops do not call this."""
-    if type(t) is torch.Tensor and not _TRANSFORMS_ACTIVE():  # the common case, at once
+    if type(t) is torch.Tensor and not transforms_active():  # the common case, at once
         return
     if has_memory(t) or torch.compiler.is_compiling():
         return

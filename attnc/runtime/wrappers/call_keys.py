@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from attnc.runtime.checks.tensors import has_memory, is_dense
+from attnc.runtime.checks.tensors import is_dense, is_fake, transforms_active
 from attnc.runtime.value_keys import value_key
 
 _SCALAR_TYPES = (int, float, bool)
@@ -51,9 +51,10 @@ def tensor_meta(t: torch.Tensor) -> tuple[object, ...]:
 
 
 def _plain(t: torch.Tensor) -> bool:
-    """A tensor a key may stand for: dense, with memory, without torch's negative bit (which
-    the checks refuse, and which its metadata key would not show)."""
-    return is_dense(t) and not t.is_neg() and has_memory(t)
+    """A tensor a key may stand for: dense, not fake, without torch's negative bit (which the
+    checks refuse, and which its metadata key would not show). Inside a torch.func transform
+    no call is keyed (``call_key``)."""
+    return is_dense(t) and not t.is_neg() and not is_fake(t)
 
 
 def call_key(
@@ -67,8 +68,9 @@ def call_key(
     """Everything the checks of a ``run()`` depend on, or None when the call is not
     cacheable: q and ``out`` by :func:`tensor_meta`, the KV tensors by ``kv_key``, scalar
     params by type and value, tensor params by identity and :func:`tensor_key`. Only ordinary
-    dense tensors (no negative bit) and int / float / bool scalars are cacheable."""
-    if not isinstance(q, torch.Tensor) or not _plain(q):
+    dense tensors (no negative bit, not fake) and int / float / bool scalars are cacheable,
+    outside torch.func transforms."""
+    if not isinstance(q, torch.Tensor) or not _plain(q) or transforms_active():
         return None
     if out is None:
         out_key: object = None

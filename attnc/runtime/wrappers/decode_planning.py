@@ -55,7 +55,6 @@ DEFAULT_MAX_BATCH = 256
 MAX_CTAS_PER_SM = 8
 _GET_RAW_STREAM = cuda_stream.GET_RAW_STREAM
 _Tensor = torch.Tensor
-_TRANSFORMS_ACTIVE = torch._C._are_functorch_transforms_active
 _I32 = torch.int32
 
 
@@ -205,7 +204,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
-            and not _TRANSFORMS_ACTIVE()  # vmap's wrappers are plain Tensors without storage
+            and not tensors.transforms_active()  # vmap wraps plain Tensors without storage
             # types before the key: comparing a numpy array to it is ambiguous
             and type(num_qo_heads) is int
             and type(num_kv_heads) is int
