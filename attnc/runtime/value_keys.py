@@ -9,9 +9,28 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def value_key(value: object) -> tuple[object, ...]:
-    """``(type, value)``, with the sign of a float (``-0.0`` and ``0.0`` differ)."""
-    if type(value) is float:
-        return (float, value, math.copysign(1.0, value))
+    """``(type, value)``, with the sign of a float, Python's or numpy's (``-0.0`` and ``0.0``
+    differ)."""
+    if type(value) is float or isinstance(value, np.floating):
+        return (type(value), value, math.copysign(1.0, float(value)))
     return (type(value), value)
+
+
+def same_number(a: object, b: object) -> bool:
+    """``a == b`` for the scalars ``run()`` must give as ``plan()`` was given them (``1`` and
+    ``1.0`` alike), but for zeros of two signs; NaN equals NaN (the same value given again)."""
+    if a == b:
+        return a != 0 or _sign(a) == _sign(b)
+    return _is_nan(a) and _is_nan(b)
+
+
+def _sign(x: object) -> float:
+    return math.copysign(1.0, float(x)) if isinstance(x, float | np.floating) else 1.0
+
+
+def _is_nan(x: object) -> bool:
+    return isinstance(x, float | np.floating) and x != x

@@ -435,3 +435,22 @@ def test_a_zero_tensor_on_the_fast_path_is_refused_by_name(cpu, which):
     tables[which] = torch._efficientzerotensor(tables[which].numel(), dtype=torch.int32)
     with pytest.raises(ValueError, match=f"^{names[which]}: expected a dense tensor, got a zero"):
         _plan(w, *tables.values())
+
+
+@pytest.mark.parametrize("which", ["indptr", "ids", "last"])
+def test_a_freed_page_table_is_refused_by_name(cpu, which):
+    """A storage freed by resize_(0) (as sharded training frees parameters): a null pointer
+    reached the planner (a segfault) on the fast path and on the checked one."""
+    names = {"indptr": "kv_indptr", "ids": "kv_indices", "last": "kv_last_page_len"}
+    for warm in (False, True):
+        w = make_wrapper()
+        tables = dict(
+            zip(("indptr", "ids", "last"), page_table(np.random.default_rng(6), 4), strict=True)
+        )
+        if warm:
+            _plan(w, *tables.values())  # the next plan may take the fast path
+        freed = tables[which].clone()
+        freed.untyped_storage().resize_(0)
+        tables[which] = freed
+        with pytest.raises(ValueError, match=f"^{names[which]}: its storage holds 0 bytes"):
+            _plan(w, *tables.values())

@@ -3,21 +3,30 @@ launches stubbed). Before: another wrapper's ``out=`` written over a planned ten
 attnc's own write, so the planned tensor's stamp followed it and run() launched on a work list
 cut for the old values; ``0.0`` and ``-0.0`` were one key of the call memos and of the
 derived-value check (a call launched the other zero's struct; a value the check refuses
-passed after the other zero had); a prefill plan() whose last params had the same metadata
-skipped the negative-bit check."""
+passed after the other zero had), and ``run()``'s check against the plan's scalars took one
+zero for the other (numpy's zeros were one key everywhere); a prefill plan() whose last params
+had the same metadata skipped the negative-bit check; a tensor whose storage was freed reached
+the planners and kernels with a null address."""
 
 from __future__ import annotations
 
+import math
 import struct
 
+import numpy as np
 import pytest
 import torch
 
 import attnc
 from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
+from tests.unit.test_hostile_runs import _map_wrapper
 from tests.unit.test_prefill_call_memo import (  # noqa: F401
+    HKV,
+    HQ,
+    D,
     _qkv,
     _ragged_plan,
     _Recorder,
@@ -114,3 +123,59 @@ def test_plan_checks_the_negative_bit_after_a_plan_of_the_same_metadata(cpu_run)
     negated = torch._neg_view(torch.tensor([-3, -100], dtype=torch.int32))
     with pytest.raises(ValueError, match="negative bit"):
         _ragged_plan(w, params={"window": negated})
+
+
+DOC_INVERSE = """variant doc_inv {
+    param doc: tensor<i32>[kv_len];
+    param t: f32 = 1.0;
+    mask = kv_idx <= q_pos && doc[kv_idx] == doc[q_pos] && 1.0 / t > 0.0;
+}"""
+
+
+def test_run_with_the_other_zero_than_the_tile_map_was_built_for(monkeypatch) -> None:
+    """The map built for t = -0.0 holds only EMPTY blocks; run(t=0.0) passed its check."""
+    w = _map_wrapper(monkeypatch, DOC_INVERSE)
+    doc = torch.arange(2, dtype=torch.int32).repeat_interleave(128)
+    qo = torch.tensor([0, 256], dtype=torch.int32)
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, "t": -0.0})
+    with pytest.raises(
+        ValueError, match="param 't' is 0.0 in run\\(\\), but plan\\(\\) was given -0.0"
+    ):
+        w.check_planned_values({"doc": doc, "t": 0.0})
+    w.check_planned_values({"doc": doc, "t": -0.0})
+    w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, "t": float("nan")})
+    w.check_planned_values({"doc": doc, "t": float("nan")})  # the same value given again
+
+
+def test_numpy_zeros_of_two_signs_are_two_plans(monkeypatch) -> None:
+    w = _map_wrapper(monkeypatch, DOC_INVERSE)
+    seen: list[object] = []
+    build = w._map_builder
+    w._map_builder = lambda values, *a: (seen.append(values["t"]), build(values, *a))[1]
+    doc = torch.arange(2, dtype=torch.int32).repeat_interleave(128)
+    qo = torch.tensor([0, 256], dtype=torch.int32)
+    for t in (np.float64(-0.0), np.float64(0.0)):  # the second was the first's memo hit
+        w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, "t": t})
+    assert [math.copysign(1.0, t) for t in seen] == [-1.0, 1.0]
+    assert math.copysign(1.0, w._planned_mask.values["t"]) == 1.0
+    variant = attnc.load(source=INVERSE_SCALE)
+    PlannedMask.from_plan_params(variant, {"t": np.float32(0.0)})
+    planned = PlannedMask.from_plan_params(variant, {"t": np.float32(-0.0)})
+    assert math.copysign(1.0, planned.values["t"]) == -1.0
+
+
+def test_a_tensor_whose_storage_was_freed_is_refused_by_name(cpu_run) -> None:  # noqa: F811
+    """A storage freed by resize_(0) leaves the view's shape and a null address."""
+    w, recorder = _wrapper("causal")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    freed = q.clone()
+    freed.untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match="^q: its storage holds 0 bytes, fewer than the view"):
+        w.run(freed, (k, v))
+    indptr = torch.tensor([0, 5, 14], dtype=torch.int32)
+    freed_indptr = indptr.clone()
+    freed_indptr.untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match="^qo_indptr: its storage holds 0 bytes"):
+        w.plan(freed_indptr, indptr, HQ, HKV, D)
+    assert recorder.calls == []

@@ -154,6 +154,7 @@ def workspace_bytes(workspace_buffer: object, require_cuda: bool = False) -> tor
             f"workspace_buffer: must be on a cuda device, got {workspace_buffer.device}"
         )
     check_has_memory("workspace_buffer", workspace_buffer)
+    check_storage_holds("workspace_buffer", workspace_buffer)
     offset = workspace_buffer.data_ptr() % VECTOR_ALIGN_BYTES
     if offset:
         raise ValueError(
@@ -237,6 +238,23 @@ def check_has_memory(name: str, t: torch.Tensor) -> None:
         )
 
 
+def check_storage_holds(name: str, t: torch.Tensor) -> None:
+    """Refuse a view whose storage does not hold the bytes it addresses: a storage freed by
+    ``untyped_storage().resize_(0)`` (as sharded training frees parameters) leaves the view's
+    shape and a null or dangling address, which a kernel or planner would read. Traced by
+    ``torch.compile`` tensors are stand-ins, and pass."""
+    if t.numel() == 0 or torch.compiler.is_compiling():
+        return
+    storage = t.untyped_storage()
+    base, held = storage.data_ptr(), storage.nbytes()
+    start, end = byte_range(t)
+    if base == 0 or start < base or end > base + held:
+        raise ValueError(
+            f"{name}: its storage holds {held} bytes, fewer than the view addresses (a storage "
+            "freed by untyped_storage().resize_(0), say); give a tensor with its memory"
+        )
+
+
 def check_param_memory(values: Mapping[str, object]) -> None:
     """``check_has_memory`` of each tensor among resolved param ``values``, before their
     addresses are packed for a kernel (the reference takes any tensor)."""
@@ -274,6 +292,7 @@ def check_data_tensor(
     if t.device.type != device_type:
         raise ValueError(f"{name}: must be on a {device_type} device, got {t.device}")
     check_has_memory(name, t)
+    check_storage_holds(name, t)
     if t.dtype not in KV_DTYPES:
         raise ValueError(f"{name}: dtype must be torch.bfloat16 or torch.float16, got {t.dtype}")
     _check_shape(name, t, shape)
@@ -425,6 +444,7 @@ def check_index_tensor(name: str, t: object) -> torch.Tensor:
     if t.device.type not in INDEX_DEVICE_TYPES:
         raise ValueError(f"{name}: must be on the CPU or a CUDA device, got {t.device}")
     check_has_memory(name, t)
+    check_storage_holds(name, t)
     if t.dtype != torch.int32:
         raise ValueError(f"{name}: dtype must be torch.int32, got {t.dtype}")
     if t.dim() != 1:

@@ -29,7 +29,7 @@ from attnc.runtime.checks.params import check_plan_params
 from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
 from attnc.runtime.planning.plan_params import MaskReads, plan_value, variant_mask_reads
 from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
-from attnc.runtime.value_keys import value_key
+from attnc.runtime.value_keys import same_number, value_key
 
 
 def plan_time_bounds(
@@ -238,7 +238,7 @@ class PlannedMask:
         (the work list was cut for them) or another tensor than a planned one."""
         check_planned_tensors(variant_name, self.tensors, values)
         for name, planned in self.values.items():
-            if not _same_value(values[name], planned):
+            if not same_number(values[name], planned):
                 raise ValueError(
                     f"variant '{variant_name}': param '{name}' is {values[name]!r} in run(), "
                     f"but plan() was given {planned!r}; give run() the values given to "
@@ -279,13 +279,6 @@ def _map_scalars(
         if decl.kind != "tensor":
             out[decl.name] = value
     return out
-
-
-def _same_value(a: object, b: object) -> bool:
-    """Equal scalars, NaN equal to NaN (a NaN param planned and given again is the same)."""
-    if a == b:
-        return True
-    return isinstance(a, float) and isinstance(b, float) and a != a and b != b
 
 
 def bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:

@@ -75,9 +75,10 @@ def own_write(written: torch.Tensor, write: Callable[[], object]) -> None:
     or a ``copy_``): each stamp of a tensor in the same storage, apart from ``written``'s
     bytes, whose version was its stamp's and moved by exactly that one write shares
     ``written``'s version counter, so its bytes are unchanged and it takes the new version. A
-    write by another thread in between moves it by two, and a planned tensor that ``written``
-    overlaps (another wrapper's ``out=`` over it: each wrapper checks only its own params)
-    was written: neither is followed."""
+    write by another thread in between moves it by two, and a planned tensor within the span
+    of ``written`` (another wrapper's ``out=`` over it: each wrapper checks only its own
+    params; the span of a strided ``out`` includes its gaps) counts as written: neither is
+    followed."""
     found = _BY_STORAGE.get(_storage_address(written)) if _BY_STORAGE else None
     if not found:
         write()

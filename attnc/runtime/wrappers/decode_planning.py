@@ -40,6 +40,7 @@ from attnc.runtime.planning.mask_ranges import (
 )
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
+from attnc.runtime.value_keys import same_number
 from attnc.runtime.wrappers import cuda_stream, decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
 from attnc.runtime.wrappers.decode_plan_inputs import (
@@ -236,12 +237,10 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             and kv_indices.is_contiguous()
             # views with the negative bit hold -x for x: the slow path reads them resolved
             and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
-            # torch's zero tensors have no memory (a null pointer): the slow path names them
-            and not (
-                kv_indptr._is_zerotensor()
-                or kv_last_page_len._is_zerotensor()
-                or kv_indices._is_zerotensor()
-            )
+            # no null pointer (a zero tensor, a freed storage, an empty table): checked below
+            and kv_indptr.data_ptr() != 0
+            and kv_last_page_len.data_ptr() != 0
+            and kv_indices.data_ptr() != 0
         ):
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
@@ -302,7 +301,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         if mask is None:
             return
         planned, key = mask
-        if planned.values != self._planned_mask.values or planned.tensors:
+        if planned.tensors or not _same_values(planned.values, self._planned_mask.values):
             self._calls.clear()
         self._planned_mask = planned
         self._mask_key = key
@@ -496,3 +495,8 @@ def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> No
                 "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
                 "not a tensor of one value per KV token: give it to run()"
             )
+
+
+def _same_values(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Two plans' scalars alike (``same_number``: ``-0.0`` is not ``0.0``)."""
+    return a.keys() == b.keys() and all(same_number(a[k], b[k]) for k in a)
