@@ -179,3 +179,20 @@ def test_a_tensor_whose_storage_was_freed_is_refused_by_name(cpu_run) -> None:  
     with pytest.raises(ValueError, match="^qo_indptr: its storage holds 0 bytes"):
         w.plan(freed_indptr, indptr, HQ, HKV, D)
     assert recorder.calls == []
+
+
+@pytest.mark.parametrize("how", ["data", "numpy"])
+def test_plan_again_reads_a_tensor_written_where_torch_does_not_count(cpu_run, how) -> None:  # noqa: F811
+    """The documented remedy for a write torch does not count (``.data``, numpy): plan()
+    again. Its params memo answered by the tensor's object and version, so the plan kept the
+    old values (Variant.prefill, which plans tensor params on every call, likewise)."""
+    w, _ = _wrapper("per_request_window")
+    window = torch.tensor([16, 16], dtype=torch.int32)
+    _ragged_plan(w, params={"window": window})
+    assert w._planned_mask.program.per_req["window"].tolist() == [16, 16]
+    if how == "data":
+        window.data[0] = 1000
+    else:
+        window.numpy()[0] = 1000
+    _ragged_plan(w, params={"window": window})
+    assert w._planned_mask.program.per_req["window"].tolist() == [1000, 16]

@@ -261,13 +261,16 @@ class BatchPrefillWrapper(PrefillRunner):
         self, params: Mapping[str, object], heads: tuple[int, int, int], batch: tuple[int, ...]
     ) -> tuple[dict[str, object], dict[str, torch.Tensor], PlannedMask]:
         """The checked scalars and tensors of ``params`` and the mask they plan, for the
-        batch's (total_q, total_kv, requests). The last answer is kept for the same values
-        in a batch of the same sizes, and the last checks for values they would pass again
-        (tensors of the same metadata, equal scalars): only the mask is made again then."""
+        batch's (total_q, total_kv, requests). The last answer is kept for the same scalars
+        in a batch of the same sizes (tensors' values are read on every plan: a write torch
+        does not count, through ``.data`` or numpy, must be planned by the next ``plan()``),
+        and the last checks for values they would pass again (tensors of the same metadata,
+        equal scalars): only the mask is made again then."""
         if batch != self._sizes_of[0]:
             self._sizes_of = (batch, token_sizes(*batch))
         keys = params_keys(params)
-        same = None if keys is None else (keys[0], heads, batch)
+        with_tensors = any(isinstance(value, torch.Tensor) for value in params.values())
+        same = None if keys is None or with_tensors else (keys[0], heads, batch)
         if same is not None and same == self._params_seen[0]:
             return self._params_seen[1]  # type: ignore[return-value]
         checked = None if keys is None else (keys[1], heads, batch)

@@ -11,6 +11,7 @@ op and no host code.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Mapping
@@ -111,8 +112,15 @@ def single_prefill(
                 "sm_scale: under torch.compile give a Python float (a tensor would have to be "
                 "read back to the host inside the graph)"
             )
+        # Its kind and sign here, by comparisons a symbolic float traces (dynamo makes a float
+        # that changed between calls symbolic; math.isfinite cannot trace one); the float32
+        # range in the op's body, where it is a number again.
         if sm_scale is not None:
-            sm_scale = tensors.check_sm_scale(sm_scale, q.shape[2])
+            if isinstance(sm_scale, bool) or not isinstance(sm_scale, int | float):
+                kind = type(sm_scale).__name__
+                raise ValueError(f"sm_scale: under torch.compile give a Python float, got {kind}")
+            if not 0.0 < sm_scale < math.inf:
+                raise ValueError(f"sm_scale: must be a finite number > 0, got {sm_scale!r}")
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(
@@ -268,7 +276,8 @@ def single_prefill_op(
             "keep the Variant a graph calls alive while the graph is used"
         )
     values = join_params(variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
-    result = run_one(variant, q, k, v, sm_scale, return_lse, values)
+    # The process default, as eager calls without a backend take it (ATTNC_PREFILL_BACKEND).
+    result = run_one(variant, q, k, v, sm_scale, return_lse, values, check_backend(None))
     if isinstance(result, tuple):
         return result
     return result, torch.empty((0,), dtype=torch.float32, device=q.device)
