@@ -70,7 +70,8 @@ def _traced_prefill(variant: str, v_shape=(20, 2, 64), **kw):
     "kw, words",
     [(dict(v_shape=(3, 1, 64)), "v: expected shape \\[20, 2, 64\\]"),
      (dict(sm_scale=torch.tensor(0.1)), "sm_scale: under torch.compile give a Python float"),
-     (dict(sm_scale=-1.0), "sm_scale: must be a finite number > 0")],
+     (dict(sm_scale=-1.0), "sm_scale: must be a finite number > 0"),
+     (dict(sm_scale=10**400), "sm_scale: an int past float32's range")],
 )  # fmt: skip
 def test_prefill_checks_what_eager_checks_while_traced(kw, words) -> None:
     """The traced branch passed a tensor scale to the op's float argument and checked

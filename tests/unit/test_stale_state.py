@@ -21,20 +21,19 @@ import attnc
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.unit import test_prefill_call_memo as memo
 from tests.unit.test_decode_fast_path import _inputs, cpu_decode  # noqa: F401
 from tests.unit.test_hostile_runs import _map_wrapper
-from tests.unit.test_prefill_call_memo import (  # noqa: F401
-    HKV,
-    HQ,
-    D,
-    _qkv,
-    _ragged_plan,
-    _Recorder,
-    _wrapper,
-    cpu_run,
-)
+from tests.unit.test_prefill_call_memo import cpu_run  # noqa: F401
+from tests.unit.test_tensor_stamps import WRITTEN
 
-WRITTEN = "param 'window': run\\(\\) was given the planned tensor, written since plan\\(\\)"
+HQ, HKV, D = memo.HQ, memo.HKV, memo.D
+_qkv, _ragged_plan, _Recorder, _wrapper = (
+    memo._qkv,
+    memo._ragged_plan,
+    memo._Recorder,
+    memo._wrapper,
+)
 # t = +0.0: 1/t = inf, causal attention; t = -0.0: 1/t = -inf, every key masked.
 INVERSE_MASK = "variant inv { param t: f32 = 1.0; mask = kv_idx <= q_pos && 1.0 / t > 0.0; }"
 # t = -0.0: exp(1/t) = 0, in range; t = +0.0: exp(1/t) = inf, refused by the derived check.
@@ -196,3 +195,22 @@ def test_plan_again_reads_a_tensor_written_where_torch_does_not_count(cpu_run, h
         window.numpy()[0] = 1000
     _ragged_plan(w, params={"window": window})
     assert w._planned_mask.program.per_req["window"].tolist() == [1000, 16]
+
+
+def test_a_tensor_param_whose_storage_was_freed_is_refused_by_name(cpu_run) -> None:  # noqa: F811
+    """plan() read a freed window through a null address (a segfault), and run() packed a
+    freed slopes tensor's null address for the kernel."""
+    windowed, _ = _wrapper("per_request_window")
+    window = torch.tensor([3, 100], dtype=torch.int32)
+    window.untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match="^param 'window': its storage holds 0 bytes"):
+        _ragged_plan(windowed, params={"window": window})
+    w, recorder = _wrapper("alibi")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    slopes = torch.full((HQ,), 0.5)
+    w.run(q, (k, v), slopes=slopes)
+    slopes.untyped_storage().resize_(0)
+    with pytest.raises(ValueError, match="^param 'slopes': its storage holds 0 bytes"):
+        w.run(q, (k, v), slopes=slopes)
+    assert len(recorder.calls) == 1

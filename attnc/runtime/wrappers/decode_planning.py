@@ -237,10 +237,10 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             and kv_indices.is_contiguous()
             # views with the negative bit hold -x for x: the slow path reads them resolved
             and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
-            # no null pointer (a zero tensor, a freed storage, an empty table): checked below
-            and kv_indptr.data_ptr() != 0
-            and kv_last_page_len.data_ptr() != 0
-            and kv_indices.data_ptr() != 0
+            # bytes behind each (not a zero tensor or a freed storage): checked below otherwise
+            and tensors.storage_holds(kv_indptr)
+            and tensors.storage_holds(kv_last_page_len)
+            and tensors.storage_holds(kv_indices)
         ):
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:

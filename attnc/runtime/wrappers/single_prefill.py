@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
+from attnc.compiler.numeric import F32_MAX
 from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.limits import check_single_request
@@ -121,6 +122,8 @@ def single_prefill(
                 raise ValueError(f"sm_scale: under torch.compile give a Python float, got {kind}")
             if not 0.0 < sm_scale < math.inf:
                 raise ValueError(f"sm_scale: must be a finite number > 0, got {sm_scale!r}")
+            if isinstance(sm_scale, int) and sm_scale > F32_MAX:
+                raise ValueError("sm_scale: an int past float32's range")
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(
