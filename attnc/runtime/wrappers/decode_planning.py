@@ -301,7 +301,10 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         if mask is None:
             return
         planned, key = mask
-        if planned.tensors or not _same_values(planned.values, self._planned_mask.values):
+        last = self._planned_mask
+        if planned.tensors or (
+            planned is not last and not _same_values(planned.values, last.values)
+        ):
             self._calls.clear()
         self._planned_mask = planned
         self._mask_key = key
