@@ -71,13 +71,18 @@ def _traced_prefill(variant: str, v_shape=(20, 2, 64), **kw):
     [(dict(v_shape=(3, 1, 64)), "v: expected shape \\[20, 2, 64\\]"),
      (dict(sm_scale=torch.tensor(0.1)), "sm_scale: under torch.compile give a Python float"),
      (dict(sm_scale=-1.0), "sm_scale: must be a finite number > 0"),
-     (dict(sm_scale=10**400), "sm_scale: an int past float32's range")],
+     (dict(sm_scale=10**400), "sm_scale: expected a float, got int 1000000")],
 )  # fmt: skip
 def test_prefill_checks_what_eager_checks_while_traced(kw, words) -> None:
     """The traced branch passed a tensor scale to the op's float argument and checked
     neither v nor the scale's value."""
     with pytest.raises(ValueError, match=words):
         _traced_prefill("softcap", **kw)
+
+
+def test_a_traced_int_scale_that_rounds_to_the_float32_max_is_taken_as_eager_takes_it() -> None:
+    scale = int(3.4028234663852886e38) + 2**100  # float32 rounds it to its largest value
+    assert _traced_prefill("softcap", sm_scale=scale).shape == (9, 8, 64)
 
 
 def test_the_harness_compares_non_finite_values_by_value() -> None:

@@ -205,6 +205,9 @@ def test_a_tensor_param_whose_storage_was_freed_is_refused_by_name(cpu_run) -> N
     window.untyped_storage().resize_(0)
     with pytest.raises(ValueError, match="^param 'window': its storage holds 0 bytes"):
         _ragged_plan(windowed, params={"window": window})
+    zero = torch._efficientzerotensor(2, dtype=torch.int32)  # no storage: its own words
+    with pytest.raises(ValueError, match="'window'.*expected a dense tensor, got a zero-tensor"):
+        _ragged_plan(windowed, params={"window": zero})
     w, recorder = _wrapper("alibi")
     total_q, total_kv = _ragged_plan(w)
     q, k, v = _qkv(total_q, total_kv)

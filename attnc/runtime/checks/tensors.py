@@ -280,13 +280,8 @@ def check_param_memory(values: Mapping[str, object]) -> None:
             continue
         if type(value) is not torch.Tensor or transforms_active():
             check_has_memory(f"param '{name}'", value)
-        # a sparse, nested or meta one is refused by the param checks
-        if (
-            value.layout is torch.strided
-            and not value.is_nested
-            and not value.is_meta
-            and not storage_holds(value)
-        ):
+        # a sparse, nested, zero or meta one is refused by the param checks, by name
+        if is_dense(value) and not value.is_meta and not storage_holds(value):
             check_storage_holds(f"param '{name}'", value)
 
 

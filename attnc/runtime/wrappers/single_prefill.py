@@ -123,7 +123,7 @@ def single_prefill(
             if not 0.0 < sm_scale < math.inf:
                 raise ValueError(f"sm_scale: must be a finite number > 0, got {sm_scale!r}")
             if isinstance(sm_scale, int) and sm_scale > F32_MAX:
-                raise ValueError("sm_scale: an int past float32's range")
+                tensors.check_sm_scale(sm_scale, q.shape[2])  # an int: eager's words, or fine
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(
