@@ -137,26 +137,22 @@ def split_plan_params(
 
 def params_keys(
     params: Mapping[str, object],
-) -> tuple[tuple[object, ...], tuple[object, ...]] | None:
-    """What ``plan()`` reads of its ``params``: (the values themselves: scalars by type and
-    value, tensors by object, storage and version; what their checks read: scalars likewise,
-    tensors by shape, strides, dtype and device), or None when a value cannot be compared so."""
-    same: list[object] = []
+) -> tuple[tuple[object, ...] | None, tuple[object, ...]] | None:
+    """What ``plan()`` reads of its ``params``: (the values themselves, scalars by
+    ``value_key``, or None when a tensor is among them: its values are read on every plan,
+    as a write torch does not count cannot be told from none; what their checks read:
+    scalars likewise, tensors by shape, strides, dtype and device), or None when a value
+    cannot be compared so."""
     checked: list[object] = []
+    with_tensors = False
     for name, value in params.items():
         if isinstance(value, torch.Tensor):
-            if not is_dense(value):
+            if not is_dense(value) or value.is_neg():  # the metadata hides the negative bit
                 return None
-            if value.is_inference():  # no version: a write since cannot be seen
-                return None
-            if value.is_neg():  # checked (and refused) each time: the metadata hides the bit
-                return None
-            meta = (name, value.shape, value.stride(), value.dtype, value.device)
-            same.append((meta, id(value), value.data_ptr(), value._version))
-            checked.append(meta)
+            checked.append((name, value.shape, value.stride(), value.dtype, value.device))
+            with_tensors = True
         elif isinstance(value, int | float | bool):
-            same.append((name, *value_key(value)))
-            checked.append(same[-1])
+            checked.append((name, *value_key(value)))
         else:
             return None
-    return tuple(same), tuple(checked)
+    return (None if with_tensors else tuple(checked)), tuple(checked)

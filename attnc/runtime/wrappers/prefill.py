@@ -269,8 +269,7 @@ class BatchPrefillWrapper(PrefillRunner):
         if batch != self._sizes_of[0]:
             self._sizes_of = (batch, token_sizes(*batch))
         keys = params_keys(params)
-        with_tensors = any(isinstance(value, torch.Tensor) for value in params.values())
-        same = None if keys is None or with_tensors else (keys[0], heads, batch)
+        same = None if keys is None or keys[0] is None else (keys[0], heads, batch)
         if same is not None and same == self._params_seen[0]:
             return self._params_seen[1]  # type: ignore[return-value]
         checked = None if keys is None else (keys[1], heads, batch)
