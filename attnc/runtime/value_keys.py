@@ -8,6 +8,7 @@ remembered for the other.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -26,6 +27,11 @@ def same_number(a: object, b: object) -> bool:
     if a == b:
         return a != 0 or _sign(a) == _sign(b)
     return _is_nan(a) and _is_nan(b)
+
+
+def same_values(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Two sets of named scalars alike, value by value (``same_number``)."""
+    return a.keys() == b.keys() and all(same_number(a[k], b[k]) for k in a)
 
 
 def _sign(x: object) -> float:

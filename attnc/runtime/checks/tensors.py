@@ -13,12 +13,18 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 
 from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL
 from attnc.dsl.errors import printable
 from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
+from attnc.runtime.checks.memory import (
+    byte_range,
+    check_has_memory,
+    check_storage_holds,
+    storage_holds,
+    transforms_active,
+)
 
 HEAD_DIMS = (64, 128, 256)
 KV_DTYPES = (torch.bfloat16, torch.float16)
@@ -199,78 +205,6 @@ def layout_name(t: torch.Tensor) -> str:
     return str(t.layout).removeprefix("torch.")
 
 
-def has_memory(t: torch.Tensor) -> bool:
-    """False for a FakeTensor (``FakeTensorMode``: shapes without memory, a null data pointer)
-    and for a tensor inside a ``torch.func`` transform (vmap, grad: a wrapper without storage);
-    the kernels and planners cannot read either. Cheap for ordinary tensors: the eager fast
-    paths ask it."""
-    if is_fake(t):
-        return False
-    return not transforms_active() or not torch._C._functorch.is_functorch_wrapped_tensor(t)
-
-
-def is_fake(t: torch.Tensor) -> bool:
-    """True for a FakeTensor (``FakeTensorMode``): shapes without memory."""
-    return type(t) is not torch.Tensor and isinstance(t, FakeTensor)
-
-
-# True inside a torch.func transform (vmap, grad), whose tensors are wrappers without storage.
-transforms_active = torch._C._are_functorch_transforms_active
-
-
-def check_has_memory(name: str, t: torch.Tensor) -> None:
-    """Refuse, on an eager path whose kernels or planners read ``t``'s memory, a tensor
-    without memory of its own (``has_memory``). Traced by ``torch.compile`` tensors are
-    stand-ins, and pass; fake implementations of the custom ops do not call this."""
-    if type(t) is torch.Tensor and not transforms_active():  # the common case, at once
-        return
-    if has_memory(t) or torch.compiler.is_compiling():
-        return
-    if isinstance(t, FakeTensor):
-        raise ValueError(
-            f"{name}: a fake tensor (FakeTensorMode) has no memory for attnc to read; give a "
-            "real tensor (under torch.compile the custom ops take fake ones)"
-        )
-    if torch._C._functorch.is_functorch_wrapped_tensor(t):
-        raise ValueError(
-            f"{name}: a tensor inside a torch.func transform (vmap, grad); attnc's kernels "
-            "neither batch nor differentiate: call them outside the transform"
-        )
-
-
-def check_storage_holds(name: str, t: torch.Tensor) -> None:
-    """Refuse a view whose storage does not hold the bytes it addresses: a storage freed by
-    ``untyped_storage().resize_(0)`` (as sharded training frees parameters) leaves the view's
-    shape and a null or dangling address, which a kernel or planner would read. Traced by
-    ``torch.compile`` tensors are stand-ins, and pass."""
-    if torch.compiler.is_compiling() or storage_holds(t):
-        return
-    held = 0 if t._is_zerotensor() else t.untyped_storage().nbytes()
-    raise ValueError(
-        f"{name}: its storage holds {held} bytes, fewer than the view addresses (a storage "
-        "freed by untyped_storage().resize_(0), say); give a tensor with its memory"
-    )
-
-
-def storage_holds(t: torch.Tensor) -> bool:
-    """True when ``t``'s storage holds every byte ``t`` addresses (an empty tensor holds
-    none); a fraction of a microsecond for a contiguous one."""
-    numel = t.numel()
-    if numel == 0:
-        return True
-    storage = t.untyped_storage()
-    try:
-        base = storage.data_ptr()
-    except RuntimeError:  # no storage to point into (torch's zero tensors)
-        return False
-    if base == 0:
-        return False
-    if t.is_contiguous():
-        return (t.storage_offset() + numel) * t.element_size() <= storage.nbytes()
-    start, end = byte_range(t)
-    return base <= start and end <= base + storage.nbytes()
-
-
 def check_param_memory(values: Mapping[str, object]) -> None:
     """``check_has_memory`` and ``check_storage_holds`` of each tensor among param
     ``values``, before a plan reads them or their addresses are packed for a kernel (the
@@ -404,17 +338,6 @@ def check_vector_layout(named: Sequence[tuple[str, torch.Tensor | None, int]]) -
             )
 
 
-def byte_range(t: torch.Tensor) -> tuple[int, int]:
-    """The addresses ``[first, one past the last)`` of the bytes ``t`` can address (an
-    empty range for an empty tensor)."""
-    start = t.data_ptr()
-    if t.is_contiguous():
-        return start, start + t.nbytes
-    if t.numel() == 0:
-        return start, start
-    return start, start + (_last_offset(t) + 1) * t.element_size()
-
-
 def overlaps_itself(t: torch.Tensor) -> bool:
     """True when two elements of ``t`` share an address (a zero or too small stride)."""
     if t.is_contiguous():  # row-major strides: one address per element
@@ -435,12 +358,6 @@ def shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     a0, a1 = byte_range(a)
     b0, b1 = byte_range(b)
     return a0 < b1 and b0 < a1
-
-
-def _last_offset(t: torch.Tensor) -> int:
-    if t.is_contiguous():
-        return t.numel() - 1
-    return sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
 
 
 def check_same_kind(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnc.runtime.checks.tensors import byte_range
+from attnc.runtime.checks.memory import byte_range
 
 # Live stamps by the address of their tensor's storage (the candidates an own write into that
 # storage may move; the version decides). Keys whose stamps are gone are dropped as new ones

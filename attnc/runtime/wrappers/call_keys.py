@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from attnc.runtime.checks.tensors import is_dense, is_fake, transforms_active
+from attnc.runtime.checks.memory import is_fake, transforms_active
+from attnc.runtime.checks.tensors import is_dense
 from attnc.runtime.value_keys import value_key
 
 _SCALAR_TYPES = (int, float, bool)

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.checks import tensors
+from attnc.runtime.checks import memory, tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.tensor_stamps import check_planned_tensors
@@ -267,7 +267,7 @@ class BatchDecodeWrapper(DecodePlanning):
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {shape.dtype}")
         if (
             not tensors.is_dense(q)
-            or not tensors.has_memory(q)
+            or not memory.has_memory(q)
             or tensors.negated_view(q)
             or tuple(q.shape) != want
             or q.device != self._device

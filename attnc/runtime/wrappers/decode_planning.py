@@ -21,7 +21,7 @@ from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.build import toolchain
 from attnc.runtime.build.modules import DecodeModule, get_decode_module
-from attnc.runtime.checks import tensors
+from attnc.runtime.checks import memory, tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import (
@@ -40,7 +40,7 @@ from attnc.runtime.planning.mask_ranges import (
 )
 from attnc.runtime.planning.plan_params import split_plan_params
 from attnc.runtime.planning.workspace import make_layout
-from attnc.runtime.value_keys import same_number
+from attnc.runtime.value_keys import same_values
 from attnc.runtime.wrappers import cuda_stream, decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
 from attnc.runtime.wrappers.decode_plan_inputs import (
@@ -205,7 +205,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             and type(kv_indptr) is _Tensor
             and type(kv_last_page_len) is _Tensor
             and type(kv_indices) is _Tensor
-            and not tensors.transforms_active()  # vmap wraps plain Tensors without storage
+            and not memory.transforms_active()  # vmap wraps plain Tensors without storage
             # types before the key: comparing a numpy array to it is ambiguous
             and type(num_qo_heads) is int
             and type(num_kv_heads) is int
@@ -238,9 +238,9 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             # views with the negative bit hold -x for x: the slow path reads them resolved
             and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
             # bytes behind each (not a zero tensor or a freed storage): checked below otherwise
-            and tensors.storage_holds(kv_indptr)
-            and tensors.storage_holds(kv_last_page_len)
-            and tensors.storage_holds(kv_indices)
+            and memory.storage_holds(kv_indptr)
+            and memory.storage_holds(kv_last_page_len)
+            and memory.storage_holds(kv_indices)
         ):
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
@@ -303,7 +303,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         planned, key = mask
         last = self._planned_mask
         if planned.tensors or (
-            planned is not last and not _same_values(planned.values, last.values)
+            planned is not last and not same_values(planned.values, last.values)
         ):
             self._calls.clear()
         self._planned_mask = planned
@@ -498,8 +498,3 @@ def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> No
                 "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
                 "not a tensor of one value per KV token: give it to run()"
             )
-
-
-def _same_values(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
-    """Two plans' scalars alike (``same_number``: ``-0.0`` is not ``0.0``)."""
-    return a.keys() == b.keys() and all(same_number(a[k], b[k]) for k in a)
