@@ -8,13 +8,15 @@ every literal and every folded result rounded to nearest (ties to even), with ov
 from __future__ import annotations
 
 import math
-import struct
+
+from attnc.dsl.literals import nearest_f32
 
 I32_MIN = -(2**31)
 I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
-# Values at or beyond this magnitude round to infinity in binary32 (FLT_MAX + half an ulp).
-F32_OVERFLOW = 2.0**128 - 2.0**103
+# The least int that float() and then binary32 rounding take to infinity (F32_OVERFLOW less
+# half a float64 ulp there, where float() rounds a tie to the even F32_OVERFLOW).
+F32_INT_LIMIT = 2**128 - 2**103 - 2**74
 # The smallest normal binary32 magnitude; below it values are subnormal (the kernels may flush).
 F32_MIN_NORMAL = 2.0**-126
 
@@ -26,14 +28,7 @@ def wrap_i32(x: int) -> int:
 
 def round_f32(x: float) -> float:
     """``x`` rounded to the nearest binary32 value (``inf`` beyond the range, ``nan`` kept)."""
-    x = float(x)
-    if math.isnan(x) or math.isinf(x):
-        return x
-    if abs(x) >= F32_OVERFLOW:
-        return math.copysign(math.inf, x)
-    if abs(x) > F32_MAX:
-        return math.copysign(F32_MAX, x)
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    return nearest_f32(float(x))
 
 
 def is_finite(x: float) -> bool:

@@ -99,12 +99,12 @@ def _past_decimal_range(text: str) -> float | None:
 
 
 def nearest_f32(x: float) -> float:
-    """``x`` rounded to binary32 (ties to even); inf past the range (the runtime's float32
-    checks use it too)."""
-    try:
-        return float(struct.unpack("<f", struct.pack("<f", x))[0])
-    except OverflowError:
+    """``x`` rounded to binary32 (ties to even); inf past the range, NaN kept (the
+    compiler's folding and the runtime's float32 checks use it too). A comparison, not a
+    caught OverflowError, finds the range: ``torch.compile`` traces the runtime's checks."""
+    if abs(x) >= F32_OVERFLOW:
         return math.copysign(math.inf, x)
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
 
 
 def _f32_step(x: float, away: bool) -> float:

@@ -14,9 +14,9 @@ import numpy as np
 
 
 def value_key(value: object) -> tuple[object, ...]:
-    """``(type, value)``, with the sign of a float, Python's or numpy's (``-0.0`` and ``0.0``
-    differ)."""
-    if type(value) is float or isinstance(value, np.floating):
+    """``(type, value)``, with the sign of a float, Python's, a subclass's or numpy's
+    (``-0.0`` and ``0.0`` differ)."""
+    if isinstance(value, float | np.floating):
         return (type(value), value, math.copysign(1.0, float(value)))
     return (type(value), value)
 

@@ -6,6 +6,7 @@ example runner on variants with tensor params. Each failed before its fix."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ def _traced_prefill(variant: str, v_shape=(20, 2, 64), **kw):
     [(dict(v_shape=(3, 1, 64)), "v: expected shape \\[20, 2, 64\\]"),
      (dict(sm_scale=torch.tensor(0.1)), "sm_scale: under torch.compile give a Python float"),
      (dict(sm_scale=-1.0), "sm_scale: must be a finite number > 0"),
-     (dict(sm_scale=10**400), "sm_scale: expected a float, got int 1000000")],
+     (dict(sm_scale=10**400), "sm_scale: an int from 3402823[0-9]* on is inf")],
 )  # fmt: skip
 def test_prefill_checks_what_eager_checks_while_traced(kw, words) -> None:
     """The traced branch passed a tensor scale to the op's float argument and checked
@@ -83,6 +84,66 @@ def test_prefill_checks_what_eager_checks_while_traced(kw, words) -> None:
 def test_a_traced_int_scale_that_rounds_to_the_float32_max_is_taken_as_eager_takes_it() -> None:
     scale = int(3.4028234663852886e38) + 2**100  # float32 rounds it to its largest value
     assert _traced_prefill("softcap", sm_scale=scale).shape == (9, 8, 64)
+
+
+def _compiled_prefill_scales(scales, fullgraph: bool) -> list[object]:
+    """``v.prefill`` compiled by dynamo (backend ``eager``) on CPU tensors, once per scale,
+    with the op stubbed: what each call did (the scale the op got, or the error raised)."""
+    from attnc.runtime.checks import tensors
+    from attnc.runtime.wrappers import single_prefill
+
+    v = attnc.load("stdlib:softcap")
+    q, k = torch.randn(9, 8, 64, dtype=torch.bfloat16), torch.randn(20, 2, 64, dtype=torch.bfloat16)
+
+    given: list[object] = []
+
+    def op(handle, q, k, v, sm_scale, *rest):
+        given.append(sm_scale)
+        return torch.empty_like(q), torch.empty(0)
+
+    on_cpu = functools.partial(tensors.check_data_tensor, device_type="cpu")
+    seen: list[object] = []
+    with (
+        mock.patch.object(tensors, "check_data_tensor", on_cpu),
+        mock.patch.object(single_prefill, "single_prefill_op", op),
+    ):
+        torch._dynamo.reset()
+        call = torch.compile(lambda q, k, s: v.prefill(q, k, k, sm_scale=s), backend="eager",
+                             fullgraph=fullgraph)  # fmt: skip
+        for scale in scales:
+            try:
+                call(q, k, scale)
+                seen.append(given[-1])
+            except Exception as exc:  # dynamo may wrap the check's error
+                seen.append(exc)
+    torch._dynamo.reset()
+    return seen
+
+
+def _names_sm_scale(exc: object) -> bool:
+    """``exc`` or an exception it chains (dynamo wraps a traced raise in ``Unsupported``)
+    says sm_scale is inf in float32 (the traced check, or eager's after a graph break) or
+    no float."""
+    while isinstance(exc, BaseException):
+        text = str(exc)
+        if "sm_scale: " in text and ("inf as the kernels" in text or "expected a float" in text):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_compiled_prefill_names_an_int_scale_past_float32s_range(fullgraph) -> None:
+    """Dynamo could not trace float() of an int past float64's range nor struct.pack of
+    one past float32's: the call failed with InternalTorchDynamoError: OverflowError, and
+    after ints had turned symbolic, an int that float32 rounds to its largest value failed
+    on math.isfinite."""
+    from attnc.compiler.numeric import F32_INT_LIMIT
+
+    taken = F32_INT_LIMIT - 1  # float32 rounds it to its largest value, as eager takes it
+    seen = _compiled_prefill_scales([3, 5, 7, taken, F32_INT_LIMIT, 10**400], fullgraph)
+    assert seen[:4] == [3, 5, 7, taken]
+    assert _names_sm_scale(seen[4]) and _names_sm_scale(seen[5]), seen[4:]
 
 
 def test_the_harness_compares_non_finite_values_by_value() -> None:

@@ -103,6 +103,24 @@ def test_the_call_memos_tell_the_zeros_apart(cpu_run, cpu_decode) -> None:  # no
         assert _float_bits(d._module.calls[-1]) == struct.pack("<f", bias)
 
 
+class _Float(float):
+    """A float subclass, as a config library may hand one over."""
+
+
+def test_the_plan_memo_tells_a_float_subclass_s_zeros_apart(cpu_run) -> None:  # noqa: F811
+    """A subclass's 0.0 and -0.0 shared one key: the second plan() kept the first's mask,
+    run(t=-0.0) was refused as "plan() was given 0.0", and run(t=0.0) launched."""
+    w, recorder = _source_wrapper(INVERSE_MASK)
+    _ragged_plan(w, params={"t": _Float(0.0)})
+    total_q, total_kv = _ragged_plan(w, params={"t": _Float(-0.0)})
+    q, k, v = _qkv(total_q, total_kv)
+    w.run(q, (k, v), t=-0.0)
+    assert _float_bits(recorder.calls[-1]) == struct.pack("<f", -0.0)
+    with pytest.raises(ValueError, match="'t'"):
+        w.run(q, (k, v), t=0.0)
+    assert len(recorder.calls) == 1
+
+
 def test_the_derived_value_check_tells_the_zeros_apart(cpu_run) -> None:  # noqa: F811
     variant = attnc.load(source=INVERSE_SCALE)
     a, _ = _source_wrapper(INVERSE_SCALE, variant)
@@ -217,3 +235,15 @@ def test_a_tensor_param_whose_storage_was_freed_is_refused_by_name(cpu_run) -> N
     with pytest.raises(ValueError, match="^param 'slopes': its storage holds 0 bytes"):
         w.run(q, (k, v), slopes=slopes)
     assert len(recorder.calls) == 1
+
+
+def test_the_op_bodies_packer_refuses_a_zero_tensor_param(cpu_run) -> None:  # noqa: F811
+    """A custom op's body packs the params it is given without the param checks (they ran
+    as the graph was traced): a zero tensor among them was packed as a null address."""
+    w, recorder = _wrapper("alibi")
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    zero = torch._efficientzerotensor(HQ, dtype=torch.float32)
+    with pytest.raises(ValueError, match="^param 'slopes': expected a dense tensor, got a zero"):
+        w.run_checked(q, w.kv_views((k, v)), None, False, {"slopes": zero})
+    assert recorder.calls == []

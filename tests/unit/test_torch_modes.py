@@ -169,6 +169,32 @@ def test_a_fake_param_or_workspace_is_refused(cpu_run) -> None:  # noqa: F811
         BatchPrefillWrapper(variant, workspace)
 
 
+def test_wrapper_subclasses_are_refused_for_what_they_are(cpu_run) -> None:  # noqa: F811
+    """A subclass that wraps other tensors (torch's TwoTensor, as DTensor) has no memory of
+    its own: its data pointer reads 0. The refusal blamed a freed storage ("its storage
+    holds 16 bytes, fewer than the view addresses")."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    variant = attnc.load("stdlib:alibi")
+    recorder = _Recorder(variant)
+    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
+    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    indptr = torch.tensor([0, 5, 14], dtype=torch.int32)
+    words = "a TwoTensor, a tensor subclass that wraps other tensors, has no memory"
+    with pytest.raises(ValueError, match=f"^qo_indptr: {words}"):
+        w.plan(TwoTensor(indptr, indptr.clone()), indptr, HQ, HKV, D)
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    slopes = torch.full((HQ,), 0.5)
+    with pytest.raises(ValueError, match=f"^param 'slopes': {words}"):
+        w.run(q, (k, v), slopes=TwoTensor(slopes, slopes.clone()))
+    with pytest.raises(ValueError, match=f"^q: {words}"):
+        w.run(TwoTensor(q, q.clone()), (k, v), slopes=slopes)
+    assert recorder.calls == []
+    w.run(q, (k, v), slopes=torch.nn.Parameter(slopes, requires_grad=False))  # a subclass
+    assert len(recorder.calls) == 1
+
+
 def test_the_reference_still_takes_fake_tensors() -> None:
     variant = attnc.load("stdlib:alibi")
     with FakeTensorMode():

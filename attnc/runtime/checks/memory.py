@@ -1,6 +1,6 @@
 """Owns: what memory a tensor addresses (its byte range) and whether it has that memory: a
-FakeTensor (``FakeTensorMode``) and a tensor inside a ``torch.func`` transform have none of
-their own, and a view whose storage was freed or shrunk addresses bytes its storage does not
+FakeTensor (``FakeTensorMode``), a tensor inside a ``torch.func`` transform and a subclass
+that wraps other tensors (DTensor) have none of their own, and a view whose storage was freed or shrunk addresses bytes its storage does not
 hold. The eager paths refuse such tensors before a planner or kernel reads them.
 """
 
@@ -29,13 +29,25 @@ def last_offset(t: torch.Tensor) -> int:
 
 
 def has_memory(t: torch.Tensor) -> bool:
-    """False for a FakeTensor (``FakeTensorMode``: shapes without memory, a null data pointer)
-    and for a tensor inside a ``torch.func`` transform (vmap, grad: a wrapper without storage);
-    the kernels and planners cannot read either. Cheap for ordinary tensors: the eager fast
-    paths ask it."""
+    """False for a FakeTensor (``FakeTensorMode``: shapes without memory, a null data pointer),
+    for a tensor inside a ``torch.func`` transform (vmap, grad: a wrapper without storage) and
+    for a subclass that wraps other tensors (``is_wrapper``); the kernels and planners cannot
+    read any of them. Cheap for ordinary tensors: the eager fast paths ask it."""
     if is_fake(t):
         return False
-    return not transforms_active() or not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    if transforms_active() and torch._C._functorch.is_functorch_wrapped_tensor(t):
+        return False
+    return type(t) is torch.Tensor or not is_wrapper(t)
+
+
+def is_wrapper(t: torch.Tensor) -> bool:
+    """True for a tensor subclass that wraps other tensors (``__torch_dispatch__``: DTensor,
+    torch's TwoTensor): its storage has no address (its data pointer reads 0)."""
+    try:
+        t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return True
+    return False
 
 
 def is_fake(t: torch.Tensor) -> bool:
@@ -65,6 +77,10 @@ def check_has_memory(name: str, t: torch.Tensor) -> None:
             f"{name}: a tensor inside a torch.func transform (vmap, grad); attnc's kernels "
             "neither batch nor differentiate: call them outside the transform"
         )
+    raise ValueError(
+        f"{name}: a {type(t).__name__}, a tensor subclass that wraps other tensors, has no "
+        "memory of its own for attnc to read; give a plain tensor"
+    )
 
 
 def check_storage_holds(name: str, t: torch.Tensor) -> None:

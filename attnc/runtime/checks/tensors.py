@@ -95,6 +95,8 @@ def sm_scale_value(sm_scale: object, head_dim: int) -> float:
         raise _not_a_float(sm_scale)
     if isinstance(sm_scale, numbers.Complex) and not isinstance(sm_scale, numbers.Real):
         raise _not_a_float(sm_scale)  # numpy's complex would drop its imaginary part
+    if isinstance(sm_scale, int) and not -F64_INT_LIMIT < sm_scale < F64_INT_LIMIT:
+        raise _not_a_float(sm_scale)  # by a comparison: torch.compile traces this check
     try:
         return float(sm_scale)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError, OverflowError):
@@ -108,6 +110,10 @@ def shown_value(value: object) -> str:
     """``repr(value)`` as an error quotes it: escaped, and cut after ``SHOWN_CHARS``."""
     text = printable(repr(value))
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} chars)"
+
+
+# Ints from here on (in magnitude) overflow float(): float64's largest value plus half an ulp.
+F64_INT_LIMIT = 2**1024 - 2**970
 
 
 def _not_a_float(sm_scale: object) -> ValueError:
@@ -214,7 +220,14 @@ def check_param_memory(values: Mapping[str, object]) -> None:
             continue
         if type(value) is not torch.Tensor or transforms_active():
             check_has_memory(f"param '{name}'", value)
-        # a sparse, nested, zero or meta one is refused by the param checks, by name
+        # A sparse, nested or meta one is refused by the param checks, with the declaration
+        # (plan() runs them next; a custom op's body gets values that passed them at trace
+        # time). A zero tensor is refused here: the trace's stand-in passes them, and the
+        # op's body would pack the zero tensor's null address.
+        if value.layout is torch.strided and not value.is_nested and not is_dense(value):
+            raise ValueError(
+                f"param '{name}': expected a dense tensor, got a {layout_name(value)} one"
+            )
         if is_dense(value) and not value.is_meta and not storage_holds(value):
             check_storage_holds(f"param '{name}'", value)
 

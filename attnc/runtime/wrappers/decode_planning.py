@@ -85,7 +85,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
     _launched = False
     # The plan-time scalars (name, type, value) the planned mask was made from.
     _mask_key: MaskKey = None
-    _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.tensors.byte_range)
+    _workspace_range = (0, 0)  # the workspace's bytes [start, end) (checks.memory.byte_range)
     # The workspace (workspace_owner.workspace_key) and the token of this wrapper's last plan
     # written there (no workspace, no token: nothing to check).
     _workspace_key: workspace_owner.WorkspaceKey = ("", -1, 0, 0)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
-from attnc.compiler.numeric import F32_MAX
+from attnc.compiler.numeric import F32_INT_LIMIT, F32_MAX, F32_MIN_NORMAL
 from attnc.runtime.build.backends import check_backend
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.limits import check_single_request
@@ -113,17 +113,21 @@ def single_prefill(
                 "sm_scale: under torch.compile give a Python float (a tensor would have to be "
                 "read back to the host inside the graph)"
             )
-        # Its kind and sign here, by comparisons a symbolic float traces (dynamo makes a float
-        # that changed between calls symbolic; math.isfinite cannot trace one); the float32
+        # Its kind, sign and an int's float32 range here, by comparisons a symbolic number
+        # traces (dynamo makes a number that changed between calls symbolic; math.isfinite
+        # cannot trace one, nor can float() of an int past float64's range); a float's float32
         # range in the op's body, where it is a number again.
         if sm_scale is not None:
             if isinstance(sm_scale, bool) or not isinstance(sm_scale, int | float):
                 kind = type(sm_scale).__name__
                 raise ValueError(f"sm_scale: under torch.compile give a Python float, got {kind}")
+            if isinstance(sm_scale, int) and not sm_scale < F32_INT_LIMIT:  # an int's, first:
+                raise ValueError(  # comparing a symbolic int with a float converts it
+                    f"sm_scale: an int from {F32_INT_LIMIT} on is inf as the kernels' float32 "
+                    f"scale; give a number from {F32_MIN_NORMAL!r} to {F32_MAX!r}"
+                )
             if not 0.0 < sm_scale < math.inf:
                 raise ValueError(f"sm_scale: must be a finite number > 0, got {sm_scale!r}")
-            if isinstance(sm_scale, int) and sm_scale > F32_MAX:
-                tensors.check_sm_scale(sm_scale, q.shape[2])  # an int: eager's words, or fine
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(
