@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attnc.compiler import ir as ir_nodes
+from attnc.runtime.tracing import compiling
 
 if TYPE_CHECKING:  # the code generators load on first use
     from attnc.codegen.derived_range import CheckedValue
@@ -122,7 +123,7 @@ class Variant:
         fall below the normal range (``attnc.codegen.derived_range``): a ``ValueError``
         naming the variant, the values and the derived expression. Not while
         ``torch.compile`` traces (the custom ops' bodies check at run time)."""
-        if torch.compiler.is_compiling() or not self._derived_exprs:
+        if compiling() or not self._derived_exprs:
             return
         scalars = tuple(
             (d.name, values[d.name] if d.name in values else d.default)

@@ -59,11 +59,14 @@ def test_the_reference_reads_a_per_token_tensor_of_a_request_without_keys() -> N
 
 def _traced_prefill(variant: str, v_shape=(20, 2, 64), **kw):
     v = attnc.load(f"stdlib:{variant}")
-    with FakeTensorMode():
+    with FakeTensorMode() as mode:
         q = torch.empty(9, 8, 64, dtype=torch.bfloat16, device="cuda")
         k = torch.empty(20, 2, 64, dtype=torch.bfloat16, device="cuda")
         vv = torch.empty(*v_shape, dtype=torch.bfloat16, device="cuda")
-        with mock.patch("torch.compiler.is_compiling", return_value=True):
+        with (  # what a compile on this thread sets up
+            mock.patch("torch.compiler.is_compiling", return_value=True),
+            torch._guards.tracing(torch._guards.TracingContext(mode)),
+        ):
             return v.prefill(q, k, vv, **kw)
 
 

@@ -10,6 +10,8 @@ device failed in numpy (and a refused one left the planner's buffer on meta); nu
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -193,6 +195,39 @@ def test_wrapper_subclasses_are_refused_for_what_they_are(cpu_run) -> None:  # n
     assert recorder.calls == []
     w.run(q, (k, v), slopes=torch.nn.Parameter(slopes, requires_grad=False))  # a subclass
     assert len(recorder.calls) == 1
+
+
+def test_an_eager_call_checks_while_another_thread_compiles(cpu_run) -> None:  # noqa: F811
+    """torch's compile flag is one for the process: while another thread compiled, an eager
+    run() took the traced branches and launched a freed storage's null address."""
+    variant = attnc.load("stdlib:alibi")
+    recorder = _Recorder(variant)
+    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
+    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    total_q, total_kv = _ragged_plan(w)
+    q, k, v = _qkv(total_q, total_kv)
+    slopes = torch.full((HQ,), 0.5)
+    slopes.untyped_storage().resize_(0)
+    in_backend, release = threading.Event(), threading.Event()
+
+    def blocking_backend(graph, example_inputs):
+        in_backend.set()
+        release.wait(60)
+        return graph
+
+    compile_thread = threading.Thread(
+        target=lambda: torch.compile(lambda x: x * 2, backend=blocking_backend)(torch.ones(3))
+    )
+    compile_thread.start()
+    try:
+        assert in_backend.wait(60)
+        assert torch.compiler.is_compiling()  # the flag this thread sees, set by the other
+        with pytest.raises(ValueError, match="^param 'slopes': its storage holds 0 bytes"):
+            w.run(q, (k, v), slopes=slopes)
+    finally:
+        release.set()
+        compile_thread.join()
+    assert recorder.calls == []
 
 
 def test_the_reference_still_takes_fake_tensors() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from attnc.runtime.tracing import compiling
+
 
 def byte_range(t: torch.Tensor) -> tuple[int, int]:
     """The addresses ``[first, one past the last)`` of the bytes ``t`` can address (an
@@ -65,7 +67,7 @@ def check_has_memory(name: str, t: torch.Tensor) -> None:
     stand-ins, and pass; fake implementations of the custom ops do not call this."""
     if type(t) is torch.Tensor and not transforms_active():  # the common case, at once
         return
-    if has_memory(t) or torch.compiler.is_compiling():
+    if has_memory(t) or compiling():
         return
     if isinstance(t, FakeTensor):
         raise ValueError(
@@ -88,7 +90,7 @@ def check_storage_holds(name: str, t: torch.Tensor) -> None:
     ``untyped_storage().resize_(0)`` (as sharded training frees parameters) leaves the view's
     shape and a null or dangling address, which a kernel or planner would read. Traced by
     ``torch.compile`` tensors are stand-ins, and pass."""
-    if torch.compiler.is_compiling() or storage_holds(t):
+    if compiling() or storage_holds(t):
         return
     held = 0 if t._is_zerotensor() else t.untyped_storage().nbytes()
     raise ValueError(

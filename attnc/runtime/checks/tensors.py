@@ -25,6 +25,7 @@ from attnc.runtime.checks.memory import (
     storage_holds,
     transforms_active,
 )
+from attnc.runtime.tracing import compiling
 
 HEAD_DIMS = (64, 128, 256)
 KV_DTYPES = (torch.bfloat16, torch.float16)
@@ -199,7 +200,7 @@ def is_dense(t: torch.Tensor) -> bool:
         return False
     # traced by torch.compile the tensor is a stand-in: a zero tensor passes there, like the
     # address checks (which compiled graphs skip too)
-    return torch.compiler.is_compiling() or not t._is_zerotensor()
+    return compiling() or not t._is_zerotensor()
 
 
 def layout_name(t: torch.Tensor) -> str:
@@ -236,7 +237,7 @@ def negated_view(t: torch.Tensor) -> bool:
     """True for a view with torch's negative bit set. Traced by torch.compile the tensor is a
     stand-in whose bit is not known: False there (like the address checks, which compiled
     graphs skip too)."""
-    return not torch.compiler.is_compiling() and t.is_neg()
+    return not compiling() and t.is_neg()
 
 
 # Why a view with torch's negative bit is refused where the kernels read or write its bytes.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from attnc.runtime.checks.memory import byte_range
+from attnc.runtime.tracing import compiling
 
 # Live stamps by the address of their tensor's storage (the candidates an own write into that
 # storage may move; the version decides). Keys whose stamps are gone are dropped as new ones
@@ -105,7 +106,7 @@ def check_planned_tensors(
     """Raise a ``ValueError`` naming the param when ``run()``'s tensor is not the planned one
     (another object, other storage, or written since ``plan()``). Not checked while
     ``torch.compile`` traces (it sees stand-ins, not the caller's tensors)."""
-    if not stamps or torch.compiler.is_compiling():
+    if not stamps or compiling():
         return
     for name, stamp in stamps.items():
         value = values.get(name)

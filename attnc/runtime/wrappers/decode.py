@@ -26,6 +26,7 @@ from attnc.runtime.checks import memory, tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.tensor_stamps import check_planned_tensors
+from attnc.runtime.tracing import compiling
 from attnc.runtime.wrappers import decode_launch
 from attnc.runtime.wrappers.call_keys import call_key, param_tensors
 from attnc.runtime.wrappers.decode_calls import (
@@ -87,7 +88,7 @@ class BatchDecodeWrapper(DecodePlanning):
         LSE ``[batch * q_len, H_qo]`` float32 when ``return_lse``)."""
         if return_lse is not False and return_lse is not True:
             tensors.check_flag("return_lse", return_lse)
-        if torch.compiler.is_compiling():
+        if compiling():
             return self._run_compiled(q, kv_cache, return_lse, out, params)
         shape = self._shape
         if shape is None:

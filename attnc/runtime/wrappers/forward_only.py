@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import torch
 
 from attnc.runtime.planning.tensor_stamps import own_write
+from attnc.runtime.tracing import compiling
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,7 +71,7 @@ def forward_only(call: str) -> Callable[[F], F]:
         @functools.wraps(run)
         def checked(*args: Any, **kwargs: Any) -> Any:
             out = kwargs.get("out")
-            if not isinstance(out, torch.Tensor) or torch.compiler.is_compiling():
+            if not isinstance(out, torch.Tensor) or compiling():
                 out = None
             elif out.requires_grad and torch.is_grad_enabled():
                 raise ValueError(
@@ -86,7 +87,7 @@ def forward_only(call: str) -> Callable[[F], F]:
                 return result
             given = (v for k, v in kwargs.items() if k != "out")  # a buffer written, not read
             inputs = _grad_inputs(args) + _grad_inputs(given)
-            if not inputs or torch.compiler.is_compiling():
+            if not inputs or compiling():
                 return result
             # Aliases carry the node: a caller's ``out=`` buffer itself stays without one.
             outputs = [t.detach() for t in (result if isinstance(result, tuple) else (result,))]

@@ -13,6 +13,7 @@ import torch
 
 from attnc.runtime.build import jit, toolchain
 from attnc.runtime.checks.tensors import I32_MAX, NEGATIVE_BIT, is_dense, layout_name
+from attnc.runtime.tracing import compiling
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
 _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -105,7 +106,7 @@ def merge_state(
     fp32/bf16/fp16), ``lse_*`` float32 ``[N, ...]`` natural log; both results contiguous. Each argument must be a tensor (a list or an
     array is a ``ValueError`` naming it, before torch's dispatcher sees it); the rest is
     checked in the ``attnc::merge_state`` custom op, which ``torch.compile`` traces."""
-    if not torch.compiler.is_compiling():  # traced arguments are tensors; the op checks
+    if not compiling():  # traced arguments are tensors; the op checks
         _check_kinds(o_a, lse_a, o_b, lse_b)
     return merge_state_op(o_a, lse_a, o_b, lse_b)
 

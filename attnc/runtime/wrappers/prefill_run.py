@@ -18,6 +18,7 @@ from attnc.runtime.checks.page_status import PageStatus
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan
+from attnc.runtime.tracing import compiling
 from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import traced_result
@@ -74,7 +75,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         if return_lse is not False and return_lse is not True:
             tensors.check_flag("return_lse", return_lse)
         key = None
-        if not torch.compiler.is_compiling():
+        if not compiling():
             workspace_owner.check_held(self._workspace_key, self._plan_token, "BatchPrefillWrapper")
             key = prefill_calls.memo_key(q, kv, out, return_lse, params)
             hit = self._memo.get(key) if key is not None else None
@@ -92,7 +93,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
         values = self.variant._resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
         self.check_planned_values(values)
-        if not torch.compiler.is_compiling():
+        if not compiling():
             out = self.check_memory(q, views, out, values)
         memo = None if key is None else (key, kv, params)
         return self.run_checked(q, views, out, return_lse, values, memo)
@@ -184,7 +185,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         module: PrefillModule = self._module
         meta = self._meta
         self.variant._check_derived_values(values, self._sm_scale, self._heads)  # type: ignore[attr-defined]
-        if torch.compiler.is_compiling():
+        if compiling():
             decls = module.ir.params  # type: ignore[attr-defined]
             ints, floats, tensor_params = split_params(decls, values)
             o, lse = prefill_launch.prefill_op(

@@ -26,6 +26,7 @@ from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.planning.prefill_planner import KV_BLOCK
 from attnc.runtime.planning.workspace import ITEM_INTS, aligned
+from attnc.runtime.tracing import compiling
 from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.forward_only import forward_only
@@ -103,7 +104,7 @@ def single_prefill(
     k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
     tensors.check_same_kind("k", k, "q", q)
     values = variant._resolve(q, k, params or {})  # type: ignore[attr-defined]
-    if torch.compiler.is_compiling():
+    if compiling():
         # The checks eager runs before its launch, on the traced shapes and Python values.
         check_single_request(q.shape[0], k.shape[0])
         v = tensors.check_data_tensor("v", v, tuple(k.shape))
