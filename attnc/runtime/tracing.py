@@ -15,10 +15,10 @@ from torch._guards import TracingContext
 
 
 def compiling() -> bool:
-    """True while dynamo traces the caller (it folds ``is_dynamo_compiling`` to True and
-    skips the rest), or while this thread runs a compile's tracing in Python (the custom
+    """True while dynamo traces the caller (it folds both flags to True and skips the rest),
+    or while this thread runs a compile's tracing in Python (the custom
     ops' fake implementations, ``torch.export``): torch's compile flag is set and this
     thread holds a tracing context. False for eager code, on any thread."""
-    return torch.compiler.is_dynamo_compiling() or (
-        torch.compiler.is_compiling() and TracingContext.try_get() is not None
+    return torch.compiler.is_compiling() and (  # the flag first: eager code's answer, fast
+        torch.compiler.is_dynamo_compiling() or TracingContext.try_get() is not None
     )

@@ -123,14 +123,19 @@ def _compiled_prefill_scales(scales, fullgraph: bool) -> list[object]:
     return seen
 
 
+_SCALE_WORDS = ("inf as the kernels", "expected a float", "must be a finite number > 0")
+
+
 def _names_sm_scale(exc: object) -> bool:
     """``exc`` or an exception it chains (dynamo wraps a traced raise in ``Unsupported``)
-    says sm_scale is inf in float32 (the traced check, or eager's after a graph break) or
-    no float."""
+    says sm_scale is inf in float32 (the traced check, or eager's after a graph break), no
+    float, or not > 0."""
     while isinstance(exc, BaseException):
-        text = str(exc)
-        if "sm_scale: " in text and ("inf as the kernels" in text or "expected a float" in text):
-            return True
+        text = str(exc)  # dynamo's observed exception: raised exception ValueError("...")
+        if isinstance(exc, ValueError) or text.startswith("raised exception ValueError("):
+            words = text.removeprefix("raised exception ValueError(").lstrip("'\"")
+            if words.startswith("sm_scale: ") and any(w in words for w in _SCALE_WORDS):
+                return True
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -144,9 +149,20 @@ def test_a_compiled_prefill_names_an_int_scale_past_float32s_range(fullgraph) ->
     from attnc.compiler.numeric import F32_INT_LIMIT
 
     taken = F32_INT_LIMIT - 1  # float32 rounds it to its largest value, as eager takes it
-    seen = _compiled_prefill_scales([3, 5, 7, taken, F32_INT_LIMIT, 10**400], fullgraph)
+    refused = [F32_INT_LIMIT, 10**400, -(10**400), -3, 0]
+    seen = _compiled_prefill_scales([3, 5, 7, taken, *refused], fullgraph)
     assert seen[:4] == [3, 5, 7, taken]
-    assert _names_sm_scale(seen[4]) and _names_sm_scale(seen[5]), seen[4:]
+    assert all(_names_sm_scale(exc) for exc in seen[4:]), seen[4:]
+
+
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_compiled_prefill_names_a_symbolic_float_scale_out_of_range(fullgraph) -> None:
+    """Formatting a symbolic float into the message failed as dynamo traced it (BUILD_STRING;
+    floats are symbolic once they change between calls where dynamo does not specialise them)."""
+    with torch._dynamo.config.patch(specialize_float=False):
+        seen = _compiled_prefill_scales([0.1, 0.2, 0.3, -1.0, float("inf")], fullgraph)
+    assert seen[:3] == [0.1, 0.2, 0.3]
+    assert all(_names_sm_scale(exc) for exc in seen[3:]), seen[3:]
 
 
 def test_the_harness_compares_non_finite_values_by_value() -> None:

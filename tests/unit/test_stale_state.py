@@ -224,8 +224,15 @@ def test_a_tensor_param_whose_storage_was_freed_is_refused_by_name(cpu_run) -> N
     with pytest.raises(ValueError, match="^param 'window': its storage holds 0 bytes"):
         _ragged_plan(windowed, params={"window": window})
     zero = torch._efficientzerotensor(2, dtype=torch.int32)  # no storage: its own words
-    with pytest.raises(ValueError, match="'window'.*expected a dense tensor, got a zero-tensor"):
+    words = "^variant 'per_request_window': param 'window' .*: expected a dense tensor, got a "
+    with pytest.raises(ValueError, match=words + "zero-tensor"):
         _ragged_plan(windowed, params={"window": zero})
+    as_param = torch.nn.Parameter(zero, requires_grad=False)  # a subclass, but no wrapper
+    with pytest.raises(ValueError, match=words + "zero-tensor"):
+        _ragged_plan(windowed, params={"window": as_param})
+    sparse = torch.nn.Parameter(torch.tensor([3, 100], dtype=torch.int32).to_sparse(), False)
+    with pytest.raises(ValueError, match=words + "sparse_coo"):
+        _ragged_plan(windowed, params={"window": sparse})
     w, recorder = _wrapper("alibi")
     total_q, total_kv = _ragged_plan(w)
     q, k, v = _qkv(total_q, total_kv)

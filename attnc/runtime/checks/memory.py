@@ -44,7 +44,10 @@ def has_memory(t: torch.Tensor) -> bool:
 
 def is_wrapper(t: torch.Tensor) -> bool:
     """True for a tensor subclass that wraps other tensors (``__torch_dispatch__``: DTensor,
-    torch's TwoTensor): its storage has no address (its data pointer reads 0)."""
+    torch's TwoTensor): it dispatches to Python and its storage has no address (its data
+    pointer reads 0). A Parameter over a sparse or zero tensor is none."""
+    if not torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python):
+        return False
     try:
         t.untyped_storage().data_ptr()
     except RuntimeError:

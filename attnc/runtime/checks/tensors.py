@@ -212,23 +212,23 @@ def layout_name(t: torch.Tensor) -> str:
     return str(t.layout).removeprefix("torch.")
 
 
-def check_param_memory(values: Mapping[str, object]) -> None:
+def check_param_memory(values: Mapping[str, object], packed: bool = False) -> None:
     """``check_has_memory`` and ``check_storage_holds`` of each tensor among param
-    ``values``, before a plan reads them or their addresses are packed for a kernel (the
-    reference takes any tensor)."""
+    ``values``, before a plan reads them or (``packed``) their addresses are packed for a
+    kernel (the reference takes any tensor)."""
     for name, value in values.items():
         if not isinstance(value, torch.Tensor):
             continue
         if type(value) is not torch.Tensor or transforms_active():
             check_has_memory(f"param '{name}'", value)
-        # A sparse, nested or meta one is refused by the param checks, with the declaration
-        # (plan() runs them next; a custom op's body gets values that passed them at trace
-        # time). A zero tensor is refused here: the trace's stand-in passes them, and the
-        # op's body would pack the zero tensor's null address.
-        if value.layout is torch.strided and not value.is_nested and not is_dense(value):
-            raise ValueError(
-                f"param '{name}': expected a dense tensor, got a {layout_name(value)} one"
-            )
+        # A sparse, nested, zero or meta one is refused by the param checks, with its
+        # declaration: plan() runs them next. A custom op's body packs values that passed
+        # them as the graph was traced, where a zero tensor's stand-in passes: refused here.
+        if packed and value.layout is torch.strided and not value.is_nested:
+            if not is_dense(value):
+                raise ValueError(
+                    f"param '{name}': expected a dense tensor, got a {layout_name(value)} one"
+                )
         if is_dense(value) and not value.is_meta and not storage_holds(value):
             check_storage_holds(f"param '{name}'", value)
 

@@ -62,7 +62,7 @@ class ParamsPacker:
     ) -> ctypes.Structure:
         """The struct of ``values``; an empty ``values`` means every param's default."""
         if values:
-            check_param_memory(values)
+            check_param_memory(values, packed=True)
             return abi.fill_params(struct_type, self.decls, values)  # type: ignore[arg-type]
         found = self._defaults
         if found is None or type(found) is not struct_type:

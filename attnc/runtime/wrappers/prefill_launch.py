@@ -177,7 +177,7 @@ def launch_args(
 
 def pack_params(module: PrefillModule, values: Mapping[str, object]) -> ctypes.Structure:
     """The one packing of resolved param ``values`` into the module's ``Params`` struct."""
-    check_param_memory(values)
+    check_param_memory(values, packed=True)
     return abi.fill_params(module.params_type, module.ir.params, values)  # type: ignore[attr-defined]
 
 

@@ -122,13 +122,16 @@ def single_prefill(
             if isinstance(sm_scale, bool) or not isinstance(sm_scale, int | float):
                 kind = type(sm_scale).__name__
                 raise ValueError(f"sm_scale: under torch.compile give a Python float, got {kind}")
-            if isinstance(sm_scale, int) and not sm_scale < F32_INT_LIMIT:  # an int's, first:
-                raise ValueError(  # comparing a symbolic int with a float converts it
+            # An int's range first, by int comparisons: comparing a symbolic int with a float
+            # converts it (an int past float64's range fails). No message shows the value: a
+            # symbolic one cannot be formatted as it traces.
+            if isinstance(sm_scale, int) and not sm_scale < F32_INT_LIMIT:
+                raise ValueError(
                     f"sm_scale: an int from {F32_INT_LIMIT} on is inf as the kernels' float32 "
                     f"scale; give a number from {F32_MIN_NORMAL!r} to {F32_MAX!r}"
                 )
-            if not 0.0 < sm_scale < math.inf:
-                raise ValueError(f"sm_scale: must be a finite number > 0, got {sm_scale!r}")
+            if not (sm_scale > 0 if isinstance(sm_scale, int) else 0.0 < sm_scale < math.inf):
+                raise ValueError("sm_scale: must be a finite number > 0")
         ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
         handle: int = variant.handle  # type: ignore[attr-defined]
         o, lse = single_prefill_op(
