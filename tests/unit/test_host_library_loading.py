@@ -83,8 +83,9 @@ def test_a_passing_failure_is_tried_again(error):
         return "lib"
 
     once = _once(load)
-    with pytest.raises(PlannerUnavailable, match=type(error).__name__):
+    with pytest.raises(PlannerUnavailable, match=type(error).__name__) as raised:
         once.get()
+    assert raised.value.__cause__ is error  # `except LockTimeout` finds it (it was text only)
     assert once.get() == "lib" and calls == [1, 1]
 
 
@@ -96,10 +97,13 @@ def test_a_lasting_failure_is_remembered():
         raise jit.BuildError("attnc: nvcc failed\ncompiler output:\nerror\n(exit status 2)")
 
     once = _once(load)
+    causes = []
     for _ in range(3):
-        with pytest.raises(PlannerUnavailable, match="exit status 2"):
+        with pytest.raises(PlannerUnavailable, match="exit status 2") as raised:
             once.get()
+        causes.append(type(raised.value.__cause__))
     assert calls == [1] and once.settled
+    assert causes == [jit.BuildError, type(None), type(None)]  # the call that built chains it
 
 
 def test_a_passing_failure_of_the_background_load_is_raised_without_a_second_try():
@@ -116,8 +120,9 @@ def test_a_passing_failure_of_the_background_load_is_raised_without_a_second_try
 
     once = _once(load)
     once.load_in_background("test-load").join()
-    with pytest.raises(PlannerUnavailable, match="LockTimeout"):
+    with pytest.raises(PlannerUnavailable, match="LockTimeout") as raised:
         once.get()
+    assert isinstance(raised.value.__cause__, cache.LockTimeout)
     assert calls == [1]
     assert once.get() == "lib" and calls == [1, 1]
 

@@ -87,7 +87,7 @@ class OnceLibrary:
         self._lock = threading.Lock()
         self.lib: ctypes.CDLL | None = None
         self.failure: str | None = None
-        self._background_failure: str | None = None  # a passing one, for the next get()
+        self._background_failure: Exception | None = None  # a passing one, for the next get()
         _ONCE_LIBRARIES.add(self)
 
     def get(self) -> ctypes.CDLL:
@@ -95,24 +95,25 @@ class OnceLibrary:
         failure; a passing failure of the background load is raised by the next call, which
         waited for it, without a second try)."""
         with self._lock:
-            reason, self._background_failure = self._background_failure, None
-            reason = self.failure or reason
+            cause, self._background_failure = self._background_failure, None
+            reason = self.failure or _described(cause)
             if self.lib is None and reason is None:
-                reason = self._try_load()
+                cause = self._try_load()
+                reason = _described(cause)
             if self.lib is None:
-                raise self._unavailable(str(reason))
+                # this call's own failure is chained (``except`` finds a LockTimeout there)
+                raise self._unavailable(str(reason)) from cause
             return self.lib
 
-    def _try_load(self) -> str | None:
-        """Load the library into ``lib``; why that failed (remembered in ``failure`` when
-        it lasts), or None."""
+    def _try_load(self) -> Exception | None:
+        """Load the library into ``lib``; the failure (its words remembered in ``failure``
+        when it lasts), or None."""
         try:
             self.lib = self._load()
         except Exception as exc:  # no compiler, a build or load failure
-            reason = f"{type(exc).__name__}: {exc}"
             if not passing(exc):
-                self.failure = reason
-            return reason
+                self.failure = _described(exc)
+            return exc
         return None
 
     def _after_fork_in_child(self) -> None:
@@ -133,9 +134,9 @@ class OnceLibrary:
         def load() -> None:
             with self._lock:
                 if self.lib is None and self.failure is None:
-                    reason = self._try_load()
+                    failed = self._try_load()
                     if self.lib is None and self.failure is None:  # passing: raised once
-                        self._background_failure = reason
+                        self._background_failure = failed
 
         thread = threading.Thread(target=load, name=name, daemon=True)
         thread.start()
@@ -143,6 +144,11 @@ class OnceLibrary:
 
 
 _ONCE_LIBRARIES: weakref.WeakSet[OnceLibrary] = weakref.WeakSet()
+
+
+def _described(exc: Exception | None) -> str | None:
+    """How ``PlannerUnavailable`` words a failure: its type and message."""
+    return None if exc is None else f"{type(exc).__name__}: {exc}"
 
 
 def _after_fork_in_child() -> None:
