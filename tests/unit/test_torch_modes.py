@@ -153,11 +153,17 @@ def test_plan_under_a_meta_default_device(cpu_run, cuda_copy: bool) -> None:  # 
     assert len(recorder.calls) == 1
 
 
-def test_a_fake_param_or_workspace_is_refused(cpu_run) -> None:  # noqa: F811
+def _alibi_wrapper() -> tuple[attnc.Variant, BatchPrefillWrapper, _Recorder]:
+    """A CPU-workspace ALiBi wrapper whose launches the recorder counts."""
     variant = attnc.load("stdlib:alibi")
     recorder = _Recorder(variant)
     w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
     w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    return variant, w, recorder
+
+
+def test_a_fake_param_or_workspace_is_refused(cpu_run) -> None:  # noqa: F811
+    variant, w, recorder = _alibi_wrapper()
     total_q, total_kv = _ragged_plan(w)
     q, k, v = _qkv(total_q, total_kv)
     slopes = torch.full((HQ,), 0.5)
@@ -177,10 +183,7 @@ def test_wrapper_subclasses_are_refused_for_what_they_are(cpu_run) -> None:  # n
     holds 16 bytes, fewer than the view addresses")."""
     from torch.testing._internal.two_tensor import TwoTensor
 
-    variant = attnc.load("stdlib:alibi")
-    recorder = _Recorder(variant)
-    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
-    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    variant, w, recorder = _alibi_wrapper()
     indptr = torch.tensor([0, 5, 14], dtype=torch.int32)
     words = "a TwoTensor, a tensor subclass that wraps other tensors, has no memory"
     with pytest.raises(ValueError, match=f"^qo_indptr: {words}"):
@@ -200,10 +203,7 @@ def test_wrapper_subclasses_are_refused_for_what_they_are(cpu_run) -> None:  # n
 def test_an_eager_call_checks_while_another_thread_compiles(cpu_run) -> None:  # noqa: F811
     """torch's compile flag is one for the process: while another thread compiled, an eager
     run() took the traced branches and launched a freed storage's null address."""
-    variant = attnc.load("stdlib:alibi")
-    recorder = _Recorder(variant)
-    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8, device="cpu"))
-    w._module_choice = lambda *a: PrefillChoice("fa2", recorder, 16)  # type: ignore[method-assign]
+    variant, w, recorder = _alibi_wrapper()
     total_q, total_kv = _ragged_plan(w)
     q, k, v = _qkv(total_q, total_kv)
     slopes = torch.full((HQ,), 0.5)
