@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import hashlib
 import os
 import shutil
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,6 +106,49 @@ def test_a_lasting_failure_is_remembered():
         causes.append(type(raised.value.__cause__))
     assert calls == [1] and once.settled
     assert causes == [jit.BuildError, type(None), type(None)]  # the call that built chains it
+
+
+def test_a_lasting_failure_of_the_background_load_is_chained_once():
+    """plan()'s first call on a GPU loads the planner in the background: its lasting
+    BuildError was not chained, though a foreground one was."""
+    once = _once(lambda: _raise(jit.BuildError("attnc: nvcc failed\n(exit status 2)")))
+    once.load_in_background("test-load").join()
+    causes = []
+    for _ in range(2):
+        with pytest.raises(PlannerUnavailable, match="exit status 2") as raised:
+            once.get()
+        causes.append(type(raised.value.__cause__))
+    assert causes == [jit.BuildError, type(None)]
+    assert not raised.value.__suppress_context__  # a remembered one hides no context
+
+
+class _Big:
+    """Stands for plan()'s tensors: whether a failed get() keeps its caller's locals."""
+
+
+def test_a_failed_get_keeps_no_frame_alive():
+    """The chained failure's traceback led back to get()'s frame, which held the failure:
+    a cycle that kept the caller's locals (plan()'s tensors) until the collector ran."""
+    once = _once(lambda: _raise(cache.LockTimeout("attnc: gave up waiting for the build lock")))
+    ref = None
+
+    def plan() -> None:
+        nonlocal ref
+        big = _Big()
+        ref = weakref.ref(big)
+        once.get()
+
+    gc.disable()
+    try:
+        with pytest.raises(PlannerUnavailable):
+            plan()
+        assert ref is not None and ref() is None  # freed at once, without gc.collect()
+    finally:
+        gc.enable()
+
+
+def _raise(error: Exception) -> str:
+    raise error
 
 
 def test_a_passing_failure_of_the_background_load_is_raised_without_a_second_try():

@@ -11,6 +11,7 @@ import ctypes
 import os
 import re
 import threading
+import traceback
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -93,7 +94,8 @@ class OnceLibrary:
     def get(self) -> ctypes.CDLL:
         """The loaded library (built on the first call, or on the call after a passing
         failure; a passing failure of the background load is raised by the next call, which
-        waited for it, without a second try)."""
+        waited for it, without a second try). The first raise after a load attempt chains
+        its error; the error's frames are cleared, so it keeps no caller's locals."""
         with self._lock:
             cause, self._background_failure = self._background_failure, None
             reason = self.failure or _described(cause)
@@ -101,8 +103,12 @@ class OnceLibrary:
                 cause = self._try_load()
                 reason = _described(cause)
             if self.lib is None:
-                # this call's own failure is chained (``except`` finds a LockTimeout there)
-                raise self._unavailable(str(reason)) from cause
+                if cause is None:  # a remembered failure: nothing of this call's to chain
+                    raise self._unavailable(str(reason))
+                try:  # this call's own failure is chained (``except`` finds a LockTimeout there)
+                    raise self._unavailable(str(reason)) from cause
+                finally:
+                    cause = None  # no cycle: cause -> traceback -> frames -> this frame
             return self.lib
 
     def _try_load(self) -> Exception | None:
@@ -111,6 +117,7 @@ class OnceLibrary:
         try:
             self.lib = self._load()
         except Exception as exc:  # no compiler, a build or load failure
+            traceback.clear_frames(exc.__traceback__)  # keep its lines, not the frames' locals
             if not passing(exc):
                 self.failure = _described(exc)
             return exc
@@ -134,9 +141,8 @@ class OnceLibrary:
         def load() -> None:
             with self._lock:
                 if self.lib is None and self.failure is None:
-                    failed = self._try_load()
-                    if self.lib is None and self.failure is None:  # passing: raised once
-                        self._background_failure = failed
+                    # the next get() chains it (a passing one is raised by that call only)
+                    self._background_failure = self._try_load()
 
         thread = threading.Thread(target=load, name=name, daemon=True)
         thread.start()

@@ -36,7 +36,8 @@ class ToolNotFound(RuntimeError):
 
 
 def find_nvcc() -> str:
-    """``$ATTNC_NVCC``, else ``$CUDA_HOME/bin/nvcc``, else ``nvcc`` on PATH. A relative
+    """``$ATTNC_NVCC``, else ``$CUDA_HOME/bin/nvcc`` or ``$CUDA_PATH/bin/nvcc``, else ``nvcc``
+    on PATH, else ``/usr/local/cuda/bin/nvcc``. A relative
     ``ATTNC_NVCC`` holding a ``/`` is taken from the working directory (nvcc runs in the
     module directory); a bare name is looked up on PATH when run."""
     env = os.environ.get("ATTNC_NVCC")
