@@ -17,6 +17,8 @@ F32_MAX = 3.4028234663852886e38
 # The least int that float() and then binary32 rounding take to infinity (F32_OVERFLOW less
 # half a float64 ulp there, where float() rounds a tie to the even F32_OVERFLOW).
 F32_INT_LIMIT = 2**128 - 2**103 - 2**74
+# Ints from here on (in magnitude) overflow float(): float64's largest value plus half an ulp.
+F64_INT_LIMIT = 2**1024 - 2**970
 # The smallest normal binary32 magnitude; below it values are subnormal (the kernels may flush).
 F32_MIN_NORMAL = 2.0**-126
 

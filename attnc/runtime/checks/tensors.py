@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL
+from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL, F64_INT_LIMIT
 from attnc.dsl.errors import printable
 from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
@@ -111,10 +111,6 @@ def shown_value(value: object) -> str:
     """``repr(value)`` as an error quotes it: escaped, and cut after ``SHOWN_CHARS``."""
     text = printable(repr(value))
     return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} chars)"
-
-
-# Ints from here on (in magnitude) overflow float(): float64's largest value plus half an ulp.
-F64_INT_LIMIT = 2**1024 - 2**970
 
 
 def _not_a_float(sm_scale: object) -> ValueError:
@@ -224,11 +220,11 @@ def check_param_memory(values: Mapping[str, object], packed: bool = False) -> No
         # A sparse, nested, zero or meta one is refused by the param checks, with its
         # declaration: plan() runs them next. A custom op's body packs values that passed
         # them as the graph was traced, where a zero tensor's stand-in passes: refused here.
-        if packed and value.layout is torch.strided and not value.is_nested:
-            if not is_dense(value):
-                raise ValueError(
-                    f"param '{name}': expected a dense tensor, got a {layout_name(value)} one"
-                )
+        strided = value.layout is torch.strided and not value.is_nested
+        if packed and strided and not is_dense(value):
+            raise ValueError(
+                f"param '{name}': expected a dense tensor, got a {layout_name(value)} one"
+            )
         if is_dense(value) and not value.is_meta and not storage_holds(value):
             check_storage_holds(f"param '{name}'", value)
 
