@@ -368,10 +368,12 @@ def key_value_terms(compiled: Compiled) -> tuple[ir.Expr, ...]:
         return key_terms([e for e in (v.mask, score) if e is not None])
 
 
-def emit_functor(compiled: Compiled) -> str:
-    """The C++ text of the functor struct (a self-contained header)."""
+def emit_functor(compiled: Compiled, source_file: str | None = None) -> str:
+    """The C++ text of the functor struct (a self-contained header). Its first comment names
+    ``source_file`` (its base name) when given: a module's functor names none, so the same
+    text compiles to the same module whichever file it was read from."""
     with deep_recursion():
-        return _emit_functor(compiled)
+        return _emit_functor(compiled, source_file)
 
 
 def unguarded_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
@@ -411,7 +413,7 @@ def _element_exprs(
     return exprs
 
 
-def _emit_functor(compiled: Compiled) -> str:
+def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
     v = compiled.variant
     affine: AffineScore | None = compiled.affine
     hoister, log2_score, raw_score = _hoisted(compiled)
@@ -449,7 +451,7 @@ def _emit_functor(compiled: Compiled) -> str:
         "functor.cuh.j2",
         name=struct_name(v),
         variant_name=comment_text(v.name),
-        source=comment_text(os.path.basename(v.file) if v.file else "<string>"),
+        source=comment_text(os.path.basename(source_file)) if source_file else None,
         param_fields=param_fields(v),
         request_values=hoister.request_values(),
         row_values=hoister.row_values(),

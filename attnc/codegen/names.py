@@ -52,5 +52,8 @@ def comment_text(text: str, limit: int = COMMENT_LIMIT) -> str:
     """
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    out = [c if " " <= c <= "~" and c != "\\" else _escape_char(c) for c in text]
-    return "".join(out).replace("*/", "*\\/").replace("??", "?\\?")
+    out = "".join(c if " " <= c <= "~" and c != "\\" else _escape_char(c) for c in text)
+    out = out.replace("*/", "*\\/")
+    while "??" in out:  # one pass leaves '???' as '?\\??'
+        out = out.replace("??", "?\\?")
+    return out

@@ -49,7 +49,7 @@ def _emit_stage(c: Compiled, stage: str, name: str) -> tuple[str, str]:
     if stage == "opt":
         return f"{name}.opt", format_variant(c.variant) + _analyses(c)
     if stage == "cuda":
-        return f"{name}.cuh", emit_functor(c)
+        return f"{name}.cuh", emit_functor(c, c.variant.file)
     if stage == "torch":
         return f"{name}_reference.py", emit_reference_source(c.variant)
     if stage == "params":

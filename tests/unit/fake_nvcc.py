@@ -4,7 +4,7 @@ This module owns the fake compiler that the unit tests of the build cache run in
 nvcc. ``installed(tmp_path, monkeypatch)`` writes it to ``tmp_path/bin/nvcc``, points
 ``ATTNC_NVCC`` at it, gives the test its own ``ATTNC_CACHE_DIR``, clears the variables that
 would change what it does (``ATTNC_VERBOSE``, ``NVCC_APPEND_FLAGS``, ``NVCC_PREPEND_FLAGS``,
-``FAKE_NVCC_MODE``, ``FAKE_NVCC_RELEASE``) and the per-process cache of
+``NVCC_CCBIN``, ``FAKE_NVCC_MODE``, ``FAKE_NVCC_RELEASE``) and the per-process cache of
 ``toolchain.nvcc_version``, before and after. The test files' ``fake_nvcc`` fixtures wrap it.
 
 The script:
@@ -124,6 +124,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeN
         "FAKE_NVCC_RELEASE",
         "NVCC_APPEND_FLAGS",
         "NVCC_PREPEND_FLAGS",
+        "NVCC_CCBIN",
     ):
         monkeypatch.delenv(name, raising=False)
     toolchain.nvcc_version.cache_clear()

@@ -113,10 +113,17 @@ def test_the_same_module_twice_in_one_build_is_compiled_once(fake_nvcc):
     assert len(fake_nvcc()) == 1
 
 
-@pytest.mark.parametrize("variable", ["NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS"])
-def test_nvcc_flags_from_the_environment_are_in_the_cache_key(fake_nvcc, monkeypatch, variable):
+@pytest.mark.parametrize(
+    "variable, value",
+    [("NVCC_APPEND_FLAGS", "-G"), ("NVCC_PREPEND_FLAGS", "-G"), ("NVCC_CCBIN", "clang++")],
+)
+def test_nvcc_flags_from_the_environment_are_in_the_cache_key(
+    fake_nvcc, monkeypatch, variable, value
+):
+    """nvcc reads each: a debug build, another host compiler (NVCC_CCBIN was left out of
+    the key: the module of whichever host compiler built first was loaded for both)."""
     plain = _build()
-    monkeypatch.setenv(variable, "-G")  # nvcc reads it: a debug build, another binary
+    monkeypatch.setenv(variable, value)
     debug = _build()
     assert debug != plain and len(fake_nvcc()) == 2
     monkeypatch.delenv(variable)

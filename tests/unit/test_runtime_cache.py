@@ -23,6 +23,14 @@ def test_cache_key_depends_on_every_input():
         assert cache.cache_key(*args) != key
 
 
+def test_two_lists_of_flags_never_share_a_key():
+    """Flags were joined with U+001F: ['-DX=1', '-DY=2'] and ['-DX=1\x1f-DY=2'] (a flag
+    from an environment variable holding that character) had one key."""
+    base = ("m", "src", ["-DX=1", "-DY=2"], "80", "h")
+    joined = ("m", "src", ["-DX=1\x1f-DY=2"], "80", "h")
+    assert cache.cache_key(*base) != cache.cache_key(*joined)
+
+
 def test_safe_name():
     assert cache.safe_name("a b/c-d") == "a_b_c_d"
     assert cache.safe_name("") == "module"

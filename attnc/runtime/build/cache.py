@@ -13,6 +13,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import math
 import os
 import re
@@ -83,9 +84,10 @@ def safe_name(name: str) -> str:
 
 
 def cache_key(name: str, source: str, flags: Sequence[str], arch: str, headers: str) -> str:
-    """Readable name plus the first 16 hex digits of the hash of every build input."""
+    """Readable name plus the first 16 hex digits of the hash of every build input (the
+    flags as a JSON list: no two lists of flags share a text)."""
     h = hashlib.sha256()
-    for part in (source, headers, "\x1f".join(flags), arch, __version__):
+    for part in (source, headers, json.dumps(list(flags)), arch, __version__):
         h.update(part.encode())
         h.update(b"\0")
     return f"{safe_name(name)}_{h.hexdigest()[:16]}"

@@ -82,8 +82,9 @@ def runnable_nvcc() -> str:
     return nvcc
 
 
-# nvcc adds the flags these variables hold to every command line: they change the binary.
-NVCC_FLAG_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
+# nvcc adds the flags the first two hold to every command line, and runs the host compiler
+# NVCC_CCBIN names: each changes the binary.
+NVCC_FLAG_VARIABLES = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
 
 
 def environment_flags() -> tuple[str, ...]:
