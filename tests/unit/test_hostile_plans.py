@@ -332,3 +332,23 @@ def test_single_prefill_sizes_the_tile_map_for_the_kernels_tile_of_a_wide_group(
     k = torch.zeros(n, 1, 64, dtype=torch.bfloat16)
     variant.prefill(q, k, k.clone(), doc=torch.zeros(n, dtype=torch.int32))
     assert built == [(n // 4) * (n // 64)] and len(rec.calls) == 1
+
+
+@pytest.mark.parametrize("as_tuple", [False, True])
+def test_a_cache_of_2_to_the_31_pages_is_refused(as_tuple: bool) -> None:
+    """The kernels check page ids against a page count held in int32 (clamped to
+    2**31 - 1): in a cache of 2**31 pages (a view with page stride 0), the valid id
+    2**31 - 1 was found out of range on the device and its rows written as NaN."""
+    from attnc.runtime.checks.kv import paged_kv
+
+    page = torch.zeros(1, 2, 1, 1, 64, dtype=torch.bfloat16)
+    for pages, refused in ((2**31 - 1, False), (2**31, True)):
+        cache = page.expand(pages, 2, 1, 1, 64)
+        kv = (cache[:, 0], cache[:, 1]) if as_tuple else cache
+        if not refused:
+            assert paged_kv(kv, "NHD", 1, 1, 64, "cpu").num_pages == pages
+            continue
+        name = "k_cache" if as_tuple else "kv"
+        with pytest.raises(ValueError, match=f"^{name}: holds 2147483648 pages; page ids are "
+                           "int32, so a cache holds at most 2147483647$"):  # fmt: skip
+            paged_kv(kv, "NHD", 1, 1, 64, "cpu")

@@ -114,3 +114,25 @@ def test_a_workspace_short_by_the_map_reserve_says_so() -> None:
     assert text.startswith("workspace_buffer: has 1048576 bytes, of which the last 131072 are")
     need = int(text.split("the work lists need ")[1].split(":")[0])
     assert 1048576 - 131072 < need <= 1048576
+
+
+def test_a_tile_map_past_int32_is_refused() -> None:
+    """A map of more than 2**31 - 1 tiles was planned: its starts wrapped to 32 bits (one
+    6M-token request's map of 4394531250 tiles began its second request at 99563954) and
+    the kernels classified and read the wrong tiles; the output was wrong with no error."""
+    from attnc.runtime.planning import prefill_plan
+    from attnc.runtime.wrappers import single_prefill
+
+    n = 6_000_000
+    ip = torch.tensor([0, n], dtype=torch.int32)
+    shape = prefill_plan.PlanShape(1, 1, 64, 128, 132, 1 << 36)
+    with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: these requests' tile map has "
+                       "4394531250 tiles, past the 2147483647"):  # fmt: skip
+        prefill_plan.make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 35,
+                                    map_on_device=True)  # fmt: skip
+    with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: "):
+        prefill_plan.check_map_fits(2**31, 1 << 40)
+    prefill_plan.check_map_fits(2**31 - 1, 2**31 - 1)
+    # Variant.prefill sized its workspace for the whole map (17.6 GB here) before the plan
+    _, reserve = single_prefill._workspace_for(n, n, (1, 1), True, torch.device("meta"))
+    assert reserve is not None and reserve < 2**31 + (1 << 28)

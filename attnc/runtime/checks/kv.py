@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from attnc.compiler.numeric import I32_MAX
 from attnc.runtime import abi
 from attnc.runtime.checks.tensors import check_data_tensor, check_same_kind
 
@@ -41,6 +42,7 @@ def paged_kv(
     code = abi.KV_PAGED_NHD if kv_layout == "NHD" else abi.KV_PAGED_HND
     if isinstance(kv, torch.Tensor):
         cache = check_data_tensor("kv", kv, (None, 2, *inner, head_dim), device_type)
+        _check_page_count("kv", cache.shape[0])
         return KvViews(cache[:, 0], cache[:, 1], code, cache.shape[0], page_size)
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise ValueError(
@@ -52,4 +54,15 @@ def paged_kv(
     check_same_kind("v_cache", v, "k_cache", k)
     if k.stride() != v.stride():
         raise ValueError(f"v_cache: strides {v.stride()} differ from k_cache strides {k.stride()}")
+    _check_page_count("k_cache", k.shape[0])
     return KvViews(k, v, code, k.shape[0], page_size)
+
+
+def _check_page_count(name: str, pages: int) -> None:
+    """Page ids, and the page count the kernels check them against, are int32: a cache of
+    2**31 pages or more (a view with a zero page stride, say) would have its last id called
+    outside it."""
+    if pages > I32_MAX:
+        raise ValueError(
+            f"{name}: holds {pages} pages; page ids are int32, so a cache holds at most {I32_MAX}"
+        )

@@ -50,8 +50,8 @@ def page_id_error(request: int, page_id: int) -> ValueError:
 
 
 def pool_size(num_pages: int) -> int:
-    """``num_pages`` for the int32 ``num_pages`` field (page ids are int32: a larger pool
-    admits every non-negative id)."""
+    """``num_pages`` for the int32 ``num_pages`` field: a ragged KV's token count clamped
+    (it has no page ids; a paged cache of more pages is refused by ``checks.kv``)."""
     return min(int(num_pages), _INT32_MAX)
 
 

@@ -268,9 +268,20 @@ def host_plan(
     )  # fmt: skip
 
 
+# The kernels index the tile map, and its starts in the plan, with 32-bit ints.
+MAX_MAP_ENTRIES = 2**31 - 1
+
+
 def check_map_fits(entries: int, map_reserve: int) -> None:
-    """Raise the ``ValueError`` naming ``workspace_buffer`` when a map of ``entries`` bytes
-    does not fit in the wrapper's ``map_reserve``."""
+    """Raise a ``ValueError`` when a map of ``entries`` bytes (one a tile) has more entries
+    than the kernels can index (naming the requests' ``qo_indptr`` and ``kv_indptr``), or
+    does not fit in the wrapper's ``map_reserve`` (naming ``workspace_buffer``)."""
+    if entries > MAX_MAP_ENTRIES:
+        raise ValueError(
+            f"qo_indptr, kv_indptr: these requests' tile map has {entries} tiles, past the "
+            f"{MAX_MAP_ENTRIES} the kernels index with 32-bit ints; plan fewer or shorter "
+            "requests at a time"
+        )
     if entries > map_reserve:
         raise ValueError(
             f"workspace_buffer: the tile map needs {entries} bytes, the wrapper keeps "

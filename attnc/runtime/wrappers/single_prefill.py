@@ -24,6 +24,7 @@ from attnc.runtime.checks import tensors
 from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
+from attnc.runtime.planning.prefill_plan import MAX_MAP_ENTRIES
 from attnc.runtime.planning.prefill_planner import KV_BLOCK
 from attnc.runtime.planning.workspace import ITEM_INTS, aligned
 from attnc.runtime.tracing import compiling
@@ -184,13 +185,15 @@ def _workspace_for(
     mask needs no map): lists for 1-token tiles of up to 16 KV heads, room for split-KV
     partial states and, for a mask that needs one, the map of the narrowest query tile the
     kernels take for these (query, KV) ``heads``, with room after it for the work list that
-    the device cuts by the map (so the plan need not wait for it)."""
+    the device cuts by the map (so the plan need not wait for it). The map's room stops at
+    the most tiles the kernels index (``prefill_plan.MAX_MAP_ENTRIES``: a larger map is
+    refused by the plan, with no workspace of its size allocated first)."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
     if not needs_map:
         return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
     group = heads[0] // max(heads[1], 1)
     rows = -(-max(q_len, 1) // _narrowest_tile(group, max(q_len, 1)))
-    entries = rows * -(-max(kv_len, 1) // KV_BLOCK)
+    entries = min(rows * -(-max(kv_len, 1) // KV_BLOCK), MAX_MAP_ENTRIES)
     items = rows * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, plus KV splits
     reserve = aligned(entries) + aligned(4 * ITEM_INTS * items)
     total = max(lists + SINGLE_PARTIAL_BYTES + reserve, 2 * reserve)  # a reserve <= half
