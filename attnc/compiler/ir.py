@@ -10,6 +10,9 @@ node once however many parents it has.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, Union
 
@@ -159,11 +162,37 @@ FUNCTIONS: dict[str, tuple[int, str]] = {
 }
 
 
+def const_key(value: float | int | bool, type: str) -> tuple[str, object]:
+    """What identifies a constant ``value`` of ``type`` in equality and hashing: an f32 by
+    the bits of its value (so ``-0.0`` and ``0.0`` differ, as ``1.0 / x`` and ``min`` tell
+    them apart, and an unrounded double differs from its binary32 neighbour), except that
+    every NaN is one value (every emitter writes them alike, and a NaN's sign and payload do
+    not survive the JSON form of the IR); an i32 by its int; a bool by its truth."""
+    if type == F32:
+        x = float(value)
+        return (type, "nan") if math.isnan(x) else (type, struct.pack("<d", x))
+    if type == BOOL:
+        return (type, bool(value))
+    return (type, int(value))
+
+
 class Const(ExprNode):
-    """A literal or folded constant of ``type`` (f32, i32 or bool)."""
+    """A literal or folded constant of ``type`` (f32, i32 or bool). Constants are equal when
+    their :func:`const_key` is: Python's ``-0.0 == 0.0`` would make IR that differs only in
+    a zero's sign equal, and the memos keyed by IR would hand one variant the other's code."""
 
     value: float | int | bool
     type: str
+
+    def __eq__(self, other: object) -> bool:
+        """Same class and same :func:`const_key`."""
+        if not isinstance(other, Const):
+            return NotImplemented
+        return const_key(self.value, self.type) == const_key(other.value, other.type)
+
+    def __hash__(self) -> int:
+        """The hash of the :func:`const_key`."""
+        return hash(const_key(self.value, self.type))
 
 
 class Builtin(ExprNode):
@@ -248,6 +277,23 @@ class ParamDecl(Located):
     dtype: str
     dims: tuple[int | str, ...] = ()
     default: float | int | bool | None = None
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, the default by its :func:`const_key` (``= -0.0`` is not ``= 0.0``)."""
+        if not isinstance(other, ParamDecl):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        """The hash of the compared fields, the default by its :func:`const_key`."""
+        return hash(self._key())
+
+    def _key(self) -> tuple[object, ...]:
+        names = (f.name for f in dataclasses.fields(self) if f.compare)
+        return tuple(self._default_key() if n == "default" else getattr(self, n) for n in names)
+
+    def _default_key(self) -> tuple[str, object] | None:
+        return None if self.default is None else const_key(self.default, self.dtype)
 
     @property
     def required(self) -> bool:
