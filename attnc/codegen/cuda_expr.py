@@ -210,7 +210,7 @@ def render_const(e: ir.Const) -> str:
     text = shortest_f32_text(x)  # the IR holds binary32 values; this text rounds back to x
     if "e" not in text and "." not in text:
         text += ".0"
-    return f"({text}f)" if x < 0 else f"{text}f"
+    return f"({text}f)" if math.copysign(1.0, x) < 0 else f"{text}f"  # -0.0 too: no '--'
 
 
 # Where a batch-flattened tensor's slice of the current request starts (RequestInfo fields).

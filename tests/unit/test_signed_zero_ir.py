@@ -78,3 +78,10 @@ def test_variants_differing_in_a_zero_sign_keep_their_own_code(cache_dir, order)
     assert first.ir != second.ir
     keys = {(v.ir, "bfloat16", 128, "90a") for v in variants.values()}  # the registry's key
     assert len(keys) == 2
+
+
+def test_a_negative_zero_is_written_in_parentheses() -> None:
+    """``-0.0f`` was written bare (``-0.0 < 0`` is false): a minus before it read '--'."""
+    assert render_const(ir.Const(-0.0, F)) == "(-0.0f)"
+    assert render_const(ir.Const(0.0, F)) == "0.0f"
+    assert render_const(ir.Const(-1.5, F)) == "(-1.5f)"
