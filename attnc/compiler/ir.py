@@ -130,6 +130,13 @@ BUILTINS: dict[str, tuple[str, int]] = {
 # `out` is readable only in `output = ...` (the finished output element).
 OUTPUT_BUILTIN = "out"
 
+# The keyword-only options of the runtime calls that take params as keyword arguments
+# (``Variant.reference`` and ``prefill``, the wrappers' ``run()``, the reference of one
+# request of a batch): a param of one of these names could never be passed, so lowering
+# refuses it. Their tensor arguments (q, k, v, kv, kv_cache) are positional-only, so a param
+# may take those names. A unit test checks this set against the calls' signatures.
+CALL_OPTIONS = frozenset({"sm_scale", "return_lse", "backend", "out", "batch"})
+
 # Tensor dims that grow with the batch (language v2): a tensor whose first dim is one of these
 # holds one value per KV token, per query token or per request, flattened over the requests
 # of a batch in request order. Its first index must be one of the listed built-ins (the

@@ -193,6 +193,12 @@ class _VariantLowering:
 
     def _param(self, item: ast.Param) -> None:
         self._declare(item.name, item.loc, "param")
+        if item.name in ir.CALL_OPTIONS:
+            raise AttnError(
+                item.loc,
+                f"param '{item.name}' has the name of a keyword argument of the runtime calls "
+                "(reference, prefill, run), so it could not be passed: choose another name",
+            )
         if len(self.params) == MAX_PARAMS:
             raise AttnError(
                 item.loc, f"too many params (more than {MAX_PARAMS}, the limit of one variant)"

@@ -224,6 +224,7 @@ def request_reference(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
+    /,
     *,
     batch: int = 0,
     sm_scale: float | None = None,

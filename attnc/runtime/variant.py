@@ -154,12 +154,14 @@ class Variant:
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
+        /,
         *,
         sm_scale: float | None = None,
         return_lse: bool = False,
         **params: Any,
     ):
-        """Eager attention of one request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]``.
+        """Eager attention of one request: q ``[q_len, H_qo, D]``, k/v ``[kv_len, H_kv, D]``,
+        positional-only (a param may be named q, k or v); params by keyword.
 
         Returns the output ``[q_len, H_qo, D]`` in q's dtype and, with ``return_lse``, the
         natural-log LSE ``[q_len, H_qo]`` (float32 for 16-bit inputs).
@@ -182,6 +184,7 @@ class Variant:
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
+        /,
         *,
         sm_scale: float | None = None,
         return_lse: bool = False,

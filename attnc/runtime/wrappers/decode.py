@@ -79,6 +79,7 @@ class BatchDecodeWrapper(DecodePlanning):
         self,
         q: torch.Tensor,
         kv_cache: object,
+        /,
         *,
         return_lse: bool = False,
         out: torch.Tensor | None = None,

@@ -64,6 +64,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         self,
         q: torch.Tensor,
         kv: object,
+        /,
         *,
         return_lse: bool = False,
         out: torch.Tensor | None = None,
