@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, TypeVar, Union
 
 from attnc.dsl.located import Located
@@ -134,8 +135,24 @@ OUTPUT_BUILTIN = "out"
 # (``Variant.reference`` and ``prefill``, the wrappers' ``run()``, the reference of one
 # request of a batch): a param of one of these names could never be passed, so lowering
 # refuses it. Their tensor arguments (q, k, v, kv, kv_cache) are positional-only, so a param
-# may take those names. A unit test checks this set against the calls' signatures.
-CALL_OPTIONS = frozenset({"sm_scale", "return_lse", "backend", "out", "batch"})
+# may take those names. Each option maps to the calls that take it; a unit test checks this
+# against the calls' signatures.
+_EVERY_CALL = (
+    "Variant.reference",
+    "Variant.prefill",
+    "BatchPrefillWrapper.run",
+    "BatchDecodeWrapper.run",
+    "request_reference",
+)
+CALL_OPTIONS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "sm_scale": ("Variant.reference", "Variant.prefill", "request_reference"),
+        "return_lse": _EVERY_CALL,
+        "backend": ("Variant.prefill",),
+        "out": ("BatchPrefillWrapper.run", "BatchDecodeWrapper.run"),
+        "batch": ("request_reference",),
+    }
+)
 
 # Tensor dims that grow with the batch (language v2): a tensor whose first dim is one of these
 # holds one value per KV token, per query token or per request, flattened over the requests

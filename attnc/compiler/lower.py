@@ -194,10 +194,12 @@ class _VariantLowering:
     def _param(self, item: ast.Param) -> None:
         self._declare(item.name, item.loc, "param")
         if item.name in ir.CALL_OPTIONS:
+            calls = ir.CALL_OPTIONS[item.name]
+            owners = ", ".join(calls[:-1]) + " and " + calls[-1] if len(calls) > 1 else calls[0]
             raise AttnError(
                 item.loc,
-                f"param '{item.name}' has the name of a keyword argument of the runtime calls "
-                "(reference, prefill, run), so it could not be passed: choose another name",
+                f"param '{item.name}' has the name of a keyword argument of {owners}, so it "
+                "could not be passed there: choose another name",
             )
         if len(self.params) == MAX_PARAMS:
             raise AttnError(

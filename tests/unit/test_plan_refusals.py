@@ -119,20 +119,36 @@ def test_a_workspace_short_by_the_map_reserve_says_so() -> None:
 def test_a_tile_map_past_int32_is_refused() -> None:
     """A map of more than 2**31 - 1 tiles was planned: its starts wrapped to 32 bits (one
     6M-token request's map of 4394531250 tiles began its second request at 99563954) and
-    the kernels classified and read the wrong tiles; the output was wrong with no error."""
+    the kernels classified and read the wrong tiles; the output was wrong with no error.
+    The map kernel steps over entries by up to 2**18 with an int: a map within 2**18 of
+    2**31 - 1 wrapped that step (and its block count overflowed at 2**31 - 3)."""
     from attnc.runtime.planning import prefill_plan
-    from attnc.runtime.wrappers import single_prefill
 
+    limit = prefill_plan.MAX_MAP_ENTRIES
+    assert limit + 2**18 <= 2**31 - 1
     n = 6_000_000
     ip = torch.tensor([0, n], dtype=torch.int32)
     shape = prefill_plan.PlanShape(1, 1, 64, 128, 132, 1 << 36)
     with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: these requests' tile map has "
-                       "4394531250 tiles, past the 2147483647"):  # fmt: skip
+                       f"4394531250 tiles, past the {limit}"):  # fmt: skip
         prefill_plan.make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 35,
                                     map_on_device=True)  # fmt: skip
-    with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: "):
-        prefill_plan.check_map_fits(2**31, 1 << 40)
-    prefill_plan.check_map_fits(2**31 - 1, 2**31 - 1)
-    # Variant.prefill sized its workspace for the whole map (17.6 GB here) before the plan
-    _, reserve = single_prefill._workspace_for(n, n, (1, 1), True, torch.device("meta"))
-    assert reserve is not None and reserve < 2**31 + (1 << 28)
+    for entries in (limit + 1, 2**31 - 1):
+        with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: "):
+            prefill_plan.check_map_fits(entries, 1 << 40)
+    prefill_plan.check_map_fits(limit, limit)
+
+
+def test_single_prefill_refuses_a_map_past_int32_before_allocating() -> None:
+    """Variant.prefill sized its workspace for the whole map (17.6 GB for one 6M-token
+    request) and then the plan refused it; a map past the limit even at the widest tile
+    is now refused first, and a map that may fit gets no more room than the limit."""
+    from attnc.runtime.planning.prefill_plan import MAX_MAP_ENTRIES
+    from attnc.runtime.wrappers import single_prefill
+
+    meta = torch.device("meta")
+    with pytest.raises(ValueError, match="^q, k: the mask reads tensors, so 6000000 queries "
+                       "over 6000000 keys need a tile map of at least 2929687500 tiles"):  # fmt: skip
+        single_prefill._workspace_for(6_000_000, 6_000_000, (1, 1), True, meta)
+    _, reserve = single_prefill._workspace_for(4_000_000, 4_000_000, (1, 1), True, meta)
+    assert reserve is not None and MAX_MAP_ENTRIES <= reserve < MAX_MAP_ENTRIES + (1 << 28)

@@ -268,8 +268,10 @@ def host_plan(
     )  # fmt: skip
 
 
-# The kernels index the tile map, and its starts in the plan, with 32-bit ints.
-MAX_MAP_ENTRIES = 2**31 - 1
+# The kernels index the tile map, and its starts in the plan, with 32-bit ints, and the map
+# kernel steps over its entries by up to 2**18 at a time (65536 blocks of 4 warps): the
+# margin keeps the step past the last entry inside int32.
+MAX_MAP_ENTRIES = 2**31 - 2**20
 
 
 def check_map_fits(entries: int, map_reserve: int) -> None:
@@ -279,7 +281,7 @@ def check_map_fits(entries: int, map_reserve: int) -> None:
     if entries > MAX_MAP_ENTRIES:
         raise ValueError(
             f"qo_indptr, kv_indptr: these requests' tile map has {entries} tiles, past the "
-            f"{MAX_MAP_ENTRIES} the kernels index with 32-bit ints; plan fewer or shorter "
+            f"{MAX_MAP_ENTRIES} the kernels step through with 32-bit ints; plan fewer or shorter "
             "requests at a time"
         )
     if entries > map_reserve:

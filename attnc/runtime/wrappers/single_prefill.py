@@ -187,17 +187,30 @@ def _workspace_for(
     kernels take for these (query, KV) ``heads``, with room after it for the work list that
     the device cuts by the map (so the plan need not wait for it). The map's room stops at
     the most tiles the kernels index (``prefill_plan.MAX_MAP_ENTRIES``: a larger map is
-    refused by the plan, with no workspace of its size allocated first)."""
+    refused by the plan); a request whose map is past it even at the widest query tile is
+    refused here, before anything is allocated."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
     if not needs_map:
         return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
     group = heads[0] // max(heads[1], 1)
+    columns = -(-max(kv_len, 1) // KV_BLOCK)
+    fewest = -(-max(q_len, 1) // max(WIDEST_TILE_ROWS // group, 1)) * columns
+    if fewest > MAX_MAP_ENTRIES:
+        raise ValueError(
+            f"q, k: the mask reads tensors, so {q_len} queries over {kv_len} keys need a tile "
+            f"map of at least {fewest} tiles, past the {MAX_MAP_ENTRIES} the kernels step "
+            "through with 32-bit ints; split the request"
+        )
     rows = -(-max(q_len, 1) // _narrowest_tile(group, max(q_len, 1)))
-    entries = min(rows * -(-max(kv_len, 1) // KV_BLOCK), MAX_MAP_ENTRIES)
+    entries = min(rows * columns, MAX_MAP_ENTRIES)
     items = rows * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, plus KV splits
     reserve = aligned(entries) + aligned(4 * ITEM_INTS * items)
     total = max(lists + SINGLE_PARTIAL_BYTES + reserve, 2 * reserve)  # a reserve <= half
     return torch.empty(total, dtype=torch.uint8, device=device), reserve
+
+
+# The most query rows (tokens x group) a prefill tile holds: the Hopper template's widest.
+WIDEST_TILE_ROWS = 192
 
 
 def _narrowest_tile(group: int, q_len: int) -> int:
