@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import types
 from dataclasses import dataclass
 
@@ -109,10 +110,14 @@ def _render_reference(v: ir.VariantIR) -> str:
     )
 
 
+_MODULE_SERIALS = itertools.count()
+
+
 def load_reference(v: ir.VariantIR) -> types.ModuleType:
-    """Compile the emitted reference source into a module object."""
+    """Compile the emitted reference source into a module object, named uniquely in this
+    process (``attnc_reference_<variant>_<n>``) so that it can stand in ``sys.modules``."""
     source = emit_reference_source(v)
-    module = types.ModuleType(f"attnc_reference_{v.name}")
+    module = types.ModuleType(f"attnc_reference_{v.name}_{next(_MODULE_SERIALS)}")
     module.__dict__["__source__"] = source
     exec(compile(source, f"<attnc reference of {comment_text(v.name)}>", "exec"), module.__dict__)
     return module

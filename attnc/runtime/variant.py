@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -74,9 +75,15 @@ class Variant:
 
     @cached_property
     def _reference_module(self):
+        """The reference's module, in ``sys.modules`` while this variant lives: dynamo
+        imports the module of a function it inlines by name (``torch.compile`` of
+        ``reference`` failed with ModuleNotFoundError for a reference calling its helpers)."""
         from attnc.codegen.torch_ref import load_reference
 
-        return load_reference(self.ir)
+        module = load_reference(self.ir)
+        sys.modules[module.__name__] = module
+        weakref.finalize(self, sys.modules.pop, module.__name__, None)
+        return module
 
     @property
     def reference_source(self) -> str:

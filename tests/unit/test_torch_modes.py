@@ -288,3 +288,31 @@ def test_decode_plan_refuses_a_vmapped_page_table_on_its_fast_path(cpu_decode) -
     ids, last = torch.tensor([0], dtype=torch.int32), torch.tensor([1], dtype=torch.int32)
     with pytest.raises(ValueError, match=r"^kv_indptr: a tensor inside a torch\.func"):
         torch.func.vmap(lambda p: d.plan(p, ids, last, HQ, HKV, 128, PAGE) or p)(indptrs)
+
+
+def test_a_compiled_reference_finds_its_module() -> None:
+    """Dynamo imports the module of a function it inlines by name: the reference of
+    ``score + x * float(kv_idx)`` calls a helper of its module, which was in no
+    ``sys.modules``, and ``torch.compile`` of it failed with ModuleNotFoundError. The module
+    is there while its variant lives."""
+    import gc
+    import sys
+
+    v = attnc.load(source="variant a3 { param x: f32 = 0.5; score = score + x * float(kv_idx); }")
+    q, k, vv = (torch.randn(n, 2, 16, dtype=torch.float64) for n in (5, 9, 9))
+    torch.testing.assert_close(
+        _compiled_reference(v, q, k, vv), v.reference(q, k, vv, x=2.0), rtol=0, atol=0
+    )
+    name = v._reference_module.__name__
+    assert sys.modules[name] is v._reference_module
+    del v
+    gc.collect()
+    assert name not in sys.modules
+
+
+def _compiled_reference(v, q, k, vv) -> torch.Tensor:
+    torch._dynamo.reset()
+    try:
+        return torch.compile(lambda a, b, c: v.reference(a, b, c, x=2.0), backend="eager")(q, k, vv)
+    finally:
+        torch._dynamo.reset()
