@@ -349,6 +349,13 @@ class VariantIR(Located):
     file: str = ""
     sink: Expr | None = None
 
+    def same_code(self, other: VariantIR) -> bool:
+        """True when ``other`` differs from this variant at most in what reaches no generated
+        code (its doc and source file): the two share every module."""
+        return dataclasses.replace(self, doc="", file="") == dataclasses.replace(
+            other, doc="", file=""
+        )
+
     def param(self, name: str) -> ParamDecl:
         """The declaration of param ``name`` (KeyError when the variant has none)."""
         for p in self.params:

@@ -152,3 +152,22 @@ def test_single_prefill_refuses_a_map_past_int32_before_allocating() -> None:
         single_prefill._workspace_for(6_000_000, 6_000_000, (1, 1), True, meta)
     _, reserve = single_prefill._workspace_for(4_000_000, 4_000_000, (1, 1), True, meta)
     assert reserve is not None and MAX_MAP_ENTRIES <= reserve < MAX_MAP_ENTRIES + (1 << 28)
+
+
+@pytest.mark.parametrize(
+    "heads, head_dim, words",
+    [((3, 2), 64, "^num_qo_heads: 3 is not a multiple of num_kv_heads 2"),
+     ((4, 1), 96, r"^head_dim: must be one of \[64, 128, 256\], got 96")],
+)  # fmt: skip
+def test_single_prefill_checks_heads_before_the_map_size(heads, head_dim, words) -> None:
+    """A long request with heads no kernel takes was told to split the request (the map's
+    size was checked before the heads)."""
+    from attnc.runtime.wrappers import single_prefill
+
+    n, (hq, hkv) = 6_000_000, heads
+    q = torch.zeros(1, hq, head_dim, dtype=torch.bfloat16).expand(n, hq, head_dim)
+    k = torch.zeros(1, hkv, head_dim, dtype=torch.bfloat16).expand(n, hkv, head_dim)
+    doc = torch.zeros(n, dtype=torch.int32)
+    variant = attnc.load("stdlib:doc_causal")
+    with pytest.raises(ValueError, match=words):
+        single_prefill._planned(variant, q, k, None, {"doc": doc}, "fa2")

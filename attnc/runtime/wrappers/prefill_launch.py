@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from attnc.compiler import ir
 from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
@@ -204,7 +205,7 @@ def prefill_op(
     module = module_by_id(module_id)
     values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     variant = live_variant(variant_handle)
-    if variant is not None and _same_ir(variant.ir, module.ir):
+    if variant is not None and _same_code(variant.ir, module.ir):  # type: ignore[arg-type]
         variant._check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
     o, lse = attention_outputs(q, return_lse, contiguous_o=True)
     params = pack_params(module, values)
@@ -216,8 +217,10 @@ def prefill_op(
 register_attention_fake(prefill_op, q_index=2, contiguous_o=True)
 
 
-def _same_ir(a: object, b: object) -> bool:
-    return a is b or a == b
+def _same_code(a: ir.VariantIR, b: ir.VariantIR) -> bool:
+    """Whether variant IR ``a`` compiles to module IR ``b`` (a module found by its path may
+    have been built for the same text read from another file, or with another doc)."""
+    return a is b or a.same_code(b)
 
 
 def launch_meta(

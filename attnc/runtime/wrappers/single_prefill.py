@@ -195,7 +195,7 @@ def _workspace_for(
     group = heads[0] // max(heads[1], 1)
     columns = -(-max(kv_len, 1) // KV_BLOCK)
     fewest = -(-max(q_len, 1) // max(WIDEST_TILE_ROWS // group, 1)) * columns
-    if fewest > MAX_MAP_ENTRIES:
+    if fewest > MAX_MAP_ENTRIES and group <= WIDEST_TILE_ROWS:  # else no tile: the plan says
         raise ValueError(
             f"q, k: the mask reads tensors, so {q_len} queries over {kv_len} keys need a tile "
             f"map of at least {fewest} tiles, past the {MAX_MAP_ENTRIES} the kernels step "
@@ -267,6 +267,7 @@ def _planned(
         qo_indptr, kv_indptr = indptr.clone(), indptr.clone()
         qo_indptr[1], kv_indptr[1] = q.shape[0], k.shape[0]
         if wrapper is None:
+            tensors.check_heads(q.shape[1], k.shape[1], q.shape[2])  # before the map's size
             needs_map = variant_mask_reads(variant).needs_tile_map
             heads = (q.shape[1], k.shape[1])
             workspace, reserve = _workspace_for(q.shape[0], k.shape[0], heads, needs_map, device)
