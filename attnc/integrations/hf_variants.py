@@ -151,15 +151,22 @@ def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
         if buffers.get(name) is not None:
             return None
     # Each value with its type: True == 1 and 1.0 == 1, but the checks refuse a bool window or
-    # cap that an int or a float of the same value passes.
+    # cap that an int or a float of the same value passes. Every attribute the choice reads is
+    # here by value (a config or module changed in place is decided again); a tensor setting
+    # (its values may change in place) is decided afresh each call.
+    config = attrs.get("config")
     settings = (
         call.dropout,
         call.sliding_window,
         call.softcap,
         call.kwargs.get("is_causal"),
-        attrs.get("is_causal", True),
+        getattr(call.module, "is_causal", True),
+        getattr(call.module, "is_cross_attention", False),
+        *(getattr(config, k, None) for k in _UNSUPPORTED_CONFIG),
     )
-    return (*((type(s), s) for s in settings), id(attrs.get("config")))
+    if any(isinstance(s, torch.Tensor) for s in settings):
+        return None
+    return (*((type(s), s) for s in settings), id(config))
 
 
 def _choose(call: LayerCall) -> LayerVariant:

@@ -313,3 +313,39 @@ def test_a_layers_variant_is_reused_only_for_the_same_settings():
     layer.alibi_slopes = torch.ones(2)  # a tensor setting: decided afresh, never cached
     alibi = variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
     assert alibi.spec == "stdlib:alibi" and alibi.run_params()["slopes"] is layer.alibi_slopes
+
+
+@pytest.mark.parametrize(
+    "where, name, value, words",
+    [("config", "use_bidirectional_attention", True, "use_bidirectional_attention"),
+     ("config", "attention_chunk_size", 8192, "attention_chunk_size"),
+     ("module", "is_cross_attention", True, "cross-attention")],
+)  # fmt: skip
+def test_a_setting_changed_in_place_is_decided_again(where, name, value, words):
+    """The remembered choice was keyed by the config's id: a config setting or the module's
+    is_cross_attention changed in place kept the causal variant, where a fresh decision
+    refuses it."""
+    import types
+
+    from attnc.integrations.hf_variants import variant_for_layer
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    layer = torch.nn.Module()
+    layer.config = types.SimpleNamespace()
+
+    def choose():
+        return variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
+
+    assert choose().spec == "stdlib:causal"
+    setattr(layer.config if where == "config" else layer, name, value)
+    with pytest.raises(UnsupportedMaskError, match=words):
+        choose()
+
+
+def test_a_tensor_setting_is_decided_afresh():
+    """A tensor window read in place after the first call was served by the first choice."""
+    from attnc.integrations.hf_variants import LayerCall, _settings_key
+
+    layer = torch.nn.Module()
+    call = LayerCall(layer, 0.0, torch.tensor(5), None, {})
+    assert _settings_key(call) is None
