@@ -419,6 +419,10 @@ def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
     hoister, log2_score, raw_score = _hoisted(compiled)
     ctx = hoister.context(ELEMENT_NAMES, "row.")
     request_ctx = hoister.context(REQUEST_NAMES, None)
+    # The tile ranges evaluate the mask's atoms without their guards: a read is plain there
+    # only where its index needs no guard (``p >= 0 && p < 4 && kv_idx <= t[p]`` read t[p]
+    # at any p). A checked read's 0 is sound: the guard decides those tiles whatever it is.
+    ranges_ctx = request_ctx.with_proven(proven_without_guards(v, request_ctx.proven_loads or ()))
     analysis: MaskAnalysis = compiled.mask_analysis
     one, zero = ir.Const(1.0, ir.F32), ir.Const(0.0, ir.F32)
     traits = functor_traits(compiled)
@@ -443,7 +447,7 @@ def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
         if terms and (e is not None or plain is not None)
     ]
     bounds = (
-        render_mask_bounds(v.mask, v.params, lambda e: render(e, request_ctx))
+        render_mask_bounds(v.mask, v.params, lambda e: render(e, ranges_ctx))
         if v.mask is not None and reads_tokens
         else ""
     )
@@ -481,12 +485,12 @@ def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
         key_hooks=key_hooks,
         mask_bounds_body=bounds,
         output=_body(v.output, ctx) if v.output is not None else Body((), "o"),
-        kv_range_body=render_kv_range(analysis, lambda e: render(e, request_ctx)),
+        kv_range_body=render_kv_range(analysis, lambda e: render(e, ranges_ctx)),
         row_kv_range_body=(
-            render_row_kv_range(analysis, lambda e: render(e, request_ctx))
+            render_row_kv_range(analysis, lambda e: render(e, ranges_ctx))
             if row_interval_eligible(analysis)
             else ""
         ),
-        classify_body=render_classify(analysis, lambda e: render(e, request_ctx)),
+        classify_body=render_classify(analysis, lambda e: render(e, ranges_ctx)),
         mask_summary=comment_text(analysis.describe(), limit=2000),
     )

@@ -42,3 +42,27 @@ def test_unproven_reads_agree_with_the_reference(name: str) -> None:
     assert "load_in_shape_(p.p_t" in emit_functor(compiled[0])
     report = run_host_test(compiled[0], points=2000, seed=7)
     assert report.ok, report.summary()
+
+
+# A read that a guard keeps inside its dim, in a mask whose tile ranges take it as an atom.
+GUARDED_ATOMS = {
+    "and": "mask = p >= 0 && p < 4 && kv_idx <= t4[p];",
+    "or": "mask = p < 0 || p >= 4 || kv_idx <= q_pos + t4[p];",
+    "nested": "mask = p >= 0 && p < 4 && kv_idx <= t4[t4[p] % 4];",
+}
+
+
+@pytest.mark.parametrize("name", list(GUARDED_ATOMS))
+@pytest.mark.parametrize("p", [10**9, -(10**8), 2])
+def test_tile_ranges_read_guarded_atoms_checked(name: str, p: int) -> None:
+    """The element mask read t4[p] under its guard, but kv_range, classify and row_kv_range
+    read it plainly (the analysis's atoms carry no guard): the harness segfaulted at
+    p = 10**9, and the kernels would have read far outside t4."""
+    body = GUARDED_ATOMS[name]
+    source = f"variant g {{\n    param t4: tensor<i32>[4];\n    param p: i32;\n    {body}\n}}\n"
+    compiled, _ = compile_source(source, "g.attn")
+    text = emit_functor(compiled[0])
+    assert "p.p_t4[p.p_p]" in text  # the element mask, behind its guard
+    assert "load_in_shape_(p.p_t4, 0, p.p_p, 4)" in text  # the tile ranges
+    report = run_host_test(compiled[0], points=500, seed=3, fixed_params={"p": p})
+    assert report.ok, report.summary()
