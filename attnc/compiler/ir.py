@@ -351,10 +351,13 @@ class VariantIR(Located):
 
     def same_code(self, other: VariantIR) -> bool:
         """True when ``other`` differs from this variant at most in what reaches no generated
-        code (its doc and source file): the two share every module."""
-        return dataclasses.replace(self, doc="", file="") == dataclasses.replace(
-            other, doc="", file=""
-        )
+        code (its doc, source file, KV layouts and param defaults): the two share every
+        module."""
+        return self._code_part() == other._code_part()
+
+    def _code_part(self) -> VariantIR:
+        params = tuple(dataclasses.replace(p, default=None) for p in self.params)
+        return dataclasses.replace(self, doc="", file="", kv_layouts=(), params=params)
 
     def param(self, name: str) -> ParamDecl:
         """The declaration of param ``name`` (KeyError when the variant has none)."""

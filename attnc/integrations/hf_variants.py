@@ -142,26 +142,21 @@ def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
     """What the choice depends on, or None when it depends on tensors."""
     if any(call.kwargs.get(k) is not None for k in _TENSOR_KWARGS):
         return None
-    attrs = call.module.__dict__
-    params = call.module._parameters
-    buffers = call.module._buffers
-    for name in ("sinks", "alibi_slopes"):
-        if attrs.get(name) is not None or params.get(name) is not None:
-            return None
-        if buffers.get(name) is not None:
-            return None
+    module = call.module  # read as the choice reads it: a property or class attribute too
+    if any(getattr(module, name, None) is not None for name in ("sinks", "alibi_slopes")):
+        return None
     # Each value with its type: True == 1 and 1.0 == 1, but the checks refuse a bool window or
     # cap that an int or a float of the same value passes. Every attribute the choice reads is
     # here by value (a config or module changed in place is decided again); a tensor setting
     # (its values may change in place) is decided afresh each call.
-    config = attrs.get("config")
+    config = getattr(module, "config", None)
     settings = (
         call.dropout,
         call.sliding_window,
         call.softcap,
         call.kwargs.get("is_causal"),
-        getattr(call.module, "is_causal", True),
-        getattr(call.module, "is_cross_attention", False),
+        getattr(module, "is_causal", True),
+        getattr(module, "is_cross_attention", False),
         *(getattr(config, k, None) for k in _UNSUPPORTED_CONFIG),
     )
     if any(isinstance(s, torch.Tensor) for s in settings):

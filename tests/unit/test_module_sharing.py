@@ -60,10 +60,14 @@ def test_the_same_text_from_two_files_shares_a_module_and_its_checks(
     assert shared.calls == []
 
 
-def test_same_code_ignores_the_doc_and_the_file_only() -> None:
+def test_same_code_ignores_only_what_reaches_no_module() -> None:
     import dataclasses
 
     v = attnc.load("stdlib:softcap").ir
     assert v.same_code(dataclasses.replace(v, doc="other", file="/x/y.attn"))
+    # neither reaches the module either (a second file's `kv_layout` line or `cap = 30.0`)
+    assert v.same_code(dataclasses.replace(v, kv_layouts=("paged",)))
+    cap = dataclasses.replace(v.params[0], default=30.0)
+    assert v.params[0].default != 30.0 and v.same_code(dataclasses.replace(v, params=(cap,)))
     assert not v.same_code(dataclasses.replace(v, name="other"))
     assert not v.same_code(dataclasses.replace(v, normalize="none"))

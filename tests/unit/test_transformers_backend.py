@@ -349,3 +349,35 @@ def test_a_tensor_setting_is_decided_afresh():
     layer = torch.nn.Module()
     call = LayerCall(layer, 0.0, torch.tensor(5), None, {})
     assert _settings_key(call) is None
+
+
+def test_settings_reached_through_properties_are_keyed_as_the_choice_reads_them():
+    """The key read config, sinks and alibi_slopes from the module's __dict__, parameters and
+    buffers, the choice through getattr: a config or slopes behind a property were left out,
+    and a stale choice was served after they changed."""
+    import types
+
+    from attnc.integrations.hf_variants import variant_for_layer
+    from attnc.integrations.transformers import UnsupportedMaskError
+
+    shared = types.SimpleNamespace()
+    slopes = [None]
+
+    class Attn(torch.nn.Module):
+        config = property(lambda self: shared)
+        alibi_slopes = property(lambda self: slopes[0])
+
+    layer = Attn()
+
+    def choose():
+        return variant_for_layer(layer, dropout=0.0, sliding_window=None, softcap=None, kwargs={})
+
+    assert choose().spec == "stdlib:causal"
+    slopes[0] = torch.full((2,), 5.0)
+    chosen = choose()
+    assert chosen.spec == "stdlib:alibi" and chosen.run_params()["slopes"] is slopes[0]
+    slopes[0] = None
+    assert choose().spec == "stdlib:causal"
+    shared.use_bidirectional_attention = True
+    with pytest.raises(UnsupportedMaskError, match="use_bidirectional_attention"):
+        choose()

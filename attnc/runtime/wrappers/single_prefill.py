@@ -190,12 +190,12 @@ def _workspace_for(
     refused by the plan); a request whose map is past it even at the widest query tile is
     refused here, before anything is allocated."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
-    if not needs_map:
-        return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
     group = heads[0] // max(heads[1], 1)
+    if not needs_map or group > WIDEST_TILE_ROWS:  # no tile holds such a group: the plan says
+        return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
     columns = -(-max(kv_len, 1) // KV_BLOCK)
     fewest = -(-max(q_len, 1) // max(WIDEST_TILE_ROWS // group, 1)) * columns
-    if fewest > MAX_MAP_ENTRIES and group <= WIDEST_TILE_ROWS:  # else no tile: the plan says
+    if fewest > MAX_MAP_ENTRIES:
         raise ValueError(
             f"q, k: the mask reads tensors, so {q_len} queries over {kv_len} keys need a tile "
             f"map of at least {fewest} tiles, past the {MAX_MAP_ENTRIES} the kernels step "
