@@ -182,7 +182,7 @@ def _workspace_for(
     q_len: int, kv_len: int, heads: tuple[int, int], needs_map: bool, device: torch.device
 ) -> tuple[torch.Tensor, int | None]:
     """A workspace for one request of ``q_len`` tokens and its tile-map reserve (None: the
-    mask needs no map): lists for 1-token tiles of up to 16 KV heads, room for split-KV
+    mask needs no map, or no tile holds the GQA group, which the plan refuses): lists for 1-token tiles of up to 16 KV heads, room for split-KV
     partial states and, for a mask that needs one, the map of the narrowest query tile the
     kernels take for these (query, KV) ``heads``, with room after it for the work list that
     the device cuts by the map (so the plan need not wait for it). The map's room stops at
@@ -191,10 +191,10 @@ def _workspace_for(
     refused here, before anything is allocated."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
     group = heads[0] // max(heads[1], 1)
-    if not needs_map or group > WIDEST_TILE_ROWS:  # no tile holds such a group: the plan says
+    if not needs_map or group > WIDEST_TILE_ROWS:
         return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
     columns = -(-max(kv_len, 1) // KV_BLOCK)
-    fewest = -(-max(q_len, 1) // max(WIDEST_TILE_ROWS // group, 1)) * columns
+    fewest = -(-max(q_len, 1) // (WIDEST_TILE_ROWS // group)) * columns
     if fewest > MAX_MAP_ENTRIES:
         raise ValueError(
             f"q, k: the mask reads tensors, so {q_len} queries over {kv_len} keys need a tile "
