@@ -182,10 +182,11 @@ def _workspace_for(
     q_len: int, kv_len: int, heads: tuple[int, int], needs_map: bool, device: torch.device
 ) -> tuple[torch.Tensor, int | None]:
     """A workspace for one request of ``q_len`` tokens and its tile-map reserve (None: the
-    mask needs no map, or no tile holds the GQA group, which the plan refuses): lists for 1-token tiles of up to 16 KV heads, room for split-KV
-    partial states and, for a mask that needs one, the map of the narrowest query tile the
-    kernels take for these (query, KV) ``heads``, with room after it for the work list that
-    the device cuts by the map (so the plan need not wait for it). The map's room stops at
+    mask needs no map, or no tile holds the GQA group, which the plan refuses): lists for
+    1-token tiles of up to 16 KV heads, room for split-KV partial states and, for a mask that
+    needs one, the map of the narrowest query tile the kernels take for these (query, KV)
+    ``heads``, with room after it for the work list that the device cuts by the map (so the
+    plan need not wait for it). The map's room stops at
     the most tiles the kernels index (``prefill_plan.MAX_MAP_ENTRIES``: a larger map is
     refused by the plan); a request whose map is past it even at the widest query tile is
     refused here, before anything is allocated."""
