@@ -186,10 +186,10 @@ def _workspace_for(
     1-token tiles of up to 16 KV heads, room for split-KV partial states and, for a mask that
     needs one, the map of the narrowest query tile the kernels take for these (query, KV)
     ``heads``, with room after it for the work list that the device cuts by the map (so the
-    plan need not wait for it). The map's room stops at
-    the most tiles the kernels index (``prefill_plan.MAX_MAP_ENTRIES``: a larger map is
-    refused by the plan); a request whose map is past it even at the widest query tile is
-    refused here, before anything is allocated."""
+    plan need not wait for it). The map's room stops at the most tiles the kernels index
+    (``prefill_plan.MAX_MAP_ENTRIES``: a larger map is refused by the plan); a request whose
+    map is past it even at the widest query tile is refused here, before anything is
+    allocated."""
     lists = 6 * 256 + 16 * 32 * max(q_len, 1) + 1024
     group = heads[0] // max(heads[1], 1)
     if not needs_map or group > WIDEST_TILE_ROWS:
