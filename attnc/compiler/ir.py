@@ -29,7 +29,8 @@ NodeT = TypeVar("NodeT")
 def _shared(cls):
     """Give an IR node class a cached hash and an equality that tries identity and the hashes
     first, so hashing or comparing a DAG costs its distinct nodes, not its unfolded tree.
-    Cached values (``_hash`` and the passes' ``_``-prefixed entries) are not pickled."""
+    A hash once taken needs no module global again: a weak memo's removal at interpreter
+    exit, when this module's globals may already be None, hashes its key. Cached values (``_hash`` and the passes' ``_``-prefixed entries) are not pickled."""
     structural_hash = cls.__hash__
     structural_eq = cls.__eq__
 
@@ -291,6 +292,7 @@ LOGICAL = ("&&", "||")
 ARITHMETIC = ("+", "-", "*", "/", "%")
 
 
+@_shared
 class ParamDecl(Located):
     """A runtime param. ``kind`` is ``scalar`` or ``tensor``; ``dims`` hold ints or the
     names ``num_qo_heads``/``num_kv_heads``/``head_dim``, and as the first dim only one of
@@ -333,6 +335,7 @@ class ParamDecl(Located):
         return None
 
 
+@_shared
 class VariantIR(Located):
     """One lowered variant. ``score``/``mask``/``output``/``sink`` are None when not given
     (identity score, no mask, identity output, no sink). ``sink`` is a row-level f32 logit
