@@ -30,7 +30,8 @@ def _shared(cls):
     """Give an IR node class a cached hash and an equality that tries identity and the hashes
     first, so hashing or comparing a DAG costs its distinct nodes, not its unfolded tree.
     A hash once taken needs no module global again: a weak memo's removal at interpreter
-    exit, when this module's globals may already be None, hashes its key. Cached values (``_hash`` and the passes' ``_``-prefixed entries) are not pickled."""
+    exit, when this module's globals may already be None, hashes its key. Cached values
+    (``_hash`` and the passes' ``_``-prefixed entries) are not pickled."""
     structural_hash = cls.__hash__
     structural_eq = cls.__eq__
 
