@@ -422,7 +422,8 @@ def _build_into_cache(args: argparse.Namespace, arch: str) -> int:
     for module, path in built:
         if module.head_dim:
             print(
-                f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: {printable(str(path))}"
+                f"{module.variant} {module.kind} {module.dtype} d{module.head_dim}: "
+                f"{printable(str(path))}"
             )
         else:  # a module every variant shares
             print(f"{module.kind}: {printable(str(path))}")

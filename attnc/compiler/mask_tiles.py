@@ -1,7 +1,8 @@
 """Tile questions on an analysed mask, evaluated in Python: the KV range a query range may
 see and the class of a tile. ``env`` holds the request's lengths and i32 params (and
-``batch`` when a bound reads a per-request tensor, whose values ``tensors`` holds). The generated C++ (``attnc/mask_math.cuh``, emitted by
-``attnc.codegen.mask_cuda``) computes the same; tests compare both with brute force.
+``batch`` when a bound reads a per-request tensor, whose values ``tensors`` holds). The generated
+C++ (``attnc/mask_math.cuh``, emitted by ``attnc.codegen.mask_cuda``) computes the same; tests
+compare both with brute force.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ saved tables takes a few milliseconds. The file is ``<cache root>/parser/attn-<k
 where the key hashes the grammar text, the Lark options, Lark's version and Python's, so any
 change builds a new file. It holds a header line naming the key and the sha256 of the rest,
 then Lark's serialised tables as JSON (data only: no pickle, nothing executed), handed to
-Lark's loader of serialised tables. Lark's tables hold tuples and dicts with int keys, which JSON lacks, so every dict is
-written as ``{"d": [[key, value], ...]}`` and every tuple as ``{"t": [...]}``; any other
-JSON object is refused. Files over 4 MiB are not read. The digest is checked before the JSON
-is read: a table damaged in place (one digit changed) could load and then fail inside Lark's
-parser, or parse wrongly.
+Lark's loader of serialised tables. Lark's tables hold tuples and dicts with int keys, which JSON
+lacks, so every dict is written as ``{"d": [[key, value], ...]}`` and every tuple as
+``{"t": [...]}``; any other JSON object is refused. Files over 4 MiB are not read. The digest is
+checked before the JSON is read: a table damaged in place (one digit changed) could load and then
+fail inside Lark's parser, or parse wrongly.
 
 The cache is an optimisation and never an error: a file that cannot be read or does not load
 (truncated, corrupt, from another Lark) is replaced by a fresh build, and a cache root that

@@ -15,8 +15,9 @@ The mapping (also in ``docs/clients.md``):
 Sinks need the language's ``sink = ...;``; without it (or with a reference that ignores it)
 the first layer with sinks raises :class:`UnsupportedMaskError` saying what is missing
 (:mod:`attnc.integrations.hf_sinks`). Settings without a variant (dropout while training,
-bidirectional and cross-attention layers, chunked attention, sinks or ALiBi combined with soft-cap, ALiBi with
-a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what attnc lacks.
+bidirectional and cross-attention layers, chunked attention, sinks or ALiBi combined with soft-cap,
+ALiBi with a window, ...) raise :class:`UnsupportedMaskError` naming the setting and what attnc
+lacks.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ class HostTestReport:
             f"{self.name}: host harness {status}: {self.points} points, {self.tiles} tiles; "
             f"relative error score {self.score_error:.2e}, output {self.output_error:.2e}, "
             f"affine form {self.affine_error:.2e}, sink {self.sink_error:.2e}, "
-            f"log2 form {self.log2_error:.2e}, raw form {self.raw_error:.2e}, bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
+            f"log2 form {self.log2_error:.2e}, raw form {self.raw_error:.2e}, "
+            f"bias step {self.bias_step_error:.2e}; mask mismatches {self.mask_mismatches}; "
             f"tile violations {len(self.tile_violations)}"
         )
         if self.key_value_points:

@@ -1,6 +1,7 @@
 """Test glue for the C++ decode planner: planners over host buffers, plans with the test-only
 array outputs turned into the oracle's ``Schedule`` (decode_schedule_oracle.py) so the two
-can be compared field by field, and a timing loop (``python tests/codegen/decode_plan_harness.py``)."""
+can be compared field by field, and a timing loop
+(``python tests/codegen/decode_plan_harness.py``)."""
 
 from __future__ import annotations
 

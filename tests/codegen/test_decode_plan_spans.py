@@ -1,10 +1,10 @@
 """The decode step's mask spans, evaluated from the mask's range rows by the one host evaluation
 (attnc/kernels/host/mask_range_rows.h through decode_step.h decode_spans; the rows from
 mask_ranges.tile_range_program, the same the prefill planner reads) against the numpy reference
-tests/mask_ranges_oracle.py (tile_kv_ranges + decode_spans), on the CPU: stdlib masks with plan-time params,
-masks whose i32 arithmetic may wrap (wrap guards) with extreme params and KV lengths, random
-linear and union masks, per-request window tensors (the rows' extra columns), malformed rows;
-and BatchDecodeWrapper.plan() with a per-request window against the oracle."""
+tests/mask_ranges_oracle.py (tile_kv_ranges + decode_spans), on the CPU: stdlib masks with plan-time
+params, masks whose i32 arithmetic may wrap (wrap guards) with extreme params and KV lengths, random
+linear and union masks, per-request window tensors (the rows' extra columns), malformed rows; and
+BatchDecodeWrapper.plan() with a per-request window against the oracle."""
 
 from __future__ import annotations
 

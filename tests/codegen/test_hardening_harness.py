@@ -103,7 +103,8 @@ def test_f32_remainder_compiles_and_is_fmod() -> None:
     # C++ has no % of floats: the functor did not compile for any f32 remainder.
     c = compiled(
         "variant frem { param c: f32 = 0.75; param t: tensor<f32>[kv_len]; "
-        "score = score % c + float(kv_idx) % -2.5; mask = t[kv_idx] % 0.5 < 0.25 || kv_idx <= q_pos; "
+        "score = score % c + float(kv_idx) % -2.5; "
+        "mask = t[kv_idx] % 0.5 < 0.25 || kv_idx <= q_pos; "
         "sink = float(q_idx) % 3.0; output = out % 0.25; }"
     )
     for cap in (0.75, -0.3, 0.0):

@@ -19,7 +19,8 @@ BODIES = {
     "unproven": "param t: tensor<f32>[64]; param idx: tensor<i32>[kv_len];"
     " score = score + t[kv_idx] * 0.5 + t[idx[kv_idx]] * 0.25;",
     "scaled": "param t: tensor<f32>[64]; score = score * t[kv_idx % 64];",
-    "sigmoid": "param t: tensor<f32>[kv_len]; normalize = none; score = sigmoid(score + t[kv_idx]);",
+    "sigmoid": "param t: tensor<f32>[kv_len]; normalize = none;"
+    " score = sigmoid(score + t[kv_idx]);",
     "guarded": "param t: tensor<f32>[64]; score = kv_idx < 64 ? score + t[kv_idx] : score;",
 }
 

@@ -61,7 +61,8 @@ def generated_map_binary(tmp_path_factory) -> Path:
     src = out / "main.cpp"
     src.write_text(
         f'#include "doc_causal.cuh"\n#define FUNCTOR {name}\n'
-        f"{name}::Params make_params(const int* doc, int, int) {{ return {name}::Params{{doc}}; }}\n"
+        f"{name}::Params make_params(const int* doc, int, int) "
+        f"{{ return {name}::Params{{doc}}; }}\n"
         f'#include "{FIXTURES}/tile_map_host_main.cpp"\n'
     )
     return _build_host(src, out / "tile_map_host")

@@ -30,7 +30,8 @@ def hf():
 
 
 def gpu_config(hf, family: str):
-    """2 layers, 4 query / 2 KV heads of 64 (a kernel head_dim), windows shorter than the prompts."""
+    """2 layers, 4 query / 2 KV heads of 64 (a kernel head_dim), windows shorter than the
+    prompts."""
     common = dict(
         hidden_size=256,
         intermediate_size=512,

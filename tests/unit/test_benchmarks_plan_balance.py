@@ -1,6 +1,7 @@
 """benchmarks.plan_balance's models on small inputs: the static walk hands out items in
-alternating rounds as the kernel's walk does (sm90/item_order.cuh), the dynamic fetch gives each item to the first free CTA,
-and an item's work counts the non-EMPTY blocks of its causal range within its chunk."""
+alternating rounds as the kernel's walk does (sm90/item_order.cuh), the dynamic fetch gives each
+item to the first free CTA, and an item's work counts the non-EMPTY blocks of its causal range
+within its chunk."""
 
 from __future__ import annotations
 

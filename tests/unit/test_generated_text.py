@@ -173,7 +173,8 @@ def _scalar_env(env: dict, i: int) -> dict:
 
 
 GENERATED_NAMES = (
-    "_F _device torch env P _load _idiv _imod _softplus _min _max _clamp _wrap _f32 _i32 _bool _ftype "
+    "_F _device torch env P _load _idiv _imod _softplus _min _max _clamp _wrap "
+    "_f32 _i32 _bool _ftype "
     "USE_SOFTMAX HAS_MASK HAS_SCORE HAS_OUTPUT mask output math float int None True"
 ).split()
 

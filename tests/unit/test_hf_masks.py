@@ -1,4 +1,5 @@
-"""Masks in the shape transformers builds -> one request per batch row (attnc.integrations.hf_masks)."""
+"""Masks in the shape transformers builds -> one request per batch row
+(attnc.integrations.hf_masks)."""
 
 import pytest
 import torch

@@ -245,7 +245,10 @@ def test_a_build_lock_that_is_a_directory_is_named(tmp_path, monkeypatch) -> Non
     """It raised a bare IsADirectoryError from open()."""
     monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
     (tmp_path / "m.lock").mkdir()
-    message = r"^cannot use .*m\.lock as a build lock: it is a directory, not a file; remove it .*ATTNC_CACHE_DIR"
+    message = (
+        r"^cannot use .*m\.lock as a build lock: it is a directory, not a file; "
+        r"remove it .*ATTNC_CACHE_DIR"
+    )
     with pytest.raises(IsADirectoryError, match=message), file_lock(tmp_path / "m.lock"):
         pass
 

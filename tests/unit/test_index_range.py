@@ -341,7 +341,8 @@ def _verdict_and_read(index: str, tensor: str, monkeypatch):
     monkeypatch.setattr(lower, "check_indices", recorded)
     text = (
         "variant v {\n    param t8: tensor<f32>[8];\n    param heads: tensor<f32>[num_qo_heads];\n"
-        f"    param w: i32 = 0;\n    score = score + float(w) + t8[0] + heads[0] + {tensor}[{index}];\n}}\n"
+        "    param w: i32 = 0;\n"
+        f"    score = score + float(w) + t8[0] + heads[0] + {tensor}[{index}];\n}}\n"
     )
     try:
         compiled, _ = compile_source(text, "v.attn")

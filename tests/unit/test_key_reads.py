@@ -150,7 +150,8 @@ def test_more_key_terms_than_a_kernel_stages_give_none() -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        "param prefix: tensor<i32>[batch_size]; score = score + (kv_idx < prefix[batch] ? 1.0 : 0.0);",
+        "param prefix: tensor<i32>[batch_size];"
+        " score = score + (kv_idx < prefix[batch] ? 1.0 : 0.0);",
         "param cap: tensor<f32>[batch_size]; mask = kv_idx <= q_pos;"
         " score = score - log(1.0 + float(kv_idx)) * cap[batch];",
         "param t: tensor<f32>[4]; score = tanh(score) * (1.0 + t[0] * float(kv_idx % 4));",

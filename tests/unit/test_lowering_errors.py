@@ -319,7 +319,8 @@ def test_duplicate_def_across_import(tmp_path) -> None:
     lib = _write(tmp_path / "lib.attn", "def causal() = kv_idx <= q_pos;\n")
     main = _write(
         tmp_path / "main.attn",
-        'import "lib.attn";\ndef causal() = kv_idx < q_pos;\nvariant v {\n    mask = causal();\n}\n',
+        'import "lib.attn";\ndef causal() = kv_idx < q_pos;\n'
+        "variant v {\n    mask = causal();\n}\n",
     )
     err = error_of(Path(main).read_text(), main)
     assert err.message == f"duplicate def 'causal' (first defined at {lib}:1:1)"

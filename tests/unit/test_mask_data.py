@@ -34,7 +34,8 @@ SPECS = {
         "    mask = kv_idx <= q_pos && q_pos - kv_idx < window[batch];"
     ),
     "per_request_prefix": (
-        "param prefix: tensor<i32>[batch_size];\n    mask = kv_idx < prefix[batch] || kv_idx <= q_pos;"
+        "param prefix: tensor<i32>[batch_size];\n"
+        "    mask = kv_idx < prefix[batch] || kv_idx <= q_pos;"
     ),
 }
 

@@ -163,7 +163,8 @@ def test_request_params_cut_batch_flattened_tensors() -> None:
     variant = attnc.load(
         "variant v {\n    param d: tensor<i32>[kv_len];\n    param b: tensor<f32>[q_len];\n"
         "    param w: tensor<i32>[batch_size];\n    param s: f32 = 1.0;\n"
-        "    score = score * s + b[q_idx];\n    mask = d[kv_idx] == d[q_pos] && kv_idx < w[batch];\n}\n"
+        "    score = score * s + b[q_idx];\n"
+        "    mask = d[kv_idx] == d[q_pos] && kv_idx < w[batch];\n}\n"
     )
     d, b, w = torch.arange(10), torch.arange(6.0), torch.tensor([3, 4])
     got = request_params(

@@ -103,7 +103,8 @@ def test_tensor_wrong_shape():
     with pytest.raises(ValueError) as e:
         _resolve(**_good(table=torch.zeros(4, 3, dtype=torch.int32)))
     assert str(e.value) == (
-        "variant 'v': param 'table' (tensor<i32>[num_kv_heads, 3]): expected shape [2, 3], got [4, 3]"
+        "variant 'v': param 'table' (tensor<i32>[num_kv_heads, 3]): "
+        "expected shape [2, 3], got [4, 3]"
     )
 
 

@@ -214,7 +214,8 @@ def _acquire(fh: object, path: Path, deadline: float) -> bool:
         now = time.monotonic()
         if now >= deadline:
             raise LockTimeout(
-                f"attnc: gave up waiting for the build lock {printable(str(path))}, held by {_holder(fh)}, "
+                f"attnc: gave up waiting for the build lock {printable(str(path))}, "
+                f"held by {_holder(fh)}, "
                 f"after {lock_timeout():g} s (ATTNC_LOCK_TIMEOUT); if that build is hung, "
                 "stop it (or delete the lock file once it is gone) and retry"
             )

@@ -248,7 +248,8 @@ def _compile(plan: _Plan, kept: list[Path], running: nvcc_run.Running) -> nvcc_r
 def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | None) -> None:
     if not cache.shell_safe(cache.INCLUDE_DIR):
         raise BuildError(
-            f"attnc: the kernel headers' path {printable(str(cache.INCLUDE_DIR))} holds characters the shell "
+            f"attnc: the kernel headers' path {printable(str(cache.INCLUDE_DIR))} "
+            "holds characters the shell "
             "inside nvcc would expand; install attnc under a plain path"
         )
     if verbose():

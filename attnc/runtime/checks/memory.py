@@ -1,7 +1,8 @@
 """Owns: what memory a tensor addresses (its byte range) and whether it has that memory: a
 FakeTensor (``FakeTensorMode``), a tensor inside a ``torch.func`` transform and a subclass
 that wraps other tensors (DTensor) have none of their own, and a view whose storage was
-freed or shrunk addresses bytes its storage does not hold. The eager paths refuse such tensors before a planner or kernel reads them.
+freed or shrunk addresses bytes its storage does not hold. The eager paths refuse such tensors
+before a planner or kernel reads them.
 """
 
 from __future__ import annotations

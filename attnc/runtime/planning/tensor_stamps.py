@@ -6,11 +6,11 @@ A stamp is the tensor object, its address and its autograd version. Views of one
 share one version counter, so a write into any of them moves every view's version: attnc's
 own writes into an allocation (the version bump after an ``out=`` launch, ``plan()``'s copy
 of its lists into the workspace) go through :func:`own_write`, which moves the stamps of
-every wrapper whose planned tensor saw only that write and holds none of its bytes. A compiled ``run(out=...)`` writes ``out`` through the
-traced graph's own copy, which is not followed: a planned tensor of the same allocation then
-counts as written. Inference tensors (made under ``torch.inference_mode``)
-keep no version: their stamp holds the object and address only, so a write into one after
-``plan()`` is not seen.
+every wrapper whose planned tensor saw only that write and holds none of its bytes. A compiled
+``run(out=...)`` writes ``out`` through the traced graph's own copy, which is not followed: a
+planned tensor of the same allocation then counts as written. Inference tensors (made under
+``torch.inference_mode``) keep no version: their stamp holds the object and address only, so a write
+into one after ``plan()`` is not seen.
 """
 
 from __future__ import annotations

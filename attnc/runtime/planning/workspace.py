@@ -3,9 +3,10 @@
 Two layouts, both of 256-byte aligned regions: ``WorkspaceLayout``, the decode workspace fixed
 for a wrapper's lifetime (the work region the planner writes -- header, per-CTA index,
 per-request arrays, merge list, items last -- then the page ids, the requests' first flattened
-KV tokens and the fp32 partial states of split requests), and ``Int32Regions``, the int32 lists of one prefill plan, placed one after
-another (``place_int32``) and packed into one host buffer (``pack_int32``). The decode
-work-region constants mirror ``decode_args.h`` (``AttncDecodeHeader``, item and merge rows).
+KV tokens and the fp32 partial states of split requests), and ``Int32Regions``, the int32 lists of
+one prefill plan, placed one after another (``place_int32``) and packed into one host buffer
+(``pack_int32``). The decode work-region constants mirror ``decode_args.h`` (``AttncDecodeHeader``,
+item and merge rows).
 """
 
 from __future__ import annotations

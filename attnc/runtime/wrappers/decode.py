@@ -12,7 +12,8 @@ time), so it can be captured in a CUDA graph and replayed after a new ``plan()``
 Eager fast path (``decode_calls.py``): a call that repeats a checked one re-checks only what
 the current plan changes and launches with the remembered fields. Cached calls survive
 ``plan()`` while the planned heads, head_dim, page_size, q_len, dtype and sm_scale stay the
-same, and while the batch sizes tensor params are checked against (``token_sizes``) do. The per-call fields are written by ``decode_launch.py``.
+same, and while the batch sizes tensor params are checked against (``token_sizes``) do. The per-call
+fields are written by ``decode_launch.py``.
 """
 
 from __future__ import annotations

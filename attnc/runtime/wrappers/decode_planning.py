@@ -337,7 +337,8 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         if self.use_cuda_graph and self._shape is not None and shape != self._shape:
             raise ValueError(
                 "plan: a use_cuda_graph wrapper must keep num_qo_heads, num_kv_heads, head_dim, "
-                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, got {shape})"
+                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, "
+                f"got {shape})"
             )
         row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
         native = self._planner()
@@ -494,7 +495,8 @@ def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> No
     for decl in variant.params:  # type: ignore[attr-defined]
         if decl.kind == "tensor" and decl.name in params and "kv_len" in decl.dims:
             raise ValueError(
-                f"variant '{variant.name}': param '{decl.name}' ({describe_decl(decl)}): "  # type: ignore[attr-defined]
+                f"variant '{variant.name}': "  # type: ignore[attr-defined]
+                f"param '{decl.name}' ({describe_decl(decl)}): "
                 "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
                 "not a tensor of one value per KV token: give it to run()"
             )

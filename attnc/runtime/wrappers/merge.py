@@ -103,9 +103,10 @@ def merge_state(
     o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Merged ``(o, lse)`` of two states: ``o_*`` ``[N, ..., D]`` (at least two dims;
-    fp32/bf16/fp16), ``lse_*`` float32 ``[N, ...]`` natural log; both results contiguous. Each argument must be a tensor (a list or an
-    array is a ``ValueError`` naming it, before torch's dispatcher sees it); the rest is
-    checked in the ``attnc::merge_state`` custom op, which ``torch.compile`` traces."""
+    fp32/bf16/fp16), ``lse_*`` float32 ``[N, ...]`` natural log; both results contiguous. Each
+    argument must be a tensor (a list or an array is a ``ValueError`` naming it, before torch's
+    dispatcher sees it); the rest is checked in the ``attnc::merge_state`` custom op, which
+    ``torch.compile`` traces."""
     if not compiling():  # traced arguments are tensors; the op checks
         _check_kinds(o_a, lse_a, o_b, lse_b)
     return merge_state_op(o_a, lse_a, o_b, lse_b)
