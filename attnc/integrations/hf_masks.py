@@ -74,6 +74,14 @@ class BatchSegments:
             "transformers builds it is not supported"
         )
 
+    def __getitem__(self, index: object) -> Any:
+        """Refused: a model that slices or indexes the mask treats it as a tensor."""
+        raise MaskReadAsTensorError(
+            "attention_mask: the model indexes the mask the attnc backend built (its "
+            "requests, not a tensor): a model that slices or edits its attention mask after "
+            "transformers builds it is not supported"
+        )
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """``(batch, 1, q_len, kv_len)``, the shape of the mask this stands for."""

@@ -52,7 +52,16 @@ variant softcap_window {
 _UNSUPPORTED_KWARGS = {
     "position_bias": "an additive position bias (T5-style relative attention)",
     "head_mask": "a per-head mask",
+    "indices": "a top-k selection of keys per query (DeepSeek-V3.2-style sparse attention)",
+    "block_indices": "a selection of key blocks per query (block-sparse attention)",
 }
+
+# Tensor keyword arguments the backend reads or knows to leave the result alone. Any other
+# tensor is refused: a model that hands the attention interface a tensor expects it to be
+# applied (a key selection, a bias), and ignoring it would compute something else.
+_KNOWN_TENSOR_KWARGS = frozenset(
+    {"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k", "s_aux", "sinks"}
+)
 
 # Attention settings of configs that change the attention, with what attnc lacks for them.
 _UNSUPPORTED_CONFIG = {
@@ -121,6 +130,7 @@ def variant_for_layer(
 
     Decided once per layer and call settings (every decode step asks again): a layer whose
     call carries tensors (sinks, ALiBi slopes, biases) is decided afresh each time."""
+    _refuse_unknown_tensors(module, kwargs)
     call = LayerCall(module, dropout, sliding_window, softcap, kwargs)
     key = _settings_key(call)
     if key is not None:
@@ -137,6 +147,19 @@ _chosen: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], Layer
     weakref.WeakKeyDictionary()
 )
 _TENSOR_KWARGS = ("s_aux", "sinks", "position_bias", "head_mask", "cu_seq_lens_q", "cu_seq_lens_k")
+
+
+def _refuse_unknown_tensors(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    """Refuse a call that carries a tensor keyword argument the backend does not apply,
+    before any remembered choice is reused (the choice is keyed by settings, not tensors)."""
+    for key, value in kwargs.items():
+        if not isinstance(value, torch.Tensor) or key in _KNOWN_TENSOR_KWARGS:
+            continue
+        what = _UNSUPPORTED_KWARGS.get(key, "a tensor argument the attnc backend does not apply")
+        raise UnsupportedMaskError(
+            f"{layer_name(module)}: `{printable(key)}` ({what}) has no attnc variant; "
+            "ignoring it would compute another attention"
+        )
 
 
 def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
