@@ -56,11 +56,20 @@ _UNSUPPORTED_KWARGS = {
     "block_indices": "a selection of key blocks per query (block-sparse attention)",
 }
 
-# Tensor keyword arguments the backend reads or knows to leave the result alone. Any other
-# tensor is refused: a model that hands the attention interface a tensor expects it to be
-# applied (a key selection, a bias), and ignoring it would compute something else.
+# Tensor keyword arguments the backend reads (the choice checks their values) or knows to
+# leave the result alone. Any other tensor is refused: a model that hands the attention
+# interface a tensor expects it to be applied (a key selection, a bias), and ignoring it
+# would compute something else.
 _KNOWN_TENSOR_KWARGS = frozenset(
-    {"position_ids", "cache_position", "cu_seq_lens_q", "cu_seq_lens_k", "s_aux", "sinks"}
+    {
+        "position_ids",
+        "cache_position",
+        "cu_seq_lens_q",
+        "cu_seq_lens_k",
+        "s_aux",
+        "sinks",
+        "is_causal",
+    }
 )
 
 # Attention settings of configs that change the attention, with what attnc lacks for them.
