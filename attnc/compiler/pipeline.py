@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from attnc.compiler import ir
 from attnc.compiler.affine import analyse_affine
-from attnc.compiler.imports import load_modules
+from attnc.compiler.imports import ImportRecord, load_modules
 from attnc.compiler.lower import Program, lower_modules
 from attnc.compiler.mask_analysis import analyse_mask
 from attnc.compiler.results import Compiled, remember
@@ -71,15 +71,15 @@ def compile_source(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
 
 def compile_with_imports(
     text: str, file: str
-) -> tuple[list[Compiled], tuple[Diagnostic, ...], tuple[tuple[str, str], ...]]:
-    """``compile_source`` plus the files the source imported (transitively), in load order,
-    each with the sha256 of the bytes it was parsed from (not of the file now: an edit during
-    the compile must not be taken for what was compiled)."""
-    digests: dict[str, str] = {}
-    modules = load_modules(parse(text, file), digests)
+) -> tuple[list[Compiled], tuple[Diagnostic, ...], tuple[ImportRecord, ...]]:
+    """``compile_source`` plus an :data:`~attnc.compiler.imports.ImportRecord` of every
+    import statement met (transitively): the path, the file it named and the sha256 of the
+    bytes that file was parsed from (not of the file now: an edit during the compile must not
+    be taken for what was compiled)."""
+    imports: list[ImportRecord] = []
+    modules = load_modules(parse(text, file), imports)
     with deep_recursion():
         program = lower_modules(modules)
         for v in program.variants:
             verify_variant(v, "lowering")
-    imported = tuple((m.file, digests[m.file]) for m in modules[:-1])
-    return [optimise(v) for v in program.variants], program.warnings, imported
+    return [optimise(v) for v in program.variants], program.warnings, tuple(imports)

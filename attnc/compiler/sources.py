@@ -32,7 +32,7 @@ def resolve_source(spec: str) -> tuple[str, str]:
             )
         return read_source(path), path
     if os.path.isfile(spec):
-        return read_source(spec), spec
+        return read_source(spec), file_name(spec)
     shipped = os.path.join(os.path.dirname(STDLIB_DIR), spec)
     if spec.startswith("stdlib_variants/") and os.path.isfile(shipped):
         return read_source(shipped), shipped  # the package's own folder, as the docs spell it
@@ -41,12 +41,18 @@ def resolve_source(spec: str) -> tuple[str, str]:
     return resolve_path(spec)  # raises: no such file
 
 
+def file_name(path: str) -> str:
+    """The name a file's source goes by: ``path``, or ``./path`` when it starts with ``<``
+    (a ``<...>`` name is inline source, whose imports resolve from the working directory)."""
+    return os.path.join(".", path) if path.startswith("<") else path
+
+
 def resolve_path(path: str) -> tuple[str, str]:
     """(text, file name) of the file at ``path``; a path no file can have (a NUL byte, a
     character the file system's encoding cannot hold, a name past the system's length
     limit) is a ``FileNotFoundError`` like a missing file."""
     try:
-        return read_source(path), path
+        return read_source(path), file_name(path)
     except UnicodeEncodeError:  # a character the file system's encoding cannot hold
         why = "the file system cannot encode one of its characters"
     except ValueError:  # os.open's answer to a NUL byte

@@ -209,8 +209,8 @@ ERROR_SOURCES = {
 def error_source(label: str, tmp: Path) -> tuple[str, str]:
     """(text, file name) of one documented mistake; file-based ones are written under ``tmp``
     (a file that is not UTF-8 fails as it is read)."""
-    if label == "import that does not parse":
-        (tmp / "x.attn").write_text("}")
+    if label.startswith("import of a file that is not UTF-8 text"):
+        (tmp / "x.attn").write_bytes(b"\xff")
         return 'import "x.attn";\nvariant v { }', str(tmp / "main.attn")
     if label == "imports too deep":
         return imports_chain(tmp, 101), str(tmp / "main.attn")
@@ -226,7 +226,12 @@ def error_message(label: str, tmp: Path) -> str:
     return err.value.message
 
 
-FILE_CASES = ("import that does not parse", "imports too deep", "bad UTF-8")
+FILE_CASES = (
+    "import of a file that is not UTF-8 text, or of a link to a file not named `.attn` that "
+    "does not parse",
+    "imports too deep",
+    "bad UTF-8",
+)
 
 
 def test_error_tables_give_the_compilers_messages(tmp_path: Path) -> None:

@@ -4,8 +4,10 @@ parser and SymPy (a cached ``attnc.load`` takes milliseconds instead of about a 
 An entry is keyed by the source text, its file name, the directory its imports resolve
 from (the file's own directory, or the working directory for inline source) and a
 fingerprint of the compiler (the sources of ``attnc.dsl``, ``attnc.compiler`` and the
-grammar). It records the path and sha256 of every file the source imported, transitively,
-and is used only while each still has that content.
+grammar). It records every import statement the source met, transitively (one skipped as
+already loaded under another spelling too): the path, the real path of the file it named and
+the sha256 of that file's bytes; it is used only while each path still names that file with
+that content.
 
 Entries are data, never code: JSON holding a format version, the key, and the compiled
 variants and warnings encoded by :mod:`attnc.runtime.build.ir_json`, under a sha256 digest of
@@ -25,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from attnc.compiler.imports import ImportRecord, import_dir, real_path
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
@@ -35,7 +38,7 @@ from attnc.runtime.build.cache import cache_dir
 from attnc.verbose import env_flag
 from attnc.version import PACKAGE_DIR
 
-FORMAT = 3  # bump when the entry layout changes (3: VariantIR.sink, token tensor dims)
+FORMAT = 4  # bump when the entry layout changes (4: imports as path, real path, sha256)
 MAGIC = "attnc-compiled-variants"
 MAX_ENTRY_BYTES = 64 << 20
 
@@ -69,11 +72,9 @@ def _file_digest(path: str) -> str | None:
 
 
 def import_base(file: str) -> str:
-    """The directory relative imports of ``file`` resolve from: its own directory, or the
-    working directory for inline source (a ``<...>`` name)."""
-    if file.startswith("<"):
-        return os.getcwd()
-    return os.path.dirname(os.path.abspath(file))
+    """The real path of the directory relative imports of ``file`` resolve from
+    (:func:`attnc.compiler.imports.import_dir`)."""
+    return real_path(import_dir(file))
 
 
 def entry_key(text: str, file: str) -> str:
@@ -94,9 +95,10 @@ def _digest(payload: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _decode_entry(
-    data: Any, key: str
-) -> tuple[tuple[tuple[str, str], ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]:
+_Decoded = tuple[tuple[ImportRecord, ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]
+
+
+def _decode_entry(data: Any, key: str) -> _Decoded:
     if not isinstance(data, dict) or set(data) != {"magic", "format", "digest", "payload"}:
         raise ir_json.DecodeError("not an entry")
     if data["magic"] != MAGIC or data["format"] != FORMAT:
@@ -108,7 +110,7 @@ def _decode_entry(
         raise ir_json.DecodeError("entry of another key")
     imports, compiled, warnings = ir_json.decode(payload.get("body"))
     ok_imports = all(
-        isinstance(i, tuple) and len(i) == 2 and all(isinstance(s, str) for s in i) for i in imports
+        isinstance(i, tuple) and len(i) == 3 and all(isinstance(s, str) for s in i) for i in imports
     )
     if not ok_imports or not all(isinstance(c, Compiled) for c in compiled):
         raise ir_json.DecodeError("not compiled variants")
@@ -123,7 +125,6 @@ def _decode_entry(
 # Entries this process decoded or wrote, by the sha256 of their bytes: loading one again
 # returns the same objects, so the shared nodes of two equal IR DAGs are never compared
 # structurally (which costs their unfolded trees).
-_Decoded = tuple[tuple[tuple[str, str], ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]
 _SEEN: dict[tuple[str, str], _Decoded] = {}  # the most recently used last
 _SEEN_ENTRIES = 64  # entries kept: a process loading many distinct sources keeps only these
 
@@ -152,7 +153,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
     except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
     imports, compiled, warnings = decoded
-    if any(_file_digest(p) != digest for p, digest in imports):
+    if any(real_path(p) != real or _file_digest(p) != digest for p, real, digest in imports):
         return None
     _seen(seen, decoded)
     return compiled, warnings
@@ -161,7 +162,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
 def write_entry(
     path: Path,
     key: str,
-    imports: tuple[tuple[str, str], ...],
+    imports: tuple[ImportRecord, ...],
     compiled: tuple[Compiled, ...],
     warnings: tuple[Diagnostic, ...],
 ) -> None:

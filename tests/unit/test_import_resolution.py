@@ -1,0 +1,122 @@
+"""How imports are found, identified and recorded for the compiled-variant cache.
+
+Each test failed before its fix:
+- an import skipped as already loaded (the same file through another spelling, a link) was
+  not recorded in the cache entry, so replacing the link and deleting the file it named still
+  gave the cached variant where a fresh compile says the import is missing;
+- a relative path starting with ``<`` was taken for inline source: its imports resolved from
+  the working directory (a decoy ``lib.attn`` there was compiled in);
+- ``..`` was collapsed before links were followed (``link/../lib.attn`` read the importer's
+  sibling, not the link target's) and ``lib.attn/`` was read as the file;
+- a loop of links was "import not found";
+- a parse error in an imported file gave its line and column but no reason and no caret.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import attnc
+from attnc.compiler.pipeline import compile_source
+from attnc.compiler.sources import resolve_source
+from attnc.dsl.errors import AttnError
+
+WINDOW_USER = "variant v { mask = q_pos - kv_idx < w(); }\n"
+
+
+def _window(spec: str) -> int:
+    compiled, _ = compile_source(*resolve_source(spec))
+    return compiled[0].variant.mask.b.value
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ATTNC_COMPILE_CACHE", raising=False)
+    return tmp_path
+
+
+def test_an_import_skipped_under_another_spelling_is_checked_on_a_cache_hit(cache: Path) -> None:
+    (cache / "a.attn").write_text("def w() = 4;\n")
+    (cache / "b.attn").symlink_to("a.attn")
+    main = cache / "main.attn"
+    main.write_text('import "b.attn";\nimport "a.attn";\n' + WINDOW_USER)
+    attnc.load(str(main))
+    (cache / "b.attn").unlink()
+    (cache / "b.attn").write_text("def w() = 4;\n")  # the link replaced by a copy
+    (cache / "a.attn").unlink()
+    with pytest.raises(AttnError, match="import not found: 'a.attn'"):
+        attnc.load(str(main))
+
+
+def test_two_spellings_that_become_two_files_are_not_a_cache_hit(cache: Path) -> None:
+    (cache / "a.attn").write_text("def w() = 4;\n")
+    (cache / "b.attn").symlink_to("a.attn")
+    main = cache / "main.attn"
+    main.write_text('import "b.attn";\nimport "a.attn";\n' + WINDOW_USER)
+    attnc.load(str(main))
+    (cache / "b.attn").unlink()
+    (cache / "b.attn").write_text("def w() = 4;\n")  # same bytes, now a file of its own
+    with pytest.raises(AttnError, match="'w'"):  # a fresh compile sees w defined twice
+        attnc.load(str(main))
+
+
+def test_a_relative_path_starting_with_an_angle_bracket_is_a_file(
+    tmp_path: Path, monkeypatch
+) -> None:
+    project = tmp_path / "<proj>"
+    project.mkdir()
+    (project / "lib.attn").write_text("def w() = 4;\n")
+    (project / "main.attn").write_text('import "lib.attn";\n' + WINDOW_USER)
+    (tmp_path / "lib.attn").write_text("def w() = 1000;\n")  # a decoy in the working dir
+    monkeypatch.chdir(tmp_path)
+    assert _window("<proj>/main.attn") == 4
+
+
+def test_dot_dot_after_a_link_is_resolved_by_the_system(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "vendor" / "pkg").mkdir(parents=True)
+    (tmp_path / "vendor" / "lib.attn").write_text("def w() = 4;\n")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "lib.attn").write_text("def w() = 999;\n")
+    (proj / "link").symlink_to(tmp_path / "vendor" / "pkg")
+    (proj / "main.attn").write_text('import "link/../lib.attn";\n' + WINDOW_USER)
+    (tmp_path / "vendor" / "main.attn").write_text('import "lib.attn";\n' + WINDOW_USER)
+    monkeypatch.chdir(proj)
+    assert _window("main.attn") == 4  # what `cat link/../lib.attn` shows
+    assert _window("link/../main.attn") == 4  # vendor/main.attn, its imports from vendor/
+
+
+def test_a_trailing_separator_is_no_file(tmp_path: Path) -> None:
+    (tmp_path / "lib.attn").write_text("def w() = 4;\n")
+    main = tmp_path / "main.attn"
+    main.write_text('import "lib.attn/";\n' + WINDOW_USER)
+    with pytest.raises(AttnError, match="import not found: 'lib.attn/'"):
+        _window(str(main))
+
+
+def test_a_loop_of_links_is_named(tmp_path: Path) -> None:
+    os.symlink("l2.attn", tmp_path / "l1.attn")
+    os.symlink("l1.attn", tmp_path / "l2.attn")
+    main = tmp_path / "main.attn"
+    main.write_text('import "l1.attn";\nvariant v { }\n')
+    with pytest.raises(AttnError, match="cannot read import 'l1.attn': Too many levels"):
+        _window(str(main))
+
+
+def test_a_parse_error_in_an_import_is_shown_there_with_a_note_at_the_import(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "lib.attn").write_text("def f(x) = x +* 2;\n")
+    main = tmp_path / "main.attn"
+    main.write_text('import "sub/lib.attn";\nvariant v { mask = q_pos < f(kv_idx); }\n')
+    with pytest.raises(AttnError) as raised:
+        _window(str(main))
+    lines = str(raised.value).splitlines()
+    assert lines[0].endswith("sub/lib.attn:1:15: error: expected an expression, found '*'")
+    assert lines[1:3] == ["    def f(x) = x +* 2;", "                  ^"]
+    assert lines[3] == f"{main}:1:1: note: in the file imported here as 'sub/lib.attn'"
