@@ -13,12 +13,12 @@ import errno
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import NoReturn
 
 from attnc.dsl.errors import AttnError, printable
 from attnc.dsl.literals import INTEGER_TEXT
+from attnc.regular_file import temporary_file
 from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
@@ -329,11 +329,8 @@ def _write_file(path: str, text: str) -> None:
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"-o: {printable(path)} exists and is not a regular file; remove it")
     directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+    fd, tmp = temporary_file(directory or ".", f".{name}.", ".tmp")
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # as open() would create it (mkstemp makes it 0600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)

@@ -1,11 +1,13 @@
 """Owns: reading a file whose path may hold anything (a cache entry, a build record, a
-source): a pipe is never waited on, a device never read, and no more than a limit is read."""
+source): a pipe is never waited on, a device never read, and no more than a limit is read;
+and creating the temporary file a write goes through, with the mode ``open()`` would give."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -37,3 +39,33 @@ def read_regular(path: str | Path, limit: int, what: str | None = None) -> bytes
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def temporary_file(directory: str | Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """``tempfile.mkstemp`` in ``directory``, with the mode ``open()`` would give a new file
+    (0666 less the umask) rather than mkstemp's 0600: a cache or output written by one user
+    (a deployment's build) stays readable by another (its server) as the umask allows."""
+    fd, path = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd, path
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system tells it
+    (``/proc/self/status``): setting it to read it would give another thread's new files a
+    mode of 0666 for a moment."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)  # the narrowest mode for the moment it is set
+    os.umask(mask)
+    return mask

@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from lark.lexer import TerminalDef
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
-from attnc.regular_file import read_regular
+from attnc.regular_file import read_regular, temporary_file
 from attnc.verbose import verbose
 
 FORMAT = "attnc parser tables v3"
@@ -129,7 +128,7 @@ def _save(parser: Lark, path: Path, key: str) -> None:
     try:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".attn-", suffix=".tmp", dir=path.parent)
+        fd, tmp = temporary_file(path.parent, ".attn-", ".tmp")
         body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"))
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_header(key, body))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
 from attnc.dsl.limits import MAX_SOURCE_BYTES
-from attnc.regular_file import read_regular
+from attnc.regular_file import read_regular, temporary_file
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
 from attnc.verbose import env_flag
@@ -174,7 +173,7 @@ def write_entry(
         text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
         _seen((key, hashlib.sha256(text.encode()).hexdigest()), (imports, compiled, warnings))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        fd, tmp = temporary_file(path.parent, "tmp", ".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
