@@ -27,7 +27,9 @@ import statistics
 import time
 
 from benchmarks.arg_lists import int_pairs
+from benchmarks.flops import prefill_flops
 from benchmarks.timing_probe import stream_ms
+from benchmarks.workloads import Mask
 
 HQ, HKV = 32, 8
 DEFAULT_ROWS = "8192:128,8192:64,2048:128"
@@ -46,9 +48,10 @@ def parse_rows(text: str) -> list[tuple[int, int]]:
 
 
 def causal_flops(length: int, head_dim: int) -> float:
-    """FLOPs of causal attention over the length x length pairs with i >= j (half the square,
-    as the suite counts them), 32 query heads."""
-    return 4.0 * HQ * head_dim * length * length / 2
+    """FLOPs of causal attention over the pairs with i >= j (the diagonal included:
+    length (length + 1) / 2 pairs), counted by ``benchmarks.flops`` as the suite counts them,
+    32 query heads."""
+    return float(prefill_flops(Mask("causal"), length, length, HQ, head_dim))
 
 
 def _systems(length: int, head_dim: int, workspace):

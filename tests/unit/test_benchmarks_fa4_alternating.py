@@ -29,5 +29,12 @@ def test_main_refuses_bad_arguments_before_any_gpu_work(argv, capsys):
     assert "error" in capsys.readouterr().err
 
 
-def test_causal_flops_count_half_the_pairs():
-    assert alt.causal_flops(8192, 128) == 4 * 32 * 128 * 8192 * 8192 / 2
+def test_causal_flops_count_the_pairs_as_the_suite_does():
+    """The diagonal is visible: L (L + 1) / 2 causal pairs, the count of benchmarks.flops."""
+    from benchmarks.flops import prefill_flops
+    from benchmarks.workloads import Mask
+
+    assert alt.causal_flops(8192, 128) == 4 * 32 * 128 * 8192 * 8193 / 2
+    for length, head_dim in [(1, 64), (7, 128), (2048, 256)]:
+        suite = prefill_flops(Mask("causal"), length, length, alt.HQ, head_dim)
+        assert alt.causal_flops(length, head_dim) == suite
