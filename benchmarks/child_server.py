@@ -12,8 +12,11 @@ seeds, ``inputs.make_prefill_sets``), runs the system once per set (compiles inc
 saves set 0's output (``[q_len, H, D]``) to ``path`` for the parent's cross-check, times the
 calls with ``timing.bench_ms`` and answers on one line that starts with ``REPLY_PREFIX``:
 
-    {"status": "ok", "ms": ..., "note": ..., "compare": bool}
+    {"status": "ok", "ms": ..., "note": ..., "timing_note": ..., "compare": bool}
     {"status": "missing" | "n/a" | "error", "note": reason}
+
+``note`` is what the system says of its call (the Prepared's note, e.g. ``score_mod,
+pack_gqa off``), ``timing_note`` what the timing says of itself; the parent shows each once.
 
 The child keeps the prepared input sets of the current row, per system. A request with
 ``"retime": true`` and no ``out`` for a system and case it holds times those sets again (the
@@ -133,9 +136,14 @@ def _run_and_time(request: dict) -> dict:
         torch.cuda.synchronize()
         torch.save(out.contiguous().cpu(), request["out"])
         del out
-    ms, note = bench_ms([p.run for p in preps], graph=False, rep=int(request["rep"]))
-    notes = [n for n in (note, preps[0].note) if n]
-    return {"status": "ok", "ms": ms, "note": "; ".join(notes), "compare": preps[0].compare}
+    ms, timing_note = bench_ms([p.run for p in preps], graph=False, rep=int(request["rep"]))
+    return {
+        "status": "ok",
+        "ms": ms,
+        "note": preps[0].note,
+        "timing_note": timing_note,
+        "compare": preps[0].compare,
+    }
 
 
 def measure(request: dict) -> dict:

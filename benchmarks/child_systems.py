@@ -281,7 +281,7 @@ class ChildPrefill(System):
 
         def retime() -> tuple[float, str]:
             again = self._ask(retime_payload)
-            return float(again["ms"]), str(again.get("note", ""))
+            return float(again["ms"]), str(again.get("timing_note", ""))
 
         compare = bool(reply.get("compare", True))
         return Prepared(

@@ -16,9 +16,10 @@ class Prepared:
 
     ``timed_ms``: the median time of one call, already measured elsewhere (a child process);
     ``run()`` then only hands back the output. ``retime``: with ``timed_ms``, times the row
-    again where it was measured and returns the new median ms and its note, so such a system
-    takes part in every timing round (None: timed once). ``compare=False``: the output computes another
-    function than the row's (a stand-in timed for reference) and is not cross-checked.
+    again where it was measured and returns the new median ms and the timing's own note (not
+    ``note``, which the outcome shows once), so such a system takes part in every timing round
+    (None: timed once). ``compare=False``: the output computes another function than the
+    row's (a stand-in timed for reference) and is not cross-checked.
     """
 
     run: Callable

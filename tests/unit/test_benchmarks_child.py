@@ -221,7 +221,7 @@ def test_child_server_measures_with_the_parents_inputs(monkeypatch, tmp_path):
     path = str(tmp_path / "out.pt")
     req = {"system": "fa4", "case": case_to_dict(_case("causal")), "rep": 5, "out": path}
     reply = child_server.measure(req)
-    assert reply == {"status": "ok", "ms": 0.25, "note": "x", "compare": True}
+    assert reply == {"status": "ok", "ms": 0.25, "note": "x", "timing_note": "", "compare": True}
     assert seen == [1.0, 2.0, 3.0] and torch.load(path).tolist() == [[1.0, 1.0]] * 2
 
     def broken(self, case, data):
@@ -296,7 +296,13 @@ def test_child_server_keeps_both_child_systems_of_a_row(monkeypatch, tmp_path):
         assert reply["status"] == "ok"
     for name in ("fa4", "flex_flash", "fa4"):
         again = child_server.measure({"system": name, "case": causal, "rep": 5, "retime": True})
-        assert again == {"status": "ok", "ms": 0.5, "note": name, "compare": True}
+        assert again == {
+            "status": "ok",
+            "ms": 0.5,
+            "note": name,
+            "timing_note": "",
+            "compare": True,
+        }
     assert made == ["fa4", "flex_flash"]
     softcap = case_to_dict(_case("softcap"))
     child_server.measure({"system": "flex_flash", "case": softcap, "rep": 5, "out": path})
@@ -348,3 +354,39 @@ def test_prefill_suite_starts_the_child_early_and_always_stops_it(monkeypatch):
         args = parse_args(["--suite", "prefill", "--skip", "fa4,flex_flash"])
         suites.run_prefill(args, None, log=lambda _: None)
     assert calls == ["rows", "down"]  # both child anchors skipped: no child
+
+
+class _InProcessChild:
+    """The anchor child's protocol answered by ``child_server.measure`` in this process."""
+
+    def request(self, payload: dict, timeout: float) -> dict:
+        from benchmarks import child_server
+
+        return child_server.measure(payload)
+
+
+def test_a_child_systems_note_shows_once_in_its_outcome(monkeypatch):
+    """The child's reply keeps the system's note apart from the timing's, so the row's cell
+    says "score_mod, pack_gqa off" once however many rounds retime it."""
+    import torch
+
+    from benchmarks import child_server, inputs, measure, timing
+
+    class Fake:
+        def prepare(self, case, data):
+            return Prepared(lambda: torch.ones(2, 2), note="score_mod, pack_gqa off")
+
+    monkeypatch.setattr(child_server, "make_system", lambda name, autotune=False: Fake())
+    monkeypatch.setattr(child_server, "_KEPT", {"case": "", "systems": {}})
+    monkeypatch.setattr(inputs, "make_prefill_sets", lambda case: [1.0])
+    monkeypatch.setattr(timing, "bench_ms", lambda fns, graph=False, rep=100: (0.5, ""))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr("torch.load", _cpu_load(torch.load))
+    monkeypatch.setattr(child_systems, "fa4_absent", lambda: "")
+    monkeypatch.setattr(child_systems, "anchor_child", lambda: _InProcessChild())
+    system = child_systems.ChildPrefill("fa4", rep=5)
+    case = _case("alibi")
+    out = measure.measure_case(case, [system], [None], 1e9, rounds=2, log=lambda _: None)
+    assert out["fa4"].status == "ok"
+    assert out["fa4"].note.split("; ").count("score_mod, pack_gqa off") == 1
