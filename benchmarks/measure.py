@@ -175,4 +175,5 @@ def _outcome(rounds: list, preps: list, work: float, err: float | None, check_no
     if check_note:
         notes.append(check_note)
     value = work / (ms * 1e-3) / 1e12
-    return Outcome("ok", value=value, note="; ".join(notes), rel_err=err)
+    stand_in = not preps[0].compare
+    return Outcome("ok", value=value, note="; ".join(notes), rel_err=err, stand_in=stand_in)

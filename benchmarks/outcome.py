@@ -19,12 +19,17 @@ class Failed(Exception):
 
 @dataclass
 class Outcome:
-    """status: ok | missing | error | mismatch | n/a; value in the row's unit when ok."""
+    """status: ok | missing | error | mismatch | n/a; value in the row's unit when ok.
+
+    ``stand_in``: the figure is of another function than the row's (``Prepared.compare`` is
+    False: timed for reference, its output not compared); the report compares no ratio with it.
+    """
 
     status: str
     value: float | None = None
     note: str = ""
     rel_err: float | None = None
+    stand_in: bool = False
 
     def to_dict(self) -> dict:
         """Plain dict for JSON."""

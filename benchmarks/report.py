@@ -36,13 +36,28 @@ def columns(rows: list[dict]) -> list[str]:
     return sorted(names, key=lambda n: not is_attnc(n))
 
 
-def best_anchor(row: dict) -> tuple[str, float] | None:
-    """(name, value) of the best ok anchor in the row, or None."""
-    ok = [
+def is_stand_in(out: dict) -> bool:
+    """True for a figure of another function than the row's (timed, not compared): the
+    outcome's ``stand_in``; results written before that field say so only in the note, whose
+    stand-in wording always held "not compared", so such a note counts as a stand-in there."""
+    if "stand_in" in out:
+        return bool(out["stand_in"])
+    return "not compared" in out.get("note", "")
+
+
+def compared_figures(row: dict, attnc: bool) -> list[tuple[str, float]]:
+    """(name, value) of the row's ok outcomes of the row's own function, attnc's columns
+    (``attnc``) or the anchors'; stand-ins are left out."""
+    return [
         (name, o["value"])
         for name, o in row["systems"].items()
-        if not is_attnc(name) and o.get("status") == "ok"
+        if is_attnc(name) == attnc and o.get("status") == "ok" and not is_stand_in(o)
     ]
+
+
+def best_anchor(row: dict) -> tuple[str, float] | None:
+    """(name, value) of the best ok anchor in the row that is not a stand-in, or None."""
+    ok = compared_figures(row, attnc=False)
     if not ok:
         return None
     pick = max if row.get("higher_is_better", True) else min
@@ -63,12 +78,9 @@ def _ratios(value: float, row: dict, ceilings: dict) -> tuple[str, str]:
 
 def ratio_cells(row: dict, ceilings: dict) -> tuple[str, str]:
     """attnc vs the best anchor (x, above 1 is better) and attnc over the ceiling; with
-    several attnc columns (one per backend) each ratio is prefixed by its backend."""
-    mine = [
-        (name, o["value"])
-        for name, o in row["systems"].items()
-        if is_attnc(name) and o.get("status") == "ok"
-    ]
+    several attnc columns (one per backend) each ratio is prefixed by its backend. A stand-in
+    (``is_stand_in``) takes part in no ratio."""
+    mine = compared_figures(row, attnc=True)
     if len(mine) == 1 and mine[0][0] == "attnc":
         return _ratios(mine[0][1], row, ceilings)
     best_cells, ceiling_cells = [], []

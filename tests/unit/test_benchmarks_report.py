@@ -88,3 +88,40 @@ def test_results_write_json_and_markdown(tmp_path):
     assert "missing: not implemented" in (tmp_path / "bench.md").read_text()
     note = write_plot("decode", data["suites"]["decode"], str(tmp_path / "p.png"))
     assert "plot" in note
+
+
+def _sigmoid_row(stand_in: dict) -> dict:
+    """A sigmoid row: attnc, a compared anchor and FA4 timed as a full softmax stand-in."""
+    return {
+        "case": "sigmoid, L=8192",
+        "unit": "TFLOP/s",
+        "higher_is_better": True,
+        "systems": {
+            "attnc": Outcome("ok", value=550.0).to_dict(),
+            "flex": Outcome("ok", value=275.0).to_dict(),
+            "fa4": stand_in,
+        },
+    }
+
+
+def test_a_stand_in_is_no_anchor_to_compare_with():
+    """An anchor that ran another function (a stand-in) is shown but never the best anchor."""
+    note = "full softmax stand-in, not compared"
+    fa4 = Outcome("ok", value=660.0, note=note, stand_in=True).to_dict()
+    row = _sigmoid_row(fa4)
+    assert fa4["stand_in"] is True
+    assert report.best_anchor(row) == ("flex", 275.0)
+    assert report.ratio_cells(row, {}) == ("2.00x flex", "")
+    assert "660" in report.render_suite("prefill", [row], {})
+    del row["systems"]["flex"]
+    assert report.best_anchor(row) is None and report.ratio_cells(row, {}) == ("", "")
+
+
+def test_results_written_before_the_stand_in_field_read_its_note():
+    """Without ``stand_in`` an outcome is a stand-in when its note says "not compared"."""
+    old = {"status": "ok", "value": 660.0, "note": "full softmax stand-in, not compared"}
+    assert report.is_stand_in(old)
+    assert report.best_anchor(_sigmoid_row(old)) == ("flex", 275.0)
+    plain = {"status": "ok", "value": 660.0, "note": "median of 2 rounds"}
+    assert not report.is_stand_in(plain)
+    assert report.best_anchor(_sigmoid_row(plain)) == ("fa4", 660.0)
