@@ -49,8 +49,8 @@ def _check(systems, case, sets, outputs: dict) -> tuple[dict, dict, str | None]:
     """Relative errors and check notes per system; the reference name.
 
     When no anchor has an output (one attnc system, or attnc's two templates), the
-    reference's own ``self_check`` (attnc: its eager reference on the last query rows) checks
-    it when it has one; the others are compared with it.
+    reference's own ``self_check`` (attnc: its eager reference on blocks of query rows spread
+    over the sequence) checks it when it has one; the others are compared with it.
     """
     order = [s.name for s in systems]
     attnc_names = {s.name for s in systems if s.is_attnc}
@@ -66,7 +66,7 @@ def _check(systems, case, sets, outputs: dict) -> tuple[dict, dict, str | None]:
         if check is not None:
             try:
                 errors[ref] = check(case, sets[0], outputs[ref])
-                notes[ref] = "vs eager reference, last rows"
+                notes[ref] = "vs eager reference, row blocks"
             except Exception as exc:
                 notes[ref] = f"unchecked ({short_reason(exc, 60)})"
     return errors, notes, ref

@@ -48,7 +48,7 @@ def test_stand_in_is_timed_not_compared_and_child_time_is_used(monkeypatch):
     assert out["fa4"].status == "ok" and out["fa4"].value == pytest.approx(4000.0)
     assert out["fa4"].rel_err is None and stand_in.prepared_sets == 1
     assert out["fa4"].stand_in and not out["attnc"].stand_in
-    assert out["attnc"].status == "ok" and out["attnc"].note == "vs eager reference, last rows"
+    assert out["attnc"].status == "ok" and out["attnc"].note == "vs eager reference, row blocks"
 
 
 def test_two_attnc_templates_without_anchor_check_the_first_against_eager(monkeypatch):

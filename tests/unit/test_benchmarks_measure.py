@@ -97,7 +97,7 @@ def test_single_output_uses_self_check(monkeypatch):
     good = _FakeSystem("attnc", torch.ones(3), is_attnc=True)
     good.self_check = lambda case, data, out: 1e-3
     out = measure.measure_case(None, [good], [None], 1e12, log=lambda _: None)
-    assert out["attnc"].status == "ok" and out["attnc"].note == "vs eager reference, last rows"
+    assert out["attnc"].status == "ok" and out["attnc"].note == "vs eager reference, row blocks"
     good.self_check = lambda case, data, out: 0.5
     out = measure.measure_case(None, [good], [None], 1e12, log=lambda _: None)
     assert out["attnc"].status == "mismatch"
@@ -123,6 +123,96 @@ def test_attnc_self_check_slices_bottom_right_rows():
     data = DenseData(q, k, v, {"window": 9})
     full = variant.reference(q, k, v, window=9)
     assert AttncPrefill().self_check(case, data, full, rows=8) < 1e-6
+
+
+MASKS = {"sliding_window": "window", "prefix_lm": "prefix", "sigmoid": "none"}
+
+
+def _spec(key: str, params: dict):
+    """The suite's variant ``key`` with its mask's width or prefix set from ``params``."""
+    from benchmarks.workloads import Mask, VariantSpec
+
+    width = params.get("window", 0), params.get("prefix_len", 0)
+    mask = Mask(MASKS.get(key, "causal"), window=width[0], prefix=width[1])
+    scalars = tuple((k, v) for k, v in params.items() if not hasattr(v, "shape"))
+    return VariantSpec(key, key, mask, scalars)
+
+
+def _dense_row(key: str, length: int, params: dict, heads: tuple = (4, 1), head_dim: int = 32):
+    """A prefill case and one seeded CPU input set for it."""
+    import torch
+
+    from benchmarks.inputs import DenseData
+    from benchmarks.workloads import PrefillCase
+
+    hq, hkv = heads
+    case = PrefillCase(_spec(key, params), length, length, hq, hkv, head_dim)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(length, hq, head_dim, generator=gen)
+    k, v = (torch.randn(length, hkv, head_dim, generator=gen) for _ in range(2))
+    return case, DenseData(q, k, v, params)
+
+
+def _variant_or_skip(stdlib: str):
+    from benchmarks.attnc_systems import load_variant
+
+    try:
+        return load_variant(stdlib)
+    except Exception as exc:  # the runtime may not import on this machine
+        pytest.skip(f"attnc.load unavailable: {exc}")
+
+
+def test_attnc_self_check_sees_a_prefix_lm_row_computed_as_causal():
+    """On prefix-LM the last rows see the same keys with or without the prefix; the check's
+    rows spread over the sequence tell the two problems apart."""
+    from benchmarks.attnc_systems import AttncPrefill
+
+    causal = _variant_or_skip("causal")
+    prefix_lm = _variant_or_skip("prefix_lm")
+    case, data = _dense_row("prefix_lm", 2048, {"prefix_len": 1024})
+    right = prefix_lm.reference(data.q, data.k, data.v, prefix_len=1024)
+    wrong = causal.reference(data.q, data.k, data.v)
+    assert AttncPrefill().self_check(case, data, right) < 1e-6
+    assert AttncPrefill().self_check(case, data, wrong) > 0.1
+
+
+@pytest.mark.parametrize(
+    "key, params, length",
+    [
+        ("causal", {}, 300),
+        ("sliding_window", {"window": 100}, 300),
+        ("prefix_lm", {"prefix_len": 150}, 300),
+        ("alibi", {}, 300),
+        ("sigmoid", {"bias": 0.0}, 300),
+    ],
+)
+def test_attnc_self_check_passes_the_right_output(key, params, length):
+    """Every block the check computes gives its rows their own positions: the variant's
+    whole reference output passes with no error."""
+    from benchmarks.attnc_systems import AttncPrefill
+    from benchmarks.inputs import alibi_slopes
+
+    variant = _variant_or_skip(key)
+    if key == "alibi":
+        params = {"slopes": alibi_slopes(4, "cpu")}
+    case, data = _dense_row(key, length, params)
+    full = variant.reference(data.q, data.k, data.v, **params)
+    assert AttncPrefill().self_check(case, data, full, rows=16) < 1e-6
+
+
+def test_check_blocks_reach_the_first_rows_and_the_mask_boundaries():
+    from benchmarks.attnc_systems import check_blocks, keys_seen
+    from benchmarks.workloads import VARIANTS, PrefillCase
+
+    prefix = PrefillCase(VARIANTS["prefix_lm"], 8192, 8192)
+    blocks = check_blocks(prefix, rows=64)
+    assert blocks[0] == (0, 64) and blocks[-1] == (8128, 8192) and (992, 1056) in blocks
+    assert len(blocks) <= 9 and keys_seen(prefix, 64) == 1024 and keys_seen(prefix, 1056) == 1056
+    window = PrefillCase(VARIANTS["sliding_window"], 2048, 4096)
+    assert (0, 64) in check_blocks(window, rows=64)  # the window's cut is before q's first row
+    assert keys_seen(window, 64) == 2112 and keys_seen(window, 2048) == 4096
+    sigmoid = PrefillCase(VARIANTS["sigmoid"], 8192, 8192)
+    assert check_blocks(sigmoid, rows=64) == [(8128, 8192)]
 
 
 def test_rotation_count_exceeds_flush_size():
