@@ -10,7 +10,12 @@ from benchmarks.outcome import Outcome, from_exception, short_reason
 from benchmarks.system import System
 from benchmarks.timing import bench_ms
 
-REL_TOL = 2e-2
+# The largest relative error between two outputs of one problem. Systems that agree differed
+# by at most 3.1e-3 in every stored result (bf16 outputs, any row, suite or system: decode
+# 3.1e-3, prefill 3.1e-3, batch 2.6e-3); 1e-2 keeps a threefold margin over that, and is below
+# a window of 1024 off by one key on the suite's inputs (1.5e-2 to 2e-2). A soft-cap of 30 left
+# out moves those outputs by about 5e-3 only, which no tolerance above the noise can tell.
+REL_TOL = 1e-2
 
 
 def rel_err(out, ref) -> float:
