@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from attnc.compiler import ir
 from attnc.compiler.mask_analysis import MaskAnalysis
+from attnc.dsl.limits import deep_recursion
 
 
 @dataclass(frozen=True)
@@ -39,18 +40,23 @@ class Compiled:
 
 
 # Weak values: an entry lives while its Compiled is held (by a Variant, a cache entry), so
-# loading many distinct variants over a process's life does not keep them all.
+# loading many distinct variants over a process's life does not keep them all. A lookup may
+# compare two separately built copies of one IR (compiled here and read from the disk cache,
+# say), which recurses once per level of its deepest expression: lookups run with the passes'
+# recursion room.
 _KNOWN: weakref.WeakValueDictionary[ir.VariantIR, Compiled] = weakref.WeakValueDictionary()
 
 
 def remember(c: Compiled) -> Compiled:
     """Record ``c`` as the analyses of ``c.variant``, unless equal IR's are known already
     (those stay: their holder may outlive ``c``); returns ``c``."""
-    if _KNOWN.get(c.variant) is None:
-        _KNOWN[c.variant] = c
+    with deep_recursion():
+        if _KNOWN.get(c.variant) is None:
+            _KNOWN[c.variant] = c
     return c
 
 
 def known(v: ir.VariantIR) -> Compiled | None:
     """The remembered analyses of optimised IR ``v``, if any."""
-    return _KNOWN.get(v)
+    with deep_recursion():
+        return _KNOWN.get(v)

@@ -6,7 +6,9 @@ here. Every dataclass instance becomes one row of a node table, children before 
 and is referred to by its row index; an object reachable twice (a shared sub-expression of
 a DAG) is stored once and decoded as one shared object. Decoding accepts only dataclasses
 defined in the allowed ``attnc`` modules, requires exactly their init fields, and raises
-:class:`DecodeError` for anything else.
+:class:`DecodeError` for anything else. An IR node's hash is taken as it is decoded (the
+rows come children first), as the compiler's passes take it, so a deep expression decoded
+here is as cheap to hash as one compiled.
 
 Values: ``None``/``bool``/``int``/``str`` and finite floats are themselves; a tuple is a
 JSON list; a non-finite float is ``{"F": "inf"|"-inf"|"nan"}``; a dataclass is
@@ -20,9 +22,12 @@ import importlib
 import math
 from typing import Any
 
-from attnc.compiler.ir import postorder_of
+from attnc.compiler.ir import ExprNode, ParamDecl, VariantIR, postorder_of
 
 ALLOWED_MODULES = ("attnc.compiler.", "attnc.dsl.")
+# The node types that cache their hash (``ir._shared``): decoding takes each one's hash as it
+# is built, children first, so no later hash of the IR recurses through its depth.
+_HASH_CACHED = (ExprNode, ParamDecl, VariantIR)
 _MAX_NODES = 1_000_000
 
 
@@ -143,9 +148,12 @@ def _decode_node(row: Any, nodes: list[object]) -> object:
         raise DecodeError(f"{row['t']}: fields {sorted(row['f'])} are not {sorted(names)}")
     values = {k: _decode_value(v, nodes) for k, v in row["f"].items()}
     try:
-        return cls(**values)
-    except Exception as exc:  # a constructor check rejected the values
+        node = cls(**values)
+        if isinstance(node, _HASH_CACHED):
+            hash(node)  # its children's hashes are cached already: this costs one level
+    except Exception as exc:  # a constructor check rejected the values (or an unhashable one)
         raise DecodeError(f"{row['t']}: {exc}") from exc
+    return node
 
 
 def decode(data: Any) -> Any:

@@ -30,7 +30,7 @@ from attnc.compiler.imports import ImportRecord, import_dir, real_path
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
-from attnc.dsl.limits import MAX_SOURCE_BYTES
+from attnc.dsl.limits import MAX_SOURCE_BYTES, deep_recursion
 from attnc.regular_file import read_regular, temporary_file
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
@@ -140,6 +140,13 @@ def _seen(key: tuple[str, str], decoded: _Decoded) -> None:
             break
 
 
+def _decoded(raw: bytes, key: str) -> _Decoded:
+    """The entry ``raw`` of ``key`` decoded and checked, with the recursion room the compiler's
+    passes have (its IR may nest as deeply as they allow)."""
+    with deep_recursion():
+        return _decode_entry(json.loads(raw), key)
+
+
 def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
     """The compiled variants and warnings of the entry at ``path``, or None when it is
     missing, not a valid entry of ``key``, or an import it recorded has changed."""
@@ -148,7 +155,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
         if len(raw) > MAX_ENTRY_BYTES:
             return None
         seen = (key, hashlib.sha256(raw).hexdigest())
-        decoded = _SEEN.get(seen) or _decode_entry(json.loads(raw), key)
+        decoded = _SEEN.get(seen) or _decoded(raw, key)
     except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
     imports, compiled, warnings = decoded

@@ -1,0 +1,88 @@
+"""A deeply nested variant read from the compiled-variant cache loads as a compiled one does.
+
+Each load runs in a fresh interpreter: a process that compiled the variant keeps its objects,
+so only a later process decodes the entry, with Python's default recursion limit.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = str(Path(__file__).resolve().parents[2])
+TERMS = 1200  # a flat sum nests once per term: deeper than Python's default stack allows
+
+
+def _deep_source(comment: str = "") -> str:
+    terms = "".join(f" + {i}.0" for i in range(TERMS))
+    return f"# {comment}\nvariant deep {{ score = score{terms}; }}\n"
+
+
+_LOAD = """
+import sys
+import attnc
+for path in sys.argv[1:]:
+    v = attnc.load(path)
+    print(v.ir.name, "loaded")
+"""
+
+# Prepended to a script that must read every variant from the cache.
+_NO_COMPILING = """
+from attnc.compiler import pipeline
+def refused(text, file):
+    raise AssertionError(f"{file} was compiled, not read from the cache")
+pipeline.compile_with_imports = refused
+"""
+
+_TWO_COPIES = """
+import shutil
+import sys
+import attnc
+from attnc.compiler.analysed import analysed
+path, other = sys.argv[1:]
+a = attnc.load(path)
+shutil.copyfile(other, path)  # the same file name, another text: another entry
+b = attnc.load(path)
+assert a.ir is not b.ir and a.ir == b.ir
+assert analysed(b.ir).variant == a.ir
+print("equal copies")
+"""
+
+
+def _python(code: str, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, ATTNC_CACHE_DIR=str(cache), PYTHONPATH=REPO)
+    env.pop("ATTNC_COMPILE_CACHE", None)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=cache.parent,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_deep_variant_loads_again_from_the_cache(tmp_path):
+    source = tmp_path / "deep.attn"
+    source.write_text(_deep_source())
+    cache = tmp_path / "cache"
+    for script in (_LOAD, _NO_COMPILING + _LOAD):  # compiles and writes the entry, reads it
+        done = _python(script, cache, str(source))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "deep loaded\n"
+
+
+def test_two_cached_copies_of_a_deep_variant_compare_equal(tmp_path):
+    """Two entries of one file name (the texts differ in a comment) decode to separate but
+    equal IR, which the analyses' memo compares node by node, once per nesting level."""
+    path, other = tmp_path / "deep.attn", tmp_path / "other.txt"
+    cache = tmp_path / "cache"
+    for comment in ("b", "a"):  # compile both texts into the cache
+        path.write_text(_deep_source(comment))
+        assert _python(_LOAD, cache, str(path)).returncode == 0
+    other.write_text(_deep_source("b"))
+    done = _python(_NO_COMPILING + _TWO_COPIES, cache, str(path), str(other))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "equal copies\n"
