@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -94,49 +95,81 @@ def _excerpt(line: str, start: int, end: int) -> str:
     return f"    {quoted}\n    {' ' * pad}^{'~' * (width - 1)}"
 
 
-# Files whose text each thread keeps for quoting (a long-lived process kept every one).
+# Files whose text each thread keeps for quoting (a long-lived process kept every one), besides
+# those a live parsed module holds (see SourceMap.tie).
 SOURCE_FILES_KEPT = 256
 
 
+class SourceText:
+    """One file's source lines, split at ``\\n`` only (as the lexer counts)."""
+
+    __slots__ = ("lines", "__weakref__")
+
+    def __init__(self, text: str) -> None:
+        self.lines = [line.removesuffix("\r") for line in text.split("\n")]
+
+
 class SourceMap:
-    """Source text of every file seen, so diagnostics can quote their line.
+    """Source text of the files seen, so diagnostics can quote their line.
 
     Each thread has a map of its own: a diagnostic takes its line when it is made, in the
     thread that parses and compiles the text, so another thread loading other text under the
     same name (every inline source is ``<string>``) never changes the line it quotes.
+
+    A thread keeps the text of its :data:`SOURCE_FILES_KEPT` most recent files, and of any
+    file whose parsed module is still alive (:meth:`tie`): a compilation importing more files
+    than that still quotes every one of them, and a long-lived process keeps no more.
     """
 
     def __init__(self) -> None:
         self._local = threading.local()
 
-    def _lines(self) -> dict[str, list[str]]:
-        """The calling thread's files, by name."""
-        lines: dict[str, list[str]] | None = getattr(self._local, "lines", None)
-        if lines is None:
-            lines = self._local.lines = {}
-        return lines
+    def _recent(self) -> dict[str, SourceText]:
+        """The calling thread's most recent files, by name (the oldest first)."""
+        recent: dict[str, SourceText] | None = getattr(self._local, "recent", None)
+        if recent is None:
+            recent = self._local.recent = {}
+        return recent
+
+    def _texts(self) -> weakref.WeakValueDictionary[str, SourceText]:
+        """The calling thread's text of every file still held (recent or tied), by name."""
+        texts: weakref.WeakValueDictionary[str, SourceText] | None
+        texts = getattr(self._local, "texts", None)
+        if texts is None:
+            texts = self._local.texts = weakref.WeakValueDictionary()
+        return texts
 
     def add(self, file: str, text: str) -> None:
         """Remember ``text`` under ``file`` for this thread, as its most recent file (the
-        oldest of more than ``SOURCE_FILES_KEPT`` is forgotten); lines are split at ``\\n``
-        only (as the lexer counts)."""
-        lines = self._lines()
-        lines.pop(file, None)
-        lines[file] = [line.removesuffix("\r") for line in text.split("\n")]
-        while len(lines) > SOURCE_FILES_KEPT:
-            del lines[next(iter(lines))]
+        oldest of more than ``SOURCE_FILES_KEPT`` is forgotten unless a module holds it)."""
+        held = SourceText(text)
+        self._texts()[file] = held
+        recent = self._recent()
+        recent.pop(file, None)
+        recent[file] = held
+        while len(recent) > SOURCE_FILES_KEPT:
+            del recent[next(iter(recent))]
+
+    def tie(self, file: str, owner: object) -> None:
+        """Keep this thread's text of ``file`` while ``owner`` (the module parsed from it)
+        lives, however many files are added meanwhile: lowering quotes a file's lines after
+        every file it imports has been parsed."""
+        held = self._texts().get(file)
+        if held is not None:
+            object.__setattr__(owner, "_source_text", held)
 
     def forget(self, file: str) -> None:
         """Drop this thread's text of ``file`` (its lines will not be quoted)."""
-        self._lines().pop(file, None)
+        self._recent().pop(file, None)
+        self._texts().pop(file, None)
 
     def line(self, loc: Loc) -> str | None:
-        """The source line ``loc`` points at, or None when this thread has not seen its file
-        or the file has no such line."""
-        lines = self._lines().get(loc.file)
-        if lines is None or not 1 <= loc.line <= len(lines):
+        """The source line ``loc`` points at, or None when this thread holds no text of its
+        file or the file has no such line."""
+        held = self._texts().get(loc.file)
+        if held is None or not 1 <= loc.line <= len(held.lines):
             return None
-        return lines[loc.line - 1]
+        return held.lines[loc.line - 1]
 
 
 SOURCES = SourceMap()

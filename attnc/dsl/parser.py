@@ -87,8 +87,11 @@ def _refuse_lone_cr(text: str, file: str) -> None:
 
 
 def parse_module(text: str, file: str = "<string>") -> ast.Module:
-    """Parse a whole `.attn` file into an :class:`ast.Module`."""
-    return _parse(text, file, "module", lambda builder, tree: builder.module(tree))
+    """Parse a whole `.attn` file into an :class:`ast.Module`, which keeps the text quotable
+    in this thread's error messages while it lives (:meth:`attnc.dsl.errors.SourceMap.tie`)."""
+    module = _parse(text, file, "module", lambda builder, tree: builder.module(tree))
+    SOURCES.tie(file, module)
+    return module
 
 
 def parse_expr(text: str, file: str = "<string>") -> ast.Expr:

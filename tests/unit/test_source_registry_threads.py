@@ -98,4 +98,4 @@ def test_a_thread_keeps_the_text_of_its_latest_files_only() -> None:
     assert (
         sources.line(Loc(f"f{SOURCE_FILES_KEPT + 9}.attn", 1, 1)) == f"line {SOURCE_FILES_KEPT + 9}"
     )
-    assert len(sources._lines()) == SOURCE_FILES_KEPT
+    assert len(sources._recent()) == SOURCE_FILES_KEPT
