@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import io
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from attnc.dsl.errors import AttnError, printable
@@ -27,6 +28,36 @@ EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
+    with _lenient_output():
+        return _run(argv)
+
+
+@contextlib.contextmanager
+def _lenient_output() -> Iterator[None]:
+    """Let stdout and stderr write any text, a character their encoding lacks as its escape
+    (``\\u65e5``): a file name or message the terminal cannot show must not end the command
+    (``attnc check A B`` still checks B after printing A's name to an ASCII-only stdout).
+    Each stream gets its own error handler back afterwards."""
+    streams = [s for s in (sys.stdout, sys.stderr) if isinstance(s, io.TextIOWrapper)]
+    before = [s.errors or "strict" for s in streams]
+    for stream in streams:
+        _set_errors(stream, "backslashreplace")
+    try:
+        yield
+    finally:
+        for stream, errors in zip(streams, before, strict=True):
+            _set_errors(stream, errors)
+
+
+def _set_errors(stream: io.TextIOWrapper, errors: str) -> None:
+    """``stream``'s encoding error handler set to ``errors`` (the flush this takes may fail on
+    a closed pipe or a closed stream: its output is lost anyway)."""
+    with contextlib.suppress(OSError, ValueError):
+        stream.reconfigure(errors=errors)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """``main`` with its output streams set up."""
     parser = _build_parser()
     args = parser.parse_args(argv)
     try:
