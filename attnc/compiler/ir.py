@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, TypeVar, Union
 
+from attnc.dsl.limits import deep_recursion
 from attnc.dsl.located import Located
 
 I32 = "i32"
@@ -356,8 +357,10 @@ class VariantIR(Located):
     def same_code(self, other: VariantIR) -> bool:
         """True when ``other`` differs from this variant at most in what reaches no generated
         code (its doc, source file, KV layouts and param defaults): the two share every
-        module."""
-        return self._code_part() == other._code_part()
+        module. Two separately built copies compare node by node, one level of recursion a
+        level of their deepest expression: with the passes' recursion room."""
+        with deep_recursion():
+            return self._code_part() == other._code_part()
 
     def _code_part(self) -> VariantIR:
         params = tuple(dataclasses.replace(p, default=None) for p in self.params)

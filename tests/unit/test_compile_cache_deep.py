@@ -86,3 +86,15 @@ def test_two_cached_copies_of_a_deep_variant_compare_equal(tmp_path):
     done = _python(_NO_COMPILING + _TWO_COPIES, cache, str(path), str(other))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "equal copies\n"
+
+
+def test_same_code_of_two_deep_copies_compares_with_recursion_room() -> None:
+    """``VariantIR.same_code`` (the compiled prefill op's check of a variant against its
+    module's IR) compared two separately built deep copies without the passes' room."""
+    from attnc.compiler.pipeline import compile_source
+
+    terms = "".join(f" + {i}.0" for i in range(1900))  # optimised: about 630 levels
+    source = f"variant deep_same {{ score = score{terms}; }}"
+    first = compile_source(source, "a.attn")[0][0].variant
+    second = compile_source(source, "b.attn")[0][0].variant
+    assert first is not second and first.same_code(second)
