@@ -4,23 +4,28 @@ and creating the temporary file a write goes through, with the mode ``open()`` w
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_regular(path: str | Path, limit: int, what: str | None = None) -> bytes:
+def read_regular(
+    path: str | Path, limit: int, what: str | None = None, *, follow_link: bool = True
+) -> bytes:
     """At most ``limit + 1`` bytes of the regular file at ``path`` (a caller compares the
     length with ``limit``). Anything else at ``path`` is an ``OSError`` naming it before a
     byte is read: ``FileNotFoundError``, ``IsADirectoryError``, or ``EINVAL`` for a pipe, a
     socket or a device, with ``what`` saying what the path should be. The path is opened
     without waiting (a pipe with no writer would block ``open``) and checked on the open
-    file, so nothing can be swapped in between."""
-    fd = os.open(path, _FLAGS)
+    file, so nothing can be swapped in between. ``follow_link=False``: a link at ``path``
+    itself is an ``OSError`` (``ELOOP``), not followed."""
+    fd = os.open(path, _FLAGS if follow_link else _FLAGS | os.O_NOFOLLOW)
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
@@ -46,12 +51,8 @@ def temporary_file(directory: str | Path, prefix: str, suffix: str) -> tuple[int
     (0666 less the umask) rather than mkstemp's 0600: a cache or output written by one user
     (a deployment's build) stays readable by another (its server) as the umask allows."""
     fd, path = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
-    try:
+    with contextlib.suppress(OSError):  # a file system without modes (vfat, some mounts)
         os.fchmod(fd, 0o666 & ~_umask())
-    except OSError:
-        os.close(fd)
-        os.unlink(path)
-        raise
     return fd, path
 
 
@@ -66,6 +67,10 @@ def _umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError, IndexError):
         pass
-    mask = os.umask(0o077)  # the narrowest mode for the moment it is set
-    os.umask(mask)
+    with _UMASK_LOCK:  # two threads at once would read and restore each other's value
+        mask = os.umask(0o077)  # the narrowest mode for the moment it is set
+        os.umask(mask)
     return mask
+
+
+_UMASK_LOCK = threading.Lock()

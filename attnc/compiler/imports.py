@@ -64,7 +64,9 @@ def _visit(
                 imported, digest = _parse_file(path, item)
                 _visit(imported, ordered, done, stack, imports)
                 done[canon] = digest
-            imports.append((path, canon, done[canon]))
+            record = (path, canon, done[canon])
+            if record not in imports:  # a file imported twice is checked once on a cache hit
+                imports.append(record)
     stack.pop()
     ordered.append(module)
 
@@ -86,8 +88,28 @@ def import_dir(importer: str) -> str:
     directory for inline source (a ``<...>`` name; a file whose path starts with ``<`` is
     named ``./<...`` by :func:`attnc.compiler.sources.resolve_source`)."""
     if importer.startswith("<"):
+        return _working_dir()
+    if os.path.isabs(importer):
+        return os.path.dirname(importer)
+    return os.path.dirname(os.path.join(_working_dir(), importer))
+
+
+def _working_dir() -> str:
+    """The working directory, or ``.`` when it has been removed (a relative import then
+    finds nothing, as the system would; a source without imports still loads)."""
+    try:
         return os.getcwd()
-    return os.path.dirname(os.path.join(os.getcwd(), importer))
+    except OSError:
+        return "."
+
+
+def _tidy(path: str) -> str:
+    """``path`` normalised for showing and naming (``a/./b/../c`` as ``a/c``) when that
+    names the same file; as it is when a link makes ``..`` mean something else."""
+    tidy = os.path.normpath(path)
+    if tidy == path or path.endswith(os.sep):  # ``lib.attn/`` names no file; its tidy form does
+        return path
+    return tidy if real_path(tidy) == real_path(path) else path
 
 
 # Errors of stat() that mean no file is there; any other (no permission, a loop of links)
@@ -96,7 +118,7 @@ _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
 def _resolve(importer: str, item: ast.Import) -> str:
-    path = os.path.join(import_dir(importer), item.path)
+    path = _tidy(os.path.join(import_dir(importer), item.path))
     try:
         mode = os.stat(path).st_mode
     except (ValueError, OSError) as exc:  # ValueError: a NUL byte
@@ -115,8 +137,9 @@ def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str]:
     text is reported where it is, with a note at the import statement."""
     if not path.endswith(ATTN_SUFFIX):
         raise AttnError(item.loc, f"cannot import '{item.path}': only {ATTN_SUFFIX} files")
-    try:
-        data = read_regular(path, MAX_SOURCE_BYTES, "an import is a file")
+    real = real_path(path)
+    try:  # the real file, not through a link swapped in since: what is read is what is named
+        data = read_regular(real, MAX_SOURCE_BYTES, "an import is a file", follow_link=False)
     except OSError as exc:
         raise AttnError(item.loc, f"cannot read import '{item.path}': {exc.strerror}") from None
     if len(data) > MAX_SOURCE_BYTES:
@@ -130,7 +153,7 @@ def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str]:
     try:
         module = parse_module(text, path)
     except AttnError as err:
-        if not real_path(path).endswith(ATTN_SUFFIX):
+        if not real.endswith(ATTN_SUFFIX):
             raise _unquoted(path, item, err) from None
         imported_here = note(item.loc, f"in the file imported here as '{item.path}'")
         raise AttnError(err.loc, err.message, (*err.notes, imported_here)) from None

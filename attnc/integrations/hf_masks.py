@@ -82,6 +82,18 @@ class BatchSegments:
             "transformers builds it is not supported"
         )
 
+    def _as_operand(self, *_: object) -> Any:
+        """Refused: a model that adds, multiplies or combines the mask treats it as a
+        tensor (Bloom adds its ALiBi bias to it)."""
+        raise MaskReadAsTensorError(
+            "attention_mask: the model computes with the mask the attnc backend built (its "
+            "requests, not a tensor), as a model that adds a bias to its attention mask does: "
+            "not supported"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _as_operand
+    __and__ = __rand__ = __or__ = __ror__ = __invert__ = __neg__ = _as_operand
+
     @property
     def shape(self) -> tuple[int, int, int, int]:
         """``(batch, 1, q_len, kv_len)``, the shape of the mask this stands for."""

@@ -56,21 +56,6 @@ _UNSUPPORTED_KWARGS = {
     "block_indices": "a selection of key blocks per query (block-sparse attention)",
 }
 
-# Tensor keyword arguments the backend reads (the choice checks their values) or knows to
-# leave the result alone. Any other tensor is refused: a model that hands the attention
-# interface a tensor expects it to be applied (a key selection, a bias), and ignoring it
-# would compute something else.
-_KNOWN_TENSOR_KWARGS = frozenset(
-    {
-        "position_ids",
-        "cache_position",
-        "cu_seq_lens_q",
-        "cu_seq_lens_k",
-        "s_aux",
-        "sinks",
-        "is_causal",
-    }
-)
 
 # Attention settings of configs that change the attention, with what attnc lacks for them.
 _UNSUPPORTED_CONFIG = {
@@ -139,7 +124,7 @@ def variant_for_layer(
 
     Decided once per layer and call settings (every decode step asks again): a layer whose
     call carries tensors (sinks, ALiBi slopes, biases) is decided afresh each time."""
-    _refuse_unknown_tensors(module, kwargs)
+    _refuse_unsupported_kwargs(module, kwargs)
     call = LayerCall(module, dropout, sliding_window, softcap, kwargs)
     key = _settings_key(call)
     if key is not None:
@@ -158,17 +143,18 @@ _chosen: weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[Any, ...], Layer
 _TENSOR_KWARGS = ("s_aux", "sinks", "position_bias", "head_mask", "cu_seq_lens_q", "cu_seq_lens_k")
 
 
-def _refuse_unknown_tensors(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
-    """Refuse a call that carries a tensor keyword argument the backend does not apply,
-    before any remembered choice is reused (the choice is keyed by settings, not tensors)."""
-    for key, value in kwargs.items():
-        if not isinstance(value, torch.Tensor) or key in _KNOWN_TENSOR_KWARGS:
-            continue
-        what = _UNSUPPORTED_KWARGS.get(key, "a tensor argument the attnc backend does not apply")
-        raise UnsupportedMaskError(
-            f"{layer_name(module)}: `{printable(key)}` ({what}) has no attnc variant; "
-            "ignoring it would compute another attention"
-        )
+def _refuse_unsupported_kwargs(module: torch.nn.Module, kwargs: dict[str, Any]) -> None:
+    """Refuse a call that carries a keyword argument the backend cannot apply and that
+    changes the result (:data:`_UNSUPPORTED_KWARGS`), before any remembered choice is reused
+    (the choice is keyed by settings, not tensors). Other arguments are ignored, as
+    transformers' eager and sdpa attention ignore them (``token_type_ids`` from a
+    tokenizer's batch reaches every layer)."""
+    for key, what in _UNSUPPORTED_KWARGS.items():
+        if kwargs.get(key) is not None:
+            raise UnsupportedMaskError(
+                f"{layer_name(module)}: `{key}` ({what}) has no attnc variant; ignoring it "
+                "would compute another attention"
+            )
 
 
 def _settings_key(call: LayerCall) -> tuple[Any, ...] | None:
@@ -302,9 +288,6 @@ def _sink_variant(name: str, sinks: torch.Tensor, window: int | None, biased: bo
 def _reject_unsupported(
     module: torch.nn.Module, name: str, dropout: float, kwargs: dict[str, Any]
 ) -> None:
-    for key, what in _UNSUPPORTED_KWARGS.items():
-        if kwargs.get(key) is not None:
-            raise UnsupportedMaskError(f"{name}: `{key}` ({what}) has no attnc variant")
     for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
         bounds = kwargs.get(key)
         if isinstance(bounds, torch.Tensor) and bounds.numel() > 2:

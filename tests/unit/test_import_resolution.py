@@ -21,6 +21,7 @@ import pytest
 
 import attnc
 from attnc.compiler.pipeline import compile_source
+from attnc.compiler.sources import STDLIB_DIR as STDLIB
 from attnc.compiler.sources import resolve_source
 from attnc.dsl.errors import AttnError
 
@@ -120,3 +121,61 @@ def test_a_parse_error_in_an_import_is_shown_there_with_a_note_at_the_import(
     assert lines[0].endswith("sub/lib.attn:1:15: error: expected an expression, found '*'")
     assert lines[1:3] == ["    def f(x) = x +* 2;", "                  ^"]
     assert lines[3] == f"{main}:1:1: note: in the file imported here as 'sub/lib.attn'"
+
+
+def test_loads_work_from_a_removed_working_directory(tmp_path: Path, monkeypatch) -> None:
+    """Every cached load asked for the working directory: from a removed one, even
+    ``stdlib:`` and absolute paths raised FileNotFoundError."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert attnc.load("stdlib:causal").ir.name == "causal"
+    assert attnc.load(os.path.join(STDLIB, "sliding_window.attn")).ir.name == "sliding_window"
+
+
+def test_import_paths_are_shown_normalised_when_that_names_the_same_file(tmp_path: Path) -> None:
+    (tmp_path / "variants").mkdir()
+    main = tmp_path / "variants" / "main.attn"
+    main.write_text('import "./../common/nope.attn";\nvariant v { }\n')
+    with pytest.raises(AttnError) as raised:
+        _window(str(main))
+    assert f"(looked for {tmp_path}/common/nope.attn)" in str(raised.value)
+
+
+def test_a_link_swapped_after_the_check_is_not_read(tmp_path: Path, monkeypatch) -> None:
+    """Quoting was decided on the path's real name after its bytes were read through the
+    path: a link swapped in between (a password file read, a `.attn` file named) got the
+    secret quoted. The real file is read, without following a link at its name."""
+    from attnc.compiler import imports
+
+    (tmp_path / "id_rsa").write_text("password = hunter2 ;\n")
+    (tmp_path / "decoy.attn").write_text("def ok() = 1;\n")
+    (tmp_path / "pw.attn").symlink_to(tmp_path / "id_rsa")
+    main = tmp_path / "v.attn"
+    main.write_text('import "pw.attn";\nvariant a { }\n')
+    read_regular = imports.read_regular
+
+    def read_then_swap(path, *args, **kwargs):  # the attacker swaps the link once read
+        data = read_regular(path, *args, **kwargs)
+        if (tmp_path / "pw.attn").is_symlink():
+            (tmp_path / "pw.attn").unlink()
+            (tmp_path / "pw.attn").symlink_to(tmp_path / "decoy.attn")
+        return data
+
+    monkeypatch.setattr(imports, "read_regular", read_then_swap)
+    with pytest.raises(AttnError) as raised:
+        _window(str(main))
+    assert "hunter2" not in str(raised.value)
+    assert "it is not valid .attn text (line 1, column 1)" in str(raised.value)
+
+
+def test_a_file_imported_twice_is_recorded_once() -> None:
+    from attnc.compiler.imports import load_modules
+    from attnc.dsl.parser import parse_module
+
+    lib = os.path.join(STDLIB, "masks.attn")  # imports nothing
+    records: list = []
+    load_modules(parse_module(f'import "{lib}";\nimport "{lib}";\n', "<string>"), records)
+    assert len(records) == 1
