@@ -484,19 +484,17 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         merge = self.use_cuda_graph or sched.merge_rows > 0
         a.flags = FLAG_MERGE if merge else 0
         a.sm_scale = shape.sm_scale
-        params_type = self._module.params_type  # type: ignore[union-attr]
-        a.variant_params_size = ctypes.sizeof(params_type)
+        a.variant_params_size = ctypes.sizeof(self._module.params_type)  # type: ignore[union-attr]
 
 
 def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> None:
-    """A decode ``plan()`` sizes each request's KV range from scalars and per-request tensors:
-    a tensor with one value per KV token (``[kv_len]``) has no part in it and belongs to
-    ``run()``; say so instead of that its size is not known."""
-    for decl in variant.params:  # type: ignore[attr-defined]
+    """A decode ``plan()`` sizes KV ranges from scalars and per-request tensors: a tensor of
+    one value per KV token (``[kv_len]``) belongs to ``run()``; say so, not its size."""
+    name, decls = variant.name, variant.params  # type: ignore[attr-defined]
+    for decl in decls:
         if decl.kind == "tensor" and decl.name in params and "kv_len" in decl.dims:
             raise ValueError(
-                f"variant '{variant.name}': "  # type: ignore[attr-defined]
-                f"param '{decl.name}' ({describe_decl(decl)}): "
+                f"variant '{name}': param '{decl.name}' ({describe_decl(decl)}): "
                 "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
                 "not a tensor of one value per KV token: give it to run()"
             )
