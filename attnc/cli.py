@@ -14,6 +14,7 @@ import io
 import os
 import stat
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
@@ -37,16 +38,33 @@ def _lenient_output() -> Iterator[None]:
     """Let stdout and stderr write any text, a character their encoding lacks as its escape
     (``\\u65e5``): a file name or message the terminal cannot show must not end the command
     (``attnc check A B`` still checks B after printing A's name to an ASCII-only stdout).
-    Each stream gets its own error handler back afterwards."""
+    Each stream gets its own error handler back when the last of the calls running at once
+    (``main`` called from several threads) ends."""
     streams = [s for s in (sys.stdout, sys.stderr) if isinstance(s, io.TextIOWrapper)]
-    before = [s.errors or "strict" for s in streams]
-    for stream in streams:
-        _set_errors(stream, "backslashreplace")
+    with _LENIENT_LOCK:
+        for stream in streams:
+            entered = _LENIENT.get(id(stream))
+            if entered is None:
+                _LENIENT[id(stream)] = (stream, stream.errors or "strict", 1)
+                _set_errors(stream, "backslashreplace")
+            else:
+                _LENIENT[id(stream)] = (stream, entered[1], entered[2] + 1)
     try:
         yield
     finally:
-        for stream, errors in zip(streams, before, strict=True):
-            _set_errors(stream, errors)
+        with _LENIENT_LOCK:
+            for stream in streams:
+                _, errors, count = _LENIENT.pop(id(stream))
+                if count > 1:
+                    _LENIENT[id(stream)] = (stream, errors, count - 1)
+                else:
+                    _set_errors(stream, errors)
+
+
+# Streams made lenient by the calls of main() running now: the stream (kept, so its id is not
+# reused), its own error handler, and how many calls use it.
+_LENIENT: dict[int, tuple[io.TextIOWrapper, str, int]] = {}
+_LENIENT_LOCK = threading.Lock()
 
 
 def _set_errors(stream: io.TextIOWrapper, errors: str) -> None:

@@ -15,19 +15,25 @@ from pathlib import Path
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
-def read_regular(
-    path: str | Path, limit: int, what: str | None = None, *, follow_link: bool = True
-) -> bytes:
+def read_regular(path: str | Path, limit: int, what: str | None = None) -> bytes:
     """At most ``limit + 1`` bytes of the regular file at ``path`` (a caller compares the
     length with ``limit``). Anything else at ``path`` is an ``OSError`` naming it before a
     byte is read: ``FileNotFoundError``, ``IsADirectoryError``, or ``EINVAL`` for a pipe, a
     socket or a device, with ``what`` saying what the path should be. The path is opened
     without waiting (a pipe with no writer would block ``open``) and checked on the open
-    file, so nothing can be swapped in between. ``follow_link=False``: a link at ``path``
-    itself is an ``OSError`` (``ELOOP``), not followed."""
-    fd = os.open(path, _FLAGS if follow_link else _FLAGS | os.O_NOFOLLOW)
+    file, so nothing can be swapped in between."""
+    return read_regular_file(path, limit, what)[0]
+
+
+def read_regular_file(
+    path: str | Path, limit: int, what: str | None = None
+) -> tuple[bytes, os.stat_result]:
+    """:func:`read_regular`, with the status of the file read (what a caller compares to
+    decide whether the bytes came from the file a name stands for)."""
+    fd = os.open(path, _FLAGS)
     try:
-        mode = os.fstat(fd).st_mode
+        status = os.fstat(fd)
+        mode = status.st_mode
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
@@ -41,7 +47,7 @@ def read_regular(
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), status
     finally:
         os.close(fd)
 

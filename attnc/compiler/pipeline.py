@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from attnc.compiler import ir
 from attnc.compiler.affine import analyse_affine
-from attnc.compiler.imports import ImportRecord, load_modules
+from attnc.compiler.import_paths import ImportRecord
+from attnc.compiler.imports import load_modules
 from attnc.compiler.lower import Program, lower_modules
 from attnc.compiler.mask_analysis import analyse_mask
 from attnc.compiler.results import Compiled, remember

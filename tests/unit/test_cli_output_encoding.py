@@ -58,3 +58,36 @@ def test_main_gives_the_streams_their_error_handlers_back(tmp_path, capsys):
     assert main(["check", str(path)]) == 0
     assert (sys.stdout.errors, sys.stderr.errors) == before
     assert capsys.readouterr().out.endswith("good.attn: ok (v)\n")
+
+
+def test_overlapping_calls_give_the_streams_their_own_handler_back(monkeypatch):
+    """Each call put back the handler it found: a call that began while another ran, and
+    ended after it, found the other's backslashreplace and left it on stdout for good."""
+    import io
+    import threading
+
+    from attnc import cli
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii", errors="strict")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def run(argv):
+        if argv == ["first"]:
+            first_in.set()
+            second_in.wait(10)
+        else:
+            second_in.set()
+            first_out.wait(10)
+        return 0
+
+    monkeypatch.setattr(cli, "_run", run)
+    first = threading.Thread(target=cli.main, args=(["first"],))
+    second = threading.Thread(target=cli.main, args=(["second"],))
+    first.start()
+    first_in.wait(10)
+    second.start()
+    first.join()  # the first ends while the second runs
+    first_out.set()
+    second.join()
+    assert stdout.errors == "strict"

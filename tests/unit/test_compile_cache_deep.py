@@ -98,3 +98,46 @@ def test_same_code_of_two_deep_copies_compares_with_recursion_room() -> None:
     first = compile_source(source, "a.attn")[0][0].variant
     second = compile_source(source, "b.attn")[0][0].variant
     assert first is not second and first.same_code(second)
+
+
+_CORRUPT_DEEP_ENTRY = """
+import sys, threading
+from attnc.runtime.build import variant_cache
+text = "variant v { score = score * 2.0; }\\n"
+key = variant_cache.entry_key(text, "<string>")
+path = variant_cache._entry_path(key)
+path.parent.mkdir(parents=True, exist_ok=True)
+path.write_text("[" * 24000 + "]" * 24000)
+def load():
+    print(variant_cache.compile_cached(text, "<string>")[0][0].variant.name, flush=True)
+threading.stack_size(1 << 20)
+thread = threading.Thread(target=load)
+thread.start()
+thread.join()
+"""
+
+
+def test_a_corrupt_entry_nested_deeply_is_a_miss_not_a_crash(tmp_path):
+    """The entry's JSON was parsed with the passes' recursion room: 24000 nested brackets
+    overflowed a 1 MiB thread stack (SIGSEGV) where a RecursionError is a miss."""
+    done = _python(_CORRUPT_DEEP_ENTRY, tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "v\n"
+
+
+_CACHED_LOAD_IMPORTS = """
+import sys
+import attnc
+attnc.load("stdlib:alibi")
+print(sorted(m for m in ("lark", "sympy") if m in sys.modules))
+"""
+
+
+def test_a_cached_load_imports_neither_lark_nor_sympy(tmp_path):
+    """The cache's check of its imports imported the import resolver, and with it the
+    parser and Lark (about 90 ms of a 130 ms cached load)."""
+    cache = tmp_path / "cache"
+    assert _python(_CACHED_LOAD_IMPORTS, cache).returncode == 0  # fills the cache
+    done = _python(_CACHED_LOAD_IMPORTS, cache)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"

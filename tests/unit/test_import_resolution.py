@@ -155,16 +155,16 @@ def test_a_link_swapped_after_the_check_is_not_read(tmp_path: Path, monkeypatch)
     (tmp_path / "pw.attn").symlink_to(tmp_path / "id_rsa")
     main = tmp_path / "v.attn"
     main.write_text('import "pw.attn";\nvariant a { }\n')
-    read_regular = imports.read_regular
+    read_regular_file = imports.read_regular_file
 
     def read_then_swap(path, *args, **kwargs):  # the attacker swaps the link once read
-        data = read_regular(path, *args, **kwargs)
+        read = read_regular_file(path, *args, **kwargs)
         if (tmp_path / "pw.attn").is_symlink():
             (tmp_path / "pw.attn").unlink()
             (tmp_path / "pw.attn").symlink_to(tmp_path / "decoy.attn")
-        return data
+        return read
 
-    monkeypatch.setattr(imports, "read_regular", read_then_swap)
+    monkeypatch.setattr(imports, "read_regular_file", read_then_swap)
     with pytest.raises(AttnError) as raised:
         _window(str(main))
     assert "hunter2" not in str(raised.value)
@@ -179,3 +179,27 @@ def test_a_file_imported_twice_is_recorded_once() -> None:
     records: list = []
     load_modules(parse_module(f'import "{lib}";\nimport "{lib}";\n', "<string>"), records)
     assert len(records) == 1
+
+
+def test_an_import_written_through_a_changed_link_is_not_a_stale_hit(cache: Path) -> None:
+    """The record held the normalised path: ``sub/../lib.attn`` was checked as ``lib.attn``,
+    so a cached load kept the old file after ``sub`` became a link elsewhere."""
+    proj, other = cache / "proj", cache / "other"
+    (proj / "sub").mkdir(parents=True)
+    (other / "inner").mkdir(parents=True)
+    (proj / "lib.attn").write_text("def w() = 4;\n")
+    (other / "lib.attn").write_text("def w() = 9;\n")
+    main = proj / "main.attn"
+    main.write_text('import "sub/../lib.attn";\n' + WINDOW_USER)
+    assert attnc.load(str(main)).ir.mask.b.value == 4
+    (proj / "sub").rmdir()
+    (proj / "sub").symlink_to(other / "inner")  # sub/.. is now other/
+    assert attnc.load(str(main)).ir.mask.b.value == 9
+
+
+def test_a_path_through_a_missing_directory_is_not_found(tmp_path: Path) -> None:
+    (tmp_path / "lib.attn").write_text("def w() = 4;\n")
+    main = tmp_path / "main.attn"
+    main.write_text('import "missing/../lib.attn";\n' + WINDOW_USER)
+    with pytest.raises(AttnError, match="import not found: 'missing/../lib.attn'"):
+        _window(str(main))

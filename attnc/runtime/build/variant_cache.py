@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from attnc.compiler.imports import ImportRecord, import_dir, real_path
+from attnc.compiler.import_paths import ImportRecord, import_dir, real_path
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
@@ -142,9 +142,12 @@ def _seen(key: tuple[str, str], decoded: _Decoded) -> None:
 
 def _decoded(raw: bytes, key: str) -> _Decoded:
     """The entry ``raw`` of ``key`` decoded and checked, with the recursion room the compiler's
-    passes have (its IR may nest as deeply as they allow)."""
+    passes have (its IR may nest as deeply as they allow). The JSON is parsed with Python's
+    default limit: an entry is a flat table of nodes, and a corrupt one nested thousands of
+    levels deep must be a RecursionError (a miss), not a crash of a thread's stack."""
+    data = json.loads(raw)
     with deep_recursion():
-        return _decode_entry(json.loads(raw), key)
+        return _decode_entry(data, key)
 
 
 def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
