@@ -47,8 +47,8 @@ def _working_dir() -> str:
 
 
 def shown_path(path: str) -> str:
-    """The name the file at ``path`` goes by in messages and diagnostics (and the name its
-    own imports resolve from): ``path`` normalised (``a/./b/../c`` as ``a/c``) when both
+    """The name the file at ``path`` goes by in messages and diagnostics (its own imports
+    resolve from ``path`` itself): ``path`` normalised (``a/./b/../c`` as ``a/c``) when both
     spellings name the same file in the same directory, else as it is (a link makes ``..``
     mean something else; ``missing/../x`` names nothing)."""
     tidy = os.path.normpath(path)
@@ -62,3 +62,12 @@ def shown_path(path: str) -> str:
     except (OSError, ValueError):
         return path
     return tidy if same else path
+
+
+def plain_path(path: str) -> str:
+    """``path`` without its ``.`` components and repeated separators, which mean nothing to
+    the system; ``..`` and a trailing separator are kept (their meaning depends on links)."""
+    head = os.sep if path.startswith(os.sep) else ""
+    parts = [p for p in path.split(os.sep) if p not in ("", ".")]
+    tail = os.sep if path.endswith(os.sep) and parts else ""
+    return head + os.sep.join(parts) + tail or "."

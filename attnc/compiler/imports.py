@@ -15,7 +15,13 @@ import hashlib
 import os
 import stat
 
-from attnc.compiler.import_paths import ImportRecord, import_dir, real_path, shown_path
+from attnc.compiler.import_paths import (
+    ImportRecord,
+    import_dir,
+    plain_path,
+    real_path,
+    shown_path,
+)
 from attnc.dsl import ast
 from attnc.dsl.errors import SOURCES, AttnError, note
 from attnc.dsl.limits import MAX_IMPORT_DEPTH, MAX_SOURCE_BYTES, too_deep_message
@@ -32,21 +38,24 @@ def load_modules(root: ast.Module, imports: list[ImportRecord] | None = None) ->
     (one skipped as already loaded too), in the order they were met."""
     ordered: list[ast.Module] = []
     done: dict[str, str] = {}  # real path -> sha256 of the bytes parsed
-    _visit(root, ordered, done, [], [] if imports is None else imports)
+    _visit(root, root.file, ordered, done, [], [] if imports is None else imports)
     return ordered
 
 
 def _visit(
     module: ast.Module,
+    read_from: str,
     ordered: list[ast.Module],
     done: dict[str, str],
     stack: list[str],
     imports: list[ImportRecord],
 ) -> None:
-    stack.append(real_path(module.file))
+    """Load the imports of ``module``, read from the path ``read_from`` (its imports resolve
+    from there; the module's own name is the shown one, for messages only)."""
+    stack.append(real_path(read_from))
     for item in module.items:
         if isinstance(item, ast.Import):
-            path = _resolve(module.file, item)
+            path = _resolve(read_from, item)
             canon = real_path(path)
             if canon in stack:
                 chain = " -> ".join(os.path.basename(p) for p in stack[stack.index(canon) :])
@@ -57,7 +66,7 @@ def _visit(
                 if len(stack) > MAX_IMPORT_DEPTH:
                     raise AttnError(item.loc, too_deep_message("imports", MAX_IMPORT_DEPTH))
                 imported, digest = _parse_file(path, item)
-                _visit(imported, ordered, done, stack, imports)
+                _visit(imported, path, ordered, done, stack, imports)
                 done[canon] = digest
             record = (path, canon, done[canon])
             if record not in imports:  # a file imported twice is checked once on a cache hit
@@ -78,16 +87,13 @@ def _resolve(importer: str, item: ast.Import) -> str:
     try:
         mode = os.stat(path).st_mode
     except (ValueError, OSError) as exc:  # ValueError: a NUL byte
+        where = plain_path(path)  # what was looked at: no ``..`` resolved by its text
         if isinstance(exc, OSError) and exc.errno not in _ABSENT:
             why = exc.strerror or str(exc)
-            where = shown_path(path)
             raise AttnError(
                 item.loc, f"cannot read import '{item.path}': {why} ({where})"
             ) from None
-        looked = real_path(path)  # links and ``..`` resolved as far as the path exists
-        raise AttnError(
-            item.loc, f"import not found: '{item.path}' (looked for {looked})"
-        ) from None
+        raise AttnError(item.loc, f"import not found: '{item.path}' (looked for {where})") from None
     if not stat.S_ISREG(mode):
         raise AttnError(item.loc, f"import is not a file: '{item.path}' ({shown_path(path)})")
     return path

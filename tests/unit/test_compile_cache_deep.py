@@ -110,6 +110,9 @@ path.parent.mkdir(parents=True, exist_ok=True)
 path.write_text("[" * 24000 + "]" * 24000)
 def load():
     print(variant_cache.compile_cached(text, "<string>")[0][0].variant.name, flush=True)
+from attnc.dsl.limits import deep_recursion
+deep = deep_recursion()
+deep.__enter__()  # as another thread's compile raises the process's limit meanwhile
 threading.stack_size(1 << 20)
 thread = threading.Thread(target=load)
 thread.start()

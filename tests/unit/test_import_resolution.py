@@ -15,6 +15,8 @@ Each test failed before its fix:
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from attnc.compiler.sources import STDLIB_DIR as STDLIB
 from attnc.compiler.sources import resolve_source
 from attnc.dsl.errors import AttnError
 
+REPO = str(Path(__file__).resolve().parents[2])
 WINDOW_USER = "variant v { mask = q_pos - kv_idx < w(); }\n"
 
 
@@ -123,25 +126,40 @@ def test_a_parse_error_in_an_import_is_shown_there_with_a_note_at_the_import(
     assert lines[3] == f"{main}:1:1: note: in the file imported here as 'sub/lib.attn'"
 
 
-def test_loads_work_from_a_removed_working_directory(tmp_path: Path, monkeypatch) -> None:
+def test_loads_work_from_a_removed_working_directory(tmp_path: Path) -> None:
     """Every cached load asked for the working directory: from a removed one, even
-    ``stdlib:`` and absolute paths raised FileNotFoundError."""
+    ``stdlib:`` and absolute paths raised FileNotFoundError. (A fresh interpreter: a test
+    runner's worker needs its own working directory.)"""
     gone = tmp_path / "gone"
     gone.mkdir()
-    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.chdir(gone)
-    gone.rmdir()
-    assert attnc.load("stdlib:causal").ir.name == "causal"
-    assert attnc.load(os.path.join(STDLIB, "sliding_window.attn")).ir.name == "sliding_window"
+    script = (
+        "import os, torch, attnc\n"  # torch's own libraries do not load from a removed one
+        f"os.rmdir({str(gone)!r})\n"
+        "print(attnc.load('stdlib:causal').ir.name)\n"
+        f"print(attnc.load({os.path.join(STDLIB, 'sliding_window.attn')!r}).ir.name)\n"
+    )
+    env = dict(os.environ, ATTNC_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=gone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "causal\nsliding_window\n"
 
 
-def test_import_paths_are_shown_normalised_when_that_names_the_same_file(tmp_path: Path) -> None:
+def test_a_missing_import_is_shown_as_looked_for(tmp_path: Path) -> None:
+    """``./`` dropped, ``..`` kept: collapsing it by its text named files that exist
+    (``missing/../lib.attn`` was "looked for" as ``lib.attn``)."""
     (tmp_path / "variants").mkdir()
     main = tmp_path / "variants" / "main.attn"
     main.write_text('import "./../common/nope.attn";\nvariant v { }\n')
     with pytest.raises(AttnError) as raised:
         _window(str(main))
-    assert f"(looked for {tmp_path}/common/nope.attn)" in str(raised.value)
+    assert f"(looked for {tmp_path}/variants/../common/nope.attn)" in str(raised.value)
 
 
 def test_a_link_swapped_after_the_check_is_not_read(tmp_path: Path, monkeypatch) -> None:
@@ -201,5 +219,25 @@ def test_a_path_through_a_missing_directory_is_not_found(tmp_path: Path) -> None
     (tmp_path / "lib.attn").write_text("def w() = 4;\n")
     main = tmp_path / "main.attn"
     main.write_text('import "missing/../lib.attn";\n' + WINDOW_USER)
-    with pytest.raises(AttnError, match="import not found: 'missing/../lib.attn'"):
+    with pytest.raises(AttnError, match="import not found: 'missing/../lib.attn'") as raised:
         _window(str(main))
+    assert f"(looked for {tmp_path}/missing/../lib.attn)" in str(raised.value)
+
+
+def test_imports_of_an_import_resolve_from_the_path_it_was_read_through(cache: Path) -> None:
+    """A module's own imports resolved from its shown (normalised) name, and the cache
+    recorded them so: after ``sub`` became a link elsewhere, ``sub/../lib.attn``'s import of
+    ``x.attn`` named another file, and the cached load kept the old one."""
+    d, e, t = cache / "d", cache / "e", cache / "t"
+    for folder in (d / "sub", e / "s", t):
+        folder.mkdir(parents=True)
+    (t / "lib.attn").write_text('import "x.attn";\ndef w() = kx();\n')
+    for folder, value in ((d, 3), (e, 5)):
+        (folder / "lib.attn").symlink_to(t / "lib.attn")
+        (folder / "x.attn").write_text(f"def kx() = {value};\n")
+    main = d / "root.attn"
+    main.write_text('import "sub/../lib.attn";\n' + WINDOW_USER)
+    assert attnc.load(str(main)).ir.mask.b.value == 3
+    (d / "sub").rmdir()
+    (d / "sub").symlink_to(e / "s")  # sub/.. is now e/, whose x.attn says 5
+    assert attnc.load(str(main)).ir.mask.b.value == 5

@@ -20,8 +20,10 @@ cache off.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -72,7 +74,7 @@ def _file_digest(path: str) -> str | None:
 
 def import_base(file: str) -> str:
     """The real path of the directory relative imports of ``file`` resolve from
-    (:func:`attnc.compiler.imports.import_dir`)."""
+    (:func:`attnc.compiler.import_paths.import_dir`)."""
     return real_path(import_dir(file))
 
 
@@ -140,11 +142,28 @@ def _seen(key: tuple[str, str], decoded: _Decoded) -> None:
             break
 
 
+# Entries nest about 9 levels (entry, payload, body, node table, node, fields); more is corrupt.
+MAX_ENTRY_NESTING = 32
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = re.compile(rb"[^\[\]{}]+")
+
+
+def json_nesting(raw: bytes) -> int:
+    """How deeply the arrays and objects of the JSON text ``raw`` nest (strings skipped)."""
+    brackets = _NOT_BRACKETS.sub(b"", _JSON_STRING.sub(b"", raw))
+    steps = (1 if b in b"[{" else -1 for b in brackets)
+    return max(itertools.accumulate(steps), default=0)
+
+
 def _decoded(raw: bytes, key: str) -> _Decoded:
     """The entry ``raw`` of ``key`` decoded and checked, with the recursion room the compiler's
     passes have (its IR may nest as deeply as they allow). The JSON is parsed with Python's
     default limit: an entry is a flat table of nodes, and a corrupt one nested thousands of
-    levels deep must be a RecursionError (a miss), not a crash of a thread's stack."""
+    levels deep must be a miss, not a crash of a thread's stack (the recursion limit is the
+    process's: another thread's compile may have raised it), so one nested deeper than an
+    entry ever is is not parsed."""
+    if json_nesting(raw) > MAX_ENTRY_NESTING:
+        raise ir_json.DecodeError("nested deeper than an entry")
     data = json.loads(raw)
     with deep_recursion():
         return _decode_entry(data, key)
