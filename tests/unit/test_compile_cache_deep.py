@@ -144,3 +144,22 @@ def test_a_cached_load_imports_neither_lark_nor_sympy(tmp_path):
     done = _python(_CACHED_LOAD_IMPORTS, cache)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n"
+
+
+def test_entry_nesting_is_measured_on_ascii_text_only():
+    """``json.loads`` reads UTF-16 bytes too, where the byte-wise string skipping took an
+    escaped quote's ``\\`` + NUL for an escape and measured a deep entry as 1 deep."""
+    from attnc.runtime.build.variant_cache import MAX_ENTRY_NESTING, json_nesting
+
+    text = '["a\\"b",' + "[" * 5000 + "]" * 5000 + ',"c"]'
+    assert json_nesting(text.encode()) == MAX_ENTRY_NESTING + 1  # counted no further
+    assert json_nesting(text.encode("utf-16-le")) > MAX_ENTRY_NESTING
+    assert json_nesting(b'{"k":["]\\\\\\\\",{"x":"[{"}]}') == 3  # brackets in strings skipped
+
+
+def test_an_unterminated_string_is_measured_in_one_pass():
+    """A string pattern that backtracks tried every escaped quote after an unterminated one
+    as a new string start (quadratic: 200000 of them would take hours)."""
+    from attnc.runtime.build.variant_cache import MAX_ENTRY_NESTING, json_nesting
+
+    assert json_nesting(b'["' + b'\\"' * 200_000) > MAX_ENTRY_NESTING

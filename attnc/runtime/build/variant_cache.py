@@ -20,7 +20,6 @@ cache off.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import re
@@ -144,15 +143,32 @@ def _seen(key: tuple[str, str], decoded: _Decoded) -> None:
 
 # Entries nest about 9 levels (entry, payload, body, node table, node, fields); more is corrupt.
 MAX_ENTRY_NESTING = 32
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKETS = re.compile(rb"[^\[\]{}]+")
+# A JSON string (escapes unrolled: no backtracking between its alternatives), a run of text
+# outside strings and brackets, or any one byte (a bracket; a quote whose string never ends).
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{}]+|.', re.S)
 
 
 def json_nesting(raw: bytes) -> int:
-    """How deeply the arrays and objects of the JSON text ``raw`` nest (strings skipped)."""
-    brackets = _NOT_BRACKETS.sub(b"", _JSON_STRING.sub(b"", raw))
-    steps = (1 if b in b"[{" else -1 for b in brackets)
-    return max(itertools.accumulate(steps), default=0)
+    """How deeply the arrays and objects of the ASCII JSON text ``raw`` nest (strings
+    skipped), counted no further than past :data:`MAX_ENTRY_NESTING`, in one pass. Bytes
+    that are not ASCII text without NULs (entries are written so; ``json.loads`` would read
+    UTF-16 or UTF-32, whose escapes this does not skip), or a string that never ends, count
+    as nested too deeply."""
+    if not raw.isascii() or b"\0" in raw:
+        return MAX_ENTRY_NESTING + 1
+    depth = deepest = 0
+    for token in _JSON_TOKEN.finditer(raw):
+        first = raw[token.start()]
+        if first in b"[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_ENTRY_NESTING:
+                break
+        elif first in b"]}":
+            depth -= 1
+        elif first == ord('"') and token.end() - token.start() == 1:
+            return MAX_ENTRY_NESTING + 1  # an unterminated string: not an entry
+    return deepest
 
 
 def _decoded(raw: bytes, key: str) -> _Decoded:
