@@ -79,16 +79,39 @@ def keys_seen(case, stop: int) -> int:
     return min(seen, case.kv_len)
 
 
-def check_blocks(case, rows: int = CHECK_ROWS, spread: int = CHECK_SPREAD) -> list[tuple]:
+# The built-ins whose value for a query row depends on where the row stands in the request.
+ROW_POSITION_NAMES = ("q_idx", "q_pos", "q_len")
+
+
+def reads_row_position(variant) -> bool:
+    """True when one of the variant's expressions (score, mask, output, sink) reads a query
+    row's index or position or the request's query count (``ROW_POSITION_NAMES``): the
+    reference gives the rows of a slice of ``q`` those values at the slice's own place only."""
+    from attnc.compiler import ir
+
+    for _, expr in variant.ir.slots():
+        if expr is None:
+            continue
+        for node in ir.walk(expr):
+            if isinstance(node, ir.Builtin) and node.name in ROW_POSITION_NAMES:
+                return True
+    return False
+
+
+def check_blocks(
+    case, rows: int = CHECK_ROWS, spread: int = CHECK_SPREAD, rows_free: bool = False
+) -> list[tuple]:
     """The query row blocks ``[start, stop)`` the eager check compares, sorted.
 
     ``spread`` blocks evenly spaced from the first rows to the last, plus one around each
     position where the mask changes what a row sees (a prefix's end, a window's first cut).
-    Without a mask only the last rows: every other block would need every key, with
-    positions the reference gives only to the last rows.
+    Without a mask, a block is computed with every key, which the reference places before
+    the block's rows as if they were the last ones: the blocks are spread only when
+    ``rows_free`` (the variant reads no row position, ``reads_row_position``), else only the
+    last rows are compared.
     """
     last = max(0, case.q_len - rows)
-    if case.variant.mask.kind == "none":
+    if case.variant.mask.kind == "none" and not rows_free:
         return [(last, case.q_len)]
     starts = {round(i * last / max(1, spread - 1)) for i in range(spread)}
     offset = case.kv_len - case.q_len
@@ -129,17 +152,24 @@ class AttncPrefill(System):
         keys up to the last one its rows may see (``keys_seen``), so that bottom-right
         alignment gives its rows their own positions; the cost stays that of a few blocks of
         rows. This is exact for variants that read positions, not the lengths ``q_len`` and
-        ``kv_len`` (every row of the suite).
+        ``kv_len`` (every row of the suite). Without a mask every block has every key: the
+        blocks spread over the sequence only for variants that read no row position (sigmoid),
+        else the last rows alone are checked.
         """
         from benchmarks.measure import rel_err
 
         variant = load_variant(case.variant.stdlib)
         errors = []
-        for start, stop in check_blocks(case, rows):
+        for start, stop in row_blocks(case, variant, rows):
             keys = keys_seen(case, stop)
             ref = variant.reference(data.q[start:stop], data.k[:keys], data.v[:keys], **data.params)
             errors.append(rel_err(out[start:stop], ref))
         return max(errors)
+
+
+def row_blocks(case, variant, rows: int = CHECK_ROWS) -> list[tuple]:
+    """``check_blocks`` of a prefill row whose variant is ``variant`` (loaded)."""
+    return check_blocks(case, rows, rows_free=not reads_row_position(variant))
 
 
 class AttncBatchPrefill(System):

@@ -213,6 +213,8 @@ def test_check_blocks_reach_the_first_rows_and_the_mask_boundaries():
     assert keys_seen(window, 64) == 2112 and keys_seen(window, 2048) == 4096
     sigmoid = PrefillCase(VARIANTS["sigmoid"], 8192, 8192)
     assert check_blocks(sigmoid, rows=64) == [(8128, 8192)]
+    free = check_blocks(sigmoid, rows=64, rows_free=True)
+    assert len(free) == 8 and free[0] == (0, 64) and free[-1] == (8128, 8192)
 
 
 def test_rotation_count_exceeds_flush_size():
@@ -221,3 +223,51 @@ def test_rotation_count_exceeds_flush_size():
     assert rotation_count(1 << 30) == 1
     assert rotation_count(96 << 20) == 3
     assert rotation_count(1 << 20) == 4
+
+
+def test_unmasked_self_check_reaches_rows_wrong_in_the_middle():
+    """sigmoid reads no row position: its blocks spread over the sequence, each computed with
+    every key. Rows 192-319 computed with another bias (bf16 outputs, L = 512) pass a check
+    of the last rows only."""
+    import torch
+
+    from benchmarks.attnc_systems import AttncPrefill
+
+    variant = _variant_or_skip("sigmoid")
+    case, data = _dense_row("sigmoid", 512, {"bias": 0.0}, heads=(4, 2), head_dim=64)
+    q, k, v = (t.bfloat16() for t in (data.q, data.k, data.v))
+    data.q, data.k, data.v = q, k, v
+    right = variant.reference(q, k, v, bias=0.0)
+    wrong = right.clone()
+    wrong[192:320] = variant.reference(q[192:320], k, v, bias=0.5)
+    assert torch.equal(wrong[448:], right[448:])
+    assert AttncPrefill().self_check(case, data, right) < 1e-6
+    assert AttncPrefill().self_check(case, data, wrong) > 1e-2
+
+
+REL_BIAS = """variant rel_bias {
+    score = score + 0.01 * float(kv_idx - q_pos);
+}"""
+
+
+def test_unmasked_self_check_keeps_the_last_rows_when_rows_read_positions(monkeypatch):
+    """Without a mask, a variant reading q_pos is checked on its last rows only: a block
+    elsewhere, computed with every key, would give its rows the last positions."""
+    from benchmarks import attnc_systems
+    from benchmarks.attnc_systems import AttncPrefill, reads_row_position
+    from benchmarks.workloads import Mask, PrefillCase, VariantSpec
+
+    try:
+        import attnc
+
+        variant = attnc.load(source=REL_BIAS)
+    except Exception as exc:  # the runtime may not import on this machine
+        pytest.skip(f"attnc.load unavailable: {exc}")
+    monkeypatch.setitem(attnc_systems._VARIANTS, "rel_bias", variant)
+    assert reads_row_position(variant)
+    assert not reads_row_position(_variant_or_skip("sigmoid"))
+    assert reads_row_position(_variant_or_skip("causal"))
+    _, data = _dense_row("sigmoid", 300, {})
+    case = PrefillCase(VariantSpec("rel_bias", "rel_bias", Mask("none")), 300, 300, 4, 1, 32)
+    full = variant.reference(data.q, data.k, data.v)
+    assert AttncPrefill().self_check(case, data, full, rows=16) < 1e-6
