@@ -14,7 +14,8 @@ from benchmarks.timing import bench_ms
 # by at most 3.1e-3 in every stored result (bf16 outputs, any row, suite or system: decode
 # 3.1e-3, prefill 3.1e-3, batch 2.6e-3); 1e-2 keeps a threefold margin over that, and is below
 # a window of 1024 off by one key on the suite's inputs (1.5e-2 to 2e-2). A soft-cap of 30 left
-# out moves those outputs by about 5e-3 only, which no tolerance above the noise can tell.
+# out moves those outputs by about 5e-3 only, which no tolerance above the noise can tell: the
+# decoy check (decoy.py) tells it.
 REL_TOL = 1e-2
 
 
@@ -77,6 +78,20 @@ def _check(systems, case, sets, outputs: dict) -> tuple[dict, dict, str | None]:
     return errors, notes, ref
 
 
+def _decoy_check(case, sets: Sequence, outputs: dict, notes: dict) -> dict:
+    """``decoy.decoy_verdicts`` on input set 0: per output name, (pull, mismatch reason or
+    ''). When it fails, no verdicts, and each output's note says why it is unchecked."""
+    from benchmarks.decoy import decoy_verdicts
+
+    try:
+        return decoy_verdicts(case, sets[0] if sets else None, outputs)
+    except Exception as exc:
+        for name in outputs:
+            reason = f"decoy unchecked ({short_reason(exc, 60)})"
+            notes[name] = f"{notes[name]}; {reason}" if notes[name] else reason
+        return {}
+
+
 def measure_case(
     case,
     systems: Sequence[System],
@@ -115,6 +130,7 @@ def measure_case(
             outputs[system.name] = out
         del out
     errors, notes, ref = _check(systems, case, sets, outputs)
+    decoys = _decoy_check(case, sets, outputs, notes)
     del outputs
     to_time = []
     for system in systems:
@@ -122,17 +138,20 @@ def measure_case(
         if name not in prepared:
             continue
         err = errors.get(name)
+        pull, wrong = decoys.get(name, (None, ""))
         if err is not None and err > REL_TOL:
-            note = f"rel err {err:.2e} {notes[name] if notes[name] else f'vs {ref}'}"
-            outcomes[name] = Outcome("mismatch", note=note, rel_err=err)
-            log(f"  {name}: mismatch ({note})")
+            wrong = f"rel err {err:.2e} {notes[name] if notes[name] else f'vs {ref}'}"
+        if wrong:
+            outcomes[name] = Outcome("mismatch", note=wrong, rel_err=err, decoy_pull=pull)
+            log(f"  {name}: mismatch ({wrong})")
             continue
         to_time.append(system)
     times = _time_rounds(to_time, prepared, rep, max(1, rounds), cooldown_s, sleep)
     for system in to_time:
         name = system.name
         err = errors.get(name)  # None: a stand-in, timed and not compared
-        outcomes[name] = _outcome(times[name], prepared[name], work, err, notes.get(name, ""))
+        check = (err, notes.get(name, ""), decoys.get(name, (None, ""))[0])
+        outcomes[name] = _outcome(times[name], prepared[name], work, check)
         log(f"  {name}: {outcomes[name].status} {outcomes[name].value} {outcomes[name].note}")
     return {s.name: outcomes[s.name] for s in systems}
 
@@ -167,9 +186,10 @@ def _time_rounds(
     return times
 
 
-def _outcome(rounds: list, preps: list, work: float, err: float | None, check_note: str):
+def _outcome(rounds: list, preps: list, work: float, check: tuple):
     """A rate from the median of a system's rounds (see ``_time_rounds``), or the error that
-    stopped its timing."""
+    stopped its timing. ``check``: the output's relative error, check note and decoy pull."""
+    err, check_note, pull = check
     failed = [t for t in rounds if isinstance(t, Exception)]
     if failed:
         return Outcome("error", note=short_reason(failed[0]))
@@ -181,4 +201,6 @@ def _outcome(rounds: list, preps: list, work: float, err: float | None, check_no
         notes.append(check_note)
     value = work / (ms * 1e-3) / 1e12
     stand_in = not preps[0].compare
-    return Outcome("ok", value=value, note="; ".join(notes), rel_err=err, stand_in=stand_in)
+    return Outcome(
+        "ok", value=value, note="; ".join(notes), rel_err=err, stand_in=stand_in, decoy_pull=pull
+    )

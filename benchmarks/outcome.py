@@ -23,6 +23,8 @@ class Outcome:
 
     ``stand_in``: the figure is of another function than the row's (``Prepared.compare`` is
     False: timed for reference, its output not compared); the report compares no ratio with it.
+    ``decoy_pull``: where the output lies from the row's eager reference (0) to its decoy (1,
+    the variant without its score transform; ``decoy.py``); None where not checked.
     """
 
     status: str
@@ -30,6 +32,7 @@ class Outcome:
     note: str = ""
     rel_err: float | None = None
     stand_in: bool = False
+    decoy_pull: float | None = None
 
     def to_dict(self) -> dict:
         """Plain dict for JSON."""
