@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import unicodedata
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -95,8 +94,8 @@ def _excerpt(line: str, start: int, end: int) -> str:
     return f"    {quoted}\n    {' ' * pad}^{'~' * (width - 1)}"
 
 
-# Files whose text each thread keeps for quoting (a long-lived process kept every one), besides
-# those a live parsed module holds (see SourceMap.tie).
+# Files whose text each thread keeps for quoting a location that carries no text of its own
+# (see SourceMap): a long-lived process kept every one.
 SOURCE_FILES_KEPT = 256
 
 
@@ -108,17 +107,49 @@ class SourceText:
     def __init__(self, text: str) -> None:
         self.lines = [line.removesuffix("\r") for line in text.split("\n")]
 
+    def line(self, number: int) -> str | None:
+        """Line ``number`` (1-based), or None when the text has no such line."""
+        return self.lines[number - 1] if 1 <= number <= len(self.lines) else None
+
+
+class SourceName(str):
+    """A file name that carries the text parsed under it: the name every location of a
+    parsed module holds, so that a diagnostic quotes the text its location came from, in any
+    thread and whatever was parsed under the same name since (every inline source is
+    ``<string>``). The text lives as long as a module, IR or location holding the name.
+
+    As a string it is the plain name: equal to it, hashed, printed and written to JSON as it
+    is, and pickled as a plain ``str`` (a pickle holds no text); a copy is the name itself.
+    """
+
+    source: SourceText
+
+    def __new__(cls, name: str, source: SourceText) -> SourceName:
+        """``name`` carrying ``source``."""
+        made = super().__new__(cls, name)
+        made.source = source
+        return made
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        return str, (str(self),)
+
+    def __copy__(self) -> SourceName:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SourceName:
+        return self
+
 
 class SourceMap:
     """Source text of the files seen, so diagnostics can quote their line.
 
-    Each thread has a map of its own: a diagnostic takes its line when it is made, in the
-    thread that parses and compiles the text, so another thread loading other text under the
-    same name (every inline source is ``<string>``) never changes the line it quotes.
-
-    A thread keeps the text of its :data:`SOURCE_FILES_KEPT` most recent files, and of any
-    file whose parsed module is still alive (:meth:`tie`): a compilation importing more files
-    than that still quotes every one of them, and a long-lived process keeps no more.
+    A location in a parsed module names its file by a :class:`SourceName`, which carries the
+    text it was parsed from: that text is quoted. Any other location (IR read from the disk
+    cache, one made by hand) is quoted from the text its calling thread most recently added
+    under the location's file name: each thread has a map of its own, so another thread
+    loading other text under the same name never changes the line it quotes. A thread keeps
+    the text of its :data:`SOURCE_FILES_KEPT` most recent files (a long-lived process kept
+    every one); a parsed module keeps its own text however many files are added meanwhile.
     """
 
     def __init__(self) -> None:
@@ -131,45 +162,29 @@ class SourceMap:
             recent = self._local.recent = {}
         return recent
 
-    def _texts(self) -> weakref.WeakValueDictionary[str, SourceText]:
-        """The calling thread's text of every file still held (recent or tied), by name."""
-        texts: weakref.WeakValueDictionary[str, SourceText] | None
-        texts = getattr(self._local, "texts", None)
-        if texts is None:
-            texts = self._local.texts = weakref.WeakValueDictionary()
-        return texts
-
-    def add(self, file: str, text: str) -> None:
+    def add(self, file: str, text: str) -> SourceText:
         """Remember ``text`` under ``file`` for this thread, as its most recent file (the
-        oldest of more than ``SOURCE_FILES_KEPT`` is forgotten unless a module holds it)."""
+        oldest of more than ``SOURCE_FILES_KEPT`` is forgotten); returns it as lines."""
         held = SourceText(text)
-        self._texts()[file] = held
         recent = self._recent()
         recent.pop(file, None)
-        recent[file] = held
+        recent[str(file)] = held
         while len(recent) > SOURCE_FILES_KEPT:
             del recent[next(iter(recent))]
-
-    def tie(self, file: str, owner: object) -> None:
-        """Keep this thread's text of ``file`` while ``owner`` (the module parsed from it)
-        lives, however many files are added meanwhile: lowering quotes a file's lines after
-        every file it imports has been parsed."""
-        held = self._texts().get(file)
-        if held is not None:
-            object.__setattr__(owner, "_source_text", held)
+        return held
 
     def forget(self, file: str) -> None:
-        """Drop this thread's text of ``file`` (its lines will not be quoted)."""
+        """Drop this thread's text of ``file`` (a location without text of its own will not
+        quote it)."""
         self._recent().pop(file, None)
-        self._texts().pop(file, None)
 
     def line(self, loc: Loc) -> str | None:
-        """The source line ``loc`` points at, or None when this thread holds no text of its
-        file or the file has no such line."""
-        held = self._texts().get(loc.file)
-        if held is None or not 1 <= loc.line <= len(held.lines):
-            return None
-        return held.lines[loc.line - 1]
+        """The source line ``loc`` points at: from the text its file name carries, else from
+        this thread's text of its file; None when there is none or it has no such line."""
+        if isinstance(loc.file, SourceName):
+            return loc.file.source.line(loc.line)
+        held = self._recent().get(loc.file)
+        return None if held is None else held.line(loc.line)
 
 
 SOURCES = SourceMap()

@@ -17,7 +17,7 @@ from lark.exceptions import LarkError
 
 from attnc.dsl import ast
 from attnc.dsl.build import AstBuilder, end_of_text
-from attnc.dsl.errors import SOURCES, AttnError, Loc
+from attnc.dsl.errors import SOURCES, AttnError, Loc, SourceName
 from attnc.dsl.limits import MAX_EXPR_DEPTH, deep_recursion, too_deep_message
 from attnc.dsl.parser_cache import cached_parser
 from attnc.dsl.syntax_errors import translate
@@ -52,8 +52,10 @@ def grammar_parser(strict: bool = False) -> Lark:
 
 def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[Any]], T]) -> T:
     """``build(builder, tree)`` on the parse tree of ``text`` from the rule ``start``; syntax
-    errors and nesting too deep for Python's stack leave as :class:`AttnError`."""
-    SOURCES.add(file, text)
+    errors and nesting too deep for Python's stack leave as :class:`AttnError`. Every
+    location names the file by a :class:`~attnc.dsl.errors.SourceName` carrying ``text``, so
+    its diagnostics quote this text whichever thread makes them."""
+    file = SourceName(file, SOURCES.add(file, text))
     _refuse_lone_cr(text, file)
     try:
         tree = grammar_parser().parse(text, start=start)
@@ -87,11 +89,9 @@ def _refuse_lone_cr(text: str, file: str) -> None:
 
 
 def parse_module(text: str, file: str = "<string>") -> ast.Module:
-    """Parse a whole `.attn` file into an :class:`ast.Module`, which keeps the text quotable
-    in this thread's error messages while it lives (:meth:`attnc.dsl.errors.SourceMap.tie`)."""
-    module = _parse(text, file, "module", lambda builder, tree: builder.module(tree))
-    SOURCES.tie(file, module)
-    return module
+    """Parse a whole `.attn` file into an :class:`ast.Module`, whose locations keep the text
+    quotable in error messages while they live (:class:`attnc.dsl.errors.SourceName`)."""
+    return _parse(text, file, "module", lambda builder, tree: builder.module(tree))
 
 
 def parse_expr(text: str, file: str = "<string>") -> ast.Expr:

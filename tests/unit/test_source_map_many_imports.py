@@ -1,14 +1,13 @@
 """A compilation importing more files than the source map keeps still quotes every file's
-line, and the text of files no module holds any more is still let go."""
+line (each module's locations carry its text; test_source_of_each_module.py checks that the
+text goes with the module)."""
 
 from __future__ import annotations
-
-import gc
 
 import pytest
 
 from attnc.compiler.pipeline import compile_source
-from attnc.dsl.errors import SOURCE_FILES_KEPT, AttnError, Loc, SourceMap
+from attnc.dsl.errors import SOURCE_FILES_KEPT, AttnError
 
 IMPORTS = SOURCE_FILES_KEPT + 1  # the root file, parsed first, is the oldest of them all
 
@@ -27,22 +26,3 @@ def test_an_error_in_the_root_file_after_many_imports_quotes_its_line(tmp_path):
         "    variant v { mask = undefined_name; }",
         "                       ^~~~~~~~~~~~~~",
     ]
-
-
-class _Owner:
-    """Stands for a parsed module."""
-
-
-def test_a_tied_file_outlives_eviction_until_its_owner_goes() -> None:
-    sources = SourceMap()
-    sources.add("root.attn", "root line\n")
-    owner = _Owner()
-    sources.tie("root.attn", owner)
-    for i in range(SOURCE_FILES_KEPT + 1):
-        sources.add(f"f{i}.attn", f"line {i}\n")
-    assert sources.line(Loc("root.attn", 1, 1)) == "root line"
-    del owner
-    gc.collect()
-    assert sources.line(Loc("root.attn", 1, 1)) is None
-    assert sources.line(Loc("f0.attn", 1, 1)) is None  # evicted, never tied
-    assert len(sources._texts()) == SOURCE_FILES_KEPT

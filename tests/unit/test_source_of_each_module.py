@@ -1,0 +1,96 @@
+"""A diagnostic made while lowering a module quotes the text that module was parsed from,
+not the text most recently parsed under the same name (every inline source is
+``<string>``), nor nothing when it is lowered in a thread that did not parse it; the text
+rides on the file name (equal, hashed, encoded and pickled as the plain name) and goes with
+the last module or IR that holds it."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import pickle
+import threading
+import weakref
+
+import pytest
+
+from attnc.compiler.pipeline import compile_source, lower, parse
+from attnc.dsl.errors import SOURCE_FILES_KEPT, SOURCES, AttnError, Loc, SourceName
+from attnc.runtime.build import ir_json
+
+BAD = "variant first {\n    mask = kv_idx <= q_pos && nosuchname;\n}\n"
+OTHER = "# the second text, line one\n# THE SECOND TEXT, LINE TWO\nvariant second {}\n"
+# The rendered lines under the error's head: BAD's line 2 and the caret under the name.
+QUOTED = ["        mask = kv_idx <= q_pos && nosuchname;", " " * 34 + "^~~~~~~~~~"]
+GOOD = (
+    "# TEXT ONLY\nvariant good {\n    param t: tensor<f32>[8];\n    score = score + t[kv_idx];\n}\n"
+)
+
+
+def test_lowering_quotes_its_own_module_after_another_text_of_the_same_name():
+    first = parse(BAD, "<string>")
+    parse(OTHER, "<string>")
+    with pytest.raises(AttnError) as caught:
+        lower(first)
+    assert "nosuchname" in caught.value.message
+    assert caught.value.render().splitlines()[1:] == QUOTED
+
+
+def test_lowering_in_another_thread_quotes_the_module():
+    first = parse(BAD, "<string>")
+    rendered: list[str] = []
+
+    def lower_here() -> None:
+        try:
+            lower(first)
+        except AttnError as err:
+            rendered.append(err.render())
+
+    worker = threading.Thread(target=lower_here)
+    worker.start()
+    worker.join()
+    assert len(rendered) == 1
+    assert rendered[0].splitlines()[1:] == QUOTED
+
+
+def test_a_module_keeps_its_text_past_the_map_and_lets_it_go_with_it():
+    module = parse(BAD, "<kept>")
+    held = weakref.ref(module.file.source)
+    for i in range(SOURCE_FILES_KEPT + 1):
+        parse(f"variant v{i} {{}}\n", f"<f{i}>")
+    assert SOURCES.line(Loc("<kept>", 2, 1)) is None  # the thread's map let it go
+    with pytest.raises(AttnError) as caught:
+        lower(module)
+    assert caught.value.render().splitlines()[1:] == QUOTED
+    del module, caught
+    gc.collect()
+    assert held() is None
+
+
+def test_the_name_is_the_plain_name_to_equality_hashing_copies_and_pickles():
+    module = parse(BAD, "<string>")
+    name = module.file
+    assert isinstance(name, SourceName)
+    assert name == "<string>" and hash(name) == hash("<string>") and repr(name) == "'<string>'"
+    assert Loc(name, 2, 5) == Loc("<string>", 2, 5)
+    assert hash(Loc(name, 2, 5)) == hash(Loc("<string>", 2, 5))
+    assert copy.copy(name) is name and copy.deepcopy(name) is name
+    unpickled = pickle.loads(pickle.dumps(Loc(name, 2, 5)))
+    assert type(unpickled.file) is str and unpickled == Loc("<string>", 2, 5)
+    commented = parse("# TEXT ONLY\nvariant v {}\n", "<string>")
+    assert b"TEXT ONLY" not in pickle.dumps(commented)
+
+
+def test_compiled_ir_encodes_and_pickles_as_if_named_by_a_plain_string():
+    """A cache entry and a pickle of compiled IR hold no text and no trace of the name's
+    type: the same bytes as IR whose names are plain strings."""
+    compiled, warnings = compile_source(GOOD, "<string>")
+    assert isinstance(compiled[0].variant.file, SourceName)
+    encoded = json.dumps(ir_json.encode((compiled, warnings)), sort_keys=True)
+    assert "SourceName" not in encoded and "TEXT ONLY" not in encoded
+    decoded = ir_json.decode(json.loads(encoded))
+    assert type(decoded[0][0].variant.file) is str
+    assert json.dumps(ir_json.encode(decoded), sort_keys=True) == encoded
+    assert pickle.loads(pickle.dumps(compiled[0].variant)) == compiled[0].variant
+    assert b"TEXT ONLY" not in pickle.dumps(compiled[0])
