@@ -1,28 +1,63 @@
 """Owns: what an ``import "path";`` names on disk, without the parser (a cached load checks
 these and must not import Lark): the directory a source's imports resolve from, a file's
-identity (its real path), the name an import is shown by, and the record a cache of the
-compile keeps for each import statement."""
+identity (its device and inode numbers), the name an import is shown by, and the record a
+cache of the compile keeps for each import statement."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import TypeAlias
 
 # What a cache of a compile must find again for each import statement: the path as the
 # statement resolved it (the importer's directory joined with what it wrote, left to the
-# system to resolve), the file it named (its real path: the identity that decides whether two
-# spellings are one module) and the sha256 of the bytes that file was parsed from.
+# system to resolve), the module it named (the real path of the file the module was read
+# from: the same for every spelling of one file, a symbolic link, a hard link or a bind
+# mount) and the sha256 of the bytes that module was parsed from.
 ImportRecord = tuple[str, str, str]
+
+# The identity that decides whether two spellings are one module: the file's device and
+# inode numbers, else (inline source, no such file) its name or real path.
+FileId: TypeAlias = tuple[int, int] | str
 
 
 def real_path(path: str) -> str:
-    """The identity of the file at ``path`` (its real path; an inline source's ``<...>`` name
-    as it is): two spellings of one file are one module."""
+    """The real path of the file at ``path`` (an inline source's ``<...>`` name as it is)."""
     if path.startswith("<"):
         return path
     try:
         return os.path.realpath(path)
     except (ValueError, OSError):  # e.g. a NUL character: no such file can exist
         return path
+
+
+def file_id(path: str, status: os.stat_result | None = None) -> FileId:
+    """The identity of the file at ``path`` (``status``: its status, when taken already):
+    its device and inode numbers, which every spelling of one file shares (a symbolic link,
+    a hard link, a bind mount); an inline source's ``<...>`` name, or the real path of a
+    path no file answers (or one the system gives no inode number), otherwise."""
+    if path.startswith("<"):
+        return path
+    try:
+        status = os.stat(path) if status is None else status
+    except (OSError, ValueError):
+        return real_path(path)
+    return (status.st_dev, status.st_ino) if status.st_ino else real_path(path)
+
+
+def same_modules(imports: Iterable[ImportRecord]) -> bool:
+    """Whether the path of every record still names a file, the records of one module one
+    file and those of different modules different files (a link replaced by a copy, or a
+    copy by a link, changes which imports are one module)."""
+    now: dict[str, FileId] = {}
+    for path, module, _ in imports:
+        try:
+            found = file_id(path, os.stat(path))
+        except (OSError, ValueError):
+            return False
+        if now.setdefault(module, found) != found:
+            return False
+    return len(set(now.values())) == len(now)
 
 
 def import_dir(importer: str) -> str:

@@ -2,8 +2,10 @@
 
 Paths are relative to the importing file and are resolved by the operating system as
 written (``link/..`` is the parent of the link's target, not the importer's directory). Each
-file is parsed once, however it is spelled; a cycle, a missing or unreadable file or a chain
-of imports longer than :data:`~attnc.dsl.limits.MAX_IMPORT_DEPTH` is a located error at the
+file is parsed once, however it is spelled (a file is known by its device and inode numbers,
+which a symbolic link, a hard link or a bind mount to it shares), through the first spelling
+met, which its own imports resolve from; a cycle, a missing or unreadable file or a chain of
+imports longer than :data:`~attnc.dsl.limits.MAX_IMPORT_DEPTH` is a located error at the
 import statement, and an error inside an imported file is reported there, with a note at the
 import.
 """
@@ -14,9 +16,12 @@ import errno
 import hashlib
 import os
 import stat
+from dataclasses import dataclass, field
 
 from attnc.compiler.import_paths import (
+    FileId,
     ImportRecord,
+    file_id,
     import_dir,
     plain_path,
     real_path,
@@ -36,43 +41,56 @@ def load_modules(root: ast.Module, imports: list[ImportRecord] | None = None) ->
     """``root`` and every module it imports, transitively; imported modules come first.
     ``imports`` (when given) receives an :data:`ImportRecord` for every import statement
     (one skipped as already loaded too), in the order they were met."""
-    ordered: list[ast.Module] = []
-    done: dict[str, str] = {}  # real path -> sha256 of the bytes parsed
-    _visit(root, root.file, ordered, done, [], [] if imports is None else imports)
-    return ordered
+    loading = _Loading(imports=[] if imports is None else imports)
+    _visit(root, root.file, file_id(root.file), loading)
+    return loading.ordered
 
 
-def _visit(
-    module: ast.Module,
-    read_from: str,
-    ordered: list[ast.Module],
-    done: dict[str, str],
-    stack: list[str],
-    imports: list[ImportRecord],
-) -> None:
-    """Load the imports of ``module``, read from the path ``read_from`` (its imports resolve
-    from there; the module's own name is the shown one, for messages only)."""
-    stack.append(real_path(read_from))
+@dataclass
+class _Loading:
+    """The state of one :func:`load_modules`."""
+
+    ordered: list[ast.Module] = field(default_factory=list)
+    # Each file loaded -> the real path it was read from, the sha256 of the bytes parsed.
+    done: dict[FileId, tuple[str, str]] = field(default_factory=dict)
+    # The chain of files being loaded (each importing the next), with their real paths.
+    stack: list[tuple[FileId, str]] = field(default_factory=list)
+    imports: list[ImportRecord] = field(default_factory=list)
+
+
+def _visit(module: ast.Module, read_from: str, ident: FileId, loading: _Loading) -> None:
+    """Load the imports of ``module``, the file ``ident`` read from the path ``read_from``
+    (its imports resolve from there; the module's own name is the shown one, for messages
+    only)."""
+    loading.stack.append((ident, real_path(read_from)))
     for item in module.items:
         if isinstance(item, ast.Import):
-            path = _resolve(read_from, item)
-            canon = real_path(path)
-            if canon in stack:
-                chain = " -> ".join(os.path.basename(p) for p in stack[stack.index(canon) :])
-                raise AttnError(
-                    item.loc, f"cyclic import of '{item.path}' ({chain} -> {item.path})"
-                )
-            if canon not in done:
-                if len(stack) > MAX_IMPORT_DEPTH:
-                    raise AttnError(item.loc, too_deep_message("imports", MAX_IMPORT_DEPTH))
-                imported, digest = _parse_file(path, item)
-                _visit(imported, path, ordered, done, stack, imports)
-                done[canon] = digest
-            record = (path, canon, done[canon])
-            if record not in imports:  # a file imported twice is checked once on a cache hit
-                imports.append(record)
-    stack.pop()
-    ordered.append(module)
+            _load_import(item, read_from, loading)
+    loading.stack.pop()
+    loading.ordered.append(module)
+
+
+def _load_import(item: ast.Import, importer: str, loading: _Loading) -> None:
+    """Load the file that ``item``, a statement of the module read from ``importer``, names
+    (unless it is loaded already: through another spelling too), and record the statement."""
+    path, status = _resolve(importer, item)
+    ident = file_id(path, status)
+    chain = [i for i, _ in loading.stack]
+    if ident in chain:
+        names = [os.path.basename(real) for _, real in loading.stack[chain.index(ident) :]]
+        raise AttnError(
+            item.loc, f"cyclic import of '{item.path}' ({' -> '.join(names)} -> {item.path})"
+        )
+    if ident not in loading.done:
+        if len(loading.stack) > MAX_IMPORT_DEPTH:
+            raise AttnError(item.loc, too_deep_message("imports", MAX_IMPORT_DEPTH))
+        imported, digest, opened = _parse_file(path, item)
+        ident = file_id(path, opened)  # the file read (the one stat() named, unless swapped)
+        _visit(imported, path, ident, loading)
+        loading.done[ident] = (real_path(path), digest)
+    record = (path, *loading.done[ident])
+    if record not in loading.imports:  # a file imported twice is checked once on a cache hit
+        loading.imports.append(record)
 
 
 # Errors of stat() that mean no file is there; any other (no permission, a loop of links)
@@ -80,12 +98,12 @@ def _visit(
 _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 
 
-def _resolve(importer: str, item: ast.Import) -> str:
+def _resolve(importer: str, item: ast.Import) -> tuple[str, os.stat_result]:
     """The path ``item`` names (the importer's directory joined with it, unnormalised: the
-    system resolves it), checked to be a regular file."""
+    system resolves it), checked to be a regular file, and the file's status."""
     path = os.path.join(import_dir(importer), item.path)
     try:
-        mode = os.stat(path).st_mode
+        status = os.stat(path)
     except (ValueError, OSError) as exc:  # ValueError: a NUL byte
         where = plain_path(path)  # what was looked at: no ``..`` resolved by its text
         if isinstance(exc, OSError) and exc.errno not in _ABSENT:
@@ -94,16 +112,16 @@ def _resolve(importer: str, item: ast.Import) -> str:
                 item.loc, f"cannot read import '{item.path}': {why} ({where})"
             ) from None
         raise AttnError(item.loc, f"import not found: '{item.path}' (looked for {where})") from None
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(status.st_mode):
         raise AttnError(item.loc, f"import is not a file: '{item.path}' ({shown_path(path)})")
-    return path
+    return path, status
 
 
-def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str]:
-    """The parsed module at ``path`` (named by :func:`shown_path`) and the sha256 of the
-    bytes it was parsed from. A file that is not a `.attn` file is an error at the import
-    statement; an error in the file's text is reported where it is, with a note at the
-    import statement."""
+def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str, os.stat_result]:
+    """The parsed module at ``path`` (named by :func:`shown_path`), the sha256 of the bytes
+    it was parsed from and the status of the file they were read from. A file that is not a
+    `.attn` file is an error at the import statement; an error in the file's text is reported
+    where it is, with a note at the import statement."""
     if not path.endswith(ATTN_SUFFIX):
         raise AttnError(item.loc, f"cannot import '{item.path}': only {ATTN_SUFFIX} files")
     try:
@@ -126,7 +144,7 @@ def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str]:
             raise _unquoted(path, item, err) from None
         imported_here = note(item.loc, f"in the file imported here as '{item.path}'")
         raise AttnError(err.loc, err.message, (*err.notes, imported_here)) from None
-    return module, hashlib.sha256(data).hexdigest()
+    return module, hashlib.sha256(data).hexdigest(), opened
 
 
 def _quotable(real: str, opened: os.stat_result) -> bool:

@@ -5,9 +5,11 @@ An entry is keyed by the source text, its file name, the directory its imports r
 from (the file's own directory, or the working directory for inline source) and a
 fingerprint of the compiler (the sources of ``attnc.dsl``, ``attnc.compiler`` and the
 grammar). It records every import statement the source met, transitively (one skipped as
-already loaded under another spelling too): the path, the real path of the file it named and
-the sha256 of that file's bytes; it is used only while each path still names that file with
-that content.
+already loaded under another spelling too): the path, the module it named (the real path of
+the file the module was read from) and the sha256 of the module's bytes; it is used only
+while each path still names a file with that content, one file for the statements of one
+module and different files for different modules (a link replaced by a copy, or a copy by a
+link, is a miss).
 
 Entries are data, never code: JSON holding a format version, the key, and the compiled
 variants and warnings encoded by :mod:`attnc.runtime.build.ir_json`, under a sha256 digest of
@@ -27,7 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from attnc.compiler.import_paths import ImportRecord, import_dir, real_path
+from attnc.compiler.import_paths import ImportRecord, import_dir, real_path, same_modules
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
@@ -38,7 +40,7 @@ from attnc.runtime.build.cache import cache_dir
 from attnc.verbose import env_flag
 from attnc.version import PACKAGE_DIR
 
-FORMAT = 4  # bump when the entry layout changes (4: imports as path, real path, sha256)
+FORMAT = 4  # bump when the entry layout changes (4: imports as path, module, sha256)
 MAGIC = "attnc-compiled-variants"
 MAX_ENTRY_BYTES = 64 << 20
 
@@ -197,7 +199,7 @@ def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagno
     except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
     imports, compiled, warnings = decoded
-    if any(real_path(p) != real or _file_digest(p) != digest for p, real, digest in imports):
+    if not same_modules(imports) or any(_file_digest(p) != d for p, _, d in imports):
         return None
     _seen(seen, decoded)
     return compiled, warnings
