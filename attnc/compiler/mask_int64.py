@@ -27,16 +27,24 @@ class Form(Protocol):
     """``cq*q_idx + ck*kv_idx + sum(coef*atom) + offset`` (a constraint or a wrap guard)."""
 
     @property
-    def cq(self) -> int: ...
+    def cq(self) -> int:
+        """The coefficient of ``q_idx``."""
+        ...
 
     @property
-    def ck(self) -> int: ...
+    def ck(self) -> int:
+        """The coefficient of ``kv_idx``."""
+        ...
 
     @property
-    def terms(self) -> Sequence[tuple[int, object]]: ...
+    def terms(self) -> Sequence[tuple[int, object]]:
+        """The ``(coef, atom)`` pairs of the constant part; each atom is an i32 value."""
+        ...
 
     @property
-    def offset(self) -> int: ...
+    def offset(self) -> int:
+        """The integer constant of the constant part."""
+        ...
 
 
 def constant_span(form: Form) -> int:
