@@ -1,5 +1,5 @@
 // Owns: the plain C entry points of the host decode planner library (built by the JIT from
-// this file: attnc/runtime/planning/decode_plan.py loads it with ctypes). Only pointers and
+// this file: attnc/runtime/planning/decode_plan_library.py loads it with ctypes). Only pointers and
 // integers cross; the structs are those of decode_plan_abi.h, the codes those of
 // attnc/abi_codes.h.
 #include <stdint.h>

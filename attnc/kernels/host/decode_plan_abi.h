@@ -1,5 +1,6 @@
 // Owns: the C ABI of the host decode planner: the parameter, summary, step and result
-// structs that Python fills and reads through ctypes (attnc/runtime/planning/decode_plan.py).
+// structs that Python fills and reads through ctypes
+// (attnc/runtime/planning/decode_plan_library.py).
 // The return and page-table error codes are those of attnc/abi_codes.h.
 #pragma once
 #include <stdint.h>
@@ -14,8 +15,9 @@
 
 extern "C" {
 
-// Inputs of attnc_decode_plan. Mirrored by ctypes in attnc/runtime/planning/decode_plan.py
-// (_Params; its sizeof is checked when the library is loaded).
+// Inputs of attnc_decode_plan. Mirrored by ctypes in
+// attnc/runtime/planning/decode_plan_library.py (PlanParams; its sizeof is checked when the
+// library is loaded).
 typedef struct AttncPlanParams {
   // The step's shape and cost model (the oracle: schedule).
   int64_t batch;
@@ -50,7 +52,7 @@ typedef struct AttncPlanParams {
   int32_t* out_cta_indptr;
   int32_t* out_merge_items;
   int64_t* out_num_chunks;
-  // The KV the chunks of each request cover (decode_step.h / planning/mask_ranges.py:
+  // The KV the chunks of each request cover (decode_step.h / tests/mask_ranges_oracle.py:
   // decode_spans): [kv_offset[r], kv_offset[r] + plan_lens[r]), inside
   // [0, kv_lens[r]]. Null plan_lens: whole requests. visible_count must equal batch.
   const int64_t* plan_lens;
@@ -73,7 +75,7 @@ typedef struct AttncPlanSummary {
   int64_t work_bytes;      // bytes of the work region to copy (write_work_region's result)
 } AttncPlanSummary;
 
-// Inputs of attnc_decode_step. Mirrored by ctypes in decode_plan.py (_StepParams).
+// Inputs of attnc_decode_step. Mirrored by ctypes in decode_plan_library.py (StepParams).
 typedef struct AttncStepParams {
   // The planner's arguments; batch, kv_lens and req_page_begin are set by the step (to
   // kv_out and page_begin_out).
@@ -113,7 +115,7 @@ typedef struct AttncStepParams {
   int32_t* token_stage;
 } AttncStepParams;
 
-// Outputs of attnc_decode_step and attnc_decode_upload.
+// Outputs of attnc_decode_step and attnc_decode_check.
 typedef struct AttncStepResult {
   int64_t error;  // ATTNC_PT_* code of ATTNC_PLAN_INVALID
   int64_t index;

@@ -88,7 +88,7 @@ inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t val
   return ATTNC_PLAN_INVALID;
 }
 
-// Each request's span under the mask's range rows (planning/mask_ranges.py decode_spans):
+// Each request's span under the mask's range rows (tests/mask_ranges_oracle.py decode_spans):
 // its q_len queries are the last q_len positions of its KV and see [begin, end)
 // (mask_range_rows.h kv_range of the query rows [0, q_len), wrap guards included); offset[r]
 // is begin clipped to the request and rounded down to a multiple of kv_tile, length[r] the

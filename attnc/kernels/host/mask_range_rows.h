@@ -3,8 +3,8 @@
 // (AttncRangeRows, built by attnc/runtime/planning/mask_ranges.py tile_range_program and
 // mirrored by planning/host_planner_abi.py), its shape check, the rows' constants per request,
 // the wrap guards, and "the KV range [begin, end) the query rows [q0, q1) of a request may
-// see". The numpy reference is mask_ranges.tile_kv_ranges; integer arithmetic wraps like
-// numpy's int64 and divides like Python's ``//``.
+// see". The numpy reference is tests/mask_ranges_oracle.py tile_kv_ranges; integer arithmetic
+// wraps like numpy's int64 and divides like Python's ``//``.
 //
 // A row is the constraint cq*q_idx + ck*kv_idx + c >= 0 of conjunction ``term`` (-1: a wrap
 // guard), with c = c0 + cq_len*q_len + ckv_len*kv_len, plus extra[col][request] when the
@@ -87,7 +87,8 @@ inline void row_constants(const AttncRangeRows& m, int64_t r, int64_t q_len, int
 }
 
 // Whether a wrap guard's form may leave the i32 range in a request of q_len queries and
-// kv_len keys whose row constants are c (mask_ranges._may_wrap): its KV range is then whole.
+// kv_len keys whose row constants are c (mask_ranges_oracle._may_wrap): its KV range is then
+// whole.
 inline bool may_wrap(const AttncRangeRows& m, const int64_t* c, int64_t q_len, int64_t kv_len) {
   const int64_t q_top = std::max<int64_t>(q_len - 1, 0), k_top = std::max<int64_t>(kv_len - 1, 0);
   for (int64_t i = 0; i < m.num_rows; ++i) {
@@ -103,7 +104,7 @@ inline bool may_wrap(const AttncRangeRows& m, const int64_t* c, int64_t q_len, i
   return false;
 }
 
-// Intersect [lo, hi] with the integer solutions of a*k + c >= 0 (mask_ranges._bound).
+// Intersect [lo, hi] with the integer solutions of a*k + c >= 0 (mask_ranges_oracle.array_bound).
 inline void bound(int64_t a, int64_t c, int64_t& lo, int64_t& hi) {
   if (a > 0) {
     lo = std::max(lo, wrap_neg(floor_div(c, a)));
@@ -145,7 +146,7 @@ inline void conjunction_range(const AttncRangeRows& m, int64_t term, const int64
 }
 
 // The KV range [begin, end) the query rows [q0, q1) of a request of kv_len keys may see
-// (mask_ranges.tile_kv_ranges): the hull of its terms' non-empty ranges, (0, 0) when none
+// (mask_ranges_oracle.tile_kv_ranges): the hull of its terms' non-empty ranges, (0, 0) when none
 // is or the request has no KV, the whole KV when ``wraps`` (may_wrap of the request). Not
 // clipped to [0, kv_len].
 inline void kv_range(const AttncRangeRows& m, const int64_t* c, bool wraps, int64_t q0, int64_t q1,

@@ -13,7 +13,8 @@
 namespace attnc {
 namespace prefill_plan {
 
-constexpr int64_t kPartRowReserve = 32;  // list bytes a partial row may add (prefill_plan.py)
+// List bytes a partial row may add (PART_ROW_RESERVE of tests/codegen/prefill_schedule_oracle.py).
+constexpr int64_t kPartRowReserve = 32;
 
 // Scalars the planner's integer arithmetic relies on.
 inline bool shape_ok(const AttncPrefillParams& p) {

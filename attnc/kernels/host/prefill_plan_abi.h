@@ -34,7 +34,7 @@ typedef struct AttncPrefillParams {
   int64_t* q_lens;
   int64_t* kv_lens;
   int64_t lens_cap;  // entries q_lens and kv_lens hold
-  // The shape and the cost model (planning/prefill_schedule.py).
+  // The shape and the cost model (tests/codegen/prefill_schedule_oracle.py).
   int64_t num_qo_heads;
   int64_t num_kv_heads;
   int64_t head_dim;

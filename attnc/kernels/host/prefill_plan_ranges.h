@@ -103,7 +103,7 @@ inline int64_t count_query_tiles(const AttncPrefillParams& p) {
 }
 
 // The n (count_query_tiles) query tiles of every request, in request order: request, index,
-// first and past-last query token (prefill_schedule.query_tiles).
+// first and past-last query token (tests/mask_ranges_oracle.py query_tiles).
 inline void query_tiles(const AttncPrefillParams& p, Scratch& s, int64_t n) {
   const int64_t tile = p.tile_q_tokens;
   const Divisor by_tile(tile);
@@ -171,7 +171,7 @@ inline int64_t visible_tokens(const AttncPrefillParams& p, const Scratch& s, int
 }
 
 // Every tile's KV range [kv_b, kv_e) clipped to its request, and the KV it loads
-// (prefill_schedule.schedule_prefill with tile_map.ranges_with_map).
+// (prefill_schedule_oracle.schedule_prefill with prefill_schedule_oracle.ranges_with_map).
 inline bool tile_ranges(const AttncPrefillParams& p, Scratch& s) {
   const int64_t tiles = static_cast<int64_t>(s.req.size());
   s.kv_b.resize(tiles), s.kv_e.resize(tiles), s.loaded.resize(tiles);

@@ -322,7 +322,7 @@ __device__ __forceinline__ bool warp_softmax_rows(float (&s)[MQ][NS][4], float (
   return warp_softmax_rows_at<kRowsPlain, kPolyEvery>(s, m, l, c, c, alpha);
 }
 
-// warp_softmax_rows for logits held in units of c[mi][h] (a row's step, ATTNC_STEP_UNITS)
+// warp_softmax_rows for logits held in units of c[mi][h] (a row's step, kStepUnitsVariant)
 // relative to an offset r0[mi][h] per row and lane: the logit of an element is
 // (s + r0) * c log2 units, and m is kept in the units of s + r0.
 template <int kPolyEvery = 0, int MQ, int NS>
