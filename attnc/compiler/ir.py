@@ -291,7 +291,6 @@ Expr = Union[Const, Builtin, ParamRef, TensorLoad, Unary, Binary, Select, Call, 
 
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 LOGICAL = ("&&", "||")
-ARITHMETIC = ("+", "-", "*", "/", "%")
 
 
 @_shared

@@ -134,10 +134,6 @@ class ModuleRegistry(Generic[M]):
             self._by_id[module_id] = module
             return module
 
-    def by_id(self, module_id: str) -> M:
-        """The loaded module with this id."""
-        return self._by_id[module_id]
-
     def find(self, module_id: str) -> M | None:
         """The loaded module with this id, or None."""
         return self._by_id.get(module_id)
@@ -283,6 +279,4 @@ DECODE_MODULES: ModuleRegistry[DecodeModule] = ModuleRegistry(
     abi.DECODE_ABI_VERSION,
     name_infix="_decode",
 )
-load_decode_module = DECODE_MODULES.load
-decode_module_by_id = DECODE_MODULES.by_id
 get_decode_module = DECODE_MODULES.get
