@@ -68,11 +68,6 @@ def lower_modules(modules: list[ast.Module]) -> Program:
     return Program(tuple(variants), tuple(warnings))
 
 
-def lower_module(module: ast.Module) -> Program:
-    """Lower a single module that has no imports (the imports' defs are not visible)."""
-    return lower_modules([module])
-
-
 def _collect_defs(modules: list[ast.Module]) -> dict[str, ast.Def]:
     defs: dict[str, ast.Def] = {}
     for _, item in _top_items(modules, ast.Def):

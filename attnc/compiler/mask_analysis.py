@@ -24,8 +24,8 @@ the KV range and EMPTY tiles (true over-approximates the mask, ``!`` having been
 to the literals), and ``reads_data`` is set, so no tile is called FULL. A request-level i32
 tensor read (``window[batch]`` of a ``batch_size`` tensor) is a per-request constant atom,
 like an i32 param. The tile questions are answered in Python by
-:mod:`attnc.compiler.mask_tiles` and in the generated C++ by ``attnc/mask_math.cuh``, whose
-calls :mod:`attnc.codegen.mask_cuda` emits.
+:mod:`attnc.compiler.mask_tiles` (the KV range; the tests hold the tile class) and in the
+generated C++ by ``attnc/mask_math.cuh``, whose calls :mod:`attnc.codegen.mask_cuda` emits.
 """
 
 from __future__ import annotations

@@ -24,11 +24,6 @@ from attnc.runtime.checks import page_table
 from attnc.runtime.planning import decode_plan
 from attnc.runtime.planning.decode_plan import ALPHA, BETA, MIN_CHUNK
 from attnc.runtime.planning.workspace import (
-    H_BATCH,
-    H_MERGE_ROWS,
-    H_NUM_ITEMS,
-    H_NUM_MERGE,
-    H_Q_LEN,
     HEADER_INTS,
     ITEM_INTS,
     MERGE_INTS,
@@ -38,6 +33,8 @@ from attnc.runtime.planning.workspace import (
 
 ITEM_OVERHEAD = 128.0  # fixed cost of one work item, in KV tokens (H200: ~5 us per CTA)
 MERGE_OVERHEAD = 256.0  # the merge kernel's share of the step, in KV tokens
+# Header entries of the decode work region (decode_args.h: ATTNC_DH_*).
+H_NUM_ITEMS, H_Q_LEN, H_BATCH, H_MERGE_ROWS, H_NUM_MERGE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)

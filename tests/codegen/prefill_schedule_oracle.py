@@ -18,17 +18,18 @@ the workspace. ``oracle_plan`` packs the lists as ``BatchPrefillWrapper.plan()``
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from mask_ranges_oracle import TileRanges, query_tiles  # the KV each tile may see; the tiles
+from prefill_plan_helpers import kv_token_starts
+from prefill_plan_helpers import plan_kv_lengths as _kv_lengths
 
-from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS, kv_token_starts
-from attnc.runtime.planning.prefill_plan import plan_kv_lengths as _kv_lengths
+from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS
 from attnc.runtime.planning.tile_map import TileMapSummary, map_starts
-from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, pack_int32, place_int32
+from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, place_int32
 
 # (tile index in query_tiles order, kv_begin, kv_end) -> KV tokens the kernel loads there
 # (a tile map's non-empty blocks); None: every token of the range.
@@ -356,3 +357,17 @@ def oracle_plan(
         part_o_offset=part_o,
         part_lse_offset=part_o + aligned(4 * shape.head_dim * sched.part_rows),
     )
+
+
+def pack_int32(
+    layout: Int32Regions, arrays: Mapping[str, torch.Tensor | np.ndarray]
+) -> torch.Tensor:
+    """One CPU uint8 buffer of ``layout.total_bytes`` holding ``arrays`` at their offsets (the
+    packing ``prefill_plan_write.h`` does in the host planner)."""
+    buf = np.zeros(layout.total_bytes, dtype=np.uint8)
+    words = buf.view(np.int32)
+    for name, arr in arrays.items():
+        data = arr.numpy() if isinstance(arr, torch.Tensor) else np.asarray(arr)
+        start = layout.offsets[name] // 4
+        words[start : start + data.size] = data.reshape(-1)
+    return torch.from_numpy(buf)

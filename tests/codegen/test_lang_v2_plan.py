@@ -12,13 +12,13 @@ import time
 import numpy as np
 import pytest
 import torch
+from prefill_plan_helpers import PlanShape, kv_token_starts, make_host_plan
 from tile_map_oracle import doc_causal_map
 
 import attnc
 from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning import tile_map
-from attnc.runtime.planning.prefill_plan import PlanShape, kv_token_starts, make_host_plan
 from attnc.runtime.wrappers import prefill, prefill_launch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 

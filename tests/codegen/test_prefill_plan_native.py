@@ -13,10 +13,10 @@ import prefill_schedule_oracle as oracle
 import pytest
 import torch
 from mask_ranges_oracle import tile_kv_ranges
+from prefill_plan_helpers import PlanShape, make_host_plan, plan_kv_lengths
 
 import attnc
 from attnc.runtime.build import toolchain
-from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.mask_ranges import tile_range_program
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tile_map import map_starts, summarize
@@ -102,9 +102,7 @@ def _case(seed: int):
     ws = lists + reserve + extra
     ctas = int(rng.choice([1, 4, 132, 264]))
     walk = ctas if seed % 3 == 0 else 0  # a third of the plans placed for the Hopper walk
-    shape = prefill_plan.PlanShape(
-        hq, hkv, int(rng.choice([64, 128])), tile, ctas, ws, walk_ctas=walk
-    )
+    shape = PlanShape(hq, hkv, int(rng.choice([64, 128])), tile, ctas, ws, walk_ctas=walk)
     return _indices(rng, q, kv), shape, ranges, program, host_map, summary, reserve
 
 
@@ -115,9 +113,9 @@ def test_random_plans_identical(seed):
         want = oracle.oracle_plan(qo, kv, idx, last, page, shape, ranges, summary, reserve)
     except ValueError as err:
         with pytest.raises(ValueError, match=re.escape(str(err))):
-            prefill_plan.make_host_plan(qo, kv, idx, last, page, shape, program, host_map, reserve)
+            make_host_plan(qo, kv, idx, last, page, shape, program, host_map, reserve)
         return
-    got = prefill_plan.make_host_plan(qo, kv, idx, last, page, shape, program, host_map, reserve)
+    got = make_host_plan(qo, kv, idx, last, page, shape, program, host_map, reserve)
     assert got.layout == want.layout
     assert np.array_equal(got.buffer, want.packed)
     assert (got.part_o_offset, got.part_lse_offset) == (want.part_o_offset, want.part_lse_offset)
@@ -125,7 +123,7 @@ def test_random_plans_identical(seed):
     assert (s.part_rows, s.chunk_size) == (w.part_rows, w.chunk_size)
     assert np.array_equal(s.items, w.items) and np.array_equal(s.merge_items, w.merge_items)
     assert np.array_equal(s.cost, w.cost)
-    assert got.kv_lens.tolist() == prefill_plan.plan_kv_lengths(kv, last, page).tolist()
+    assert got.kv_lens.tolist() == plan_kv_lengths(kv, last, page).tolist()
 
 
 def test_some_random_plans_split_and_some_stop_splitting(monkeypatch):
@@ -215,9 +213,9 @@ def test_wrong_dtype_keeps_the_python_words():
 
 def test_short_map_is_refused():
     qo = torch.tensor([0, 100])
-    shape = prefill_plan.PlanShape(4, 2, 64, 32, 4, 1 << 20)
+    shape = PlanShape(4, 2, 64, 32, 4, 1 << 20)
     with pytest.raises(ValueError, match="beyond the planner's limits"):
-        prefill_plan.make_host_plan(qo, qo, None, None, 1, shape, None, np.zeros(3, np.uint8), 64)
+        make_host_plan(qo, qo, None, None, 1, shape, None, np.zeros(3, np.uint8), 64)
 
 
 def test_build_failure_is_reported(monkeypatch):

@@ -10,10 +10,10 @@ import prefill_schedule_oracle as oracle
 import pytest
 import torch
 from mask_ranges_oracle import tile_kv_ranges
+from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
 from attnc.runtime.build import toolchain
-from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.mask_ranges import tile_range_program
 
 pytestmark = pytest.mark.nvcc
@@ -39,7 +39,7 @@ def _plans(q, kv, shape, body):
     ranges, program = _ranges(body) if body else (None, None)
     qo, kvp = _indptr(q), _indptr(kv)
     want = oracle.oracle_plan(qo, kvp, None, None, 1, shape, ranges)
-    got = prefill_plan.make_host_plan(qo, kvp, None, None, 1, shape, program)
+    got = make_host_plan(qo, kvp, None, None, 1, shape, program)
     return got, want
 
 
@@ -63,10 +63,10 @@ def _walk_case(seed: int):
     hq, hkv = [(4, 4), (8, 2), (32, 8), (6, 1)][seed % 4]
     tile = int(rng.choice([16, 32, 64]))
     body = [CAUSAL, "", "mask = kv_idx <= q_pos && q_pos - kv_idx < 200;"][seed % 3]
-    flat = prefill_plan.PlanShape(hq, hkv, 128, tile, 132, 1 << 26)
+    flat = PlanShape(hq, hkv, 128, tile, 132, 1 << 26)
     items = _plans(q, kv, flat, body)[1].schedule.items.shape[0]
     walk = int(rng.integers(-(-items // 5), max(items - 1, 1) + 1))
-    shape = prefill_plan.PlanShape(hq, hkv, 128, tile, 132, 1 << 26, walk_ctas=walk)
+    shape = PlanShape(hq, hkv, 128, tile, 132, 1 << 26, walk_ctas=walk)
     return q, kv, flat, shape, body
 
 
@@ -102,10 +102,10 @@ def test_walk_balances_a_causal_prefill(length, walk_alone, placed):
     KV) plus the item switch."""
     ranges, program = _ranges(CAUSAL)
     qo = _indptr([length])
-    flat = prefill_plan.PlanShape(32, 8, 128, 48, 132, 1 << 26)
-    walk = prefill_plan.PlanShape(32, 8, 128, 48, 132, 1 << 26, walk_ctas=132)
-    plain = prefill_plan.make_host_plan(qo, qo, None, None, 1, flat, program).schedule.items
-    placed_items = prefill_plan.make_host_plan(qo, qo, None, None, 1, walk, program).schedule.items
+    flat = PlanShape(32, 8, 128, 48, 132, 1 << 26)
+    walk = PlanShape(32, 8, 128, 48, 132, 1 << 26, walk_ctas=132)
+    plain = make_host_plan(qo, qo, None, None, 1, flat, program).schedule.items
+    placed_items = make_host_plan(qo, qo, None, None, 1, walk, program).schedule.items
 
     def cost(row):
         tokens = min(48, length - int(row[1]) * 48)
@@ -121,6 +121,6 @@ def test_walk_balances_a_causal_prefill(length, walk_alone, placed):
 @pytest.mark.parametrize("walk", [-1, 1 << 30])
 def test_walk_ctas_beyond_the_limits_is_refused(walk):
     qo = torch.tensor([0, 100])
-    shape = prefill_plan.PlanShape(4, 2, 64, 32, 4, 1 << 20, walk_ctas=walk)
+    shape = PlanShape(4, 2, 64, 32, 4, 1 << 20, walk_ctas=walk)
     with pytest.raises(ValueError, match="beyond the planner's limits"):
-        prefill_plan.make_host_plan(qo, qo, None, None, 1, shape)
+        make_host_plan(qo, qo, None, None, 1, shape)

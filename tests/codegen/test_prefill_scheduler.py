@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 from mask_ranges_oracle import tile_kv_ranges
+from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
 from attnc.runtime.build import toolchain
-from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.mask_ranges import tile_range_program
-from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS, PlanShape, make_host_plan
+from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS
 from attnc.runtime.planning.workspace import ALIGN, place_int32
 
 pytestmark = pytest.mark.nvcc
@@ -117,8 +117,8 @@ def test_plan_layout_and_merge_arithmetic():
     hq, hkv, d, tile = 2, 1, 8, 4
     qo = torch.tensor([0, 3, 8])
     kv = torch.tensor([0, 1500, 1500 + 2600])
-    shape = prefill_plan.PlanShape(hq, hkv, d, tile, num_ctas=8, workspace_bytes=4 << 20)
-    host = prefill_plan.make_host_plan(qo, kv, None, None, 1, shape)
+    shape = PlanShape(hq, hkv, d, tile, num_ctas=8, workspace_bytes=4 << 20)
+    host = make_host_plan(qo, kv, None, None, 1, shape)
     s = host.schedule
     assert s.num_merge > 0
     assert host.part_o_offset >= host.layout.total_bytes

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
-from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.tile_map import KV_BLOCK, map_starts
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
@@ -74,10 +74,8 @@ def test_device_lists_equal_the_host_planner(seed, paged):
     entries = int(map_starts(np.array(lens), np.array(lens), meta["tile_q_tokens"], KV_BLOCK)[-1])
     off = meta["off_tile_map"]
     device_map = w._workspace[off : off + entries].cpu().numpy()
-    shape = prefill_plan.PlanShape(
-        HQ, HKV, D, meta["tile_q_tokens"], w._planner._p.num_ctas, WORKSPACE
-    )
-    want = prefill_plan.make_host_plan(
+    shape = PlanShape(HQ, HKV, D, meta["tile_q_tokens"], w._planner._p.num_ctas, WORKSPACE)
+    want = make_host_plan(
         qo, kv, kw.get("kv_indices"), kw.get("kv_last_page_len"), kw.get("page_size", 1),
         shape, w._planned_mask.program, device_map, w._map_reserve,
     )  # fmt: skip

@@ -13,6 +13,7 @@ import shutil
 
 import pytest
 import torch
+from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
 from attnc.runtime import abi
@@ -20,7 +21,6 @@ from attnc.runtime.abi import AttncDecodeArgs
 from attnc.runtime.checks import kv as kv_checks
 from attnc.runtime.checks import tensors
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK
-from attnc.runtime.planning.prefill_plan import PlanShape, make_host_plan
 from attnc.runtime.wrappers import decode as D
 from attnc.runtime.wrappers import decode_launch, prefill_launch, single_prefill
 from attnc.runtime.wrappers.decode_op import register_wrapper

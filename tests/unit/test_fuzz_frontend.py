@@ -2,17 +2,15 @@
 
 (a) Token soup: any text either parses or fails with an AttnError located inside the text.
 (b) Generated well-formed programs parse, and print -> parse -> print is a fixed point.
-Successful parses are also fed to lowering when it is present: it may only fail with AttnError.
+Successful parses are also fed to lowering: it may only fail with AttnError.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from attnc.compiler.lower import lower_modules
 from attnc.dsl import ast
 from attnc.dsl.errors import AttnError, Loc
 from attnc.dsl.literals import KEYWORDS
@@ -32,17 +30,10 @@ LANGUAGE_TOKENS = [
 JUNK = ["$", "@", "`", "\\", "'", '"', "\x00", "\t", "\r", "\x0c", "é", "\u2028", ".", "1.2.3"]
 
 
-def _lower_if_available(module: ast.Module) -> None:
-    """Run lowering on ``module`` when ``attnc.compiler.lower`` exists; only AttnError may
-    come out of it."""
-    if importlib.util.find_spec("attnc.compiler.lower") is None:
-        return
-    lower = importlib.import_module("attnc.compiler.lower")
-    lower_module = getattr(lower, "lower_module", None)
-    if lower_module is None:
-        return
+def _lower(module: ast.Module) -> None:
+    """Lower ``module`` alone (no imports); only AttnError may come out of it."""
     try:
-        lower_module(module)
+        lower_modules([module])
     except AttnError:
         pass
 
@@ -71,7 +62,7 @@ def test_token_soup_parses_or_fails_with_located_error(text: str) -> None:
         _assert_inside(err.loc, text, "soup.attn")
         assert str(err).startswith(f"soup.attn:{err.loc.line}:{err.loc.col}: error: ")
         return
-    _lower_if_available(module)
+    _lower(module)
 
 
 @settings(max_examples=200, deadline=None)
@@ -149,4 +140,4 @@ def test_generated_module_round_trips(module: ast.Module) -> None:
     parsed = parse_module(text, "gen.attn")
     assert parsed == module
     assert format_module(parsed) == text
-    _lower_if_available(parsed)
+    _lower(parsed)

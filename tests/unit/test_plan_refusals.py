@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
 from attnc.runtime.build import backends
@@ -103,13 +104,11 @@ def test_map_starts_refuses_a_tile_or_block_below_one(tile, block) -> None:
 def test_a_workspace_short_by_the_map_reserve_says_so() -> None:
     """The refusal said 'has 1048576 bytes, the work lists need 962048' when the lists fit the
     workspace but not what the tile map's reserve leaves of it."""
-    from attnc.runtime.planning import prefill_plan
-
     ip = torch.tensor([0, 240000], dtype=torch.int32)
-    shape = prefill_plan.PlanShape(4, 2, 64, 16, 8, 1 << 20)
-    prefill_plan.make_host_plan(ip, ip, None, None, 1, shape)  # fits without a reserve
+    shape = PlanShape(4, 2, 64, 16, 8, 1 << 20)
+    make_host_plan(ip, ip, None, None, 1, shape)  # fits without a reserve
     with pytest.raises(ValueError) as err:
-        prefill_plan.make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 17)
+        make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 17)
     text = str(err.value)
     assert text.startswith("workspace_buffer: has 1048576 bytes, of which the last 131072 are")
     need = int(text.split("the work lists need ")[1].split(":")[0])
@@ -128,11 +127,10 @@ def test_a_tile_map_past_int32_is_refused() -> None:
     assert limit + 2**18 <= 2**31 - 1
     n = 6_000_000
     ip = torch.tensor([0, n], dtype=torch.int32)
-    shape = prefill_plan.PlanShape(1, 1, 64, 128, 132, 1 << 36)
+    shape = PlanShape(1, 1, 64, 128, 132, 1 << 36)
     with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: these requests' tile map has "
                        f"4394531250 tiles, past the {limit}"):  # fmt: skip
-        prefill_plan.make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 35,
-                                    map_on_device=True)  # fmt: skip
+        make_host_plan(ip, ip, None, None, 1, shape, map_reserve=1 << 35, map_on_device=True)
     for entries in (limit + 1, 2**31 - 1):
         with pytest.raises(ValueError, match="^qo_indptr, kv_indptr: "):
             prefill_plan.check_map_fits(entries, 1 << 40)

@@ -1,9 +1,10 @@
-// Owns: the packed int32 lists of a prefill plan (planning/workspace.py: place_int32 and
-// pack_int32): the regions one after another, each 256-byte aligned and zero padded, in the
-// order qo_indptr, kv_indptr, kv_token_start, tile_map_start, [kv_indices,
-// kv_last_page_len], items, merge_items; the items and merge rows are written straight from
-// the ordered chunks (prefill_plan_schedule.h), the items in the places prefill_plan_walk.h
-// gives them. A paged plan holds num_indices page ids.
+// Owns: the packed int32 lists of a prefill plan (planning/workspace.py place_int32 and the
+// oracle's pack_int32, tests/codegen/prefill_schedule_oracle.py): the regions one after
+// another, each 256-byte aligned and zero padded, in the order qo_indptr, kv_indptr,
+// kv_token_start, tile_map_start, [kv_indices, kv_last_page_len], items, merge_items; the
+// items and merge rows are written straight from the ordered chunks (prefill_plan_schedule.h),
+// the items in the places prefill_plan_walk.h gives them. A paged plan holds num_indices page
+// ids.
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -428,12 +428,6 @@ def check_indptr(name: str, t: object) -> torch.Tensor:
     return host
 
 
-def check_indptr_total(name: str, host: torch.Tensor, what: str, size: int) -> None:
-    """The last indptr value equals ``size`` (described by ``what``, e.g. ``q.shape[0]``)."""
-    if int(host[-1]) != size:
-        raise ValueError(f"{name}: last value {int(host[-1])} does not match {what} = {size}")
-
-
 def check_kv_indices(kv_indices: object, nnz_pages: int) -> torch.Tensor:
     """Page ids: int32, 1-D, at least ``kv_indptr[-1]`` entries, non-negative."""
     host = host_index_tensor("kv_indices", kv_indices)

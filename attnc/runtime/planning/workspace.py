@@ -4,18 +4,14 @@ Two layouts, both of 256-byte aligned regions: ``WorkspaceLayout``, the decode w
 for a wrapper's lifetime (the work region the planner writes -- header, per-CTA index,
 per-request arrays, merge list, items last -- then the page ids, the requests' first flattened
 KV tokens and the fp32 partial states of split requests), and ``Int32Regions``, the int32 lists of
-one prefill plan, placed one after another (``place_int32``) and packed into one host buffer
-(``pack_int32``). The decode work-region constants mirror ``decode_args.h`` (``AttncDecodeHeader``,
+one prefill plan, placed one after another (``place_int32``; the host planner packs them into
+one buffer). The decode work-region constants mirror ``decode_args.h`` (``AttncDecodeHeader``,
 item and merge rows).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-
-import numpy as np
-import torch
 
 ALIGN = 256
 
@@ -23,7 +19,6 @@ ALIGN = 256
 HEADER_INTS = 16
 ITEM_INTS = 8
 MERGE_INTS = 4
-H_NUM_ITEMS, H_Q_LEN, H_BATCH, H_MERGE_ROWS, H_NUM_MERGE = 0, 1, 2, 3, 4
 
 
 class CapacityError(ValueError):
@@ -135,19 +130,3 @@ def place_int32(counts: dict[str, int]) -> Int32Regions:
         offsets[name] = cursor
         cursor += aligned(count * 4)
     return Int32Regions(offsets=offsets, counts=dict(counts), total_bytes=cursor)
-
-
-def pack_int32(
-    layout: Int32Regions, arrays: Mapping[str, torch.Tensor | np.ndarray]
-) -> torch.Tensor:
-    """One CPU uint8 buffer of ``layout.total_bytes`` holding ``arrays`` at their offsets.
-
-    Packed with numpy (a plan packs a few small arrays; torch's per-slice dispatch cost more
-    than the copies)."""
-    buf = np.zeros(layout.total_bytes, dtype=np.uint8)
-    words = buf.view(np.int32)
-    for name, arr in arrays.items():
-        data = arr.numpy() if isinstance(arr, torch.Tensor) else np.asarray(arr)
-        start = layout.offsets[name] // 4
-        words[start : start + data.size] = data.reshape(-1)
-    return torch.from_numpy(buf)

@@ -12,7 +12,8 @@
 // `linear_union_classify`): the hull of the terms' KV ranges, FULL when some term is FULL,
 // EMPTY when every term is EMPTY, else PARTIAL.
 // All arithmetic is 64-bit so products of coefficients and indices cannot overflow.
-// This file mirrors attnc/compiler/mask_tiles.py; keep the two in step.
+// This file mirrors attnc/compiler/mask_tiles.py (the KV range) and tests/tile_class_oracle.py
+// (the tile class); keep them in step.
 #pragma once
 
 #include "variant_contract.cuh"
