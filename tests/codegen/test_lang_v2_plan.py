@@ -88,9 +88,9 @@ def test_plan_builds_the_map_at_its_fixed_place(variant):
             (hit[0] * 64, min((hit[-1] + 1) * 64, lens[b])) if hit.size else (0, 0)
         )
     # run() must be given the planned tensor, unchanged.
-    w.check_planned_values({"doc": doc})
+    w._check_planned_values({"doc": doc})
     with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given another tensor"):
-        w.check_planned_values({"doc": doc.clone()})
+        w._check_planned_values({"doc": doc.clone()})
 
 
 def test_plan_without_the_tensor_has_no_map(variant):
@@ -168,14 +168,14 @@ def test_replan_after_an_in_place_change_uses_the_new_values(variant):
     split = w._plan.schedule.items.copy()
     doc.fill_(0)  # one document: every tile now sees its whole causal range
     w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc})
-    w.check_planned_values({"doc": doc})
+    w._check_planned_values({"doc": doc})
     assert not np.array_equal(w._plan.schedule.items, split)
     assert (w.tile_map.end > 0).all() and w.tile_map.first.max() == 0  # every row from block 0
     other = doc.clone()
     w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": other})
-    w.check_planned_values({"doc": other})
+    w._check_planned_values({"doc": other})
     with pytest.raises(ValueError, match="param 'doc': run\\(\\) was given another tensor"):
-        w.check_planned_values({"doc": doc})
+        w._check_planned_values({"doc": doc})
     with pytest.raises(ValueError, match="param 'doc'.*expected shape \\[512\\]"):
         w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": documents([100])})
 

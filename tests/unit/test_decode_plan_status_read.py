@@ -76,7 +76,7 @@ def test_run_paths_mark_the_launch():
     for fn in (
         decode.BatchDecodeWrapper.run,
         decode.BatchDecodeWrapper._run_cached,
-        decode.BatchDecodeWrapper.launch_functional,
+        decode.BatchDecodeWrapper._launch_functional,
     ):
         src = inspect.getsource(fn)
         first_launch = src.index("module.launch(")

@@ -207,9 +207,9 @@ def test_a_scalar_the_tile_map_was_built_for_is_checked_in_run(monkeypatch, give
     doc = torch.arange(2, **I32).repeat_interleave(128)
     qo = torch.tensor([0, 256], **I32)
     w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, **({"flag": False} if given else {})})
-    w.check_planned_values({"doc": doc, "flag": False})
+    w._check_planned_values({"doc": doc, "flag": False})
     with pytest.raises(ValueError, match="param 'flag' is True in run\\(\\), but plan\\(\\) was"):
-        w.check_planned_values({"doc": doc, "flag": True})
+        w._check_planned_values({"doc": doc, "flag": True})
 
 
 def test_plan_refuses_a_tensor_param_in_the_workspace(monkeypatch) -> None:

@@ -223,7 +223,7 @@ def test_variant_prefill_is_not_memoised(cpu_run, monkeypatch) -> None:
     w, _ = _wrapper("causal")
     tq, tkv = _ragged_plan(w)
     q, k, v = _qkv(tq, tkv)
-    w.run_checked(q, w.kv_views((k, v)), None, False, {})
+    w._run_checked(q, w._kv_views((k, v)), None, False, {})
     assert not seen and not w._memo
 
 

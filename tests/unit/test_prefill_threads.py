@@ -31,7 +31,7 @@ Launches = list[tuple[threading.Thread, BatchPrefillWrapper]]
 def launches(cpu_run, monkeypatch) -> Launches:  # noqa: F811
     """Variant.prefill on the CPU; the wrappers that launched, in order, with their threads."""
     used: Launches = []
-    run_checked = BatchPrefillWrapper.run_checked
+    run_checked = BatchPrefillWrapper._run_checked
 
     def recorded(self, *args, **kwargs):
         used.append((threading.current_thread(), self))
@@ -40,7 +40,7 @@ def launches(cpu_run, monkeypatch) -> Launches:  # noqa: F811
     def choice(self, *args):
         return PrefillChoice("fa2", _Recorder(self.variant), 16)
 
-    monkeypatch.setattr(BatchPrefillWrapper, "run_checked", recorded)
+    monkeypatch.setattr(BatchPrefillWrapper, "_run_checked", recorded)
     monkeypatch.setattr(BatchPrefillWrapper, "_module_choice", choice)
     return used
 
@@ -152,7 +152,7 @@ def test_a_launch_reads_the_tile_map_its_own_call_planned(cpu_run, monkeypatch) 
     monkeypatch.setattr(BatchPrefillWrapper, "_map_builder", staticmethod(host_map))
     main = threading.current_thread()
     planned, other_done = threading.Event(), threading.Event()
-    run_checked = BatchPrefillWrapper.run_checked
+    run_checked = BatchPrefillWrapper._run_checked
 
     def paused(self, *args, **kwargs):
         if threading.current_thread() is not main:
@@ -160,7 +160,7 @@ def test_a_launch_reads_the_tile_map_its_own_call_planned(cpu_run, monkeypatch) 
             other_done.wait(5)
         return run_checked(self, *args, **kwargs)
 
-    monkeypatch.setattr(BatchPrefillWrapper, "run_checked", paused)
+    monkeypatch.setattr(BatchPrefillWrapper, "_run_checked", paused)
     variant = attnc.load("stdlib:doc_causal")
     q, k, v = _qkv(tokens)
     one, four = _documents(tokens, 1), _documents(tokens, 4)

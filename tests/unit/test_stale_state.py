@@ -158,10 +158,10 @@ def test_run_with_the_other_zero_than_the_tile_map_was_built_for(monkeypatch) ->
     with pytest.raises(
         ValueError, match="param 't' is 0.0 in run\\(\\), but plan\\(\\) was given -0.0"
     ):
-        w.check_planned_values({"doc": doc, "t": 0.0})
-    w.check_planned_values({"doc": doc, "t": -0.0})
+        w._check_planned_values({"doc": doc, "t": 0.0})
+    w._check_planned_values({"doc": doc, "t": -0.0})
     w.plan(qo, qo.clone(), 4, 2, 64, params={"doc": doc, "t": float("nan")})
-    w.check_planned_values({"doc": doc, "t": float("nan")})  # the same value given again
+    w._check_planned_values({"doc": doc, "t": float("nan")})  # the same value given again
 
 
 def test_numpy_zeros_of_two_signs_are_two_plans(monkeypatch) -> None:
@@ -252,5 +252,5 @@ def test_the_op_bodies_packer_refuses_a_zero_tensor_param(cpu_run) -> None:  # n
     q, k, v = _qkv(total_q, total_kv)
     zero = torch._efficientzerotensor(HQ, dtype=torch.float32)
     with pytest.raises(ValueError, match="^param 'slopes': expected a dense tensor, got a zero"):
-        w.run_checked(q, w.kv_views((k, v)), None, False, {"slopes": zero})
+        w._run_checked(q, w._kv_views((k, v)), None, False, {"slopes": zero})
     assert recorder.calls == []

@@ -234,7 +234,7 @@ class BatchDecodeWrapper(DecodePlanning):
         )
         return traced_result(o, lse, q, out, return_lse)
 
-    def launch_functional(
+    def _launch_functional(
         self,
         q: torch.Tensor,
         k: torch.Tensor,

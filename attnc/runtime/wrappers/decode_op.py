@@ -52,7 +52,7 @@ def decode_op(
     """Functional decode of the wrapper ``handle`` (its current plan): (O, LSE or empty)."""
     wrapper = live_wrapper(handle)
     values = join_params(wrapper.variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
-    return wrapper.launch_functional(q, k, v, values, return_lse)  # type: ignore[attr-defined,no-any-return]
+    return wrapper._launch_functional(q, k, v, values, return_lse)  # type: ignore[attr-defined,no-any-return]
 
 
 register_attention_fake(decode_op, q_index=1)

@@ -88,18 +88,18 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         q = tensors.check_data_tensor("q", q, (self._total_q, hq, d))
         if q.dtype != self._dtype:
             raise ValueError(f"q: dtype {q.dtype} differs from the planned dtype {self._dtype}")
-        views = self.kv_views(kv)
+        views = self._kv_views(kv)
         tensors.check_same_kind("k", views.k, "q", q)
         if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
         values = self.variant._resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
-        self.check_planned_values(values)
+        self._check_planned_values(values)
         if not compiling():
-            out = self.check_memory(q, views, out, values)
+            out = self._check_memory(q, views, out, values)
         memo = None if key is None else (key, kv, params)
-        return self.run_checked(q, views, out, return_lse, values, memo)
+        return self._run_checked(q, views, out, return_lse, values, memo)
 
-    def check_memory(
+    def _check_memory(
         self,
         q: torch.Tensor,
         views: KvViews,
@@ -135,7 +135,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         """Launch a call whose checks a remembered call of this plan passed (None: its
         tensors may share memory, which the checks of a first call then name)."""
         if self._planned_mask.values or self._planned_mask.tensors:
-            self.check_planned_values(hit.values)  # the planned tensors are unchanged
+            self._check_planned_values(hit.values)  # the planned tensors are unchanged
         args = prefill_calls.replay_args(hit, q, kv, out)
         if args is None:
             return None
@@ -145,7 +145,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         prefill_launch.launch_args(self._module, self._meta, args, q.device, lse)
         return self._launched(o, lse)
 
-    def check_planned_values(self, values: Mapping[str, object]) -> None:
+    def _check_planned_values(self, values: Mapping[str, object]) -> None:
         """The resolved ``values`` agree with the mask params given to ``plan()``."""
         self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
 
@@ -154,7 +154,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
             raise RuntimeError(f"BatchPrefillWrapper.run(): {self._no_plan_why}")
         return self._plan
 
-    def kv_views(self, kv: object) -> KvViews:
+    def _kv_views(self, kv: object) -> KvViews:
         """The checked K/V views of ``run()``'s ``kv`` for the current plan."""
         self._require_plan()
         _, hkv, d = self._heads
@@ -170,7 +170,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         tensors.check_pages_in_range(self._max_page, views.num_pages)
         return views
 
-    def run_checked(
+    def _run_checked(
         self,
         q: torch.Tensor,
         views: KvViews,

@@ -3,7 +3,7 @@ reuses per shape (each thread its own, per CUDA stream), and the ``attnc::single
 custom op ``torch.compile`` sees.
 
 A param's way to the kernel: ``resolve_params`` checks the keyword arguments once, here;
-the resolved values go straight to ``BatchPrefillWrapper.run_checked``, which packs them
+the resolved values go straight to ``BatchPrefillWrapper._run_checked``, which packs them
 once (``prefill_launch.pack_params``) for the launch. Under ``torch.compile`` the planning
 (host work on concrete lengths) runs inside the custom op, so the traced graph holds one
 op and no host code.
@@ -158,9 +158,9 @@ def run_one(
     real tensors (alignment, strides, apart from the workspace), as ``run()`` checks it."""
     mask_values = {name: values[name] for name in _mask_names(variant)}
     wrapper = _planned(variant, q, k, sm_scale, mask_values, backend)
-    views = wrapper.kv_views((k, v))
-    wrapper.check_memory(q, views, None, values)
-    return wrapper.run_checked(q, views, None, return_lse, values)
+    views = wrapper._kv_views((k, v))
+    wrapper._check_memory(q, views, None, values)
+    return wrapper._run_checked(q, views, None, return_lse, values)
 
 
 def _mask_names(variant: object) -> tuple[str, ...]:
