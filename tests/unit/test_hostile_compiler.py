@@ -13,13 +13,12 @@ from tile_class_oracle import classify
 
 from attnc.codegen.cuda_expr import CudaContext, render
 from attnc.codegen.functor import emit_functor
-from attnc.compiler import ir
+from attnc.compiler import ir, mask_tiles
 from attnc.compiler.bias_step import bias_step
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.ir_printer import format_ir
 from attnc.compiler.mask_analysis import LinearConstraint, analyse_mask
 from attnc.compiler.mask_int64 import analysis_fits, conjunction_fits
-from attnc.compiler.mask_tiles import kv_range
 from attnc.compiler.pipeline import Compiled, compile_source
 from attnc.dsl.errors import AttnError
 
@@ -50,7 +49,7 @@ def assert_tiles_keep_every_visible_key(c: Compiled, env: dict[str, int]) -> Non
     for q0 in range(q_len):
         for q1 in range(q0 + 1, q_len + 1):
             keys = [k for q in range(q0, q1) for k in range(kv_len) if vis[q][k]]
-            begin, end = kv_range(c.mask_analysis, q0, q1, env)
+            begin, end = mask_tiles.kv_range(c.mask_analysis, q0, q1, env)
             assert not keys or (begin <= min(keys) and max(keys) < end), (q0, q1, begin, end)
             for k0 in range(kv_len):
                 for k1 in range(k0 + 1, kv_len + 1):
@@ -472,7 +471,7 @@ def test_tile_classes_hold_for_requests_past_2_30_tokens(mask: str, q_len: int) 
     q_idx, key = q_len - 1, 1_200_000_000
     kept = evaluate(c.variant.mask, {**env, "q_idx": q_idx, "kv_idx": key, "q_pos": LONG_KV - 1})
     tile = classify(c.mask_analysis, q_idx, q_idx + 1, key, key + 64, env)
-    begin, end = kv_range(c.mask_analysis, q_idx, q_idx + 1, env)
+    begin, end = mask_tiles.kv_range(c.mask_analysis, q_idx, q_idx + 1, env)
     if kept:  # the i32 mask (wrapping as the kernels compute it) keeps the key
         assert tile != "empty" and begin <= key < end
     else:

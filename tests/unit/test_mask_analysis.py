@@ -1,8 +1,7 @@
 """Mask analysis against brute force: every tile class and KV range is checked against the
 IR evaluator over all (q_idx, kv_idx) pairs of random requests and random parameter values.
-
-Tiles handed to ``classify`` lie inside the valid range (0 <= q0 < q1 <= q_len,
-0 <= k0 < k1 <= kv_len), as the kernels clip them before asking.
+Tiles handed to ``classify`` (tests/tile_class_oracle.py) lie inside the valid range
+(0 <= q0 < q1 <= q_len, 0 <= k0 < k1 <= kv_len), as the kernels clip them before asking.
 """
 
 from __future__ import annotations
