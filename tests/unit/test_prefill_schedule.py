@@ -159,3 +159,18 @@ def test_closed_form_rows_are_remembered_per_value(monkeypatch):
         unknown = PlannedMask.from_values(variant, {}, {})
         assert unknown.program is None and unknown.values == {}
     assert built == [{"window": 64}, {"window": 65}, {}]
+
+
+def test_range_rows_hold_each_value_in_its_named_column():
+    """Each row of ``tile_range_program`` holds the term, the coefficients, the constant's
+    parts and the extra column where the ``PR_*`` names say (the planners' C++ reads them so).
+    """
+    from attnc.runtime.planning import host_planner_abi as pr
+
+    analysis = attnc.load("stdlib:per_request_window").compiled.mask_analysis
+    program = tile_range_program(analysis, {}, {"window": np.array([3, 5])})
+    cols = (pr.PR_TERM, pr.PR_CQ, pr.PR_CK, pr.PR_C0, pr.PR_Q_LEN, pr.PR_KV_LEN, pr.PR_EXTRA)
+    # q_idx + kv_len - q_len >= kv_idx, and q_idx + kv_len - q_len - kv_idx < window[batch]
+    assert program.rows[:, cols].tolist() == [[0, 1, -1, 0, -1, 1, -1], [0, -1, 1, -1, 1, -1, 0]]
+    assert program.rows.shape == (2, pr.PR_COLUMNS)
+    assert program.extra(np.array([1, 1]), np.array([4, 4])).tolist() == [[3, 5]]

@@ -9,6 +9,8 @@ import torch
 from attnc.compiler.ir import ParamDecl
 from attnc.runtime import abi
 from attnc.runtime.build.cache import INCLUDE_DIR
+from attnc.runtime.planning import host_planner_abi
+from attnc.runtime.planning.host_planner_abi import HOST_DIR
 
 HEADER = INCLUDE_DIR / "attnc" / "prefill_args.h"
 CODES = INCLUDE_DIR / "attnc" / "abi_codes.h"
@@ -118,3 +120,12 @@ def test_fill_params():
 def test_fill_bool(flag):
     decls = (ParamDecl("flag", "scalar", "bool"),)
     assert abi.fill_params(abi.params_struct(decls), decls, {"flag": flag}).p_flag == int(flag)
+
+
+def test_range_row_columns_match_header():
+    """The range-row columns of host_planner_abi are mask_range_rows.h's ATTNC_PR_*."""
+    header = HOST_DIR / "mask_range_rows.h"
+    found = dict(re.findall(r"#define ATTNC_(PR_\w+) (\d+)", header.read_text()))
+    mirror = {n: getattr(host_planner_abi, n) for n in dir(host_planner_abi) if n[:3] == "PR_"}
+    assert len(found) == 8
+    assert {n: int(v) for n, v in found.items()} == mirror

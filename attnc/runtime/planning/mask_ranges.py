@@ -26,7 +26,16 @@ from attnc.compiler import ir, mask_tiles
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
-from attnc.runtime.planning.host_planner_abi import PR_COLUMNS
+from attnc.runtime.planning.host_planner_abi import (
+    PR_C0,
+    PR_CK,
+    PR_COLUMNS,
+    PR_CQ,
+    PR_EXTRA,
+    PR_KV_LEN,
+    PR_Q_LEN,
+    PR_TERM,
+)
 from attnc.runtime.planning.plan_params import MaskReads, plan_value, variant_mask_reads
 from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
 from attnc.runtime.value_keys import same_number, value_key
@@ -115,9 +124,20 @@ def tile_range_program(
         if rest is not None:
             column = len(by_request)
             by_request.append(rest)
-        rows.append([term, x.cq, x.ck, c0, a_q, a_kv, column])
+        rows.append(_range_row(term, x, (c0, a_q, a_kv), column))
     table = np.ascontiguousarray(np.array(rows, dtype=np.int64).reshape(-1, PR_COLUMNS))
     return RangeProgram(table, len(terms), tuple(by_request), known, per_req)
+
+
+def _range_row(
+    term: int, x: LinearConstraint, constant: tuple[int, int, int], column: int
+) -> list[int]:
+    """One row (columns ``PR_*``) of constraint ``x`` of conjunction ``term``, its constant
+    ``(c0, a_q, a_kv)`` (``_split_constant``) plus extra column ``column`` (-1: none)."""
+    row = [0] * PR_COLUMNS
+    row[PR_TERM], row[PR_CQ], row[PR_CK], row[PR_EXTRA] = term, x.cq, x.ck, column
+    row[PR_C0], row[PR_Q_LEN], row[PR_KV_LEN] = constant
+    return row
 
 
 def _split_constant(
