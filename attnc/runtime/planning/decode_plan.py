@@ -16,6 +16,7 @@ loaded, ``PlannerUnavailable`` says why (the nvcc command and its output).
 from __future__ import annotations
 
 import ctypes
+import operator
 import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -93,6 +94,20 @@ class StepPlan(NamedTuple):
     def cta_indptr(self) -> np.ndarray:
         """int32 [num_ctas + 1]: the items of CTA b are items[cta_indptr[b]:cta_indptr[b+1]]."""
         return self._region(self.planner.layout.cta_indptr, self.planner.num_ctas + 1)
+
+
+def _result_word(name: str) -> int:
+    """The int64 word of ``AttncStepResult`` holding field ``name`` (a summary field:
+    ``AttncPlanSummary``'s, inside the result), from the ctypes mirrors' offsets."""
+    if name in (field[0] for field in PlanSummary._fields_):
+        return (StepResult.summary.offset + getattr(PlanSummary, name).offset) // 8
+    return getattr(StepResult, name).offset // 8
+
+
+# One read of the result's words gives the step's batch, largest page id and KV tokens, and
+# the summary fields of ``StepPlan`` (its leading fields, named as in ``AttncPlanSummary``).
+_step_words = operator.itemgetter(*map(_result_word, ("batch", "max_page", "total_kv")))
+_plan_words = operator.itemgetter(*map(_result_word, StepPlan._fields[:-2]))
 
 
 class DecodePlanner:
@@ -250,21 +265,16 @@ class DecodePlanner:
         """Check the page table, wait for the previous copies, plan into the buffer and queue
         the copies on ``stream``; ``self.result`` holds the batch, nnz and largest page id
         (also in ``batch`` and ``max_page``)."""
-        st = self._step
-        st.kv_indptr, st.indptr_len = indptr
-        st.last_page_len, st.last_len = last
-        st.kv_indices, st.indices_len = indices
-        st.indices_on_device = on_device
-        st.stream = stream
+        self._tables(indptr, last, indices, on_device)
+        self._step.stream = stream
         rc = self._lib.attnc_decode_step(self._step_ref, self._result_ref)
         if rc != _PLAN_OK:
             self._raise_for(rc)
-        # error, index, value, value2, batch, nnz, max_page, cuda_error, then the summary:
-        # num_items, num_split, merge_rows, chunk_size, num_part_slots, total_chunks, work_bytes
         w = self._result_words.tolist()
-        self.batch, self.max_page, self.total_kv = w[4], w[6], w[15]
+        self.batch, self.max_page, self.total_kv = _step_words(w)
         self.generation = generation = self.generation + 1
-        return StepPlan(w[8], w[9], w[10], w[11], w[12], w[14], self, generation)
+        n, split, merge_rows, chunk, part_slots, work_bytes = _plan_words(w)
+        return StepPlan(n, split, merge_rows, chunk, part_slots, work_bytes, self, generation)
 
     def plan_params(self, p: PlanParams) -> StepPlan:
         """``attnc_decode_plan`` on a filled parameter struct (``params()`` plus the requests
