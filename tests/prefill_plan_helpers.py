@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnc.runtime.abi import TILE_MAP_KV_BLOCK as KV_BLOCK
 from attnc.runtime.planning.mask_ranges import RangeProgram
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
-from attnc.runtime.planning.tile_map import KV_BLOCK
 
 
 def kv_lengths_paged(

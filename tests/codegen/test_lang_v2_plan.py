@@ -308,4 +308,4 @@ def test_queue_tile_map_points_every_step_at_the_plan(monkeypatch):
     assert (order.items, order.scratch) == (base + 512, base + offset + aligned(3))
     assert (order.tile_map, order.tile_map_start) == (a.tile_map, a.tile_map_start)
     assert (order.kv_token_start, order.num_items, order.batch_size) == (base + 256, 9, 1)
-    assert order.kv_block == tile_map.KV_BLOCK and seen["stream"].value == 77
+    assert order.kv_block == abi.TILE_MAP_KV_BLOCK and seen["stream"].value == 77

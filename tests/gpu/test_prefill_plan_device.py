@@ -13,7 +13,8 @@ import torch
 from prefill_plan_helpers import PlanShape, make_host_plan
 
 import attnc
-from attnc.runtime.planning.tile_map import KV_BLOCK, map_starts
+from attnc.runtime.abi import TILE_MAP_KV_BLOCK as KV_BLOCK
+from attnc.runtime.planning.tile_map import map_starts
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 

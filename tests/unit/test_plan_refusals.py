@@ -153,6 +153,22 @@ def test_single_prefill_refuses_a_map_past_int32_before_allocating() -> None:
 
 
 @pytest.mark.parametrize(
+    "q_len, kv_len, heads, numel, reserve",
+    [(1, 1, (1, 1), 9440768, 1049088), (0, 0, (8, 1), 9440768, 1049088),
+     (10, 1000, (4, 1), 9445376, 1049088), (300, 5000, (32, 8), 9599744, 1054976),
+     (17, 129, (2, 1), 9448960, 1049088), (5000, 70000, (64, 1), 17629952, 6678784),
+     (100, 100, (256, 1), 8442368, None)],
+)  # fmt: skip
+def test_single_prefill_workspace_sizes(q_len, kv_len, heads, numel, reserve) -> None:
+    """The single-request workspace and its tile-map reserve, per request shape and heads."""
+    from attnc.runtime.wrappers import single_prefill
+
+    meta = torch.device("meta")
+    found = single_prefill._workspace_for(q_len, kv_len, heads, True, meta)
+    assert (found[0].numel(), found[1]) == (numel, reserve)
+
+
+@pytest.mark.parametrize(
     "heads, head_dim, words",
     [((3, 2), 64, "^num_qo_heads: 3 is not a multiple of num_kv_heads 2"),
      ((4, 1), 96, r"^head_dim: must be one of \[64, 128, 256\], got 96")],

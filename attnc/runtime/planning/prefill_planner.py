@@ -35,7 +35,6 @@ BETA = 1.0  # cost of one KV token
 MIN_CHUNK = 512  # never cut a tile's KV range into chunks shorter than this
 MAX_CHUNKS = 64  # chunks per tile at most
 KV_ALIGN = 128  # chunk sizes are multiples of this
-KV_BLOCK = 64  # keys per tile-map column (tile_map.KV_BLOCK)
 ITEM_INTS = 8  # prefill_args.h: ATTNC_PI_SIZE
 MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
 OUT_OF_RANGE_MESSAGE = (
@@ -134,7 +133,7 @@ class PrefillPlanner:
             p.num_indices = self._r.nnz  # the plan packs the used page ids only
         return True
 
-    def map_starts(self, tile_q_tokens: int, kv_block: int = KV_BLOCK) -> np.ndarray:
+    def map_starts(self, tile_q_tokens: int, kv_block: int = abi.TILE_MAP_KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch
         (``tile_map.map_starts``; a reused buffer, valid until the next call)."""
         if tile_q_tokens < 1 or kv_block < 1:  # the library divides by both
@@ -148,7 +147,7 @@ class PrefillPlanner:
     def configure(
         self, num_qo_heads: int, num_kv_heads: int, head_dim: int, tile_q_tokens: int,
         num_ctas: int, workspace_bytes: int, map_reserve: int = 0, kv_align: int = KV_ALIGN,
-        kv_block: int = KV_BLOCK, walk_ctas: int = 0,
+        kv_block: int = abi.TILE_MAP_KV_BLOCK, walk_ctas: int = 0,
     ) -> None:  # fmt: skip
         """The scalars of the following plans (ints). ``walk_ctas`` > 0: the kernel runs the
         list by the alternating walk over that many CTAs at most (the Hopper template), and

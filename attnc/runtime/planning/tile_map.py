@@ -12,15 +12,17 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
+from attnc.runtime.abi import TILE_EMPTY, TILE_MAP_KV_BLOCK
+
 TILE_MAP_ABI_VERSION = 4  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
-KV_BLOCK = 64  # keys per map column (prefill_args.h tile_map_kv_block)
-EMPTY, FULL, PARTIAL = 0, 1, 2
 
 _P = ctypes.c_void_p
 _I32 = ctypes.c_int32
+_N = TypeVar("_N", int, np.ndarray)  # one request's length, or an array of one per request
 
 
 class AttncTileMapArgs(ctypes.Structure):
@@ -80,12 +82,18 @@ class AttncPlanUpload(ctypes.Structure):
 
 
 def map_starts(
-    q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = KV_BLOCK
+    q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = TILE_MAP_KV_BLOCK
 ) -> np.ndarray:
     """int64 ``[batch + 1]``: where each request's map starts (the last value: map bytes)."""
-    rows = -(-np.asarray(q_lens, dtype=np.int64) // tile_q_tokens)
-    cols = -(-np.asarray(kv_lens, dtype=np.int64) // kv_block)
-    return np.concatenate([[0], np.cumsum(rows * cols)]).astype(np.int64)
+    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
+    entries = map_entries(q, kv, tile_q_tokens, kv_block)
+    return np.concatenate([[0], np.cumsum(entries)]).astype(np.int64)
+
+
+def map_entries(q_len: _N, kv_len: _N, tile_q_tokens: int, kv_block: int = TILE_MAP_KV_BLOCK) -> _N:
+    """The tiles (bytes) of the map of a request of ``q_len`` queries and ``kv_len`` keys: its
+    query tiles times its KV blocks (ints, or int64 arrays of one entry per request)."""
+    return -(-q_len // tile_q_tokens) * -(-kv_len // kv_block)
 
 
 def point_into_workspace(
@@ -183,7 +191,7 @@ def summarize(
     q_lens: np.ndarray,
     kv_lens: np.ndarray,
     tile_q_tokens: int,
-    kv_block: int = KV_BLOCK,
+    kv_block: int = TILE_MAP_KV_BLOCK,
 ) -> TileMapSummary:
     """The ``TileMapSummary`` of a host copy of the map (uint8 ``[entries]``)."""
     q = np.asarray(q_lens, dtype=np.int64)
@@ -193,7 +201,7 @@ def summarize(
     req = np.repeat(np.arange(q.shape[0], dtype=np.int64), rows)
     j = np.arange(req.shape[0], dtype=np.int64) - (np.cumsum(rows) - rows)[req]
     row_start = starts[req] + j * cols[req]
-    nonempty = np.asarray(tile_map, dtype=np.uint8)[: int(starts[-1])] != EMPTY
+    nonempty = np.asarray(tile_map, dtype=np.uint8)[: int(starts[-1])] != TILE_EMPTY
     cumulative = np.concatenate([[0], np.cumsum(nonempty, dtype=np.int64)])
     first = np.zeros(req.shape[0], dtype=np.int64)
     end = np.zeros(req.shape[0], dtype=np.int64)

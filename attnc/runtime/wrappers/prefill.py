@@ -35,7 +35,7 @@ from attnc.runtime.planning.plan_params import (
 from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tensor_stamps import own_write
-from attnc.runtime.planning.tile_map import KV_BLOCK, TileMapSummary, summarize
+from attnc.runtime.planning.tile_map import TileMapSummary, summarize
 from attnc.runtime.wrappers import prefill_batch, prefill_calls, prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.prefill_run import PrefillRunner
 
@@ -331,7 +331,9 @@ class BatchPrefillWrapper(PrefillRunner):
         if self._map_summary is None:
             host_map, tile = self._map_host
             plan = self._require_plan()
-            self._map_summary = summarize(host_map, plan.q_lens, plan.kv_lens, tile, KV_BLOCK)
+            self._map_summary = summarize(
+                host_map, plan.q_lens, plan.kv_lens, tile, abi.TILE_MAP_KV_BLOCK
+            )
         return self._map_summary
 
     def _first_builds(self, dtype: torch.dtype, head_dim: int, paged: bool) -> None:

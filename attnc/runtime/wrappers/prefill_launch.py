@@ -21,7 +21,6 @@ from attnc.runtime import abi
 from attnc.runtime.build.modules import PrefillModule, module_by_id
 from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.checks.tensors import check_param_memory
-from attnc.runtime.planning.tile_map import KV_BLOCK
 from attnc.runtime.variant import live_variant
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 from attnc.runtime.wrappers.op_fakes import attention_outputs, register_attention_fake
@@ -250,5 +249,5 @@ def launch_meta(
         r.off_kv_token_start,
         host.tile_map_offset,
         r.off_tile_map_start if mapped else -1,
-        KV_BLOCK,
+        abi.TILE_MAP_KV_BLOCK,
     ]

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnc.runtime.abi import TILE_MAP_KV_BLOCK
 from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.plan_params import MaskReads, plan_value
 from attnc.runtime.planning.tensor_stamps import own_write
 from attnc.runtime.planning.tile_map import (
-    KV_BLOCK,
     AttncItemOrderArgs,
     AttncPlanUpload,
     AttncTileMapArgs,
@@ -135,7 +135,8 @@ def build_tile_map(
             raise ValueError("tile map: a CPU workspace needs a host map builder")
         q_lens, kv_lens = inputs.q_lens.copy(), inputs.kv_lens.copy()
         host = np.asarray(
-            host_builder(values, q_lens, kv_lens, inputs.tile_q_tokens, KV_BLOCK), dtype=np.uint8
+            host_builder(values, q_lens, kv_lens, inputs.tile_q_tokens, TILE_MAP_KV_BLOCK),
+            dtype=np.uint8,
         )
         host = np.ascontiguousarray(host[:entries])
         writing()
@@ -167,7 +168,7 @@ def classifier_args(
         num_kv_heads=hkv,
         head_dim=d,
         tile_q_tokens=inputs.tile_q_tokens,
-        kv_block=KV_BLOCK,
+        kv_block=TILE_MAP_KV_BLOCK,
         mask_heads=hq if reads.reads_heads else 1,
         num_entries=int(inputs.map_starts[-1]),
         sm_scale=inputs.sm_scale,
@@ -208,7 +209,7 @@ def queue_tile_map(
         kv_token_start=args.kv_token_start,
         num_items=num_items,
         batch_size=inputs.qo_indptr.shape[0] - 1,
-        kv_block=KV_BLOCK,
+        kv_block=TILE_MAP_KV_BLOCK,
     )
     upload = AttncPlanUpload(host=lists, device=base, bytes=lists_bytes)
     queue_on_device(module, args, order, upload, raw_stream(workspace.device))

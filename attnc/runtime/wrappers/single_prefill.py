@@ -25,7 +25,7 @@ from attnc.runtime.checks.limits import check_single_request
 from attnc.runtime.planning.mask_ranges import mask_bound_params
 from attnc.runtime.planning.plan_params import variant_mask_reads
 from attnc.runtime.planning.prefill_plan import MAX_MAP_ENTRIES
-from attnc.runtime.planning.prefill_planner import KV_BLOCK
+from attnc.runtime.planning.tile_map import map_entries
 from attnc.runtime.planning.workspace import ITEM_INTS, aligned
 from attnc.runtime.tracing import compiling
 from attnc.runtime.variant import live_variant
@@ -194,17 +194,17 @@ def _workspace_for(
     group = heads[0] // max(heads[1], 1)
     if not needs_map or group > WIDEST_TILE_ROWS:
         return torch.empty(lists + SINGLE_PARTIAL_BYTES, dtype=torch.uint8, device=device), None
-    columns = -(-max(kv_len, 1) // KV_BLOCK)
-    fewest = -(-max(q_len, 1) // (WIDEST_TILE_ROWS // group)) * columns
+    queries, keys = max(q_len, 1), max(kv_len, 1)
+    fewest = map_entries(queries, keys, WIDEST_TILE_ROWS // group)
     if fewest > MAX_MAP_ENTRIES:
         raise ValueError(
             f"q, k: the mask reads tensors, so {q_len} queries over {kv_len} keys need a tile "
             f"map of at least {fewest} tiles, past the {MAX_MAP_ENTRIES} the kernels step "
             "through with 32-bit ints; split the request"
         )
-    rows = -(-max(q_len, 1) // _narrowest_tile(group, max(q_len, 1)))
-    entries = min(rows * columns, MAX_MAP_ENTRIES)
-    items = rows * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, plus KV splits
+    tile = _narrowest_tile(group, queries)
+    entries = min(map_entries(queries, keys, tile), MAX_MAP_ENTRIES)
+    items = -(-queries // tile) * heads[1] + SINGLE_PARTIAL_BYTES // 256  # tiles x heads, splits
     reserve = aligned(entries) + aligned(4 * ITEM_INTS * items)
     total = max(lists + SINGLE_PARTIAL_BYTES + reserve, 2 * reserve)  # a reserve <= half
     return torch.empty(total, dtype=torch.uint8, device=device), reserve
