@@ -88,3 +88,21 @@ def test_decode_run_names_a_misaligned_tensor(cpu_decode, which, remembered) -> 
     assert len(w._module.calls) == calls
     with pytest.raises(ValueError, match="^kv: starts 2 bytes past a 16-byte boundary"):
         w.run(q, _shifted(cache))
+
+
+def test_out_stride_multiples_are_two_for_prefill_and_four_for_decode(
+    cpu_run,  # noqa: F811
+    cpu_decode,  # noqa: F811
+) -> None:
+    """O's head stride need be a multiple of 2 elements for prefill, of 4 for decode."""
+    w, rec = _wrapper("causal")
+    tq, tkv = _ragged_plan(w)
+    q, k, v = _qkv(tq, tkv)
+    w.run(q, (k, v), out=_padded_heads(torch.empty_like(q), 2))
+    assert len(rec.calls) == 1
+    d = cpu_decode("vanilla")
+    q, cache = _inputs()
+    with pytest.raises(ValueError, match=r"^out: strides \[.*\] are not all multiples of 4"):
+        d.run(q, cache, out=_padded_heads(torch.empty_like(q), 2))
+    d.run(q, cache, out=_padded_heads(torch.empty_like(q), 4))
+    assert len(d._module.calls) == 1

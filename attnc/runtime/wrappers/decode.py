@@ -25,6 +25,7 @@ import torch
 from attnc.runtime import abi
 from attnc.runtime.checks import memory, tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv
+from attnc.runtime.checks.run_memory import check_run_memory
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.tensor_stamps import check_planned_tensors
 from attnc.runtime.tracing import compiling
@@ -46,7 +47,7 @@ from attnc.runtime.wrappers.decode_launch import (
 from attnc.runtime.wrappers.decode_op import decode_op, register_wrapper
 from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
 from attnc.runtime.wrappers.forward_only import forward_only
-from attnc.runtime.wrappers.op_fakes import traced_result
+from attnc.runtime.wrappers.op_fakes import attention_outputs, new_lse, traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 
 
@@ -117,7 +118,7 @@ class BatchDecodeWrapper(DecodePlanning):
                 values or self._resolve(params, shape, full=True),
             )
         o = self._check_memory(q, views, out, values)
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+        lse = new_lse(q) if return_lse else None
         module = self._module
         assert module is not None
         struct = self._packer.pack(module.params_type, values)
@@ -148,19 +149,10 @@ class BatchDecodeWrapper(DecodePlanning):
         """O: ``out`` checked (apart from q, the KV cache and the tensor params), or a new
         tensor; those and ``out`` apart from the workspace (``ValueError`` naming the tensor
         otherwise)."""
-        named = (("kv", views.k), ("kv", views.v))
+        kv = (("kv", views.k), ("kv", views.v))
         params = param_tensors(values)
-        if out is not None:
-            out = tensors.check_out(out, q)
-            tensors.check_apart("out", out, named + params)
-        tensors.check_outside_workspace(
-            self._workspace_range, (("q", q), ("out", out), *named, *params)
-        )
-        qkv = tensors.QKV_STRIDE_MULTIPLE
-        tensors.check_vector_layout(
-            (("q", q, qkv), ("kv", views.k, qkv), ("kv", views.v, qkv))
-            + (("out", out, DECODE_O_STRIDE_MULTIPLE),)
-        )
+        workspace = self._workspace_range
+        out = check_run_memory(q, kv, out, params, workspace, DECODE_O_STRIDE_MULTIPLE)
         return torch.empty_like(q) if out is None else out
 
     def _run_cached(
@@ -195,7 +187,7 @@ class BatchDecodeWrapper(DecodePlanning):
             if self._debug_checks:
                 self._page_status.check_after_run()
             return o
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+        lse = new_lse(q)
         a.lse = lse.data_ptr()
         module.launch(self._args_ref, decode_launch.raw_stream(self._device))
         if self._debug_checks:
@@ -249,8 +241,7 @@ class BatchDecodeWrapper(DecodePlanning):
         assert shape is not None and module is not None
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
         self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
-        o = torch.empty_like(q)
-        lse = torch.empty(q.shape[:2] if return_lse else (0,), dtype=torch.float32, device=q.device)
+        o, lse = attention_outputs(q, return_lse)
         layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
         views = KvViews(k, v, layout, k.shape[0], shape.page_size)
         struct = self._packer.pack(module.params_type, values)

@@ -22,8 +22,12 @@ def attention_outputs(
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     else:
         o = torch.empty_like(q)
-    lse_shape = (q.shape[0], q.shape[1]) if return_lse else (0,)
-    return o, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    return o, new_lse(q) if return_lse else torch.empty((0,), dtype=torch.float32, device=q.device)
+
+
+def new_lse(q: torch.Tensor) -> torch.Tensor:
+    """A new float32 LSE ``[tokens, heads]`` for queries ``q`` ``[tokens, heads, head_dim]``."""
+    return torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
 
 
 def register_attention_fake(

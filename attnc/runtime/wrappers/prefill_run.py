@@ -15,13 +15,14 @@ from attnc.runtime.build.modules import PrefillModule
 from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews, paged_kv, ragged_kv
 from attnc.runtime.checks.page_status import PageStatus
+from attnc.runtime.checks.run_memory import check_run_memory
 from attnc.runtime.planning import workspace_owner
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.prefill_plan import HostPlan
 from attnc.runtime.tracing import compiling
 from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
 from attnc.runtime.wrappers.forward_only import forward_only
-from attnc.runtime.wrappers.op_fakes import traced_result
+from attnc.runtime.wrappers.op_fakes import new_lse, traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
 
@@ -108,21 +109,11 @@ class PrefillRunner(workspace_owner.RefusesCopies):
     ) -> torch.Tensor | None:
         """The checked ``out``, apart from q, K, V and the tensor params; those and ``out``
         apart from the workspace (``ValueError`` naming the tensor otherwise)."""
-        kv_names = ("kv", "kv") if self._paged else ("k", "v")
-        named = ((kv_names[0], views.k), (kv_names[1], views.v))
+        k_name, v_name = ("kv", "kv") if self._paged else ("k", "v")
+        kv = ((k_name, views.k), (v_name, views.v))
         params = call_keys.param_tensors(values)
-        if out is not None:
-            out = tensors.check_out(out, q)
-            tensors.check_apart("out", out, named + params)
-        tensors.check_outside_workspace(
-            self._workspace_range, (("q", q), ("out", out), *named, *params)
-        )
-        qkv = tensors.QKV_STRIDE_MULTIPLE
-        tensors.check_vector_layout(
-            (("q", q, qkv), (kv_names[0], views.k, qkv), (kv_names[1], views.v, qkv))
-            + (("out", out, PREFILL_O_STRIDE_MULTIPLE),)
-        )
-        return out
+        workspace = self._workspace_range
+        return check_run_memory(q, kv, out, params, workspace, PREFILL_O_STRIDE_MULTIPLE)
 
     def _run_memo(
         self,
@@ -244,5 +235,5 @@ def _outputs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """O (``out`` when given, else a new tensor like ``q``) and, when asked for, a new LSE."""
     o = out if out is not None else torch.empty_like(q)
-    lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device) if return_lse else None
+    lse = new_lse(q) if return_lse else None
     return o, lse
