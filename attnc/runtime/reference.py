@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from attnc.dsl.errors import printable
+from attnc.runtime.checks.params import resolve_with
 from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
 
 
@@ -236,34 +236,32 @@ def request_reference(
     param as its ``kv_len`` entries, a ``q_len`` one as its ``q_len`` entries (see
     :func:`request_params`), a ``batch_size`` one whole (read at ``batch``). Scalar params
     missing from ``params`` take their defaults; a ValueError names a param that is unknown,
-    missing or of the wrong length."""
+    missing or of the wrong length, or a scalar the kernels refuse (in their words,
+    ``checks.params.resolve_params``)."""
     check_qkv(q, k, v)
     lengths = {"q_len": q.shape[0], "kv_len": k.shape[0]}
-    known = {p.name for p in variant.params}
-    for name in params:
-        if name not in known:
-            raise ValueError(f"variant '{variant.name}': unknown param '{printable(str(name))}'")
-    resolved: dict[str, Any] = {}
-    for p in variant.params:
-        value = params.get(p.name, p.default)
-        if value is None:
-            raise ValueError(f"variant '{variant.name}': param '{p.name}' is required")
-        if p.kind == "tensor":
-            value = torch.as_tensor(value, device=q.device)
-            dim = p.token_dim
-            want = lengths.get(dim or "")
-            if want is not None and value.shape[0] != want:
-                raise ValueError(
-                    f"variant '{variant.name}': param '{p.name}' has one value per "
-                    f"{'KV' if dim == 'kv_len' else 'query'} token: give this request's "
-                    f"{want} entries, got {value.shape[0]}"
-                )
-            if dim == "batch_size" and not 0 <= batch < value.shape[0]:
-                raise ValueError(
-                    f"variant '{variant.name}': param '{p.name}' has one value per request "
-                    f"({value.shape[0]} given), but the request is batch {batch}"
-                )
-        resolved[p.name] = value
+
+    def request_tensor(p: Any, value: object, prefix: str) -> torch.Tensor:
+        """Tensor param ``p`` of this request (``value``: any ``torch.as_tensor`` takes)."""
+        value = torch.as_tensor(value, device=q.device)
+        dim = p.token_dim
+        want = lengths.get(dim or "")
+        if want is not None and value.shape[0] != want:
+            raise ValueError(
+                f"{prefix}: param '{p.name}' has one value per "
+                f"{'KV' if dim == 'kv_len' else 'query'} token: give this request's "
+                f"{want} entries, got {value.shape[0]}"
+            )
+        if dim == "batch_size" and not 0 <= batch < value.shape[0]:
+            raise ValueError(
+                f"{prefix}: param '{p.name}' has one value per request "
+                f"({value.shape[0]} given), but the request is batch {batch}"
+            )
+        return value
+
+    resolved = resolve_with(
+        variant.params, params, variant_name=variant.name, check_tensor=request_tensor
+    )
     return reference_attention(
         variant._reference_module,
         q,

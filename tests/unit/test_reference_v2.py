@@ -187,6 +187,37 @@ def test_request_reference_names_a_wrongly_sized_param() -> None:
         request_reference(windows, q, k, v, window=torch.ones(2, dtype=torch.int32), batch=2)
 
 
+def test_request_reference_names_params_as_the_kernels_do() -> None:
+    """An unknown, missing or wrongly typed param: the words of the kernels' param checks
+    (``resolve_params``), did-you-mean included."""
+    q, k, v = inputs(5, 9, 4, 2, 16)
+    windows = attnc.load("stdlib:sliding_window")
+    cases = [
+        ({"windw": 3}, "unknown param 'windw'; did you mean 'window'?"),
+        ({}, "missing param 'window' (i32)"),
+        ({"window": 3.5}, "param 'window' (i32): expected an int, got float"),
+        ({"window": None}, "param 'window' (i32): expected an int, got NoneType"),
+    ]
+    for given, words in cases:
+        with pytest.raises(ValueError) as e:
+            request_reference(windows, q, k, v, **given)
+        assert str(e.value) == f"variant 'sliding_window': {words}"
+        with pytest.raises(ValueError) as kernels:
+            windows.reference(q, k, v, **given)
+        assert str(kernels.value) == str(e.value)
+
+
+def test_request_reference_takes_defaults_and_per_request_tensors() -> None:
+    """A missing scalar takes its default; a tensor param may be anything ``torch.as_tensor``
+    takes, a ``batch_size`` one read at ``batch``."""
+    q, k, v = inputs(5, 9, 4, 2, 16)
+    softcap = attnc.load("stdlib:softcap")
+    assert torch.equal(request_reference(softcap, q, k, v), softcap.reference(q, k, v, cap=50.0))
+    windows = attnc.load("stdlib:per_request_window")
+    got = request_reference(windows, q, k, v, window=[9, 2, 4], batch=1)
+    assert torch.equal(got, request_reference(windows, q, k, v, window=torch.tensor([2])))
+
+
 def test_batched_reference_equals_one_request_at_a_time_in_one_flat_tensor() -> None:
     """Two documents packed in one request equal two separate causal requests."""
     q, k, v = inputs(10, 10, 2, 1, 8, seed=5)

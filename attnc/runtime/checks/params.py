@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -70,10 +70,31 @@ def resolve_params(
     ``batch_sizes`` (``token_sizes``) gives the sizes of the ``kv_len``/``q_len``/
     ``batch_size`` dims; a tensor with such a dim is refused without it.
     """
-    prefix = f"variant '{variant_name}'"
-    _reject_unknown(decls, kwargs, prefix)
     sizes = {"num_qo_heads": num_qo_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
     sizes.update(batch_sizes or {})
+
+    def check_tensor(decl: ParamDecl, value: object, prefix: str) -> object:
+        return _check_tensor(decl, value, prefix, sizes, device)
+
+    return resolve_with(decls, kwargs, variant_name=variant_name, check_tensor=check_tensor)
+
+
+# Checks a tensor param's value given as (declaration, value, error prefix); returns its value.
+TensorCheck = Callable[[ParamDecl, object, str], object]
+
+
+def resolve_with(
+    decls: Sequence[ParamDecl],
+    kwargs: Mapping[str, object],
+    *,
+    variant_name: str,
+    check_tensor: TensorCheck,
+) -> dict[str, object]:
+    """``resolve_params`` with ``check_tensor`` for the tensors given: unknown params refused
+    (with a did-you-mean), missing ones at their default (refused without one), scalars
+    checked and converted, in declaration order."""
+    prefix = f"variant '{variant_name}'"
+    _reject_unknown(decls, kwargs, prefix)
     resolved: dict[str, object] = {}
     for decl in decls:
         if decl.name not in kwargs:
@@ -81,7 +102,7 @@ def resolve_params(
                 raise ValueError(f"{prefix}: missing param '{decl.name}' ({describe_decl(decl)})")
             resolved[decl.name] = _check_scalar(decl, decl.default, prefix)
         elif decl.kind == "tensor":
-            resolved[decl.name] = _check_tensor(decl, kwargs[decl.name], prefix, sizes, device)
+            resolved[decl.name] = check_tensor(decl, kwargs[decl.name], prefix)
         else:
             resolved[decl.name] = _check_scalar(decl, kwargs[decl.name], prefix)
     return resolved
