@@ -210,3 +210,20 @@ def test_a_finished_threads_wrappers_are_freed(launches: Launches) -> None:
     assert wrapper_ref() is None
     variant.prefill(*_qkv(64))  # this thread plans its own
     assert len(launches) == 1
+
+
+def test_a_new_plan_checks_its_heads_once(launches: Launches, monkeypatch) -> None:
+    """Variant.prefill checks the heads before sizing a new wrapper's map; that wrapper's
+    plan() takes them as checked, and a bad head count is named before any plan."""
+    from attnc.runtime.checks import tensors
+
+    calls = []
+    check_heads = tensors.check_heads
+    monkeypatch.setattr(tensors, "check_heads", lambda *a: calls.append(a) or check_heads(*a))
+    variant = attnc.load("stdlib:causal")
+    q, k, v = _qkv(64)
+    variant.prefill(q, k, v)
+    assert calls == [(HQ, HKV, D)] and len(launches) == 1
+    with pytest.raises(ValueError, match="^num_qo_heads: 3 is not a multiple of num_kv_heads"):
+        variant.prefill(q[:, :3], k, v)
+    assert len(launches) == 1

@@ -26,7 +26,8 @@ inline bool indptr_ok(const int32_t* v, int64_t n) {
 }
 
 // The page table of a paged batch (r->nnz already set): enough non-negative page ids,
-// last-page lengths in [1, page_size] for requests with pages, KV tokens within int32.
+// last-page lengths in [1, page_size] for requests with pages (their KV tokens are checked
+// against kMaxRequestTokens with the other lengths, in check_batch).
 inline bool page_table_ok(const AttncPrefillParams& p, AttncPrefillResult* r) {
   if (p.page_size < 1 || p.num_indices < r->nnz || p.num_last != p.batch) return false;
   int64_t max_page = -1;
@@ -37,7 +38,6 @@ inline bool page_table_ok(const AttncPrefillParams& p, AttncPrefillResult* r) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t pages = p.kv_indptr[b + 1] - p.kv_indptr[b], last = p.kv_last_page_len[b];
     if (pages > 0 && (last < 1 || last > p.page_size)) return false;
-    if (pages > 0 && (pages - 1) * p.page_size + last > kMaxRequestTokens) return false;
   }
   r->max_page = max_page;
   return true;

@@ -275,6 +275,7 @@ def _planned(
             wrapper = _OneRequestWrapper(
                 variant, workspace, backend=backend, max_tile_map_bytes=reserve
             )
+            wrapper._checked_heads = (q.shape[1], k.shape[1], q.shape[2])  # checked above
         wrapper.plan(
             qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], sm_scale=sm_scale,
             dtype=q.dtype, params=mask_values,
