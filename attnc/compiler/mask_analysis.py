@@ -133,6 +133,14 @@ class MaskAnalysis:
     # true: the constraints over-approximate the mask, so no tile may be called FULL.
     reads_data: bool = False
 
+    @property
+    def conjunctions(self) -> tuple[Conjunction, ...]:
+        """The conjunctions of a ``linear`` or ``union`` mask, whose union is the mask: a
+        union's ``terms``, a linear mask's ``constraints`` alone; none for other kinds."""
+        if self.kind == "union":
+            return self.terms
+        return (self.constraints,) if self.kind == "linear" else ()
+
     def describe(self) -> str:
         """One line for ``attnc compile --emit opt``."""
         if self.kind == "none":

@@ -354,7 +354,7 @@ def test_unit_coefficient_unions(name):
     # needs every term EMPTY, so both are exact; FULL is only conservative.
     mask, n_terms = UNION_MASKS[name]
     a = analyse_mask(mask)
-    assert len(a.terms if a.kind == "union" else [a.constraints]) == n_terms, a.describe()
+    assert len(a.conjunctions) == n_terms, a.describe()
     for seed in range(3):
         rng = random.Random(seed)
         for q_len, kv_len in SHAPES:

@@ -6,7 +6,10 @@ import torch
 from mask_ranges_oracle import query_tiles, tile_kv_ranges
 
 import attnc
+from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning.mask_ranges import tile_range_program
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+from tests.unit.test_prefill_call_memo import HKV, HQ, D, _Recorder, cpu_run  # noqa: F401
 
 
 def test_query_tiles():
@@ -174,3 +177,38 @@ def test_range_rows_hold_each_value_in_its_named_column():
     assert program.rows[:, cols].tolist() == [[0, 1, -1, 0, -1, 1, -1], [0, -1, 1, -1, 1, -1, 0]]
     assert program.rows.shape == (2, pr.PR_COLUMNS)
     assert program.extra(np.array([1, 1]), np.array([4, 4])).tolist() == [[3, 5]]
+
+
+PARTLY_PLANNED = [
+    ("(kv_idx + a) * 2 <= q_idx + b", ("a", "b")),
+    ("(kv_idx <= q_pos && q_pos - kv_idx < a) || kv_idx < b + 4", ("b", "a")),
+    ("kv_idx <= q_idx + kv_len - q_len && q_idx + kv_len - q_len - kv_idx < a * b", ("a", "b")),
+]
+
+
+@pytest.mark.parametrize(("mask", "names"), PARTLY_PLANNED)
+@pytest.mark.parametrize("value", [5, 2**30, 2**31 - 1, -(2**31)])
+def test_bounds_are_known_only_with_every_param_they_read(mask, names, value):
+    """The bounds counted as known when they evaluated at q_len = kv_len = 1, and a wrap guard
+    that fires there for the given value (2 * 2**30 wraps) returned before the constraint
+    read the param not given: the rows' extra column then raised a bare KeyError in plan().
+    Now the rows need every param the bounds read; with all given, they evaluate."""
+    source = f"variant v {{ param a: i32; param b: i32; mask = {mask}; }}"
+    analysis = attnc.load(source).compiled.mask_analysis
+    first, second = names
+    assert tile_range_program(analysis, {first: value}) is None
+    program = tile_range_program(analysis, {first: value, second: 3})
+    assert program is not None
+    program.extra(np.array([4]), np.array([8]))  # a product of params: an extra column
+
+
+def test_a_plan_given_part_of_the_bound_params_plans_whole_requests(cpu_run):  # noqa: F811
+    """plan(params={"a": 2**30}) of a mask that also reads b raised KeyError: 'b'."""
+    variant = attnc.load(
+        "variant v { param a: i32; param b: i32; mask = (kv_idx + a) * 2 <= q_idx + b; }"
+    )
+    w = BatchPrefillWrapper(variant, torch.empty(1 << 22, dtype=torch.uint8))
+    w._module_choice = lambda *a: PrefillChoice("fa2", _Recorder(variant), 16)
+    indptr = torch.tensor([0, 5, 14], dtype=torch.int32)
+    w.plan(indptr, indptr, HQ, HKV, D, params={"a": 2**30})
+    assert w._planned_mask.program is None

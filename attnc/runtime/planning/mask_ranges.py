@@ -22,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from attnc.compiler import ir, mask_tiles
+from attnc.compiler import ir
 from attnc.compiler.evaluate import evaluate
 from attnc.compiler.mask_analysis import LinearConstraint, MaskAnalysis
 from attnc.runtime.checks.params import check_plan_params
@@ -51,14 +51,9 @@ def plan_time_bounds(
     known at plan time (every tile may then see the whole KV)."""
     known = {k: int(v) for k, v in (params or {}).items() if isinstance(v, numbers.Integral)}
     per_req = dict(batch_tensors or {})
-    if analysis.kind not in ("linear", "union"):
+    if analysis.kind not in ("linear", "union") or not _atoms_known(analysis, known, per_req):
         return None
-    if not (
-        bounds_known(analysis, known) if not per_req else _atoms_known(analysis, known, per_req)
-    ):
-        return None
-    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
-    return known, per_req, terms
+    return known, per_req, analysis.conjunctions
 
 
 @dataclass(frozen=True)
@@ -333,24 +328,14 @@ NO_PLANNED_MASK = PlannedMask({})
 
 def mask_bound_params(analysis: MaskAnalysis) -> frozenset[str]:
     """Names of the params the mask's linear bounds read (empty for other masks)."""
-    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
     names: set[str] = set()
-    for cons in terms:
+    for cons in analysis.conjunctions:
         for x in cons:
             for _, atom in x.terms:
                 names.update(
                     n.name for n in ir.walk(atom) if isinstance(n, ir.ParamRef | ir.TensorLoad)
                 )
     return frozenset(names)
-
-
-def bounds_known(analysis: MaskAnalysis, params: Mapping[str, int]) -> bool:
-    """True when the mask's bounds evaluate with q_len, kv_len and ``params``."""
-    try:
-        mask_tiles.kv_range(analysis, 0, 1, {**params, "q_len": 1, "kv_len": 1})
-    except KeyError:
-        return False
-    return True
 
 
 def constants_per_request(
@@ -408,9 +393,8 @@ def _atoms_known(
 ) -> bool:
     """True when every atom of the bounds reads only q_len, kv_len, batch, ``params`` and the
     per-request tensors ``per_req``."""
-    terms = analysis.terms if analysis.kind == "union" else (analysis.constraints,)
     guards = tuple(analysis.wrap_guards)
-    for x in [x for cons in terms for x in cons] + list(guards):
+    for x in [x for cons in analysis.conjunctions for x in cons] + list(guards):
         for _, atom in x.terms:
             for n in ir.walk(atom):
                 if isinstance(n, ir.ParamRef) and n.name not in params:
