@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from attnc.dsl.errors import AttnError, printable
 from attnc.dsl.literals import INTEGER_TEXT
-from attnc.regular_file import temporary_file
+from attnc.regular_file import write_atomically
 from attnc.version import __version__
 
 EMIT_STAGES = ("ast", "ir", "opt", "cuda", "torch", "params")
@@ -377,16 +377,7 @@ def _write_file(path: str, text: str) -> None:
     device already there is refused (writing to a pipe blocked forever)."""
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"-o: {printable(path)} exists and is not a regular file; remove it")
-    directory, name = os.path.split(path)
-    fd, tmp = temporary_file(directory or ".", f".{name}.", ".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, text.encode("utf-8"), f".{os.path.basename(path)}.")
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """Owns: reading a file whose path may hold anything (a cache entry, a build record, a
 source): a pipe is never waited on, a device never read, and no more than a limit is read;
-and creating the temporary file a write goes through, with the mode ``open()`` would give."""
+and writing a file through a temporary file renamed over it, with the mode ``open()`` would
+give."""
 
 from __future__ import annotations
 
@@ -50,6 +51,23 @@ def read_regular_file(
         return b"".join(chunks), status
     finally:
         os.close(fd)
+
+
+def write_atomically(path: str | Path, data: bytes, prefix: str) -> None:
+    """``data`` written to ``path`` through a new temporary file beside it (``prefix``, a
+    random part, ``.tmp``; see :func:`temporary_file` for its mode) renamed over it: a reader
+    sees the old file or the new one, never part of one, and writers at once (threads or
+    processes) never share a temporary file. On any failure the temporary file is removed
+    and the error raised as it came: wording it is the caller's."""
+    fd, tmp = temporary_file(os.path.dirname(path) or ".", prefix, ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def temporary_file(directory: str | Path, prefix: str, suffix: str) -> tuple[int, str]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,7 @@ from lark.lexer import TerminalDef
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
-from attnc.regular_file import read_regular, temporary_file
+from attnc.regular_file import read_regular, write_atomically
 from attnc.verbose import verbose
 
 FORMAT = "attnc parser tables v3"
@@ -124,22 +123,13 @@ def _load(path: Path, key: str) -> Lark | None:
 def _save(parser: Lark, path: Path, key: str) -> None:
     """Write ``parser``'s tables to ``path`` through a temporary file renamed into place, so
     that a reader never sees half a file."""
-    tmp: str | None = None
     try:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = temporary_file(path.parent, ".attn-", ".tmp")
         body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(_header(key, body))
-            f.write(body)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomically(path, (_header(key, body) + body).encode("utf-8"), ".attn-")
     except (OSError, ValueError, TypeError) as exc:
         _say(f"parser cache {path} not written ({type(exc).__name__}: {exc})")
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
 
 
 def cached_parser(grammar: str, options: dict[str, object], build: Callable[[], Lark]) -> Lark:

@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from attnc.cache_root import cache_dir
 from attnc.dsl.errors import printable
+from attnc.regular_file import write_atomically
 from attnc.version import PACKAGE_DIR, __version__
 
 INCLUDE_DIR = PACKAGE_DIR / "kernels" / "include"
@@ -117,13 +118,9 @@ def write_if_changed(path: Path, text: str) -> bool:
         return False
     if path.is_dir():  # a damaged entry (the cache writes only files here): os.replace fails
         remove_file(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except OSError as exc:  # a full disk, say: no temporary file left behind
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        write_atomically(path, data, f".{path.name}.")  # no temporary file left on failure
+    except OSError as exc:  # a full disk, say
         raise _write_failed(path, exc) from exc
     return True
 

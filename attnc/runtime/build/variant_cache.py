@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -34,7 +33,7 @@ from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
 from attnc.dsl.errors import SOURCES, Diagnostic
 from attnc.dsl.limits import MAX_SOURCE_BYTES, deep_recursion
-from attnc.regular_file import read_regular, temporary_file
+from attnc.regular_file import read_regular, write_atomically
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
 from attnc.verbose import env_flag
@@ -220,14 +219,7 @@ def write_entry(
         text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
         _seen((key, hashlib.sha256(text.encode()).hexdigest()), (imports, compiled, warnings))
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = temporary_file(path.parent, "tmp", ".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(path, text.encode("utf-8"), "tmp")
     except (OSError, TypeError, ValueError, RecursionError):
         pass
 
