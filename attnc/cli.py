@@ -394,10 +394,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _describe_param(p) -> str:
-    if p.kind == "tensor":
-        return f"{p.name}: tensor<{p.dtype}>[{', '.join(str(d) for d in p.dims)}]"
-    default = "" if p.default is None else f" = {p.default}"
-    return f"{p.name}: {p.dtype}{default}"
+    default = "" if p.kind == "tensor" or p.default is None else f" = {p.default}"
+    return f"{p.name}: {p.type_text()}{default}"
 
 
 def _cmd_test(args: argparse.Namespace) -> int:

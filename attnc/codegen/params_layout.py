@@ -37,8 +37,7 @@ class ParamField:
 def _field(p: ir.ParamDecl) -> ParamField:
     if p.kind == "tensor":
         c_type = "const float*" if p.dtype == ir.F32 else "const int*"
-        dims = ", ".join(str(d) for d in p.dims)
-        comment = f"tensor<{p.dtype}>[{dims}], dense row-major"
+        comment = f"{p.type_text()}, dense row-major"
         return ParamField(
             p.name, param_field(p.name), c_type, ctypes.c_void_p, "tensor", p.dtype, comment
         )

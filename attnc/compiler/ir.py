@@ -327,6 +327,13 @@ class ParamDecl(Located):
         """Whether every call must give the param (it has no default)."""
         return self.default is None
 
+    def type_text(self) -> str:
+        """The declared type as written in ``.attn`` text: ``i32``, ``f32``, ``bool``, or
+        ``tensor<f32>[num_qo_heads]`` (no default)."""
+        if self.kind == "tensor":
+            return f"tensor<{self.dtype}>[{', '.join(str(d) for d in self.dims)}]"
+        return self.dtype
+
     @property
     def token_dim(self) -> str | None:
         """``kv_len``, ``q_len`` or ``batch_size`` when the tensor is flattened over the

@@ -87,11 +87,8 @@ def format_variant(v: ir.VariantIR) -> str:
     if v.doc:
         lines.append(f"  doc: {printable(v.doc)}")
     for p in v.params:
-        if p.kind == "tensor":
-            lines.append(f"  param {p.name}: tensor<{p.dtype}>[{', '.join(map(str, p.dims))}]")
-        else:
-            default = "" if p.default is None else f" = {p.default}"
-            lines.append(f"  param {p.name}: {p.dtype}{default}")
+        default = "" if p.kind == "tensor" or p.default is None else f" = {p.default}"
+        lines.append(f"  param {p.name}: {p.type_text()}{default}")
     lines.append(f"  normalize: {v.normalize}")
     lines.append(f"  kv_layout: {' | '.join(v.kv_layouts)}")
     for name in ("score", "mask", "output"):

@@ -45,11 +45,8 @@ _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 
 def describe_decl(decl: ParamDecl) -> str:
     """The declared type as written in `.attn` text, e.g. ``i32`` or
-    ``tensor<f32>[num_qo_heads]``."""
-    if decl.kind == "tensor":
-        dims = ", ".join(str(d) for d in decl.dims)
-        return f"tensor<{decl.dtype}>[{dims}]"
-    return decl.dtype
+    ``tensor<f32>[num_qo_heads]`` (:meth:`ParamDecl.type_text`)."""
+    return decl.type_text()
 
 
 def resolve_params(
