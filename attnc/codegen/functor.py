@@ -23,6 +23,7 @@ from attnc.codegen.mask_cuda import (
 )
 from attnc.codegen.names import comment_text, variant_struct
 from attnc.codegen.params_layout import ParamField, params_layout
+from attnc.codegen.score_forms import element_score, score_forms
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.bias_step import bias_step
@@ -30,8 +31,6 @@ from attnc.compiler.hoist import is_leaf, level
 from attnc.compiler.index_range import proven_loads, proven_without_guards
 from attnc.compiler.mask_analysis import MaskAnalysis
 from attnc.compiler.results import AffineScore, Compiled
-from attnc.compiler.score_log2 import score_log2
-from attnc.compiler.score_raw import score_raw
 from attnc.compiler.token_index import reads_token_tensor
 from attnc.dsl.limits import deep_recursion
 
@@ -357,15 +356,9 @@ def key_value_terms(compiled: Compiled) -> tuple[ir.Expr, ...]:
     """The key terms (:func:`attnc.codegen.key_values.key_terms`) of the forms the kernels
     evaluate per element: the mask, and the affine bias, the log2 form (softmax) or the raw
     form (no softmax) of the score. Non-empty: the functor has ``KeyValues``."""
-    v, affine = compiled.variant, compiled.affine
     with deep_recursion():
-        if affine is not None:
-            score = affine.bias
-        elif v.score is not None:
-            score = score_log2(v.score) if v.normalize == "softmax" else score_raw(v.score)
-        else:
-            score = None
-        return key_terms([e for e in (v.mask, score) if e is not None])
+        score = element_score(compiled, *score_forms(compiled))
+        return key_terms([e for e in (compiled.variant.mask, score) if e is not None])
 
 
 def emit_functor(compiled: Compiled, source_file: str | None = None) -> str:
@@ -391,11 +384,8 @@ def unguarded_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
 
 def _hoisted(compiled: Compiled) -> tuple[_Hoister, ir.Expr | None, ir.Expr | None]:
     """The hoister holding every element hook's values, and the log2 and raw score forms."""
-    v = compiled.variant
-    affine: AffineScore | None = compiled.affine
-    hoister = _Hoister(v)
-    log2_score = score_log2(v.score) if affine is None and v.normalize == "softmax" else None
-    raw_score = score_raw(v.score) if v.score is not None and v.normalize == "none" else None
+    hoister = _Hoister(compiled.variant)
+    log2_score, raw_score = score_forms(compiled)
     for x in _element_exprs(compiled, log2_score, raw_score):
         hoister.add_element_expr(x)
     return hoister, log2_score, raw_score
@@ -463,7 +453,7 @@ def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
         has_mask=v.mask is not None,
         score_identity=affine is not None and affine.identity,
         score_transcendentals=element_transcendentals(
-            affine.bias if affine is not None else log2_score or raw_score or zero,
+            element_score(compiled, log2_score, raw_score) or zero,
             {**ctx.hoisted, **{t: "" for t in terms}},  # key terms: once per key
         ),
         affine=affine is not None,

@@ -233,7 +233,7 @@ def test_a_plan_that_does_not_wait_needs_a_cuda_workspace(variant):
         assert w.tile_map is not None
         plans.append((w._meta, w._workspace.clone()))
     assert plans[0][0] == plans[1][0] and torch.equal(plans[0][1], plans[1][1])
-    with pytest.raises(TypeError, match="wait_for_tile_map: expected a bool, got 0"):
+    with pytest.raises(TypeError, match="wait_for_tile_map: expected True or False, got int 0"):
         BatchPrefillWrapper(variant, torch.empty(4 << 20, dtype=torch.uint8), wait_for_tile_map=0)
 
 

@@ -4,6 +4,7 @@ that names the argument, never a raw RuntimeError, AttributeError or a silently 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 
 import pytest
@@ -399,3 +400,14 @@ def test_named_archs_normalise(arch, text) -> None:
     from attnc.runtime.build.toolchain import named_arch
 
     assert named_arch(arch) == text
+
+
+@pytest.mark.parametrize("value", [1, "no", None, torch.tensor(True)])
+def test_wait_for_tile_map_takes_only_true_or_false(value) -> None:
+    workspace = torch.empty(1 << 20, dtype=torch.uint8)
+    shown = re.escape(repr(value))
+    with pytest.raises(TypeError, match=rf"^wait_for_tile_map: expected .*, got .*{shown}$"):
+        BatchPrefillWrapper(attnc.load("stdlib:causal"), workspace, wait_for_tile_map=value)
+    for flag in (True, False):
+        w = BatchPrefillWrapper(attnc.load("stdlib:causal"), workspace, wait_for_tile_map=flag)
+        assert w._wait_for_map is flag

@@ -76,9 +76,7 @@ class BatchPrefillWrapper(PrefillRunner):
     ):
         check_variant(variant)
         kv_layout = tensors.check_kv_layout(kv_layout)
-        if not isinstance(wait_for_tile_map, bool):
-            raise TypeError(f"wait_for_tile_map: expected a bool, got {wait_for_tile_map!r}")
-        self._wait_for_map = wait_for_tile_map
+        self._wait_for_map = tensors.check_flag("wait_for_tile_map", wait_for_tile_map)
         self.backend = check_backend(backend)
         self.variant = variant
         self.kv_layout = kv_layout

@@ -119,6 +119,8 @@ def single_prefill(
         # traces (dynamo makes a number that changed between calls symbolic; math.isfinite
         # cannot trace one, nor can float() of an int past float64's range); a float's float32
         # range in the op's body, where it is a number again.
+        # Not tensors.check_sm_scale, which calls both and quotes the value: it runs in that
+        # body (the plan) and in eager calls.
         if sm_scale is not None:
             if isinstance(sm_scale, bool) or not isinstance(sm_scale, int | float):
                 kind = type(sm_scale).__name__
