@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from attnc.codegen.functor import emit_functor, functor_traits, struct_name
+from attnc.codegen.instances import DTYPES, HEAD_DIMS
 from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
 from attnc.compiler import ir
 from attnc.compiler.analysed import analysed
-
-DTYPES = {"bfloat16": "__nv_bfloat16", "float16": "half"}
-HEAD_DIMS = (64, 128, 256)
 
 
 def render_module(

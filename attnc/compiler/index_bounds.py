@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from attnc.compiler import ir
-from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
+from attnc.dsl.limits import I32_MAX, I32_MIN, MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
 Bound = tuple[str | None, int]
 """``(size, k)``: the value ``size + k``, or ``k`` when ``size`` is None."""
@@ -41,7 +41,6 @@ SIZE_MAX = {
 KV at most MAX_KV_TOKENS and its queries at most MAX_QUERY_TOKENS, so ``kv_idx + 8`` and
 ``q_pos - 8`` cannot wrap)."""
 
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _LIMIT = 2**30
 """Integer parts beyond this are dropped: i32 arithmetic wraps, so a bound near the ends of
 the i32 range would not be sound."""
@@ -81,7 +80,7 @@ def bound_order(b: Bound) -> tuple[int, str, int]:
 def _representable(b: Bound) -> bool:
     size, k = b
     if size is None:
-        return _I32_MIN <= k <= _I32_MAX
+        return I32_MIN <= k <= I32_MAX
     return -_LIMIT <= k <= _LIMIT
 
 
@@ -135,8 +134,8 @@ _PICKS_AN_ARGUMENT = frozenset({"min", "max", "clamp"})
 def _unwrapped(v: Interval) -> Interval:
     """``v`` when its ends keep the value inside i32 for every size (so the arithmetic that
     made it did not wrap), else unbounded."""
-    low = any(k + (SIZE_MIN[s] if s else 0) >= _I32_MIN for s, k in v.lo)
-    high = any(k + (SIZE_MAX[s] if s else 0) <= _I32_MAX for s, k in v.hi)
+    low = any(k + (SIZE_MIN[s] if s else 0) >= I32_MIN for s, k in v.lo)
+    high = any(k + (SIZE_MAX[s] if s else 0) <= I32_MAX for s, k in v.hi)
     return v if low and high else UNBOUNDED
 
 

@@ -40,7 +40,7 @@ from attnc.compiler.evaluate import evaluate
 from attnc.compiler.hoist import level
 from attnc.compiler.mask_int64 import analysis_fits, form_fits
 from attnc.compiler.mask_split import split_comparison
-from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
+from attnc.dsl.limits import I32_MAX, I32_MIN, MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
 Atom = ir.Expr
 Terms = tuple[tuple[int, Atom], ...]
@@ -335,7 +335,6 @@ def _linear_node(e: ir.Expr) -> _Lin:
 
 # The linear forms of the i32 arithmetic met during one analysis (see wrap_guards).
 _GUARDS: ContextVar[dict[LinearConstraint, None]] = ContextVar("wrap_guards")
-I32_LOW, I32_HIGH = -(2**31), 2**31 - 1
 # Longest q_len / kv_len the static no-wrap proof assumes: the longest the runtime takes
 # (forms with params are checked at run time whatever the length).
 MAX_LEN = max(MAX_KV_TOKENS, MAX_QUERY_TOKENS)
@@ -366,7 +365,7 @@ def never_wraps(g: LinearConstraint) -> bool:
     k_corners = [g.ck * i + coef["kv_len"] * n for i, n in ((0, 1), (0, top), (top - 1, top))]
     low = g.offset + min(q_corners) + min(k_corners)
     high = g.offset + max(q_corners) + max(k_corners)
-    return I32_LOW <= low and high <= I32_HIGH
+    return I32_MIN <= low and high <= I32_MAX
 
 
 def reads_row_data(e: ir.Expr) -> bool:
@@ -387,7 +386,7 @@ def wraps(
     q_top, k_top = max(int(env["q_len"]) - 1, 0), max(int(env["kv_len"]) - 1, 0)
     low = c + min(0, g.cq * q_top) + min(0, g.ck * k_top)
     high = c + max(0, g.cq * q_top) + max(0, g.ck * k_top)
-    return low < I32_LOW or high > I32_HIGH
+    return low < I32_MIN or high > I32_MAX
 
 
 def _builtin(e: ir.Builtin) -> _Lin:
@@ -417,7 +416,7 @@ def _product(a: _Lin, b: _Lin) -> _Lin:
 
 def _i32_literals(form: _Lin) -> bool:
     """Whether the coefficients and offset of ``form`` are i32 values."""
-    return all(I32_LOW <= v <= I32_HIGH for v in (form.offset, *(c for c, _ in form.terms)))
+    return all(I32_MIN <= v <= I32_MAX for v in (form.offset, *(c for c, _ in form.terms)))
 
 
 def _normalise(found: list[LinearConstraint]) -> Conjunction:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 
+# The i32 range (dsl.limits) and the largest f32 (dsl.literals), read here by the passes too.
+from attnc.dsl.limits import I32_MAX as I32_MAX
+from attnc.dsl.limits import I32_MIN
+from attnc.dsl.literals import F32_MAX as F32_MAX
 from attnc.dsl.literals import nearest_f32
 
-I32_MIN = -(2**31)
-I32_MAX = 2**31 - 1
-F32_MAX = 3.4028234663852886e38
 # The least int that float() and then binary32 rounding take to infinity (F32_OVERFLOW less
 # half a float64 ulp there, where float() rounds a tie to the even F32_OVERFLOW).
 F32_INT_LIMIT = 2**128 - 2**103 - 2**74

@@ -1,5 +1,5 @@
-"""Owns: the size limits of the language (and the longest request its sizes describe) and the
-recursion room the passes get.
+"""Owns: the size limits of the language (its i32 range, and the longest request its sizes
+describe) and the recursion room the passes get.
 
 Every limit is reported as a located error that names it. The passes walk expression DAGs;
 a few of them recurse once per nesting level, so compiling runs under
@@ -13,6 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# The i32 range: the language's integers, and the 32-bit indices and counts of the kernels.
+I32_MIN = -(2**31)
+I32_MAX = 2**31 - 1
 # Deepest nesting of one written expression (a flat sum of N terms nests N deep).
 MAX_EXPR_DEPTH = 2000
 # Deepest expression after lets and defs are substituted.

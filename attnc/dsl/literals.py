@@ -9,11 +9,11 @@ import struct
 from typing import TYPE_CHECKING
 
 from attnc.dsl.errors import AttnError, Loc
+from attnc.dsl.limits import I32_MAX
 
 if TYPE_CHECKING:  # the command line reads INTEGER_TEXT without importing lark
     from lark import Token
 
-I32_MAX = 2**31 - 1
 F32_MAX = 3.4028234663852886e38
 # Float literals are rounded to f32 (nearest, ties to even); from here on they round to inf.
 F32_OVERFLOW = 2.0**128 - 2.0**103

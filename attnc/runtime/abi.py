@@ -109,6 +109,11 @@ class AttncPrefillArgs(ctypes.Structure):
     ]
 
 
+def paged_kv_code(kv_layout: str) -> int:
+    """The kernels' code of a paged KV cache laid out as ``kv_layout`` (``"NHD"``, else HND)."""
+    return KV_PAGED_NHD if kv_layout == "NHD" else KV_PAGED_HND
+
+
 def error_name(code: int) -> str:
     """A readable name for a launcher return code."""
     return ERROR_NAMES.get(code, f"cudaError_t {code}")

@@ -24,6 +24,7 @@ from attnc.compiler.pipeline import Compiled
 from attnc.compiler.score_log2 import LOG2E
 from attnc.dsl.errors import printable
 from attnc.runtime.build import jit, toolchain
+from attnc.runtime.checks.params import declared_shape
 
 INCLUDE_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernels", "include")
 TOLERANCE = 1e-5
@@ -226,7 +227,7 @@ def _draw_tile(rng: random.Random, q_len: int, kv_len: int) -> tuple[int, int, i
 
 def _draw_param(p: ir.ParamDecl, rng, fixed, sizes, q_len, kv_len):
     if p.kind == "tensor":
-        shape = [d if isinstance(d, int) else sizes[d] for d in p.dims]
+        shape = declared_shape(p, sizes)
         if p.dtype == ir.F32:
             return torch.rand(shape, dtype=torch.float64) * 2 - 1
         if p.token_dim in ("kv_len", "q_len"):  # document ids: runs of equal values

@@ -83,6 +83,13 @@ def test_split_plan_params_checks_tensors_and_keeps_scalars():
         )  # fmt: skip
 
 
+def test_split_plan_params_names_a_size_it_was_not_given():
+    variant = attnc.load(source=PER_REQUEST_WINDOW)
+    window = torch.tensor([3, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"param 'window'.*\(batch_size\) comes from the batch"):
+        split_plan_params(variant, {"window": window}, sizes=HEADS, device=torch.device("cpu"))
+
+
 def test_mask_reads():
     assert mask_reads(attnc.load(source=DOC_CAUSAL).ir).token_tensors == ("doc",)
     window = mask_reads(attnc.load(source=PER_REQUEST_WINDOW).ir)

@@ -9,6 +9,7 @@ import torch
 from attnc.compiler.ir import ParamDecl
 from attnc.runtime import abi
 from attnc.runtime.build.cache import INCLUDE_DIR
+from attnc.runtime.checks.kv import paged_kv
 from attnc.runtime.planning import host_planner_abi
 from attnc.runtime.planning.host_planner_abi import HOST_DIR
 
@@ -62,6 +63,14 @@ def test_kv_layout_values_match_header():
         "ATTNC_KV_PAGED_NHD": str(abi.KV_PAGED_NHD),
         "ATTNC_KV_PAGED_HND": str(abi.KV_PAGED_HND),
     }
+
+
+@pytest.mark.parametrize("layout, code", [("NHD", abi.KV_PAGED_NHD), ("HND", abi.KV_PAGED_HND)])
+def test_a_paged_cache_carries_its_layouts_code(layout, code):
+    assert abi.paged_kv_code(layout) == code
+    inner = (16, 2) if layout == "NHD" else (2, 16)
+    cache = torch.zeros(3, 2, *inner, 64, dtype=torch.bfloat16)
+    assert paged_kv(cache, layout, 16, 2, 64, "cpu").layout == code
 
 
 def test_prefill_args_layout_is_natural_c_layout():

@@ -19,13 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnc.codegen.instances import DTYPE_SHORT
 from attnc.compiler.results import Compiled
 from attnc.dsl.errors import printable
 from attnc.runtime.build import jit, modules, toolchain
 from attnc.runtime.checks.tensors import HEAD_DIMS
 
 KINDS = ("prefill", "decode", "all")
-DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16"}
+# --dtype's spellings: a dtype's name or its short name.
+DTYPES = {spelled: name for name, short in DTYPE_SHORT.items() for spelled in (short, name)}
 
 
 @dataclass(frozen=True)

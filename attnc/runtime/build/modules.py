@@ -14,12 +14,12 @@ from typing import Generic, TypeVar
 
 import torch
 
+from attnc.codegen.instances import DTYPE_SHORT
 from attnc.dsl.errors import printable
 from attnc.runtime import abi
 from attnc.runtime.build import jit, toolchain
 
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_SHORT = {"bfloat16": "bf16", "float16": "fp16"}
 M = TypeVar("M")
 
 
@@ -75,7 +75,7 @@ class PrefillModule(LoadedModule):
 def dtype_name(dtype: torch.dtype | str) -> str:
     """``torch.bfloat16``/``"bfloat16"`` -> ``"bfloat16"`` (same for float16)."""
     name = _DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, torch.dtype) else dtype
-    if name not in _SHORT:
+    if name not in DTYPE_SHORT:
         raise ValueError(f"dtype: must be torch.bfloat16 or torch.float16, got {dtype}")
     return str(name)
 
@@ -160,7 +160,7 @@ class ModuleRegistry(Generic[M]):
         """What gets built for ``ir`` at ``dtype``/``head_dim`` on ``arch`` (normalised): the
         same name, sources and flags, hence the same cache entry, as :meth:`get` uses."""
         dname = dtype_name(dtype)
-        name = f"{ir.name}{self._infix}_{_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
+        name = f"{ir.name}{self._infix}_{DTYPE_SHORT[dname]}_d{head_dim}"  # type: ignore[attr-defined]
         source, *parts = self._render(ir, dname, head_dim)
         return jit.ModuleSpec(name, source, self._arch_flags(arch), tuple(parts))
 

@@ -39,7 +39,7 @@ def paged_kv(
 ) -> KvViews:
     """A cache ``[pages, 2, ...]`` or a ``(k_cache, v_cache)`` tuple, NHD or HND."""
     inner = (page_size, num_kv_heads) if kv_layout == "NHD" else (num_kv_heads, page_size)
-    code = abi.KV_PAGED_NHD if kv_layout == "NHD" else abi.KV_PAGED_HND
+    code = abi.paged_kv_code(kv_layout)
     if isinstance(kv, torch.Tensor):
         cache = check_data_tensor("kv", kv, (None, 2, *inner, head_dim), device_type)
         _check_page_count("kv", cache.shape[0])

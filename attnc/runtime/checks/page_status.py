@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import torch
 
+from attnc.dsl.limits import I32_MAX
 from attnc.verbose import env_flag
 
 # ATTNC_PAGE_STATUS_CLEAR (all ones) as the int64 the status tensor holds.
 CLEAR = -1
 DEBUG_ENV = "ATTNC_DEBUG_CHECKS"
-_INT32_MAX = 2**31 - 1
 
 
 def debug_checks_enabled() -> bool:
@@ -52,7 +52,7 @@ def page_id_error(request: int, page_id: int) -> ValueError:
 def pool_size(num_pages: int) -> int:
     """``num_pages`` for the int32 ``num_pages`` field: a ragged KV's token count clamped
     (it has no page ids; a paged cache of more pages is refused by ``checks.kv``)."""
-    return min(int(num_pages), _INT32_MAX)
+    return min(int(num_pages), I32_MAX)
 
 
 class PageStatus:

@@ -16,6 +16,7 @@ import torch
 
 from attnc.compiler.ir import ParamDecl
 from attnc.dsl.errors import printable
+from attnc.dsl.limits import I32_MAX, I32_MIN
 from attnc.dsl.literals import F32_OVERFLOW
 from attnc.runtime.checks.tensors import (
     NEGATIVE_BIT,
@@ -25,7 +26,7 @@ from attnc.runtime.checks.tensors import (
     negated_view,
 )
 
-_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
+TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}  # a tensor param's, by declared name
 # What the batch-sized dims of language v2 count, for error messages.
 _TOKEN_DIM_MEANING = {
     "kv_len": "sum of kv_len over the batch",
@@ -40,7 +41,11 @@ def token_sizes(total_q: int, total_kv: int, batch: int) -> dict[str, int]:
     return {"q_len": int(total_q), "kv_len": int(total_kv), "batch_size": int(batch)}
 
 
-_I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
+def declared_shape(decl: ParamDecl, sizes: Mapping[str, int]) -> tuple[int, ...]:
+    """The shape a tensor param declares: its int dims as written, its named ones (heads,
+    ``head_dim``, the batch's sizes: :func:`token_sizes`) from ``sizes``; a ``KeyError`` for
+    a name not there."""
+    return tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
 
 
 def describe_decl(decl: ParamDecl) -> str:
@@ -189,7 +194,7 @@ def _check_scalar(decl: ParamDecl, value: object, prefix: str) -> object:
         if not is_int:
             raise ValueError(f"{_where(prefix, decl)}: expected an int, got {_type_name(value)}")
         ivalue = int(value)  # type: ignore[call-overload]
-        if not _I32_MIN <= ivalue <= _I32_MAX:
+        if not I32_MIN <= ivalue <= I32_MAX:
             raise ValueError(f"{_where(prefix, decl)}: {_int_text(ivalue)} does not fit in int32")
         return ivalue
     if is_int or (isinstance(value, numbers.Real) and not isinstance(value, bool)):
@@ -236,19 +241,19 @@ def _check_tensor(
             f"{_where(prefix, decl)}: its size ({unknown[0]}) comes from the batch, which is "
             "not known here"
         )
-    shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
+    shape = declared_shape(decl, sizes)
     if tuple(value.shape) != shape:
         meaning = [f"{d} = {_TOKEN_DIM_MEANING[d]}" for d in decl.dims if d in _TOKEN_DIM_MEANING]
         why = f" ({', '.join(meaning)})" if meaning else ""
         raise ValueError(
             f"{_where(prefix, decl)}: expected shape {list(shape)}{why}, got {list(value.shape)}"
         )
-    if value.numel() > _I32_MAX:  # the kernels index tensor params with 32-bit ints
+    if value.numel() > I32_MAX:  # the kernels index tensor params with 32-bit ints
         raise ValueError(
             f"{_where(prefix, decl)}: {value.numel()} elements, more than the kernels index "
-            f"(at most {_I32_MAX})"
+            f"(at most {I32_MAX})"
         )
-    want = _TORCH_DTYPES[decl.dtype]
+    want = TORCH_DTYPES[decl.dtype]
     if value.dtype != want:
         raise ValueError(
             f"{_where(prefix, decl)}: expected dtype {want}, got {value.dtype} (no implicit casts)"

@@ -14,8 +14,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from attnc.codegen.instances import HEAD_DIMS
 from attnc.compiler.numeric import F32_MAX, F32_MIN_NORMAL, F64_INT_LIMIT
 from attnc.dsl.errors import printable
+from attnc.dsl.limits import I32_MAX
 from attnc.dsl.literals import nearest_f32
 from attnc.runtime.checks import page_table
 from attnc.runtime.checks.memory import (
@@ -27,12 +29,10 @@ from attnc.runtime.checks.memory import (
 )
 from attnc.runtime.tracing import compiling
 
-HEAD_DIMS = (64, 128, 256)
 KV_DTYPES = (torch.bfloat16, torch.float16)
 KV_LAYOUTS = ("NHD", "HND")
 
 
-I32_MAX = 2**31 - 1
 # The float32 range a softmax scale must round into (the kernels take it as a float32).
 MAX_HEADS = 2**30 - 1  # the host planners (prefill and decode) take head counts below 2**30
 

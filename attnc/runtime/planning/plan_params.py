@@ -12,7 +12,12 @@ from dataclasses import dataclass
 import torch
 
 from attnc.compiler import ir
-from attnc.runtime.checks.params import check_plan_params, resolve_params
+from attnc.runtime.checks.params import (
+    TORCH_DTYPES,
+    check_plan_params,
+    declared_shape,
+    resolve_params,
+)
 from attnc.runtime.checks.tensors import is_dense, negated_view
 from attnc.runtime.value_keys import value_key
 
@@ -80,19 +85,19 @@ def _tensor_decls(variant: object) -> frozenset[str]:
     return found
 
 
-_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
-
-
 def _passes(decl: ir.ParamDecl, value: object, sizes: Mapping[str, int], device: object) -> bool:
     """True when ``value`` passes ``resolve_params``'s tensor checks unchanged (its declared
     dtype and shape, ``device``, contiguous, no negative bit); anything else goes through
     those checks."""
     if not isinstance(value, torch.Tensor) or not is_dense(value) or negated_view(value):
         return False
-    shape = tuple(d if isinstance(d, int) else sizes.get(d, -1) for d in decl.dims)
+    try:
+        shape = declared_shape(decl, sizes)
+    except KeyError:  # a size not known here: the checks name it
+        return False
     return (
         tuple(value.shape) == shape
-        and value.dtype == _TORCH_DTYPES.get(decl.dtype)
+        and value.dtype == TORCH_DTYPES.get(decl.dtype)
         and value.device == device
         and value.is_contiguous()
     )

@@ -242,7 +242,7 @@ class BatchDecodeWrapper(DecodePlanning):
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
         self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
         o, lse = attention_outputs(q, return_lse)
-        layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
+        layout = abi.paged_kv_code(self.kv_layout)
         views = KvViews(k, v, layout, k.shape[0], shape.page_size)
         struct = self._packer.pack(module.params_type, values)
         self._applied = None

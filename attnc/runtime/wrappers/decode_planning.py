@@ -477,7 +477,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         a.num_kv_heads = shape.num_kv_heads
         a.head_dim = shape.head_dim
         a.page_size = shape.page_size
-        a.kv_layout = abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
+        a.kv_layout = abi.paged_kv_code(self.kv_layout)
         a.rows_per_item = shape.rows_per_item
         a.num_ctas = shape.num_ctas
         a.merge_ctas = 2 * self._num_sms

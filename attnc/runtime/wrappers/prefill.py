@@ -428,7 +428,7 @@ class BatchPrefillWrapper(PrefillRunner):
     def _kv_code(self, host: HostPlan) -> int:
         if not host.paged:
             return abi.KV_RAGGED
-        return abi.KV_PAGED_NHD if self.kv_layout == "NHD" else abi.KV_PAGED_HND
+        return abi.paged_kv_code(self.kv_layout)
 
     def _copy_to_workspace(self, host: HostPlan) -> None:
         """Copy the packed lists (the planner's buffer, pinned for a CUDA workspace) to the

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from attnc.runtime.abi import TILE_MAP_KV_BLOCK
+from attnc.runtime.checks.params import TORCH_DTYPES, declared_shape
 from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.plan_params import MaskReads, plan_value
 from attnc.runtime.planning.tensor_stamps import own_write
@@ -33,7 +34,6 @@ from attnc.runtime.planning.workspace import ALIGN, ITEM_INTS, aligned
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
-_TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}
 DEFAULT_MAP_SHARE = 8  # the map may take 1/8 of the workspace by default
 DEFAULT_MAP_MAX = 64 << 20
 
@@ -68,8 +68,8 @@ def map_values(
             if decl.name in reads.params:
                 return None
             if decl.kind == "tensor":
-                shape = tuple(d if isinstance(d, int) else sizes[d] for d in decl.dims)
-                given = torch.zeros(shape, dtype=_TORCH_DTYPES[decl.dtype], device=device)
+                shape = declared_shape(decl, sizes)
+                given = torch.zeros(shape, dtype=TORCH_DTYPES[decl.dtype], device=device)
             else:
                 given = {"f32": 0.0, "i32": 0, "bool": False}[decl.dtype]
         values[decl.name] = given
