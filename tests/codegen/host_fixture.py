@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import attnc.testing.host_test as host_test
+from attnc.runtime.build import toolchain
 
 INCLUDE = Path(__file__).resolve().parents[2] / "attnc" / "kernels" / "include"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -21,16 +21,22 @@ NVCC_MARKS = [
     pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
 ]
 
+
+def _harness_compiler_found() -> bool:
+    """Whether attnc.testing.host_test finds a compiler for the host harness: an nvcc
+    (``toolchain.find_nvcc``: $ATTNC_NVCC, $CUDA_HOME's, PATH's) or g++."""
+    try:
+        toolchain.find_nvcc()
+    except toolchain.ToolNotFound:
+        return shutil.which("g++") is not None
+    return True
+
+
 # The marks of every test module that runs the host harness (attnc.testing.host_test builds
 # it with nvcc, CUDA_HOME's nvcc or g++).
 HARNESS_MARKS = [
     pytest.mark.nvcc,
-    pytest.mark.skipif(
-        shutil.which("nvcc") is None
-        and host_test._cuda_home_nvcc() is None
-        and shutil.which("g++") is None,
-        reason="needs nvcc or g++",
-    ),
+    pytest.mark.skipif(not _harness_compiler_found(), reason="needs nvcc or g++"),
 ]
 
 
