@@ -17,6 +17,7 @@
 #include "decode_plan.h"
 #include "decode_plan_ids.h"
 #include "mask_range_rows.h"
+#include "page_table_check.h"
 
 namespace attnc {
 namespace decode_plan {
@@ -143,14 +144,9 @@ inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool s
     if (ids.lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
     max_page = ids.hi;
   }
-  // (pages - 1) * page_size + last, 0 without pages, in int64 (wrapping).
-  const uint64_t ps = static_cast<uint64_t>(s.page_size);
   for (int64_t i = 0; i < batch; ++i) {
-    const int64_t pages = int64_t(ip[i + 1]) - ip[i];
     s.page_begin_out[i] = ip[i];
-    s.kv_out[i] = pages > 0 ? static_cast<int64_t>(static_cast<uint64_t>(pages - 1) * ps +
-                                                   static_cast<uint64_t>(int64_t(last[i])))
-                            : 0;
+    s.kv_out[i] = page_table::paged_kv_len(int64_t(ip[i + 1]) - ip[i], s.page_size, last[i]);
   }
   r->batch = batch;
   r->nnz = nnz;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "page_table_check.h"
 #include "prefill_plan_abi.h"
 
 namespace attnc {
@@ -62,8 +63,10 @@ inline int check_batch(AttncPrefillParams& p, AttncPrefillResult* r) {
     const int64_t q = p.qo_indptr[b + 1] - p.qo_indptr[b];
     const int64_t k = p.kv_indptr[b + 1] - p.kv_indptr[b];
     p.q_lens[b] = q;
-    const bool tokens = p.kv_indices == nullptr || k == 0;  // ragged: kv_indptr counts tokens
-    p.kv_lens[b] = tokens ? k : (k - 1) * p.page_size + p.kv_last_page_len[b];
+    // ragged: kv_indptr counts tokens
+    p.kv_lens[b] = p.kv_indices == nullptr
+                       ? k
+                       : page_table::paged_kv_len(k, p.page_size, p.kv_last_page_len[b]);
     if (q > kMaxRequestTokens || p.kv_lens[b] > kMaxRequestTokens) return ATTNC_PLAN_INVALID;
     r->total_kv += p.kv_lens[b];
     r->max_q = std::max(r->max_q, q);

@@ -21,10 +21,10 @@ from attnc.runtime.checks.tensors import I32_MAX
 def check_paged_kv_tokens(
     kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int
 ) -> None:
-    """Every request's KV, ``(pages - 1) * page_size + last``, is at most
-    :data:`MAX_KV_TOKENS` (host int64 copies of checked index tensors)."""
+    """Every request's KV (:func:`paged_kv_tokens`) is at most :data:`MAX_KV_TOKENS` (host
+    int64 copies of checked index tensors)."""
     pages = kv_indptr[1:] - kv_indptr[:-1]
-    tokens = torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
+    tokens = paged_kv_tokens(kv_indptr, kv_last_page_len, page_size)
     _check_request_tokens(
         tokens,
         "kv_indptr",
@@ -32,6 +32,16 @@ def check_paged_kv_tokens(
         MAX_KV_TOKENS,
         lambda i: f" ({int(pages[i])} pages of page_size={page_size})",
     )
+
+
+def paged_kv_tokens(
+    kv_indptr: torch.Tensor, kv_last_page_len: torch.Tensor, page_size: int
+) -> torch.Tensor:
+    """Each request's KV tokens in a paged cache, ``(pages - 1) * page_size + last``, 0 for a
+    request without pages (``pages = kv_indptr[i + 1] - kv_indptr[i]``; the host planners'
+    ``paged_kv_len`` in ``attnc/kernels/host/page_table_check.h``)."""
+    pages = kv_indptr[1:] - kv_indptr[:-1]
+    return torch.where(pages > 0, (pages - 1) * page_size + kv_last_page_len, 0)
 
 
 def check_ragged_kv_tokens(kv_indptr: torch.Tensor) -> None:
