@@ -29,7 +29,7 @@ MAX_SOURCE_BYTES = 16 << 20
 MAX_PARAMS = 1024
 # Most KV tokens of one request: int32 less a margin for the kernels' tile arithmetic (tiles
 # of at most 256 keys step by kv0 + tile). The runtime refuses a longer request
-# (runtime/checks/limits.py; the decode planner's kMaxKvLen in decode_plan_chunks.h is the
+# (runtime/checks/limits.py; the host planners' kMaxRequestTokens in page_table_check.h is the
 # same number), so the index check may take kv_idx + c (c < 2**16) as free of wrap-around.
 MAX_KV_TOKENS = 2**31 - 2**16
 # Most query tokens of one request, the same margin for the query tiles (q0 + tile): with

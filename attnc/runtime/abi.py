@@ -32,9 +32,10 @@ ERROR_NAMES = {
     10003: "ATTNC_E_BAD_LAYOUT",
     10004: "ATTNC_E_BAD_TILE",
 }
-# Return codes of the decode planner.
+# Return codes of the host planners.
 PLAN_OK, PLAN_OUT_OF_RANGE, PLAN_CAPACITY, PLAN_INVALID, PLAN_CUDA = 0, 1, 2, 3, 4
-# The page-table check that failed (AttncStepResult.error after PLAN_INVALID).
+# The page-table or index-list check that failed (the planner result's error after
+# PLAN_INVALID); from 10 on, the prefill planner's only.
 PT_INDPTR_EMPTY = 1
 PT_INDPTR_START = 2
 PT_INDPTR_DECREASING = 3
@@ -44,6 +45,12 @@ PT_BATCH_CAPACITY = 6
 PT_PAGE_CAPACITY = 7
 PT_INDICES_SHORT = 8
 PT_INDEX_NEGATIVE = 9
+PT_QO_INDPTR_EMPTY = 10
+PT_QO_INDPTR_START = 11
+PT_QO_INDPTR_DECREASING = 12
+PT_INDPTR_COUNT = 13
+PT_QUERY_TOKENS = 14
+PT_KV_TOKENS = 15
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64

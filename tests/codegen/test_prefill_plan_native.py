@@ -262,13 +262,17 @@ def test_struct_mirrors_match_the_library():
 
 
 def test_the_planners_token_limits_are_the_languages():
-    """The host planners' request limits (C++ constants) are dsl/limits.py's numbers."""
+    """The host planners' request limit (one C++ constant, page_table_check.h, for both) is
+    dsl/limits.py's number."""
     from pathlib import Path
 
     from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 
     host = Path(attnc.__file__).parent / "kernels" / "host"
-    prefill = (host / "prefill_plan_check.h").read_text()
-    assert "kMaxRequestTokens = (INT64_C(1) << 31) - (INT64_C(1) << 16);" in prefill
-    assert "kMaxKvLen = INT32_MAX - 65535;" in (host / "decode_plan_chunks.h").read_text()
+    shared = (host / "page_table_check.h").read_text()
+    assert "constexpr int64_t kMaxRequestTokens = INT32_MAX - 65535;" in shared
+    for path in host.iterdir():
+        text = path.read_text()
+        assert "kMaxKvLen" not in text, path.name
+        assert path.name == "page_table_check.h" or "kMaxRequestTokens =" not in text, path.name
     assert MAX_KV_TOKENS == MAX_QUERY_TOKENS == (1 << 31) - (1 << 16) == 2**31 - 1 - 65535

@@ -8,6 +8,8 @@ from attnc.runtime import abi
 from attnc.runtime.checks import page_table, tensors
 from attnc.runtime.planning import workspace as w
 
+LIMIT = 2**31 - 2**16  # MAX_QUERY_TOKENS == MAX_KV_TOKENS
+
 
 def test_decode_layout_regions_are_ordered_aligned_and_fit():
     lay = w.make_layout(1 << 20, max_batch=4, max_items=64, max_ctas=8, max_pages=100)
@@ -40,6 +42,23 @@ def test_planner_codes_map_to_the_page_table_messages():
         abi.PT_PAGE_CAPACITY: ((0, 900, 0), page_table.page_capacity(900, 800)),
         abi.PT_INDICES_SHORT: ((0, 5, 9), page_table.indices_short(5, 9)),
         abi.PT_INDEX_NEGATIVE: ((0, -2, 0), page_table.index_negative(-2)),
+        abi.PT_QO_INDPTR_EMPTY: ((0, 0, 0), page_table.indptr_empty("qo_indptr")),
+        abi.PT_QO_INDPTR_START: ((0, 3, 0), page_table.indptr_start(3, "qo_indptr")),
+        abi.PT_QO_INDPTR_DECREASING: (
+            (2, 1, 4),
+            page_table.indptr_decreasing(2, 1, 4, "qo_indptr"),
+        ),
+        abi.PT_INDPTR_COUNT: ((0, 3, 4), page_table.indptr_count(3, 4)),
+        abi.PT_QUERY_TOKENS: (
+            (1, 9, 0),
+            page_table.too_many_tokens("qo_indptr", "query", 1, 9, LIMIT),
+        ),
+        abi.PT_KV_TOKENS: (
+            (2, 9, 3),
+            page_table.too_many_tokens(
+                "kv_indptr", "KV", 2, 9, LIMIT, page_table.pages_detail(3, 16)
+            ),
+        ),
     }
     for code, ((index, value, value2), want) in cases.items():
         got = page_table.planner_error(code, index, value, value2, 16, 64, 800)
@@ -47,6 +66,10 @@ def test_planner_codes_map_to_the_page_table_messages():
     assert str(page_table.last_range(1, 17, 16)) == (
         "kv_last_page_len: kv_last_page_len[1]=17 is outside [1, page_size=16]"
     )
+    assert str(page_table.planner_error(abi.PT_KV_TOKENS, 0, LIMIT + 1, -1, 16)) == (
+        f"kv_indptr: request 0 holds {LIMIT + 1} KV tokens, more than the kernels' limit "
+        f"{LIMIT} (int32 less a margin for their tile arithmetic)"
+    )  # ragged KV: no pages to tell of
     assert isinstance(page_table.batch_capacity(70, 64), w.CapacityError)
     with pytest.raises(AssertionError, match="unknown page-table error code 99"):
         page_table.planner_error(99, 0, 0, 0, 16, 64, 800)

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "decode_plan_abi.h"
+#include "page_table_check.h"
 
 namespace attnc {
 namespace decode_plan {
@@ -21,9 +22,6 @@ constexpr int kHeaderInts = 16;
 constexpr double kItemOverhead = 128.0;              // oracle ITEM_OVERHEAD
 constexpr double kMergeOverhead = 256.0;             // oracle MERGE_OVERHEAD
 constexpr int64_t kMaxLen = INT32_MAX;  // counts (batch, heads, items) must lie in [0, kMaxLen]
-// A request's KV tokens: int32 less a margin for the kernels' tile arithmetic (kv0 + tile,
-// (end - begin + tile - 1) / tile); checks/limits.py MAX_KV_TOKENS is the same limit.
-constexpr int64_t kMaxKvLen = INT32_MAX - 65535;
 constexpr int64_t kMaxScalar = (int64_t(1) << 30);  // heads, q_len, ... lie in [1, kMaxScalar)
 constexpr int64_t kHugeChunk = int64_t(1) << 62;    // any chunk above this splits nothing
 
@@ -96,7 +94,7 @@ inline int plan_counts(const AttncPlanParams& p, int64_t split_factor, int64_t* 
   int64_t sum = 0, kv_max = 0;
   for (int64_t r = 0; r < batch; ++r) {
     const int64_t v = kv[r];
-    if (v < 0 || v > kMaxKvLen) return ATTNC_PLAN_OUT_OF_RANGE;
+    if (v < 0 || v > page_table::kMaxRequestTokens) return ATTNC_PLAN_OUT_OF_RANGE;
     sum += v;
     kv_max = std::max(kv_max, v);
   }

@@ -80,12 +80,12 @@ inline Cuda& cuda() {
   return c;
 }
 
-inline int invalid(AttncStepResult* r, int64_t error, int64_t index, int64_t value,
-                   int64_t value2) {
-  r->error = error;
-  r->index = index;
-  r->value = value;
-  r->value2 = value2;
+// A failed page-table check into ``r``: ATTNC_PLAN_INVALID.
+inline int invalid(AttncStepResult* r, const page_table::Fault& f) {
+  r->error = f.error;
+  r->index = f.index;
+  r->value = f.value;
+  r->value2 = f.value2;
   return ATTNC_PLAN_INVALID;
 }
 
@@ -117,39 +117,29 @@ inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t bat
 // The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
 // kv_indptr (entries, start, non-decreasing), kv_last_page_len (count, range), batch and page
 // capacity, kv_indices (entries, non-negative host ids; ``scan_ids`` false leaves host ids
-// to stage_host_ids). A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_* code and the
-// offending index and values in ``r`` (Python words them: attnc/runtime/checks/page_table.py).
-// On success: kv_out / page_begin_out and the result's batch, nnz and max_page (-1 for ids
-// not scanned). Writes nothing else.
+// to stage_host_ids): page_table_check.h, the decode order. A failure is ATTNC_PLAN_INVALID
+// with an ATTNC_PT_* code and the offending index and values in ``r`` (Python words them:
+// attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
+// batch, nnz and max_page (-1 for ids not scanned). Writes nothing else.
 inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool scan_ids = true) {
+  page_table::Fault f;
+  if (!page_table::indptr_ok(s.kv_indptr, s.indptr_len, page_table::kKvIndptr, &f))
+    return invalid(r, f);
   const int32_t* ip = s.kv_indptr;
-  const int64_t n = s.indptr_len;
-  if (n <= 0 || ip == nullptr) return invalid(r, ATTNC_PT_INDPTR_EMPTY, 0, 0, 0);
-  if (ip[0] != 0) return invalid(r, ATTNC_PT_INDPTR_START, 0, ip[0], 0);
-  for (int64_t i = 1; i < n; ++i)
-    if (ip[i] < ip[i - 1]) return invalid(r, ATTNC_PT_INDPTR_DECREASING, i, ip[i], ip[i - 1]);
-  const int64_t batch = n - 1;
-  if (s.last_len != batch) return invalid(r, ATTNC_PT_LAST_COUNT, batch, s.last_len, 0);
-  const int32_t* last = s.last_page_len;
-  for (int64_t i = 0; i < batch; ++i)
-    if (ip[i + 1] > ip[i] && (last[i] < 1 || last[i] > s.page_size))
-      return invalid(r, ATTNC_PT_LAST_RANGE, i, last[i], 0);
-  if (batch > s.max_batch) return invalid(r, ATTNC_PT_BATCH_CAPACITY, 0, batch, 0);
-  const int64_t nnz = ip[batch];
-  if (nnz > s.max_pages) return invalid(r, ATTNC_PT_PAGE_CAPACITY, 0, nnz, 0);
-  if (s.indices_len < nnz) return invalid(r, ATTNC_PT_INDICES_SHORT, 0, s.indices_len, nnz);
-  int64_t max_page = -1;
-  if (scan_ids && !s.indices_on_device && nnz > 0) {
-    const IdRange ids = id_range(s.kv_indices, nullptr, nnz);
-    if (ids.lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
-    max_page = ids.hi;
-  }
+  const int64_t batch = s.indptr_len - 1;
+  const page_table::Table t{ip, batch, s.last_page_len, s.last_len, s.kv_indices, s.indices_len,
+                            s.page_size, s.max_batch, s.max_pages,
+                            scan_ids && !s.indices_on_device, /*ids_first=*/false};
+  int64_t max_page;
+  if (!page_table::check_page_table(t, &f, &max_page))
+    return invalid(r, f);
   for (int64_t i = 0; i < batch; ++i) {
     s.page_begin_out[i] = ip[i];
-    s.kv_out[i] = page_table::paged_kv_len(int64_t(ip[i + 1]) - ip[i], s.page_size, last[i]);
+    s.kv_out[i] =
+        page_table::paged_kv_len(int64_t(ip[i + 1]) - ip[i], s.page_size, s.last_page_len[i]);
   }
   r->batch = batch;
-  r->nnz = nnz;
+  r->nnz = ip[batch];
   r->max_page = max_page;
   return ATTNC_PLAN_OK;
 }
@@ -167,20 +157,21 @@ inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
     return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
   const IdRange ids =
       id_range(s.kv_indices, reinterpret_cast<int32_t*>(s.page_stage), r->nnz);
-  if (ids.lo < 0) return invalid(r, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
+  if (ids.lo < 0) return invalid(r, {ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0});
   r->max_page = ids.hi;
   return ATTNC_PLAN_OK;
 }
 
 // For a variant that reads a kv_len tensor: whether the step's KV tokens fit the int32
 // kv_token_start (and the int32 indices of that tensor); when not, r->total_kv holds their
-// count. A length beyond kMaxKvLen is left to plan() (ATTNC_PLAN_OUT_OF_RANGE either way).
+// count. A length beyond page_table::kMaxRequestTokens is left to plan()
+// (ATTNC_PLAN_OUT_OF_RANGE either way).
 inline bool token_starts_fit(const AttncStepParams& s, AttncStepResult* r) {
   if (s.dev_token_start == nullptr) return true;
   int64_t total = 0;
   for (int64_t i = 0; i < r->batch; ++i) {
     const int64_t k = s.kv_out[i];
-    if (k < 0 || k > kMaxKvLen) return true;
+    if (k < 0 || k > page_table::kMaxRequestTokens) return true;
     total += k;  // fewer than 2^31 lengths below 2^31 each: no overflow
   }
   if (total <= kMaxLen) return true;
@@ -236,11 +227,11 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
 // BatchDecodeWrapper.plan after its scalar checks. ATTNC_PLAN_OK: planned, copies queued and
 // the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written (a
 // negative host page id is found after the wait, in the pass that stages the ids; the
-// stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) / ATTNC_PLAN_OUT_OF_RANGE: the checks
-// passed (batch, nnz, max_page, kv_out, page_begin_out set) and the previous copies are
-// done, nothing written: the caller raises (r->total_kv > INT32_MAX: the step's KV tokens do
-// not fit the int32 kv_token_start of a variant that reads a kv_len tensor). ATTNC_PLAN_CUDA: a CUDA call failed
-// (r->cuda_error).
+// stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) /
+// ATTNC_PLAN_OUT_OF_RANGE: the checks passed (batch, nnz, max_page, kv_out, page_begin_out
+// set) and the previous copies are done, nothing written: the caller raises (r->total_kv >
+// INT32_MAX: the step's KV tokens do not fit the int32 kv_token_start of a variant that reads
+// a kv_len tensor). ATTNC_PLAN_CUDA: a CUDA call failed (r->cuda_error).
 inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   r->total_kv = 0;
   int rc = check_page_table(s, r, /*scan_ids=*/false);

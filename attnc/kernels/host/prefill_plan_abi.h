@@ -67,7 +67,12 @@ typedef struct AttncPrefillParams {
 } AttncPrefillParams;
 
 typedef struct AttncPrefillResult {
-  int64_t error;         // ATTNC_PP_* after ATTNC_PLAN_CAPACITY
+  // ATTNC_PP_* after ATTNC_PLAN_CAPACITY; ATTNC_PT_* after ATTNC_PLAN_INVALID, with where
+  // in index, value and value2 (attnc/abi_codes.h says what each holds)
+  int64_t error;
+  int64_t index;
+  int64_t value;
+  int64_t value2;
   int64_t needed_bytes;  // of ATTNC_PP_OUT_BUFFER and ATTNC_PP_WORKSPACE
   // attnc_prefill_check
   int64_t total_q;

@@ -1,7 +1,9 @@
 // Owns: the host prefill planner's validation of the batch description (the int32 indptrs,
-// page ids and last-page lengths, the checks of runtime/checks/tensors.py and limits.py) and
-// the per-request lengths it derives. A failed check returns ATTNC_PLAN_INVALID only: the
-// caller names the problem with the Python checks, whose words it keeps.
+// page ids and last-page lengths) and the per-request lengths it derives. The checks run in
+// the order of the Python ones (runtime/wrappers/prefill_batch.py check_indices, which still
+// checks arguments the planner does not take), so the same error wins when several parts are
+// wrong; a failed check is ATTNC_PLAN_INVALID with its ATTNC_PT_* code and where in the
+// result (Python words it: runtime/checks/page_table.py planner_error).
 #pragma once
 #include <stdint.h>
 
@@ -13,63 +15,69 @@
 namespace attnc {
 namespace prefill_plan {
 
-// Most query or KV tokens of one request: int32 less a margin for the kernels' tile
-// arithmetic (MAX_QUERY_TOKENS and MAX_KV_TOKENS in attnc/dsl/limits.py; the decode
-// planner's kMaxKvLen is the same number).
-constexpr int64_t kMaxRequestTokens = (INT64_C(1) << 31) - (INT64_C(1) << 16);
-
-// An indptr: at least one entry, starting at 0, non-decreasing.
-inline bool indptr_ok(const int32_t* v, int64_t n) {
-  if (n < 1 || v[0] != 0) return false;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] < v[i - 1]) return false;
-  return true;
+// Tokens of request b of a checked indptr.
+inline int64_t span(const int32_t* indptr, int64_t b) {
+  return int64_t(indptr[b + 1]) - indptr[b];
 }
 
-// The page table of a paged batch (r->nnz already set): enough non-negative page ids,
-// last-page lengths in [1, page_size] for requests with pages (their KV tokens are checked
-// against kMaxRequestTokens with the other lengths, in check_batch).
-inline bool page_table_ok(const AttncPrefillParams& p, AttncPrefillResult* r) {
-  if (p.page_size < 1 || p.num_indices < r->nnz || p.num_last != p.batch) return false;
-  int64_t max_page = -1;
-  for (int64_t i = 0; i < r->nnz; ++i) {
-    if (p.kv_indices[i] < 0) return false;
-    max_page = std::max<int64_t>(max_page, p.kv_indices[i]);
+// Request b's KV tokens: kv_indptr counts tokens (ragged) or pages (paged).
+inline int64_t kv_tokens(const AttncPrefillParams& p, int64_t b) {
+  const int64_t k = span(p.kv_indptr, b);
+  return p.kv_indices == nullptr ? k
+                                 : page_table::paged_kv_len(k, p.page_size, p.kv_last_page_len[b]);
+}
+
+// The checks, in order: qo_indptr, kv_indptr (page_table::indptr_ok each), their equal entry
+// counts, every request's query tokens within the limit, then for paged KV the page table
+// (page_table::check_page_table, ids first), then every request's KV tokens within the limit
+// (for each limit, the longest request is reported). p.batch and r->nnz, r->max_page are set
+// on the way.
+inline bool batch_ok(AttncPrefillParams& p, AttncPrefillResult* r, page_table::Fault* f) {
+  using page_table::fail;
+  if (!page_table::indptr_ok(p.qo_indptr, p.qo_len, page_table::kQoIndptr, f) ||
+      !page_table::indptr_ok(p.kv_indptr, p.kv_len, page_table::kKvIndptr, f))
+    return false;
+  if (p.kv_len != p.qo_len) return fail(f, ATTNC_PT_INDPTR_COUNT, 0, p.kv_len, p.qo_len);
+  p.batch = p.qo_len - 1;
+  r->nnz = p.kv_indptr[p.batch];
+  int64_t most;
+  const auto q_tokens = [&](int64_t b) { return span(p.qo_indptr, b); };
+  const int64_t q_at = page_table::longest_over_limit(p.batch, q_tokens, &most);
+  if (q_at >= 0) return fail(f, ATTNC_PT_QUERY_TOKENS, q_at, most, 0);
+  if (p.kv_indices != nullptr) {
+    const page_table::Table t{p.kv_indptr, p.batch, p.kv_last_page_len, p.num_last,
+                              p.kv_indices, p.num_indices, p.page_size, INT64_MAX, INT64_MAX,
+                              /*scan_ids=*/true, /*ids_first=*/true};
+    if (!page_table::check_page_table(t, f, &r->max_page)) return false;
   }
-  for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t pages = p.kv_indptr[b + 1] - p.kv_indptr[b], last = p.kv_last_page_len[b];
-    if (pages > 0 && (last < 1 || last > p.page_size)) return false;
-  }
-  r->max_page = max_page;
-  return true;
+  const auto kv = [&](int64_t b) { return kv_tokens(p, b); };
+  const int64_t kv_at = page_table::longest_over_limit(p.batch, kv, &most);
+  if (kv_at < 0) return true;
+  const int64_t pages = p.kv_indices == nullptr ? -1 : span(p.kv_indptr, kv_at);
+  return fail(f, ATTNC_PT_KV_TOKENS, kv_at, most, pages);
 }
 
 // Check the batch and write q_lens / kv_lens ([batch] each) and the totals into ``r``.
+// ATTNC_PLAN_OUT_OF_RANGE: a paged batch with page_size < 1 (the Python side refuses it
+// first, naming page_size).
 inline int check_batch(AttncPrefillParams& p, AttncPrefillResult* r) {
   *r = AttncPrefillResult{};
   r->max_page = -1;
-  if (!indptr_ok(p.qo_indptr, p.qo_len) || !indptr_ok(p.kv_indptr, p.kv_len)) {
+  if (p.kv_indices != nullptr && p.page_size < 1) return ATTNC_PLAN_OUT_OF_RANGE;
+  page_table::Fault f;
+  if (!batch_ok(p, r, &f)) {
+    r->error = f.error, r->index = f.index, r->value = f.value, r->value2 = f.value2;
     return ATTNC_PLAN_INVALID;
   }
-  if (p.kv_len != p.qo_len) return ATTNC_PLAN_INVALID;
-  p.batch = p.qo_len - 1;
-  r->nnz = p.kv_indptr[p.batch];
-  if (p.kv_indices != nullptr && !page_table_ok(p, r)) return ATTNC_PLAN_INVALID;
   if (p.lens_cap < p.batch) {
     r->error = ATTNC_PP_OUT_BUFFER, r->needed_bytes = 8 * p.batch;
     return ATTNC_PLAN_CAPACITY;
   }
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t q = p.qo_indptr[b + 1] - p.qo_indptr[b];
-    const int64_t k = p.kv_indptr[b + 1] - p.kv_indptr[b];
-    p.q_lens[b] = q;
-    // ragged: kv_indptr counts tokens
-    p.kv_lens[b] = p.kv_indices == nullptr
-                       ? k
-                       : page_table::paged_kv_len(k, p.page_size, p.kv_last_page_len[b]);
-    if (q > kMaxRequestTokens || p.kv_lens[b] > kMaxRequestTokens) return ATTNC_PLAN_INVALID;
+    p.q_lens[b] = span(p.qo_indptr, b);
+    p.kv_lens[b] = kv_tokens(p, b);
     r->total_kv += p.kv_lens[b];
-    r->max_q = std::max(r->max_q, q);
+    r->max_q = std::max(r->max_q, p.q_lens[b]);
   }
   r->total_q = p.qo_indptr[p.batch];
   return ATTNC_PLAN_OK;

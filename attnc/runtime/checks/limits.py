@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
+from attnc.runtime.checks import page_table
 from attnc.runtime.checks.tensors import I32_MAX
 
 
@@ -30,7 +31,7 @@ def check_paged_kv_tokens(
         "kv_indptr",
         "KV",
         MAX_KV_TOKENS,
-        lambda i: f" ({int(pages[i])} pages of page_size={page_size})",
+        lambda i: page_table.pages_detail(int(pages[i]), page_size),
     )
 
 
@@ -85,11 +86,8 @@ def _check_request_tokens(
     """Each request's ``tokens`` (``what`` tokens of ``name``) within ``limit``; ``detail(i)``
     says more of request i in the error."""
     if tokens.numel() and int(tokens.max()) > limit:
-        i = int(torch.argmax(tokens))
-        raise ValueError(
-            f"{name}: request {i} holds {int(tokens[i])} {what} tokens{detail(i)}, more than "
-            f"the kernels' limit {limit} (int32 less a margin for their tile arithmetic)"
-        )
+        i = int(torch.argmax(tokens))  # the first of the longest, as the host planners
+        raise page_table.too_many_tokens(name, what, i, int(tokens[i]), limit, detail(i))
 
 
 def kv_tokens_past_int32(total_kv: int) -> ValueError:

@@ -51,7 +51,8 @@ class PrefillResult(ctypes.Structure):
     _fields_ = [
         (name, _I64)
         for name in (
-            "error", "needed_bytes", "total_q", "total_kv", "max_q", "max_page", "nnz",
+            "error", "index", "value", "value2", "needed_bytes", "total_q", "total_kv", "max_q",
+            "max_page", "nnz",
             "num_items", "num_merge", "num_chunks", "part_rows", "chunk_size", "total_bytes",
             "off_qo_indptr", "off_kv_indptr", "off_kv_token_start", "off_tile_map_start",
             "off_kv_indices", "off_kv_last_page_len", "off_items", "off_merge_items",

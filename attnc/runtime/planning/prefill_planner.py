@@ -8,7 +8,7 @@ lists are copied to a CUDA workspace, grown when a batch needs more) and the chu
 ``configure`` sets the shape (kept while it repeats); ``plan`` then writes the whole work
 list (tile KV ranges from the mask's closed form and the tile map, split-KV chunks, the
 heaviest-first order, the merge list) in one C call. A failed check is reported as
-``False``: the caller raises the Python checks' own message.
+``False``; ``failure()`` then is its error, worded by ``checks/page_table.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from attnc.runtime import abi
+from attnc.runtime.checks import page_table
 from attnc.runtime.planning.mask_ranges import RangeProgram
 from attnc.runtime.planning.prefill_plan_library import (
     PP_COST_BUFFER,
@@ -101,7 +102,7 @@ class PrefillPlanner:
         page_size: int,
     ) -> bool:
         """Validate contiguous CPU int32 tensors (page ids and last-page lengths for paged
-        KV) and derive the lengths; False when a check fails."""
+        KV) and derive the lengths; False when a check fails (``failure()`` says which)."""
         p = self._p
         # plan() reads these tensors again (the page ids it packs): keep them alive, as the
         # caller may pass host copies made for this call only.
@@ -132,6 +133,14 @@ class PrefillPlanner:
         if p.kv_indices is not None:
             p.num_indices = self._r.nnz  # the plan packs the used page ids only
         return True
+
+    def failure(self) -> ValueError:
+        """The error of the last ``check`` that returned False: the check that failed first
+        (in the order of ``prefill_batch.check_indices``) and where."""
+        r = self._r
+        return page_table.planner_error(
+            int(r.error), int(r.index), int(r.value), int(r.value2), int(self._p.page_size)
+        )
 
     def map_starts(self, tile_q_tokens: int, kv_block: int = abi.TILE_MAP_KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch

@@ -1,14 +1,17 @@
 """Owns: the checks of ``BatchPrefillWrapper.plan()``'s index tensors (qo_indptr, kv_indptr,
-and for paged KV kv_indices, kv_last_page_len and page_size): the host planner validates the
-int32 values and derives the lengths; any problem is raised with the words of the Python
-checks (``checks.tensors``, ``checks.limits``), which ``check_indices`` runs in their order.
+and for paged KV kv_indices, kv_last_page_len and page_size). The host planner validates the
+int32 values, derives the lengths and reports a failure as a code (worded by
+``checks/page_table.py``); arguments it does not take (not 1-D int32 tensors on the CPU or a
+CUDA device, paged arguments missing or not an int ``page_size``) are checked by
+``check_indices`` in Python, all of them in the planner's order, so a batch with several
+problems gets the same error either way.
 """
 
 from __future__ import annotations
 
 import torch
 
-from attnc.runtime.checks import tensors
+from attnc.runtime.checks import page_table, tensors
 from attnc.runtime.checks.limits import (
     check_paged_kv_tokens,
     check_query_tokens,
@@ -26,13 +29,15 @@ def checked_batch(
     page_size: object,
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Check the index tensors in the host planner (which keeps the lengths): the int32
-    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Any problem is
-    raised by the Python checks (``_check_indices``), with their words."""
+    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Arguments the
+    planner does not take are refused by the Python checks (``check_indices``)."""
     arrays = index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
-    if arrays is None or not planner.check(*arrays):
+    if arrays is None:
         args = (qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
         check_indices(*args)  # type: ignore[arg-type]
-        raise RuntimeError("attnc: prefill plan: the host planner refused a batch the checks pass")
+        raise RuntimeError("attnc: prefill plan: the checks passed arguments the planner refuses")
+    if not planner.check(*arrays):
+        raise planner.failure()
     return arrays[0], arrays[1], arrays[2] is not None
 
 
@@ -44,7 +49,7 @@ def index_arrays(
     page_size: object,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int] | None:
     """Contiguous int32 host copies of the index tensors and the page size (1: ragged), or
-    None when an argument is not what ``_check_indices`` accepts (it then says why)."""
+    None when an argument is not what ``check_indices`` accepts (it then says why)."""
     qo, kv = _int32_array(qo_indptr), _int32_array(kv_indptr)
     if qo is None or kv is None:
         return None
@@ -81,13 +86,13 @@ def check_indices(
     kv_last_page_len: torch.Tensor | None,
     page_size: int | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, int]:
-    """Host copies of the index tensors, checked (``checks.tensors``)."""
+    """Host copies of the index tensors, checked (``checks.tensors``, ``checks.limits``) in
+    the host planner's order (``attnc/kernels/host/prefill_plan_check.h``): for arguments the
+    planner does not take, and as the reference its checks are tested against."""
     qo_host = tensors.check_indptr("qo_indptr", qo_indptr)
     kv_host = tensors.check_indptr("kv_indptr", kv_indptr)
     if kv_host.numel() != qo_host.numel():
-        raise ValueError(
-            f"kv_indptr: has {kv_host.numel()} entries, qo_indptr has {qo_host.numel()}"
-        )
+        raise page_table.indptr_count(kv_host.numel(), qo_host.numel())
     check_query_tokens(qo_host)
     if kv_indices is None:
         if kv_last_page_len is not None or page_size is not None:
