@@ -30,12 +30,15 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from attnc.runtime.checks.params import resolve_with
 from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
+
+if TYPE_CHECKING:  # variant.py imports this module
+    from attnc.runtime.variant import Variant
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -220,7 +223,7 @@ def _normalise(
 
 
 def request_reference(
-    variant: Any,
+    variant: Variant,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -263,7 +266,7 @@ def request_reference(
         variant.params, params, variant_name=variant.name, check_tensor=request_tensor
     )
     return reference_attention(
-        variant._reference_module,
+        variant.reference_module,
         q,
         k,
         v,

@@ -25,6 +25,7 @@ from attnc.runtime.checks.params import resolve_params, token_sizes
 from attnc.runtime.checks.tensors import check_flag, shown_value
 from attnc.runtime.reference import check_qkv, reference_attention
 from attnc.runtime.value_keys import value_key
+from attnc.runtime.variant_memo import VariantMemo
 
 
 class Variant:
@@ -47,6 +48,9 @@ class Variant:
         """The runtime params, in the order kernels expect them."""
         # How custom ops (which take no Python objects) name this variant.
         self.handle = next(_HANDLES)
+        self.memo = VariantMemo()
+        """What the runtime works out once for this variant (internal: the planners'
+        memo, see ``attnc.runtime.variant_memo``)."""
         # (scalar values, sm_scale, heads) whose derived values were found in range.
         self._derived_checked: OrderedDict[tuple[object, ...], None] = OrderedDict()  # LRU
         _VARIANTS[self.handle] = self
@@ -54,7 +58,8 @@ class Variant:
     def __reduce__(self) -> tuple[type[Variant], tuple[Compiled, tuple[Diagnostic, ...]]]:
         """Copies and pickles are made anew from the compiled variant: a handle of their
         own (a copied handle named the original, or in another process whichever variant
-        holds that number there, to the custom ops), no plans, no loaded modules."""
+        holds that number there, to the custom ops), no plans, no memo, no loaded
+        modules."""
         return type(self), (self.compiled, self.warnings)
 
     @property
@@ -74,8 +79,9 @@ class Variant:
         return emit_functor(self.compiled)
 
     @cached_property
-    def _reference_module(self):
-        """The reference's module, in ``sys.modules`` while this variant lives: dynamo
+    def reference_module(self):
+        """The generated reference's module (``reference_source``; internal: the batch
+        reference runs it too), in ``sys.modules`` while this variant lives: dynamo
         imports the module of a function it inlines by name (``torch.compile`` of
         ``reference`` failed with ModuleNotFoundError for a reference calling its helpers)."""
         from attnc.codegen.torch_ref import load_reference
@@ -88,23 +94,23 @@ class Variant:
     @property
     def reference_source(self) -> str:
         """The generated PyTorch reference (Python source)."""
-        return self._reference_module.__source__
+        return self.reference_module.__source__
 
-    def _resolve(
+    def resolve_request(
         self, q: torch.Tensor, k: torch.Tensor, params: Mapping[str, object]
     ) -> dict[str, Any]:
         """Validated runtime params for inputs shaped like ``q`` and ``k`` (one request: a
         ``kv_len`` tensor has k.shape[0] entries, a ``q_len`` one q.shape[0], a
         ``batch_size`` one 1). Internal: ``q`` and ``k`` are checked by the caller."""
         heads = (q.shape[1], k.shape[1], q.shape[2])
-        return self._resolve_for(params, heads, q.device, token_sizes(q.shape[0], k.shape[0], 1))
+        return self.resolve_for(params, heads, q.device, token_sizes(q.shape[0], k.shape[0], 1))
 
-    def _resolve_for(
+    def resolve_for(
         self,
         params: Mapping[str, object],
         heads: tuple[int, int, int],
         device: torch.device | str | None,
-        batch_sizes: Mapping[str, int],
+        batch_sizes: Mapping[str, int] | None,
     ) -> dict[str, Any]:
         """Validated runtime params (``resolve_params``) for ``heads`` = (num_qo_heads,
         num_kv_heads, head_dim) and the batch's token counts ``batch_sizes``
@@ -122,7 +128,7 @@ class Variant:
             batch_sizes=batch_sizes,
         )
 
-    def _check_derived_values(
+    def check_derived_values(
         self, values: Mapping[str, object], sm_scale: float, heads: tuple[int, int, int]
     ) -> None:
         """Refuse scalar param values (resolved; a missing one takes its default) whose
@@ -175,9 +181,9 @@ class Variant:
         """
         check_qkv(q, k, v)
         check_flag("return_lse", return_lse)
-        resolved = self._resolve(q, k, params)
+        resolved = self.resolve_request(q, k, params)
         return reference_attention(
-            self._reference_module,
+            self.reference_module,
             q,
             k,
             v,

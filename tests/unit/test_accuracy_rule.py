@@ -49,7 +49,7 @@ def kernel_model(variant, q, k, v, params, kv_tile=KV_TILE):
 
 def _scores(variant, q, k, params):
     """The transformed float32 scores [H, q, kv] of the reference, masked with -inf."""
-    module = variant._reference_module
+    module = variant.reference_module
     from attnc.runtime.reference import _environment
 
     q_len, hq, d = q.shape

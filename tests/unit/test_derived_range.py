@@ -152,13 +152,13 @@ def test_decode_run_refuses_the_call(cpu_decode) -> None:  # noqa: F811
 
 def test_a_checked_key_is_remembered(monkeypatch) -> None:
     v = attnc.load("stdlib:softcap")
-    v._check_derived_values({"cap": 30.0}, SCALE, HEADS)
+    v.check_derived_values({"cap": 30.0}, SCALE, HEADS)
     import attnc.codegen.derived_range as dr
 
     monkeypatch.setattr(dr, "derived_value_problem", lambda *a: "checked again")
-    v._check_derived_values({"cap": 30.0}, SCALE, HEADS)
+    v.check_derived_values({"cap": 30.0}, SCALE, HEADS)
     with pytest.raises(ValueError, match="checked again"):
-        v._check_derived_values({"cap": 31.0}, SCALE, HEADS)
+        v.check_derived_values({"cap": 31.0}, SCALE, HEADS)
 
 
 def test_the_remembered_keys_are_the_most_recent(monkeypatch) -> None:
@@ -169,14 +169,14 @@ def test_the_remembered_keys_are_the_most_recent(monkeypatch) -> None:
     monkeypatch.setattr(variant_module, "_DERIVED_CHECKS_KEPT", 4)
     v = attnc.load("stdlib:softcap")
     for cap in (1.0, 2.0, 3.0, 4.0, 1.0, 5.0):  # 1.0 used again: 2.0 is the oldest
-        v._check_derived_values({"cap": cap}, SCALE, HEADS)
+        v.check_derived_values({"cap": cap}, SCALE, HEADS)
     assert [key[0][0][1] for key in v._derived_checked] == [3.0, 4.0, 1.0, 5.0]
 
 
 def test_variants_without_derived_values_skip_the_check() -> None:
     v = attnc.load("stdlib:causal")
     assert v._derived_exprs == ()
-    v._check_derived_values({}, SCALE, HEADS)
+    v.check_derived_values({}, SCALE, HEADS)
     assert not v._derived_checked  # nothing to check, nothing remembered
 
 

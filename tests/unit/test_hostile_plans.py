@@ -217,14 +217,14 @@ def test_a_scalar_param_past_the_float_or_printable_range_is_named(variant, valu
     v = attnc.load(f"stdlib:{variant}")
     name = "cap" if variant == "softcap" else "window"
     with pytest.raises(ValueError, match=f"^variant '{variant}': {words}"):
-        v._resolve_for({name: value}, (HQ, HKV, D), "cpu", {})
+        v.resolve_for({name: value}, (HQ, HKV, D), "cpu", {})
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, np.float64(math.inf), 3.4028234e38])
 def test_an_f32_param_of_inf_or_near_the_f32_maximum_is_taken(value) -> None:
     """inf given as inf is a value (a variant may mean it); the largest float32 is too."""
     v = attnc.load("stdlib:softcap")
-    assert v._resolve_for({"cap": value}, (HQ, HKV, D), "cpu", {})["cap"] == float(value)
+    assert v.resolve_for({"cap": value}, (HQ, HKV, D), "cpu", {})["cap"] == float(value)
 
 
 @pytest.mark.parametrize("flag", ["no", 0, None, np.False_])

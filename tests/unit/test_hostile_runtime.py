@@ -141,7 +141,7 @@ def test_decode_plan_params_must_be_a_mapping(cpu_decode, params) -> None:  # no
 
 def test_run_time_param_names_that_are_not_strings_are_unknown_params() -> None:
     q = torch.randn(3, 4, 64)
-    values = attnc.load("stdlib:softcap")._resolve_for
+    values = attnc.load("stdlib:softcap").resolve_for
     with pytest.raises(ValueError, match="^variant 'softcap': unknown param '7'; params are: cap"):
         values({7: 1.0, "cap": 2.0}, (4, 2, 64), q.device, {})
 

@@ -52,7 +52,7 @@ def _thread(call: Callable[[], object], errors: list[BaseException]) -> threadin
 
 @pytest.mark.parametrize(
     ("memo_name", "plan"),
-    [("_planned_masks", _plan_params), ("_closed_form_ranges", _closed_form)],
+    [("planned_masks", _plan_params), ("closed_form_ranges", _closed_form)],
 )
 def test_two_threads_evicting_one_memo_both_plan(
     memo_name: str, plan: Callable[[object, int], object]
@@ -60,7 +60,8 @@ def test_two_threads_evicting_one_memo_both_plan(
     """Thread A stops between choosing the oldest entry and dropping it; thread B plans
     another window meanwhile (it may wait for A, up to a second); both must succeed."""
     variant = attnc.load("stdlib:sliding_window")
-    memo = variant.__dict__[memo_name] = _PausingMemo(mask_ranges._PLANNED_MASKS)
+    memo = _PausingMemo(mask_ranges._PLANNED_MASKS)
+    setattr(variant.memo, memo_name, memo)
     errors: list[BaseException] = []
     thread_a = memo.paused_thread = _thread(lambda: plan(variant, 1), errors)
     thread_a.start()

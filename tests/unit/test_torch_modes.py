@@ -303,8 +303,8 @@ def test_a_compiled_reference_finds_its_module() -> None:
     torch.testing.assert_close(
         _compiled_reference(v, q, k, vv), v.reference(q, k, vv, x=2.0), rtol=0, atol=0
     )
-    name = v._reference_module.__name__
-    assert sys.modules[name] is v._reference_module
+    name = v.reference_module.__name__
+    assert sys.modules[name] is v.reference_module
     del v
     gc.collect()
     assert name not in sys.modules

@@ -17,7 +17,7 @@ import numbers
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from attnc.runtime.planning.host_planner_abi import (
 from attnc.runtime.planning.plan_params import MaskReads, plan_value, variant_mask_reads
 from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
 from attnc.runtime.value_keys import same_number, value_key
+
+if TYPE_CHECKING:  # annotations only: the planners need no import of the variant module
+    from attnc.runtime.variant import Variant
 
 
 def plan_time_bounds(
@@ -192,7 +195,7 @@ class PlannedMask:
 
     @staticmethod
     def from_values(
-        variant: object,
+        variant: Variant,
         scalars: Mapping[str, object],
         tensors: Mapping[str, torch.Tensor],
         *,
@@ -210,7 +213,7 @@ class PlannedMask:
             for k, t in tensors.items()
             if k in per_request
         }
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        analysis = variant.compiled.mask_analysis
         if per_req:
             program = tile_range_program(analysis, bound, per_req)
         else:
@@ -223,7 +226,7 @@ class PlannedMask:
         return PlannedMask(_with_given(kept, scalars), stamps, program)
 
     @staticmethod
-    def from_plan_params(variant: object, params: Mapping[str, object]) -> PlannedMask:
+    def from_plan_params(variant: Variant, params: Mapping[str, object]) -> PlannedMask:
         """Check the params given to ``plan()`` (scalars only): the mask's bounds are
         planned with those they read, and ``run()`` must be given every one again.
         Remembered per variant and values (a decode step plans every token)."""
@@ -232,17 +235,17 @@ class PlannedMask:
             hash(key)
         except TypeError:  # an unhashable value: checked (and refused) below, not remembered
             return PlannedMask._checked(variant, params)
-        memo: dict = variant.__dict__.setdefault("_planned_masks", {})
+        memo = variant.memo.planned_masks
         found = memo.get(key)
         if found is None:
             found = _remember(memo, key, PlannedMask._checked(variant, params))
         return found
 
     @staticmethod
-    def _checked(variant: object, params: Mapping[str, object]) -> PlannedMask:
-        decls = variant.params  # type: ignore[attr-defined]
-        given = check_plan_params(decls, params, variant_name=variant.name)  # type: ignore[attr-defined]
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+    def _checked(variant: Variant, params: Mapping[str, object]) -> PlannedMask:
+        decls = variant.params
+        given = check_plan_params(decls, params, variant_name=variant.name)
+        analysis = variant.compiled.mask_analysis
         names = mask_bound_params(analysis)
         bound = {k: v for k, v in given.items() if k in names}
         # run() must be given every checked scalar again (those the bounds read among them)
@@ -273,7 +276,7 @@ def _with_given(kept: Mapping[str, object], given: Mapping[str, object]) -> dict
 
 
 def _map_scalars(
-    variant: object,
+    variant: Variant,
     reads: MaskReads,
     scalars: Mapping[str, object],
     tensors: Mapping[str, torch.Tensor],
@@ -285,7 +288,7 @@ def _map_scalars(
     if not reads.needs_tile_map:
         return {}
     out: dict[str, object] = {}
-    for decl in variant.params:  # type: ignore[attr-defined]
+    for decl in variant.params:
         if decl.name not in reads.params:
             continue
         value = plan_value(decl, scalars, tensors)
@@ -296,29 +299,29 @@ def _map_scalars(
     return out
 
 
-def bound_names(variant: object) -> tuple[frozenset[str], frozenset[str]]:
+def bound_names(variant: Variant) -> tuple[frozenset[str], frozenset[str]]:
     """(params the mask's bounds read, those of them that are ``batch_size`` tensors),
-    remembered on the variant."""
-    found = variant.__dict__.get("_mask_bound_names")
+    remembered in the variant's memo."""
+    found = variant.memo.bound_names
     if found is None:
-        names = mask_bound_params(variant.compiled.mask_analysis)  # type: ignore[attr-defined]
+        names = mask_bound_params(variant.compiled.mask_analysis)
         per_request = frozenset(
             d.name
-            for d in variant.params  # type: ignore[attr-defined]
+            for d in variant.params
             if d.kind == "tensor" and d.dims == ("batch_size",) and d.name in names
         )
-        found = variant.__dict__["_mask_bound_names"] = (names, per_request)
+        found = variant.memo.bound_names = (names, per_request)
     return found
 
 
-def _closed_form(variant: object, bound: Mapping[str, object]) -> RangeProgram | None:
+def _closed_form(variant: Variant, bound: Mapping[str, object]) -> RangeProgram | None:
     """``tile_range_program`` of checked scalar ``bound`` values, remembered per variant and
     values (the same values give the same program object)."""
     key = tuple(sorted((k, *value_key(v)) for k, v in bound.items()))
-    memo: dict = variant.__dict__.setdefault("_closed_form_ranges", {})
+    memo: dict = variant.memo.closed_form_ranges
     found = memo.get(key, _MISSING)  # None (no ranges) is remembered too
     if found is _MISSING:
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        analysis = variant.compiled.mask_analysis
         found = _remember(memo, key, tile_range_program(analysis, bound))
     return found
 

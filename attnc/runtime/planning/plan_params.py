@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from attnc.runtime.checks.params import (
 )
 from attnc.runtime.checks.tensors import is_dense, negated_view
 from attnc.runtime.value_keys import value_key
+
+if TYPE_CHECKING:  # annotations only: the planners need no import of the variant module
+    from attnc.runtime.variant import Variant
 
 
 @dataclass(frozen=True)
@@ -67,21 +71,21 @@ def plan_value(
     return decl.default if given is None else given
 
 
-def variant_mask_reads(variant: object) -> MaskReads:
-    """``mask_reads`` of a variant's IR, remembered on the variant."""
-    found = variant.__dict__.get("_mask_reads")
+def variant_mask_reads(variant: Variant) -> MaskReads:
+    """``mask_reads`` of a variant's IR, remembered in the variant's memo."""
+    found = variant.memo.mask_reads
     if found is None:
-        found = variant.__dict__["_mask_reads"] = mask_reads(variant.ir)  # type: ignore[attr-defined]
+        found = variant.memo.mask_reads = mask_reads(variant.ir)
     return found
 
 
-def _tensor_decls(variant: object) -> frozenset[str]:
-    """Names of the variant's tensor params, remembered on the variant."""
-    found = variant.__dict__.get("_tensor_param_names")
+def _tensor_decls(variant: Variant) -> frozenset[str]:
+    """Names of the variant's tensor params, remembered in the variant's memo."""
+    found = variant.memo.tensor_param_names
     if found is None:
-        decls = variant.params  # type: ignore[attr-defined]
+        decls = variant.params
         found = frozenset(d.name for d in decls if d.kind == "tensor")
-        variant.__dict__["_tensor_param_names"] = found
+        variant.memo.tensor_param_names = found
     return found
 
 
@@ -104,7 +108,7 @@ def _passes(decl: ir.ParamDecl, value: object, sizes: Mapping[str, int], device:
 
 
 def split_plan_params(
-    variant: object,
+    variant: Variant,
     params: Mapping[str, object],
     *,
     sizes: Mapping[str, int],
@@ -115,8 +119,8 @@ def split_plan_params(
     head_dim and the batch sizes (``checks.params.token_sizes``)."""
     if not params:
         return {}, {}
-    name = variant.name  # type: ignore[attr-defined]
-    decls = variant.params  # type: ignore[attr-defined]
+    name = variant.name
+    decls = variant.params
     tensor_decls_of = _tensor_decls(variant)
     scalars = {k: v for k, v in params.items() if k not in tensor_decls_of}
     checked = check_plan_params(decls, scalars, variant_name=name) if scalars else {}

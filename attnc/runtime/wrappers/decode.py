@@ -67,10 +67,9 @@ class BatchDecodeWrapper(DecodePlanning):
     def _init_run_side(self) -> None:
         """The packed-params cache and the custom-op handle of this wrapper."""
         variant = self.variant
-        self._packer = ParamsPacker(variant.params)  # type: ignore[attr-defined]
+        self._packer = ParamsPacker(variant.params)
         self._all_defaults = all(
-            d.kind != "tensor" and d.default is not None
-            for d in variant.params  # type: ignore[attr-defined]
+            d.kind != "tensor" and d.default is not None for d in variant.params
         )
         self._applied: CachedCall | None = None  # the cached call whose fields are in _args
         self.handle = register_wrapper(self)
@@ -105,7 +104,7 @@ class BatchDecodeWrapper(DecodePlanning):
             # Still valid for the current plan: as many q rows, every planned page in the cache.
             if hit is not None and hit.q_rows == self._q_rows and self._max_page < hit.num_pages:
                 if self._planned_mask.tensors:  # the key knows the object, not its writes
-                    check_planned_tensors(self.variant.name, self._planned_mask.tensors, params)  # type: ignore[attr-defined]
+                    check_planned_tensors(self.variant.name, self._planned_mask.tensors, params)
                 result = self._run_cached(hit, q, out, return_lse)
                 if result is not None:
                     return result
@@ -114,7 +113,7 @@ class BatchDecodeWrapper(DecodePlanning):
         values = self._resolve(params, shape)
         if self._planned_mask.values or self._planned_mask.tensors:
             self._planned_mask.check_run(
-                self.variant.name,  # type: ignore[attr-defined]
+                self.variant.name,
                 values or self._resolve(params, shape, full=True),
             )
         o = self._check_memory(q, views, out, values)
@@ -218,8 +217,8 @@ class BatchDecodeWrapper(DecodePlanning):
         q = self._check_q(q, shape)
         views = self._paged_views(kv_cache, shape)
         values = self._resolve(params, shape, full=True)
-        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
-        decls = self.variant.params  # type: ignore[attr-defined]
+        self._planned_mask.check_run(self.variant.name, values)
+        decls = self.variant.params
         ints, floats, tensor_params = split_params(decls, values)
         o, lse = decode_op(
             self.handle, q, views.k, views.v, ints, floats, tensor_params, return_lse
@@ -240,7 +239,7 @@ class BatchDecodeWrapper(DecodePlanning):
         shape, module = self._shape, self._module
         assert shape is not None and module is not None
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
-        self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
+        self.variant.check_derived_values(values, shape.sm_scale, heads)
         o, lse = attention_outputs(q, return_lse)
         layout = abi.paged_kv_code(self.kv_layout)
         views = KvViews(k, v, layout, k.shape[0], shape.page_size)
@@ -300,13 +299,13 @@ class BatchDecodeWrapper(DecodePlanning):
         """The checked param values (``resolve_params``); ``{}`` when none are given and every
         param has a scalar default (the packer then uses its struct of the defaults), unless
         ``full``. The values the kernel derives from them are checked too
-        (``Variant._check_derived_values``)."""
+        (``Variant.check_derived_values``)."""
         heads = (shape.num_qo_heads, shape.num_kv_heads, shape.head_dim)
         if not full and not params and self._all_defaults:
             values: dict[str, object] = {}
         else:
-            values = self.variant._resolve_for(params, heads, self._device, self._token_sizes)  # type: ignore[attr-defined]
-        self.variant._check_derived_values(values, shape.sm_scale, heads)  # type: ignore[attr-defined]
+            values = self.variant.resolve_for(params, heads, self._device, self._token_sizes)
+        self.variant.check_derived_values(values, shape.sm_scale, heads)
         return values
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -50,6 +51,9 @@ from attnc.runtime.wrappers.decode_plan_inputs import (
     ids_placement,
     scalar_key,
 )
+
+if TYPE_CHECKING:
+    from attnc.runtime.variant import Variant
 
 MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
@@ -93,7 +97,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
 
     def __init__(
         self,
-        variant: object,
+        variant: Variant,
         workspace_buffer: torch.Tensor,
         kv_layout: str = "NHD",
         use_cuda_graph: bool = False,
@@ -146,7 +150,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         self._planned_mask = NO_PLANNED_MASK  # the params given to plan(), its mask's KV ranges
         # Variants that read a kv_len tensor get kv_token_start (else the args' pointer is
         # null and kernels use 0); their run() checks tensor shapes against the batch.
-        decls = variant.params  # type: ignore[attr-defined]
+        decls = variant.params
         self._reads_kv_tokens = any(d.kind == "tensor" and d.dims[:1] == ("kv_len",) for d in decls)
         self.last_schedule: StepPlan | None = None
         self._init_run_side()
@@ -273,7 +277,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         key = scalar_key(params)
         if key is not None and key == self._mask_key:
             return self._planned_mask, key
-        tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}  # type: ignore[attr-defined]
+        tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}
         if sizes and any(name in tensor_names for name in params):
             _refuse_per_key_tensors(self.variant, params)
             indptr, hq, hkv, d, q_len = sizes
@@ -453,7 +457,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         key = (dtype, head_dim, rows_needed)
         hit = self._modules.get(key)
         if hit is None:
-            ir = self.variant.ir  # type: ignore[attr-defined]
+            ir = self.variant.ir
             module = get_decode_module(ir, dtype, head_dim, toolchain.device_arch(self._device))
             with torch.cuda.device(self._device):
                 rows, kv_tile, per_sm = module.shape(head_dim, rows_needed)
@@ -487,10 +491,10 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         a.variant_params_size = ctypes.sizeof(self._module.params_type)  # type: ignore[union-attr]
 
 
-def _refuse_per_key_tensors(variant: object, params: Mapping[str, object]) -> None:
+def _refuse_per_key_tensors(variant: Variant, params: Mapping[str, object]) -> None:
     """A decode ``plan()`` sizes KV ranges from scalars and per-request tensors: a tensor of
     one value per KV token (``[kv_len]``) belongs to ``run()``; say so, not its size."""
-    name, decls = variant.name, variant.params  # type: ignore[attr-defined]
+    name, decls = variant.name, variant.params
     for decl in decls:
         if decl.kind == "tensor" and decl.name in params and "kv_len" in decl.dims:
             raise ValueError(

@@ -9,6 +9,7 @@ in ``single_prefill.py``; the ctypes launch and the ``attnc::prefill`` custom op
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -39,6 +40,9 @@ from attnc.runtime.planning.tile_map import TileMapSummary, summarize
 from attnc.runtime.wrappers import prefill_batch, prefill_calls, prefill_launch, prefill_tile_map
 from attnc.runtime.wrappers.prefill_run import PrefillRunner
 
+if TYPE_CHECKING:
+    from attnc.runtime.variant import Variant
+
 
 class BatchPrefillWrapper(PrefillRunner):
     """Prefill over a batch of requests with ragged or paged KV.
@@ -67,7 +71,7 @@ class BatchPrefillWrapper(PrefillRunner):
 
     def __init__(
         self,
-        variant: object,
+        variant: Variant,
         workspace_buffer: torch.Tensor,
         kv_layout: str = "NHD",
         backend: str | None = None,
@@ -307,7 +311,7 @@ class BatchPrefillWrapper(PrefillRunner):
         found = self._choices.get(key)
         if found is None:
             found = choose_prefill_module(
-                self.variant.ir,  # type: ignore[attr-defined]
+                self.variant.ir,
                 self.backend,
                 dtype=dtype,
                 head_dim=head_dim,
@@ -343,7 +347,7 @@ class BatchPrefillWrapper(PrefillRunner):
         planner_build = prefill_plan_library.build_in_background()
         try:
             prebuild_prefill_module(
-                self.variant.ir,  # type: ignore[attr-defined]
+                self.variant.ir,
                 self.backend,
                 dtype=dtype,
                 head_dim=head_dim,

@@ -205,7 +205,7 @@ def prefill_op(
     values = join_params(module.ir.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
     variant = live_variant(variant_handle)
     if variant is not None and _same_code(variant.ir, module.ir):  # type: ignore[arg-type]
-        variant._check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
+        variant.check_derived_values(values, sm_scale, tuple(meta[_HEADS]))  # type: ignore[arg-type]
     o, lse = attention_outputs(q, return_lse, contiguous_o=True)
     params = pack_params(module, values)
     outputs = PrefillTensors(q, k, v, o, lse if return_lse else None, workspace)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,6 +27,9 @@ from attnc.runtime.wrappers.op_fakes import new_lse, traced_result
 from attnc.runtime.wrappers.params_lists import split_params
 from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
 
+if TYPE_CHECKING:
+    from attnc.runtime.variant import Variant
+
 # A call's memo key, and its kv and params as given.
 _MemoRequest = tuple[tuple[object, ...], object, Mapping[str, object]]
 
@@ -34,7 +38,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
     """``run()`` and ``check()`` of a planned ``BatchPrefillWrapper`` (the attributes below
     are set by its ``plan()``)."""
 
-    variant: object
+    variant: Variant
     kv_layout: str
     _plan: HostPlan | None
     _no_plan_why: str  # what run() says while there is no plan
@@ -93,7 +97,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         tensors.check_same_kind("k", views.k, "q", q)
         if not tensors.same_device_index(self._workspace, q):
             raise ValueError(f"workspace_buffer: on {self._workspace.device}, q on {q.device}")
-        values = self.variant._resolve_for(params, self._heads, q.device, self._batch_sizes)  # type: ignore[attr-defined]
+        values = self.variant.resolve_for(params, self._heads, q.device, self._batch_sizes)
         self._check_planned_values(values)
         if not compiling():
             out = self._check_memory(q, views, out, values)
@@ -138,7 +142,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
 
     def _check_planned_values(self, values: Mapping[str, object]) -> None:
         """The resolved ``values`` agree with the mask params given to ``plan()``."""
-        self._planned_mask.check_run(self.variant.name, values)  # type: ignore[attr-defined]
+        self._planned_mask.check_run(self.variant.name, values)
 
     def _require_plan(self) -> HostPlan:
         if self._plan is None:
@@ -176,12 +180,12 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         for later calls of the plan."""
         module: PrefillModule = self._module
         meta = self._meta
-        self.variant._check_derived_values(values, self._sm_scale, self._heads)  # type: ignore[attr-defined]
+        self.variant.check_derived_values(values, self._sm_scale, self._heads)
         if compiling():
             decls = module.ir.params  # type: ignore[attr-defined]
             ints, floats, tensor_params = split_params(decls, values)
             o, lse = prefill_launch.prefill_op(
-                self.variant.handle, module.module_id, q, views.k, views.v, self._workspace, meta,  # type: ignore[attr-defined]
+                self.variant.handle, module.module_id, q, views.k, views.v, self._workspace, meta,
                 self._sm_scale, ints, floats, tensor_params, return_lse,
             )  # fmt: skip
             return traced_result(o, lse, q, out, return_lse)

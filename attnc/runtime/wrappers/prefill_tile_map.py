@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,6 +35,9 @@ from attnc.runtime.planning.workspace import ALIGN, ITEM_INTS, aligned
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.cuda_stream import raw_stream
 
+if TYPE_CHECKING:
+    from attnc.runtime.variant import Variant
+
 DEFAULT_MAP_SHARE = 8  # the map may take 1/8 of the workspace by default
 DEFAULT_MAP_MAX = 64 << 20
 
@@ -50,7 +54,7 @@ def default_map_reserve(workspace_bytes: int, reads: MaskReads) -> int:
 
 
 def map_values(
-    variant: object,
+    variant: Variant,
     reads: MaskReads,
     scalars: Mapping[str, object],
     tensors: Mapping[str, torch.Tensor],
@@ -62,7 +66,7 @@ def map_values(
     classes). Params the mask does not read get placeholders: zeros (a zero tensor of the
     declared shape, so any read the functor's hoisting does stays in bounds)."""
     values: dict[str, object] = {}
-    for decl in variant.params:  # type: ignore[attr-defined]
+    for decl in variant.params:
         given = plan_value(decl, scalars, tensors)
         if given is None:
             if decl.name in reads.params:

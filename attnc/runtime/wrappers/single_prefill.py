@@ -12,9 +12,9 @@ op and no host code.
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -35,21 +35,11 @@ from attnc.runtime.wrappers.op_fakes import register_attention_fake
 from attnc.runtime.wrappers.params_lists import join_params, split_params
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
+if TYPE_CHECKING:
+    from attnc.runtime.variant import Variant
+
 SINGLE_PARTIAL_BYTES = 8 << 20  # split-KV partial states of one single-request plan
 _SINGLE_PLANS = 8  # planned single-request wrappers kept per variant, thread and stream
-_PLANS_ATTR = "_single_prefill_plans"  # the variant's attribute holding its _ThreadPlans
-_MASK_NAMES: weakref.WeakKeyDictionary[object, tuple[str, ...]] = weakref.WeakKeyDictionary()
-
-
-class _ThreadPlans(threading.local):
-    """One variant's planned single-request wrappers, each thread's own: ``by_key`` maps a
-    plan's key (the stream, the shapes, the mask's scalars) to its wrapper, the least
-    recently used first. The variant holds it (its wrappers reach the variant through a weak
-    reference: the variant and its plans are freed when the caller drops it); a thread's
-    wrappers and workspaces go when the thread ends."""
-
-    def __init__(self) -> None:
-        self.by_key: dict[tuple[object, ...], BatchPrefillWrapper] = {}
 
 
 class _OneRequestWrapper(BatchPrefillWrapper):
@@ -58,8 +48,8 @@ class _OneRequestWrapper(BatchPrefillWrapper):
     counting when the caller drops it (with a strong one, only the cyclic collector freed the
     two, and the workspaces' device memory waited for it)."""
 
-    @property  # type: ignore[override]
-    def variant(self) -> object:
+    @property
+    def variant(self) -> Variant:
         """The variant planned for (alive while a call of it runs)."""
         variant = self._variant_ref()
         if variant is None:  # the variant's own plans go with it: no call reaches here
@@ -67,16 +57,14 @@ class _OneRequestWrapper(BatchPrefillWrapper):
         return variant
 
     @variant.setter
-    def variant(self, variant: object) -> None:
+    def variant(self, variant: Variant) -> None:
         self._variant_ref = weakref.ref(variant)
 
 
-def thread_plans(variant: object) -> dict[tuple[object, ...], BatchPrefillWrapper]:
-    """The calling thread's planned wrappers of ``variant``, by plan key."""
-    store = variant.__dict__.get(_PLANS_ATTR)
-    if store is None:
-        store = variant.__dict__.setdefault(_PLANS_ATTR, _ThreadPlans())
-    return store.by_key
+def thread_plans(variant: Variant) -> dict[tuple[object, ...], BatchPrefillWrapper]:
+    """The calling thread's planned wrappers of ``variant``, by plan key (held by the
+    variant's memo, ``variant_memo.ThreadPlans``)."""
+    return variant.memo.prefill_plans.by_key
 
 
 def _stream_of(device: torch.device) -> int:
@@ -87,7 +75,7 @@ def _stream_of(device: torch.device) -> int:
 
 @forward_only("Variant.prefill")
 def single_prefill(
-    variant: object,
+    variant: Variant,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -104,7 +92,7 @@ def single_prefill(
     q = tensors.check_data_tensor("q", q, (None, None, None))
     k = tensors.check_data_tensor("k", k, (None, None, q.shape[2]))
     tensors.check_same_kind("k", k, "q", q)
-    values = variant._resolve(q, k, params or {})  # type: ignore[attr-defined]
+    values = variant.resolve_request(q, k, params or {})
     if compiling():
         # The checks eager runs before its launch, on the traced shapes and Python values.
         check_single_request(q.shape[0], k.shape[0])
@@ -135,8 +123,8 @@ def single_prefill(
                 )
             if not (sm_scale > 0 if isinstance(sm_scale, int) else 0.0 < sm_scale < math.inf):
                 raise ValueError("sm_scale: must be a finite number > 0")
-        ints, floats, tensor_params = split_params(variant.params, values)  # type: ignore[attr-defined]
-        handle: int = variant.handle  # type: ignore[attr-defined]
+        ints, floats, tensor_params = split_params(variant.params, values)
+        handle: int = variant.handle
         o, lse = single_prefill_op(
             handle, q, k, v, sm_scale, ints, floats, tensor_params, return_lse
         )
@@ -146,7 +134,7 @@ def single_prefill(
 
 
 def run_one(
-    variant: object,
+    variant: Variant,
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -165,18 +153,18 @@ def run_one(
     return wrapper._run_checked(q, views, None, return_lse, values)
 
 
-def _mask_names(variant: object) -> tuple[str, ...]:
+def _mask_names(variant: Variant) -> tuple[str, ...]:
     """The params ``plan()`` is given: those the mask's bounds read (it sizes the tiles' KV
     ranges with them) and, for a mask that reads per-token tensors, every param the mask
-    reads (they build the tile map, per call). Remembered per variant."""
-    names = _MASK_NAMES.get(variant)
+    reads (they build the tile map, per call). Remembered in the variant's memo."""
+    names = variant.memo.prefill_mask_names
     if names is None:
-        analysis = variant.compiled.mask_analysis  # type: ignore[attr-defined]
+        analysis = variant.compiled.mask_analysis
         found = set(mask_bound_params(analysis))
         reads = variant_mask_reads(variant)
         if reads.needs_tile_map:
             found |= reads.params
-        names = _MASK_NAMES[variant] = tuple(sorted(found))
+        names = variant.memo.prefill_mask_names = tuple(sorted(found))
     return names
 
 
@@ -228,7 +216,7 @@ def _narrowest_tile(group: int, q_len: int) -> int:
 
 
 def _planned(
-    variant: object,
+    variant: Variant,
     q: torch.Tensor,
     k: torch.Tensor,
     sm_scale: float | None,
@@ -307,7 +295,7 @@ def single_prefill_op(
             f"attnc::single_prefill: variant handle {variant_handle} names no live variant; "
             "keep the Variant a graph calls alive while the graph is used"
         )
-    values = join_params(variant.params, int_params, float_params, tensor_params)  # type: ignore[attr-defined]
+    values = join_params(variant.params, int_params, float_params, tensor_params)
     # The process default, as eager calls without a backend take it (ATTNC_PREFILL_BACKEND).
     result = run_one(variant, q, k, v, sm_scale, return_lse, values, check_backend(None))
     if isinstance(result, tuple):
