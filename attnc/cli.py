@@ -168,6 +168,15 @@ def _build_parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="+", metavar="FILE")
     check.set_defaults(func=_cmd_check)
 
+    _add_compile_parser(sub)
+    lst = sub.add_parser("list", help="list the standard library variants with their docs")
+    lst.set_defaults(func=_cmd_list)
+    _add_test_parser(sub)
+    _add_build_parser(sub)
+    return parser
+
+
+def _add_compile_parser(sub) -> None:
     comp = sub.add_parser("compile", help="print or write a stage of compilation")
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--variant", help="the variant to compile when FILE defines several")
@@ -188,9 +197,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     comp.set_defaults(func=_cmd_compile)
 
-    lst = sub.add_parser("list", help="list the standard library variants with their docs")
-    lst.set_defaults(func=_cmd_list)
 
+def _add_test_parser(sub) -> None:
     test = sub.add_parser(
         "test",
         help="check generated code against the reference (host harness; kernels too with a GPU)",
@@ -214,8 +222,6 @@ def _build_parser() -> argparse.ArgumentParser:
         help="fix a scalar param (random values are drawn otherwise)",
     )
     test.set_defaults(func=_cmd_test)
-    _add_build_parser(sub)
-    return parser
 
 
 def _add_build_parser(sub) -> None:

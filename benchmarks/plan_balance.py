@@ -77,21 +77,21 @@ def cpu_planner(doc_classes: np.ndarray) -> Iterator[object]:
 
     import attnc
     from attnc.runtime import abi
-    from attnc.runtime.wrappers import prefill
+    from attnc.runtime.wrappers import prefill, prefill_ctas
     from attnc.runtime.wrappers.prefill import BatchPrefillWrapper, PrefillChoice
 
     variant = attnc.load("stdlib:doc_causal")
     fields = {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)}
     module = type("StandIn", (), fields)()
-    saved = prefill.choose_prefill_module, prefill._device_ctas
+    saved = prefill.choose_prefill_module, prefill_ctas.device_ctas
     prefill.choose_prefill_module = lambda *a, **k: PrefillChoice("sm90", module, TILE_Q)
-    prefill._device_ctas = lambda *a, **k: CTAS
+    prefill_ctas.device_ctas = lambda *a, **k: CTAS
     try:
         w = BatchPrefillWrapper(variant, torch.empty(128 << 20, dtype=torch.uint8))
         w._map_builder = lambda values, q, kv, tile, block: doc_classes.reshape(-1)
         yield w
     finally:
-        prefill.choose_prefill_module, prefill._device_ctas = saved
+        prefill.choose_prefill_module, prefill_ctas.device_ctas = saved
 
 
 def rows(item_cost: float) -> list[dict]:

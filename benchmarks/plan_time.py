@@ -44,7 +44,7 @@ import attnc
 from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning import prefill_planner
-from attnc.runtime.wrappers import prefill, prefill_batch
+from attnc.runtime.wrappers import prefill, prefill_batch, prefill_ctas
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 HQ, HKV, D = 32, 8, 128
@@ -101,13 +101,13 @@ def stand_in(variant: object) -> Iterator[None]:
     (three consumers, 192 packed rows at 32 / 8 heads)."""
     fields = {"module_id": "m", "ir": variant.ir, "params_type": abi.params_struct(variant.params)}
     module = type("StandIn", (), fields)()
-    saved = prefill.choose_prefill_module, prefill._device_ctas
+    saved = prefill.choose_prefill_module, prefill_ctas.device_ctas
     prefill.choose_prefill_module = lambda *a, **k: PrefillChoice("sm90", module, 48)
-    prefill._device_ctas = lambda *a, **k: 132
+    prefill_ctas.device_ctas = lambda *a, **k: 132
     try:
         yield
     finally:
-        prefill.choose_prefill_module, prefill._device_ctas = saved
+        prefill.choose_prefill_module, prefill_ctas.device_ctas = saved
 
 
 def measure(plan: Callable[[], None], stages: Stages, calls: int) -> dict[str, float]:

@@ -477,3 +477,39 @@ def test_an_empty_page_table_takes_the_fast_path(cpu, monkeypatch):
     for ids in (torch.empty(0, dtype=torch.int32), torch.zeros(3, dtype=torch.int32)[:0]):
         _plan(w, indptr, ids, last)
     assert checked == []
+
+
+@pytest.mark.parametrize(("name", "graph"), [("vanilla", False), ("doc_causal", True)])
+def test_a_checked_plan_writes_the_plan_fixed_launch_fields(cpu, name, graph):
+    """The fields of AttncDecodeArgs a checked plan fixes: the workspace regions' addresses
+    (kv_token_start only for a variant that reads a kv_len tensor), heads, page size, layout,
+    grid, merge CTAs and flag, scale and the params struct's size; a fast-path plan keeps them
+    and sets the merge flag again."""
+    w = make_wrapper(name=name, graph=graph)
+    w._reads_kv_tokens = name == "doc_causal"
+    args = page_table(np.random.default_rng(2), 8)
+    _plan(w, *args, sm_scale=0.125)
+    base, lay, a = w._ws.data_ptr(), w.layout, w._args
+    regions = ("header", "cta_indptr", "items", "req_page_begin", "req_kv_len", "page_ids")
+    want = {field: base + getattr(lay, field) for field in regions}
+    want.update(
+        kv_token_start=base + lay.kv_token_start if w._reads_kv_tokens else None,
+        merge_items=base + lay.merge_items,
+        part_o=base + lay.partials,
+        part_lse=base + lay.part_lse_offset(DIM),
+        num_qo_heads=HQ,
+        num_kv_heads=HKV,
+        head_dim=DIM,
+        page_size=PAGE,
+        kv_layout=abi.paged_kv_code("NHD"),
+        rows_per_item=16,
+        num_ctas=min(2 * 132, lay.max_ctas),
+        merge_ctas=2 * 132,
+        flags=FLAG_MERGE if graph or w.last_schedule.merge_rows > 0 else 0,
+        sm_scale=0.125,
+        variant_params_size=ctypes.sizeof(abi.params_struct(w.variant.ir.params)),
+    )
+    assert {field: getattr(a, field) for field in want} == want
+    _plan(w, *args, sm_scale=0.125)
+    assert w._fast is not None
+    assert {field: getattr(a, field) for field in want} == want

@@ -73,8 +73,9 @@ def test_run_paths_mark_the_launch():
 
     from attnc.runtime.wrappers import decode
 
+    assert "module.launch(" not in inspect.getsource(decode.BatchDecodeWrapper.run)
     for fn in (
-        decode.BatchDecodeWrapper.run,
+        decode.BatchDecodeWrapper._run_checked,
         decode.BatchDecodeWrapper._run_cached,
         decode.BatchDecodeWrapper._launch_functional,
     ):

@@ -124,7 +124,7 @@ def test_only_the_hopper_walk_gets_its_items_placed(backend, mask, want):
     a CTA, and both want the heaviest-first list."""
     import attnc
     from attnc.runtime.planning.plan_params import variant_mask_reads
-    from attnc.runtime.wrappers.prefill import walk_ctas
+    from attnc.runtime.wrappers.prefill_ctas import walk_ctas
 
     variant = attnc.load(source=f"variant v {{\n {mask}\n}}")
     assert walk_ctas(backend, variant_mask_reads(variant), 132) == want

@@ -13,7 +13,7 @@ import attnc
 from attnc.runtime import abi
 from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.checks import tensors
-from attnc.runtime.wrappers import prefill, prefill_launch, prefill_run
+from attnc.runtime.wrappers import prefill_ctas, prefill_launch, prefill_run
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 
 HQ, HKV, D = 4, 2, 64
@@ -59,7 +59,7 @@ def cpu_run(monkeypatch):
         prefill_run, "paged_kv", lambda kv, lay, p, h, d, dev: paged(kv, lay, p, h, d, "cpu")
     )
     monkeypatch.setattr(prefill_launch, "raw_stream", lambda device: 0)
-    monkeypatch.setattr(prefill, "_device_ctas", lambda *a, **k: 8)
+    monkeypatch.setattr(prefill_ctas, "device_ctas", lambda *a, **k: 8)
     return checks
 
 

@@ -18,6 +18,7 @@ fields are written by ``decode_launch.py``.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 
 import torch
@@ -108,6 +109,20 @@ class BatchDecodeWrapper(DecodePlanning):
                 result = self._run_cached(hit, q, out, return_lse)
                 if result is not None:
                     return result
+        return self._run_checked(q, kv_cache, return_lse, out, params, shape, key)
+
+    def _run_checked(
+        self,
+        q: torch.Tensor,
+        kv_cache: object,
+        return_lse: bool,
+        out: torch.Tensor | None,
+        params: dict[str, object],
+        shape: DecodeShape,
+        key: tuple[object, ...] | None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """``run()`` past the cached calls: every check, the launch, and the call remembered
+        under its ``key`` (None: not cacheable)."""
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape)
@@ -128,15 +143,27 @@ class BatchDecodeWrapper(DecodePlanning):
         if self._debug_checks:
             self._page_status.check_after_run()
         if key is not None:
-            kv_range = _kv_range(views)
-            hit = remember_call(
-                self._args, q, out, views.num_pages, struct, params, values, kv_range
-            )
-            if hit is not None:
-                if len(self._calls) >= MAX_CACHED_CALLS:
-                    self._calls.clear()
-                self._calls[key] = self._applied = hit
+            self._remember(key, q, out, views, struct, params, values)
         return (o, lse) if lse is not None else o
+
+    def _remember(
+        self,
+        key: tuple[object, ...],
+        q: torch.Tensor,
+        out: torch.Tensor | None,
+        views: KvViews,
+        struct: ctypes.Structure,
+        params: Mapping[str, object],
+        values: Mapping[str, object],
+    ) -> None:
+        """Keep a checked call's launch fields under its ``key`` for later calls (none when
+        ``remember_call`` declines it); a full cache is emptied first."""
+        kv_range = _kv_range(views)
+        hit = remember_call(self._args, q, out, views.num_pages, struct, params, values, kv_range)
+        if hit is not None:
+            if len(self._calls) >= MAX_CACHED_CALLS:
+                self._calls.clear()
+            self._calls[key] = self._applied = hit
 
     def _check_memory(
         self,

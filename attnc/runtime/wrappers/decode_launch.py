@@ -1,6 +1,7 @@
-"""Owns: the per-call half of a decode launch: the q/k/v/o/lse pointers, strides and params
-struct written into ``AttncDecodeArgs``, and the current CUDA stream handed to the launcher.
-(The plan writes the other half: workspace pointers, heads, grid; see ``decode.py``.)
+"""Owns: the fields of ``AttncDecodeArgs``: the plan-fixed half (workspace pointers, heads,
+grid; ``fill_plan_fields``, written by each checked ``plan()``) and the per-call half (the
+q/k/v/o/lse pointers, strides and params struct; ``fill_call_fields``), and the current CUDA
+stream handed to the launcher.
 """
 
 from __future__ import annotations
@@ -11,16 +12,57 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from attnc.runtime import abi
-from attnc.runtime.abi import AttncDecodeArgs
+from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import pool_size
 from attnc.runtime.checks.tensors import check_param_memory
+from attnc.runtime.planning.workspace import WorkspaceLayout
 from attnc.runtime.wrappers.cuda_stream import raw_stream
+from attnc.runtime.wrappers.decode_plan_inputs import DecodeShape
 
 # O's strides (but the last dim's) are whole multiples of this many elements (decode_launcher.cuh).
 DECODE_O_STRIDE_MULTIPLE = 4
 
-__all__ = ["fill_call_fields", "raw_stream"]
+__all__ = ["fill_call_fields", "fill_plan_fields", "raw_stream"]
+
+
+def fill_plan_fields(
+    args: AttncDecodeArgs,
+    layout: WorkspaceLayout,
+    base: int,
+    shape: DecodeShape,
+    *,
+    kv_layout: str,
+    token_starts: bool,
+    merge_ctas: int,
+    merge: bool,
+    params_size: int,
+) -> None:
+    """Write a checked plan's fields into ``args``: the workspace regions' addresses (from
+    ``base``; ``kv_token_start`` only with ``token_starts``), the heads, page size, KV layout
+    and grid of ``shape``, the merge CTAs and flag, and the params struct's size."""
+    a, lay = args, layout
+    a.header = base + lay.header
+    a.cta_indptr = base + lay.cta_indptr
+    a.items = base + lay.items
+    a.req_page_begin = base + lay.req_page_begin
+    a.req_kv_len = base + lay.req_kv_len
+    a.page_ids = base + lay.page_ids
+    a.kv_token_start = base + lay.kv_token_start if token_starts else None
+    a.merge_items = base + lay.merge_items
+    a.part_o = base + lay.partials
+    a.part_lse = base + lay.part_lse_offset(shape.head_dim)
+    a.num_qo_heads = shape.num_qo_heads
+    a.num_kv_heads = shape.num_kv_heads
+    a.head_dim = shape.head_dim
+    a.page_size = shape.page_size
+    a.kv_layout = abi.paged_kv_code(kv_layout)
+    a.rows_per_item = shape.rows_per_item
+    a.num_ctas = shape.num_ctas
+    a.merge_ctas = merge_ctas
+    a.flags = FLAG_MERGE if merge else 0
+    a.sm_scale = shape.sm_scale
+    a.variant_params_size = params_size
 
 
 def fill_call_fields(

@@ -1,7 +1,7 @@
 """Owns: the small value types of the decode ``plan()``: its unchecked arguments
 (``PlanInputs``), what a plan fixes about the launch (``DecodeShape``), what the fast path
-reuses from the last checked plan (``FastPathKey``, ``scalar_key``) and where the fast path
-takes page ids from (``ids_placement``)."""
+reuses from the last checked plan (``FastPathKey``, ``scalar_key``), which arguments it takes
+(``fast_path_takes``) and where it takes page ids from (``ids_placement``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ from typing import NamedTuple
 
 import torch
 
+from attnc.runtime.checks import memory
 from attnc.runtime.planning.mask_ranges import RangeProgram
 from attnc.runtime.value_keys import value_key
+
+_Tensor = torch.Tensor
+_I32 = torch.int32
 
 
 class PlanInputs(NamedTuple):
@@ -43,6 +47,69 @@ class FastPathKey:
         self.key = key
         self.q_len = q_len
         self.program = program
+
+
+def fast_path_takes(
+    fast: FastPathKey,
+    program: RangeProgram | None,
+    kv_indptr: object,
+    kv_indices: object,
+    kv_last_page_len: object,
+    num_qo_heads: object,
+    num_kv_heads: object,
+    head_dim: object,
+    page_size: object,
+    q_len_per_request: object,
+    sm_scale: object,
+    dtype: object,
+) -> bool:
+    """Whether ``plan()``'s fast path takes these arguments: the scalars of the last checked
+    plan ``fast`` (same types, so their checks pass again) and its planned mask's rows
+    (``program``: none, or the same planned mask's rows object), and a page table it takes
+    as it is (``_plain_tables``). Everything else is checked in C++."""
+    return (
+        program is fast.program
+        and _plain_tables(kv_indptr, kv_indices, kv_last_page_len)
+        # types before the key: comparing a numpy array to it is ambiguous
+        and type(num_qo_heads) is int
+        and type(num_kv_heads) is int
+        and type(head_dim) is int
+        and type(page_size) is int
+        and type(q_len_per_request) is int
+        and (sm_scale is None or type(sm_scale) is float)
+        and type(dtype) is torch.dtype
+        and (num_qo_heads, num_kv_heads, head_dim, page_size, q_len_per_request, sm_scale, dtype)
+        == fast.key
+    )
+
+
+def _plain_tables(kv_indptr: object, kv_indices: object, kv_last_page_len: object) -> bool:
+    """True for a page table as contiguous 1-D int32 tensors with storage behind them, the
+    indptr and last-page lengths on the CPU (the page ids on a device or the CPU:
+    ``ids_placement``)."""
+    return (
+        type(kv_indptr) is _Tensor
+        and type(kv_last_page_len) is _Tensor
+        and type(kv_indices) is _Tensor
+        and not memory.transforms_active()  # vmap wraps plain Tensors without storage
+        and kv_indptr.dtype is _I32
+        and kv_last_page_len.dtype is _I32
+        and kv_indices.dtype is _I32
+        and kv_indptr.is_cpu
+        and kv_last_page_len.is_cpu
+        and kv_indptr.dim() == 1
+        and kv_last_page_len.dim() == 1
+        and kv_indices.dim() == 1
+        and kv_indptr.is_contiguous()
+        and kv_last_page_len.is_contiguous()
+        and kv_indices.is_contiguous()
+        # views with the negative bit hold -x for x: the checked path reads them resolved
+        and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
+        # bytes behind each (not a zero tensor or a freed storage): checked then otherwise
+        and memory.storage_holds(kv_indptr)
+        and memory.storage_holds(kv_last_page_len)
+        and memory.storage_holds(kv_indices)
+    )
 
 
 def ids_placement(kv_indices: torch.Tensor, device_index: int) -> bool | None:

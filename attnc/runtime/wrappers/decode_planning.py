@@ -1,7 +1,8 @@
 """Owns: the plan half of ``BatchDecodeWrapper``: the workspace layout and the C++ planner
 (``planning/decode_plan.py``) made at construction, ``plan()`` (a fast path for a step that
 repeats the last plan's shape, and the fully checked path), the decode module per shape,
-and the plan-fixed fields of ``AttncDecodeArgs`` (workspace pointers, heads, grid).
+and the plan-fixed fields of ``AttncDecodeArgs`` (workspace pointers, heads, grid), which
+``decode_launch.fill_plan_fields`` writes.
 
 ``plan()`` hands the page table to the planner, which checks it, writes the work lists into
 a pinned host buffer and copies them with one copy into the fixed work region of the
@@ -18,11 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from attnc.runtime import abi
 from attnc.runtime.abi import FLAG_MERGE, AttncDecodeArgs
 from attnc.runtime.build import toolchain
 from attnc.runtime.build.modules import DecodeModule, get_decode_module
-from attnc.runtime.checks import memory, tensors
+from attnc.runtime.checks import tensors
 from attnc.runtime.checks.kv import KvViews
 from attnc.runtime.checks.page_status import PageStatus, debug_checks_enabled
 from attnc.runtime.checks.params import (
@@ -48,6 +48,7 @@ from attnc.runtime.wrappers.decode_plan_inputs import (
     DecodeShape,
     FastPathKey,
     PlanInputs,
+    fast_path_takes,
     ids_placement,
     scalar_key,
 )
@@ -59,8 +60,6 @@ MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
 MAX_CTAS_PER_SM = 8
 _GET_RAW_STREAM = cuda_stream.GET_RAW_STREAM
-_Tensor = torch.Tensor
-_I32 = torch.int32
 
 
 def _count(name: str, value: int | None, default: int) -> int:
@@ -200,61 +199,13 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             mask = self._mask_ranges(params, sizes)
             program = mask[0].program
         fast = self._fast
-        # Fast path: the scalars of the last plan (same types, so their checks pass again),
-        # the page table as contiguous int32 CPU tensors, the page ids contiguous int32 on
-        # the workspace's device or the CPU. Everything else is checked in C++.
-        if (
-            fast is not None
-            and program is fast.program  # none, or the same planned mask (same range rows)
-            and type(kv_indptr) is _Tensor
-            and type(kv_last_page_len) is _Tensor
-            and type(kv_indices) is _Tensor
-            and not memory.transforms_active()  # vmap wraps plain Tensors without storage
-            # types before the key: comparing a numpy array to it is ambiguous
-            and type(num_qo_heads) is int
-            and type(num_kv_heads) is int
-            and type(head_dim) is int
-            and type(page_size) is int
-            and type(q_len_per_request) is int
-            and (sm_scale is None or type(sm_scale) is float)
-            and type(dtype) is torch.dtype
-            and (
-                num_qo_heads,
-                num_kv_heads,
-                head_dim,
-                page_size,
-                q_len_per_request,
-                sm_scale,
-                dtype,
-            )
-            == fast.key  # fmt: skip
-            and kv_indptr.dtype is _I32
-            and kv_last_page_len.dtype is _I32
-            and kv_indices.dtype is _I32
-            and kv_indptr.is_cpu
-            and kv_last_page_len.is_cpu
-            and kv_indptr.dim() == 1
-            and kv_last_page_len.dim() == 1
-            and kv_indices.dim() == 1
-            and kv_indptr.is_contiguous()
-            and kv_last_page_len.is_contiguous()
-            and kv_indices.is_contiguous()
-            # views with the negative bit hold -x for x: the slow path reads them resolved
-            and not (kv_indptr.is_neg() or kv_last_page_len.is_neg() or kv_indices.is_neg())
-            # bytes behind each (not a zero tensor or a freed storage): checked below otherwise
-            and memory.storage_holds(kv_indptr)
-            and memory.storage_holds(kv_last_page_len)
-            and memory.storage_holds(kv_indices)
-        ):
+        if fast is not None and fast_path_takes(
+            fast, program, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
+            head_dim, page_size, q_len_per_request, sm_scale, dtype,
+        ):  # fmt: skip
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
-                sched = self._native_step(
-                    fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device
-                )
-                self._set_token_sizes(fast.q_len)
-                self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
-                self.last_schedule = sched
-                self._last_kv = None
+                self._plan_fast(fast, kv_indptr, kv_indices, kv_last_page_len, on_device)
                 self._commit_mask(mask)
                 return
         inputs = PlanInputs(
@@ -263,6 +214,22 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         )  # fmt: skip
         self._plan_checked(inputs, program)
         self._commit_mask(mask)
+
+    def _plan_fast(
+        self,
+        fast: FastPathKey,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+        on_device: bool,
+    ) -> None:
+        """The fast path's plan (``fast_path_takes``): the last checked plan's shape with a
+        new page table, scheduled and copied in C++."""
+        sched = self._native_step(fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device)
+        self._set_token_sizes(fast.q_len)
+        self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
+        self.last_schedule = sched
+        self._last_kv = None
 
     def _mask_ranges(
         self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
@@ -318,61 +285,103 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         the fast path does not take, or the mask's range rows ``program`` from plan-time
         params); the page table's values are checked by the planner."""
         self._fast = None
-        kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads = inputs[:5]
-        head_dim, page_size, q_len, sm_scale, dtype = inputs[5:]
-        # The one check of the scalars (the fast path only recognises checked ones).
-        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
-        tensors.check_dtype_arg(dtype)
-        page_size = tensors.check_int("page_size", page_size)
-        q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
-        scale = tensors.check_sm_scale(sm_scale, head_dim)
+        kv_indptr, kv_indices, kv_last_page_len = inputs[:3]
+        num_qo_heads, num_kv_heads, head_dim, page_size, q_len, scale = self._checked_scalars(
+            inputs
+        )
         indptr = tensors.host_int32("kv_indptr", kv_indptr)
         last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
         pages_dev = self._check_indices(kv_indices)
         ids = kv_indices.detach().resolve_neg().contiguous()
         module, rows, kv_tile, per_sm = self._module_for(
-            dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
+            inputs.dtype, head_dim, q_len * (num_qo_heads // num_kv_heads)
         )
         num_ctas = max(1, min(per_sm * self._num_sms, self.layout.max_ctas))
         shape = DecodeShape(
-            num_qo_heads, num_kv_heads, head_dim, page_size, q_len, dtype, scale, rows, num_ctas
-        )
-        if self.use_cuda_graph and self._shape is not None and shape != self._shape:
-            raise ValueError(
-                "plan: a use_cuda_graph wrapper must keep num_qo_heads, num_kv_heads, head_dim, "
-                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, "
-                f"got {shape})"
-            )
-        row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // rows)
-        native = self._planner()
-        native.configure(
-            q_len, num_qo_heads, num_kv_heads, row_blocks, num_ctas, kv_tile,
-            self.layout.max_part_rows(head_dim), page_size, self.layout.max_items,
+            num_qo_heads, num_kv_heads, head_dim, page_size, q_len, inputs.dtype, scale, rows,
+            num_ctas,
         )  # fmt: skip
+        self._check_graph_shape(shape)
+        native = self._configured_planner(shape, kv_tile)
         extra = None
         if program is not None and program.by_request:  # the rows' per-request columns
-            if program.reads_lengths:
-                tables = ((indptr.data_ptr(), indptr.shape[0]), (last.data_ptr(), last.shape[0]))
-                kv_lens = native.check(*tables, (ids.data_ptr(), ids.shape[0]), pages_dev)
-            else:
-                kv_lens = np.zeros(max(indptr.shape[0] - 1, 0), np.int64)
-            extra = program.extra(np.full_like(kv_lens, q_len), kv_lens)
+            extra = self._range_columns(program, native, (indptr, last, ids), pages_dev, q_len)
         native.set_ranges(program, extra)
         native.set_visible(None)
         sched = self._native_step(q_len, indptr, ids, last, pages_dev)
         self._set_token_sizes(q_len)
         # Plans whose rows have per-request columns compute them each time (never the fast
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
+        sm_scale = inputs.sm_scale
         if extra is None and (sm_scale is None or type(sm_scale) is float):
-            key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, dtype)
+            key = (num_qo_heads, num_kv_heads, head_dim, page_size, q_len, sm_scale, inputs.dtype)
             self._fast = FastPathKey(key, q_len, program)
+        self._keep_shape(shape, module, sched)
+
+    def _checked_scalars(self, inputs: PlanInputs) -> tuple[int, int, int, int, int, float]:
+        """The one check of the plan's scalars (the fast path only recognises checked ones):
+        num_qo_heads, num_kv_heads, head_dim, page_size and q_len as ints, and the scale the
+        kernels take."""
+        num_qo_heads, num_kv_heads, head_dim = inputs[3:6]
+        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+        num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
+        tensors.check_dtype_arg(inputs.dtype)
+        page_size = tensors.check_int("page_size", inputs.page_size)
+        q_len = tensors.check_int("q_len_per_request", inputs.q_len, 1, MAX_Q_LEN)
+        scale = tensors.check_sm_scale(inputs.sm_scale, head_dim)
+        return num_qo_heads, num_kv_heads, head_dim, page_size, q_len, scale
+
+    def _check_graph_shape(self, shape: DecodeShape) -> None:
+        """A ``use_cuda_graph`` wrapper's later plans keep the shape of its first."""
+        if self.use_cuda_graph and self._shape is not None and shape != self._shape:
+            raise ValueError(
+                "plan: a use_cuda_graph wrapper must keep num_qo_heads, num_kv_heads, head_dim, "
+                f"page_size, q_len_per_request, dtype and sm_scale (planned {self._shape}, "
+                f"got {shape})"
+            )
+
+    def _configured_planner(self, shape: DecodeShape, kv_tile: int) -> DecodePlanner:
+        """The planner, configured for a plan of ``shape`` over KV tiles of ``kv_tile``."""
+        q_len, num_qo_heads, num_kv_heads = shape.q_len, shape.num_qo_heads, shape.num_kv_heads
+        row_blocks = -(-q_len * (num_qo_heads // num_kv_heads) // shape.rows_per_item)
+        native = self._planner()
+        native.configure(
+            q_len, num_qo_heads, num_kv_heads, row_blocks, shape.num_ctas, kv_tile,
+            self.layout.max_part_rows(shape.head_dim), shape.page_size, self.layout.max_items,
+        )  # fmt: skip
+        return native
+
+    def _range_columns(
+        self,
+        program: RangeProgram,
+        native: DecodePlanner,
+        tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+        pages_dev: bool,
+        q_len: int,
+    ) -> np.ndarray | None:
+        """The per-request columns of the mask's range rows ``program`` (read from the KV
+        lengths, which the planner checks the page ``tables`` for, when the rows read them)."""
+        indptr, last, ids = tables
+        if program.reads_lengths:
+            spans = ((indptr.data_ptr(), indptr.shape[0]), (last.data_ptr(), last.shape[0]))
+            kv_lens = native.check(*spans, (ids.data_ptr(), ids.shape[0]), pages_dev)
+        else:
+            kv_lens = np.zeros(max(indptr.shape[0] - 1, 0), np.int64)
+        return program.extra(np.full_like(kv_lens, q_len), kv_lens)
+
+    def _keep_shape(self, shape: DecodeShape, module: DecodeModule, sched: StepPlan) -> None:
+        """A checked plan's shape, module and schedule, and the launch fields they fix."""
         if shape != self._shape:
             self._calls.clear()  # cached calls hold strides and params of the old shape
             self._shape = shape
         self._module = module
         self.last_schedule = sched
-        self._fill_static_args(shape, sched)
+        decode_launch.fill_plan_fields(
+            self._args, self.layout, self._ws.data_ptr(), shape, kv_layout=self.kv_layout,
+            token_starts=self._reads_kv_tokens, merge_ctas=2 * self._num_sms,
+            merge=self.use_cuda_graph or sched.merge_rows > 0,
+            params_size=ctypes.sizeof(module.params_type),
+        )  # fmt: skip
         self._last_kv = None
 
     def _planner(self) -> DecodePlanner:
@@ -464,31 +473,6 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             hit = (module, rows, kv_tile, max(per_sm, 1))
             self._modules[key] = hit
         return hit
-
-    def _fill_static_args(self, shape: DecodeShape, sched: StepPlan) -> None:
-        a, lay, base = self._args, self.layout, self._ws.data_ptr()
-        a.header = base + lay.header
-        a.cta_indptr = base + lay.cta_indptr
-        a.items = base + lay.items
-        a.req_page_begin = base + lay.req_page_begin
-        a.req_kv_len = base + lay.req_kv_len
-        a.page_ids = base + lay.page_ids
-        a.kv_token_start = base + lay.kv_token_start if self._reads_kv_tokens else None
-        a.merge_items = base + lay.merge_items
-        a.part_o = base + lay.partials
-        a.part_lse = base + lay.part_lse_offset(shape.head_dim)
-        a.num_qo_heads = shape.num_qo_heads
-        a.num_kv_heads = shape.num_kv_heads
-        a.head_dim = shape.head_dim
-        a.page_size = shape.page_size
-        a.kv_layout = abi.paged_kv_code(self.kv_layout)
-        a.rows_per_item = shape.rows_per_item
-        a.num_ctas = shape.num_ctas
-        a.merge_ctas = 2 * self._num_sms
-        merge = self.use_cuda_graph or sched.merge_rows > 0
-        a.flags = FLAG_MERGE if merge else 0
-        a.sm_scale = shape.sm_scale
-        a.variant_params_size = ctypes.sizeof(self._module.params_type)  # type: ignore[union-attr]
 
 
 def _refuse_per_key_tensors(variant: Variant, params: Mapping[str, object]) -> None:

@@ -28,7 +28,6 @@ from attnc.runtime.checks.params import check_params_arg, check_variant, token_s
 from attnc.runtime.planning import prefill_plan_library, workspace_owner
 from attnc.runtime.planning.mask_ranges import NO_PLANNED_MASK, PlannedMask
 from attnc.runtime.planning.plan_params import (
-    MaskReads,
     params_keys,
     split_plan_params,
     variant_mask_reads,
@@ -37,7 +36,13 @@ from attnc.runtime.planning.prefill_plan import HostPlan, host_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.planning.tensor_stamps import own_write
 from attnc.runtime.planning.tile_map import TileMapSummary, summarize
-from attnc.runtime.wrappers import prefill_batch, prefill_calls, prefill_launch, prefill_tile_map
+from attnc.runtime.wrappers import (
+    prefill_batch,
+    prefill_calls,
+    prefill_ctas,
+    prefill_launch,
+    prefill_tile_map,
+)
 from attnc.runtime.wrappers.prefill_run import PrefillRunner
 
 if TYPE_CHECKING:
@@ -151,16 +156,8 @@ class BatchPrefillWrapper(PrefillRunner):
         unchanged). Tensors are checked against the batch: a ``kv_len`` tensor has
         sum(kv_len) entries, a ``q_len`` one sum(q_len), a ``batch_size`` one batch.
         """
-        heads = (num_qo_heads, num_kv_heads, head_dim)
-        # Types first: comparing a numpy array to the checked heads is ambiguous.
-        if not _plain_ints(num_qo_heads, num_kv_heads, head_dim) or heads != self._checked_heads:
-            tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
-            heads = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
-            self._checked_heads = heads
+        heads, sm = self._plan_scalars(num_qo_heads, num_kv_heads, head_dim, dtype, sm_scale)
         num_qo_heads, num_kv_heads, head_dim = heads
-        if type(dtype) is not torch.dtype or dtype not in tensors.KV_DTYPES:
-            tensors.check_dtype_arg(dtype)
-        sm = tensors.check_sm_scale(sm_scale, head_dim)
         if self._planner is None:
             self._first_builds(dtype, head_dim, paged=kv_indices is not None)
         planner = self._planner if self._planner is not None else self._host_planner()
@@ -174,7 +171,6 @@ class BatchPrefillWrapper(PrefillRunner):
         )
         group, max_q = num_qo_heads // num_kv_heads, max(checked.max_q, 1)
         choice = self._module_choice(dtype, head_dim, group, max_q, paged)
-        module, tile = choice.module, choice.tile_q_tokens
         self._map_written = False
         try:
             host, host_map = self._plan_lists(
@@ -187,22 +183,60 @@ class BatchPrefillWrapper(PrefillRunner):
             if self._map_written:  # over the map of the plan in force: that plan is gone
                 self._forget_plan()
             raise
+        self._keep_plan(choice, host, host_map, planned_mask)
+        self._keep_launch(host, heads, dtype, sm)
+
+    def _plan_scalars(
+        self,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        sm_scale: float | None,
+    ) -> tuple[tuple[int, int, int], float]:
+        """The plan's heads as ints (checked unless they are the plain ints last checked),
+        then its dtype checked, and the scale the kernels take."""
+        heads = (num_qo_heads, num_kv_heads, head_dim)
+        # Types first: comparing a numpy array to the checked heads is ambiguous.
+        if not _plain_ints(num_qo_heads, num_kv_heads, head_dim) or heads != self._checked_heads:
+            tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+            heads = (int(num_qo_heads), int(num_kv_heads), int(head_dim))
+            self._checked_heads = heads
+        if type(dtype) is not torch.dtype or dtype not in tensors.KV_DTYPES:
+            tensors.check_dtype_arg(dtype)
+        return heads, tensors.check_sm_scale(sm_scale, heads[2])
+
+    def _keep_plan(
+        self,
+        choice: PrefillChoice,
+        host: HostPlan,
+        host_map: np.ndarray | None,
+        planned_mask: PlannedMask,
+    ) -> None:
+        """A successful plan's lists, module, tile map and mask become the plan in force (its
+        calls' memo starts empty)."""
         self._planned_mask = planned_mask
         self.planned_backend = choice.backend
-        self._map_host = None if host_map is None else (host_map, tile)
+        self._map_host = None if host_map is None else (host_map, choice.tile_q_tokens)
         self._map_summary = None
-        self._plan, self._module = host, module
+        self._plan, self._module = host, choice.module
         self._memo = {}
+
+    def _keep_launch(
+        self, host: HostPlan, heads: tuple[int, int, int], dtype: torch.dtype, sm: float
+    ) -> None:
+        """What ``run()`` reads of the plan in force, as plain values (``run()`` reads no host
+        tensor: ``torch.compile`` traces it), and the launch's ``meta``."""
         self._heads = heads
         self._batch_sizes = self._sizes_of[1]
         self._dtype = dtype
         self._sm_scale = sm
-        # Plain ints for run(): it reads no host tensor (torch.compile traces it).
         self._total_q, self._total_kv = int(host.total_q), int(host.nnz)
         self._max_page = int(host.max_page)
         self._paged, self._page_size = bool(host.paged), int(host.page_size)
         status = self._page_status.ptr if host.paged else 0
-        self._meta = prefill_launch.launch_meta(host, self._heads, self._kv_code(host), status)
+        kv_code = abi.paged_kv_code(self.kv_layout) if host.paged else abi.KV_RAGGED
+        self._meta = prefill_launch.launch_meta(host, self._heads, kv_code, status)
 
     def _plan_lists(
         self,
@@ -230,10 +264,10 @@ class BatchPrefillWrapper(PrefillRunner):
                 queued = found
             elif found is not None:
                 host_map = self._build_map(module, found)
-        ctas = _device_ctas(module, self._workspace.device, head_dim, group, max_q)
+        ctas = prefill_ctas.device_ctas(module, self._workspace.device, head_dim, group, max_q)
         planner.configure(
             num_qo_heads, num_kv_heads, head_dim, tile, ctas, self._workspace.numel(),
-            self._map_reserve, walk_ctas=walk_ctas(choice.backend, self._reads, ctas),
+            self._map_reserve, walk_ctas=prefill_ctas.walk_ctas(choice.backend, self._reads, ctas),
         )  # fmt: skip
         self._wait_for_copy()  # the planner's buffer is the source of the last plan's copy
         host = host_plan(planner, head_dim, planned_mask.program, host_map, queued is not None)
@@ -429,11 +463,6 @@ class BatchPrefillWrapper(PrefillRunner):
         )  # fmt: skip
         return values, inputs
 
-    def _kv_code(self, host: HostPlan) -> int:
-        if not host.paged:
-            return abi.KV_RAGGED
-        return abi.paged_kv_code(self.kv_layout)
-
     def _copy_to_workspace(self, host: HostPlan) -> None:
         """Copy the packed lists (the planner's buffer, pinned for a CUDA workspace) to the
         workspace; on a device an event marks when the buffer may be written again."""
@@ -462,34 +491,6 @@ _CHOICES = 64  # module choices a wrapper remembers
 _MapStep = tuple[dict[str, object], prefill_tile_map.MapInputs]
 
 
-def walk_ctas(backend: str, reads: MaskReads, ctas: int) -> int:
-    """The planner's ``walk_ctas`` for a plan run by ``backend`` on ``ctas`` CTAs: the Hopper
-    kernel takes a list without a tile map by the alternating walk (one CTA an SM), so its
-    items are placed for it; a mask that reads token tensors makes its CTAs take items as they
-    finish, and the FA2 kernel runs an item a CTA: both keep the heaviest-first list (0)."""
-    return ctas if backend == "sm90" and not reads.needs_tile_map else 0
-
-
 def _plain_ints(*values: object) -> bool:
     """True when every value is a Python int (not a bool, not a numpy int)."""
     return all(type(v) is int for v in values)
-
-
-_CTAS: dict[tuple[str, int, int, int, int], int] = {}
-
-
-def _device_ctas(
-    module: PrefillModule, device: torch.device, head_dim: int, group: int, max_q: int
-) -> int:
-    """CTAs of the kernel shape for (group, max_q) the device holds at once (SMs x per SM)."""
-    if device.type != "cuda":
-        return 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (module.module_id, index, head_dim, group, module.tile_q_tokens(head_dim, group, max_q))
-    found = _CTAS.get(key)
-    if found is None:
-        with torch.cuda.device(index):
-            per_sm = module.ctas_per_sm(head_dim, group, max_q)
-        sms = torch.cuda.get_device_properties(index).multi_processor_count
-        found = _CTAS[key] = max(per_sm, 1) * sms
-    return found
