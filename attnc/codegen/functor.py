@@ -361,12 +361,13 @@ def key_value_terms(compiled: Compiled) -> tuple[ir.Expr, ...]:
         return key_terms([e for e in (compiled.variant.mask, score) if e is not None])
 
 
-def emit_functor(compiled: Compiled, source_file: str | None = None) -> str:
+def emit_functor(compiled: Compiled, source_file: str | None = None, *, header: bool = True) -> str:
     """The C++ text of the functor struct (a self-contained header). Its first comment names
     ``source_file`` (its base name) when given: a module's functor names none, so the same
-    text compiles to the same module whichever file it was read from."""
+    text compiles to the same module whichever file it was read from. ``header`` False leaves
+    out ``#pragma once`` (the text pasted into a module's .cu file)."""
     with deep_recursion():
-        return _emit_functor(compiled, source_file)
+        return _emit_functor(compiled, source_file, header)
 
 
 def unguarded_value_exprs(compiled: Compiled) -> tuple[ir.Expr, ...]:
@@ -403,7 +404,7 @@ def _element_exprs(
     return exprs
 
 
-def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
+def _emit_functor(compiled: Compiled, source_file: str | None, header: bool) -> str:
     v = compiled.variant
     affine: AffineScore | None = compiled.affine
     hoister, log2_score, raw_score = _hoisted(compiled)
@@ -446,6 +447,7 @@ def _emit_functor(compiled: Compiled, source_file: str | None) -> str:
         name=struct_name(v),
         variant_name=comment_text(v.name),
         source=comment_text(os.path.basename(source_file)) if source_file else None,
+        header=header,
         param_fields=param_fields(v),
         request_values=hoister.request_values(),
         row_values=hoister.row_values(),

@@ -19,7 +19,7 @@ def render_module(
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-    functor = emit_functor(analysed(variant)).replace("#pragma once\n", "")
+    functor = emit_functor(analysed(variant), header=False)
     return render_template(
         template,
         variant_name=comment_text(variant.name),

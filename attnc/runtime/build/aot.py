@@ -96,7 +96,7 @@ def shared_modules(arch: str, kind: str) -> list[AotModule]:
     """The modules every variant's runtime uses, as the runtime builds them: the host decode
     and prefill planners (built for their own fixed arch) and ``merge_state``."""
     # Imported here: build/ is below planning/ and codegen's module text is only needed now.
-    from attnc.codegen.decode_module import MERGE_STATE_SOURCE
+    from attnc.codegen.decode_module import render_merge_state_module
     from attnc.runtime.planning import decode_plan_library as planner
     from attnc.runtime.planning import prefill_plan_library as prefill_planner
 
@@ -108,7 +108,7 @@ def shared_modules(arch: str, kind: str) -> list[AotModule]:
         spec = jit.ModuleSpec("prefill_plan", prefill_planner.source(), prefill_planner.BUILD_FLAGS)
         out.append(AotModule("-", "prefill_planner", "-", 0, spec, prefill_planner.ARCH))
     if kind == "all":
-        spec = jit.ModuleSpec("merge_state", MERGE_STATE_SOURCE)
+        spec = jit.ModuleSpec("merge_state", render_merge_state_module())
         out.append(AotModule("-", "merge_state", "-", 0, spec, arch))
     return out
 

@@ -26,9 +26,11 @@ def _library(arch: str) -> ctypes.CDLL:
     with _LOCK:
         lib = _LIBS.get(arch)
         if lib is None:
-            from attnc.codegen.decode_module import MERGE_STATE_SOURCE
+            from attnc.codegen.decode_module import render_merge_state_module
 
-            lib = jit.load_library(jit.build_module("merge_state", MERGE_STATE_SOURCE, arch=arch))
+            lib = jit.load_library(
+                jit.build_module("merge_state", render_merge_state_module(), arch=arch)
+            )
             lib.attnc_merge_state.argtypes = [ctypes.c_void_p] * 6 + [
                 ctypes.c_int64,
                 ctypes.c_int32,
