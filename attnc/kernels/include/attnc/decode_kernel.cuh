@@ -1,5 +1,5 @@
-// Owns: the batched paged decode kernel (sm80+) for one variant functor V -- the loop of a
-// CTA over its work items -- and the kernel that merges split-KV partial states.
+// Owns: the batched paged decode kernel (sm80+) for one variant functor V: the loop of a
+// CTA over its work items.
 //
 // Decode kernel: a persistent grid; CTA b runs work items [cta_indptr[b], cta_indptr[b+1]).
 // A work item is (request, KV head, row block, KV chunk [begin, end)) (decode_item.cuh). The
@@ -12,8 +12,8 @@
 // the warps' states are combined in shared memory in a fixed order at the end of the item.
 // One pipeline runs over all items of the CTA (with Tile::kCrossItem the next item's first
 // tiles are in flight while the current one finishes). Unsplit items write the final output
-// (and LSE); split items write fp32 partial states that the merge kernel combines in chunk
-// order (no atomics: bit-identical run to run) (decode_output.cuh).
+// (and LSE); split items write fp32 partial states (decode_output.cuh) that the merge kernel
+// (decode_merge.cuh) combines in chunk order (no atomics: bit-identical run to run).
 #pragma once
 
 #include <math_constants.h>
@@ -26,9 +26,7 @@
 #include "decode_output.cuh"
 #include "decode_tile.cuh"
 #include "decode_warp_state.cuh"
-#include "merge_state.cuh"
 #include "mma.cuh"
-#include "partial_merge.cuh"
 #include "smem_layout.cuh"
 #include "variant_contract.cuh"
 
@@ -153,41 +151,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocks)
   static_assert(VariantContract<V>::ok, "");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   decode_cta<V, T, Tile>(a, params, smem_bytes);
-}
-
-// One warp per (split request, token, head) row: merges the request's partial states in
-// chunk order, applies V::output and writes O (and LSE).
-template <class V, class T, int HEAD_DIM>
-__global__ void __launch_bounds__(128)
-    decode_merge_kernel(const AttncDecodeArgs a, const typename V::Params params) {
-  constexpr int kWarps = 4;
-  const int q_len = a.header[ATTNC_DH_Q_LEN];
-  const int total = a.header[ATTNC_DH_MERGE_ROWS];
-  const int per_req = q_len * a.num_qo_heads;
-  const int lane = threadIdx.x % 32;
-  for (int row = blockIdx.x * kWarps + threadIdx.x / 32; row < total;
-       row += gridDim.x * kWarps) {
-    const int mi = row / per_req;
-    const int rem = row - mi * per_req;
-    const int token = rem / a.num_qo_heads;
-    const int head = rem - token * a.num_qo_heads;
-    const int32_t* me = a.merge_items + mi * ATTNC_MI_SIZE;
-    const int request = me[ATTNC_MI_REQUEST];
-    const int chunks = me[ATTNC_MI_NUM_CHUNKS];
-    const int base = me[ATTNC_MI_PART_BASE];
-    auto row_of = [&](int c) -> int64_t {
-      return (static_cast<int64_t>(base + c) * q_len + token) * a.num_qo_heads + head;
-    };
-    const V var(params, RequestInfo{request, q_len, a.req_kv_len[request], a.num_qo_heads,
-                                    a.num_kv_heads, HEAD_DIM, a.sm_scale, request * q_len,
-                                    kv_token_start_of(a.kv_token_start, request)});
-    const int64_t orow = static_cast<int64_t>(request) * q_len + token;
-    T* dst = static_cast<T*>(a.o) + orow * a.o_stride_tok +
-             static_cast<int64_t>(head) * a.o_stride_head;
-    const float lse = warp_merge_row<V, T, HEAD_DIM>(a.part_o, a.part_lse, chunks, row_of, var,
-                                                     var.row(token, head), dst, lane);
-    if (a.lse != nullptr && lane == 0) a.lse[orow * a.num_qo_heads + head] = lse;
-  }
 }
 
 }  // namespace attnc

@@ -29,6 +29,7 @@
 
 #include "decode_args.h"
 #include "decode_kernel.cuh"
+#include "decode_merge.cuh"
 #include "launch_checks.h"
 #include "mask_math.cuh"
 #include "module_exports.h"

@@ -1,7 +1,8 @@
 // Owns: combining the fp32 partial states of split-KV work into final rows: one warp merges
 // the chunks of one (token, head) row in chunk order (no atomics, so results are
 // bit-identical run to run), applies V::output and stores O in the output dtype; and the
-// prefill merge kernel that walks the plan's merge list (prefill_args.h).
+// prefill merge kernel that walks the plan's merge list (prefill_args.h). The decode merge
+// kernel, on the same row merge, is decode_merge.cuh's.
 #pragma once
 
 #include <math_constants.h>
