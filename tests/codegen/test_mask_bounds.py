@@ -167,7 +167,7 @@ def test_classifier_with_bounds_compiles_without_local_memory(tmp_path, arch, na
     struct = code.split("struct ", 1)[1].split(" ", 1)[0]
     src = tmp_path / "map.cu"
     src.write_text(
-        f'#include "attnc/tile_map.cuh"\n{code}\nATTNC_DEFINE_TILE_MAP_BUILDER({struct})\n'
+        f'#include "attnc/tile_map_builder.cuh"\n{code}\nATTNC_DEFINE_TILE_MAP_BUILDER({struct})\n'
     )
     cubin = tmp_path / "map.cubin"
     cmd = [NVCC, "-cubin", "-O3", "-std=c++17", *arch, f"-I{INCLUDE}", str(src), "-o", str(cubin)]

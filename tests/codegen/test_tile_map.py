@@ -178,7 +178,7 @@ def test_ragged_tails_and_full_boxes(host_map_binary: Path) -> None:
 def _compile_kernel(tmp_path: Path, arch: list[str]) -> Path:
     src = tmp_path / "tile_map_module.cu"
     src.write_text(
-        '#include "attnc/tile_map.cuh"\n#include "token_mask_functor.h"\n'
+        '#include "attnc/tile_map_builder.cuh"\n#include "token_mask_functor.h"\n'
         "ATTNC_DEFINE_TILE_MAP_BUILDER(TokenMaskFunctor)\n"
     )
     cubin = tmp_path / "tile_map.cubin"
@@ -265,7 +265,8 @@ def test_args_struct_matches_the_ctypes_mirror(tmp_path: Path, struct: str) -> N
     lines = "\n".join(f'  std::printf("%zu\\n", offsetof({struct}, {n}));' for n in names)
     src = tmp_path / "layout.cpp"
     src.write_text(
-        '#include <cstddef>\n#include <cstdio>\n#include "attnc/tile_map.cuh"\nint main() {\n'
+        '#include <cstddef>\n#include <cstdio>\n#include "attnc/tile_map_builder.cuh"\n'
+        "int main() {\n"
         f'{lines}\n  std::printf("%zu\\n", sizeof({struct}));\n  return 0;\n}}\n'
     )
     exe = _build_host(src, tmp_path / "layout")

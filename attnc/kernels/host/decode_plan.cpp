@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "decode_step.h"
+#include "decode_step_cuda.h"
 
 extern "C" {
 

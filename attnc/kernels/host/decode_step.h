@@ -3,11 +3,9 @@
 // pinned buffers (a CUDA event), host page ids checked and staged in one pass
 // (decode_plan_ids.h), the plan (decode_plan.h), and the two stream-ordered copies
 // (pinned work region -> workspace, page ids -> workspace) followed by the event record. The
-// CUDA calls go through ``Cuda`` so a test switch can replace them by synchronous host
-// memcpys (the "device" memory then is host memory).
+// CUDA calls go through ``Cuda`` (decode_step_cuda.h).
 #pragma once
 #include <stdint.h>
-#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -16,69 +14,12 @@
 
 #include "decode_plan.h"
 #include "decode_plan_ids.h"
+#include "decode_step_cuda.h"
 #include "mask_range_rows.h"
 #include "page_table_check.h"
 
 namespace attnc {
 namespace decode_plan {
-
-// The CUDA runtime calls of the step; with ``fake`` set (tests without a GPU) copies are
-// synchronous host memcpys and events are counted only.
-struct Cuda {
-  bool fake = false;
-  int64_t copies = 0, records = 0, waits = 0, creates = 0;
-
-  cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, void* stream) {
-    ++copies;
-    if (fake) {
-      memcpy(dst, src, n);
-      return cudaSuccess;
-    }
-    return cudaMemcpyAsync(dst, src, n, kind, static_cast<cudaStream_t>(stream));
-  }
-  cudaError_t record(AttncStepParams& s) {
-    if (s.event == nullptr) {
-      ++creates;
-      if (fake) {
-        s.event = this;  // any non-null handle
-      } else {
-        // On the workspace's device, whatever the current one is (as torch.cuda.Event does).
-        int prev = 0;
-        cudaError_t e = cudaGetDevice(&prev);
-        if (e == cudaSuccess && prev != s.device) e = cudaSetDevice(static_cast<int>(s.device));
-        cudaEvent_t ev = nullptr;
-        if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-        if (prev != s.device) cudaSetDevice(prev);
-        if (e != cudaSuccess) return e;
-        s.event = ev;
-      }
-    }
-    ++records;
-    if (fake) return cudaSuccess;
-    return cudaEventRecord(static_cast<cudaEvent_t>(s.event), static_cast<cudaStream_t>(s.stream));
-  }
-  cudaError_t wait(const AttncStepParams& s) {
-    if (s.event == nullptr) return cudaSuccess;
-    ++waits;
-    if (fake) return cudaSuccess;
-    return cudaEventSynchronize(static_cast<cudaEvent_t>(s.event));
-  }
-  cudaError_t release(AttncStepParams& s) {
-    if (s.event == nullptr || fake) {
-      s.event = nullptr;
-      return cudaSuccess;
-    }
-    cudaEvent_t ev = static_cast<cudaEvent_t>(s.event);
-    s.event = nullptr;
-    cudaEventSynchronize(ev);  // the pinned buffers are freed after this
-    return cudaEventDestroy(ev);
-  }
-};
-
-inline Cuda& cuda() {
-  static Cuda c;
-  return c;
-}
 
 // A failed page-table check into ``r``: ATTNC_PLAN_INVALID.
 inline int invalid(AttncStepResult* r, const page_table::Fault& f) {

@@ -1,6 +1,6 @@
 """Owns: the plan-time tile map of a mask that reads per-token tensors: its layout (request
 b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the launch of the
-module's generated classifier (``attnc_build_tile_map``, attnc/tile_map.cuh) on the
+module's generated classifier (``attnc_build_tile_map``, attnc/tile_map_builder.cuh) on the
 workspace, the queued steps of a plan that does not wait for its map (``attnc_queue_tile_map``:
 the plan's lists up, the classifier, then the step that cuts and orders the plan's items by the
 map, attnc/item_map_order.cuh), and the per-query-tile summaries the scheduler ranges and costs
@@ -18,7 +18,7 @@ import numpy as np
 
 from attnc.runtime.abi import TILE_EMPTY, TILE_MAP_KV_BLOCK
 
-TILE_MAP_ABI_VERSION = 4  # attnc/tile_map.cuh ATTNC_TILE_MAP_ABI_VERSION
+TILE_MAP_ABI_VERSION = 4  # attnc/tile_map_args.h ATTNC_TILE_MAP_ABI_VERSION
 
 _P = ctypes.c_void_p
 _I32 = ctypes.c_int32
@@ -26,7 +26,7 @@ _N = TypeVar("_N", int, np.ndarray)  # one request's length, or an array of one 
 
 
 class AttncTileMapArgs(ctypes.Structure):
-    """Field-for-field mirror of ``AttncTileMapArgs`` (attnc/tile_map.cuh)."""
+    """Field-for-field mirror of ``AttncTileMapArgs`` (attnc/tile_map_args.h)."""
 
     _fields_ = [
         ("tile_map", _P),
@@ -63,7 +63,7 @@ class AttncItemOrderArgs(ctypes.Structure):
 
 
 class AttncTileMapCopies(ctypes.Structure):
-    """Field-for-field mirror of ``AttncTileMapCopies`` (attnc/tile_map.cuh): the head lists
+    """Field-for-field mirror of ``AttncTileMapCopies`` (attnc/tile_map_args.h): the head lists
     copied up before the classifier, the map copied down after it (page-locked host memory)."""
 
     _fields_ = [
@@ -75,7 +75,7 @@ class AttncTileMapCopies(ctypes.Structure):
 
 
 class AttncPlanUpload(ctypes.Structure):
-    """Field-for-field mirror of ``AttncPlanUpload`` (attnc/tile_map.cuh): the plan's packed
+    """Field-for-field mirror of ``AttncPlanUpload`` (attnc/tile_map_args.h): the plan's packed
     lists, from page-locked host memory into the workspace."""
 
     _fields_ = [("host", _P), ("device", _P), ("bytes", ctypes.c_int64)]

@@ -1,6 +1,6 @@
 // Owns: merging attention states (O, LSE) of disjoint KV ranges: the -inf safe arithmetic
-// (o = sum_i e^{lse_i - lse} o_i, lse = log sum_i e^{lse_i}), a kernel for the public
-// two-state merge, and the extern "C" launcher of the standalone merge_state module.
+// (o = sum_i e^{lse_i - lse} o_i, lse = log sum_i e^{lse_i}) and the kernel of the public
+// two-state merge (its module's launcher: merge_state_launcher.cuh).
 // Sums always run in a fixed order, so results are bit-identical run to run.
 #pragma once
 
@@ -9,8 +9,6 @@
 #include <cuda_runtime.h>
 #include <math_constants.h>
 #include <stdint.h>
-
-#include "module_exports.h"
 
 namespace attnc {
 
@@ -76,33 +74,3 @@ __global__ void merge_state_kernel(const T* o_a, const float* lse_a, const T* o_
 }
 
 }  // namespace attnc
-
-// dtype: 0 float32, 1 bfloat16, 2 float16. Returns 0 or a cudaError_t value.
-#define ATTNC_DEFINE_MERGE_STATE_MODULE()                                                     \
-  ATTNC_EXPORT int attnc_merge_state(const void* o_a, const float* lse_a,                     \
-                                     const void* o_b, const float* lse_b, void* o,            \
-                                     float* lse, int64_t rows, int32_t head_dim,              \
-                                     int32_t dtype, void* stream) {                           \
-    if (rows <= 0 || head_dim <= 0) return 0;                                                 \
-    const int64_t total = rows * head_dim;                                                    \
-    const int threads = 256;                                                                  \
-    const int64_t want = (total + threads - 1) / threads;                                     \
-    const unsigned blocks = static_cast<unsigned>(want < 65535 ? want : 65535);               \
-    cudaStream_t s = static_cast<cudaStream_t>(stream);                                       \
-    if (dtype == 0)                                                                           \
-      attnc::merge_state_kernel<float><<<blocks, threads, 0, s>>>(                            \
-          static_cast<const float*>(o_a), lse_a, static_cast<const float*>(o_b), lse_b,       \
-          static_cast<float*>(o), lse, rows, head_dim);                                       \
-    else if (dtype == 1)                                                                      \
-      attnc::merge_state_kernel<__nv_bfloat16><<<blocks, threads, 0, s>>>(                    \
-          static_cast<const __nv_bfloat16*>(o_a), lse_a,                                      \
-          static_cast<const __nv_bfloat16*>(o_b), lse_b, static_cast<__nv_bfloat16*>(o), lse, \
-          rows, head_dim);                                                                    \
-    else if (dtype == 2)                                                                      \
-      attnc::merge_state_kernel<half><<<blocks, threads, 0, s>>>(                             \
-          static_cast<const half*>(o_a), lse_a, static_cast<const half*>(o_b), lse_b,         \
-          static_cast<half*>(o), lse, rows, head_dim);                                        \
-    else                                                                                      \
-      return 10003;                                                                           \
-    return static_cast<int>(cudaGetLastError());                                              \
-  }
