@@ -1,5 +1,7 @@
-"""Owns: which nodes of an expression sit under a guard (``guard_walk``), and which shared
-sub-expressions that read a tensor a function body always evaluates.
+"""Owns: what a guard is (``guarded_children``: a ?: branch and the right side of && / ||,
+which the kernels evaluate only where the guard selects them), which nodes of an expression
+sit under one (``guard_walk``), and which shared sub-expressions that read a tensor a
+function body always evaluates.
 
 A shared sub-expression gets one local constant at the top of its body. When it reads a
 tensor and sits under a guard (a ?: arm, the right side of && / ||), computing it there runs
@@ -32,13 +34,21 @@ def always_evaluated(
     return seen[id(nodes[-1])]
 
 
+def guarded_children(e: ir.Expr) -> tuple[tuple[ir.Expr, bool], ...]:
+    """``e``'s children, each with whether the kernels evaluate it only under a guard (the
+    branches of ``?:``, the right side of ``&&``/``||``)."""
+    if isinstance(e, ir.Select):
+        return ((e.cond, False), (e.a, True), (e.b, True))
+    if isinstance(e, ir.Binary) and e.op in ir.LOGICAL:
+        return ((e.a, False), (e.b, True))
+    return tuple((c, False) for c in ir.children(e))
+
+
 def _always(node: ir.Expr, binds: set[int], seen: dict[int, frozenset[int]]) -> frozenset[int]:
-    if isinstance(node, ir.Select):
-        found = seen[id(node.cond)] | (seen[id(node.a)] & seen[id(node.b)])
-    elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
-        found = seen[id(node.a)]
-    else:
-        found = _NONE.union(*(seen[id(c)] for c in ir.children(node)))
+    kids = guarded_children(node)
+    found = _NONE.union(*(seen[id(c)] for c, guarded in kids if not guarded))
+    if isinstance(node, ir.Select):  # one of the two guarded branches always runs
+        found |= seen[id(node.a)] & seen[id(node.b)]
     return found | {id(node)} if id(node) in binds else found
 
 
@@ -58,10 +68,5 @@ def guard_walk(
         yield node, guarded
         if not descend(node, guarded):
             continue
-        if isinstance(node, ir.Select):
-            kids = [(node.cond, guarded), (node.a, True), (node.b, True)]
-        elif isinstance(node, ir.Binary) and node.op in ir.LOGICAL:
-            kids = [(node.a, guarded), (node.b, True)]
-        else:
-            kids = [(c, guarded) for c in ir.children(node)]
-        stack.extend(reversed(kids))
+        kids = guarded_children(node)
+        stack.extend((c, guarded or under) for c, under in reversed(kids))

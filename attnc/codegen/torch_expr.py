@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from attnc.codegen.expr_text import ExprText
+from attnc.codegen.guarded_reads import guarded_children
 from attnc.compiler import ir
 
 CALLS = {
@@ -132,6 +133,11 @@ class _TorchText(ExprText):
         finally:
             self.guarded = outer
 
+    def operands(self, e: ir.Expr) -> list[str]:
+        """The texts of ``e``'s children, those under a guard (:func:`guarded_children`)
+        rendered guarded."""
+        return [self.render_guarded(c) if g else self.render(c) for c, g in guarded_children(e)]
+
     def const(self, e: ir.Const) -> str:
         """A constant tensor of the reference's type (binary32 inside a decision)."""
         return _const(e, self.env)
@@ -157,8 +163,8 @@ class _TorchText(ExprText):
 
     def select(self, e: ir.Select) -> str:
         """``torch.where``, its branches guarded."""
-        a, b = self.render_guarded(e.a), self.render_guarded(e.b)
-        return f"torch.where({self.render(e.cond)}, {a}, {b})"
+        cond, a, b = self.operands(e)
+        return f"torch.where({cond}, {a}, {b})"
 
     def cast(self, e: ir.Cast) -> str:
         """``.to`` the reference's float type or int64; f32 to i32 through ``_to_i32``
@@ -178,8 +184,7 @@ class _TorchText(ExprText):
     def binary(self, e: ir.Binary) -> str:
         """Torch operators; i32 ``+ - * /`` wrap and ``/ %`` truncate like C; the right side
         of ``&&``/``||`` is guarded."""
-        a = self.render(e.a)
-        b = self.render_guarded(e.b) if e.op in ir.LOGICAL else self.render(e.b)
+        a, b = self.operands(e)
         if e.op == "/" and e.type == ir.I32:
             return f"_wrap(_idiv({a}, {b}))"
         if e.op in ("+", "-", "*") and e.type == ir.I32:
@@ -190,13 +195,3 @@ class _TorchText(ExprText):
             return f"_fmod({a}, {b})"
         op = {"&&": "&", "||": "|"}.get(e.op, e.op)
         return f"({a} {op} {b})"
-
-
-def guarded_children(e: ir.Expr) -> tuple[tuple[ir.Expr, bool], ...]:
-    """``e``'s children, each with whether the kernels evaluate it only under a guard (the
-    branches of ``?:``, the right side of ``&&``/``||``)."""
-    if isinstance(e, ir.Select):
-        return ((e.cond, False), (e.a, True), (e.b, True))
-    if isinstance(e, ir.Binary) and e.op in ir.LOGICAL:
-        return ((e.a, False), (e.b, True))
-    return tuple((c, False) for c in ir.children(e))

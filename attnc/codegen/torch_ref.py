@@ -6,9 +6,10 @@ import itertools
 import types
 from dataclasses import dataclass
 
+from attnc.codegen.guarded_reads import guarded_children
 from attnc.codegen.names import comment_text
 from attnc.codegen.templates import render_template
-from attnc.codegen.torch_expr import decides, guarded_children, render_torch
+from attnc.codegen.torch_expr import decides, render_torch
 from attnc.compiler import ir
 from attnc.compiler.index_range import proven_loads
 from attnc.dsl.limits import deep_recursion
