@@ -40,7 +40,16 @@ def first_index_error(decl: ir.ParamDecl, index: ir.Expr) -> str | None:
     )
 
 
-def reads_token_tensor(e: ir.Expr, params: tuple[ir.ParamDecl, ...]) -> bool:
-    """Whether ``e`` reads a ``kv_len`` or ``q_len`` tensor (a per-token value)."""
+def token_tensors_read(e: ir.Expr | None, params: tuple[ir.ParamDecl, ...]) -> tuple[str, ...]:
+    """The names, sorted, of the ``kv_len`` and ``q_len`` tensors (per-token values) ``e``
+    reads (none when ``e`` is None)."""
     token = {p.name for p in params if p.token_dim in ("kv_len", "q_len")}
-    return bool(token) and any(isinstance(n, ir.TensorLoad) and n.name in token for n in ir.walk(e))
+    if e is None or not token:
+        return ()
+    return tuple(sorted({n.name for n in ir.walk(e) if isinstance(n, ir.TensorLoad)} & token))
+
+
+def reads_token_tensor(e: ir.Expr, params: tuple[ir.ParamDecl, ...]) -> bool:
+    """Whether ``e`` reads a ``kv_len`` or ``q_len`` tensor (a per-token value): for the
+    mask, the functor's ``kMaskReadsTokens`` and the runtime's tile map."""
+    return bool(token_tensors_read(e, params))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from attnc.compiler import ir
+from attnc.compiler.token_index import token_tensors_read
 from attnc.runtime.checks.params import (
     TORCH_DTYPES,
     check_plan_params,
@@ -29,8 +30,8 @@ if TYPE_CHECKING:  # annotations only: the planners need no import of the varian
 @dataclass(frozen=True)
 class MaskReads:
     """What a variant's mask reads: every param, the per-token tensors (dims ``kv_len`` or
-    ``q_len``: the mask cannot be classified in closed form, a tile map is built), and
-    whether it reads a head index."""
+    ``q_len``, ``token_index.token_tensors_read``: the mask cannot be classified in closed
+    form, a tile map is built), and whether it reads a head index."""
 
     params: frozenset[str]
     token_tensors: tuple[str, ...]
@@ -47,19 +48,14 @@ def mask_reads(variant_ir: ir.VariantIR) -> MaskReads:
     if variant_ir.mask is None:
         return MaskReads(frozenset(), (), False)
     names: set[str] = set()
-    tokens: list[str] = []
     heads = False
     for n in ir.walk(variant_ir.mask):
-        if isinstance(n, ir.ParamRef):
+        if isinstance(n, ir.ParamRef | ir.TensorLoad):
             names.add(n.name)
-        elif isinstance(n, ir.TensorLoad):
-            names.add(n.name)
-            dim = variant_ir.param(n.name).dims[:1]
-            if dim and dim[0] in ("kv_len", "q_len") and n.name not in tokens:
-                tokens.append(n.name)
         elif isinstance(n, ir.Builtin) and n.name in ("qo_head", "kv_head"):
             heads = True
-    return MaskReads(frozenset(names), tuple(sorted(tokens)), heads)
+    tokens = token_tensors_read(variant_ir.mask, variant_ir.params)
+    return MaskReads(frozenset(names), tokens, heads)
 
 
 def plan_value(

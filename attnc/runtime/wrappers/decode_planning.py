@@ -150,7 +150,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         # Variants that read a kv_len tensor get kv_token_start (else the args' pointer is
         # null and kernels use 0); their run() checks tensor shapes against the batch.
         decls = variant.params
-        self._reads_kv_tokens = any(d.kind == "tensor" and d.dims[:1] == ("kv_len",) for d in decls)
+        self._reads_kv_tokens = any(d.token_dim == "kv_len" for d in decls)
         self.last_schedule: StepPlan | None = None
         self._init_run_side()
 
@@ -480,7 +480,7 @@ def _refuse_per_key_tensors(variant: Variant, params: Mapping[str, object]) -> N
     one value per KV token (``[kv_len]``) belongs to ``run()``; say so, not its size."""
     name, decls = variant.name, variant.params
     for decl in decls:
-        if decl.kind == "tensor" and decl.name in params and "kv_len" in decl.dims:
+        if decl.token_dim == "kv_len" and decl.name in params:
             raise ValueError(
                 f"variant '{name}': param '{decl.name}' ({describe_decl(decl)}): "
                 "decode plan() takes scalars and per-request tensors for the mask's KV ranges, "
