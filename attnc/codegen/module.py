@@ -49,9 +49,10 @@ def sm90_has_three_consumer_kernel(variant: ir.VariantIR, head_dim: int) -> bool
     """Whether the Hopper module of ``variant`` at ``head_dim`` holds a three-consumer kernel
     next to the two-consumer one: the light class of Sm90Consumers
     (attnc/kernels/include/attnc/sm90/prefill_sm90_config.cuh), whose rule this repeats so
-    that the module can be built from two sources. A wrong "yes" fails the build (a
-    static_assert in both sources); the codegen tier checks every stdlib variant's answer
-    against its kernels."""
+    that the module can be built from two sources (it decides what is built, so it cannot ask
+    a built module). A wrong "yes" fails the build (a static_assert in both sources); the
+    codegen tier checks every stdlib variant's answer against its kernels, and
+    tests/codegen/test_selection_mirrors.py this rule against Sm90Consumers itself."""
     traits = functor_traits(analysed(variant))
     return (
         head_dim <= 128

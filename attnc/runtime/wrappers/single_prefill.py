@@ -201,6 +201,9 @@ def _workspace_for(
 
 
 # The most query rows (tokens x group) a prefill tile holds: the Hopper template's widest.
+# It and _narrowest_tile repeat the templates' tiles (prefill_config.cuh, sm90/
+# prefill_sm90_config.cuh): the workspace is sized before plan() chooses a module to ask.
+# tests/codegen/test_selection_mirrors.py pins both against the headers.
 WIDEST_TILE_ROWS = 192
 
 
