@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import unicodedata
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -100,35 +101,63 @@ SOURCE_FILES_KEPT = 256
 
 
 class SourceText:
-    """One file's source lines, split at ``\\n`` only (as the lexer counts)."""
+    """One file's source text, quoted by line: lines are split at ``\\n`` only (as the
+    lexer counts), when a line is asked for (a list of every line cost about twenty times
+    the text)."""
 
-    __slots__ = ("lines", "__weakref__")
+    __slots__ = ("text", "__weakref__")
 
     def __init__(self, text: str) -> None:
-        self.lines = [line.removesuffix("\r") for line in text.split("\n")]
+        self.text = text
+
+    def __reduce__(self) -> tuple[type[SourceText], tuple[str]]:
+        return SourceText, ("",)  # a pickle holds no source text (a module pickles without)
+
+    def __copy__(self) -> SourceText:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> SourceText:
+        return self  # a copy of a module holds its text, which its locations refer to
 
     def line(self, number: int) -> str | None:
         """Line ``number`` (1-based), or None when the text has no such line."""
-        return self.lines[number - 1] if 1 <= number <= len(self.lines) else None
+        if number < 1:
+            return None
+        start = 0
+        for _ in range(number - 1):
+            start = self.text.find("\n", start) + 1
+            if start == 0:
+                return None
+        end = self.text.find("\n", start)
+        return self.text[start : None if end < 0 else end].removesuffix("\r")
 
 
 class SourceName(str):
-    """A file name that carries the text parsed under it: the name every location of a
+    """A file name that refers to the text parsed under it: the name every location of a
     parsed module holds, so that a diagnostic quotes the text its location came from, in any
     thread and whatever was parsed under the same name since (every inline source is
-    ``<string>``). The text lives as long as a module, IR or location holding the name.
+    ``<string>``).
+
+    The reference is weak: the parsed module holds the text (``parser.parse_module``), so
+    IR kept in a cache after its module is gone keeps no text alive; a location whose text
+    is gone is quoted as one without (see :class:`SourceMap`).
 
     As a string it is the plain name: equal to it, hashed, printed and written to JSON as it
     is, and pickled as a plain ``str`` (a pickle holds no text); a copy is the name itself.
     """
 
-    source: SourceText
+    _source: weakref.ref[SourceText]
 
     def __new__(cls, name: str, source: SourceText) -> SourceName:
-        """``name`` carrying ``source``."""
+        """``name`` referring to ``source``."""
         made = super().__new__(cls, name)
-        made.source = source
+        made._source = weakref.ref(source)
         return made
+
+    @property
+    def source(self) -> SourceText | None:
+        """The text parsed under this name, or None once nothing holds it."""
+        return self._source()
 
     def __reduce__(self) -> tuple[type[str], tuple[str]]:
         return str, (str(self),)
@@ -143,8 +172,9 @@ class SourceName(str):
 class SourceMap:
     """Source text of the files seen, so diagnostics can quote their line.
 
-    A location in a parsed module names its file by a :class:`SourceName`, which carries the
-    text it was parsed from: that text is quoted. Any other location (IR read from the disk
+    A location in a parsed module names its file by a :class:`SourceName`, which refers to
+    the text it was parsed from while its module lives: that text is quoted (or none, once
+    the module is gone, rather than another text of the same name). Any other location (IR read from the disk
     cache, one made by hand) is quoted from the text its calling thread most recently added
     under the location's file name: each thread has a map of its own, so another thread
     loading other text under the same name never changes the line it quotes. A thread keeps
@@ -179,11 +209,13 @@ class SourceMap:
         self._recent().pop(file, None)
 
     def line(self, loc: Loc) -> str | None:
-        """The source line ``loc`` points at: from the text its file name carries, else from
-        this thread's text of its file; None when there is none or it has no such line."""
-        if isinstance(loc.file, SourceName):
-            return loc.file.source.line(loc.line)
-        held = self._recent().get(loc.file)
+        """The source line ``loc`` points at: from the text its file name refers to (None once
+        that text is gone), else from this thread's text of its file; None when there is no
+        text or it has no such line."""
+        if isinstance(loc.file, SourceName):  # its text, or none: the map's is another one
+            held = loc.file.source
+        else:
+            held = self._recent().get(loc.file)
         return None if held is None else held.line(loc.line)
 
 

@@ -90,8 +90,11 @@ def _refuse_lone_cr(text: str, file: str) -> None:
 
 def parse_module(text: str, file: str = "<string>") -> ast.Module:
     """Parse a whole `.attn` file into an :class:`ast.Module`, whose locations keep the text
-    quotable in error messages while they live (:class:`attnc.dsl.errors.SourceName`)."""
-    return _parse(text, file, "module", lambda builder, tree: builder.module(tree))
+    quotable in error messages while the module lives: the module holds the text, its
+    locations refer to it (:class:`attnc.dsl.errors.SourceName`)."""
+    module = _parse(text, file, "module", lambda builder, tree: builder.module(tree))
+    object.__setattr__(module, "_source_text", getattr(module.file, "source", None))
+    return module
 
 
 def parse_expr(text: str, file: str = "<string>") -> ast.Expr:

@@ -16,7 +16,7 @@ import weakref
 import pytest
 
 from attnc.compiler.pipeline import compile_source, lower, parse
-from attnc.dsl.errors import SOURCE_FILES_KEPT, SOURCES, AttnError, Loc, SourceName
+from attnc.dsl.errors import SOURCE_FILES_KEPT, SOURCES, AttnError, Loc, SourceName, SourceText
 from attnc.runtime.build import ir_json
 
 BAD = "variant first {\n    mask = kv_idx <= q_pos && nosuchname;\n}\n"
@@ -94,3 +94,31 @@ def test_compiled_ir_encodes_and_pickles_as_if_named_by_a_plain_string():
     assert json.dumps(ir_json.encode(decoded), sort_keys=True) == encoded
     assert pickle.loads(pickle.dumps(compiled[0].variant)) == compiled[0].variant
     assert b"TEXT ONLY" not in pickle.dumps(compiled[0])
+
+
+def test_ir_kept_after_its_module_is_gone_keeps_no_text():
+    """Caches hold compiled IR (the variant cache's recent entries, the params layout, the
+    module registry): its names refer to the text weakly, so the text goes with the module,
+    and a location whose text is gone quotes nothing rather than another text of its name."""
+    big = "# " + "x" * 100_000 + "\n" + GOOD
+    compiled, _ = compile_source(big, "<held>")
+    name = compiled[0].variant.file
+    assert isinstance(name, SourceName)
+    parse(OTHER, "<held>")  # another text under the name takes its place in the thread's map
+    gc.collect()
+    assert name.source is None
+    assert SOURCES.line(Loc(name, 2, 1)) is None
+    assert SOURCES.line(Loc("<held>", 2, 1)) == "# THE SECOND TEXT, LINE TWO"
+
+
+def test_a_line_is_split_at_line_feeds_only():
+    text = SourceText("one\r\ntwo\rstill two\n\nlast")
+    assert [text.line(n) for n in range(0, 7)] == [
+        None,
+        "one",
+        "two\rstill two",
+        "",
+        "last",
+        None,
+        None,
+    ]
