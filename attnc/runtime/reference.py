@@ -246,7 +246,13 @@ def request_reference(
 
     def request_tensor(p: Any, value: object, prefix: str) -> torch.Tensor:
         """Tensor param ``p`` of this request (``value``: any ``torch.as_tensor`` takes)."""
-        value = torch.as_tensor(value, device=q.device)
+        try:
+            value = torch.as_tensor(value, device=q.device)
+        except (TypeError, ValueError, RuntimeError) as exc:  # None, a string, ragged lists
+            raise ValueError(
+                f"{prefix}: param '{p.name}' takes a tensor (or what torch.as_tensor takes), "
+                f"got {type(value).__name__}: {exc}"
+            ) from None
         dim = p.token_dim
         want = lengths.get(dim or "")
         if want is not None and value.shape[0] != want:

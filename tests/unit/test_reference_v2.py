@@ -187,6 +187,16 @@ def test_request_reference_names_a_wrongly_sized_param() -> None:
         request_reference(windows, q, k, v, window=torch.ones(2, dtype=torch.int32), batch=2)
 
 
+def test_request_reference_names_a_tensor_param_it_cannot_take() -> None:
+    """``None`` (or text) for a tensor param is a ValueError naming the param, not torch's
+    RuntimeError from ``as_tensor``."""
+    q, k, v = inputs(5, 9, 4, 2, 16)
+    variant = attnc.load("stdlib:doc_causal")
+    for value in (None, "doc"):
+        with pytest.raises(ValueError, match="param 'doc' takes a tensor"):
+            request_reference(variant, q, k, v, doc=value)
+
+
 def test_request_reference_names_params_as_the_kernels_do() -> None:
     """An unknown, missing or wrongly typed param: the words of the kernels' param checks
     (``resolve_params``), did-you-mean included."""
