@@ -4,24 +4,11 @@ variant is a mismatch, anchors included; correct bf16 outputs pass (CPU only).""
 from __future__ import annotations
 
 import pytest
+from fixed_system import FixedSystem as _Fixed
 
 from benchmarks import measure
 
 CAP = {"cap": 30.0}
-
-
-class _Fixed:
-    """A system whose output is a fixed tensor."""
-
-    graph = False
-
-    def __init__(self, name: str, out, is_attnc: bool = False):
-        self.name, self.out, self.is_attnc = name, out, is_attnc
-
-    def prepare(self, case, data):
-        from benchmarks.system import Prepared
-
-        return Prepared(lambda: self.out)
 
 
 def _variant_or_skip(stdlib: str):

@@ -8,24 +8,11 @@ import json
 import os
 
 import pytest
+from fixed_system import FixedSystem as _Fixed
 
 from benchmarks import measure
 
 RESULTS = os.path.join(os.path.dirname(measure.__file__), "results")
-
-
-class _Fixed:
-    """A system whose output is a fixed tensor."""
-
-    graph = False
-
-    def __init__(self, name: str, out, is_attnc: bool = False):
-        self.name, self.out, self.is_attnc = name, out, is_attnc
-
-    def prepare(self, case, data):
-        from benchmarks.system import Prepared
-
-        return Prepared(lambda: self.out)
 
 
 def _recorded_errors() -> list[float]:
