@@ -14,6 +14,7 @@ import shutil
 import signal
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_a_passing_failure_is_tried_again(error):
     once = _once(load)
     with pytest.raises(PlannerUnavailable, match=type(error).__name__) as raised:
         once.get()
-    assert raised.value.__cause__ is error  # `except LockTimeout` finds it (it was text only)
+    assert raised.value.__context__ is error  # `except LockTimeout` finds it (it was text only)
     assert once.get() == "lib" and calls == [1, 1]
 
 
@@ -99,37 +100,90 @@ def test_a_lasting_failure_is_remembered():
         raise jit.BuildError("attnc: nvcc failed\ncompiler output:\nerror\n(exit status 2)")
 
     once = _once(load)
-    causes = []
+    contexts = []
     for _ in range(3):
         with pytest.raises(PlannerUnavailable, match="exit status 2") as raised:
             once.get()
-        causes.append(type(raised.value.__cause__))
+        contexts.append(type(raised.value.__context__))
     assert calls == [1] and once.settled
-    assert causes == [jit.BuildError, type(None), type(None)]  # the call that built chains it
+    assert contexts == [jit.BuildError, type(None), type(None)]  # the call that built keeps it
 
 
-def test_a_lasting_failure_of_the_background_load_is_chained_once():
+def test_a_lasting_failure_of_the_background_load_is_kept_once():
     """plan()'s first call on a GPU loads the planner in the background: its lasting
-    BuildError was not chained, though a foreground one was."""
+    BuildError was not kept, though a foreground one was."""
     once = _once(lambda: _raise(jit.BuildError("attnc: nvcc failed\n(exit status 2)")))
     once.load_in_background("test-load").join()
-    causes = []
+    contexts = []
     for _ in range(2):
         with pytest.raises(PlannerUnavailable, match="exit status 2") as raised:
             once.get()
-        causes.append(type(raised.value.__cause__))
-    assert causes == [jit.BuildError, type(None)]
+        contexts.append(type(raised.value.__context__))
+    assert contexts == [jit.BuildError, type(None)]
     assert not raised.value.__suppress_context__  # a remembered one hides no context
+
+
+def _failed_planner_build(monkeypatch, background: bool) -> PlannerUnavailable:
+    """The prefill planner built by the fake nvcc failing with a compiler error (its state
+    reset for the test), raised by ``library()`` after a foreground or a background build."""
+    from attnc.runtime.planning import prefill_plan_library as planner
+
+    monkeypatch.setenv("FAKE_NVCC_MODE", "always")
+    for name in ("lib", "failure", "_background_failure"):
+        monkeypatch.setattr(planner.ONCE, name, None)
+    if background:
+        planner.build_in_background().join()
+    with pytest.raises(PlannerUnavailable) as raised:
+        planner.library()
+    return raised.value
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_failed_planner_build_shows_nvccs_command_and_output_once(
+    fake_nvcc, monkeypatch, background
+):
+    """An uncaught PlannerUnavailable printed nvcc's command and output twice: in its own
+    message and again in the BuildError chained as its ``__cause__``. Its message says them
+    (as ``str()`` and the CLI's ``attnc: error:`` show it) on every raise; the first raise
+    keeps the BuildError as its ``__context__``, not displayed."""
+    first = _failed_planner_build(monkeypatch, background)
+    output = "probe.cu(1): error: expected a ';'"  # the fake nvcc's compiler error
+    from attnc.runtime.planning import prefill_plan_library as planner
+
+    for err in (first, pytest.raises(PlannerUnavailable, planner.library).value):
+        printed = "".join(traceback.format_exception(err))
+        assert printed.count(output) == 1 and printed.count("  command: ") == 1, printed
+        assert "prefill_plan.cpp" in str(err) and output in str(err) and "command: " in str(err)
+    assert isinstance(first.__context__, jit.BuildError) and first.__suppress_context__
+    assert fake_nvcc.count() == 1  # the failure lasts: the second call did not build again
+
+
+def test_the_failure_is_kept_as_the_context_inside_a_callers_except(fake_nvcc, monkeypatch):
+    """plan() called while its caller handles another exception: the build's error is still
+    the context (Python sets a raise's context to the exception being handled)."""
+    try:
+        raise KeyError("the caller's")
+    except KeyError:
+        err = _failed_planner_build(monkeypatch, background=False)
+    assert isinstance(err.__context__, jit.BuildError)
+    assert "KeyError" not in "".join(traceback.format_exception(err))
 
 
 class _Big:
     """Stands for plan()'s tensors: whether a failed get() keeps its caller's locals."""
 
 
-def test_a_failed_get_keeps_no_frame_alive():
-    """The chained failure's traceback led back to get()'s frame, which held the failure:
-    a cycle that kept the caller's locals (plan()'s tensors) until the collector ran."""
-    once = _once(lambda: _raise(cache.LockTimeout("attnc: gave up waiting for the build lock")))
+@pytest.mark.parametrize("lasting", [False, True])
+def test_a_failed_get_keeps_no_frame_alive(lasting):
+    """The kept failure's traceback led back to get()'s frame, which held the failure:
+    a cycle that kept the caller's locals (plan()'s tensors) until the collector ran. A
+    remembered failure (the second call after a lasting one) holds none either."""
+    if lasting:
+        once = _once(lambda: _raise(jit.BuildError("attnc: nvcc failed\n(exit status 2)")))
+        with pytest.raises(PlannerUnavailable):
+            once.get()
+    else:
+        once = _once(lambda: _raise(cache.LockTimeout("attnc: gave up waiting for the lock")))
     ref = None
 
     def plan() -> None:
@@ -167,7 +221,7 @@ def test_a_passing_failure_of_the_background_load_is_raised_without_a_second_try
     once.load_in_background("test-load").join()
     with pytest.raises(PlannerUnavailable, match="LockTimeout") as raised:
         once.get()
-    assert isinstance(raised.value.__cause__, cache.LockTimeout)
+    assert isinstance(raised.value.__context__, cache.LockTimeout)
     assert calls == [1]
     assert once.get() == "lib" and calls == [1, 1]
 

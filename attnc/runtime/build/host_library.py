@@ -94,8 +94,10 @@ class OnceLibrary:
     def get(self) -> ctypes.CDLL:
         """The loaded library (built on the first call, or on the call after a passing
         failure; a passing failure of the background load is raised by the next call, which
-        waited for it, without a second try). The first raise after a load attempt chains
-        its error; the error's frames are cleared, so it keeps no caller's locals."""
+        waited for it, without a second try). Every raise's message holds the failure's
+        words (nvcc's command and output); the first raise after a load attempt also keeps
+        that attempt's error as its ``__context__``, not displayed (the message says it
+        already); the error's frames are cleared, so it keeps no caller's locals."""
         with self._lock:
             cause, self._background_failure = self._background_failure, None
             reason = self.failure or _described(cause)
@@ -103,12 +105,18 @@ class OnceLibrary:
                 cause = self._try_load()
                 reason = _described(cause)
             if self.lib is None:
-                if cause is None:  # a remembered failure: nothing of this call's to chain
+                if cause is None:  # a remembered failure: nothing of this call's to keep
                     raise self._unavailable(str(reason))
-                try:  # this call's own failure is chained (``except`` finds a LockTimeout there)
-                    raise self._unavailable(str(reason)) from cause
+                error = self._unavailable(str(reason))
+                # This call's own failure: not chained as the cause (a traceback printed its
+                # words twice, nvcc's output with them), kept as the context for ``except``
+                # (a LockTimeout), set after the raise, which sets it to any exception the
+                # caller is handling.
+                try:
+                    raise error from None
                 finally:
-                    cause = None  # no cycle: cause -> traceback -> frames -> this frame
+                    error.__context__ = cause
+                    del cause, error  # no cycle: cause -> traceback -> frames -> this frame
             return self.lib
 
     def _try_load(self) -> Exception | None:
@@ -141,7 +149,7 @@ class OnceLibrary:
         def load() -> None:
             with self._lock:
                 if self.lib is None and self.failure is None:
-                    # the next get() chains it (a passing one is raised by that call only)
+                    # the next get() raises it (a passing one by that call only)
                     self._background_failure = self._try_load()
 
         thread = threading.Thread(target=load, name=name, daemon=True)
