@@ -26,9 +26,10 @@ import torch
 from mask_ranges_oracle import TileRanges, query_tiles  # the KV each tile may see; the tiles
 from prefill_plan_helpers import kv_token_starts
 from prefill_plan_helpers import plan_kv_lengths as _kv_lengths
+from tile_map_oracle import map_starts
 
 from attnc.runtime.planning.prefill_plan import HEAD_ARRAYS
-from attnc.runtime.planning.tile_map import TileMapSummary, map_starts
+from attnc.runtime.planning.tile_map import TileMapSummary
 from attnc.runtime.planning.workspace import ALIGN, Int32Regions, aligned, place_int32
 
 # (tile index in query_tiles order, kv_begin, kv_end) -> KV tokens the kernel loads there

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from prefill_plan_helpers import PlanShape, kv_token_starts, make_host_plan
-from tile_map_oracle import doc_causal_map
+from tile_map_oracle import doc_causal_map, map_starts, summarize
 
 import attnc
 from attnc.runtime import abi
@@ -77,8 +77,10 @@ def test_plan_builds_the_map_at_its_fixed_place(variant):
     start = ws[meta["off_kv_token_start"] : meta["off_kv_token_start"] + 12].view(torch.int32)
     assert start.tolist() == [0, 300, 1000]
     # Every item's KV range covers only non-empty blocks of its tile's map row.
-    summary = w.tile_map
-    assert summary is not None
+    summary, oracle = w.tile_map, summarize(want, lens, lens, tile)
+    assert summary is not None and summary.kv_block == oracle.kv_block == 64
+    for field in ("row_start", "first", "end", "cumulative"):
+        assert np.array_equal(getattr(summary, field), getattr(oracle, field)), field
     for item in w._plan.schedule.items:
         b, j, begin, end = int(item[0]), int(item[1]), int(item[3]), int(item[4])
         row_at = {0: 0, 1: -(-300 // tile) * -(-300 // 64)}[b] + j * -(-lens[b] // 64)
@@ -187,7 +189,7 @@ def test_host_plan_places_map_and_token_starts():
     kv_indptr, last = torch.tensor([0, 3, 5]), torch.tensor([4, 16])
     idx = torch.arange(5)
     q_lens, kv_lens = np.array([100, 64]), np.array([2 * 16 + 4, 16 + 16])
-    m = np.full(int(tile_map.map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
+    m = np.full(int(map_starts(q_lens, kv_lens, 64)[-1]), 2, dtype=np.uint8)
     host = make_host_plan(qo, kv_indptr, idx, last, 16, shape, None, m, 4096)
     assert host.kv_token_start.tolist() == [0, 36, 68]
     assert host.tile_map_offset == (1 << 20) - 4096
@@ -210,7 +212,7 @@ def test_host_plan_with_the_map_left_to_the_device():
     assert closed.tile_map_offset == -1 and closed.tile_map_start is None
     assert host.tile_map_offset == (1 << 20) - 4096
     lens = np.array([300, 700])
-    assert host.tile_map_start.tolist() == tile_map.map_starts(lens, lens, 64).tolist()
+    assert host.tile_map_start.tolist() == map_starts(lens, lens, 64).tolist()
     assert (host.schedule.items == closed.schedule.items).all()
     with pytest.raises(
         ValueError, match="workspace_buffer: the tile map needs 25 bytes, the wrapper keeps 1"

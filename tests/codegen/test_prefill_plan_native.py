@@ -14,12 +14,13 @@ import pytest
 import torch
 from mask_ranges_oracle import tile_kv_ranges
 from prefill_plan_helpers import PlanShape, make_host_plan, plan_kv_lengths
+from tile_map_oracle import map_starts, summarize
 
 import attnc
 from attnc.runtime.build import toolchain
+from attnc.runtime.planning import tile_map
 from attnc.runtime.planning.mask_ranges import tile_range_program
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
-from attnc.runtime.planning.tile_map import map_starts, summarize
 from attnc.runtime.wrappers import prefill_batch
 
 pytestmark = pytest.mark.nvcc
@@ -216,6 +217,47 @@ def test_short_map_is_refused():
     shape = PlanShape(4, 2, 64, 32, 4, 1 << 20)
     with pytest.raises(ValueError, match="beyond the planner's limits"):
         make_host_plan(qo, qo, None, None, 1, shape, None, np.zeros(3, np.uint8), 64)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_planners_map_summary_is_the_oracles(seed):
+    """tile_map.summarize (the planner's summarize_map, which BatchPrefillWrapper.tile_map
+    returns) and PrefillPlanner.map_starts against the numpy oracles: empty requests, keys
+    without queries and rows all EMPTY included; a map longer than the batch needs reads its
+    first entries only."""
+    rng = np.random.default_rng(seed)
+    batch = int(rng.integers(0, 6))
+    q = rng.integers(0, 300, batch) * (rng.random(batch) < 0.8)
+    kv = np.maximum(q, rng.integers(0, 700, batch) * (rng.random(batch) < 0.9))
+    tile, block = int(rng.choice([16, 64, 128])), int(rng.choice([64, 100]))
+    starts = map_starts(q, kv, tile, block)
+    host_map = rng.choice([0, 0, 0, 1, 2], size=int(starts[-1]) + int(rng.integers(0, 3)))
+    host_map = host_map.astype(np.uint8)
+    host_map[: host_map.shape[0] // 3] *= rng.random() < 0.5  # empty rows now and then
+    got, want = (
+        tile_map.summarize(host_map, q, kv, tile, block),
+        summarize(host_map, q, kv, tile, block),
+    )
+    assert got.kv_block == want.kv_block == block
+    for field in ("row_start", "first", "end", "cumulative"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field
+    planner = PrefillPlanner()
+    qo = torch.tensor(np.concatenate([[0], np.cumsum(q)]), dtype=torch.int32)
+    kv_indptr = torch.tensor(np.concatenate([[0], np.cumsum(kv)]), dtype=torch.int32)
+    assert planner.check(qo, kv_indptr, None, None, 1)
+    assert np.array_equal(planner.map_starts(tile, block), starts)
+
+
+def test_the_map_summary_refuses_a_short_map():
+    q = np.array([100])
+    with pytest.raises(ValueError, match="the map as long as the batch needs"):
+        tile_map.summarize(np.zeros(3, np.uint8), q, q, 64)
+    with pytest.raises(ValueError, match="at least 1"):
+        tile_map.summarize(np.zeros(4, np.uint8), q, q, 0)
+    with pytest.raises(ValueError, match="at least 0"):
+        tile_map.summarize(np.zeros(4, np.uint8), q, -q, 64)
+    with pytest.raises(ValueError, match="expected 1-D"):
+        tile_map.summarize(np.zeros(4, np.uint8), q, np.array([100, 1]), 64)
 
 
 def test_build_failure_is_reported(monkeypatch):

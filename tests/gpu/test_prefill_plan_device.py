@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 from prefill_plan_helpers import PlanShape, make_host_plan
+from tile_map_oracle import map_starts
 
 import attnc
 from attnc.runtime.abi import TILE_MAP_KV_BLOCK as KV_BLOCK
-from attnc.runtime.planning.tile_map import map_starts
 from attnc.runtime.wrappers import prefill_launch
 from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
 

@@ -1,6 +1,8 @@
 """The runtime side of language v2 on the CPU: batch-sized tensor params checked against the
-batch, per-request bounds (``window[batch]``) in the plan-time KV ranges, the tile-map
-summaries the scheduler ranges and costs tiles by, and the planned-tensor check of run()."""
+batch, per-request bounds (``window[batch]``) in the plan-time KV ranges, the numpy oracle of
+the tile-map summary the planner ranges and costs tiles by (tests/tile_map_oracle.py; the
+planner's own is tested against it in tests/codegen/test_prefill_plan_native.py), and the
+planned-tensor check of run()."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 from mask_ranges_oracle import query_tiles, tile_kv_ranges
+from tile_map_oracle import map_starts, summarize
 
 import attnc
 from attnc.compiler import mask_tiles
 from attnc.runtime.checks.params import resolve_params, token_sizes
-from attnc.runtime.planning import tile_map
 from attnc.runtime.planning.mask_ranges import PlannedMask
 from attnc.runtime.planning.plan_params import mask_reads, split_plan_params
 from attnc.runtime.planning.tensor_stamps import TensorStamp, check_planned_tensors
@@ -141,7 +143,7 @@ def test_planned_tensor_with_other_storage_is_refused():
 
 
 def _random_map(rng, q_lens, kv_lens, tile):
-    starts = tile_map.map_starts(q_lens, kv_lens, tile)
+    starts = map_starts(q_lens, kv_lens, tile)
     return rng.choice([0, 0, 1, 2], size=int(starts[-1])).astype(np.uint8), starts
 
 
@@ -150,7 +152,7 @@ def test_summary_matches_the_map(seed):
     rng = np.random.default_rng(seed)
     q_lens, kv_lens, tile = rng.integers(0, 400, 4), rng.integers(0, 700, 4), 64
     m, starts = _random_map(rng, q_lens, kv_lens, tile)
-    s = tile_map.summarize(m, q_lens, kv_lens, tile)
+    s = summarize(m, q_lens, kv_lens, tile)
     req, j, _, _ = query_tiles(q_lens, tile)
     for t in range(req.shape[0]):
         cols = -(-int(kv_lens[req[t]]) // 64)

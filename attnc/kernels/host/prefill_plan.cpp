@@ -107,7 +107,7 @@ ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_plan(const AttncPrefillParams* param
 }
 
 // out[0, batch + 1): where each request's tile map starts for query tiles of ``tile`` tokens
-// and ``block`` keys per column (planning/tile_map.py map_starts); the last: map bytes.
+// and ``block`` keys per column (tests/tile_map_oracle.py map_starts); the last: map bytes.
 ATTNC_PREFILL_PLAN_EXPORT void attnc_prefill_map_starts(const AttncPrefillParams* params,
                                                        int64_t tile, int64_t block, int64_t* out) {
   const attnc::prefill_plan::Divisor by_tile(tile), by_block(block);
@@ -116,6 +116,39 @@ ATTNC_PREFILL_PLAN_EXPORT void attnc_prefill_map_starts(const AttncPrefillParams
     const int64_t rows = by_tile.ceil(params->q_lens[r]);
     out[r + 1] = out[r] + rows * by_block.ceil(params->kv_lens[r]);
   }
+}
+
+// The per-query-tile summary of a tile map the plan ranges tiles by (summarize_map), for
+// BatchPrefillWrapper.tile_map (planning/tile_map.py summarize): reads batch, q_lens, kv_lens,
+// tile_q_tokens, tile_map, tile_map_len and kv_block. counts[0] and counts[1] are the batch's
+// query tiles and map entries. With room for them (tiles_cap tiles, entries_cap >= entries + 1)
+// it writes, per tile (requests in order), where its map row starts and its first and
+// one-past-last non-EMPTY column (both 0 when none), and in cumulative[0, entries + 1] the
+// non-EMPTY entries before each entry; else ATTNC_PLAN_CAPACITY. ATTNC_PLAN_OUT_OF_RANGE: a
+// tile or block below 1, a negative length, or a map shorter than the batch needs.
+ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_map_summary(const AttncPrefillParams* params,
+                                                        int64_t* counts, int64_t tiles_cap,
+                                                        int64_t entries_cap, int64_t* row_start,
+                                                        int64_t* first, int64_t* end,
+                                                        int64_t* cumulative) {
+  const AttncPrefillParams& p = *params;
+  if (p.tile_q_tokens < 1 || p.kv_block < 1) return ATTNC_PLAN_OUT_OF_RANGE;
+  for (int64_t r = 0; r < p.batch; ++r) {
+    if (p.q_lens[r] < 0 || p.kv_lens[r] < 0) return ATTNC_PLAN_OUT_OF_RANGE;
+  }
+  attnc::prefill_plan::Scratch s;  // its own: called once per plan at most, nothing kept
+  const int64_t tiles = attnc::prefill_plan::count_query_tiles(p);
+  attnc::prefill_plan::query_tiles(p, s, tiles);
+  if (!attnc::prefill_plan::summarize_map(p, s)) return ATTNC_PLAN_OUT_OF_RANGE;
+  const int64_t entries = s.map_start[tiles];
+  counts[0] = tiles, counts[1] = entries;
+  if (tiles > tiles_cap || entries >= entries_cap) return ATTNC_PLAN_CAPACITY;
+  for (int64_t t = 0; t < tiles; ++t) {
+    row_start[t] = s.map_start[t], first[t] = s.first[t], end[t] = s.last[t];
+  }
+  cumulative[0] = 0;
+  for (int64_t i = 0; i < entries; ++i) cumulative[i + 1] = cumulative[i] + (p.tile_map[i] != 0);
+  return ATTNC_PLAN_OK;
 }
 
 // sizeof of the two structs, checked against the ctypes mirrors at load time.

@@ -1,7 +1,7 @@
 // Owns: the KV range of every query tile of a prefill plan: the tiles themselves (requests in
 // order), the mask's closed-form range per tile (evaluated by mask_range_rows.h, as the decode
 // step does per request), the tile map's narrowing to non-empty blocks and the KV a chunk
-// loads (planning/tile_map.py).
+// loads (the map's layout: planning/tile_map.py).
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -137,8 +137,9 @@ inline void closed_form_ranges(const AttncPrefillParams& p, Scratch& s) {
   }
 }
 
-// The map's per-tile summary (tile_map.summarize): where each tile's row starts and its
-// first and one-past-last non-empty column. False when the map is shorter than the batch needs.
+// The map's per-tile summary (tests/tile_map_oracle.py summarize; planning/tile_map.py summarize
+// returns it through attnc_prefill_map_summary): where each tile's row starts and its first and
+// one-past-last non-empty column. False when the map is shorter than the batch needs.
 inline bool summarize_map(const AttncPrefillParams& p, Scratch& s) {
   const Divisor by_block(p.kv_block);
   const int64_t tiles = static_cast<int64_t>(s.req.size());

@@ -245,7 +245,7 @@ def check_map_fits(entries: int, map_reserve: int) -> None:
 
 
 def _write_map_starts(planner: PrefillPlanner) -> None:
-    """Write each request's map start (``tile_map.map_starts``) into the planned lists, for a
+    """Write each request's map start (``PrefillPlanner.map_starts``) into the planned lists, for a
     map built on the device after the copy."""
     p, r = planner.params, planner.result
     starts = planner.map_starts(int(p.tile_q_tokens))

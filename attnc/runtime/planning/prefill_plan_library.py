@@ -70,6 +70,7 @@ _SIGNATURES = {
     "attnc_prefill_plan": ([_PARAMS_P, _RESULT_P], ctypes.c_int),
     "attnc_prefill_plan_sizes": ([ctypes.c_void_p], None),
     "attnc_prefill_map_starts": ([_PARAMS_P, _I64, _I64, ctypes.c_void_p], None),
+    "attnc_prefill_map_summary": ([_PARAMS_P, _P, _I64, _I64, _P, _P, _P, _P], ctypes.c_int),
 }
 
 

@@ -144,7 +144,7 @@ class PrefillPlanner:
 
     def map_starts(self, tile_q_tokens: int, kv_block: int = abi.TILE_MAP_KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch
-        (``tile_map.map_starts``; a reused buffer, valid until the next call)."""
+        (tests/tile_map_oracle.py ``map_starts``; a reused buffer, valid until the next call)."""
         if tile_q_tokens < 1 or kv_block < 1:  # the library divides by both
             raise ValueError(
                 f"prefill plan: tile map of {tile_q_tokens}-token query tiles and "

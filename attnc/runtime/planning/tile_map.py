@@ -1,10 +1,13 @@
 """Owns: the plan-time tile map of a mask that reads per-token tensors: its layout (request
-b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes), the launch of the
-module's generated classifier (``attnc_build_tile_map``, attnc/tile_map_builder.cuh) on the
-workspace, the queued steps of a plan that does not wait for its map (``attnc_queue_tile_map``:
-the plan's lists up, the classifier, then the step that cuts and orders the plan's items by the
-map, attnc/item_map_order.cuh), and the per-query-tile summaries the scheduler ranges and costs
-tiles by (EMPTY blocks are neither loaded nor costed).
+b's rows at ``starts[b]``, ``[q tiles][ceil(kv_len / 64)]`` uint8 classes; the starts are the
+host planner's, ``PrefillPlanner.map_starts``), the launch of the module's generated classifier
+(``attnc_build_tile_map``, attnc/tile_map_builder.cuh) on the workspace, the queued steps of a
+plan that does not wait for its map (``attnc_queue_tile_map``: the plan's lists up, the
+classifier, then the step that cuts and orders the plan's items by the map,
+attnc/item_map_order.cuh), and the per-query-tile summary of a host copy of the map that
+``BatchPrefillWrapper.tile_map`` returns: the host planner's own, which ranges and costs tiles
+by it (EMPTY blocks are neither loaded nor costed). The numpy oracles of the starts and the
+summary are tests/tile_map_oracle.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from attnc.runtime.abi import TILE_EMPTY, TILE_MAP_KV_BLOCK
+from attnc.runtime.abi import PLAN_CAPACITY, PLAN_OK, TILE_MAP_KV_BLOCK
+from attnc.runtime.planning import prefill_plan_library
 
 TILE_MAP_ABI_VERSION = 4  # attnc/tile_map_args.h ATTNC_TILE_MAP_ABI_VERSION
 
@@ -79,15 +83,6 @@ class AttncPlanUpload(ctypes.Structure):
     lists, from page-locked host memory into the workspace."""
 
     _fields_ = [("host", _P), ("device", _P), ("bytes", ctypes.c_int64)]
-
-
-def map_starts(
-    q_lens: np.ndarray, kv_lens: np.ndarray, tile_q_tokens: int, kv_block: int = TILE_MAP_KV_BLOCK
-) -> np.ndarray:
-    """int64 ``[batch + 1]``: where each request's map starts (the last value: map bytes)."""
-    q, kv = np.asarray(q_lens, dtype=np.int64), np.asarray(kv_lens, dtype=np.int64)
-    entries = map_entries(q, kv, tile_q_tokens, kv_block)
-    return np.concatenate([[0], np.cumsum(entries)]).astype(np.int64)
 
 
 def map_entries(q_len: _N, kv_len: _N, tile_q_tokens: int, kv_block: int = TILE_MAP_KV_BLOCK) -> _N:
@@ -193,27 +188,39 @@ def summarize(
     tile_q_tokens: int,
     kv_block: int = TILE_MAP_KV_BLOCK,
 ) -> TileMapSummary:
-    """The ``TileMapSummary`` of a host copy of the map (uint8 ``[entries]``)."""
-    q = np.asarray(q_lens, dtype=np.int64)
-    cols = -(-np.asarray(kv_lens, dtype=np.int64) // kv_block)
-    rows = -(-q // tile_q_tokens)
-    starts = map_starts(q_lens, kv_lens, tile_q_tokens, kv_block)
-    req = np.repeat(np.arange(q.shape[0], dtype=np.int64), rows)
-    j = np.arange(req.shape[0], dtype=np.int64) - (np.cumsum(rows) - rows)[req]
-    row_start = starts[req] + j * cols[req]
-    nonempty = np.asarray(tile_map, dtype=np.uint8)[: int(starts[-1])] != TILE_EMPTY
-    cumulative = np.concatenate([[0], np.cumsum(nonempty, dtype=np.int64)])
-    first = np.zeros(req.shape[0], dtype=np.int64)
-    end = np.zeros(req.shape[0], dtype=np.int64)
-    width = cols[req]
-    rows_with_cols = np.flatnonzero(width > 0)  # their rows tile the map, in order
-    if rows_with_cols.size:
-        at = np.arange(nonempty.shape[0], dtype=np.int64)
-        begins = row_start[rows_with_cols]
-        lo = np.minimum.reduceat(np.where(nonempty, at, np.iinfo(np.int64).max), begins)
-        hi = np.maximum.reduceat(np.where(nonempty, at, -1), begins)
-        hit = hi >= 0
-        tiles = rows_with_cols[hit]
-        first[tiles] = lo[hit] - begins[hit]
-        end[tiles] = hi[hit] - begins[hit] + 1
-    return TileMapSummary(row_start, first, end, cumulative, kv_block)
+    """The ``TileMapSummary`` of a host copy of the map (uint8 ``[entries]``) for requests of
+    ``q_lens`` queries and ``kv_lens`` keys, as the host planner ranges and costs tiles by it
+    (``attnc_prefill_map_summary``: the planner's ``summarize_map``,
+    attnc/kernels/host/prefill_plan_ranges.h)."""
+    q = np.ascontiguousarray(q_lens, dtype=np.int64)
+    kv = np.ascontiguousarray(kv_lens, dtype=np.int64)
+    m = np.ascontiguousarray(tile_map, dtype=np.uint8)
+    if q.ndim != 1 or kv.shape != q.shape or m.ndim != 1:
+        raise ValueError(
+            f"tile map summary: q_lens of shape {list(q.shape)}, kv_lens of shape "
+            f"{list(kv.shape)} and a map of shape {list(m.shape)}: expected 1-D, the lengths "
+            "of one shape"
+        )
+    p = prefill_plan_library.PrefillParams(
+        batch=q.shape[0], q_lens=q.ctypes.data, kv_lens=kv.ctypes.data, lens_cap=q.shape[0],
+        tile_q_tokens=tile_q_tokens, tile_map=m.ctypes.data, tile_map_len=m.shape[0],
+        kv_block=kv_block,
+    )  # fmt: skip
+    summary_of = prefill_plan_library.library().attnc_prefill_map_summary
+    counts = np.zeros(2, np.int64)  # query tiles, map entries: sized by a call without room
+    rc = summary_of(ctypes.byref(p), counts.ctypes.data, 0, 0, None, None, None, None)
+    tiles, entries = int(counts[0]), int(counts[1])
+    out = np.zeros((3, tiles), np.int64)  # row_start, first, end
+    cumulative = np.zeros(entries + 1, np.int64)
+    if rc == PLAN_CAPACITY:  # the counts are known: the call with room for them
+        tiles_out = (out[0].ctypes.data, out[1].ctypes.data, out[2].ctypes.data)
+        sized = (ctypes.byref(p), counts.ctypes.data, tiles, entries + 1)
+        rc = summary_of(*sized, *tiles_out, cumulative.ctypes.data)
+    if rc != PLAN_OK:
+        raise ValueError(
+            f"tile map summary: a map of {m.shape[0]} bytes for {q.shape[0]} requests of "
+            f"{tile_q_tokens}-token query tiles and {kv_block}-key blocks: the tile and the "
+            "block must be at least 1, the lengths at least 0 and the map as long as the "
+            "batch needs"
+        )
+    return TileMapSummary(out[0], out[1], out[2], cumulative, kv_block)

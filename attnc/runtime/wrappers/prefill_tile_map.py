@@ -88,7 +88,7 @@ class MapInputs:
     kv_indptr: torch.Tensor  # CPU int32 [batch + 1]
     q_lens: np.ndarray  # int64 [batch] (the planner's buffers: read at once)
     kv_lens: np.ndarray  # int64 [batch]
-    map_starts: np.ndarray  # int64 [batch + 1]: tile_map.map_starts of the lengths
+    map_starts: np.ndarray  # int64 [batch + 1]: PrefillPlanner.map_starts of the lengths
     tile_q_tokens: int
     heads: tuple[int, int, int]  # num_qo_heads, num_kv_heads, head_dim
     sm_scale: float
