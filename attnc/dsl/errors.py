@@ -5,9 +5,11 @@ Every error the compiler reports names ``file:line:col``, shows the source line 
 
 from __future__ import annotations
 
+import re
 import threading
 import unicodedata
 import weakref
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -102,13 +104,15 @@ SOURCE_FILES_KEPT = 256
 
 class SourceText:
     """One file's source text, quoted by line: lines are split at ``\\n`` only (as the
-    lexer counts), when a line is asked for (a list of every line cost about twenty times
-    the text)."""
+    lexer counts). The offsets where lines start are found once, when a line is first asked
+    for, and kept as an array of 8 bytes a line (a list of every line cost about twenty times
+    the text; finding the line anew for each quote cost a scan of the text per diagnostic)."""
 
-    __slots__ = ("text", "__weakref__")
+    __slots__ = ("text", "_starts", "__weakref__")
 
     def __init__(self, text: str) -> None:
         self.text = text
+        self._starts: array[int] | None = None
 
     def __reduce__(self) -> tuple[type[SourceText], tuple[str]]:
         return SourceText, ("",)  # a pickle holds no source text (a module pickles without)
@@ -121,15 +125,25 @@ class SourceText:
 
     def line(self, number: int) -> str | None:
         """Line ``number`` (1-based), or None when the text has no such line."""
-        if number < 1:
+        starts = self._starts
+        if starts is None:  # two threads may both find them: either array is the same
+            starts = self._starts = line_starts(self.text)
+        if not 1 <= number <= len(starts):
             return None
-        start = 0
-        for _ in range(number - 1):
-            start = self.text.find("\n", start) + 1
-            if start == 0:
-                return None
-        end = self.text.find("\n", start)
-        return self.text[start : None if end < 0 else end].removesuffix("\r")
+        start = starts[number - 1]
+        end = starts[number] - 1 if number < len(starts) else len(self.text)
+        return self.text[start:end].removesuffix("\r")
+
+
+_LINE_FEED = re.compile("\n")
+
+
+def line_starts(text: str) -> array[int]:
+    """The offset in ``text`` where each of its lines starts (0, then one past each ``\\n``),
+    found in one pass."""
+    starts = array("q", [0])
+    starts.extend(found.end() for found in _LINE_FEED.finditer(text))
+    return starts
 
 
 class SourceName(str):
