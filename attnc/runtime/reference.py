@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attnc.runtime.checks.params import resolve_with
+from attnc.runtime.checks.params import TORCH_DTYPES, check_tensor_param, resolve_with
 from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
 
 if TYPE_CHECKING:  # variant.py imports this module
@@ -239,34 +239,32 @@ def request_reference(
     param as its ``kv_len`` entries, a ``q_len`` one as its ``q_len`` entries (see
     :func:`request_params`), a ``batch_size`` one whole (read at ``batch``). Scalar params
     missing from ``params`` take their defaults; a ValueError names a param that is unknown,
-    missing or of the wrong length, or a scalar the kernels refuse (in their words,
-    ``checks.params.resolve_params``)."""
+    missing or of the wrong length, or a scalar or tensor the kernels refuse (in their words,
+    ``checks.params.resolve_params``: a tensor of another shape or dtype, a sparse one)."""
     check_qkv(q, k, v)
     lengths = {"q_len": q.shape[0], "kv_len": k.shape[0]}
+    sizes = {"num_qo_heads": q.shape[1], "num_kv_heads": k.shape[1], "head_dim": q.shape[2]}
 
     def request_tensor(p: Any, value: object, prefix: str) -> torch.Tensor:
-        """Tensor param ``p`` of this request (``value``: any ``torch.as_tensor`` takes)."""
-        try:
-            value = torch.as_tensor(value, device=q.device)
-        except (TypeError, ValueError, RuntimeError) as exc:  # None, a string, ragged lists
-            raise ValueError(
-                f"{prefix}: param '{p.name}' takes a tensor (or what torch.as_tensor takes), "
-                f"got {type(value).__name__}: {exc}"
-            ) from None
+        """Tensor param ``p`` of this request (``value``: a tensor, or what
+        ``torch.as_tensor`` takes), checked as ``Variant.reference`` checks it."""
+        value = _request_value(p, value, q.device, prefix)
         dim = p.token_dim
         want = lengths.get(dim or "")
-        if want is not None and value.shape[0] != want:
+        if value.dim() and want is not None and value.shape[0] != want:
             raise ValueError(
                 f"{prefix}: param '{p.name}' has one value per "
                 f"{'KV' if dim == 'kv_len' else 'query'} token: give this request's "
                 f"{want} entries, got {value.shape[0]}"
             )
-        if dim == "batch_size" and not 0 <= batch < value.shape[0]:
+        if value.dim() and dim == "batch_size" and not 0 <= batch < value.shape[0]:
             raise ValueError(
                 f"{prefix}: param '{p.name}' has one value per request "
                 f"({value.shape[0]} given), but the request is batch {batch}"
             )
-        return value
+        given = value.shape[0] if value.dim() else batch + 1  # a batch_size tensor is whole
+        own = {**sizes, **lengths, "batch_size": given}
+        return check_tensor_param(p, value, prefix, own, None)
 
     resolved = resolve_with(
         variant.params, params, variant_name=variant.name, check_tensor=request_tensor
@@ -281,3 +279,22 @@ def request_reference(
         params=resolved,
         batch=batch,
     )
+
+
+def _request_value(p: Any, value: object, device: torch.device, prefix: str) -> torch.Tensor:
+    """Tensor param ``p``'s ``value`` on ``device``: a tensor in its own dtype; other data (a
+    list, an array) through ``torch.as_tensor``, in the param's dtype where that changes no
+    value (``[9, 2, 4]`` for an ``i32`` param; ``[0.5]`` stays float, which the check
+    refuses)."""
+    try:
+        made = torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as exc:  # None, a string, ragged lists
+        raise ValueError(
+            f"{prefix}: param '{p.name}' takes a tensor (or what torch.as_tensor takes), "
+            f"got {type(value).__name__}: {exc}"
+        ) from None
+    want = TORCH_DTYPES[p.dtype]
+    if isinstance(value, torch.Tensor) or made.dtype in (want, torch.bool) or made.is_complex():
+        return made
+    cast = made.to(want)
+    return cast if torch.equal(cast.to(made.dtype), made) else made

@@ -219,13 +219,47 @@ def test_request_reference_names_params_as_the_kernels_do() -> None:
 
 def test_request_reference_takes_defaults_and_per_request_tensors() -> None:
     """A missing scalar takes its default; a tensor param may be anything ``torch.as_tensor``
-    takes, a ``batch_size`` one read at ``batch``."""
+    takes that holds the param's values exactly, a ``batch_size`` one read at ``batch``."""
     q, k, v = inputs(5, 9, 4, 2, 16)
     softcap = attnc.load("stdlib:softcap")
     assert torch.equal(request_reference(softcap, q, k, v), softcap.reference(q, k, v, cap=50.0))
     windows = attnc.load("stdlib:per_request_window")
     got = request_reference(windows, q, k, v, window=[9, 2, 4], batch=1)
-    assert torch.equal(got, request_reference(windows, q, k, v, window=torch.tensor([2])))
+    one = torch.tensor([2], dtype=torch.int32)
+    assert torch.equal(got, request_reference(windows, q, k, v, window=one))
+
+
+def test_request_reference_checks_tensors_as_the_reference_does() -> None:
+    """A tensor param's value is checked as ``Variant.reference`` checks it (in its words):
+    an int or a 0-d tensor failed with torch's IndexError, another shape with its
+    RuntimeError, a sparse tensor with NotImplementedError, and a float32 tensor for an
+    ``i32`` param ran."""
+    q, k, v = inputs(4, 4, 2, 1, 8)
+    variant = attnc.load("stdlib:doc_causal")
+    head = "variant 'doc_causal': param 'doc' (tensor<i32>[kv_len]): "
+    shape = "expected shape [4] (kv_len = sum of kv_len over the batch), got "
+    cases = [
+        (3, shape + "[]"),
+        ([0.0, 0.5, 1.0, 1.0], "expected dtype torch.int32, got torch.float32 (no implicit casts)"),
+        (torch.tensor(3), shape + "[]"),
+        (torch.zeros(4, 3, dtype=torch.int32), shape + "[4, 3]"),
+        (torch.zeros(4), "expected dtype torch.int32, got torch.float32 (no implicit casts)"),
+        (torch.zeros(4, dtype=torch.int64), "expected dtype torch.int32, got torch.int64"),
+        (torch.zeros(4, dtype=torch.int32).to_sparse(), "expected a dense tensor"),
+    ]
+    for value, words in cases:
+        with pytest.raises(ValueError) as caught:
+            request_reference(variant, q, k, v, doc=value)
+        assert str(caught.value).startswith(head + words)
+        if isinstance(value, torch.Tensor):
+            with pytest.raises(ValueError) as kernels:
+                variant.reference(q, k, v, doc=value)
+            assert str(kernels.value) == str(caught.value)
+    local = attnc.load("stdlib:gpt_oss_local")
+    with pytest.raises(
+        ValueError, match=r"'sinks' \(tensor<f32>\[num_qo_heads\]\): expected shape"
+    ):
+        request_reference(local, q, k, v, sinks=torch.zeros(3), window=2)
 
 
 def test_batched_reference_equals_one_request_at_a_time_in_one_flat_tensor() -> None:

@@ -76,7 +76,7 @@ def resolve_params(
     sizes.update(batch_sizes or {})
 
     def check_tensor(decl: ParamDecl, value: object, prefix: str) -> object:
-        return _check_tensor(decl, value, prefix, sizes, device)
+        return check_tensor_param(decl, value, prefix, sizes, device)
 
     return resolve_with(decls, kwargs, variant_name=variant_name, check_tensor=check_tensor)
 
@@ -218,13 +218,17 @@ def _int_text(value: int) -> str:
     return f"value {value}"
 
 
-def _check_tensor(
+def check_tensor_param(
     decl: ParamDecl,
     value: object,
     prefix: str,
     sizes: Mapping[str, int],
     device: torch.device | str | None,
 ) -> torch.Tensor:
+    """Tensor param ``decl``'s ``value``, contiguous: a dense ``torch.Tensor`` of the declared
+    shape (:func:`declared_shape` with ``sizes``) and dtype (:data:`TORCH_DTYPES`, no casts),
+    on ``device`` when one is given; any other is a ``ValueError`` naming the param (its
+    message begins with ``prefix``)."""
     if not isinstance(value, torch.Tensor):
         raise ValueError(
             f"{_where(prefix, decl)}: expected a torch.Tensor, got {_type_name(value)}"
