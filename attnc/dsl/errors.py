@@ -152,9 +152,11 @@ class SourceName(str):
     thread and whatever was parsed under the same name since (every inline source is
     ``<string>``).
 
-    The reference is weak: the parsed module holds the text (``parser.parse_module``), so
-    IR kept in a cache after its module is gone keeps no text alive; a location whose text
-    is gone is quoted as one without (see :class:`SourceMap`).
+    The reference is weak: what the parser returns holds the text (``parser.parse_module``,
+    ``parser.parse_expr``), and so does a loaded variant (``attnc.load``), so IR kept in a
+    cache after them keeps no text alive; a location whose text is gone is quoted as one
+    without (see :class:`SourceMap`), until the same text is added again for IR served from a
+    cache (:meth:`SourceMap.add_parsed`).
 
     As a string it is the plain name: equal to it, hashed, printed and written to JSON as it
     is, and pickled as a plain ``str`` (a pickle holds no text); a copy is the name itself.
@@ -173,6 +175,11 @@ class SourceName(str):
         """The text parsed under this name, or None once nothing holds it."""
         return self._source()
 
+    def refer_to(self, source: SourceText) -> None:
+        """Refer to ``source`` from now on: the text parsed under this name again, once the
+        text it was parsed from is gone."""
+        self._source = weakref.ref(source)
+
     def __reduce__(self) -> tuple[type[str], tuple[str]]:
         return str, (str(self),)
 
@@ -187,13 +194,15 @@ class SourceMap:
     """Source text of the files seen, so diagnostics can quote their line.
 
     A location in a parsed module names its file by a :class:`SourceName`, which refers to
-    the text it was parsed from while its module lives: that text is quoted (or none, once
-    the module is gone, rather than another text of the same name). Any other location (IR read from the disk
-    cache, one made by hand) is quoted from the text its calling thread most recently added
-    under the location's file name: each thread has a map of its own, so another thread
-    loading other text under the same name never changes the line it quotes. A thread keeps
-    the text of its :data:`SOURCE_FILES_KEPT` most recent files (a long-lived process kept
-    every one); a parsed module keeps its own text however many files are added meanwhile.
+    the text it was parsed from while something holds it (the module, a loaded variant, this
+    map): that text is quoted, or none once it is gone rather than another text of the same
+    name. Any other location (IR read from the disk cache, one made by hand) is quoted from
+    the text its calling thread most recently added under the location's file name: each
+    thread has a map of its own, so another thread loading other text under the same name
+    never changes the line it quotes. A thread keeps the text of its
+    :data:`SOURCE_FILES_KEPT` most recent files (a long-lived process kept every one); a
+    parsed module or a loaded variant keeps its own text however many files are added
+    meanwhile.
     """
 
     def __init__(self) -> None:
@@ -210,12 +219,29 @@ class SourceMap:
         """Remember ``text`` under ``file`` for this thread, as its most recent file (the
         oldest of more than ``SOURCE_FILES_KEPT`` is forgotten); returns it as lines."""
         held = SourceText(text)
+        self._keep(str(file), held)
+        return held
+
+    def add_parsed(self, name: str, text: str) -> SourceText:
+        """``add`` for ``text`` served again as IR parsed from it under ``name`` (from a
+        cache): when ``name`` is a :class:`SourceName`, the text it refers to is kept and
+        returned, or, once that is gone, ``text``, which the name then refers to (its
+        locations quote their lines again)."""
+        held = name.source if isinstance(name, SourceName) else None
+        if held is None:
+            held = SourceText(text)
+            if isinstance(name, SourceName):
+                name.refer_to(held)
+        self._keep(str(name), held)
+        return held
+
+    def _keep(self, file: str, held: SourceText) -> None:
+        """``held`` as this thread's most recent file, the oldest beyond the limit forgotten."""
         recent = self._recent()
         recent.pop(file, None)
-        recent[str(file)] = held
+        recent[file] = held
         while len(recent) > SOURCE_FILES_KEPT:
             del recent[next(iter(recent))]
-        return held
 
     def forget(self, file: str) -> None:
         """Drop this thread's text of ``file`` (a location without text of its own will not

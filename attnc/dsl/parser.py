@@ -53,9 +53,12 @@ def grammar_parser(strict: bool = False) -> Lark:
 def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[Any]], T]) -> T:
     """``build(builder, tree)`` on the parse tree of ``text`` from the rule ``start``; syntax
     errors and nesting too deep for Python's stack leave as :class:`AttnError`. Every
-    location names the file by a :class:`~attnc.dsl.errors.SourceName` carrying ``text``, so
-    its diagnostics quote this text whichever thread makes them."""
-    file = SourceName(file, SOURCES.add(file, text))
+    location names the file by a :class:`~attnc.dsl.errors.SourceName` referring to ``text``,
+    so its diagnostics quote this text whichever thread makes them; the reference is weak,
+    and the result holds the text (as ``_source_text``), so the text lives as long as it (or
+    this thread's map of recent files, or a variant loaded from it) does."""
+    source = SOURCES.add(file, text)
+    file = SourceName(file, source)
     _refuse_lone_cr(text, file)
     try:
         tree = grammar_parser().parse(text, start=start)
@@ -65,9 +68,11 @@ def _parse(text: str, file: str, start: str, build: Callable[[AstBuilder, Tree[A
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
     try:
         with deep_recursion():
-            return build(AstBuilder(file), tree)
+            built = build(AstBuilder(file), tree)
     except RecursionError:
         raise AttnError(end_of_text(text, file), NESTED_TOO_DEEPLY) from None
+    object.__setattr__(built, "_source_text", source)
+    return built
 
 
 _LONE_CR = re.compile(r"\r(?!\n)")
@@ -92,11 +97,10 @@ def parse_module(text: str, file: str = "<string>") -> ast.Module:
     """Parse a whole `.attn` file into an :class:`ast.Module`, whose locations keep the text
     quotable in error messages while the module lives: the module holds the text, its
     locations refer to it (:class:`attnc.dsl.errors.SourceName`)."""
-    module = _parse(text, file, "module", lambda builder, tree: builder.module(tree))
-    object.__setattr__(module, "_source_text", getattr(module.file, "source", None))
-    return module
+    return _parse(text, file, "module", lambda builder, tree: builder.module(tree))
 
 
 def parse_expr(text: str, file: str = "<string>") -> ast.Expr:
-    """Parse one expression (used by tests and tools)."""
+    """Parse one expression (used by tests and tools), which holds the text its locations
+    quote, as a module does."""
     return _parse(text, file, "expr_only", lambda builder, tree: builder.expr(tree.children[0]))

@@ -40,6 +40,9 @@ class Variant:
         self.compiled = compiled
         self.warnings = warnings
         ir = compiled.variant  # frozen: the names below never go stale
+        # The text the IR's locations quote, held while the variant lives: the locations
+        # refer to it weakly, so that IR kept in caches keeps no text alive.
+        self._source_text = getattr(ir.file, "source", None)
         self.name: str = ir.name
         """The variant's name as the source declares it."""
         self.doc: str = ir.doc

@@ -1,8 +1,8 @@
 """A diagnostic made while lowering a module quotes the text that module was parsed from,
 not the text most recently parsed under the same name (every inline source is
-``<string>``), nor nothing when it is lowered in a thread that did not parse it; the text
-rides on the file name (equal, hashed, encoded and pickled as the plain name) and goes with
-the last module or IR that holds it."""
+``<string>``), nor nothing when it is lowered in a thread that did not parse it; the file
+name (equal, hashed, encoded and pickled as the plain name) refers to the text, which goes
+with the last module, expression or variant that holds it."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 from attnc.compiler.pipeline import compile_source, lower, parse
 from attnc.dsl.errors import SOURCE_FILES_KEPT, SOURCES, AttnError, Loc, SourceName, SourceText
+from attnc.dsl.parser import parse_expr
 from attnc.runtime.build import ir_json
 
 BAD = "variant first {\n    mask = kv_idx <= q_pos && nosuchname;\n}\n"
@@ -122,3 +123,44 @@ def test_a_line_is_split_at_line_feeds_only():
         None,
         None,
     ]
+
+
+@pytest.fixture
+def compile_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ATTNC_COMPILE_CACHE", "1")
+
+
+SERVED = "variant served {\n    param p: i32 = 1;\n    mask = kv_idx <= q_pos;\n}\n"
+
+
+def test_a_variant_served_from_the_cache_quotes_its_lines(compile_cache):
+    """IR the compile cache serves again (the same objects, decoded once) names its file by
+    the name it was compiled under, whose text was gone once another text took the map's
+    place: its lines quoted nothing. The name refers to the text served with it again, and a
+    variant holds its text."""
+    import attnc
+
+    first = attnc.load(source=SERVED)
+    twice = attnc.load(source=SERVED)
+    assert twice.compiled is first.compiled
+    assert SOURCES.line(twice.ir.params[0].loc) == "    param p: i32 = 1;"
+    del first, twice
+    attnc.load(source=OTHER)  # another text under the name takes the map's place
+    gc.collect()
+    served = attnc.load(source=SERVED)
+    for i in range(SOURCE_FILES_KEPT + 1):
+        parse(f"variant v{i} {{}}\n", f"<f{i}>")
+    assert SOURCES.line(served.ir.params[0].loc) == "    param p: i32 = 1;"
+    held = weakref.ref(served.ir.file.source)
+    del served
+    gc.collect()
+    assert held() is None  # dropping the variant frees its text
+
+
+def test_a_parsed_expression_holds_its_text():
+    expr = parse_expr("a +\n    nosuchname", "<string>")
+    parse(OTHER, "<string>")
+    gc.collect()
+    assert SOURCES.line(expr.loc) == "a +"
+    assert SOURCES.line(expr.right.loc) == "    nosuchname"

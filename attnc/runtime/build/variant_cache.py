@@ -224,6 +224,16 @@ def write_entry(
         pass
 
 
+def _quotable(compiled: list[Compiled], file: str, text: str) -> None:
+    """Let the locations of ``compiled``, read from the cache for ``text``, quote their lines
+    (error carets of later diagnostics show them): the text is this thread's most recent of
+    ``file``, and IR decoded by this process (``_SEEN``), whose names refer to the text parsed
+    when it was compiled, refers to it again if that is gone (the entry was found by ``text``:
+    the same text). A variant made of it holds it (``Variant``)."""
+    name = compiled[0].variant.file if compiled else file
+    SOURCES.add_parsed(name if name == file else file, text)
+
+
 def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnostic, ...]]:
     """``attnc.compiler.pipeline.compile_source``, through the cache."""
     if enabled():
@@ -231,8 +241,9 @@ def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
         path = _entry_path(key)
         found = read_entry(path, key)
         if found is not None:
-            SOURCES.add(file, text)  # error carets of later diagnostics show the line
-            return [remember(c) for c in found[0]], found[1]
+            compiled = [remember(c) for c in found[0]]
+            _quotable(compiled, file, text)
+            return compiled, found[1]
     from attnc.compiler.pipeline import compile_with_imports
 
     compiled, warnings, imported = compile_with_imports(text, file)
