@@ -133,18 +133,38 @@ def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str, os.stat_r
         raise AttnError(
             item.loc, f"cannot import '{item.path}': larger than {MAX_SOURCE_BYTES} bytes"
         )
-    try:
-        text = decode_source(data, path)
-    except AttnError as err:
-        raise _unquoted(path, item, err) from None
-    try:
-        module = parse_module(text, path)
-    except AttnError as err:
-        if not _quotable(real, opened):
-            raise _unquoted(path, item, err) from None
-        imported_here = note(item.loc, f"in the file imported here as '{item.path}'")
-        raise AttnError(err.loc, err.message, (*err.notes, imported_here)) from None
+    module = _module_of(_text_of(data, path, item), path, real, opened, item)
     return module, hashlib.sha256(data).hexdigest(), opened
+
+
+# An error that must not quote the imported file is made in the handler of the one that does
+# and raised out of it: raised inside, it held that one as its ``__context__``.
+
+
+def _text_of(data: bytes, path: str, item: ast.Import) -> str:
+    """The bytes of the imported file ``path`` as text; bad UTF-8 is an error at the import,
+    quoting nothing of the file (:func:`_unquoted`)."""
+    try:
+        return decode_source(data, path)
+    except AttnError as err:
+        unquoted = _unquoted(path, item, err)
+    raise unquoted
+
+
+def _module_of(
+    text: str, path: str, real: str, opened: os.stat_result, item: ast.Import
+) -> ast.Module:
+    """The module ``text`` of ``path`` parses to. An error in it is reported where it is, with
+    a note at the import, when the file may be quoted (:func:`_quotable`), else at the import
+    alone (:func:`_unquoted`)."""
+    try:
+        return parse_module(text, path)
+    except AttnError as err:
+        if _quotable(real, opened):
+            imported_here = note(item.loc, f"in the file imported here as '{item.path}'")
+            raise AttnError(err.loc, err.message, (*err.notes, imported_here)) from None
+        unquoted = _unquoted(path, item, err)
+    raise unquoted
 
 
 def _quotable(real: str, opened: os.stat_result) -> bool:

@@ -10,6 +10,8 @@ Each test failed before its fix:
   sibling, not the link target's) and ``lib.attn/`` was read as the file;
 - a loop of links was "import not found";
 - a parse error in an imported file gave its line and column but no reason and no caret.
+- the error at the import of a file it must not quote held the error quoting the file as its
+  ``__context__``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -239,3 +242,32 @@ def test_imports_of_an_import_resolve_from_the_path_it_was_read_through(cache: P
     (d / "sub").rmdir()
     (d / "sub").symlink_to(e / "s")  # sub/.. is now e/, whose x.attn says 5
     assert attnc.load(str(main)).ir.mask.b.value == 5
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    """``err`` and every exception reachable from it as a cause or context."""
+    found: list[BaseException] = []
+    at: BaseException | None = err
+    while at is not None and at not in found:
+        found.append(at)
+        at = at.__cause__ or at.__context__
+    return found
+
+
+@pytest.mark.parametrize("imported", ["pw.attn", "bad.attn"])
+def test_an_import_error_that_quotes_nothing_holds_no_error_that_does(
+    tmp_path: Path, imported: str
+) -> None:
+    """A link to a file of another name that does not parse, or bytes that are not UTF-8, are
+    an error at the import quoting nothing of the file; it was raised in the handler of the
+    error that quotes the file, which stayed reachable as its ``__context__``."""
+    (tmp_path / "secret.txt").write_text("SECRET_TOKEN=hunter2\n")
+    (tmp_path / "pw.attn").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "bad.attn").write_bytes(b"SECRET_TOKEN=hunter2 \xff\n")
+    main = tmp_path / "root.attn"
+    main.write_text(f'import "{imported}";\nvariant r {{ }}\n')
+    with pytest.raises(AttnError) as raised:
+        _window(str(main))
+    assert "it is not valid .attn text (line 1, column " in str(raised.value)
+    assert _causes(raised.value) == [raised.value]
+    assert "hunter2" not in "".join(traceback.format_exception(raised.value))
