@@ -5,7 +5,9 @@ ways the suites measured it:
 - ``host``: as ``benchmarks/host.py``'s plan row: ``kv_indptr`` and ``kv_last_page_len`` on the
   host, page ids on the GPU (a random page order), median of the calls.
 - ``quick``: as ``benchmarks/decode_quick.py``: every table on the host (``torch.randperm`` page
-  ids), mean of the calls; and the same with a sliding window of 1024 given to ``plan()``.
+  ids), mean of the calls; and the same with a sliding window of 1024 given to ``plan()``, and
+  with a per-request window tensor of 1024s (``per_request_window``: the sizes it is checked
+  against, kv_indptr among them, are checked with it; the checked path on every plan).
 - ``decode_zipf lengths``: BATCH requests of decode_quick's zipf lengths (256 to 32768 tokens,
   unequal costs: the LPT heap and the split candidates do real work), host ids.
 
@@ -169,6 +171,7 @@ def breakdown(fn: Callable[[], object], n: int) -> dict[str, float]:
     clock.wrap(decode_planning.DecodePlanning, "_plan_checked", "checked path")
     clock.wrap(decode_plan.DecodePlanner, "step", "planner")
     clock.wrap(decode_plan.DecodePlanner, "check", "planner")
+    clock.wrap(decode_plan.DecodePlanner, "step_checked", "planner")
     per_stage: dict[str, list[float]] = {}
     try:
         fn()
@@ -217,6 +220,9 @@ def run_cpu(n: int) -> None:
             cpu_wrapper("sliding_window"),
         )
         zipf, zipf_table = cpu_wrapper("vanilla"), page_table(ZIPF)
+        per_request = cpu_wrapper("per_request_window")
+        per_request._device = torch.device("cpu")  # where its window tensor lives here
+        windows = {"window": torch.full((BATCH,), 1024, dtype=torch.int32)}
         _plan(host, indptr, ids, last)  # the checked path once, with host ids
         report(
             [
@@ -225,6 +231,10 @@ def run_cpu(n: int) -> None:
                 (
                     "decode_quick setup, window 1024 param",
                     lambda: _plan(window, indptr, ids, last, params=WINDOW),
+                ),
+                (
+                    "decode_quick setup, window[batch] tensor",
+                    lambda: _plan(per_request, indptr, ids, last, params=windows),
                 ),
                 ("decode_zipf lengths (host ids)", lambda: _plan(zipf, *zipf_table)),
             ],
@@ -241,8 +251,8 @@ def _device_ids_plan(
     GPU ids): ``w``'s own ``_native_step`` says "on the device"."""
     real = w._native_step
 
-    def native_step(q_len, kv_indptr, kv_indices, kv_last_page_len, on_device):  # type: ignore[no-untyped-def]
-        return real(q_len, kv_indptr, kv_indices, kv_last_page_len, True)
+    def native_step(q_len, kv_indptr, kv_indices, kv_last_page_len, on_device, *checked):  # type: ignore[no-untyped-def]
+        return real(q_len, kv_indptr, kv_indices, kv_last_page_len, True, *checked)
 
     w._native_step = native_step  # type: ignore[method-assign]
     return lambda: _plan(w, indptr, ids, last)
@@ -261,6 +271,8 @@ def run_cuda(n: int) -> None:
     quick = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws)
     graph = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws, use_cuda_graph=True)
     window = BatchDecodeWrapper(attnc.load("stdlib:sliding_window"), ws)
+    per_request = BatchDecodeWrapper(attnc.load("stdlib:per_request_window"), ws)
+    windows = {"window": torch.full((BATCH,), 1024, dtype=torch.int32, device="cuda")}
     zipf, zipf_table = BatchDecodeWrapper(attnc.load("stdlib:vanilla"), ws), page_table(ZIPF)
     report(
         [
@@ -270,6 +282,10 @@ def run_cuda(n: int) -> None:
             (
                 "decode_quick setup, window 1024 param",
                 lambda: _plan(window, indptr, ids, last, params=WINDOW),
+            ),
+            (
+                "decode_quick setup, window[batch] tensor",
+                lambda: _plan(per_request, indptr, ids, last, params=windows),
             ),
             ("decode_zipf lengths (host ids)", lambda: _plan(zipf, *zipf_table)),
         ],

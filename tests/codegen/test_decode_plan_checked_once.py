@@ -1,12 +1,20 @@
-"""BatchDecodeWrapper.plan() with faulty arguments, on the CPU (the step's CUDA calls switched
-to host memcpys): the message of each fault and which one wins when several are wrong, with
-plan-time tensor params (a per-request ``window[batch]``, whose size is checked against
-kv_indptr), with mask range rows that read the KV lengths (their per-request columns are
-computed from them before the step) and without either; and the plans of per-request windows
-against the oracle."""
+"""BatchDecodeWrapper.plan() checks each argument once, on the CPU (the step's CUDA calls
+switched to host memcpys):
+
+- with plan-time tensor params (a per-request ``window[batch]``) the head counts, q_len and
+  ``kv_indptr`` are checked where the tensors are sized by them (``_mask_ranges``), and not
+  again by the checked path nor (``kv_indptr``'s entries) by the C++ planner;
+- when the mask's range rows read the KV lengths (their per-request columns are computed from
+  them before the step), the C++ page-table check (``page_table_check.h``) runs once, in
+  ``attnc_decode_check``; ``attnc_decode_step_checked`` then plans the tables it passed.
+
+Pinned alike before and after the checks were made single: the message of each faulty
+argument and which one wins when several are wrong, with tensor params, with length-reading
+range rows and without either; and the plans of per-request windows against the oracle."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 import decode_schedule_oracle as oracle
@@ -18,6 +26,7 @@ from test_decode_plan_step import DIM, HKV, HQ, _FakeModule, _outcome, cpu, lib,
 from test_decode_plan_step import page_table as random_table
 
 import attnc
+from attnc.runtime.checks import tensors
 from attnc.runtime.wrappers import decode_launch
 
 pytestmark = pytest.mark.nvcc
@@ -47,10 +56,10 @@ VARIANTS = {
 }
 
 
-def wrapper(name: str, **kw):
-    """``make_wrapper`` (a CPU workspace, fake modules) of variant ``name`` of VARIANTS; its
-    device the CPU, where the tests' window tensors live."""
-    source, _ = VARIANTS[name]
+def wrapper(name: str, source: str | None = None, **kw):
+    """``make_wrapper`` (a CPU workspace, fake modules) of variant ``name`` of VARIANTS (or of
+    ``source``); its device the CPU, where the tests' param tensors live."""
+    source = VARIANTS[name][0] if source is None else source
     w = make_wrapper(**kw)
     variant = attnc.load(source) if source.startswith("stdlib:") else attnc.load(source=source)
     w.variant = variant
@@ -67,7 +76,7 @@ def _good(name: str) -> dict[str, object]:
         "indptr": [0, 3, 5, 9], "ids": list(range(12)), "last": [5, 16, 1], "heads": (HQ, HKV),
         "page_size": 16, "q_len": 2, "dtype": torch.bfloat16, "sm_scale": None,
     }  # fmt: skip
-    kind = VARIANTS[name][1]
+    kind = VARIANTS[name][1] if name in VARIANTS else None
     if kind == "tensor":
         kw["params"] = {"window": torch.tensor([4, 2, 8], **I32)}
     elif kind == "scalar":
@@ -232,13 +241,8 @@ KV_AND_WINDOW = """variant kv_and_window {{
     ],
 )
 def test_a_negative_page_id_and_too_many_kv_tokens(cpu, width, message):
-    source = KV_AND_WINDOW.format(width=width)
-    VARIANTS["kv_and_window"] = (source, "tensor")
-    try:
-        w = wrapper("kv_and_window")
-        assert _overflow_with_negative_id(w).startswith(message)
-    finally:
-        del VARIANTS["kv_and_window"]
+    w = wrapper("kv_and_window", KV_AND_WINDOW.format(width=width))
+    assert _overflow_with_negative_id(w).startswith(message)
 
 
 @pytest.mark.parametrize("name", ["per_request_window", "lengths_window"])
@@ -276,3 +280,126 @@ def test_per_request_plans_match_the_oracle(cpu, name):
         assert (got[2], got[4]) == (batch, max_page), trial
         planned += 1
     assert planned > 20, planned
+
+
+# A per-request tensor the score reads and the mask does not: plan() checks it against the
+# sizes, and the plans after the first take the fast path.
+SCORE_BIAS = """variant score_bias {
+    param bias: tensor<f32>[batch_size];
+    score = score + bias[batch];
+    mask = kv_idx <= q_pos;
+}"""
+
+
+class _Calls:
+    """Stands in for the planner library: counts the C calls and the ``indptr_checked`` each
+    was given."""
+
+    def __init__(self, lib) -> None:
+        self._lib = lib
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name)
+
+        def call(*args):
+            step = args[0]._obj if name.startswith("attnc_decode_") and args else None
+            checked = int(step.indptr_checked) if hasattr(step, "indptr_checked") else -1
+            self.calls.append((name, checked))
+            return fn(*args)
+
+        return call
+
+
+def _count_checks(monkeypatch) -> collections.Counter:
+    """Counts of the Python checks of the sizes: heads, q_len, kv_indptr (tensor, entries)."""
+    counts: collections.Counter = collections.Counter()
+
+    def counted(name, real, key=None):
+        def check(*args, **kw):
+            counts[name if key is None else key(args)] += 1
+            return real(*args, **kw)
+
+        monkeypatch.setattr(tensors, name, check)
+
+    counted("check_heads", tensors.check_heads)
+    counted("check_int", tensors.check_int, lambda a: f"check_int {a[0]}")
+    counted("check_index_tensor", tensors.check_index_tensor, lambda a: f"tensor {a[0]}")
+    counted("check_indptr_values", tensors.check_indptr_values)
+    return counts
+
+
+PLAN_KINDS = {
+    # name: (the C calls of a plan after the first, each with its indptr_checked)
+    "per_request_window": [("attnc_decode_step", 1)],
+    # the page table checked once, by attnc_decode_check (attnc_decode_step would again)
+    "lengths_window": [("attnc_decode_check", 1), ("attnc_decode_step_checked", 1)],
+    "square_window": [("attnc_decode_check", 0), ("attnc_decode_step_checked", 0)],
+    "vanilla": [("attnc_decode_step", 0)],
+    "score_bias": [("attnc_decode_step", 1)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_KINDS))
+def test_each_argument_is_checked_once(cpu, monkeypatch, name):
+    """One plan() checks the head counts, q_len and kv_indptr once (with tensor params where
+    the params are sized by them, and kv_indptr's entries not again in C++), and the page
+    table once in C++ (also when the range rows read the KV lengths before the step)."""
+    w = wrapper(name, SCORE_BIAS if name == "score_bias" else None)
+    kw = _good(name)
+    if name == "score_bias":
+        kw["params"] = {"bias": torch.zeros(3)}
+    hq, hkv = kw["heads"]
+    args = [_tensor(kw[k]) for k in ("indptr", "ids", "last")]
+    q_len, params = kw["q_len"], kw.get("params")
+
+    def plan():
+        w.plan(*args, hq, hkv, DIM, 16, q_len_per_request=q_len, params=params)
+
+    plan()  # the planner made, the first plan checked
+    want = (w._ws.numpy().copy(), w._batch, w._max_page, w.last_schedule.num_items)
+    calls = _Calls(w._native._lib)
+    w._native._lib = calls
+    counts = _count_checks(monkeypatch)
+    plan()
+    assert (w._ws.numpy(), w._batch, w._max_page, w.last_schedule.num_items)[1:] == want[1:]
+    assert np.array_equal(w._ws.numpy(), want[0])
+    assert calls.calls == PLAN_KINDS[name]
+    fast = name in ("vanilla", "score_bias")  # a plan like the last: the fast path
+    sized = name in ("per_request_window", "lengths_window", "score_bias")  # tensor params
+    assert counts["check_heads"] == (0 if fast and not sized else 1)
+    assert counts["check_int q_len_per_request"] == (0 if fast and not sized else 1)
+    assert counts["tensor kv_indptr"] == (0 if fast and not sized else 1)
+    assert counts["check_indptr_values"] == (1 if sized else 0)
+
+
+def test_step_checked_plans_only_tables_a_check_passed(cpu):
+    """``DecodePlanner.step_checked`` (and the C entry behind it) refuses tables that no
+    check passed: none yet, a failed check, or new tables given since."""
+    from attnc.runtime import abi
+
+    w = wrapper("vanilla")
+    args = [_tensor(v) for v in ([0, 3, 5, 9], list(range(12)), [5, 16, 1])]
+    w.plan(*args, HQ, HKV, DIM, 16)
+    native = w._native
+    st, lib = native._step, native._lib
+    tables = [(t.data_ptr(), t.numel()) for t in (args[0], args[2], args[1])]  # indptr, last, ids
+    assert st.tables_checked == 0  # a step clears it
+    with pytest.raises(RuntimeError, match="step_checked"):
+        native.step_checked(0)
+    assert lib.attnc_decode_step_checked(native._step_ref, native._result_ref) == (
+        abi.PLAN_OUT_OF_RANGE
+    )
+    assert native.check(*tables, False).tolist() == [37, 32, 49]
+    assert st.tables_checked == 1
+    assert native.step_checked(0).num_items > 0 and st.tables_checked == 0
+    bad = torch.tensor([5, 0, 1], **I32)
+    with pytest.raises(ValueError, match=r"kv_last_page_len\[1\]=0"):
+        native.check(tables[0], (bad.data_ptr(), 3), tables[2], False)
+    assert st.tables_checked == 0
+    with pytest.raises(RuntimeError, match="step_checked"):
+        native.step_checked(0)
+    native.check(*tables, False)
+    native.step(*tables, False, 0)  # new tables (the same here): the check no longer holds
+    with pytest.raises(RuntimeError, match="step_checked"):
+        native.step_checked(0)

@@ -7,6 +7,14 @@
 #include "decode_step.h"
 #include "decode_step_cuda.h"
 
+namespace {
+// The scratch of the steps of this thread (attnc_decode_step and attnc_decode_step_checked).
+attnc::decode_plan::Scratch& step_scratch() {
+  static thread_local attnc::decode_plan::Scratch scratch;
+  return scratch;
+}
+}  // namespace
+
 extern "C" {
 
 // Plan one step into params->buf (decode_plan.h: plan). An ATTNC_PLAN_* code.
@@ -23,16 +31,23 @@ ATTNC_PLAN_EXPORT void attnc_decode_plan_sizes(int64_t* out) {
   out[3] = static_cast<int64_t>(sizeof(AttncStepResult));
 }
 
-// The page-table checks alone (decode_step.h: check_page_table): the KV lengths and page
-// begins land in params->kv_out and params->page_begin_out.
-ATTNC_PLAN_EXPORT int attnc_decode_check(const AttncStepParams* params, AttncStepResult* result) {
-  return attnc::decode_plan::check_page_table(*params, result);
+// The page-table checks alone (decode_step.h: check_tables): the KV lengths and page
+// begins land in params->kv_out and params->page_begin_out; params->tables_checked says
+// whether they passed.
+ATTNC_PLAN_EXPORT int attnc_decode_check(AttncStepParams* params, AttncStepResult* result) {
+  return attnc::decode_plan::check_tables(*params, result);
 }
 
 // BatchDecodeWrapper.plan after its scalar checks (decode_step.h: step).
 ATTNC_PLAN_EXPORT int attnc_decode_step(AttncStepParams* params, AttncStepResult* result) {
-  static thread_local attnc::decode_plan::Scratch scratch;
-  return attnc::decode_plan::step(*params, result, scratch);
+  return attnc::decode_plan::step(*params, result, step_scratch());
+}
+
+// The step of the tables attnc_decode_check has just passed, with that check's ``result``,
+// without checking them again (decode_step.h: step_checked).
+ATTNC_PLAN_EXPORT int attnc_decode_step_checked(AttncStepParams* params,
+                                                AttncStepResult* result) {
+  return attnc::decode_plan::step_checked(*params, result, step_scratch());
 }
 
 // The mask spans of ``batch`` KV lengths from the mask's range rows (decode_step.h:

@@ -83,6 +83,10 @@ typedef struct AttncStepParams {
   // The page table: int32 host arrays.
   const int32_t* kv_indptr;  // [indptr_len]
   int64_t indptr_len;
+  // Nonzero: the caller has checked kv_indptr's entries in this very array (at least one,
+  // the first 0, non-decreasing: runtime/checks/tensors.py check_indptr_values, where a
+  // plan-time tensor param is sized by it), and the checks here do not check them again.
+  int64_t indptr_checked;
   const int32_t* last_page_len;  // [last_len]
   int64_t last_len;
   int64_t page_size;
@@ -93,6 +97,10 @@ typedef struct AttncStepParams {
   const int32_t* kv_indices;  // [indices_len], on the device or the host
   int64_t indices_len;
   int64_t indices_on_device;
+  // Set by attnc_decode_check when the tables above pass its checks (0 when they fail);
+  // attnc_decode_step_checked plans only tables so checked, and clears it, as
+  // attnc_decode_step does. Whoever points the struct at other tables clears it.
+  int64_t tables_checked;
   // The copies, ordered on ``stream`` of CUDA device ``device``.
   uint8_t* dev_work;        // the workspace (the work region starts at its byte 0)
   uint8_t* dev_page_ids;    // the workspace's page id region

@@ -3,9 +3,12 @@
 // pinned buffers (a CUDA event), host page ids checked and staged in one pass
 // (decode_plan_ids.h), the plan (decode_plan.h), and the two stream-ordered copies
 // (pinned work region -> workspace, page ids -> workspace) followed by the event record. The
-// CUDA calls go through ``Cuda`` (decode_step_cuda.h).
+// CUDA calls go through ``Cuda`` (decode_step_cuda.h). The checks run once per plan: in
+// ``step``, or in ``check_tables`` when the caller needs the KV lengths first (the mask's
+// range rows read them), followed by ``step_checked``.
 #pragma once
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_runtime_api.h>
 
@@ -56,15 +59,17 @@ inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t bat
 }
 
 // The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
-// kv_indptr (entries, start, non-decreasing), kv_last_page_len (count, range), batch and page
-// capacity, kv_indices (entries, non-negative host ids; ``scan_ids`` false leaves host ids
-// to stage_host_ids): page_table_check.h, the decode order. A failure is ATTNC_PLAN_INVALID
-// with an ATTNC_PT_* code and the offending index and values in ``r`` (Python words them:
+// kv_indptr (entries, start, non-decreasing; not when the caller checked them:
+// ``indptr_checked``), kv_last_page_len (count, range), batch and page capacity, kv_indices
+// (entries, non-negative host ids; ``scan_ids`` false leaves host ids to stage_host_ids):
+// page_table_check.h, the decode order. A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_*
+// code and the offending index and values in ``r`` (Python words them:
 // attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
 // batch, nnz and max_page (-1 for ids not scanned). Writes nothing else.
 inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool scan_ids = true) {
   page_table::Fault f;
-  if (!page_table::indptr_ok(s.kv_indptr, s.indptr_len, page_table::kKvIndptr, &f))
+  if (!s.indptr_checked &&
+      !page_table::indptr_ok(s.kv_indptr, s.indptr_len, page_table::kKvIndptr, &f))
     return invalid(r, f);
   const int32_t* ip = s.kv_indptr;
   const int64_t batch = s.indptr_len - 1;
@@ -91,11 +96,17 @@ inline int cuda_failed(AttncStepResult* r, cudaError_t e) {
 }
 
 // Host page ids (after the wait for the copies out of page_stage): the negative-id check of
-// check_page_table, the largest id into r->max_page, and the ids into page_stage, in one pass.
-inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
+// check_page_table, the largest id into r->max_page, and the ids into page_stage, in one pass;
+// with ``scanned`` (check_page_table has scanned them: none negative, the largest in
+// r->max_page) only the copy.
+inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r, bool scanned) {
   if (s.indices_on_device || r->nnz <= 0) return ATTNC_PLAN_OK;
   if (s.page_stage == nullptr || s.page_stage_bytes < r->nnz * 4)
     return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
+  if (scanned) {
+    memcpy(s.page_stage, s.kv_indices, static_cast<size_t>(r->nnz) * 4);
+    return ATTNC_PLAN_OK;
+  }
   const IdRange ids =
       id_range(s.kv_indices, reinterpret_cast<int32_t*>(s.page_stage), r->nnz);
   if (ids.lo < 0) return invalid(r, {ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0});
@@ -165,22 +176,15 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
   return e == cudaSuccess ? ATTNC_PLAN_OK : cuda_failed(r, e);
 }
 
-// BatchDecodeWrapper.plan after its scalar checks. ATTNC_PLAN_OK: planned, copies queued and
-// the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written (a
-// negative host page id is found after the wait, in the pass that stages the ids; the
-// stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) /
-// ATTNC_PLAN_OUT_OF_RANGE: the checks passed (batch, nnz, max_page, kv_out, page_begin_out
-// set) and the previous copies are done, nothing written: the caller raises (r->total_kv >
-// INT32_MAX: the step's KV tokens do not fit the int32 kv_token_start of a variant that reads
-// a kv_len tensor). ATTNC_PLAN_CUDA: a CUDA call failed (r->cuda_error).
-inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
-  r->total_kv = 0;
-  int rc = check_page_table(s, r, /*scan_ids=*/false);
-  if (rc != ATTNC_PLAN_OK) return rc;
+// The step after check_page_table has passed (``r`` holds its batch, nnz and max_page,
+// kv_out / page_begin_out its lengths and page begins; ``ids_scanned``: it scanned the host
+// page ids): step's outcomes, the checks aside.
+inline int step_after_checks(AttncStepParams& s, AttncStepResult* r, Scratch& scratch,
+                             bool ids_scanned) {
   if (!token_starts_fit(s, r)) return ATTNC_PLAN_OUT_OF_RANGE;
   cudaError_t e = cuda().wait(s);
   if (e != cudaSuccess) return cuda_failed(r, e);
-  rc = stage_host_ids(s, r);
+  int rc = stage_host_ids(s, r, ids_scanned);
   if (rc != ATTNC_PLAN_OK) return rc;
   AttncPlanParams p = s.plan;
   p.batch = r->batch;
@@ -199,6 +203,41 @@ inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   if (rc != ATTNC_PLAN_OK) return rc;
   stage_token_starts(s, r);
   return upload(s, r->summary.work_bytes, r->nnz, r);
+}
+
+// attnc_decode_check: check_page_table of the tables, host page ids scanned; s.tables_checked
+// says whether they passed (for step_checked).
+inline int check_tables(AttncStepParams& s, AttncStepResult* r) {
+  const int rc = check_page_table(s, r);
+  s.tables_checked = rc == ATTNC_PLAN_OK;
+  return rc;
+}
+
+// BatchDecodeWrapper.plan after its scalar checks. ATTNC_PLAN_OK: planned, copies queued and
+// the event recorded. ATTNC_PLAN_INVALID: a check failed (r->error), nothing written (a
+// negative host page id is found after the wait, in the pass that stages the ids; the
+// stage is not read until the next copies). ATTNC_PLAN_CAPACITY (r->summary.num_items) /
+// ATTNC_PLAN_OUT_OF_RANGE: the checks passed (batch, nnz, max_page, kv_out, page_begin_out
+// set) and the previous copies are done, nothing written: the caller raises (r->total_kv >
+// INT32_MAX: the step's KV tokens do not fit the int32 kv_token_start of a variant that reads
+// a kv_len tensor). ATTNC_PLAN_CUDA: a CUDA call failed (r->cuda_error).
+inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
+  r->total_kv = 0;
+  s.tables_checked = 0;
+  const int rc = check_page_table(s, r, /*scan_ids=*/false);
+  if (rc != ATTNC_PLAN_OK) return rc;
+  return step_after_checks(s, r, scratch, /*ids_scanned=*/false);
+}
+
+// step of the tables check_tables last passed, without checking them again (``r`` must hold
+// that check's result): when the caller needs their KV lengths before the step (the mask's
+// range rows read them). ATTNC_PLAN_OUT_OF_RANGE, nothing done, when no check passed for the
+// tables now in ``s``. Clears s.tables_checked.
+inline int step_checked(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
+  r->total_kv = 0;
+  if (!s.tables_checked) return ATTNC_PLAN_OUT_OF_RANGE;
+  s.tables_checked = 0;
+  return step_after_checks(s, r, scratch, /*ids_scanned=*/true);
 }
 
 }  // namespace decode_plan

@@ -415,8 +415,16 @@ def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.
 
 
 def check_indptr(name: str, t: object) -> torch.Tensor:
-    """An indptr: int32, 1-D, at least one entry, starts at 0, non-decreasing."""
+    """An indptr: int32, 1-D, at least one entry, starts at 0, non-decreasing; returns a CPU
+    int64 copy."""
     host = host_index_tensor(name, t)
+    check_indptr_values(name, host)
+    return host
+
+
+def check_indptr_values(name: str, host: torch.Tensor) -> None:
+    """The entries of an indptr already on the host (1-D, integers): at least one, the first
+    0, non-decreasing (the first drop is named)."""
     if host.numel() == 0:
         raise page_table.indptr_empty(name)
     if host[0] != 0:
@@ -425,7 +433,6 @@ def check_indptr(name: str, t: object) -> torch.Tensor:
     if drops.numel():
         i = int(drops[0]) + 1
         raise page_table.indptr_decreasing(i, int(host[i]), int(host[i - 1]), name)
-    return host
 
 
 def check_kv_indices(kv_indices: object, nnz_pages: int) -> torch.Tensor:

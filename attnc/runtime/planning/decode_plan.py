@@ -6,8 +6,10 @@
 ``BatchDecodeWrapper.plan()``'s host work in one C call: the page-table checks on the raw int32
 arrays, the wait for the previous copies, the plan (split-KV chunks, heaviest-first LPT
 assignment onto the CTAs, merge list) written into the buffer, and the copies of the work
-region and page ids to the workspace. Failures come back as codes (``attnc/abi_codes.h``) and
-are raised here with the words of ``checks/page_table.py``.
+region and page ids to the workspace. A plan that needs the KV lengths before the step (the
+mask's range rows read them) calls ``check`` and then ``step_checked``, which plans the
+checked tables without checking them again. Failures come back as codes
+(``attnc/abi_codes.h``) and are raised here with the words of ``checks/page_table.py``.
 
 The library is built on first use (``decode_plan_library.py``); when it cannot be built or
 loaded, ``PlannerUnavailable`` says why (the nvcc command and its output).
@@ -245,29 +247,47 @@ class DecodePlanner:
         return self._stage_bytes
 
     def _tables(self, indptr: tuple[int, int], last: tuple[int, int],
-                indices: tuple[int, int], on_device: bool) -> None:  # fmt: skip
+                indices: tuple[int, int], on_device: bool, indptr_checked: bool) -> None:  # fmt: skip
         st = self._step
         st.kv_indptr, st.indptr_len = indptr
+        st.indptr_checked = indptr_checked
         st.last_page_len, st.last_len = last
         st.kv_indices, st.indices_len = indices
         st.indices_on_device = on_device
+        st.tables_checked = 0  # no check has passed these tables yet
 
     def check(self, indptr: tuple[int, int], last: tuple[int, int],
-              indices: tuple[int, int], on_device: bool) -> np.ndarray:  # fmt: skip
+              indices: tuple[int, int], on_device: bool,
+              indptr_checked: bool = False) -> np.ndarray:  # fmt: skip
         """Only the page-table checks of ``step`` (each table an (address, entries) pair of
-        int32 host data; page ids on the device or the host): the KV length per request."""
-        self._tables(indptr, last, indices, on_device)
+        int32 host data; page ids on the device or the host; ``indptr_checked``: the
+        caller has checked kv_indptr's entries, ``checks.tensors.check_indptr_values``): the
+        KV length per request. ``step_checked`` then plans these tables."""
+        self._tables(indptr, last, indices, on_device, indptr_checked)
         self._raise_for(self._lib.attnc_decode_check(self._step_ref, self._result_ref))
         return self._kv[: self.result.batch].copy()
 
     def step(self, indptr: tuple[int, int], last: tuple[int, int],
-             indices: tuple[int, int], on_device: bool, stream: int) -> StepPlan:  # fmt: skip
-        """Check the page table, wait for the previous copies, plan into the buffer and queue
-        the copies on ``stream``; ``self.result`` holds the batch, nnz and largest page id
-        (also in ``batch`` and ``max_page``)."""
-        self._tables(indptr, last, indices, on_device)
+             indices: tuple[int, int], on_device: bool, stream: int,
+             indptr_checked: bool = False) -> StepPlan:  # fmt: skip
+        """Check the page table (kv_indptr's entries not when ``indptr_checked``: the
+        caller has), wait for the previous copies, plan into the buffer and queue the copies
+        on ``stream``; ``self.result`` holds the batch, nnz and largest page id (also in
+        ``batch`` and ``max_page``)."""
+        self._tables(indptr, last, indices, on_device, indptr_checked)
         self._step.stream = stream
-        rc = self._lib.attnc_decode_step(self._step_ref, self._result_ref)
+        return self._planned(self._lib.attnc_decode_step(self._step_ref, self._result_ref))
+
+    def step_checked(self, stream: int) -> StepPlan:
+        """``step`` of the tables the last ``check`` passed, without checking them again."""
+        st = self._step
+        if not st.tables_checked:
+            raise RuntimeError("decode plan: step_checked() needs tables that check() passed")
+        st.stream = stream
+        return self._planned(self._lib.attnc_decode_step_checked(self._step_ref, self._result_ref))
+
+    def _planned(self, rc: int) -> StepPlan:
+        """The plan of a step that returned ``rc`` (raised unless ``PLAN_OK``)."""
         if rc != _PLAN_OK:
             self._raise_for(rc)
         w = self._result_words.tolist()

@@ -73,6 +73,7 @@ class StepParams(ctypes.Structure):
         ("plan", PlanParams),
         ("kv_indptr", _P),
         ("indptr_len", _I64),
+        ("indptr_checked", _I64),
         ("last_page_len", _P),
         ("last_len", _I64),
         ("page_size", _I64),
@@ -83,6 +84,7 @@ class StepParams(ctypes.Structure):
         ("kv_indices", _P),
         ("indices_len", _I64),
         ("indices_on_device", _I64),
+        ("tables_checked", _I64),
         ("dev_work", _P),
         ("dev_page_ids", _P),
         ("page_stage", _P),
@@ -119,6 +121,7 @@ _SIGNATURES = {
     "attnc_decode_plan_sizes": ([ctypes.c_void_p], None),
     "attnc_decode_check": ([_STEP_P, _RESULT_P], ctypes.c_int),
     "attnc_decode_step": ([_STEP_P, _RESULT_P], ctypes.c_int),
+    "attnc_decode_step_checked": ([_STEP_P, _RESULT_P], ctypes.c_int),
     "attnc_decode_spans": (
         [ctypes.POINTER(RangeRows), _P, _I64, _I64, _I64, _P, _P],
         ctypes.c_int,

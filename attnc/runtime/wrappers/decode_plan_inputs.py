@@ -1,5 +1,6 @@
 """Owns: the small value types of the decode ``plan()``: its unchecked arguments
-(``PlanInputs``), what a plan fixes about the launch (``DecodeShape``), what the fast path
+(``PlanInputs``), those checked where a plan-time tensor param is sized by them
+(``CheckedSizes``), what a plan fixes about the launch (``DecodeShape``), what the fast path
 reuses from the last checked plan (``FastPathKey``, ``scalar_key``), which arguments it takes
 (``fast_path_takes``) and where it takes page ids from (``ids_placement``)."""
 
@@ -32,6 +33,19 @@ class PlanInputs(NamedTuple):
     q_len: int
     sm_scale: float | None
     dtype: torch.dtype
+
+
+class CheckedSizes(NamedTuple):
+    """The arguments of ``plan()`` that plan-time tensor params are sized by, checked there
+    (``DecodePlanning._mask_ranges``) and handed on so that nothing checks them again: the
+    head counts, head_dim and q_len as ints, and kv_indptr as a contiguous CPU int32 tensor
+    whose entries passed ``checks.tensors.check_indptr_values`` (the planner is told so)."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    q_len: int
+    kv_indptr: torch.Tensor
 
 
 class FastPathKey:

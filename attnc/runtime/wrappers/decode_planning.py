@@ -7,7 +7,11 @@ and the plan-fixed fields of ``AttncDecodeArgs`` (workspace pointers, heads, gri
 ``plan()`` hands the page table to the planner, which checks it, writes the work lists into
 a pinned host buffer and copies them with one copy into the fixed work region of the
 workspace (page ids follow with a second copy). Scalars are checked once, on the checked
-path; the fast path only recognises the scalars of the last checked plan.
+path; the fast path only recognises the scalars of the last checked plan. Each argument is
+checked once: those that plan-time tensor params are sized by (head counts, q_len,
+kv_indptr) where the params are checked, then handed on checked (``CheckedSizes``); the page
+table once by the planner, also when the mask's range rows need its KV lengths before the
+step (``DecodePlanner.check``, then ``step_checked``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from attnc.runtime.value_keys import same_values
 from attnc.runtime.wrappers import cuda_stream, decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
 from attnc.runtime.wrappers.decode_plan_inputs import (
+    CheckedSizes,
     DecodeShape,
     FastPathKey,
     PlanInputs,
@@ -73,6 +78,12 @@ def _pinned_empty(nbytes: int) -> torch.Tensor:
 
 # The plan-time scalars (name and ``value_key``) a planned mask was made from; None: not reusable.
 MaskKey = tuple[tuple[object, ...], ...] | None
+
+
+# What ``_mask_ranges`` made of the params given to ``plan()``: the planned mask, its key and,
+# when tensor params were sized by them, the checked sizes (None: nothing checked there). A
+# plain tuple: one is made per plan() with params.
+MaskPlan = tuple[PlannedMask, MaskKey, CheckedSizes | None]
 
 
 class DecodePlanning(workspace_owner.RefusesCopies):
@@ -192,12 +203,13 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             self._launched = self.use_cuda_graph
         planned = self._planned_mask
         program = None
-        mask: tuple[PlannedMask, MaskKey] | None = None
+        mask: MaskPlan | None = None
+        checked = None  # the sizes checked with tensor params
         params = check_params_arg(params)
         if params or planned.values or getattr(planned, "tensors", None):
             sizes = (kv_indptr, num_qo_heads, num_kv_heads, head_dim, q_len_per_request)
             mask = self._mask_ranges(params, sizes)
-            program = mask[0].program
+            program, checked = mask[0].program, mask[2]
         fast = self._fast
         if fast is not None and fast_path_takes(
             fast, program, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads,
@@ -205,14 +217,18 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         ):  # fmt: skip
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
-                self._plan_fast(fast, kv_indptr, kv_indices, kv_last_page_len, on_device)
+                if checked is not None:  # the same memory as kv_indptr (a plain table)
+                    kv_indptr = checked.kv_indptr
+                self._plan_fast(
+                    fast, kv_indptr, kv_indices, kv_last_page_len, on_device, checked is not None
+                )
                 self._commit_mask(mask)
                 return
         inputs = PlanInputs(
             kv_indptr, kv_indices, kv_last_page_len, num_qo_heads, num_kv_heads, head_dim,
             page_size, q_len_per_request, sm_scale, dtype,
         )  # fmt: skip
-        self._plan_checked(inputs, program)
+        self._plan_checked(inputs, program, checked)
         self._commit_mask(mask)
 
     def _plan_fast(
@@ -222,10 +238,14 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         kv_indices: torch.Tensor,
         kv_last_page_len: torch.Tensor,
         on_device: bool,
+        indptr_checked: bool = False,
     ) -> None:
         """The fast path's plan (``fast_path_takes``): the last checked plan's shape with a
-        new page table, scheduled and copied in C++."""
-        sched = self._native_step(fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device)
+        new page table, scheduled and copied in C++ (``indptr_checked``: kv_indptr's entries
+        were checked with the tensor params)."""
+        sched = self._native_step(
+            fast.q_len, kv_indptr, kv_indices, kv_last_page_len, on_device, indptr_checked
+        )
         self._set_token_sizes(fast.q_len)
         self._args.flags = FLAG_MERGE if self.use_cuda_graph or sched.merge_rows else 0
         self.last_schedule = sched
@@ -233,26 +253,29 @@ class DecodePlanning(workspace_owner.RefusesCopies):
 
     def _mask_ranges(
         self, params: Mapping[str, object], sizes: tuple[object, ...] = ()
-    ) -> tuple[PlannedMask, MaskKey]:
+    ) -> MaskPlan:
         """The mask planned with the params given to ``plan()`` (scalars, and per-request
         ``batch_size`` tensors: one value per request) and its key, the values' types and
         values (None when tensors were given). Its ``program`` (the mask's KV ranges, its range
         rows) is None when the mask reads none of them (the C++ planner then plans whole
         requests). The same scalars as the last plan give its planned mask (the same rows
-        object). Nothing is set here: ``_commit_mask`` does that once the plan succeeded, so a
-        refused plan leaves the values ``run()`` must match as they were."""
+        object). Tensor params are checked against ``sizes`` (kv_indptr, the head counts,
+        head_dim, q_len), checked first and handed on in the result. Nothing is set here:
+        ``_commit_mask`` does that once the plan succeeded, so a refused plan leaves the values
+        ``run()`` must match as they were."""
         key = scalar_key(params)
         if key is not None and key == self._mask_key:
-            return self._planned_mask, key
+            return self._planned_mask, key, None
         tensor_names = {d.name for d in self.variant.params if d.kind == "tensor"}
+        checked = None
         if sizes and any(name in tensor_names for name in params):
             _refuse_per_key_tensors(self.variant, params)
-            indptr, hq, hkv, d, q_len = sizes
-            tensors.check_heads(hq, hkv, d)  # type: ignore[arg-type]
-            q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
-            batch = int(tensors.check_indptr("kv_indptr", indptr).numel()) - 1
-            counts = {"num_qo_heads": int(hq), "num_kv_heads": int(hkv), "head_dim": int(d)}  # type: ignore[call-overload]
-            counts.update(batch_size=batch, q_len=batch * int(q_len))  # type: ignore[call-overload]
+            checked = _checked_sizes(*sizes)
+            batch = int(checked.kv_indptr.numel()) - 1
+            counts = {
+                "num_qo_heads": checked.num_qo_heads, "num_kv_heads": checked.num_kv_heads,
+                "head_dim": checked.head_dim, "batch_size": batch, "q_len": batch * checked.q_len,
+            }  # fmt: skip
             scalars, given = split_plan_params(
                 self.variant, params, sizes=counts, device=self._device
             )
@@ -263,15 +286,15 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             # No bound to cut the KV by (soft-cap's cap, say): the C++ planner plans whole
             # requests; the values stay for run()'s check.
             planned = PlannedMask(planned.values) if planned.values else NO_PLANNED_MASK
-        return planned, (key if not planned.tensors else None)
+        return planned, (key if not planned.tensors else None), checked
 
-    def _commit_mask(self, mask: tuple[PlannedMask, MaskKey] | None) -> None:
+    def _commit_mask(self, mask: MaskPlan | None) -> None:
         """Make a successful plan's mask (from ``_mask_ranges``; None: unchanged) the one
         ``run()`` checks its params against, dropping cached calls when its values changed
         (or tensors were planned) so the next ``run()`` checks."""
         if mask is None:
             return
-        planned, key = mask
+        planned, key, _ = mask
         last = self._planned_mask
         if planned.tensors or (
             planned is not last and not same_values(planned.values, last.values)
@@ -280,16 +303,27 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         self._planned_mask = planned
         self._mask_key = key
 
-    def _plan_checked(self, inputs: PlanInputs, program: RangeProgram | None = None) -> None:
+    def _plan_checked(
+        self,
+        inputs: PlanInputs,
+        program: RangeProgram | None = None,
+        checked: CheckedSizes | None = None,
+    ) -> None:
         """``plan()`` with every scalar and tensor check in Python first (a new shape, inputs
         the fast path does not take, or the mask's range rows ``program`` from plan-time
-        params); the page table's values are checked by the planner."""
+        params), but those of ``checked`` (the sizes checked with tensor params: not checked
+        again); the page table's values are checked by the planner (kv_indptr's not when
+        ``checked`` holds it)."""
         self._fast = None
         kv_indptr, kv_indices, kv_last_page_len = inputs[:3]
         num_qo_heads, num_kv_heads, head_dim, page_size, q_len, scale = self._checked_scalars(
-            inputs
+            inputs, checked
         )
-        indptr = tensors.host_int32("kv_indptr", kv_indptr)
+        if checked is None:
+            indptr = tensors.host_int32("kv_indptr", kv_indptr)
+        else:
+            indptr = checked.kv_indptr
+        indptr_checked = checked is not None
         last = tensors.host_int32("kv_last_page_len", kv_last_page_len)
         pages_dev = self._check_indices(kv_indices)
         ids = kv_indices.detach().resolve_neg().contiguous()
@@ -303,12 +337,17 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         )  # fmt: skip
         self._check_graph_shape(shape)
         native = self._configured_planner(shape, kv_tile)
-        extra = None
+        extra, tables_checked = None, False
         if program is not None and program.by_request:  # the rows' per-request columns
-            extra = self._range_columns(program, native, (indptr, last, ids), pages_dev, q_len)
+            tables = (indptr, last, ids)
+            extra, tables_checked = self._range_columns(
+                program, native, tables, pages_dev, q_len, indptr_checked
+            )
         native.set_ranges(program, extra)
         native.set_visible(None)
-        sched = self._native_step(q_len, indptr, ids, last, pages_dev)
+        sched = self._native_step(
+            q_len, indptr, ids, last, pages_dev, indptr_checked, tables_checked
+        )
         self._set_token_sizes(q_len)
         # Plans whose rows have per-request columns compute them each time (never the fast
         # path). The key holds checked ints; the fast path takes only plain ints equal to them.
@@ -318,16 +357,27 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             self._fast = FastPathKey(key, q_len, program)
         self._keep_shape(shape, module, sched)
 
-    def _checked_scalars(self, inputs: PlanInputs) -> tuple[int, int, int, int, int, float]:
+    def _checked_scalars(
+        self, inputs: PlanInputs, checked: CheckedSizes | None = None
+    ) -> tuple[int, int, int, int, int, float]:
         """The one check of the plan's scalars (the fast path only recognises checked ones):
         num_qo_heads, num_kv_heads, head_dim, page_size and q_len as ints, and the scale the
-        kernels take."""
-        num_qo_heads, num_kv_heads, head_dim = inputs[3:6]
-        tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
-        num_qo_heads, num_kv_heads, head_dim = int(num_qo_heads), int(num_kv_heads), int(head_dim)
+        kernels take; the head counts, head_dim and q_len taken from ``checked`` when they
+        were checked with tensor params (in the same order: heads, dtype, page_size, q_len,
+        sm_scale)."""
+        if checked is None:
+            num_qo_heads, num_kv_heads, head_dim = inputs[3:6]
+            tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)
+            num_qo_heads, num_kv_heads = int(num_qo_heads), int(num_kv_heads)
+            head_dim = int(head_dim)
+        else:
+            num_qo_heads, num_kv_heads, head_dim = checked[:3]
         tensors.check_dtype_arg(inputs.dtype)
         page_size = tensors.check_int("page_size", inputs.page_size)
-        q_len = tensors.check_int("q_len_per_request", inputs.q_len, 1, MAX_Q_LEN)
+        if checked is None:
+            q_len = tensors.check_int("q_len_per_request", inputs.q_len, 1, MAX_Q_LEN)
+        else:
+            q_len = checked.q_len
         scale = tensors.check_sm_scale(inputs.sm_scale, head_dim)
         return num_qo_heads, num_kv_heads, head_dim, page_size, q_len, scale
 
@@ -358,16 +408,20 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         tables: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
         pages_dev: bool,
         q_len: int,
-    ) -> np.ndarray | None:
+        indptr_checked: bool,
+    ) -> tuple[np.ndarray | None, bool]:
         """The per-request columns of the mask's range rows ``program`` (read from the KV
-        lengths, which the planner checks the page ``tables`` for, when the rows read them)."""
+        lengths, for which the planner checks the page ``tables`` when the rows read them;
+        ``indptr_checked``: kv_indptr's entries are checked already), and whether the planner
+        checked the tables (the step then plans them unchecked: ``step_checked``)."""
         indptr, last, ids = tables
         if program.reads_lengths:
             spans = ((indptr.data_ptr(), indptr.shape[0]), (last.data_ptr(), last.shape[0]))
-            kv_lens = native.check(*spans, (ids.data_ptr(), ids.shape[0]), pages_dev)
+            ids_span = (ids.data_ptr(), ids.shape[0])
+            kv_lens = native.check(*spans, ids_span, pages_dev, indptr_checked)
         else:
             kv_lens = np.zeros(max(indptr.shape[0] - 1, 0), np.int64)
-        return program.extra(np.full_like(kv_lens, q_len), kv_lens)
+        return program.extra(np.full_like(kv_lens, q_len), kv_lens), program.reads_lengths
 
     def _keep_shape(self, shape: DecodeShape, module: DecodeModule, sched: StepPlan) -> None:
         """A checked plan's shape, module and schedule, and the launch fields they fix."""
@@ -404,10 +458,14 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         kv_indices: torch.Tensor,
         kv_last_page_len: torch.Tensor,
         on_device: bool,
+        indptr_checked: bool = False,
+        tables_checked: bool = False,
     ) -> StepPlan:
         """Checks, plan and copies in C++ (``DecodePlanner.step``) on contiguous int32
         tables (page ids on the workspace's device or the CPU); sets the batch and the
-        largest page id."""
+        largest page id. Not checked again: kv_indptr's entries with ``indptr_checked``, the
+        tables that ``DecodePlanner.check`` has just passed with ``tables_checked``
+        (``step_checked``)."""
         native = self._native
         assert native is not None
         num_ids = kv_indices.numel()  # the tables are 1-D (numel: cheaper than shape[0])
@@ -417,14 +475,21 @@ class DecodePlanning(workspace_owner.RefusesCopies):
                 native.wait()  # the previous copy out of the old stage
                 stage = _pinned_empty(max(need, 1 << 16) * 2)
                 native.set_stage(stage, stage.data_ptr(), stage.numel())
-        sched = native.step(
-            (kv_indptr.data_ptr(), kv_indptr.numel()),
-            (kv_last_page_len.data_ptr(), kv_last_page_len.numel()),
-            (kv_indices.data_ptr(), num_ids),
-            on_device,
+        stream = (
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
-            else decode_launch.raw_stream(self._device),
+            else decode_launch.raw_stream(self._device)
         )  # fmt: skip
+        if tables_checked:
+            sched = native.step_checked(stream)
+        else:
+            sched = native.step(
+                (kv_indptr.data_ptr(), kv_indptr.numel()),
+                (kv_last_page_len.data_ptr(), kv_last_page_len.numel()),
+                (kv_indices.data_ptr(), num_ids),
+                on_device,
+                stream,
+                indptr_checked,
+            )
         # Written (a refused step writes nothing: the plan in force stays the workspace's).
         self._plan_token = workspace_owner.take(self._workspace_key, self._plan_token)
         self._max_page = native.max_page  # -1: none, or ids on the device (not read back)
@@ -473,6 +538,19 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             hit = (module, rows, kv_tile, max(per_sm, 1))
             self._modules[key] = hit
         return hit
+
+
+def _checked_sizes(
+    kv_indptr: object, num_qo_heads: object, num_kv_heads: object, head_dim: object, q_len: object
+) -> CheckedSizes:
+    """The sizes tensor params given to ``plan()`` are checked against, checked in this
+    order: the head counts and head_dim, q_len, kv_indptr (the tensor, then its entries)."""
+    tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)  # type: ignore[arg-type]
+    q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
+    indptr = tensors.host_int32("kv_indptr", kv_indptr)
+    tensors.check_indptr_values("kv_indptr", indptr)
+    heads = int(num_qo_heads), int(num_kv_heads), int(head_dim)  # type: ignore[call-overload]
+    return CheckedSizes(*heads, q_len, indptr)
 
 
 def _refuse_per_key_tensors(variant: Variant, params: Mapping[str, object]) -> None:
