@@ -97,9 +97,10 @@ typedef struct AttncStepParams {
   const int32_t* kv_indices;  // [indices_len], on the device or the host
   int64_t indices_len;
   int64_t indices_on_device;
-  // Set by attnc_decode_check when the tables above pass its checks (0 when they fail);
-  // attnc_decode_step_checked plans only tables so checked, and clears it, as
-  // attnc_decode_step does. Whoever points the struct at other tables clears it.
+  // Set by attnc_decode_check when the tables above pass its checks (0 when they fail), their
+  // host page ids then staged in page_stage; attnc_decode_step_checked plans only tables so
+  // checked, and clears it, as attnc_decode_step does. Whoever points the struct at other
+  // tables or another stage clears it.
   int64_t tables_checked;
   // The copies, ordered on ``stream`` of CUDA device ``device``.
   uint8_t* dev_work;        // the workspace (the work region starts at its byte 0)

@@ -5,7 +5,9 @@
 // (pinned work region -> workspace, page ids -> workspace) followed by the event record. The
 // CUDA calls go through ``Cuda`` (decode_step_cuda.h). The checks run once per plan: in
 // ``step``, or in ``check_tables`` when the caller needs the KV lengths first (the mask's
-// range rows read them), followed by ``step_checked``.
+// range rows read them), followed by ``step_checked``. The caller's tables are read once:
+// the lengths and page begins are kept from the check, and host page ids are checked while
+// they are copied to the stage (the stage, not the caller's ids, is what gets copied on).
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -61,12 +63,11 @@ inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t bat
 // The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
 // kv_indptr (entries, start, non-decreasing; not when the caller checked them:
 // ``indptr_checked``), kv_last_page_len (count, range), batch and page capacity, kv_indices
-// (entries, non-negative host ids; ``scan_ids`` false leaves host ids to stage_host_ids):
-// page_table_check.h, the decode order. A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_*
-// code and the offending index and values in ``r`` (Python words them:
-// attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
-// batch, nnz and max_page (-1 for ids not scanned). Writes nothing else.
-inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool scan_ids = true) {
+// (entries; the host ids' values are stage_host_ids'): page_table_check.h, the decode order.
+// A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_* code and the offending index and values
+// in ``r`` (Python words them: attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
+// batch, nnz and max_page (-1: ids not scanned yet). Writes nothing else.
+inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
   page_table::Fault f;
   if (!s.indptr_checked &&
       !page_table::indptr_ok(s.kv_indptr, s.indptr_len, page_table::kKvIndptr, &f))
@@ -75,7 +76,7 @@ inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, bool s
   const int64_t batch = s.indptr_len - 1;
   const page_table::Table t{ip, batch, s.last_page_len, s.last_len, s.kv_indices, s.indices_len,
                             s.page_size, s.max_batch, s.max_pages,
-                            scan_ids && !s.indices_on_device, /*ids_first=*/false};
+                            /*scan_ids=*/false, /*ids_first=*/false};
   int64_t max_page;
   if (!page_table::check_page_table(t, &f, &max_page))
     return invalid(r, f);
@@ -96,17 +97,12 @@ inline int cuda_failed(AttncStepResult* r, cudaError_t e) {
 }
 
 // Host page ids (after the wait for the copies out of page_stage): the negative-id check of
-// check_page_table, the largest id into r->max_page, and the ids into page_stage, in one pass;
-// with ``scanned`` (check_page_table has scanned them: none negative, the largest in
-// r->max_page) only the copy.
-inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r, bool scanned) {
+// the page table, the largest id into r->max_page, and the ids into page_stage, in one pass
+// (the one read of the caller's ids: the stage holds the values checked).
+inline int stage_host_ids(const AttncStepParams& s, AttncStepResult* r) {
   if (s.indices_on_device || r->nnz <= 0) return ATTNC_PLAN_OK;
   if (s.page_stage == nullptr || s.page_stage_bytes < r->nnz * 4)
     return cuda_failed(r, cudaErrorInvalidValue);  // the caller sizes the stage
-  if (scanned) {
-    memcpy(s.page_stage, s.kv_indices, static_cast<size_t>(r->nnz) * 4);
-    return ATTNC_PLAN_OK;
-  }
   const IdRange ids =
       id_range(s.kv_indices, reinterpret_cast<int32_t*>(s.page_stage), r->nnz);
   if (ids.lo < 0) return invalid(r, {ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0});
@@ -177,15 +173,19 @@ inline int upload(const AttncStepParams& s, int64_t work_bytes, int64_t nnz,
 }
 
 // The step after check_page_table has passed (``r`` holds its batch, nnz and max_page,
-// kv_out / page_begin_out its lengths and page begins; ``ids_scanned``: it scanned the host
-// page ids): step's outcomes, the checks aside.
+// kv_out / page_begin_out its lengths and page begins; ``ids_staged``: check_tables has
+// waited for the previous copies and staged the host page ids): step's outcomes, the checks
+// aside.
 inline int step_after_checks(AttncStepParams& s, AttncStepResult* r, Scratch& scratch,
-                             bool ids_scanned) {
+                             bool ids_staged) {
   if (!token_starts_fit(s, r)) return ATTNC_PLAN_OUT_OF_RANGE;
-  cudaError_t e = cuda().wait(s);
-  if (e != cudaSuccess) return cuda_failed(r, e);
-  int rc = stage_host_ids(s, r, ids_scanned);
-  if (rc != ATTNC_PLAN_OK) return rc;
+  int rc = ATTNC_PLAN_OK;
+  if (!ids_staged) {
+    const cudaError_t e = cuda().wait(s);
+    if (e != cudaSuccess) return cuda_failed(r, e);
+    rc = stage_host_ids(s, r);
+    if (rc != ATTNC_PLAN_OK) return rc;
+  }
   AttncPlanParams p = s.plan;
   p.batch = r->batch;
   p.kv_lens = s.kv_out;
@@ -205,10 +205,17 @@ inline int step_after_checks(AttncStepParams& s, AttncStepResult* r, Scratch& sc
   return upload(s, r->summary.work_bytes, r->nnz, r);
 }
 
-// attnc_decode_check: check_page_table of the tables, host page ids scanned; s.tables_checked
-// says whether they passed (for step_checked).
+// attnc_decode_check: check_page_table of the tables, then (after the wait for the previous
+// copies out of the stage) the host page ids checked as they are staged, the one read of them
+// (step_checked copies the stage on); s.tables_checked says whether all passed (for
+// step_checked). ATTNC_PLAN_CUDA: the wait failed or the stage is too small.
 inline int check_tables(AttncStepParams& s, AttncStepResult* r) {
-  const int rc = check_page_table(s, r);
+  s.tables_checked = 0;
+  int rc = check_page_table(s, r);
+  if (rc != ATTNC_PLAN_OK) return rc;
+  const cudaError_t e = cuda().wait(s);
+  if (e != cudaSuccess) return cuda_failed(r, e);
+  rc = stage_host_ids(s, r);
   s.tables_checked = rc == ATTNC_PLAN_OK;
   return rc;
 }
@@ -224,9 +231,9 @@ inline int check_tables(AttncStepParams& s, AttncStepResult* r) {
 inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   r->total_kv = 0;
   s.tables_checked = 0;
-  const int rc = check_page_table(s, r, /*scan_ids=*/false);
+  const int rc = check_page_table(s, r);
   if (rc != ATTNC_PLAN_OK) return rc;
-  return step_after_checks(s, r, scratch, /*ids_scanned=*/false);
+  return step_after_checks(s, r, scratch, /*ids_staged=*/false);
 }
 
 // step of the tables check_tables last passed, without checking them again (``r`` must hold
@@ -237,7 +244,7 @@ inline int step_checked(AttncStepParams& s, AttncStepResult* r, Scratch& scratch
   r->total_kv = 0;
   if (!s.tables_checked) return ATTNC_PLAN_OUT_OF_RANGE;
   s.tables_checked = 0;
-  return step_after_checks(s, r, scratch, /*ids_scanned=*/true);
+  return step_after_checks(s, r, scratch, /*ids_staged=*/true);
 }
 
 }  // namespace decode_plan

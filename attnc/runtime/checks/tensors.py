@@ -406,6 +406,18 @@ def host_int32(name: str, t: object) -> torch.Tensor:
     return check_index_tensor(name, t).detach().to("cpu").contiguous()
 
 
+def host_int32_copy(name: str, t: object) -> torch.Tensor:
+    """``host_int32`` as a plain tensor in memory of its own (the caller's tensor, a view of
+    it or a subclass's result is copied): values checked once cannot change after the check,
+    whatever code the caller runs or writes to ``t`` later."""
+    host = host_int32(name, t).as_subclass(torch.Tensor)  # as_subclass runs no override
+    if type(t) is torch.Tensor:
+        ptr = host.untyped_storage().data_ptr()
+        if ptr not in (0, t.untyped_storage().data_ptr()):
+            return host  # a copy already (from a device, a strided or a negated view)
+    return host.clone()
+
+
 def host_index_tensor(name: str, t: object, length: int | None = None) -> torch.Tensor:
     """A 1-D int32 index tensor; returns a CPU int64 copy for host-side checks."""
     host = host_int32(name, t)

@@ -238,7 +238,9 @@ class DecodePlanner:
         """The pinned staging buffer of host page ids (``stage`` is kept alive); call
         ``wait`` first when replacing one the previous copies may read."""
         self._stage = stage
-        self._step.page_stage, self._step.page_stage_bytes = ptr, nbytes
+        st = self._step
+        st.page_stage, st.page_stage_bytes = ptr, nbytes
+        st.tables_checked = 0  # the ids a check staged were in the old stage
         self._stage_bytes = int(nbytes)
 
     @property
@@ -262,7 +264,9 @@ class DecodePlanner:
         """Only the page-table checks of ``step`` (each table an (address, entries) pair of
         int32 host data; page ids on the device or the host; ``indptr_checked``: the
         caller has checked kv_indptr's entries, ``checks.tensors.check_indptr_values``): the
-        KV length per request. ``step_checked`` then plans these tables."""
+        KV length per request. ``step_checked`` then plans these tables: what it needs of
+        them is kept here (host page ids staged as they are checked, after a wait for the
+        previous copies: size the stage first, ``set_stage``)."""
         self._tables(indptr, last, indices, on_device, indptr_checked)
         self._raise_for(self._lib.attnc_decode_check(self._step_ref, self._result_ref))
         return self._kv[: self.result.batch].copy()

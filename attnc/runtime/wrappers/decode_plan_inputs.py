@@ -1,6 +1,6 @@
 """Owns: the small value types of the decode ``plan()``: its unchecked arguments
 (``PlanInputs``), those checked where a plan-time tensor param is sized by them
-(``CheckedSizes``), what a plan fixes about the launch (``DecodeShape``), what the fast path
+(``CheckedSizes``, ``checked_sizes``), what a plan fixes about the launch (``DecodeShape``), what the fast path
 reuses from the last checked plan (``FastPathKey``, ``scalar_key``), which arguments it takes
 (``fast_path_takes``) and where it takes page ids from (``ids_placement``)."""
 
@@ -12,9 +12,11 @@ from typing import NamedTuple
 
 import torch
 
-from attnc.runtime.checks import memory
+from attnc.runtime.checks import memory, tensors
 from attnc.runtime.planning.mask_ranges import RangeProgram
 from attnc.runtime.value_keys import value_key
+
+MAX_Q_LEN = 8  # query tokens per request a decode plan takes
 
 _Tensor = torch.Tensor
 _I32 = torch.int32
@@ -39,13 +41,29 @@ class CheckedSizes(NamedTuple):
     """The arguments of ``plan()`` that plan-time tensor params are sized by, checked there
     (``DecodePlanning._mask_ranges``) and handed on so that nothing checks them again: the
     head counts, head_dim and q_len as ints, and kv_indptr as a contiguous CPU int32 tensor
-    whose entries passed ``checks.tensors.check_indptr_values`` (the planner is told so)."""
+    of its own (not the caller's memory) whose entries passed
+    ``checks.tensors.check_indptr_values`` (the planner is told so)."""
 
     num_qo_heads: int
     num_kv_heads: int
     head_dim: int
     q_len: int
     kv_indptr: torch.Tensor
+
+
+def checked_sizes(
+    kv_indptr: object, num_qo_heads: object, num_kv_heads: object, head_dim: object, q_len: object
+) -> CheckedSizes:
+    """The sizes tensor params given to ``plan()`` are checked against, checked in this
+    order: the head counts and head_dim, q_len, kv_indptr (the tensor, then its entries).
+    kv_indptr comes back as a copy of its own (``tensors.host_int32_copy``): the caller's
+    code run after the check (``float(sm_scale)``, say) cannot change the values planned."""
+    tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)  # type: ignore[arg-type]
+    q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
+    indptr = tensors.host_int32_copy("kv_indptr", kv_indptr)
+    tensors.check_indptr_values("kv_indptr", indptr)
+    heads = int(num_qo_heads), int(num_kv_heads), int(head_dim)  # type: ignore[call-overload]
+    return CheckedSizes(*heads, q_len, indptr)
 
 
 class FastPathKey:

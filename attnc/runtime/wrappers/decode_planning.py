@@ -49,10 +49,12 @@ from attnc.runtime.value_keys import same_values
 from attnc.runtime.wrappers import cuda_stream, decode_launch
 from attnc.runtime.wrappers.decode_calls import CachedCall
 from attnc.runtime.wrappers.decode_plan_inputs import (
+    MAX_Q_LEN,
     CheckedSizes,
     DecodeShape,
     FastPathKey,
     PlanInputs,
+    checked_sizes,
     fast_path_takes,
     ids_placement,
     scalar_key,
@@ -61,7 +63,6 @@ from attnc.runtime.wrappers.decode_plan_inputs import (
 if TYPE_CHECKING:
     from attnc.runtime.variant import Variant
 
-MAX_Q_LEN = 8
 DEFAULT_MAX_BATCH = 256
 MAX_CTAS_PER_SM = 8
 _GET_RAW_STREAM = cuda_stream.GET_RAW_STREAM
@@ -217,7 +218,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         ):  # fmt: skip
             on_device = ids_placement(kv_indices, self._device_index)
             if on_device is not None:
-                if checked is not None:  # the same memory as kv_indptr (a plain table)
+                if checked is not None:  # its copy, of the values checked
                     kv_indptr = checked.kv_indptr
                 self._plan_fast(
                     fast, kv_indptr, kv_indices, kv_last_page_len, on_device, checked is not None
@@ -270,7 +271,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         checked = None
         if sizes and any(name in tensor_names for name in params):
             _refuse_per_key_tensors(self.variant, params)
-            checked = _checked_sizes(*sizes)
+            checked = checked_sizes(*sizes)
             batch = int(checked.kv_indptr.numel()) - 1
             counts = {
                 "num_qo_heads": checked.num_qo_heads, "num_kv_heads": checked.num_kv_heads,
@@ -418,6 +419,7 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         if program.reads_lengths:
             spans = ((indptr.data_ptr(), indptr.shape[0]), (last.data_ptr(), last.shape[0]))
             ids_span = (ids.data_ptr(), ids.shape[0])
+            self._fit_stage(native, ids_span[1], pages_dev)  # check() stages the ids
             kv_lens = native.check(*spans, ids_span, pages_dev, indptr_checked)
         else:
             kv_lens = np.zeros(max(indptr.shape[0] - 1, 0), np.int64)
@@ -469,12 +471,8 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         native = self._native
         assert native is not None
         num_ids = kv_indices.numel()  # the tables are 1-D (numel: cheaper than shape[0])
-        if not on_device:
-            need = 4 * min(num_ids, self.layout.max_pages)
-            if need > native.stage_bytes:  # grow the pinned stage of host page ids
-                native.wait()  # the previous copy out of the old stage
-                stage = _pinned_empty(max(need, 1 << 16) * 2)
-                native.set_stage(stage, stage.data_ptr(), stage.numel())
+        if not tables_checked:  # else check() staged the ids (the stage sized before it)
+            self._fit_stage(native, num_ids, on_device)
         stream = (
             _GET_RAW_STREAM(self._device_index) if _GET_RAW_STREAM is not None
             else decode_launch.raw_stream(self._device)
@@ -498,6 +496,16 @@ class DecodePlanning(workspace_owner.RefusesCopies):
         self._batch = batch = native.batch
         self._q_rows = batch * q_len
         return sched
+
+    def _fit_stage(self, native: DecodePlanner, num_ids: int, on_device: bool) -> None:
+        """Grow the pinned stage of host page ids to hold ``num_ids`` (at most the workspace's
+        page ids), before the planner copies them there."""
+        if not on_device:
+            need = 4 * min(num_ids, self.layout.max_pages)
+            if need > native.stage_bytes:
+                native.wait()  # the previous copy out of the old stage
+                stage = _pinned_empty(max(need, 1 << 16) * 2)
+                native.set_stage(stage, stage.data_ptr(), stage.numel())
 
     def _set_token_sizes(self, q_len: int) -> None:
         """The batch sizes run() checks tensor params with (for a variant that reads a
@@ -538,19 +546,6 @@ class DecodePlanning(workspace_owner.RefusesCopies):
             hit = (module, rows, kv_tile, max(per_sm, 1))
             self._modules[key] = hit
         return hit
-
-
-def _checked_sizes(
-    kv_indptr: object, num_qo_heads: object, num_kv_heads: object, head_dim: object, q_len: object
-) -> CheckedSizes:
-    """The sizes tensor params given to ``plan()`` are checked against, checked in this
-    order: the head counts and head_dim, q_len, kv_indptr (the tensor, then its entries)."""
-    tensors.check_heads(num_qo_heads, num_kv_heads, head_dim)  # type: ignore[arg-type]
-    q_len = tensors.check_int("q_len_per_request", q_len, 1, MAX_Q_LEN)
-    indptr = tensors.host_int32("kv_indptr", kv_indptr)
-    tensors.check_indptr_values("kv_indptr", indptr)
-    heads = int(num_qo_heads), int(num_kv_heads), int(head_dim)  # type: ignore[call-overload]
-    return CheckedSizes(*heads, q_len, indptr)
 
 
 def _refuse_per_key_tensors(variant: Variant, params: Mapping[str, object]) -> None:
