@@ -34,6 +34,7 @@ ERROR_NAMES = {
 }
 # Return codes of the host planners.
 PLAN_OK, PLAN_OUT_OF_RANGE, PLAN_CAPACITY, PLAN_INVALID, PLAN_CUDA = 0, 1, 2, 3, 4
+PLAN_NO_MEMORY = 5  # the planner's host scratch could not be allocated (host/c_boundary.h)
 # The page-table or index-list check that failed (the planner result's error after
 # PLAN_INVALID); from 10 on, the prefill planner's only.
 PT_INDPTR_EMPTY = 1
@@ -51,6 +52,14 @@ PT_QO_INDPTR_DECREASING = 12
 PT_INDPTR_COUNT = 13
 PT_QUERY_TOKENS = 14
 PT_KV_TOKENS = 15
+
+
+def raise_if_no_memory(rc: int, planner: str) -> None:
+    """The ``MemoryError`` of a host planner call that returned ``PLAN_NO_MEMORY`` (``planner``
+    names it); nothing for any other code."""
+    if rc == PLAN_NO_MEMORY:
+        raise MemoryError(f"attnc: {planner}: the host planner could not allocate its scratch")
+
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64

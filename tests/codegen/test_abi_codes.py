@@ -30,7 +30,7 @@ def _python_codes() -> dict[str, int]:
 
 def test_header_and_mirror_hold_the_same_codes():
     header = _header_codes()
-    assert len(header) == 24
+    assert len(header) == 25
     assert header == _python_codes()
 
 

@@ -252,9 +252,11 @@ def test_the_map_summary_refuses_a_short_map():
     q = np.array([100])
     with pytest.raises(ValueError, match="the map as long as the batch needs"):
         tile_map.summarize(np.zeros(3, np.uint8), q, q, 64)
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match=r"tile_q_tokens: must be in \[1, 2147483647\], got 0"):
         tile_map.summarize(np.zeros(4, np.uint8), q, q, 0)
-    with pytest.raises(ValueError, match="at least 0"):
+    with pytest.raises(ValueError, match="kv_block: expected an int, got float 64.0"):
+        tile_map.summarize(np.zeros(4, np.uint8), q, q, 64, 64.0)
+    with pytest.raises(ValueError, match="the lengths must be from 0 to 2147418112"):
         tile_map.summarize(np.zeros(4, np.uint8), q, -q, 64)
     with pytest.raises(ValueError, match="expected 1-D"):
         tile_map.summarize(np.zeros(4, np.uint8), q, np.array([100, 1]), 64)

@@ -1,9 +1,11 @@
 // Owns: the plain C entry points of the host decode planner library (built by the JIT from
 // this file: attnc/runtime/planning/decode_plan_library.py loads it with ctypes). Only pointers and
 // integers cross; the structs are those of decode_plan_abi.h, the codes those of
-// attnc/abi_codes.h.
+// attnc/abi_codes.h. No exception leaves an entry (c_boundary.h: ATTNC_PLAN_NO_MEMORY when the
+// planner's scratch cannot be allocated).
 #include <stdint.h>
 
+#include "c_boundary.h"
 #include "decode_step.h"
 #include "decode_step_cuda.h"
 
@@ -20,7 +22,7 @@ extern "C" {
 // Plan one step into params->buf (decode_plan.h: plan). An ATTNC_PLAN_* code.
 ATTNC_PLAN_EXPORT int attnc_decode_plan(const AttncPlanParams* params, AttncPlanSummary* summary) {
   static thread_local attnc::decode_plan::Scratch scratch;
-  return attnc::decode_plan::plan(*params, summary, scratch);
+  return attnc::no_throw([&] { return attnc::decode_plan::plan(*params, summary, scratch); });
 }
 
 // sizeof of the four structs, checked against the ctypes mirrors at load time.
@@ -35,19 +37,21 @@ ATTNC_PLAN_EXPORT void attnc_decode_plan_sizes(int64_t* out) {
 // begins land in params->kv_out and params->page_begin_out; params->tables_checked says
 // whether they passed.
 ATTNC_PLAN_EXPORT int attnc_decode_check(AttncStepParams* params, AttncStepResult* result) {
-  return attnc::decode_plan::check_tables(*params, result);
+  return attnc::no_throw([&] { return attnc::decode_plan::check_tables(*params, result); });
 }
 
 // BatchDecodeWrapper.plan after its scalar checks (decode_step.h: step).
 ATTNC_PLAN_EXPORT int attnc_decode_step(AttncStepParams* params, AttncStepResult* result) {
-  return attnc::decode_plan::step(*params, result, step_scratch());
+  return attnc::no_throw(
+      [&] { return attnc::decode_plan::step(*params, result, step_scratch()); });
 }
 
 // The step of the tables attnc_decode_check has just passed, with that check's ``result``,
 // without checking them again (decode_step.h: step_checked).
 ATTNC_PLAN_EXPORT int attnc_decode_step_checked(AttncStepParams* params,
                                                 AttncStepResult* result) {
-  return attnc::decode_plan::step_checked(*params, result, step_scratch());
+  return attnc::no_throw(
+      [&] { return attnc::decode_plan::step_checked(*params, result, step_scratch()); });
 }
 
 // The mask spans of ``batch`` KV lengths from the mask's range rows (decode_step.h:
@@ -56,10 +60,12 @@ ATTNC_PLAN_EXPORT int attnc_decode_spans(const AttncRangeRows* ranges, const int
                                          int64_t batch, int64_t q_len, int64_t kv_tile,
                                          int64_t* offset, int64_t* length) {
   static thread_local std::vector<int64_t> c;
-  return attnc::decode_plan::decode_spans(*ranges, kv_lens, batch, q_len, kv_tile, offset,
-                                          length, c)
-             ? ATTNC_PLAN_OK
-             : ATTNC_PLAN_OUT_OF_RANGE;
+  return attnc::no_throw([&] {
+    return attnc::decode_plan::decode_spans(*ranges, kv_lens, batch, q_len, kv_tile, offset,
+                                            length, c)
+               ? ATTNC_PLAN_OK
+               : ATTNC_PLAN_OUT_OF_RANGE;
+  });
 }
 
 // Wait for the copies of the last step (a cudaError_t).

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "c_boundary.h"
 #include "prefill_plan_check.h"
 #include "prefill_plan_write.h"
 
@@ -96,14 +97,15 @@ extern "C" {
 // Check the batch description and write each request's lengths (prefill_plan_check.h).
 ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_check(AttncPrefillParams* params,
                                                   AttncPrefillResult* result) {
-  return attnc::prefill_plan::check_batch(*params, result);
+  return attnc::no_throw([&] { return attnc::prefill_plan::check_batch(*params, result); });
 }
 
 // Plan a checked batch into params->out (the check's fields of ``result`` are kept).
+// ATTNC_PLAN_NO_MEMORY: its scratch could not be allocated.
 ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_plan(const AttncPrefillParams* params,
                                                  AttncPrefillResult* result) {
   static thread_local attnc::prefill_plan::Scratch scratch;
-  return attnc::prefill_plan::plan(*params, result, scratch);
+  return attnc::no_throw([&] { return attnc::prefill_plan::plan(*params, result, scratch); });
 }
 
 // out[0, batch + 1): where each request's tile map starts for query tiles of ``tile`` tokens
@@ -118,34 +120,33 @@ ATTNC_PREFILL_PLAN_EXPORT void attnc_prefill_map_starts(const AttncPrefillParams
   }
 }
 
-// The per-query-tile summary of a tile map the plan ranges tiles by (summarize_map), for
+// The per-query-tile summary of a tile map the plan ranges tiles by (map_rows), for
 // BatchPrefillWrapper.tile_map (planning/tile_map.py summarize): reads batch, q_lens, kv_lens,
 // tile_q_tokens, tile_map, tile_map_len and kv_block. counts[0] and counts[1] are the batch's
 // query tiles and map entries. With room for them (tiles_cap tiles, entries_cap >= entries + 1)
 // it writes, per tile (requests in order), where its map row starts and its first and
 // one-past-last non-EMPTY column (both 0 when none), and in cumulative[0, entries + 1] the
 // non-EMPTY entries before each entry; else ATTNC_PLAN_CAPACITY. ATTNC_PLAN_OUT_OF_RANGE: a
-// tile or block below 1, a negative length, or a map shorter than the batch needs.
+// tile or block below 1, a length below 0 or above page_table::kMaxRequestTokens, or a map
+// shorter than the batch needs. Allocates nothing.
 ATTNC_PREFILL_PLAN_EXPORT int attnc_prefill_map_summary(const AttncPrefillParams* params,
                                                         int64_t* counts, int64_t tiles_cap,
                                                         int64_t entries_cap, int64_t* row_start,
                                                         int64_t* first, int64_t* end,
                                                         int64_t* cumulative) {
   const AttncPrefillParams& p = *params;
+  constexpr int64_t kMax = attnc::page_table::kMaxRequestTokens;
   if (p.tile_q_tokens < 1 || p.kv_block < 1) return ATTNC_PLAN_OUT_OF_RANGE;
   for (int64_t r = 0; r < p.batch; ++r) {
-    if (p.q_lens[r] < 0 || p.kv_lens[r] < 0) return ATTNC_PLAN_OUT_OF_RANGE;
+    if (p.q_lens[r] < 0 || p.kv_lens[r] < 0 || p.q_lens[r] > kMax || p.kv_lens[r] > kMax)
+      return ATTNC_PLAN_OUT_OF_RANGE;
   }
-  attnc::prefill_plan::Scratch s;  // its own: called once per plan at most, nothing kept
-  const int64_t tiles = attnc::prefill_plan::count_query_tiles(p);
-  attnc::prefill_plan::query_tiles(p, s, tiles);
-  if (!attnc::prefill_plan::summarize_map(p, s)) return ATTNC_PLAN_OUT_OF_RANGE;
-  const int64_t entries = s.map_start[tiles];
+  int64_t tiles = 0, entries = 0;
+  if (!attnc::prefill_plan::map_rows(p, &tiles, &entries, nullptr)) return ATTNC_PLAN_OUT_OF_RANGE;
   counts[0] = tiles, counts[1] = entries;
   if (tiles > tiles_cap || entries >= entries_cap) return ATTNC_PLAN_CAPACITY;
-  for (int64_t t = 0; t < tiles; ++t) {
-    row_start[t] = s.map_start[t], first[t] = s.first[t], end[t] = s.last[t];
-  }
+  const attnc::prefill_plan::MapRows rows{row_start, first, end};
+  attnc::prefill_plan::map_rows(p, &tiles, &entries, &rows);  // passed above
   cumulative[0] = 0;
   for (int64_t i = 0; i < entries; ++i) cumulative[i + 1] = cumulative[i] + (p.tile_map[i] != 0);
   return ATTNC_PLAN_OK;

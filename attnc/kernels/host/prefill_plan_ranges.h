@@ -137,28 +137,48 @@ inline void closed_form_ranges(const AttncPrefillParams& p, Scratch& s) {
   }
 }
 
-// The map's per-tile summary (tests/tile_map_oracle.py summarize; planning/tile_map.py summarize
-// returns it through attnc_prefill_map_summary): where each tile's row starts and its first and
-// one-past-last non-empty column. False when the map is shorter than the batch needs.
-inline bool summarize_map(const AttncPrefillParams& p, Scratch& s) {
-  const Divisor by_block(p.kv_block);
-  const int64_t tiles = static_cast<int64_t>(s.req.size());
-  s.map_start.resize(static_cast<size_t>(tiles + 1));
-  s.first.resize(static_cast<size_t>(tiles));
-  s.last.resize(static_cast<size_t>(tiles));
-  int64_t start = 0, cols = 0;
-  for (int64_t t = 0; t < tiles; ++t) {
-    if (t == 0 || s.req[t] != s.req[t - 1]) cols = by_block.ceil(p.kv_lens[s.req[t]]);
-    s.map_start[t] = start;
-    start += cols;
+// Where a tile map summary is written, per query tile: its row's start in the map and its
+// first and one-past-last non-empty column (both 0 when none).
+struct MapRows {
+  int64_t* start;
+  int64_t* first;
+  int64_t* end;
+};
+
+// The map rows of the batch's query tiles, requests in order (tests/tile_map_oracle.py
+// summarize): *tiles and *entries (the map bytes they take); with ``rows`` each tile's row
+// written there (room for *tiles). False when the map (tile_map_len bytes) is shorter than
+// the batch needs, checked before a row is added, so no sum passes it (rows may be partly
+// written). Lengths from 0 to page_table::kMaxRequestTokens (the caller checks them).
+inline bool map_rows(const AttncPrefillParams& p, int64_t* tiles, int64_t* entries,
+                     const MapRows* rows) {
+  const Divisor by_tile(p.tile_q_tokens), by_block(p.kv_block);
+  int64_t start = 0, t = 0;
+  for (int64_t r = 0; r < p.batch; ++r) {
+    const int64_t n = by_tile.ceil(p.q_lens[r]), cols = by_block.ceil(p.kv_lens[r]);
+    if (cols > 0 && n > (p.tile_map_len - start) / cols) return false;  // n * cols < 2^62
+    if (rows != nullptr) {
+      for (int64_t j = 0; j < n; ++j, start += cols) {
+        rows->start[t + j] = start;
+        nonzero_span(p.tile_map + start, cols, &rows->first[t + j], &rows->end[t + j]);
+      }
+    } else {
+      start += n * cols;
+    }
+    if (__builtin_add_overflow(t, n, &t)) return false;
   }
-  s.map_start[tiles] = start;
-  if (start > p.tile_map_len) return false;
-  for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t width = s.map_start[t + 1] - s.map_start[t];
-    nonzero_span(p.tile_map + s.map_start[t], width, &s.first[t], &s.last[t]);
-  }
+  *tiles = t, *entries = start;
   return true;
+}
+
+// The map's per-tile summary of the plan's tiles (map_rows into the scratch): false when the
+// map is shorter than the batch needs.
+inline bool summarize_map(const AttncPrefillParams& p, Scratch& s) {
+  const size_t tiles = s.req.size();
+  s.map_start.resize(tiles + 1), s.first.resize(tiles), s.last.resize(tiles);
+  const MapRows rows{s.map_start.data(), s.first.data(), s.last.data()};
+  int64_t counted = 0;
+  return map_rows(p, &counted, &s.map_start[tiles], &rows);
 }
 
 // KV tokens of non-empty map blocks overlapping [begin, end) of tile t (whole blocks;

@@ -224,6 +224,7 @@ class DecodePlanner:
             offset.ctypes.data, length.ctypes.data,
         )  # fmt: skip
         del alive  # read by the call above
+        abi.raise_if_no_memory(rc, "decode plan")
         if rc != abi.PLAN_OK:
             raise ValueError("decode plan: malformed range rows")
         return offset, length
@@ -335,6 +336,7 @@ class DecodePlanner:
     def _raise_for(self, rc: int, summary: PlanSummary | None = None) -> None:
         if rc == abi.PLAN_OK:
             return
+        abi.raise_if_no_memory(rc, "decode plan")
         r, st = self.result, self._step
         if rc == abi.PLAN_INVALID:
             raise page_table.planner_error(

@@ -125,6 +125,7 @@ class PrefillPlanner:
             self._starts_ptr = self._lens[2].ctypes.data
             p.lens_cap = self._lens.shape[1]
         rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
+        abi.raise_if_no_memory(rc, "prefill plan")
         if rc == abi.PLAN_INVALID:
             return False
         if rc != abi.PLAN_OK:
@@ -205,6 +206,7 @@ class PrefillPlanner:
                 p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
             else:
                 break
+        abi.raise_if_no_memory(rc, "prefill plan")
         if rc == abi.PLAN_CAPACITY and r.error == PP_WORKSPACE:
             raise ValueError(_workspace_refusal(p.workspace_bytes, p.map_reserve, r.needed_bytes))
         if rc == abi.PLAN_OUT_OF_RANGE:

@@ -19,8 +19,12 @@ from typing import TypeVar
 
 import numpy as np
 
+from attnc.dsl.limits import MAX_KV_TOKENS, MAX_QUERY_TOKENS
 from attnc.runtime.abi import PLAN_CAPACITY, PLAN_OK, TILE_MAP_KV_BLOCK
+from attnc.runtime.checks.tensors import check_int
 from attnc.runtime.planning import prefill_plan_library
+
+assert MAX_KV_TOKENS == MAX_QUERY_TOKENS  # the one limit the summary's message names
 
 TILE_MAP_ABI_VERSION = 4  # attnc/tile_map_args.h ATTNC_TILE_MAP_ABI_VERSION
 
@@ -190,8 +194,11 @@ def summarize(
 ) -> TileMapSummary:
     """The ``TileMapSummary`` of a host copy of the map (uint8 ``[entries]``) for requests of
     ``q_lens`` queries and ``kv_lens`` keys, as the host planner ranges and costs tiles by it
-    (``attnc_prefill_map_summary``: the planner's ``summarize_map``,
-    attnc/kernels/host/prefill_plan_ranges.h)."""
+    (``attnc_prefill_map_summary``: the planner's ``map_rows``,
+    attnc/kernels/host/prefill_plan_ranges.h). ``tile_q_tokens`` and ``kv_block`` are ints
+    from 1 to 2**31 - 1, the lengths from 0 to the kernels' token limit (``MAX_KV_TOKENS``)."""
+    tile_q_tokens = check_int("tile_q_tokens", tile_q_tokens)
+    kv_block = check_int("kv_block", kv_block)
     q = np.ascontiguousarray(q_lens, dtype=np.int64)
     kv = np.ascontiguousarray(kv_lens, dtype=np.int64)
     m = np.ascontiguousarray(tile_map, dtype=np.uint8)
@@ -219,8 +226,7 @@ def summarize(
     if rc != PLAN_OK:
         raise ValueError(
             f"tile map summary: a map of {m.shape[0]} bytes for {q.shape[0]} requests of "
-            f"{tile_q_tokens}-token query tiles and {kv_block}-key blocks: the tile and the "
-            "block must be at least 1, the lengths at least 0 and the map as long as the "
-            "batch needs"
+            f"{tile_q_tokens}-token query tiles and {kv_block}-key blocks: the lengths must be "
+            f"from 0 to {MAX_KV_TOKENS} and the map as long as the batch needs"
         )
     return TileMapSummary(out[0], out[1], out[2], cumulative, kv_block)

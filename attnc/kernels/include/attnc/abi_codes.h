@@ -11,12 +11,13 @@
 #define ATTNC_E_BAD_LAYOUT 10003
 #define ATTNC_E_BAD_TILE 10004
 
-// Return codes of the decode planner (attnc_decode_plan, attnc_decode_check, attnc_decode_step).
+// Return codes of the host planners (attnc_decode_*, attnc_prefill_*; host/c_boundary.h).
 #define ATTNC_PLAN_OK 0
 #define ATTNC_PLAN_OUT_OF_RANGE 1  // an input beyond the planner's integer or float limits
 #define ATTNC_PLAN_CAPACITY 2      // more work items than max_items (summary.num_items says how many)
 #define ATTNC_PLAN_INVALID 3       // a page-table check failed (the result's error says which)
 #define ATTNC_PLAN_CUDA 4          // a CUDA call failed (AttncStepResult.cuda_error)
+#define ATTNC_PLAN_NO_MEMORY 5     // the planner's host scratch could not be allocated
 
 // The page-table or index-list check that failed (AttncStepResult.error and
 // AttncPrefillResult.error after ATTNC_PLAN_INVALID); index/value/value2 say where. The
