@@ -133,12 +133,18 @@ def _parse_file(path: str, item: ast.Import) -> tuple[ast.Module, str, os.stat_r
         raise AttnError(
             item.loc, f"cannot import '{item.path}': larger than {MAX_SOURCE_BYTES} bytes"
         )
-    module = _module_of(_text_of(data, path, item), path, real, opened, item)
-    return module, hashlib.sha256(data).hexdigest(), opened
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        module = _module_of(_text_of(data, path, item), path, real, opened, item)
+    finally:
+        del data  # not in this frame of an error's traceback
+    return module, digest, opened
 
 
-# An error that must not quote the imported file is made in the handler of the one that does
-# and raised out of it: raised inside, it held that one as its ``__context__``.
+# The file's text stays out of an import error's traceback (whose frames keep their locals):
+# the error is made in the handler of the parser's and raised out of it (raised inside, it held
+# that one, with the parser's frames, as its ``__context__``), and the frames it passes through
+# drop the text first.
 
 
 def _text_of(data: bytes, path: str, item: ast.Import) -> str:
@@ -148,6 +154,7 @@ def _text_of(data: bytes, path: str, item: ast.Import) -> str:
         return decode_source(data, path)
     except AttnError as err:
         unquoted = _unquoted(path, item, err)
+    del data
     raise unquoted
 
 
@@ -162,9 +169,11 @@ def _module_of(
     except AttnError as err:
         if _quotable(real, opened):
             imported_here = note(item.loc, f"in the file imported here as '{item.path}'")
-            raise AttnError(err.loc, err.message, (*err.notes, imported_here)) from None
-        unquoted = _unquoted(path, item, err)
-    raise unquoted
+            error = AttnError(err.loc, err.message, (*err.notes, imported_here))
+        else:
+            error = _unquoted(path, item, err)
+    del text
+    raise error
 
 
 def _quotable(real: str, opened: os.stat_result) -> bool:

@@ -11,7 +11,8 @@ Each test failed before its fix:
 - a loop of links was "import not found";
 - a parse error in an imported file gave its line and column but no reason and no caret.
 - the error at the import of a file it must not quote held the error quoting the file as its
-  ``__context__``.
+  ``__context__``;
+- an import error's traceback frames held the file's bytes and text as locals.
 """
 
 from __future__ import annotations
@@ -271,3 +272,34 @@ def test_an_import_error_that_quotes_nothing_holds_no_error_that_does(
     assert "it is not valid .attn text (line 1, column " in str(raised.value)
     assert _causes(raised.value) == [raised.value]
     assert "hunter2" not in "".join(traceback.format_exception(raised.value))
+
+
+def _frame_locals(err: BaseException) -> str:
+    """The locals of every frame of attnc in the tracebacks of ``err`` and the errors it chains
+    to, as ``traceback`` shows them with ``capture_locals`` (the test's own frame left out)."""
+    package = os.path.dirname(attnc.__file__)
+    shown: list[str] = []
+    todo = [traceback.TracebackException.from_exception(err, capture_locals=True)]
+    while todo:
+        found = todo.pop()
+        shown += [repr(f.locals) for f in found.stack if f.filename.startswith(package)]
+        todo += [e for e in (found.__cause__, found.__context__) if e is not None]
+    return "".join(shown)
+
+
+@pytest.mark.parametrize("imported", ["pw.attn", "bad.attn", "quoted.attn"])
+def test_no_frame_of_an_import_error_holds_the_file(tmp_path: Path, imported: str) -> None:
+    """The frames an import error passed through (its own and its chain's) hold neither the
+    imported bytes nor their text: a link to a file of another name, bytes that are not
+    UTF-8, and an .attn file with a parse error (whose message quotes that line, not the
+    first)."""
+    (tmp_path / "secret.txt").write_text("SECRET_TOKEN=hunter2\n")
+    (tmp_path / "pw.attn").symlink_to(tmp_path / "secret.txt")
+    (tmp_path / "bad.attn").write_bytes(b"SECRET_TOKEN=hunter2 \xff\n")
+    (tmp_path / "quoted.attn").write_text("def hunter2() = 4;\ndef v() = 1 +;\n")
+    main = tmp_path / "root.attn"
+    main.write_text(f'import "{imported}";\nvariant r {{ }}\n')
+    with pytest.raises(AttnError) as raised:
+        _window(str(main))
+    assert "hunter2" not in str(raised.value)
+    assert "hunter2" not in _frame_locals(raised.value)
