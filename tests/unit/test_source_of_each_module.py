@@ -164,3 +164,23 @@ def test_a_parsed_expression_holds_its_text():
     gc.collect()
     assert SOURCES.line(expr.loc) == "a +"
     assert SOURCES.line(expr.right.loc) == "    nosuchname"
+
+
+def test_a_variant_decoded_from_the_disk_cache_quotes_its_own_text(compile_cache, monkeypatch):
+    """IR decoded from a disk entry (none of this process's decoded entries kept) named its
+    file by a plain name, so its lines were quoted from the thread's most recent text of that
+    name: another source's. Its own name refers to the served text, which the variant holds."""
+    import attnc
+    from attnc.runtime.build import variant_cache
+
+    attnc.load(source=SERVED)  # compiled, written to the disk
+    monkeypatch.setattr(variant_cache, "_SEEN", {})
+    served = attnc.load(source=SERVED)  # decoded from the disk
+    assert isinstance(served.ir.file, SourceName) and served.ir.file == "<string>"
+    attnc.load(source=OTHER)  # another text under the name takes the map's place
+    gc.collect()
+    assert SOURCES.line(served.ir.params[0].loc) == "    param p: i32 = 1;"
+    held = weakref.ref(served.ir.file.source)
+    del served
+    gc.collect()
+    assert held() is None  # dropping the variant frees its text

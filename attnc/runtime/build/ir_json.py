@@ -12,7 +12,9 @@ here is as cheap to hash as one compiled.
 
 Values: ``None``/``bool``/``int``/``str`` and finite floats are themselves; a tuple is a
 JSON list; a non-finite float is ``{"F": "inf"|"-inf"|"nan"}``; a dataclass is
-``{"N": row}``; a list is ``{"L": [...]}``; a dict is ``{"D": [[key, value], ...]}``.
+``{"N": row}``; a list is ``{"L": [...]}``; a dict is ``{"D": [[key, value], ...]}``. A file
+name (a ``file`` field) is written as the plain string; decoding may give names back as
+other strings equal to them (``decode``'s ``files``: a name referring to its text).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from attnc.compiler.ir import ExprNode, ParamDecl, VariantIR, postorder_of
@@ -139,7 +142,7 @@ def _decode_value(data: Any, nodes: list[object]) -> Any:
     raise DecodeError(f"bad value tag {tag!r}")
 
 
-def _decode_node(row: Any, nodes: list[object]) -> object:
+def _decode_node(row: Any, nodes: list[object], files: Mapping[str, str]) -> object:
     if not isinstance(row, dict) or set(row) != {"t", "f"} or not isinstance(row["f"], dict):
         raise DecodeError("bad node row")
     cls = _resolve_type(row["t"])
@@ -147,6 +150,9 @@ def _decode_node(row: Any, nodes: list[object]) -> object:
     if set(row["f"]) != names:
         raise DecodeError(f"{row['t']}: fields {sorted(row['f'])} are not {sorted(names)}")
     values = {k: _decode_value(v, nodes) for k, v in row["f"].items()}
+    file = values.get("file")
+    if type(file) is str and file in files:
+        values["file"] = files[file]
     try:
         node = cls(**values)
         if isinstance(node, _HASH_CACHED):
@@ -156,8 +162,11 @@ def _decode_node(row: Any, nodes: list[object]) -> object:
     return node
 
 
-def decode(data: Any) -> Any:
-    """The object that :func:`encode` turned into ``data``; :class:`DecodeError` otherwise."""
+def decode(data: Any, files: Mapping[str, str] | None = None) -> Any:
+    """The object that :func:`encode` turned into ``data``; :class:`DecodeError` otherwise.
+    A ``file`` field of a decoded dataclass that is a key of ``files`` takes its value (an
+    equal string: a :class:`~attnc.dsl.errors.SourceName` referring to the file's text)."""
+    files = {} if files is None else files
     if not isinstance(data, dict) or set(data) != {"nodes", "root"}:
         raise DecodeError("not an encoded object")
     rows = data["nodes"]
@@ -165,5 +174,5 @@ def decode(data: Any) -> Any:
         raise DecodeError("bad node table")
     nodes: list[object] = []
     for row in rows:
-        nodes.append(_decode_node(row, nodes))
+        nodes.append(_decode_node(row, nodes, files))
     return _decode_value(data["root"], nodes)

@@ -31,7 +31,7 @@ from typing import Any
 from attnc.compiler.import_paths import ImportRecord, import_dir, real_path, same_modules
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
-from attnc.dsl.errors import SOURCES, Diagnostic
+from attnc.dsl.errors import SOURCES, Diagnostic, SourceName, SourceText
 from attnc.dsl.limits import MAX_SOURCE_BYTES, deep_recursion
 from attnc.regular_file import read_regular, write_atomically
 from attnc.runtime.build import ir_json
@@ -99,7 +99,7 @@ def _digest(payload: Any) -> str:
 _Decoded = tuple[tuple[ImportRecord, ...], tuple[Compiled, ...], tuple[Diagnostic, ...]]
 
 
-def _decode_entry(data: Any, key: str) -> _Decoded:
+def _decode_entry(data: Any, key: str, name: SourceName | None = None) -> _Decoded:
     if not isinstance(data, dict) or set(data) != {"magic", "format", "digest", "payload"}:
         raise ir_json.DecodeError("not an entry")
     if data["magic"] != MAGIC or data["format"] != FORMAT:
@@ -109,7 +109,8 @@ def _decode_entry(data: Any, key: str) -> _Decoded:
         raise ir_json.DecodeError("digest mismatch")
     if payload.get("key") != key:
         raise ir_json.DecodeError("entry of another key")
-    imports, compiled, warnings = ir_json.decode(payload.get("body"))
+    files = {} if name is None else {str(name): name}
+    imports, compiled, warnings = ir_json.decode(payload.get("body"), files)
     ok_imports = all(
         isinstance(i, tuple) and len(i) == 3 and all(isinstance(s, str) for s in i) for i in imports
     )
@@ -172,8 +173,9 @@ def json_nesting(raw: bytes) -> int:
     return deepest
 
 
-def _decoded(raw: bytes, key: str) -> _Decoded:
-    """The entry ``raw`` of ``key`` decoded and checked, with the recursion room the compiler's
+def _decoded(raw: bytes, key: str, name: SourceName | None = None) -> _Decoded:
+    """The entry ``raw`` of ``key`` decoded and checked (its IR naming its own file ``name``:
+    :func:`read_entry`), with the recursion room the compiler's
     passes have (its IR may nest as deeply as they allow). The JSON is parsed with Python's
     default limit: an entry is a flat table of nodes, and a corrupt one nested thousands of
     levels deep must be a miss, not a crash of a thread's stack (the recursion limit is the
@@ -183,18 +185,23 @@ def _decoded(raw: bytes, key: str) -> _Decoded:
         raise ir_json.DecodeError("nested deeper than an entry")
     data = json.loads(raw)
     with deep_recursion():
-        return _decode_entry(data, key)
+        return _decode_entry(data, key, name)
 
 
-def read_entry(path: Path, key: str) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
+def read_entry(
+    path: Path, key: str, name: SourceName | None = None
+) -> tuple[tuple[Compiled, ...], tuple[Diagnostic, ...]] | None:
     """The compiled variants and warnings of the entry at ``path``, or None when it is
-    missing, not a valid entry of ``key``, or an import it recorded has changed."""
+    missing, not a valid entry of ``key``, or an import it recorded has changed. Decoded IR
+    names the entry's own file ``name`` (given: a :class:`SourceName` referring to the text
+    served, the one the key was made of), so its locations quote that text; the files it
+    imported keep plain names."""
     try:
         raw = read_regular(path, MAX_ENTRY_BYTES)
         if len(raw) > MAX_ENTRY_BYTES:
             return None
         seen = (key, hashlib.sha256(raw).hexdigest())
-        decoded = _SEEN.get(seen) or _decoded(raw, key)
+        decoded = _SEEN.get(seen) or _decoded(raw, key, name)
     except Exception:  # any unreadable or invalid entry is a miss; it gets rewritten
         return None
     imports, compiled, warnings = decoded
@@ -227,9 +234,9 @@ def write_entry(
 def _quotable(compiled: list[Compiled], file: str, text: str) -> None:
     """Let the locations of ``compiled``, read from the cache for ``text``, quote their lines
     (error carets of later diagnostics show them): the text is this thread's most recent of
-    ``file``, and IR decoded by this process (``_SEEN``), whose names refer to the text parsed
-    when it was compiled, refers to it again if that is gone (the entry was found by ``text``:
-    the same text). A variant made of it holds it (``Variant``)."""
+    ``file``, and IR served from the cache, whose own file name refers to the text parsed or
+    decoded with it (``read_entry``), refers to ``text`` again if that is gone (the entry was
+    found by ``text``: the same text). A variant made of it holds it (``Variant``)."""
     name = compiled[0].variant.file if compiled else file
     SOURCES.add_parsed(name if name == file else file, text)
 
@@ -239,10 +246,11 @@ def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
     if enabled():
         key = entry_key(text, file)
         path = _entry_path(key)
-        found = read_entry(path, key)
+        held = SourceText(text)  # what IR decoded now refers to, held until it is kept
+        found = read_entry(path, key, SourceName(file, held))
         if found is not None:
             compiled = [remember(c) for c in found[0]]
-            _quotable(compiled, file, text)
+            _quotable(compiled, file, text)  # keeps ``held`` for IR decoded now
             return compiled, found[1]
     from attnc.compiler.pipeline import compile_with_imports
 
