@@ -13,6 +13,8 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from attnc.dsl.limits import MAX_SOURCE_BYTES
+
 
 def printable(text: str) -> str:
     """``text`` with every non-printable character written as its escape (``\\x1b``,
@@ -105,8 +107,9 @@ SOURCE_FILES_KEPT = 256
 class SourceText:
     """One file's source text, quoted by line: lines are split at ``\\n`` only (as the
     lexer counts). The offsets where lines start are found once, when a line is first asked
-    for, and kept as an array of 8 bytes a line (a list of every line cost about twenty times
-    the text; finding the line anew for each quote cost a scan of the text per diagnostic)."""
+    for, and kept as an array of 4 bytes a line (:func:`line_starts`; a list of every line
+    cost about twenty times the text; finding the line anew for each quote cost a scan of the
+    text per diagnostic)."""
 
     __slots__ = ("text", "_starts", "__weakref__")
 
@@ -136,12 +139,17 @@ class SourceText:
 
 
 _LINE_FEED = re.compile("\n")
+# Longest text whose line offsets fit 4 bytes each: every file read is at most
+# MAX_SOURCE_BYTES (16 MiB, so as many characters at most); a longer inline text takes 8.
+U32_OFFSETS = 2**32 - 1
+assert MAX_SOURCE_BYTES <= U32_OFFSETS
 
 
 def line_starts(text: str) -> array[int]:
     """The offset in ``text`` where each of its lines starts (0, then one past each ``\\n``),
-    found in one pass."""
-    starts = array("q", [0])
+    found in one pass: unsigned 32-bit offsets (``"I"``, 4 bytes each), 64-bit ones for a
+    text longer than :data:`U32_OFFSETS` characters."""
+    starts = array("I" if len(text) <= U32_OFFSETS else "q", [0])
     starts.extend(found.end() for found in _LINE_FEED.finditer(text))
     return starts
 

@@ -49,3 +49,14 @@ def test_line_starts_are_the_offsets_after_each_line_feed() -> None:
     assert list(errors.line_starts("a\r\nbc\n\nd")) == [0, 3, 6, 7]
     text = SourceText("a\r\nbc\n\nd\n")
     assert [text.line(n) for n in range(7)] == [None, "a", "bc", "", "d", "", None]
+
+
+def test_line_starts_take_four_bytes_a_line(monkeypatch) -> None:
+    """The offsets of a text of at most 2**32 - 1 characters (every file read: 16 MiB at most)
+    take 4 bytes a line (they took 8); a longer text's take 8."""
+    starts = errors.line_starts("a\n" * 1000)
+    assert starts.itemsize == 4 and starts.typecode == "I" and starts[-1] == 2000
+    monkeypatch.setattr(errors, "U32_OFFSETS", 3)
+    wide = errors.line_starts("ab\ncd\n")
+    assert wide.typecode == "q" and list(wide) == [0, 3, 6]
+    assert errors.line_starts("ab\n").typecode == "I"
