@@ -119,12 +119,12 @@ def _numpy_spans_step(monkeypatch, ranges) -> None:
     decode_spans of the checked KV lengths) instead of evaluating the range rows."""
     real_step = DecodePlanner.step
 
-    def step(self, indptr, last, indices, on_device, stream):
-        kv = self.check(indptr, last, indices, on_device)
+    def step(self, indptr, last, indices, on_device, stream, indptr_checked=False):
+        kv = self.check(indptr, last, indices, on_device, indptr_checked)
         plan = self._step.plan
         self.set_ranges(None)
         self.set_visible(decode_spans(ranges, kv, int(plan.q_len), int(plan.kv_tile)))
-        return real_step(self, indptr, last, indices, on_device, stream)
+        return real_step(self, indptr, last, indices, on_device, stream, indptr_checked)
 
     monkeypatch.setattr(DecodePlanner, "step", step)
 
