@@ -11,7 +11,7 @@ import torch
 from test_decode_plan_checked_once import I32, SCORE_BIAS, _Calls, _good, wrapper
 from test_decode_plan_step import DIM, HKV, HQ, cpu, lib
 
-from attnc.runtime.wrappers import decode_planning
+from attnc.runtime.wrappers import decode_plan_masks
 
 pytestmark = pytest.mark.nvcc
 
@@ -73,13 +73,13 @@ def test_kv_indptr_changed_after_its_check_on_the_fast_path(cpu, monkeypatch):
     for planned in (want, w):
         _plan_good("score_bias", planned, _tables("score_bias"), params=params)
     tables = _tables("score_bias")
-    real = decode_planning.split_plan_params
+    real = decode_plan_masks.split_plan_params
 
     def split_and_write(*args, **kw):
         tables[0][1] = 1000  # after the check of kv_indptr, before the step
         return real(*args, **kw)
 
-    monkeypatch.setattr(decode_planning, "split_plan_params", split_and_write)
+    monkeypatch.setattr(decode_plan_masks, "split_plan_params", split_and_write)
     calls = _Calls(w._native._lib)
     w._native._lib = calls
     _plan_good("score_bias", w, tables, params=params)

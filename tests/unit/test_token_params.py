@@ -14,6 +14,7 @@ import attnc
 from attnc.codegen.functor import functor_traits
 from attnc.runtime.checks import tensors
 from attnc.runtime.planning.plan_params import variant_mask_reads
+from attnc.runtime.wrappers import decode_plan_masks
 from attnc.runtime.wrappers import decode_planning as D
 from attnc.runtime.wrappers.decode import BatchDecodeWrapper
 
@@ -80,8 +81,8 @@ def test_decode_plan_refuses_only_kv_len_tensors(name: str) -> None:
     variant = _variant(name)
     given = {"t": object()}
     if not KINDS[name][2]:
-        D._refuse_per_key_tensors(variant, given)
+        decode_plan_masks._refuse_per_key_tensors(variant, given)
         return
     with pytest.raises(ValueError, match=r"param 't' .*not a tensor of one value per KV token"):
-        D._refuse_per_key_tensors(variant, given)
-    D._refuse_per_key_tensors(variant, {})  # not given: nothing to refuse
+        decode_plan_masks._refuse_per_key_tensors(variant, given)
+    decode_plan_masks._refuse_per_key_tensors(variant, {})  # not given: nothing to refuse

@@ -39,7 +39,7 @@ class PlanInputs(NamedTuple):
 
 class CheckedSizes(NamedTuple):
     """The arguments of ``plan()`` that plan-time tensor params are sized by, checked there
-    (``DecodePlanning._mask_ranges``) and handed on so that nothing checks them again: the
+    (``DecodeMaskPlanning._mask_ranges``) and handed on so that nothing checks them again: the
     head counts, head_dim and q_len as ints, and kv_indptr as a contiguous CPU int32 tensor
     of its own (not the caller's memory) whose entries passed
     ``checks.tensors.check_indptr_values`` (the planner is told so)."""
