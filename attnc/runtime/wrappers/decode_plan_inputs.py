@@ -1,8 +1,8 @@
 """Owns: the small value types of the decode ``plan()``: its unchecked arguments
 (``PlanInputs``), those checked where a plan-time tensor param is sized by them
-(``CheckedSizes``, ``checked_sizes``), what a plan fixes about the launch (``DecodeShape``), what the fast path
-reuses from the last checked plan (``FastPathKey``, ``scalar_key``), which arguments it takes
-(``fast_path_takes``) and where it takes page ids from (``ids_placement``)."""
+(``CheckedSizes``, ``checked_sizes``), what a plan fixes about the launch (``DecodeShape``),
+what the fast path reuses from the last checked plan (``FastPathKey``, ``scalar_key``), which
+arguments it takes (``fast_path_takes``) and where it takes page ids from (``ids_placement``)."""
 
 from __future__ import annotations
 
