@@ -10,7 +10,8 @@
 #include "decode_step_cuda.h"
 
 namespace {
-// The scratch of the steps of this thread (attnc_decode_step and attnc_decode_step_checked).
+// The scratch of the checks and steps of this thread (attnc_decode_check, attnc_decode_step
+// and attnc_decode_step_checked).
 attnc::decode_plan::Scratch& step_scratch() {
   static thread_local attnc::decode_plan::Scratch scratch;
   return scratch;
@@ -37,7 +38,8 @@ ATTNC_PLAN_EXPORT void attnc_decode_plan_sizes(int64_t* out) {
 // begins land in params->kv_out and params->page_begin_out; params->tables_checked says
 // whether they passed.
 ATTNC_PLAN_EXPORT int attnc_decode_check(AttncStepParams* params, AttncStepResult* result) {
-  return attnc::no_throw([&] { return attnc::decode_plan::check_tables(*params, result); });
+  return attnc::no_throw(
+      [&] { return attnc::decode_plan::check_tables(*params, result, step_scratch()); });
 }
 
 // BatchDecodeWrapper.plan after its scalar checks (decode_step.h: step).

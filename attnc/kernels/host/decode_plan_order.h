@@ -74,6 +74,9 @@ struct Scratch {
   std::vector<uint32_t> key, idx, key_tmp, idx_tmp, chunk_req;
   std::vector<HeapEntry> heap;
   std::vector<int64_t> range_c;  // the mask's row constants of one request (decode_step.h)
+  // The step's kv_indptr and kv_last_page_len, copied once from the caller's arrays, which
+  // the checks and the plan then read (decode_step.h: copy_tables).
+  std::vector<int32_t> tables;
 };
 
 // Chunks of every request in heaviest-first order (oracle schedule's ``order``): fills

@@ -6,8 +6,9 @@
 // CUDA calls go through ``Cuda`` (decode_step_cuda.h). The checks run once per plan: in
 // ``step``, or in ``check_tables`` when the caller needs the KV lengths first (the mask's
 // range rows read them), followed by ``step_checked``. The caller's tables are read once:
-// the lengths and page begins are kept from the check, and host page ids are checked while
-// they are copied to the stage (the stage, not the caller's ids, is what gets copied on).
+// kv_indptr and kv_last_page_len are copied before the checks, which read the copies (as the
+// lengths and page begins kept from the check do), and host page ids are checked while they
+// are copied to the stage (the stage, not the caller's ids, is what gets copied on).
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -60,21 +61,43 @@ inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t bat
   return true;
 }
 
-// The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays, in this order:
+// The caller's kv_indptr and kv_last_page_len (the latter only with one entry per request,
+// else no check reads its entries) copied into ``s.tables``, each entry read once: another
+// thread writing them during the step cannot make what is checked differ from what is used
+// (kv_indptr[-1] past max_pages after the capacity check, then a page-id copy past the
+// workspace's page-id region). *indptr / *last: the copies (the caller's pointers when
+// nothing is copied: no entries, or a null array).
+inline void copy_tables(const AttncStepParams& p, Scratch& s, const int32_t** indptr,
+                        const int32_t** last) {
+  *indptr = p.kv_indptr;
+  *last = p.last_page_len;
+  const int64_t n = p.kv_indptr != nullptr && p.indptr_len > 0 ? p.indptr_len : 0;
+  const int64_t m = p.last_page_len != nullptr && p.last_len == n - 1 ? p.last_len : 0;
+  if (n == 0) return;
+  s.tables.resize(static_cast<size_t>(n + m));
+  memcpy(s.tables.data(), p.kv_indptr, static_cast<size_t>(n) * 4);
+  *indptr = s.tables.data();
+  if (m == 0) return;
+  memcpy(s.tables.data() + n, p.last_page_len, static_cast<size_t>(m) * 4);
+  *last = s.tables.data() + n;
+}
+
+// The page-table checks of BatchDecodeWrapper.plan on the int32 host arrays (copied first:
+// copy_tables), in this order:
 // kv_indptr (entries, start, non-decreasing; not when the caller checked them:
 // ``indptr_checked``), kv_last_page_len (count, range), batch and page capacity, kv_indices
 // (entries; the host ids' values are stage_host_ids'): page_table_check.h, the decode order.
 // A failure is ATTNC_PLAN_INVALID with an ATTNC_PT_* code and the offending index and values
 // in ``r`` (Python words them: attnc/runtime/checks/page_table.py). On success: kv_out / page_begin_out and the result's
 // batch, nnz and max_page (-1: ids not scanned yet). Writes nothing else.
-inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
+inline int check_page_table(const AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   page_table::Fault f;
-  if (!s.indptr_checked &&
-      !page_table::indptr_ok(s.kv_indptr, s.indptr_len, page_table::kKvIndptr, &f))
+  const int32_t *ip, *last;
+  copy_tables(s, scratch, &ip, &last);
+  if (!s.indptr_checked && !page_table::indptr_ok(ip, s.indptr_len, page_table::kKvIndptr, &f))
     return invalid(r, f);
-  const int32_t* ip = s.kv_indptr;
   const int64_t batch = s.indptr_len - 1;
-  const page_table::Table t{ip, batch, s.last_page_len, s.last_len, s.kv_indices, s.indices_len,
+  const page_table::Table t{ip, batch, last, s.last_len, s.kv_indices, s.indices_len,
                             s.page_size, s.max_batch, s.max_pages,
                             /*scan_ids=*/false, /*ids_first=*/false};
   int64_t max_page;
@@ -82,8 +105,7 @@ inline int check_page_table(const AttncStepParams& s, AttncStepResult* r) {
     return invalid(r, f);
   for (int64_t i = 0; i < batch; ++i) {
     s.page_begin_out[i] = ip[i];
-    s.kv_out[i] =
-        page_table::paged_kv_len(int64_t(ip[i + 1]) - ip[i], s.page_size, s.last_page_len[i]);
+    s.kv_out[i] = page_table::paged_kv_len(int64_t(ip[i + 1]) - ip[i], s.page_size, last[i]);
   }
   r->batch = batch;
   r->nnz = ip[batch];
@@ -209,9 +231,9 @@ inline int step_after_checks(AttncStepParams& s, AttncStepResult* r, Scratch& sc
 // copies out of the stage) the host page ids checked as they are staged, the one read of them
 // (step_checked copies the stage on); s.tables_checked says whether all passed (for
 // step_checked). ATTNC_PLAN_CUDA: the wait failed or the stage is too small.
-inline int check_tables(AttncStepParams& s, AttncStepResult* r) {
+inline int check_tables(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   s.tables_checked = 0;
-  int rc = check_page_table(s, r);
+  int rc = check_page_table(s, r, scratch);
   if (rc != ATTNC_PLAN_OK) return rc;
   const cudaError_t e = cuda().wait(s);
   if (e != cudaSuccess) return cuda_failed(r, e);
@@ -231,7 +253,7 @@ inline int check_tables(AttncStepParams& s, AttncStepResult* r) {
 inline int step(AttncStepParams& s, AttncStepResult* r, Scratch& scratch) {
   r->total_kv = 0;
   s.tables_checked = 0;
-  const int rc = check_page_table(s, r);
+  const int rc = check_page_table(s, r, scratch);
   if (rc != ATTNC_PLAN_OK) return rc;
   return step_after_checks(s, r, scratch, /*ids_staged=*/false);
 }
