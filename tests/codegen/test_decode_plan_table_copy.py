@@ -154,3 +154,24 @@ def test_a_refused_plan_reads_kv_indptr_once_and_keeps_its_message(planner, indp
             call()
         assert str(err.value) == message, name
         assert _reads(tables[0], -1, lambda c=call: pytest.raises(ValueError, c)) == 1, name
+
+
+def _resident_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc/self/statm")
+def test_a_table_over_max_batch_is_refused_without_a_copy(planner):
+    """A table of more requests than max_batch is refused by the capacity check whatever its
+    entries hold: it is not copied, so the thread's scratch does not keep 40 MB of it (it
+    did, until the thread ended)."""
+    n = 5_000_000
+    tables = (np.arange(n + 1, dtype=np.int32), np.ones(n, np.int32), np.arange(4, dtype=np.int32))
+    pairs = [(a.ctypes.data, a.shape[0]) for a in tables]
+    before = _resident_bytes()
+    for call in (lambda: planner.check(*pairs, False), lambda: planner.step(*pairs, False, 0)):
+        with pytest.raises(ValueError, match="exceeds max_batch_size=8"):
+            call()
+    assert _resident_bytes() - before < 8 << 20

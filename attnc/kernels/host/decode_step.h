@@ -66,14 +66,16 @@ inline bool decode_spans(const AttncRangeRows& m, const int64_t* kv, int64_t bat
 // thread writing them during the step cannot make what is checked differ from what is used
 // (kv_indptr[-1] past max_pages after the capacity check, then a page-id copy past the
 // workspace's page-id region). *indptr / *last: the copies (the caller's pointers when
-// nothing is copied: no entries, or a null array).
+// nothing is copied: no entries, a null array, or more requests than max_batch, which the
+// capacity check refuses whatever the entries hold: the thread's scratch is never grown past
+// the planner's batch for a table it refuses).
 inline void copy_tables(const AttncStepParams& p, Scratch& s, const int32_t** indptr,
                         const int32_t** last) {
   *indptr = p.kv_indptr;
   *last = p.last_page_len;
   const int64_t n = p.kv_indptr != nullptr && p.indptr_len > 0 ? p.indptr_len : 0;
   const int64_t m = p.last_page_len != nullptr && p.last_len == n - 1 ? p.last_len : 0;
-  if (n == 0) return;
+  if (n == 0 || n - 1 > p.max_batch) return;
   s.tables.resize(static_cast<size_t>(n + m));
   memcpy(s.tables.data(), p.kv_indptr, static_cast<size_t>(n) * 4);
   *indptr = s.tables.data();
