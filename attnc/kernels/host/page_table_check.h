@@ -70,6 +70,7 @@ struct Table {
   int64_t max_pages;
   bool scan_ids;   // check the page ids' values here (false: on the device, or checked later)
   bool ids_first;  // the prefill order: page ids before last-page lengths (see check_page_table)
+  int32_t* stage = nullptr;  // with scan_ids: the scanned ids are also copied here (not null)
 };
 
 // kv_last_page_len: one entry per request, in [1, page_size] for a request with pages (the
@@ -91,13 +92,14 @@ inline bool capacity_ok(const Table& t, Fault* f) {
 }
 
 // kv_indices: at least kv_indptr[-1] entries, and with scan_ids none of those negative (the
-// smallest is reported); *max_page is the largest (-1: none, or not scanned).
+// smallest is reported; the nnz ids are copied to t.stage on the way when it is not null);
+// *max_page is the largest (-1: none, or not scanned).
 inline bool ids_ok(const Table& t, Fault* f, int64_t* max_page) {
   const int64_t nnz = t.indptr[t.batch];
   if (t.ids_len < nnz) return fail(f, ATTNC_PT_INDICES_SHORT, 0, t.ids_len, nnz);
   *max_page = -1;
   if (!t.scan_ids || nnz <= 0) return true;
-  const decode_plan::IdRange ids = decode_plan::id_range(t.ids, nullptr, nnz);
+  const decode_plan::IdRange ids = decode_plan::id_range(t.ids, t.stage, nnz);
   if (ids.lo < 0) return fail(f, ATTNC_PT_INDEX_NEGATIVE, 0, ids.lo, 0);
   *max_page = ids.hi;
   return true;

@@ -15,11 +15,14 @@
 #define ATTNC_PP_OUT_BUFFER 1  // the output buffer is short: needed_bytes says how long
 #define ATTNC_PP_WORKSPACE 2   // the work lists alone do not fit: needed_bytes says how many
 #define ATTNC_PP_COST_BUFFER 3  // out_cost is short: needed_bytes holds the chunks to cost
+#define ATTNC_PP_COPY_BUFFER 4  // copy is short: needed_bytes says how many bytes it must hold
 
 extern "C" {
 
 typedef struct AttncPrefillParams {
-  // The batch: int32 host arrays as the caller gave them.
+  // The batch: int32 host arrays as the caller gave them. attnc_prefill_check copies what it
+  // reads of them into ``copy`` and points these at the copies, which the plan reads: the
+  // caller's memory is read once, whatever it holds later.
   int64_t batch;
   const int32_t* qo_indptr;  // [qo_len]
   int64_t qo_len;
@@ -34,6 +37,10 @@ typedef struct AttncPrefillParams {
   int64_t* q_lens;
   int64_t* kv_lens;
   int64_t lens_cap;  // entries q_lens and kv_lens hold
+  // Where attnc_prefill_check copies the tables (copy_cap int32 entries; kept by the caller
+  // until the plan is written).
+  int32_t* copy;
+  int64_t copy_cap;
   // The shape and the cost model (tests/codegen/prefill_schedule_oracle.py).
   int64_t num_qo_heads;
   int64_t num_kv_heads;

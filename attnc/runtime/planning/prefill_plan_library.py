@@ -17,7 +17,7 @@ ARCH, BUILD_FLAGS, HOST_DIR = host.ARCH, host.BUILD_FLAGS, host.HOST_DIR  # shar
 PlannerUnavailable = host.PlannerUnavailable  # what library() raises
 
 # AttncPrefillResult.error after PLAN_CAPACITY (prefill_plan_abi.h).
-PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER = 1, 2, 3
+PP_OUT_BUFFER, PP_WORKSPACE, PP_COST_BUFFER, PP_COPY_BUFFER = 1, 2, 3, 4
 
 _I64 = ctypes.c_int64
 _P = ctypes.c_void_p
@@ -33,6 +33,7 @@ class PrefillParams(ctypes.Structure):
         ("kv_last_page_len", _P), ("num_last", _I64),
         ("page_size", _I64),
         ("q_lens", _P), ("kv_lens", _P), ("lens_cap", _I64),
+        ("copy", _P), ("copy_cap", _I64),
         *((name, _I64) for name in (
             "num_qo_heads", "num_kv_heads", "head_dim", "tile_q_tokens", "num_ctas", "kv_align",
             "workspace_bytes", "map_reserve", "min_chunk", "max_chunks", "walk_ctas",

@@ -2,9 +2,11 @@
 ``attnc/kernels/host/prefill_plan*`` (``prefill_plan_library.py``) and called through ctypes.
 
 A ``PrefillPlanner`` is made once per wrapper and keeps its buffers between plans: the
-per-request lengths, the byte buffer the packed lists are written into (pinned when the
+per-request lengths, the checked tables, the byte buffer the packed lists are written into (pinned when the
 lists are copied to a CUDA workspace, grown when a batch needs more) and the chunk costs.
-``check`` validates the int32 batch description and derives each request's lengths;
+``check`` copies the int32 batch description into a buffer of its own (the caller's tensors
+are read once: what is checked is what is planned), validates it and derives each request's
+lengths;
 ``configure`` sets the shape (kept while it repeats); ``plan`` then writes the whole work
 list (tile KV ranges from the mask's closed form and the tile map, split-KV chunks, the
 heaviest-first order, the merge list) in one C call. A failed check is reported as
@@ -22,6 +24,7 @@ from attnc.runtime import abi
 from attnc.runtime.checks import page_table
 from attnc.runtime.planning.mask_ranges import RangeProgram
 from attnc.runtime.planning.prefill_plan_library import (
+    PP_COPY_BUFFER,
     PP_COST_BUFFER,
     PP_OUT_BUFFER,
     PP_WORKSPACE,
@@ -65,12 +68,13 @@ class PrefillPlanner:
         p.alpha, p.beta, p.min_chunk, p.max_chunks = ALPHA, BETA, MIN_CHUNK, MAX_CHUNKS
         self._lens = np.zeros((3, 0), np.int64)
         self._starts_ptr = 0
+        self._copy = torch.zeros(1024, dtype=torch.int32)  # the checked tables (C++ copies)
+        p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
         self._cost = np.zeros(1024, np.float64)
         p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
         self.out_tensor = torch.zeros(0, dtype=torch.uint8, device="cpu")
         self._out = self.out_tensor.numpy()
         self._shape: tuple[int, ...] = ()
-        self._checked: tuple[torch.Tensor | None, ...] = ()
         self.batch = 0
 
     @property
@@ -102,11 +106,45 @@ class PrefillPlanner:
         page_size: int,
     ) -> bool:
         """Validate contiguous CPU int32 tensors (page ids and last-page lengths for paged
-        KV) and derive the lengths; False when a check fails (``failure()`` says which)."""
+        KV) and derive the lengths; False when a check fails (``failure()`` says which).
+
+        The planner reads each tensor once: what it checks is a copy of its own, which
+        ``plan()`` packs and ``checked_indptrs`` returns, whatever the caller's tensors hold
+        by then."""
         p = self._p
-        # plan() reads these tensors again (the page ids it packs): keep them alive, as the
-        # caller may pass host copies made for this call only.
-        self._checked = (qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+        if self._lens.shape[1] < qo_indptr.shape[0]:
+            self._lens = np.zeros((3, 2 * qo_indptr.shape[0]), np.int64)  # q, kv, map starts
+            p.q_lens, p.kv_lens = self._lens[0].ctypes.data, self._lens[1].ctypes.data
+            self._starts_ptr = self._lens[2].ctypes.data
+            p.lens_cap = self._lens.shape[1]
+        while True:
+            self._point_at(qo_indptr, kv_indptr, kv_indices, kv_last_page_len)
+            p.page_size = page_size
+            rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
+            if rc != abi.PLAN_CAPACITY or self._r.error != PP_COPY_BUFFER:
+                break
+            ints = int(self._r.needed_bytes) // 4
+            self._copy = torch.empty(max(ints, 2 * self._copy.shape[0]), dtype=torch.int32)
+            p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
+        abi.raise_if_no_memory(rc, "prefill plan")
+        if rc == abi.PLAN_INVALID:
+            return False
+        if rc != abi.PLAN_OK:
+            raise RuntimeError(f"attnc: prefill plan: check returned {rc}")
+        self.batch = p.batch
+        if p.kv_indices is not None:
+            p.num_indices = self._r.nnz  # the plan packs the used page ids only
+        return True
+
+    def _point_at(
+        self,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor | None,
+        kv_last_page_len: torch.Tensor | None,
+    ) -> None:
+        """The parameters point at the caller's tables (the check moves them to its copies)."""
+        p = self._p
         p.qo_indptr, p.qo_len = qo_indptr.data_ptr(), qo_indptr.shape[0]
         p.kv_indptr, p.kv_len = kv_indptr.data_ptr(), kv_indptr.shape[0]
         if kv_indices is None or kv_last_page_len is None:
@@ -118,22 +156,12 @@ class PrefillPlanner:
             p.kv_indices, p.num_indices = _address(kv_indices), kv_indices.shape[0]
             p.kv_last_page_len = _address(kv_last_page_len)
             p.num_last = kv_last_page_len.shape[0]
-        p.page_size = page_size
-        if self._lens.shape[1] < qo_indptr.shape[0]:
-            self._lens = np.zeros((3, 2 * qo_indptr.shape[0]), np.int64)  # q, kv, map starts
-            p.q_lens, p.kv_lens = self._lens[0].ctypes.data, self._lens[1].ctypes.data
-            self._starts_ptr = self._lens[2].ctypes.data
-            p.lens_cap = self._lens.shape[1]
-        rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
-        abi.raise_if_no_memory(rc, "prefill plan")
-        if rc == abi.PLAN_INVALID:
-            return False
-        if rc != abi.PLAN_OK:
-            raise RuntimeError(f"attnc: prefill plan: check returned {rc}")
-        self.batch = p.batch
-        if p.kv_indices is not None:
-            p.num_indices = self._r.nnz  # the plan packs the used page ids only
-        return True
+
+    def checked_indptrs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """int32 ``[batch + 1]`` each: the qo_indptr and kv_indptr the last passing ``check``
+        read (views of the planner's copies, valid until its next check)."""
+        n = self.batch + 1
+        return self._copy[:n], self._copy[n : 2 * n]
 
     def failure(self) -> ValueError:
         """The error of the last ``check`` that returned False: the check that failed first

@@ -29,8 +29,9 @@ def checked_batch(
     page_size: object,
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Check the index tensors in the host planner (which keeps the lengths): the int32
-    host tensors of qo_indptr and kv_indptr and whether the KV is paged. Arguments the
-    planner does not take are refused by the Python checks (``check_indices``)."""
+    host qo_indptr and kv_indptr it checked (its copies: code run after the check cannot
+    change them) and whether the KV is paged. Arguments the planner does not take are refused
+    by the Python checks (``check_indices``)."""
     arrays = index_arrays(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
     if arrays is None:
         args = (qo_indptr, kv_indptr, kv_indices, kv_last_page_len, page_size)
@@ -38,7 +39,7 @@ def checked_batch(
         raise RuntimeError("attnc: prefill plan: the checks passed arguments the planner refuses")
     if not planner.check(*arrays):
         raise planner.failure()
-    return arrays[0], arrays[1], arrays[2] is not None
+    return (*planner.checked_indptrs(), arrays[2] is not None)
 
 
 def index_arrays(

@@ -1,0 +1,155 @@
+"""The host prefill planner reads the caller's index tensors once: ``check`` copies them and
+the plan packs the copies, so code run between the two (a param's conversion during
+``BatchPrefillWrapper.plan()``, another thread) cannot change what is planned. Before the
+fix the plan re-read the caller's qo_indptr, kv_indptr, page ids and last-page lengths when
+it packed the lists: a qo_indptr written after its check reached the kernels unchecked."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from prefill_plan_helpers import PlanShape, make_host_plan
+
+import attnc
+from attnc.runtime import abi
+from attnc.runtime.build.backends import PrefillChoice
+from attnc.runtime.planning import prefill_plan
+from attnc.runtime.planning.prefill_planner import PrefillPlanner
+from attnc.runtime.wrappers import prefill
+from attnc.runtime.wrappers.prefill import BatchPrefillWrapper
+
+pytestmark = [
+    pytest.mark.nvcc,
+    pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found"),
+]
+
+PAGE = 16
+SHAPE = PlanShape(8, 2, 64, 64, 132, 8 << 20)
+
+
+def _paged(batch: int, seed: int = 0) -> list[torch.Tensor]:
+    """qo_indptr, kv_indptr, kv_indices, kv_last_page_len of a random paged batch."""
+    rng = np.random.default_rng(seed)
+    kv_lens = rng.integers(1, 700, size=batch)
+    q_lens = np.minimum(kv_lens, rng.integers(1, 300, size=batch))
+    pages = -(-kv_lens // PAGE)
+    kv_indptr = np.concatenate([[0], np.cumsum(pages)])
+    qo_indptr = np.concatenate([[0], np.cumsum(q_lens)])
+    ids = rng.permutation(int(kv_indptr[-1]) + 50)[: kv_indptr[-1]]
+    last = (kv_lens - 1) % PAGE + 1
+    return [torch.from_numpy(np.asarray(a, np.int32)) for a in (qo_indptr, kv_indptr, ids, last)]
+
+
+def _scribble(tables: list[torch.Tensor]) -> None:
+    """Writes the caller could make after the check: a query range past the batch's queries,
+    a KV range past its pages, a negative page id, a last-page length out of range."""
+    qo, kv, ids, last = tables
+    qo[1:] += 1000
+    kv[-1] += 7
+    ids[0] = -7
+    last[0] = 0
+
+
+class _WritesAfterCheck:
+    """Stands in for the planner library: once ``attnc_prefill_check`` has passed, makes
+    ``_scribble``'s writes to the caller's tables (as another thread could)."""
+
+    def __init__(self, lib, tables: list[torch.Tensor]) -> None:
+        self._lib, self._tables = lib, tables
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._lib, name)
+        if name != "attnc_prefill_check":
+            return fn
+
+        def check(*args):
+            rc = fn(*args)
+            if rc == abi.PLAN_OK:
+                _scribble(self._tables)
+            return rc
+
+        return check
+
+
+def _planned(planner: PrefillPlanner, tables: list[torch.Tensor]) -> bytes:
+    assert planner.check(*tables, PAGE)
+    s = SHAPE
+    planner.configure(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.tile_q_tokens, s.num_ctas,
+                      s.workspace_bytes)  # fmt: skip
+    return bytes(prefill_plan.host_plan(planner, s.head_dim).buffer)
+
+
+@pytest.mark.parametrize("batch", [3, 700])
+def test_tables_written_after_the_check_are_not_planned(batch: int) -> None:
+    """The packed lists are those of the values checked (700 requests: more than the copy
+    buffer first holds, so the check asks for a larger one and runs again)."""
+    want = _planned(PrefillPlanner(), _paged(batch))
+    tables = _paged(batch)
+    planner = PrefillPlanner()
+    planner._lib = _WritesAfterCheck(planner._lib, tables)
+    got = _planned(planner, tables)
+    assert int(tables[0][1]) >= 1000 and int(tables[2][0]) == -7  # the writes were made
+    assert got == want
+    qo, kv = planner.checked_indptrs()
+    original = _paged(batch)
+    assert torch.equal(qo, original[0]) and torch.equal(kv, original[1])
+
+
+def test_the_copy_holds_only_the_used_page_ids() -> None:
+    """Page ids past kv_indptr[-1] are neither checked nor copied: a page table of 10^6 ids
+    of which a batch uses 30 grows the copy buffer by nothing."""
+    qo, kv, ids, last = _paged(3)
+    spare = torch.full((1_000_000,), -1, dtype=torch.int32)
+    spare[: ids.shape[0]] = ids
+    planner = PrefillPlanner()
+    assert planner.check(qo, kv, spare, last, PAGE)
+    assert planner._copy.shape[0] == 1024
+    want = make_host_plan(qo, kv, ids, last, PAGE, SHAPE)
+    s = SHAPE
+    planner.configure(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.tile_q_tokens, s.num_ctas,
+                      s.workspace_bytes)  # fmt: skip
+    assert bytes(prefill_plan.host_plan(planner, s.head_dim).buffer) == bytes(want.buffer)
+
+
+@pytest.fixture
+def window_variant(monkeypatch):
+    """stdlib sliding_window with a stand-in module of 64-token tiles (no GPU to pick one)."""
+    v = attnc.load("stdlib:sliding_window")
+    module = type(
+        "StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)}
+    )()
+    monkeypatch.setattr(
+        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
+    )
+    return v
+
+
+def test_plan_plans_the_tables_it_checked(window_variant, monkeypatch) -> None:
+    """``BatchPrefillWrapper.plan()`` checks the tables, then checks its params (caller code:
+    a value's conversion); tables written meanwhile are not what it plans."""
+
+    def plan(w: BatchPrefillWrapper, tables: list[torch.Tensor]) -> bytes:
+        qo, kv, ids, last = tables
+        w.plan(qo, kv, 8, 2, 64, kv_indices=ids, kv_last_page_len=last, page_size=PAGE,
+               params={"window": 128})  # fmt: skip
+        return bytes(w._plan.buffer)  # type: ignore[union-attr]
+
+    def wrapper() -> BatchPrefillWrapper:
+        ws = torch.empty(8 << 20, dtype=torch.uint8)
+        return BatchPrefillWrapper(window_variant, ws, backend="fa2")
+
+    want = plan(wrapper(), _paged(12, seed=3))
+    tables = _paged(12, seed=3)
+    real = prefill.split_plan_params
+
+    def split_and_write(*args, **kw):
+        _scribble(tables)  # after the tables' check, before the plan
+        return real(*args, **kw)
+
+    monkeypatch.setattr(prefill, "split_plan_params", split_and_write)
+    got = plan(wrapper(), tables)
+    assert int(tables[2][0]) == -7
+    assert got == want
