@@ -70,6 +70,8 @@ class PrefillPlanner:
         self._starts_ptr = 0
         self._copy = torch.zeros(1024, dtype=torch.int32)  # the checked tables (C++ copies)
         p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
+        # checked_indptrs(): the copy buffer and entries its two views were cut for.
+        self._views: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
         self._cost = np.zeros(1024, np.float64)
         p.out_cost, p.out_cost_cap = self._cost.ctypes.data, self._cost.shape[0]
         self.out_tensor = torch.zeros(0, dtype=torch.uint8, device="cpu")
@@ -160,8 +162,12 @@ class PrefillPlanner:
     def checked_indptrs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """int32 ``[batch + 1]`` each: the qo_indptr and kv_indptr the last passing ``check``
         read (views of the planner's copies, valid until its next check)."""
-        n = self.batch + 1
-        return self._copy[:n], self._copy[n : 2 * n]
+        n, views = self.batch + 1, self._views
+        if views is None or views[0] is not self._copy or views[1] != n:
+            # Kept while the buffer and the batch size repeat: slicing costs about as much
+            # as the check.
+            views = self._views = (self._copy, n, self._copy[:n], self._copy[n : 2 * n])
+        return views[2], views[3]
 
     def failure(self) -> ValueError:
         """The error of the last ``check`` that returned False: the check that failed first
