@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attnc.runtime.checks.params import TORCH_DTYPES, check_tensor_param, resolve_with
+from attnc.runtime.checks.params import (
+    REQUEST_DIM_MEANING,
+    TORCH_DTYPES,
+    check_tensor_param,
+    resolve_with,
+)
 from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
 
 if TYPE_CHECKING:  # variant.py imports this module
@@ -264,7 +269,7 @@ def request_reference(
             )
         given = value.shape[0] if value.dim() else batch + 1  # a batch_size tensor is whole
         own = {**sizes, **lengths, "batch_size": given}
-        return check_tensor_param(p, value, prefix, own, None)
+        return check_tensor_param(p, value, prefix, own, None, REQUEST_DIM_MEANING)
 
     resolved = resolve_with(
         variant.params, params, variant_name=variant.name, check_tensor=request_tensor

@@ -230,14 +230,14 @@ def test_request_reference_takes_defaults_and_per_request_tensors() -> None:
 
 
 def test_request_reference_checks_tensors_as_the_reference_does() -> None:
-    """A tensor param's value is checked as ``Variant.reference`` checks it (in its words):
-    an int or a 0-d tensor failed with torch's IndexError, another shape with its
-    RuntimeError, a sparse tensor with NotImplementedError, and a float32 tensor for an
-    ``i32`` param ran."""
+    """A tensor param's value is checked as ``Variant.reference`` checks it (in its words,
+    but for a shape's sizes, which are this request's): an int or a 0-d tensor failed with
+    torch's IndexError, another shape with its RuntimeError, a sparse tensor with
+    NotImplementedError, and a float32 tensor for an ``i32`` param ran."""
     q, k, v = inputs(4, 4, 2, 1, 8)
     variant = attnc.load("stdlib:doc_causal")
     head = "variant 'doc_causal': param 'doc' (tensor<i32>[kv_len]): "
-    shape = "expected shape [4] (kv_len = sum of kv_len over the batch), got "
+    shape = "expected shape [4] (kv_len = this request's KV tokens), got "
     cases = [
         (3, shape + "[]"),
         ([0.0, 0.5, 1.0, 1.0], "expected dtype torch.int32, got torch.float32 (no implicit casts)"),
@@ -254,7 +254,9 @@ def test_request_reference_checks_tensors_as_the_reference_does() -> None:
         if isinstance(value, torch.Tensor):
             with pytest.raises(ValueError) as kernels:
                 variant.reference(q, k, v, doc=value)
-            assert str(kernels.value) == str(caught.value)
+            batch_words = "(kv_len = sum of kv_len over the batch)"
+            want = str(caught.value).replace("(kv_len = this request's KV tokens)", batch_words)
+            assert str(kernels.value) == want
     local = attnc.load("stdlib:gpt_oss_local")
     with pytest.raises(
         ValueError, match=r"'sinks' \(tensor<f32>\[num_qo_heads\]\): expected shape"

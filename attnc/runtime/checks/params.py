@@ -28,9 +28,16 @@ from attnc.runtime.checks.tensors import (
 
 TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}  # a tensor param's, by declared name
 # What the batch-sized dims of language v2 count, for error messages.
-_TOKEN_DIM_MEANING = {
+# What a size of a tensor param's shape stands for, in a shape error: of a batch (the
+# wrappers, Variant.reference), and of one request of a batch (reference.request_reference).
+BATCH_DIM_MEANING = {
     "kv_len": "sum of kv_len over the batch",
     "q_len": "sum of q_len over the batch",
+    "batch_size": "requests in the batch",
+}
+REQUEST_DIM_MEANING = {
+    "kv_len": "this request's KV tokens",
+    "q_len": "this request's query tokens",
     "batch_size": "requests in the batch",
 }
 
@@ -224,11 +231,13 @@ def check_tensor_param(
     prefix: str,
     sizes: Mapping[str, int],
     device: torch.device | str | None,
+    dim_meaning: Mapping[str, str] = BATCH_DIM_MEANING,
 ) -> torch.Tensor:
     """Tensor param ``decl``'s ``value``, contiguous: a dense ``torch.Tensor`` of the declared
     shape (:func:`declared_shape` with ``sizes``) and dtype (:data:`TORCH_DTYPES`, no casts),
     on ``device`` when one is given; any other is a ``ValueError`` naming the param (its
-    message begins with ``prefix``)."""
+    message begins with ``prefix``; a shape error says what each token or batch size stands
+    for by ``dim_meaning``)."""
     if not isinstance(value, torch.Tensor):
         raise ValueError(
             f"{_where(prefix, decl)}: expected a torch.Tensor, got {_type_name(value)}"
@@ -247,7 +256,9 @@ def check_tensor_param(
         )
     shape = declared_shape(decl, sizes)
     if tuple(value.shape) != shape:
-        meaning = [f"{d} = {_TOKEN_DIM_MEANING[d]}" for d in decl.dims if d in _TOKEN_DIM_MEANING]
+        meaning = [
+            f"{d} = {dim_meaning[d]}" for d in decl.dims if isinstance(d, str) and d in dim_meaning
+        ]
         why = f" ({', '.join(meaning)})" if meaning else ""
         raise ValueError(
             f"{_where(prefix, decl)}: expected shape {list(shape)}{why}, got {list(value.shape)}"
