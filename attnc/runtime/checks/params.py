@@ -27,7 +27,6 @@ from attnc.runtime.checks.tensors import (
 )
 
 TORCH_DTYPES = {"f32": torch.float32, "i32": torch.int32}  # a tensor param's, by declared name
-# What the batch-sized dims of language v2 count, for error messages.
 # What a size of a tensor param's shape stands for, in a shape error: of a batch (the
 # wrappers, Variant.reference), and of one request of a batch (reference.request_reference).
 BATCH_DIM_MEANING = {
