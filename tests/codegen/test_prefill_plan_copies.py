@@ -41,10 +41,10 @@ def _plan_bytes(w: BatchPrefillWrapper, qo, kv, ids, last) -> bytes:
     return bytes(w._plan.buffer)  # type: ignore[union-attr]
 
 
-@pytest.fixture
-def variant(monkeypatch):
-    """stdlib causal with a stand-in module of 64-token tiles (no GPU to pick one)."""
-    v = attnc.load("stdlib:causal")
+def stand_in_variant(monkeypatch, name: str) -> attnc.Variant:
+    """stdlib variant ``name``, whose wrappers plan for a stand-in module of 64-token tiles
+    (no GPU to pick one)."""
+    v = attnc.load(f"stdlib:{name}")
     module = type(
         "StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)}
     )()
@@ -52,6 +52,12 @@ def variant(monkeypatch):
         prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
     )
     return v
+
+
+@pytest.fixture
+def variant(monkeypatch):
+    """stdlib causal with a stand-in module (``stand_in_variant``)."""
+    return stand_in_variant(monkeypatch, "causal")
 
 
 @pytest.mark.parametrize("seed", range(4))

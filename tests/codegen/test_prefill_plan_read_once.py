@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 import torch
 from prefill_plan_helpers import PlanShape, make_host_plan
+from test_prefill_plan_copies import stand_in_variant
 
-import attnc
 from attnc.runtime import abi
-from attnc.runtime.build.backends import PrefillChoice
 from attnc.runtime.planning import prefill_plan
 from attnc.runtime.planning.prefill_planner import PrefillPlanner
 from attnc.runtime.wrappers import prefill
@@ -116,15 +115,8 @@ def test_the_copy_holds_only_the_used_page_ids() -> None:
 
 @pytest.fixture
 def window_variant(monkeypatch):
-    """stdlib sliding_window with a stand-in module of 64-token tiles (no GPU to pick one)."""
-    v = attnc.load("stdlib:sliding_window")
-    module = type(
-        "StandIn", (), {"module_id": "m", "ir": v.ir, "params_type": abi.params_struct(v.params)}
-    )()
-    monkeypatch.setattr(
-        prefill, "choose_prefill_module", lambda *a, **k: PrefillChoice("fa2", module, 64)
-    )
-    return v
+    """stdlib sliding_window with a stand-in module (``stand_in_variant``)."""
+    return stand_in_variant(monkeypatch, "sliding_window")
 
 
 def test_plan_plans_the_tables_it_checked(window_variant, monkeypatch) -> None:
