@@ -120,3 +120,33 @@ def test_page_ids_changed_after_the_check_are_not_staged(cpu):
     _plan_good("lengths_window", w, tables)
     assert tables[1][2] == -7
     assert _written(w) == _written(want)
+
+
+def test_plan_from_a_conversion_inside_plan_is_refused(cpu, monkeypatch):
+    """A param's conversion planning another batch on the same wrapper would replace the
+    checked tables under the outer ``plan()``: refused, and the wrapper plans afterwards (an
+    ``sm_scale.__float__`` doing so is refused as not a float)."""
+    name = "per_request_window"
+    w = wrapper(name, max_batch=8, max_pages=64)
+
+    class Scale:
+        def __float__(self) -> float:
+            _plan_good(name, w, _tables(name), sm_scale=0.1)
+            return 0.1
+
+    with pytest.raises(ValueError, match="^sm_scale: expected a float"):
+        _plan_good(name, w, _tables(name), sm_scale=Scale())
+    real = decode_plan_masks.split_plan_params
+
+    def split_and_plan(*args, **kw):
+        _plan_good(name, w, _tables(name), sm_scale=0.1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(decode_plan_masks, "split_plan_params", split_and_plan)
+    with pytest.raises(RuntimeError, match=r"BatchDecodeWrapper\.plan\(\) was called while"):
+        _plan_good(name, w, _tables(name), sm_scale=0.1)
+    monkeypatch.setattr(decode_plan_masks, "split_plan_params", real)
+    want = wrapper(name, max_batch=8, max_pages=64)
+    _plan_good(name, want, _tables(name), sm_scale=0.1)
+    _plan_good(name, w, _tables(name), sm_scale=0.1)
+    assert _written(w) == _written(want)

@@ -1,7 +1,8 @@
 """``BatchPrefillWrapper.plan()`` given index tensors that need a host copy (on the GPU, or
-not contiguous): the planner reads the page ids again when it packs the lists, so the copies
-made for the check must live until then. Before the fix the packed page ids came from freed
-memory (on the H200, CUDA index tensors gave garbage ids, every row NaN by the page check)."""
+not contiguous): the packed page ids must be those of the copies made for the check. Before
+a fix the planner read the page ids again when it packed the lists, and they came from freed
+memory (on the H200, CUDA index tensors gave garbage ids, every row NaN by the page check);
+the planner now packs its own copy of what it checked (test_prefill_plan_read_once.py)."""
 
 from __future__ import annotations
 

@@ -145,3 +145,50 @@ def test_plan_plans_the_tables_it_checked(window_variant, monkeypatch) -> None:
     got = plan(wrapper(), tables)
     assert int(tables[2][0]) == -7
     assert got == want
+
+
+def test_plan_from_a_conversion_inside_plan_is_refused(window_variant) -> None:
+    """A param's ``__int__`` that plans another batch on the same wrapper replaced the checked
+    batch under the outer ``plan()``, which then packed the inner batch's 700 requests with
+    the outer's params: refused, and the wrapper plans normally afterwards."""
+    ws = torch.empty(8 << 20, dtype=torch.uint8)
+    w = BatchPrefillWrapper(window_variant, ws, backend="fa2")
+
+    def plan(tables: list[torch.Tensor], window: object) -> None:
+        qo, kv, ids, last = tables
+        w.plan(qo, kv, 8, 2, 64, kv_indices=ids, kv_last_page_len=last, page_size=PAGE,
+               params={"window": window})  # fmt: skip
+
+    class Window(int):
+        def __int__(self) -> int:
+            plan(_paged(700, seed=5), 128)
+            return 128
+
+        __index__ = __int__
+
+    with pytest.raises(RuntimeError, match=r"BatchPrefillWrapper\.plan\(\) was called while"):
+        plan(_paged(3, seed=3), Window(128))
+    plan(_paged(3, seed=3), 128)
+    assert w._plan is not None and w._plan.batch == 3
+
+
+def test_nothing_is_planned_after_a_refused_check() -> None:
+    """After a refused check the parameters still point at the caller's page ids, which may be
+    freed by then: ``plan()`` read them (a segfault once they were unmapped)."""
+    planner = PrefillPlanner()
+    assert planner.check(*_paged(3), PAGE)
+    ids = torch.arange(4_000_000, dtype=torch.int32)
+    last = torch.zeros(1, dtype=torch.int32)  # outside [1, page_size]
+    table = [torch.tensor(a, dtype=torch.int32) for a in ([0, 4], [0, 4_000_000])]
+    assert not planner.check(*table, ids, last, PAGE)
+    del ids
+    s = SHAPE
+    planner.configure(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.tile_q_tokens, s.num_ctas,
+                      s.workspace_bytes)  # fmt: skip
+    for refused in (
+        lambda: prefill_plan.host_plan(planner, s.head_dim),
+        planner.checked_indptrs,
+        lambda: planner.map_starts(64),
+    ):
+        with pytest.raises(RuntimeError, match=r"needs tables that check\(\) passed"):
+            refused()

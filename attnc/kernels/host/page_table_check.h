@@ -70,7 +70,7 @@ struct Table {
   int64_t max_pages;
   bool scan_ids;   // check the page ids' values here (false: on the device, or checked later)
   bool ids_first;  // the prefill order: page ids before last-page lengths (see check_page_table)
-  int32_t* stage = nullptr;  // with scan_ids: the scanned ids are also copied here (not null)
+  int32_t* stage = nullptr;  // when not null, with scan_ids: the scanned ids are copied here
 };
 
 // kv_last_page_len: one entry per request, in [1, page_size] for a request with pages (the

@@ -80,7 +80,7 @@ typedef struct AttncPrefillResult {
   int64_t index;
   int64_t value;
   int64_t value2;
-  int64_t needed_bytes;  // of ATTNC_PP_OUT_BUFFER and ATTNC_PP_WORKSPACE
+  int64_t needed_bytes;  // of ATTNC_PP_OUT_BUFFER, ATTNC_PP_WORKSPACE, ATTNC_PP_COPY_BUFFER
   // attnc_prefill_check
   int64_t total_q;
   int64_t total_kv;  // KV tokens over all requests

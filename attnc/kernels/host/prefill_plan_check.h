@@ -37,10 +37,11 @@ inline int64_t last_ints(const AttncPrefillParams& p) {
 }
 
 // Copy n entries of *table to *at, point *table at the copy and move *at past it (a null
-// table or n <= 0: nothing copied, *table kept).
+// table or n <= 0: nothing copied, *table kept). memmove: a caller may pass views of the
+// last check's copies.
 inline void copy_table(const int32_t** table, int64_t n, int32_t** at) {
   if (*table == nullptr || n <= 0) return;
-  memcpy(*at, *table, static_cast<size_t>(n) * sizeof(int32_t));
+  memmove(*at, *table, static_cast<size_t>(n) * sizeof(int32_t));
   *table = *at, *at += n;
 }
 
@@ -89,7 +90,9 @@ inline int copy_short(AttncPrefillResult* r, int64_t ints) {
 
 // Check the batch and write q_lens / kv_lens ([batch] each) and the totals into ``r``.
 // The caller's tables are read once: copied into p.copy first (the page ids as the check
-// scans them), the pointers moved to the copies, and everything after reads those.
+// scans them, kv_indptr[-1] of them), the pointers moved to the copies (and num_indices to
+// the ids copied), and everything after reads those. After a failed check the pointers may
+// still be the caller's: plan nothing then.
 // ATTNC_PLAN_CAPACITY with ATTNC_PP_COPY_BUFFER: p.copy is too short (needed_bytes says how
 // long it must be; call again with the caller's pointers). ATTNC_PLAN_OUT_OF_RANGE: a paged
 // batch with page_size < 1 (the Python side refuses it first, naming page_size).
@@ -117,7 +120,10 @@ inline int check_batch(AttncPrefillParams& p, AttncPrefillResult* r) {
     r->error = f.error, r->index = f.index, r->value = f.value, r->value2 = f.value2;
     return ATTNC_PLAN_INVALID;
   }
-  if (ids_copy != nullptr) p.kv_indices = ids_copy;
+  if (p.kv_indices != nullptr) {  // the plan packs the used page ids only, from the copy
+    p.num_indices = r->nnz;
+    if (at != nullptr) p.kv_indices = at;  // ids_copy, or no ids: a pointer that stays valid
+  }
   if (p.lens_cap < p.batch) {
     r->error = ATTNC_PP_OUT_BUFFER, r->needed_bytes = 8 * p.batch;
     return ATTNC_PLAN_CAPACITY;

@@ -2,15 +2,15 @@
 ``attnc/kernels/host/prefill_plan*`` (``prefill_plan_library.py``) and called through ctypes.
 
 A ``PrefillPlanner`` is made once per wrapper and keeps its buffers between plans: the
-per-request lengths, the checked tables, the byte buffer the packed lists are written into (pinned when the
-lists are copied to a CUDA workspace, grown when a batch needs more) and the chunk costs.
-``check`` copies the int32 batch description into a buffer of its own (the caller's tensors
-are read once: what is checked is what is planned), validates it and derives each request's
-lengths;
-``configure`` sets the shape (kept while it repeats); ``plan`` then writes the whole work
-list (tile KV ranges from the mask's closed form and the tile map, split-KV chunks, the
-heaviest-first order, the merge list) in one C call. A failed check is reported as
-``False``; ``failure()`` then is its error, worded by ``checks/page_table.py``.
+per-request lengths, the checked tables, the byte buffer the packed lists are written into
+(pinned when the lists are copied to a CUDA workspace, grown when a batch needs more) and the
+chunk costs. ``check`` copies the int32 batch description into a buffer of its own (the
+caller's tensors are read once: what is checked is what is planned), validates the copy and
+derives each request's lengths; ``configure`` sets the shape (kept while it repeats); ``plan``
+then writes the whole work list (tile KV ranges from the mask's closed form and the tile map,
+split-KV chunks, the heaviest-first order, the merge list) in one C call. A failed check is
+reported as ``False``; ``failure()`` then is its error, worded by ``checks/page_table.py``,
+and nothing may be planned until a check passes.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class PrefillPlanner:
         self._out = self.out_tensor.numpy()
         self._shape: tuple[int, ...] = ()
         self.batch = 0
+        self._passed = False  # the last check passed: its copies are what plan() reads
 
     @property
     def result(self) -> PrefillResult:
@@ -114,6 +115,7 @@ class PrefillPlanner:
         ``plan()`` packs and ``checked_indptrs`` returns, whatever the caller's tensors hold
         by then."""
         p = self._p
+        self._passed = False
         if self._lens.shape[1] < qo_indptr.shape[0]:
             self._lens = np.zeros((3, 2 * qo_indptr.shape[0]), np.int64)  # q, kv, map starts
             p.q_lens, p.kv_lens = self._lens[0].ctypes.data, self._lens[1].ctypes.data
@@ -134,8 +136,7 @@ class PrefillPlanner:
         if rc != abi.PLAN_OK:
             raise RuntimeError(f"attnc: prefill plan: check returned {rc}")
         self.batch = p.batch
-        if p.kv_indices is not None:
-            p.num_indices = self._r.nnz  # the plan packs the used page ids only
+        self._passed = True
         return True
 
     def _point_at(
@@ -162,12 +163,19 @@ class PrefillPlanner:
     def checked_indptrs(self) -> tuple[torch.Tensor, torch.Tensor]:
         """int32 ``[batch + 1]`` each: the qo_indptr and kv_indptr the last passing ``check``
         read (views of the planner's copies, valid until its next check)."""
+        self._require_check("checked_indptrs")
         n, views = self.batch + 1, self._views
         if views is None or views[0] is not self._copy or views[1] != n:
             # Kept while the buffer and the batch size repeat: slicing costs about as much
             # as the check.
             views = self._views = (self._copy, n, self._copy[:n], self._copy[n : 2 * n])
         return views[2], views[3]
+
+    def _require_check(self, name: str) -> None:
+        """Refuse ``name`` unless the last ``check`` passed: after a refused one the
+        parameters still point at the caller's tables, which may be gone."""
+        if not self._passed:
+            raise RuntimeError(f"attnc: prefill plan: {name}() needs tables that check() passed")
 
     def failure(self) -> ValueError:
         """The error of the last ``check`` that returned False: the check that failed first
@@ -180,6 +188,7 @@ class PrefillPlanner:
     def map_starts(self, tile_q_tokens: int, kv_block: int = abi.TILE_MAP_KV_BLOCK) -> np.ndarray:
         """int64 [batch + 1]: where each request's tile map starts in the last checked batch
         (tests/tile_map_oracle.py ``map_starts``; a reused buffer, valid until the next call)."""
+        self._require_check("map_starts")
         if tile_q_tokens < 1 or kv_block < 1:  # the library divides by both
             raise ValueError(
                 f"prefill plan: tile map of {tile_q_tokens}-token query tiles and "
@@ -209,6 +218,7 @@ class PrefillPlanner:
     def plan(self, program: RangeProgram | None = None, tile_map: np.ndarray | None = None) -> None:
         """Plan the last checked batch (``tile_map``: uint8 host classes) into the buffer;
         ``result`` holds the counts and offsets, ``buffer``/``chunk_cost`` the lists."""
+        self._require_check("plan")
         p = self._p
         extra = None if program is None else program.extra(self.q_lens, self.kv_lens)
         alive = p.ranges.set(program, extra)

@@ -47,6 +47,7 @@ from attnc.runtime.wrappers.decode_plan_inputs import (
     ids_placement,
 )
 from attnc.runtime.wrappers.decode_plan_masks import DecodeMaskPlanning, MaskPlan
+from attnc.runtime.wrappers.plan_guard import one_plan_at_a_time
 
 if TYPE_CHECKING:
     from attnc.runtime.variant import Variant
@@ -146,6 +147,7 @@ class DecodePlanning(DecodeMaskPlanning, workspace_owner.RefusesCopies):
         """The run side's own state, set up last in ``__init__`` (``BatchDecodeWrapper``)."""
 
     # ---- plan ------------------------------------------------------------------------
+    @one_plan_at_a_time
     def plan(
         self,
         kv_indptr: torch.Tensor,

@@ -43,6 +43,7 @@ from attnc.runtime.wrappers import (
     prefill_launch,
     prefill_tile_map,
 )
+from attnc.runtime.wrappers.plan_guard import one_plan_at_a_time
 from attnc.runtime.wrappers.prefill_run import PrefillRunner
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class BatchPrefillWrapper(PrefillRunner):
         self._batch_sizes: dict[str, int] = {}  # token_sizes of the plan
         self._memo: dict[tuple[object, ...], prefill_calls.MemoCall] = {}  # run()'s, this plan's
 
+    @one_plan_at_a_time
     def plan(
         self,
         qo_indptr: torch.Tensor,
