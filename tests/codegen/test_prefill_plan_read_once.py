@@ -192,3 +192,14 @@ def test_nothing_is_planned_after_a_refused_check() -> None:
     ):
         with pytest.raises(RuntimeError, match=r"needs tables that check\(\) passed"):
             refused()
+
+
+def test_the_copies_are_host_memory_under_a_meta_default_device() -> None:
+    """The copy buffer (made at first and grown for 700 requests) is a CPU tensor whatever
+    torch's default device: a meta buffer has no memory (its address was 0)."""
+    tables = _paged(700)
+    with torch.device("meta"):
+        planner = PrefillPlanner()
+        assert planner.check(*tables, PAGE)
+        qo, kv = planner.checked_indptrs()
+    assert qo.is_cpu and torch.equal(qo, tables[0]) and torch.equal(kv, tables[1])

@@ -68,7 +68,9 @@ class PrefillPlanner:
         p.alpha, p.beta, p.min_chunk, p.max_chunks = ALPHA, BETA, MIN_CHUNK, MAX_CHUNKS
         self._lens = np.zeros((3, 0), np.int64)
         self._starts_ptr = 0
-        self._copy = torch.zeros(1024, dtype=torch.int32)  # the checked tables (C++ copies)
+        self._copy = torch.zeros(
+            1024, dtype=torch.int32, device="cpu"
+        )  # the checked tables (C++ copies)
         p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
         # checked_indptrs(): the copy buffer and entries its two views were cut for.
         self._views: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
@@ -128,7 +130,9 @@ class PrefillPlanner:
             if rc != abi.PLAN_CAPACITY or self._r.error != PP_COPY_BUFFER:
                 break
             ints = int(self._r.needed_bytes) // 4
-            self._copy = torch.empty(max(ints, 2 * self._copy.shape[0]), dtype=torch.int32)
+            self._copy = torch.empty(
+                max(ints, 2 * self._copy.shape[0]), dtype=torch.int32, device="cpu"
+            )
             p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
         abi.raise_if_no_memory(rc, "prefill plan")
         if rc == abi.PLAN_INVALID:
