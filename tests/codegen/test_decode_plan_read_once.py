@@ -7,11 +7,13 @@ the KV lengths, the host page ids are staged by the check that reads them, once.
 from __future__ import annotations
 
 import pytest
+import test_decode_plan_step as S
 import torch
 from test_decode_plan_checked_once import I32, SCORE_BIAS, _Calls, _good, wrapper
 from test_decode_plan_step import DIM, HKV, HQ, cpu, lib
 
-from attnc.runtime.wrappers import decode_plan_masks
+from attnc.runtime.wrappers import decode as D
+from attnc.runtime.wrappers import decode_launch, decode_plan_masks
 
 pytestmark = pytest.mark.nvcc
 
@@ -150,3 +152,60 @@ def test_plan_from_a_conversion_inside_plan_is_refused(cpu, monkeypatch):
     _plan_good(name, want, _tables(name), sm_scale=0.1)
     _plan_good(name, w, _tables(name), sm_scale=0.1)
     assert _written(w) == _written(want)
+
+
+def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu, monkeypatch):
+    """``cap.__float__`` planning 60 requests on the same wrapper during ``run()``: the 2-row
+    q checked against the first plan was launched with a workspace walking 60 requests; now
+    nothing is launched. A cached call checks the same (its key made by caller code, here a
+    stand-in), and the wrapper then runs its new plan."""
+    real_check, real_paged = D.tensors.check_data_tensor, D.paged_kv
+    monkeypatch.setattr(
+        D.tensors,
+        "check_data_tensor",
+        lambda n, t, s, device_type="cuda": real_check(n, t, s, "cpu"),
+    )
+    monkeypatch.setattr(D, "paged_kv", lambda kv, *a: real_paged(kv, *a[:-1], "cpu"))
+    monkeypatch.setattr(decode_launch, "raw_stream", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    w = S.make_wrapper(name="softcap")
+    w._device = torch.device("cpu")
+    launched = []
+    for module, *_ in w._modules.values():
+        module.launch = lambda args, stream: launched.append(stream)
+
+    def table(batch: int) -> tuple[torch.Tensor, ...]:
+        indptr = torch.arange(batch + 1, dtype=torch.int32)
+        return indptr, torch.arange(batch, dtype=torch.int32), torch.full((batch,), 3, **I32)
+
+    class Cap(float):
+        def __float__(self) -> float:
+            S._plan(w, *table(60))
+            return 30.0
+
+    cache = torch.zeros(60, 2, S.PAGE, HKV, DIM, dtype=torch.bfloat16)
+    q = torch.zeros(2, HQ, DIM, dtype=torch.bfloat16)
+    refused = r"^attnc: BatchDecodeWrapper\.run\(\): plan\(\) of the same wrapper"
+    S._plan(w, *table(2))
+    with pytest.raises(RuntimeError, match=refused):
+        w.run(q, cache, cap=Cap(30.0))
+    S._plan(w, *table(2))
+    w.run(q, cache, cap=30.0)  # remembered: the same call again is a cached one
+    real_key = D.call_key
+
+    def key_and_plan(*args, **kw):
+        S._plan(w, *table(2)[:2], torch.full((2,), 9, **I32))  # a plan the cached call fits
+        return real_key(*args, **kw)
+
+    cached, real_cached = [], D.BatchDecodeWrapper._run_cached
+    monkeypatch.setattr(
+        D.BatchDecodeWrapper, "_run_cached", lambda *a: cached.append(1) or real_cached(*a)
+    )
+    monkeypatch.setattr(D, "call_key", key_and_plan)
+    launched.clear()
+    with pytest.raises(RuntimeError, match=refused):
+        w.run(q, cache, cap=30.0)
+    assert launched == [] and cached == [1]
+    monkeypatch.setattr(D, "call_key", real_key)
+    w.run(q, cache, cap=30.0)
+    assert len(launched) == 1

@@ -245,3 +245,25 @@ def test_a_scalar_given_to_plan_that_the_mask_does_not_read_is_kept(cpu_run) -> 
     _ragged_plan(w)  # planned again without it: run() takes any value
     w.run(q, (k, v), cap=20.0)
     assert ctypes.c_float.from_buffer_copy(rec.calls[-1]["params_bytes"][:4]).value == 20.0
+
+
+def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu_run) -> None:
+    """A param's ``__float__`` planning another batch on the same wrapper during ``run()``:
+    the 14-row q checked against the first plan was launched with the second plan's 1000
+    work items (8000 tokens); now nothing is launched, and the wrapper runs its new plan."""
+    w, rec = _wrapper("softcap")
+    _ragged_plan(w)
+    big = torch.tensor([0, 4000, 8000], dtype=torch.int32)
+
+    class Cap(float):
+        def __float__(self) -> float:
+            w.plan(big, big, HQ, HKV, D)
+            return 30.0
+
+    q, k, v = _qkv(14, 14)
+    with pytest.raises(RuntimeError, match=r"^attnc: BatchPrefillWrapper\.run\(\): plan\(\) of"):
+        w.run(q, (k, v), cap=Cap(30.0))
+    assert rec.calls == []
+    q, k, v = _qkv(8000, 8000)
+    w.run(q, (k, v), cap=30.0)
+    assert len(rec.calls) == 1

@@ -50,6 +50,7 @@ from attnc.runtime.wrappers.decode_planning import DecodePlanning, DecodeShape
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import attention_outputs, new_lse, traced_result
 from attnc.runtime.wrappers.params_lists import split_params
+from attnc.runtime.wrappers.plan_guard import check_not_replanned
 
 
 class BatchDecodeWrapper(DecodePlanning):
@@ -93,7 +94,7 @@ class BatchDecodeWrapper(DecodePlanning):
             tensors.check_flag("return_lse", return_lse)
         if compiling():
             return self._run_compiled(q, kv_cache, return_lse, out, params)
-        shape = self._shape
+        shape, begun = self._shape, self._plans_begun
         if shape is None:
             raise _not_planned()
         workspace_owner.check_held(self._workspace_key, self._plan_token, "BatchDecodeWrapper")
@@ -106,10 +107,10 @@ class BatchDecodeWrapper(DecodePlanning):
             if hit is not None and hit.q_rows == self._q_rows and self._max_page < hit.num_pages:
                 if self._planned_mask.tensors:  # the key knows the object, not its writes
                     check_planned_tensors(self.variant.name, self._planned_mask.tensors, params)
-                result = self._run_cached(hit, q, out, return_lse)
+                result = self._run_cached(hit, q, out, return_lse, begun)
                 if result is not None:
                     return result
-        return self._run_checked(q, kv_cache, return_lse, out, params, shape, key)
+        return self._run_checked(q, kv_cache, return_lse, out, params, (shape, begun), key)
 
     def _run_checked(
         self,
@@ -118,11 +119,13 @@ class BatchDecodeWrapper(DecodePlanning):
         return_lse: bool,
         out: torch.Tensor | None,
         params: dict[str, object],
-        shape: DecodeShape,
+        planned: tuple[DecodeShape, int],
         key: tuple[object, ...] | None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """``run()`` past the cached calls: every check, the launch, and the call remembered
-        under its ``key`` (None: not cacheable)."""
+        under its ``key`` (None: not cacheable). ``planned``: the plan's shape and the
+        wrapper's ``_plans_begun`` when ``run()`` started."""
+        shape, begun = planned
         q = self._check_q(q, shape)
         views = self._views(kv_cache, shape)
         values = self._resolve(params, shape)
@@ -136,6 +139,7 @@ class BatchDecodeWrapper(DecodePlanning):
         module = self._module
         assert module is not None
         struct = self._packer.pack(module.params_type, values)
+        check_not_replanned(self, begun, "BatchDecodeWrapper.run()")
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse, struct)
         self._launched = True
@@ -182,11 +186,17 @@ class BatchDecodeWrapper(DecodePlanning):
         return torch.empty_like(q) if out is None else out
 
     def _run_cached(
-        self, hit: CachedCall, q: torch.Tensor, out: torch.Tensor | None, return_lse: bool
+        self,
+        hit: CachedCall,
+        q: torch.Tensor,
+        out: torch.Tensor | None,
+        return_lse: bool,
+        begun: int,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
         """Launch with the fields of a cached call: only the q/o/lse pointers are new (None:
         at these addresses q or ``out`` may share memory or lie off a 16-byte boundary, which
-        the checked call names)."""
+        the checked call names). ``begun``: ``_plans_begun`` when ``run()`` started."""
+        check_not_replanned(self, begun, "BatchDecodeWrapper.run()")
         qp = q.data_ptr()
         op = None if out is None else out.data_ptr()
         if (qp | (op or 0)) % tensors.VECTOR_ALIGN_BYTES:

@@ -1,8 +1,12 @@
-"""Owns: the rule that a wrapper makes one plan at a time. ``plan()`` runs caller code between
-its checks and its work lists (a param's ``__int__``, ``sm_scale.__float__``); a ``plan()`` of
-the same wrapper from there would replace the checked batch under the outer call, which
-would then pack the inner batch's lists with the outer's tensor params (sized for another
-batch: the kernels would read past them). Such a call is refused instead."""
+"""Owns: the rule that a wrapper's plan does not change under a call that is using it.
+``plan()`` and ``run()`` run caller code between their checks and what they launch or pack (a
+param's ``__int__``, ``sm_scale.__float__``, a key's ``__hash__``); a ``plan()`` of the same
+wrapper from there would replace the checked batch under the outer call: a ``plan()`` would
+pack the inner batch's lists with the outer's tensor params, a ``run()`` would launch the new
+plan over tensors checked against the old one (the kernels would read and write past them).
+A ``plan()`` inside ``plan()`` is refused; ``run()`` compares ``plans_begun`` before its
+launch with the count it read first, and launches nothing when a ``plan()`` began meanwhile
+(eager calls: a traced ``run()`` reads no count, which would recompile it at every plan)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ _Plan = TypeVar("_Plan", bound=Callable[..., Any])
 
 
 def one_plan_at_a_time(plan: _Plan) -> _Plan:
-    """``plan`` (a wrapper method) raising ``RuntimeError`` when called on a wrapper whose
-    ``plan()`` is still running."""
+    """``plan`` (a method of a wrapper class with a ``_plans_begun = 0`` class attribute)
+    counting its calls in the wrapper's ``_plans_begun``, and raising ``RuntimeError`` when
+    called on a wrapper whose ``plan()`` is still running."""
 
     @functools.wraps(plan)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -26,9 +31,21 @@ def one_plan_at_a_time(plan: _Plan) -> _Plan:
                 "plans one batch at a time"
             )
         self.__dict__["_planning"] = True
+        self.__dict__["_plans_begun"] = self._plans_begun + 1
         try:
             return plan(self, *args, **kwargs)
         finally:
             self.__dict__["_planning"] = False
 
     return guarded  # type: ignore[return-value]
+
+
+def check_not_replanned(wrapper: Any, begun: int, call: str) -> None:
+    """Raise ``RuntimeError`` when a ``plan()`` of ``wrapper`` began since its
+    ``_plans_begun`` was ``begun`` (read at the start of ``call``, which then launches
+    nothing)."""
+    if wrapper._plans_begun != begun:
+        raise RuntimeError(
+            f"attnc: {call}: plan() of the same wrapper was called during this call (from a "
+            "param's conversion, say); nothing was launched"
+        )

@@ -25,6 +25,7 @@ from attnc.runtime.wrappers import call_keys, prefill_calls, prefill_launch
 from attnc.runtime.wrappers.forward_only import forward_only
 from attnc.runtime.wrappers.op_fakes import new_lse, traced_result
 from attnc.runtime.wrappers.params_lists import split_params
+from attnc.runtime.wrappers.plan_guard import check_not_replanned
 from attnc.runtime.wrappers.prefill_launch import PREFILL_O_STRIDE_MULTIPLE
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
     kv_layout: str
     _plan: HostPlan | None
     _no_plan_why: str  # what run() says while there is no plan
+    _plans_begun = 0  # plan() calls begun (plan_guard): run() launches no plan made meanwhile
     _module: PrefillModule
     _meta: list[int]
     _heads: tuple[int, int, int]
@@ -80,13 +82,14 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         self._require_plan()
         if return_lse is not False and return_lse is not True:
             tensors.check_flag("return_lse", return_lse)
-        key = None
+        key, begun = None, None
         if not compiling():
+            begun = self._plans_begun
             workspace_owner.check_held(self._workspace_key, self._plan_token, "BatchPrefillWrapper")
             key = prefill_calls.memo_key(q, kv, out, return_lse, params)
             hit = self._memo.get(key) if key is not None else None
             if hit is not None:
-                result = self._run_memo(hit, q, kv, out, return_lse)
+                result = self._run_memo(hit, q, kv, out, return_lse, begun)
                 if result is not None:
                     return result
         hq, hkv, d = self._heads
@@ -102,7 +105,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         if not compiling():
             out = self._check_memory(q, views, out, values)
         memo = None if key is None else (key, kv, params)
-        return self._run_checked(q, views, out, return_lse, values, memo)
+        return self._run_checked(q, views, out, return_lse, values, memo, begun)
 
     def _check_memory(
         self,
@@ -126,14 +129,17 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         kv: object,
         out: torch.Tensor | None,
         return_lse: bool,
+        begun: int,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
         """Launch a call whose checks a remembered call of this plan passed (None: its
-        tensors may share memory, which the checks of a first call then name)."""
+        tensors may share memory, which the checks of a first call then name). ``begun``:
+        the wrapper's ``_plans_begun`` when ``run()`` started."""
         if self._planned_mask.values or self._planned_mask.tensors:
             self._check_planned_values(hit.values)  # the planned tensors are unchanged
         args = prefill_calls.replay_args(hit, q, kv, out)
         if args is None:
             return None
+        check_not_replanned(self, begun, "BatchPrefillWrapper.run()")
         o, lse = _outputs(q, out, return_lse)
         args.o = o.data_ptr()
         args.lse = None if lse is None else lse.data_ptr()
@@ -173,11 +179,13 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         return_lse: bool,
         values: Mapping[str, object],
         memo: _MemoRequest | None = None,
+        begun: int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Launch on checked tensors and resolved param ``values`` (eagerly through ctypes,
         under ``torch.compile`` through the ``attnc::prefill`` custom op). ``memo``: the
         call's memo key, its ``kv`` and ``params`` as given, to remember the eager launch
-        for later calls of the plan."""
+        for later calls of the plan. ``begun``: the wrapper's ``_plans_begun`` when the
+        eager call started (None: no caller code ran since the plan was read)."""
         module: PrefillModule = self._module
         meta = self._meta
         self.variant.check_derived_values(values, self._sm_scale, self._heads)
@@ -191,6 +199,8 @@ class PrefillRunner(workspace_owner.RefusesCopies):
             return traced_result(o, lse, q, out, return_lse)
         o, lse = _outputs(q, out, return_lse)
         params = prefill_launch.pack_params(module, values)
+        if begun is not None:
+            check_not_replanned(self, begun, "BatchPrefillWrapper.run()")
         launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
         args = prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
         if memo is not None:
