@@ -246,7 +246,12 @@ def _add_build_parser(sub) -> None:
         help="cache directory to fill (default: the cache)",
     )
     build.add_argument(
-        "-j", "--jobs", type=_jobs, default=None, help="parallel nvcc processes (default: CPUs)"
+        "-j",
+        "--jobs",
+        type=_jobs,
+        default=None,
+        help="nvcc processes at most at once, each on its share of the CPUs (default: one per "
+        "module source, each on every CPU)",
     )
     build.set_defaults(func=_cmd_build)
 

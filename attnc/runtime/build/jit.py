@@ -78,10 +78,11 @@ class _Plan:
     flags: tuple[str, ...]
     nvcc: str = ""  # found only when the module must be built (a cache hit needs no nvcc)
 
-    def with_nvcc(self, nvcc: str) -> _Plan:
-        """This plan, built by ``nvcc`` (with the flags that only make it faster)."""
+    def with_nvcc(self, nvcc: str, jobs: int | None = None) -> _Plan:
+        """This plan, built by ``nvcc`` (with the flags that only make it faster, within
+        ``jobs`` nvcc processes' share of the CPUs when given)."""
         return dataclasses.replace(
-            self, nvcc=nvcc, flags=(*self.flags, *toolchain.speed_flags(nvcc))
+            self, nvcc=nvcc, flags=(*self.flags, *toolchain.speed_flags(nvcc, jobs))
         )
 
     @property
@@ -258,7 +259,7 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
     kept: list[Path] = []  # temporary copies of failed builds, named by the error
-    running = nvcc_run.Running()
+    running = nvcc_run.Running(jobs)  # a module of two sources runs two nvcc at once
 
     def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:
         start = time.perf_counter()
@@ -312,7 +313,7 @@ def build_modules(
         with cache.file_locks([p.lock for p in missing]):
             missing = [p for p in missing if not _is_built(p, quiet=True)]  # built meanwhile?
             if missing:
-                _build_with_progress([p.with_nvcc(nvcc) for p in missing], jobs, progress)
+                _build_with_progress([p.with_nvcc(nvcc, jobs) for p in missing], jobs, progress)
     return [p.library for p in plans]
 
 

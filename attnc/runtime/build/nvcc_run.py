@@ -73,12 +73,14 @@ def steps(nvcc: str, flags: Sequence[str], sources: Sequence[Path], output: Path
 
 class Running:
     """The commands of one build that run now, so that all of them stop at once: Ctrl-C
-    reaches only the main thread, while the commands run in worker threads."""
+    reaches only the main thread, while the commands run in worker threads. ``limit``: how
+    many may run at once (None: no limit; ``attnc build -j``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self._procs: set[subprocess.Popen[str]] = set()
         self._stopped = False
         self._guard = threading.Lock()
+        self.slots = threading.BoundedSemaphore(limit) if limit else None
 
     def start(
         self, command: Sequence[str], cwd: Path, env: Mapping[str, str] | None
@@ -150,6 +152,15 @@ def _descendants(root: int) -> list[int]:
 
 
 def _run(
+    command: Sequence[str], cwd: Path, env: Mapping[str, str] | None, running: Running
+) -> Outcome:
+    if running.slots is None:
+        return _run_now(command, cwd, env, running)
+    with running.slots:
+        return _run_now(command, cwd, env, running)
+
+
+def _run_now(
     command: Sequence[str], cwd: Path, env: Mapping[str, str] | None, running: Running
 ) -> Outcome:
     try:

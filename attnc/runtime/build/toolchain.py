@@ -249,9 +249,14 @@ def installed_release() -> str | None:
     return version.release if version is not None else None
 
 
-def speed_flags(nvcc: str) -> tuple[str, ...]:
-    """Flags that only make nvcc faster: ``-split-compile=0`` runs the device optimiser and
-    assembler of a module's kernels in parallel (nvcc 12.4 and newer). The binary is the same
-    (same SASS, checked for the prefill module), so these flags stay out of the cache key."""
+def speed_flags(nvcc: str, jobs: int | None = None) -> tuple[str, ...]:
+    """Flags that only make nvcc faster: ``-split-compile=N`` runs the device optimiser and
+    assembler of a module's kernels on N threads (nvcc 12.4 and newer): every CPU (0) by
+    default, this process's CPUs over ``jobs`` when that many nvcc may run at once. The
+    binary is the same (same SASS, checked for the prefill module), so these flags stay out
+    of the cache key."""
     version = nvcc_version(nvcc)
-    return ("-split-compile=0",) if version is not None and version.number >= (12, 4) else ()
+    if version is None or version.number < (12, 4):
+        return ()
+    threads = 0 if jobs is None else max(1, (os.cpu_count() or 1) // jobs)
+    return (f"-split-compile={threads}",)
