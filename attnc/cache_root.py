@@ -21,7 +21,8 @@ def _shown(text: str) -> str:
 def cache_dir() -> Path:
     """The cache root, an absolute path: ``$ATTNC_CACHE_DIR`` (``~`` expanded, a relative
     path taken from the working directory) or ``~/.cache/attnc``. A ``~user`` that names no
-    user, or a home directory that cannot be found, is a ``ValueError`` naming the variable."""
+    user, a home directory that cannot be found, or a relative path while the working
+    directory is gone, is a ``ValueError`` naming the variable."""
     env = os.environ.get(CACHE_DIR_VARIABLE)
     try:
         root = Path(env).expanduser() if env else Path.home() / ".cache" / "attnc"
@@ -31,4 +32,13 @@ def cache_dir() -> Path:
             f"{CACHE_DIR_VARIABLE}: cannot find the home directory of the cache root "
             f"({CACHE_DIR_VARIABLE} is {value}); set it to an absolute path"
         ) from None
-    return root if root.is_absolute() else Path.cwd() / root
+    if root.is_absolute():
+        return root
+    try:
+        return Path.cwd() / root
+    except OSError as exc:  # the working directory was removed
+        raise ValueError(
+            f"{CACHE_DIR_VARIABLE}: '{_shown(str(env))}' is a relative path and the working "
+            f"directory it is taken from cannot be read ({exc.strerror}); set it to an "
+            "absolute path"
+        ) from None

@@ -136,7 +136,11 @@ def cached_parser(grammar: str, options: dict[str, object], build: Callable[[], 
     """The parser saved for ``grammar`` and ``options``, else ``build()``, saved for next
     time."""
     key = _key(grammar, options)
-    path = parser_file(grammar, options)
+    try:
+        path = parser_file(grammar, options)
+    except ValueError as exc:  # no cache root (cache_root.cache_dir): build, keep nothing
+        _say(f"parser cache not used ({exc})")
+        return build()
     parser = _load(path, key)
     if parser is None:
         parser = build()

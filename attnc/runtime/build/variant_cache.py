@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,12 +32,12 @@ from typing import Any
 from attnc.compiler.import_paths import ImportRecord, import_dir, real_path, same_modules
 from attnc.compiler.results import Compiled, remember
 from attnc.compiler.verify import verify_variant
-from attnc.dsl.errors import SOURCES, Diagnostic, SourceName, SourceText
+from attnc.dsl.errors import SOURCES, Diagnostic, SourceName, SourceText, printable
 from attnc.dsl.limits import MAX_SOURCE_BYTES, deep_recursion
 from attnc.regular_file import read_regular, write_atomically
 from attnc.runtime.build import ir_json
 from attnc.runtime.build.cache import cache_dir
-from attnc.verbose import env_flag
+from attnc.verbose import env_flag, verbose
 from attnc.version import PACKAGE_DIR
 
 FORMAT = 4  # bump when the entry layout changes (4: imports as path, module, sha256)
@@ -243,9 +244,11 @@ def _quotable(compiled: list[Compiled], file: str, text: str) -> None:
 
 def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnostic, ...]]:
     """``attnc.compiler.pipeline.compile_source``, through the cache."""
+    path = None
     if enabled():
         key = entry_key(text, file)
-        path = _entry_path(key)
+        path = _usable_entry_path(key)
+    if path is not None:
         held = SourceText(text)  # what IR decoded now refers to, held until it is kept
         found = read_entry(path, key, SourceName(file, held))
         if found is not None:
@@ -255,6 +258,17 @@ def compile_cached(text: str, file: str) -> tuple[list[Compiled], tuple[Diagnost
     from attnc.compiler.pipeline import compile_with_imports
 
     compiled, warnings, imported = compile_with_imports(text, file)
-    if enabled():
+    if path is not None:
         write_entry(path, key, imported, tuple(compiled), warnings)
     return compiled, warnings
+
+
+def _usable_entry_path(key: str) -> Path | None:
+    """``_entry_path(key)``, or None where there is no cache root (``cache_dir``'s
+    ``ValueError``, said under ATTNC_VERBOSE): the source is compiled, nothing kept."""
+    try:
+        return _entry_path(key)
+    except ValueError as exc:
+        if verbose():
+            print(f"attnc: compile cache not used ({printable(str(exc))})", file=sys.stderr)
+        return None
