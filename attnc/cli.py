@@ -88,8 +88,9 @@ def _run(argv: Sequence[str] | None) -> int:
         return 1
     except (OSError, LookupError, ValueError, RuntimeError) as err:
         # Bad paths, unknown variants, bad --param values, failed builds (the message names
-        # the generated file and the exact compiler command).
-        print(f"attnc: error: {err}", file=sys.stderr)
+        # the generated file and the exact compiler command; build errors begin "attnc: ").
+        message = str(err)
+        print(f"attnc: error: {message.removeprefix('attnc: ')}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -388,7 +389,11 @@ def _write_file(path: str, text: str) -> None:
     device already there is refused (writing to a pipe blocked forever)."""
     if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
         raise OSError(f"-o: {printable(path)} exists and is not a regular file; remove it")
-    write_atomically(path, text.encode("utf-8"), f".{os.path.basename(path)}.")
+    try:
+        write_atomically(path, text.encode("utf-8"), f".{os.path.basename(path)}.")
+    except OSError as exc:  # its message names the temporary file, which the user never asked for
+        why = exc.strerror or type(exc).__name__
+        raise OSError(f"-o: cannot write {printable(path)}: {why}") from None
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

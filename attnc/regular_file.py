@@ -1,13 +1,14 @@
 """Owns: reading a file whose path may hold anything (a cache entry, a build record, a
 source): a pipe is never waited on, a device never read, and no more than a limit is read;
 and writing a file through a temporary file renamed over it, with the mode ``open()`` would
-give."""
+give (a cache's own file name taken by a directory is cleared first where asked)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -53,12 +54,19 @@ def read_regular_file(
         os.close(fd)
 
 
-def write_atomically(path: str | Path, data: bytes, prefix: str) -> None:
+def write_atomically(
+    path: str | Path, data: bytes, prefix: str, replace_directory: bool = False
+) -> None:
     """``data`` written to ``path`` through a new temporary file beside it (``prefix``, a
     random part, ``.tmp``; see :func:`temporary_file` for its mode) renamed over it: a reader
     sees the old file or the new one, never part of one, and writers at once (threads or
     processes) never share a temporary file. On any failure the temporary file is removed
-    and the error raised as it came: wording it is the caller's."""
+    and the error raised as it came: wording it is the caller's. ``replace_directory``: a
+    directory (not a link) at ``path`` is removed first: for a cache's own entry names,
+    where it can only be damage (a rename cannot replace it, so the entry was never
+    written again)."""
+    if replace_directory and os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
     fd, tmp = temporary_file(os.path.dirname(path) or ".", prefix, ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

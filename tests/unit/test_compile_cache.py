@@ -69,6 +69,19 @@ def test_broken_entry_is_recompiled(cache):
     assert len(calls) == 2  # rewritten by the recompile
 
 
+def test_a_directory_in_place_of_an_entry_is_replaced(cache):
+    """A directory at an entry's name was never replaced: every load compiled again."""
+    root, calls = cache
+    attnc.load(SOURCE)
+    (entry,) = (root / "compiled").iterdir()
+    entry.unlink()
+    (entry / "inside").mkdir(parents=True)
+    attnc.load(SOURCE)
+    assert len(calls) == 2 and entry.is_file()
+    attnc.load(SOURCE)
+    assert len(calls) == 2
+
+
 def test_switch_off(cache, monkeypatch):
     root, calls = cache
     monkeypatch.setenv("ATTNC_COMPILE_CACHE", "0")

@@ -114,6 +114,18 @@ def test_damaged_file_is_rebuilt_and_replaced(root: Path, damage: str) -> None:
     assert not Path("/tmp/attnc-pwned").exists()
 
 
+def test_a_directory_in_place_of_the_file_is_replaced(root: Path) -> None:
+    """A directory at the file's name was never replaced (a rename cannot replace one): every
+    later process built the tables again (0.3 s each)."""
+    path = parser_cache.parser_file(GRAMMAR, OPTIONS)
+    (path / "inside").mkdir(parents=True)
+    builds = Builds()
+    parser_cache.cached_parser(GRAMMAR, OPTIONS, builds)
+    assert path.is_file()
+    parser_cache.cached_parser(GRAMMAR, OPTIONS, builds)
+    assert builds.count == 1
+
+
 def test_cache_root_that_is_a_file_still_parses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

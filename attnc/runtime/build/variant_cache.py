@@ -227,7 +227,7 @@ def write_entry(
         text = json.dumps(entry, allow_nan=False, separators=(",", ":"))
         _seen((key, hashlib.sha256(text.encode()).hexdigest()), (imports, compiled, warnings))
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, text.encode("utf-8"), "tmp")
+        write_atomically(path, text.encode("utf-8"), "tmp", replace_directory=True)
     except (OSError, TypeError, ValueError, RecursionError):
         pass
 
