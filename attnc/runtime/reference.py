@@ -40,7 +40,7 @@ from attnc.runtime.checks.params import (
     check_tensor_param,
     resolve_with,
 )
-from attnc.runtime.checks.tensors import is_dense, layout_name, sm_scale_value
+from attnc.runtime.checks.tensors import check_int, is_dense, layout_name, sm_scale_value
 
 if TYPE_CHECKING:  # variant.py imports this module
     from attnc.runtime.variant import Variant
@@ -242,10 +242,12 @@ def request_reference(
     """The reference of request ``batch`` of a batch, for a loaded ``variant``: q
     ``[q_len, H_qo, D]`` and k/v ``[kv_len, H_kv, D]`` of that request, a ``kv_len`` tensor
     param as its ``kv_len`` entries, a ``q_len`` one as its ``q_len`` entries (see
-    :func:`request_params`), a ``batch_size`` one whole (read at ``batch``). Scalar params
+    :func:`request_params`), a ``batch_size`` one whole (read at ``batch``, an int >= 0, checked
+    as such: a float or bool is a ValueError naming it). Scalar params
     missing from ``params`` take their defaults; a ValueError names a param that is unknown,
     missing or of the wrong length, or a scalar or tensor the kernels refuse (in their words,
     ``checks.params.resolve_params``: a tensor of another shape or dtype, a sparse one)."""
+    batch = check_int("batch", batch, 0)
     check_qkv(q, k, v)
     lengths = {"q_len": q.shape[0], "kv_len": k.shape[0]}
     sizes = {"num_qo_heads": q.shape[1], "num_kv_heads": k.shape[1], "head_dim": q.shape[2]}

@@ -7,6 +7,7 @@ it packed the lists: a qo_indptr written after its check reached the kernels unc
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -203,3 +204,37 @@ def test_the_copies_are_host_memory_under_a_meta_default_device() -> None:
         assert planner.check(*tables, PAGE)
         qo, kv = planner.checked_indptrs()
     assert qo.is_cpu and torch.equal(qo, tables[0]) and torch.equal(kv, tables[1])
+
+
+def test_a_mapping_of_params_is_read_once(monkeypatch) -> None:
+    """A ``params`` mapping whose ``items()`` and ``[]`` disagree: the checks read the items,
+    and a second plan of the same keys read ``[]`` unchecked, handing the tile map builder a
+    3-entry float64 tensor where 600 int32 entries were checked."""
+    variant = stand_in_variant(monkeypatch, "doc_causal")
+    good = torch.zeros(600, dtype=torch.int32)
+
+    class TwoFaced(Mapping):
+        def __getitem__(self, key: str) -> torch.Tensor:
+            return torch.zeros(3, dtype=torch.float64)
+
+        def __iter__(self):
+            return iter(["doc"])
+
+        def __len__(self) -> int:
+            return 1
+
+        def items(self):  # type: ignore[override]
+            return [("doc", good)]
+
+    seen = []
+
+    def builder(values, *rest):
+        seen.append((tuple(values["doc"].shape), values["doc"].dtype))
+        return np.full(1 << 16, 3, np.uint8)
+
+    w = BatchPrefillWrapper(variant, torch.empty(8 << 20, dtype=torch.uint8), backend="fa2")
+    w._map_builder = builder
+    qo = torch.tensor([0, 300, 600], dtype=torch.int32)
+    for _ in range(2):
+        w.plan(qo, qo.clone(), 8, 2, 64, params=TwoFaced())
+    assert seen == [((600,), torch.int32)] * 2

@@ -346,3 +346,13 @@ def test_a_float64_reference_takes_every_decision_in_binary32(score: str) -> Non
         f"  param s: f32 = 16777216.0;\n  score = {score}; }}"
     )
     _keeps_every_key(source, 2, **({"p": 8388608.0} if score.startswith("floor") else {}))
+
+
+@pytest.mark.parametrize("batch", [1.7, True, "1", -1, None])
+def test_request_reference_checks_batch(batch: object) -> None:
+    """``batch=1.7`` and ``batch=True`` ran as request 1, ``batch="1"`` failed with a bare
+    comparison TypeError: each is now a ValueError naming ``batch``."""
+    q, k, v = inputs(4, 4, 2, 1, 8)
+    windows = attnc.load("stdlib:per_request_window")
+    with pytest.raises(ValueError, match="^batch: "):
+        request_reference(windows, q, k, v, window=[1, 100], batch=batch)

@@ -131,12 +131,23 @@ def check_variant(variant: object) -> None:
 def check_params_arg(params: object) -> Mapping[str, object]:
     """``plan()``'s ``params`` argument: None (no params, ``{}``) or a mapping of param names
     to values (a ``TypeError`` otherwise; unknown names are refused by the param checks), whose
-    tensors have memory to read (``check_param_memory``: the plan reads them)."""
+    tensors have memory to read (``check_param_memory``: the plan reads them). A mapping other
+    than a plain dict is read once, into a dict the plan reads from then on: its ``items()``
+    and ``[]`` could give different values (the checks read one, the plan the other)."""
     if params is None:
         return {}
-    if type(params) is dict or isinstance(params, Mapping):
+    if type(params) is dict:
         check_param_memory(params)
         return params
+    if isinstance(params, Mapping):
+        try:
+            read = dict(params.items())
+        except Exception as exc:  # caller code: any failure is its own
+            raise TypeError(
+                f"params: its items could not be read ({type(exc).__name__}: {exc})"
+            ) from None
+        check_param_memory(read)
+        return read
     raise TypeError(
         f"params: expected a mapping of param names to values, got {type(params).__name__}"
     )
