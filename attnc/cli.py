@@ -251,8 +251,8 @@ def _add_build_parser(sub) -> None:
         "--jobs",
         type=_jobs,
         default=None,
-        help="nvcc processes at most at once, each on its share of the CPUs (default: one per "
-        "module source, each on every CPU)",
+        help="nvcc processes at most at once, each on its share of the CPUs (default: as many "
+        "modules at once as CPUs, each nvcc on every CPU)",
     )
     build.set_defaults(func=_cmd_build)
 
@@ -392,7 +392,7 @@ def _write_file(path: str, text: str) -> None:
     try:
         write_atomically(path, text.encode("utf-8"), f".{os.path.basename(path)}.")
     except OSError as exc:  # its message names the temporary file, which the user never asked for
-        why = exc.strerror or type(exc).__name__
+        why = exc.strerror or str(exc) or type(exc).__name__
         raise OSError(f"-o: cannot write {printable(path)}: {why}") from None
 
 

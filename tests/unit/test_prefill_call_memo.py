@@ -267,3 +267,23 @@ def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu_run) -> No
     q, k, v = _qkv(8000, 8000)
     w.run(q, (k, v), cap=30.0)
     assert len(rec.calls) == 1
+
+
+def test_a_plan_of_a_wrapper_sharing_the_workspace_during_run_launches_nothing(cpu_run) -> None:
+    """A param's ``__float__`` planning another wrapper of the same workspace during
+    ``run()`` overwrote the work lists the run then launched its own plan's offsets over."""
+    w1, rec = _wrapper("softcap")
+    w2 = BatchPrefillWrapper(w1.variant, w1._workspace)
+    w2._module_choice = w1._module_choice  # type: ignore[method-assign]
+    _ragged_plan(w1)
+    big = torch.tensor([0, 4000, 8000], dtype=torch.int32)
+
+    class Cap(float):
+        def __float__(self) -> float:
+            w2.plan(big, big, HQ, HKV, D)
+            return 30.0
+
+    q, k, v = _qkv(14, 14)
+    with pytest.raises(RuntimeError, match=r"^BatchPrefillWrapper\.run\(\): workspace_buffer: "):
+        w1.run(q, (k, v), cap=Cap(30.0))
+    assert rec.calls == []

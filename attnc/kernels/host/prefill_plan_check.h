@@ -37,8 +37,9 @@ inline int64_t last_ints(const AttncPrefillParams& p) {
 }
 
 // Copy n entries of *table to *at, point *table at the copy and move *at past it (a null
-// table or n <= 0: nothing copied, *table kept). memmove: a caller may pass views of the
-// last check's copies.
+// table or n <= 0: nothing copied, *table kept). memmove: a table may be a view of the last
+// check's copy of itself (overlapping its destination); passed in another table's role, it
+// would be overwritten before it is read.
 inline void copy_table(const int32_t** table, int64_t n, int32_t** at) {
   if (*table == nullptr || n <= 0) return;
   memmove(*at, *table, static_cast<size_t>(n) * sizeof(int32_t));

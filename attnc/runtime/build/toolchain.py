@@ -249,6 +249,14 @@ def installed_release() -> str | None:
     return version.release if version is not None else None
 
 
+def _usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def speed_flags(nvcc: str, jobs: int | None = None) -> tuple[str, ...]:
     """Flags that only make nvcc faster: ``-split-compile=N`` runs the device optimiser and
     assembler of a module's kernels on N threads (nvcc 12.4 and newer): every CPU (0) by
@@ -258,5 +266,5 @@ def speed_flags(nvcc: str, jobs: int | None = None) -> tuple[str, ...]:
     version = nvcc_version(nvcc)
     if version is None or version.number < (12, 4):
         return ()
-    threads = 0 if jobs is None else max(1, (os.cpu_count() or 1) // jobs)
+    threads = 0 if not jobs else max(1, _usable_cpus() // jobs)
     return (f"-split-compile={threads}",)

@@ -139,7 +139,7 @@ class BatchDecodeWrapper(DecodePlanning):
         module = self._module
         assert module is not None
         struct = self._packer.pack(module.params_type, values)
-        check_not_replanned(self, begun, "BatchDecodeWrapper.run()")
+        check_not_replanned(self, begun, "BatchDecodeWrapper")
         self._applied = None
         fill_call_fields(self._args, q, views, o, lse, struct)
         self._launched = True
@@ -196,7 +196,7 @@ class BatchDecodeWrapper(DecodePlanning):
         """Launch with the fields of a cached call: only the q/o/lse pointers are new (None:
         at these addresses q or ``out`` may share memory or lie off a 16-byte boundary, which
         the checked call names). ``begun``: ``_plans_begun`` when ``run()`` started."""
-        check_not_replanned(self, begun, "BatchDecodeWrapper.run()")
+        check_not_replanned(self, begun, "BatchDecodeWrapper")
         qp = q.data_ptr()
         op = None if out is None else out.data_ptr()
         if (qp | (op or 0)) % tensors.VECTOR_ALIGN_BYTES:

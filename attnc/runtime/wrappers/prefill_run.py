@@ -139,7 +139,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         args = prefill_calls.replay_args(hit, q, kv, out)
         if args is None:
             return None
-        check_not_replanned(self, begun, "BatchPrefillWrapper.run()")
+        check_not_replanned(self, begun, "BatchPrefillWrapper")
         o, lse = _outputs(q, out, return_lse)
         args.o = o.data_ptr()
         args.lse = None if lse is None else lse.data_ptr()
@@ -200,7 +200,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
         o, lse = _outputs(q, out, return_lse)
         params = prefill_launch.pack_params(module, values)
         if begun is not None:
-            check_not_replanned(self, begun, "BatchPrefillWrapper.run()")
+            check_not_replanned(self, begun, "BatchPrefillWrapper")
         launch_tensors = prefill_launch.PrefillTensors(q, views.k, views.v, o, lse, self._workspace)
         args = prefill_launch.launch(module, meta, launch_tensors, self._sm_scale, params)
         if memo is not None:
