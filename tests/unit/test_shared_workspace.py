@@ -169,3 +169,27 @@ def test_a_refused_decode_plan_does_not_take_the_workspace(cpu_decode) -> None: 
     with pytest.raises(RuntimeError, match="another wrapper's plan"):
         b.run(q, cache)
     a.run(q, cache)  # A's lists are intact
+
+
+def test_a_workspace_taken_during_a_decode_run_launches_nothing(cpu_decode) -> None:  # noqa: F811
+    """Caller code run by ``run()`` (a param's conversion) that makes another wrapper's plan
+    the workspace's: the run had checked the workspace first, and launched over the other
+    plan's lists."""
+    a, b = cpu_decode("softcap"), cpu_decode("softcap")
+    key = ("cpu", -1, 12345, 12345 + 4096)
+    a._workspace_key = b._workspace_key = key
+    a._plan_token = workspace_owner.take(key, None)
+    launched = []
+    module = a._module
+    real_launch = module.launch
+    module.launch = lambda *args: launched.append(1) or real_launch(*args)
+
+    class Cap(float):
+        def __float__(self) -> float:
+            b._plan_token = workspace_owner.take(key, None)  # as b.plan() would
+            return 30.0
+
+    q, cache = _inputs()
+    with pytest.raises(RuntimeError, match="BatchDecodeWrapper.run\\(\\): workspace_buffer"):
+        a.run(q, cache, cap=Cap(30.0))
+    assert launched == []
