@@ -72,6 +72,7 @@ class DecodePlanning(DecodeMaskPlanning, workspace_owner.RefusesCopies):
 
     _debug_checks = False  # ATTNC_DEBUG_CHECKS: run() synchronises and reads the page status
     _plans_begun = 0  # plan() calls begun (plan_guard): run() launches no plan made meanwhile
+    _planning = False  # a plan() of this wrapper is running (plan_guard)
     _reads_kv_tokens = False  # the variant reads a kv_len tensor (set in __init__)
     _token_sizes: dict[str, int] | None = None  # token_sizes of the last plan
     _token_sizes_of: tuple[int, int, int] | None = None  # its (batch, q_len, KV tokens)

@@ -22,24 +22,24 @@ _Plan = TypeVar("_Plan", bound=Callable[..., Any])
 
 
 def one_plan_at_a_time(plan: _Plan) -> _Plan:
-    """``plan`` (a method of a wrapper class with a ``_plans_begun = 0`` class attribute)
-    counting its calls in the wrapper's ``_plans_begun``, and raising ``RuntimeError`` when
-    called on a wrapper whose ``plan()`` is still running."""
+    """``plan`` (a method of a wrapper class with class attributes ``_plans_begun = 0`` and
+    ``_planning = False``) counting its calls in the wrapper's ``_plans_begun``, and raising
+    ``RuntimeError`` when called on a wrapper whose ``plan()`` is still running."""
 
     @functools.wraps(plan)
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.__dict__.get("_planning"):
+        if self._planning:
             raise RuntimeError(
                 f"attnc: {type(self).__name__}.plan() was called while a plan() of the same "
                 "wrapper was running (from a param's or sm_scale's conversion, say): a wrapper "
                 "plans one batch at a time"
             )
-        self.__dict__["_planning"] = True
-        self.__dict__["_plans_begun"] = self._plans_begun + 1
+        self._planning = True
+        self._plans_begun += 1
         try:
             return plan(self, *args, **kwargs)
         finally:
-            self.__dict__["_planning"] = False
+            self._planning = False
 
     return guarded  # type: ignore[return-value]
 

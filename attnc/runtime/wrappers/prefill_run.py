@@ -44,6 +44,7 @@ class PrefillRunner(workspace_owner.RefusesCopies):
     _plan: HostPlan | None
     _no_plan_why: str  # what run() says while there is no plan
     _plans_begun = 0  # plan() calls begun (plan_guard): run() launches no plan made meanwhile
+    _planning = False  # a plan() of this wrapper is running (plan_guard)
     _module: PrefillModule
     _meta: list[int]
     _heads: tuple[int, int, int]
