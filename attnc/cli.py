@@ -246,14 +246,8 @@ def _add_build_parser(sub) -> None:
         type=_directory,
         help="cache directory to fill (default: the cache)",
     )
-    build.add_argument(
-        "-j",
-        "--jobs",
-        type=_jobs,
-        default=None,
-        help="nvcc processes at most at once, each on its share of the CPUs (default: as many "
-        "modules at once as CPUs, each nvcc on every CPU)",
-    )
+    jobs = "nvcc processes at once at most, each on its share of the CPUs (default: a module "
+    build.add_argument("-j", "--jobs", type=_jobs, help=jobs + "a CPU, each nvcc on every CPU)")
     build.set_defaults(func=_cmd_build)
 
 

@@ -247,12 +247,8 @@ def test_a_scalar_given_to_plan_that_the_mask_does_not_read_is_kept(cpu_run) -> 
     assert ctypes.c_float.from_buffer_copy(rec.calls[-1]["params_bytes"][:4]).value == 20.0
 
 
-def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu_run) -> None:
-    """A param's ``__float__`` planning another batch on the same wrapper during ``run()``:
-    the 14-row q checked against the first plan was launched with the second plan's 1000
-    work items (8000 tokens); now nothing is launched, and the wrapper runs its new plan."""
-    w, rec = _wrapper("softcap")
-    _ragged_plan(w)
+def _cap_that_plans(w: BatchPrefillWrapper) -> float:
+    """A ``cap`` whose conversion (caller code ``run()`` runs) plans ``w`` over 8000 tokens."""
     big = torch.tensor([0, 4000, 8000], dtype=torch.int32)
 
     class Cap(float):
@@ -260,9 +256,18 @@ def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu_run) -> No
             w.plan(big, big, HQ, HKV, D)
             return 30.0
 
+    return Cap(30.0)
+
+
+def test_plan_from_a_param_conversion_inside_run_launches_nothing(cpu_run) -> None:
+    """A param's ``__float__`` planning another batch on the same wrapper during ``run()``:
+    the 14-row q checked against the first plan was launched with the second plan's 1000
+    work items (8000 tokens); now nothing is launched, and the wrapper runs its new plan."""
+    w, rec = _wrapper("softcap")
+    _ragged_plan(w)
     q, k, v = _qkv(14, 14)
     with pytest.raises(RuntimeError, match=r"^attnc: BatchPrefillWrapper\.run\(\): plan\(\) of"):
-        w.run(q, (k, v), cap=Cap(30.0))
+        w.run(q, (k, v), cap=_cap_that_plans(w))
     assert rec.calls == []
     q, k, v = _qkv(8000, 8000)
     w.run(q, (k, v), cap=30.0)
@@ -276,14 +281,7 @@ def test_a_plan_of_a_wrapper_sharing_the_workspace_during_run_launches_nothing(c
     w2 = BatchPrefillWrapper(w1.variant, w1._workspace)
     w2._module_choice = w1._module_choice  # type: ignore[method-assign]
     _ragged_plan(w1)
-    big = torch.tensor([0, 4000, 8000], dtype=torch.int32)
-
-    class Cap(float):
-        def __float__(self) -> float:
-            w2.plan(big, big, HQ, HKV, D)
-            return 30.0
-
     q, k, v = _qkv(14, 14)
     with pytest.raises(RuntimeError, match=r"^BatchPrefillWrapper\.run\(\): workspace_buffer: "):
-        w1.run(q, (k, v), cap=Cap(30.0))
+        w1.run(q, (k, v), cap=_cap_that_plans(w2))
     assert rec.calls == []
