@@ -68,10 +68,7 @@ class PrefillPlanner:
         p.alpha, p.beta, p.min_chunk, p.max_chunks = ALPHA, BETA, MIN_CHUNK, MAX_CHUNKS
         self._lens = np.zeros((3, 0), np.int64)
         self._starts_ptr = 0
-        self._copy = torch.zeros(
-            1024, dtype=torch.int32, device="cpu"
-        )  # the checked tables (C++ copies)
-        p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
+        self._new_copy_buffer(1024)
         # checked_indptrs(): the copy buffer and entries its two views were cut for.
         self._views: tuple[torch.Tensor, int, torch.Tensor, torch.Tensor] | None = None
         self._cost = np.zeros(1024, np.float64)
@@ -129,11 +126,7 @@ class PrefillPlanner:
             rc = self._lib.attnc_prefill_check(self._p_ref, self._r_ref)
             if rc != abi.PLAN_CAPACITY or self._r.error != PP_COPY_BUFFER:
                 break
-            ints = int(self._r.needed_bytes) // 4
-            self._copy = torch.empty(
-                max(ints, 2 * self._copy.shape[0]), dtype=torch.int32, device="cpu"
-            )
-            p.copy, p.copy_cap = self._copy.data_ptr(), self._copy.shape[0]
+            self._new_copy_buffer(max(int(self._r.needed_bytes) // 4, 2 * self._copy.shape[0]))
         abi.raise_if_no_memory(rc, "prefill plan")
         if rc == abi.PLAN_INVALID:
             return False
@@ -142,6 +135,12 @@ class PrefillPlanner:
         self.batch = p.batch
         self._passed = True
         return True
+
+    def _new_copy_buffer(self, ints: int) -> None:
+        """Where the check copies the tables: ``ints`` int32 entries on the CPU (whatever
+        torch's default device)."""
+        self._copy = torch.empty(ints, dtype=torch.int32, device="cpu")
+        self._p.copy, self._p.copy_cap = self._copy.data_ptr(), ints
 
     def _point_at(
         self,
