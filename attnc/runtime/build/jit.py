@@ -259,7 +259,7 @@ def _run_build(plans: Sequence[_Plan], jobs: int | None, progress: Progress | No
     workers = max(1, min(len(plans), jobs or os.cpu_count() or 1))
 
     kept: list[Path] = []  # temporary copies of failed builds, named by the error
-    running = nvcc_run.Running(jobs)  # a module of two sources runs two nvcc at once
+    running = nvcc_run.Running(jobs)  # jobs bounds nvcc runs, a module of two sources has two
 
     def compile_and_report(plan: _Plan) -> nvcc_run.Outcome:
         start = time.perf_counter()
