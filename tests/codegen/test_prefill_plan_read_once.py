@@ -238,3 +238,15 @@ def test_a_mapping_of_params_is_read_once(monkeypatch) -> None:
     for _ in range(2):
         w.plan(qo, qo.clone(), 8, 2, 64, params=TwoFaced())
     assert seen == [((600,), torch.int32)] * 2
+
+
+def test_a_refused_table_leaves_no_large_copy_buffer() -> None:
+    """A check of 3M requests refused at its last entry grew the copy buffer to 24 MB, kept
+    for the planner's life; a refused check now leaves it at its first size."""
+    planner = PrefillPlanner()
+    indptr = torch.arange(3_000_001, dtype=torch.int32)
+    indptr[-1] = 0  # decreasing at the end: refused after the copy
+    assert not planner.check(indptr, indptr.clone(), None, None, 1)
+    assert "qo_indptr" in str(planner.failure())
+    assert planner._copy.shape[0] == 1024
+    assert planner.check(*_paged(3), PAGE)

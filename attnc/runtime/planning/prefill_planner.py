@@ -41,6 +41,9 @@ MAX_CHUNKS = 64  # chunks per tile at most
 KV_ALIGN = 128  # chunk sizes are multiples of this
 ITEM_INTS = 8  # prefill_args.h: ATTNC_PI_SIZE
 MERGE_INTS = 4  # prefill_args.h: ATTNC_PM_SIZE
+# A copy buffer past this many int32 entries (4 MiB) is not kept after a refused check: a
+# hostile table then holds no memory for the planner's life (a passing one keeps its size).
+KEEP_COPY_INTS = 1 << 20
 OUT_OF_RANGE_MESSAGE = (
     "prefill plan: the batch is beyond the planner's limits (positive head counts, tile and "
     "chunk sizes below 2^30, a tile map at least as long as the batch needs); nothing was "
@@ -129,6 +132,8 @@ class PrefillPlanner:
             self._new_copy_buffer(max(int(self._r.needed_bytes) // 4, 2 * self._copy.shape[0]))
         abi.raise_if_no_memory(rc, "prefill plan")
         if rc == abi.PLAN_INVALID:
+            if self._copy.shape[0] > KEEP_COPY_INTS:  # grown for tables it then refused
+                self._new_copy_buffer(1024)
             return False
         if rc != abi.PLAN_OK:
             raise RuntimeError(f"attnc: prefill plan: check returned {rc}")
