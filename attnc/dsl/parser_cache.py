@@ -127,8 +127,8 @@ def _save(parser: Lark, path: Path, key: str) -> None:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         path.parent.mkdir(parents=True, exist_ok=True)
         body = json.dumps(_encode({"data": data, "memo": memo}), separators=(",", ":"))
-        data = (_header(key, body) + body).encode("utf-8")
-        write_atomically(path, data, ".attn-", replace_directory=True)
+        encoded = (_header(key, body) + body).encode("utf-8")
+        write_atomically(path, encoded, ".attn-", replace_directory=True)
     except (OSError, ValueError, TypeError) as exc:
         _say(f"parser cache {path} not written ({type(exc).__name__}: {exc})")
 

@@ -1,12 +1,13 @@
 """resolve_params: defaults, exact error messages, no silent casts (CPU tensors only)."""
 
 import re
+from collections.abc import Mapping
 
 import pytest
 import torch
 
 from attnc.compiler.ir import ParamDecl
-from attnc.runtime.checks.params import describe_decl, resolve_params
+from attnc.runtime.checks.params import check_params_arg, describe_decl, resolve_params
 
 WINDOW = ParamDecl("window", "scalar", "i32")
 CAP = ParamDecl("cap", "scalar", "f32", default=50.0)
@@ -147,3 +148,35 @@ def test_tensor_made_contiguous():
 def test_describe_decl():
     assert describe_decl(TABLE) == "tensor<i32>[num_kv_heads, 3]"
     assert describe_decl(CAP) == "f32"
+
+
+def test_a_params_mapping_is_read_once_into_a_dict() -> None:
+    """A mapping other than a dict is read once (its ``items()``), and a failure of that
+    read is a TypeError naming ``params`` with the caller's message escaped."""
+
+    class Items(Mapping):
+        def __init__(self, items):
+            self._items = items
+
+        def __getitem__(self, key):
+            raise KeyError(key)  # never read: the items are
+
+        def __iter__(self):
+            return iter(k for k, _ in self._items())
+
+        def __len__(self) -> int:
+            return 1
+
+        def items(self):  # type: ignore[override]
+            return self._items()
+
+    read = check_params_arg(Items(lambda: [("cap", 30.0)]))
+    assert type(read) is dict and read == {"cap": 30.0}
+
+    def boom():
+        raise RuntimeError("boom\x1b[2J")
+
+    with pytest.raises(
+        TypeError, match=r"^params: its items could not be read \(RuntimeError: boom\\x1b\[2J\)$"
+    ):
+        check_params_arg(Items(boom))

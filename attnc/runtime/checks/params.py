@@ -144,7 +144,7 @@ def check_params_arg(params: object) -> Mapping[str, object]:
             read = dict(params.items())
         except Exception as exc:  # caller code: any failure is its own
             raise TypeError(
-                f"params: its items could not be read ({type(exc).__name__}: {exc})"
+                f"params: its items could not be read ({type(exc).__name__}: {printable(str(exc))})"
             ) from None
         check_param_memory(read)
         return read
